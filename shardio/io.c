@@ -1,0 +1,128 @@
+/*
+ * io.c — the I/O context: backend selection by URL scheme, object lists.
+ *
+ * Threading: an sio_io is immutable after sio_io_create() except inside the
+ * backends' own contexts, which do their own locking; any thread may use it.
+ * Ownership: the io owns each backend context and destroys it.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+
+#define IO_READ_BUFFER_DEFAULT (256u * 1024u)
+#define IO_READ_BUFFER_MAX (64u * 1024u * 1024u)
+
+/* Backends in the order they are asked; the first that matches serves. */
+static const sio_backend_ops *const backends[] = {
+    &sio_backend_file,
+};
+#define NBACKENDS (sizeof backends / sizeof backends[0])
+
+struct sio_io {
+    sio_io_config cfg;
+    void *ctx[NBACKENDS];
+};
+
+sio_code sio_io_create(const sio_io_config *cfg, sio_io **out, sio_error *err)
+{
+    sio_io *io = calloc(1, sizeof *io);
+    if (!io)
+        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    if (cfg)
+        io->cfg = *cfg;
+    if (io->cfg.read_buffer == 0)
+        io->cfg.read_buffer = IO_READ_BUFFER_DEFAULT;
+    if (io->cfg.read_buffer > IO_READ_BUFFER_MAX) {
+        free(io);
+        return sio_seterr(err, SIO_ERR_INVALID, "read_buffer %u above %u",
+                          (unsigned)cfg->read_buffer, IO_READ_BUFFER_MAX);
+    }
+    *out = io;
+    return SIO_OK;
+}
+
+void sio_io_destroy(sio_io *io)
+{
+    if (!io)
+        return;
+    for (size_t i = 0; i < NBACKENDS; i++)
+        if (io->ctx[i] && backends[i]->destroy)
+            backends[i]->destroy(io->ctx[i]);
+    free(io);
+}
+
+sio_code sio_io_backend(sio_io *io, const char *url,
+                        const sio_backend_ops **ops, void **ctx,
+                        sio_error *err)
+{
+    for (size_t i = 0; i < NBACKENDS; i++) {
+        if (backends[i]->matches(url)) {
+            *ops = backends[i];
+            *ctx = io ? io->ctx[i] : NULL;
+            return SIO_OK;
+        }
+    }
+    return sio_seterr(err, SIO_ERR_UNSUPPORTED, "no backend for url=%s", url);
+}
+
+const sio_logger *sio_io_logger(const sio_io *io)
+{
+    return io ? &io->cfg.log : NULL;
+}
+
+uint32_t sio_io_read_buffer(const sio_io *io)
+{
+    return io ? io->cfg.read_buffer : IO_READ_BUFFER_DEFAULT;
+}
+
+/* Object lists ------------------------------------------------------- */
+
+void sio_objlist_init(sio_objlist *l, size_t max)
+{
+    memset(l, 0, sizeof *l);
+    l->max = max ? max : SIO_SHARDS_MAX;
+}
+
+sio_code sio_objlist_add(sio_objlist *l, const char *url, uint64_t size)
+{
+    if (l->n >= l->max)
+        return SIO_ERR_LIMIT;
+    if (l->n == l->cap) {
+        size_t ncap = l->cap ? l->cap * 2 : 64;
+        if (ncap > l->max)
+            ncap = l->max;
+        sio_object *nv = realloc(l->v, ncap * sizeof *nv);
+        if (!nv)
+            return SIO_ERR_NOMEM;
+        l->v = nv;
+        l->cap = ncap;
+    }
+    char *u = strdup(url);
+    if (!u)
+        return SIO_ERR_NOMEM;
+    l->v[l->n].url = u;
+    l->v[l->n].size = size;
+    l->n++;
+    return SIO_OK;
+}
+
+void sio_objlist_free(sio_objlist *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->v[i].url);
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+static int cmp_obj(const void *a, const void *b)
+{
+    const sio_object *x = a, *y = b;
+    return strcmp(x->url, y->url);
+}
+
+void sio_objlist_sort(sio_objlist *l)
+{
+    if (l->n > 1)
+        qsort(l->v, l->n, sizeof *l->v, cmp_obj);
+}

@@ -1,0 +1,312 @@
+/*
+ * shard.c — streaming one tar shard into WebDataset samples.
+ *
+ * libarchive reads the shard through a backend stream (read callback), so
+ * only one read buffer and the sample being built are in memory, whatever
+ * the shard's size. Compression (gzip, zstd, xz, bzip2) is detected from the
+ * bytes. Grouping follows product.md / upstream WebDataset: key = path up to
+ * the first dot of the last component, extension = the rest (lowercased);
+ * consecutive members with one key form a sample; non-regular members, names
+ * without such a split and top-level "__*__" names are skipped; a repeated
+ * field makes that sample bad (SIO_ERR_SAMPLE) but not the shard.
+ *
+ * Threading: a sio_shard is used by one thread at a time.
+ * Ownership: the shard owns its stream, archive and builder; samples it
+ * returns are independent references.
+ */
+#include <archive.h>
+#include <archive_entry.h>
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "sample.h"
+
+/* Longest member name we accept (PATH_MAX-like; libarchive accepts more). */
+#define SHARD_NAME_MAX 4096
+
+struct sio_shard {
+    sio_io *io;
+    char *url;
+    uint32_t index;
+    sio_shard_limits lim;
+    sio_stream *stream;
+    sio_code stream_rc;      /* error seen by the read callback */
+    char stream_err[256];
+    unsigned char *rbuf;
+    size_t rcap;
+    struct archive *ar;
+    struct archive_entry *pending; /* header read, data not yet consumed */
+    int eof;
+    int bad;                 /* current sample had a repeated field */
+    char bad_reason[320];
+    uint64_t groups;         /* key groups seen (good and bad) */
+    sample_builder sb;
+    char err[640];
+};
+
+int sio_split_key(const char *name, size_t *key_len)
+{
+    const char *last = strrchr(name, '/');
+    const char *base = last ? last + 1 : name;
+    const char *dot = strchr(base, '.');
+    if (!dot || dot == base)
+        return -1;
+    *key_len = (size_t)(dot - name);
+    return 0;
+}
+
+static la_ssize_t read_cb(struct archive *a, void *ud, const void **buf)
+{
+    sio_shard *sh = ud;
+    size_t got = 0;
+    sio_code rc = sh->stream->ops->read(sh->stream, sh->rbuf, sh->rcap, &got);
+    if (rc) {
+        sh->stream_rc = rc;
+        snprintf(sh->stream_err, sizeof sh->stream_err, "%s",
+                 sh->stream->ops->errmsg(sh->stream));
+        archive_set_error(a, EIO, "%s", sh->stream_err);
+        return -1;
+    }
+    *buf = sh->rbuf;
+    return (la_ssize_t)got;
+}
+
+sio_code sio_shard_open(sio_io *io, const char *url, uint32_t index,
+                        const sio_shard_limits *limits, sio_shard **out,
+                        sio_error *err)
+{
+    const sio_backend_ops *ops;
+    void *ctx;
+    sio_code rc;
+    sio_shard *sh = calloc(1, sizeof *sh);
+
+    *out = NULL;
+    if (!sh)
+        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    sh->io = io;
+    sh->index = index;
+    if (limits)
+        sh->lim = *limits;
+    if (!sh->lim.member_max)
+        sh->lim.member_max = SIO_MEMBER_MAX_DEFAULT;
+    if (!sh->lim.sample_max)
+        sh->lim.sample_max = SIO_SAMPLE_MAX_DEFAULT;
+    if (!sh->lim.fields_max)
+        sh->lim.fields_max = SIO_FIELDS_MAX_DEFAULT;
+    sb_init(&sh->sb, sh->lim.sample_max, sh->lim.fields_max);
+    sh->url = strdup(url);
+    sh->rcap = sio_io_read_buffer(io);
+    sh->rbuf = malloc(sh->rcap);
+    if (!sh->url || !sh->rbuf) {
+        rc = sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    rc = sio_io_backend(io, url, &ops, &ctx, err);
+    if (rc)
+        goto out;
+    rc = ops->open(ctx, url, 0, &sh->stream, err);
+    if (rc)
+        goto out;
+    sh->ar = archive_read_new();
+    if (!sh->ar) {
+        rc = sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    archive_read_support_filter_gzip(sh->ar);
+    archive_read_support_filter_zstd(sh->ar);
+    archive_read_support_filter_xz(sh->ar);
+    archive_read_support_filter_bzip2(sh->ar);
+    archive_read_support_format_tar(sh->ar);
+    archive_read_support_format_empty(sh->ar);
+    if (archive_read_open(sh->ar, sh, NULL, read_cb, NULL) != ARCHIVE_OK) {
+        rc = sio_seterr(err, sh->stream_rc ? sh->stream_rc : SIO_ERR_FORMAT,
+                        "url=%s: %s", url,
+                        sh->stream_rc ? sh->stream_err
+                                      : archive_error_string(sh->ar));
+        goto out;
+    }
+    *out = sh;
+    sh = NULL;
+out:
+    sio_shard_close(sh);
+    return rc;
+}
+
+void sio_shard_close(sio_shard *sh)
+{
+    if (!sh)
+        return;
+    if (sh->ar)
+        archive_read_free(sh->ar);
+    if (sh->stream)
+        sh->stream->ops->close(sh->stream);
+    sb_free(&sh->sb);
+    free(sh->rbuf);
+    free(sh->url);
+    free(sh);
+}
+
+const char *sio_shard_errmsg(const sio_shard *sh)
+{
+    return sh->err;
+}
+
+static sio_code fail(sio_shard *sh, sio_code rc, const char *what)
+{
+    if (sh->stream_rc) {
+        rc = sh->stream_rc;
+        what = sh->stream_err;
+    }
+    snprintf(sh->err, sizeof sh->err, "url=%s: %s", sh->url, what);
+    sh->eof = 1;
+    return rc;
+}
+
+/* Read the next header into sh->pending; 0 with pending NULL at the end. */
+static sio_code next_header(sio_shard *sh)
+{
+    for (;;) {
+        struct archive_entry *e;
+        int r = archive_read_next_header(sh->ar, &e);
+        if (r == ARCHIVE_EOF) {
+            sh->pending = NULL;
+            return SIO_OK;
+        }
+        if (r == ARCHIVE_RETRY)
+            continue;
+        if (r < ARCHIVE_WARN)
+            return fail(sh, SIO_ERR_FORMAT, archive_error_string(sh->ar));
+        sh->pending = e;
+        return SIO_OK;
+    }
+}
+
+/* Is this member to be skipped entirely (not a regular file, metadata)? */
+static int skip_member(struct archive_entry *e, const char *name,
+                       size_t *keylen)
+{
+    if (archive_entry_filetype(e) != AE_IFREG)
+        return 1;
+    if (!name || !*name)
+        return 1;
+    size_t nl = strlen(name);
+    if (!strchr(name, '/') && nl >= 4 && name[0] == '_' && name[1] == '_' &&
+        name[nl - 1] == '_' && name[nl - 2] == '_')
+        return 1;
+    return sio_split_key(name, keylen) != 0;
+}
+
+/* Read the pending member's data into the builder as field `ext`. */
+static sio_code read_member(sio_shard *sh, struct archive_entry *e,
+                            const char *ext)
+{
+    sio_code rc;
+    la_int64_t size = archive_entry_size_is_set(e) ? archive_entry_size(e) : 0;
+    if (size < 0 || (uint64_t)size > sh->lim.member_max) {
+        snprintf(sh->bad_reason, sizeof sh->bad_reason,
+                 "member of %lld bytes above member_max=%llu", (long long)size,
+                 (unsigned long long)sh->lim.member_max);
+        sh->bad = 1;
+        return SIO_OK; /* data skipped by the next header read */
+    }
+    unsigned char *dst = sb_begin_field(&sh->sb, ext, (uint64_t)size, &rc);
+    if (!dst) {
+        if (rc == SIO_ERR_NOMEM)
+            return fail(sh, rc, "out of memory");
+        snprintf(sh->bad_reason, sizeof sh->bad_reason,
+                 "sample above sample_max=%llu bytes or fields_max=%u",
+                 (unsigned long long)sh->lim.sample_max, sh->lim.fields_max);
+        sh->bad = 1;
+        return SIO_OK;
+    }
+    size_t got = 0;
+    while (got < (size_t)size) {
+        la_ssize_t r = archive_read_data(sh->ar, dst + got, (size_t)size - got);
+        if (r < 0)
+            return fail(sh, SIO_ERR_FORMAT, archive_error_string(sh->ar));
+        if (r == 0)
+            break;
+        got += (size_t)r;
+    }
+    if (got != (size_t)size)
+        return fail(sh, SIO_ERR_FORMAT, "truncated member");
+    sb_end_field(&sh->sb, got);
+    return SIO_OK;
+}
+
+sio_code sio_shard_next(sio_shard *sh, const sio_sample **out)
+{
+    sio_code rc = SIO_OK;
+    char ext[SHARD_NAME_MAX];
+
+    *out = NULL;
+    if (sh->eof)
+        return SIO_OK;
+    sb_reset(&sh->sb);
+    sh->bad = 0;
+    for (;;) {
+        if (!sh->pending) {
+            rc = next_header(sh);
+            if (rc)
+                return rc;
+        }
+        struct archive_entry *e = sh->pending;
+        if (!e) { /* end of the archive */
+            sh->eof = 1;
+            break;
+        }
+        const char *name = archive_entry_pathname(e);
+        size_t keylen = 0;
+        if (skip_member(e, name, &keylen)) {
+            sh->pending = NULL;
+            continue;
+        }
+        size_t nl = strlen(name);
+        if (nl >= SHARD_NAME_MAX) {
+            sh->pending = NULL;
+            continue;
+        }
+        if (sh->sb.nf > 0 || sh->bad) {
+            /* A different key closes the current sample; the member stays
+             * pending for the next call. */
+            if (keylen != sh->sb.keylen ||
+                memcmp(name, sh->sb.key, keylen) != 0)
+                break;
+        } else {
+            rc = sb_set_key(&sh->sb, name, keylen);
+            if (rc)
+                return fail(sh, rc, "out of memory");
+        }
+        sh->pending = NULL;
+        for (size_t i = keylen + 1; i <= nl; i++)
+            ext[i - keylen - 1] = (char)tolower((unsigned char)name[i]);
+        if (sb_has_field(&sh->sb, ext)) {
+            snprintf(sh->bad_reason, sizeof sh->bad_reason,
+                     "repeated field %.64s", ext);
+            sh->bad = 1;
+            continue;
+        }
+        if (sh->bad)
+            continue;
+        rc = read_member(sh, e, ext);
+        if (rc)
+            return rc;
+    }
+    if (sh->sb.nf == 0 && !sh->bad)
+        return SIO_OK; /* end of shard, *out stays NULL */
+    uint64_t idx = sh->groups++;
+    if (sh->bad) {
+        snprintf(sh->err, sizeof sh->err, "url=%s key=%.256s: %s", sh->url,
+                 sh->sb.key ? sh->sb.key : "", sh->bad_reason);
+        sb_reset(&sh->sb);
+        return SIO_ERR_SAMPLE;
+    }
+    rc = sb_finish(&sh->sb, sh->url, sh->index, idx, out);
+    if (rc)
+        return fail(sh, rc, "out of memory");
+    return SIO_OK;
+}
