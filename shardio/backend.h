@@ -75,6 +75,16 @@ typedef struct sio_backend_ops {
 
 extern const sio_backend_ops sio_backend_file;
 
+/* A stream over bytes in memory (not copied: data must outlive it). */
+sio_code sio_stream_memory(const void *data, size_t len, sio_stream **out);
+
+/* Open a shard over an already open stream, which the shard then owns
+ * (closed by sio_shard_close, also on error). Used by tests and fuzzers. */
+sio_code sio_shard_open_stream(sio_io *io, sio_stream *stream,
+                               const char *url, uint32_t index,
+                               const sio_shard_limits *limits,
+                               sio_shard **out, sio_error *err);
+
 /* The backend of url and its context, or SIO_ERR_UNSUPPORTED. */
 sio_code sio_io_backend(sio_io *io, const char *url,
                         const sio_backend_ops **ops, void **ctx,

@@ -75,18 +75,11 @@ static la_ssize_t read_cb(struct archive *a, void *ud, const void **buf)
     return (la_ssize_t)got;
 }
 
-sio_code sio_shard_open(sio_io *io, const char *url, uint32_t index,
-                        const sio_shard_limits *limits, sio_shard **out,
-                        sio_error *err)
+/* Common part of opening: limits, buffers, libarchive over sh->stream. */
+static sio_code shard_start(sio_shard *sh, sio_io *io, const char *url,
+                            uint32_t index, const sio_shard_limits *limits,
+                            sio_error *err)
 {
-    const sio_backend_ops *ops;
-    void *ctx;
-    sio_code rc;
-    sio_shard *sh = calloc(1, sizeof *sh);
-
-    *out = NULL;
-    if (!sh)
-        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
     sh->io = io;
     sh->index = index;
     if (limits)
@@ -101,39 +94,131 @@ sio_code sio_shard_open(sio_io *io, const char *url, uint32_t index,
     sh->url = strdup(url);
     sh->rcap = sio_io_read_buffer(io);
     sh->rbuf = malloc(sh->rcap);
-    if (!sh->url || !sh->rbuf) {
-        rc = sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
-        goto out;
-    }
-    rc = sio_io_backend(io, url, &ops, &ctx, err);
-    if (rc)
-        goto out;
-    rc = ops->open(ctx, url, 0, &sh->stream, err);
-    if (rc)
-        goto out;
+    if (!sh->url || !sh->rbuf)
+        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    return SIO_OK;
+}
+
+static sio_code shard_open_archive(sio_shard *sh, sio_error *err)
+{
     sh->ar = archive_read_new();
-    if (!sh->ar) {
-        rc = sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
-        goto out;
-    }
+    if (!sh->ar)
+        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
     archive_read_support_filter_gzip(sh->ar);
     archive_read_support_filter_zstd(sh->ar);
     archive_read_support_filter_xz(sh->ar);
     archive_read_support_filter_bzip2(sh->ar);
     archive_read_support_format_tar(sh->ar);
     archive_read_support_format_empty(sh->ar);
-    if (archive_read_open(sh->ar, sh, NULL, read_cb, NULL) != ARCHIVE_OK) {
-        rc = sio_seterr(err, sh->stream_rc ? sh->stream_rc : SIO_ERR_FORMAT,
-                        "url=%s: %s", url,
-                        sh->stream_rc ? sh->stream_err
-                                      : archive_error_string(sh->ar));
+    if (archive_read_open(sh->ar, sh, NULL, read_cb, NULL) != ARCHIVE_OK)
+        return sio_seterr(err, sh->stream_rc ? sh->stream_rc : SIO_ERR_FORMAT,
+                          "url=%s: %s", sh->url,
+                          sh->stream_rc ? sh->stream_err
+                                        : archive_error_string(sh->ar));
+    return SIO_OK;
+}
+
+sio_code sio_shard_open(sio_io *io, const char *url, uint32_t index,
+                        const sio_shard_limits *limits, sio_shard **out,
+                        sio_error *err)
+{
+    const sio_backend_ops *ops;
+    void *ctx;
+    sio_code rc;
+    sio_shard *sh = calloc(1, sizeof *sh);
+
+    *out = NULL;
+    if (!sh)
+        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    rc = shard_start(sh, io, url, index, limits, err);
+    if (rc)
         goto out;
-    }
+    rc = sio_io_backend(io, url, &ops, &ctx, err);
+    if (rc)
+        goto out;
+    rc = ops->open(ctx, url, 0, &sh->stream, err);
+    if (rc)
+        goto out;
+    rc = shard_open_archive(sh, err);
+    if (rc)
+        goto out;
     *out = sh;
     sh = NULL;
 out:
     sio_shard_close(sh);
     return rc;
+}
+
+sio_code sio_shard_open_stream(sio_io *io, sio_stream *stream,
+                               const char *url, uint32_t index,
+                               const sio_shard_limits *limits,
+                               sio_shard **out, sio_error *err)
+{
+    sio_code rc;
+    sio_shard *sh = calloc(1, sizeof *sh);
+
+    *out = NULL;
+    if (!sh) {
+        stream->ops->close(stream);
+        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    }
+    sh->stream = stream;
+    rc = shard_start(sh, io, url, index, limits, err);
+    if (rc)
+        goto out;
+    rc = shard_open_archive(sh, err);
+    if (rc)
+        goto out;
+    *out = sh;
+    sh = NULL;
+out:
+    sio_shard_close(sh);
+    return rc;
+}
+
+/* A stream over memory ---------------------------------------------- */
+
+typedef struct mem_stream {
+    sio_stream base;
+    const unsigned char *p;
+    size_t left;
+} mem_stream;
+
+static sio_code mem_read(sio_stream *s, void *buf, size_t cap, size_t *got)
+{
+    mem_stream *m = (mem_stream *)s;
+    size_t n = m->left < cap ? m->left : cap;
+    if (n)
+        memcpy(buf, m->p, n);
+    m->p += n;
+    m->left -= n;
+    *got = n;
+    return SIO_OK;
+}
+
+static const char *mem_errmsg(const sio_stream *s)
+{
+    return "";
+}
+
+static void mem_close(sio_stream *s)
+{
+    free(s);
+}
+
+static const sio_stream_ops mem_stream_ops = {mem_read, mem_errmsg,
+                                              mem_close};
+
+sio_code sio_stream_memory(const void *data, size_t len, sio_stream **out)
+{
+    mem_stream *m = calloc(1, sizeof *m);
+    if (!m)
+        return SIO_ERR_NOMEM;
+    m->base.ops = &mem_stream_ops;
+    m->p = data;
+    m->left = len;
+    *out = &m->base;
+    return SIO_OK;
 }
 
 void sio_shard_close(sio_shard *sh)
