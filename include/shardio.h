@@ -79,13 +79,69 @@ typedef struct sio_logger {
  */
 typedef struct sio_io sio_io;
 
+/* S3 addressing styles (sio_io_config.s3_addressing). */
+enum {
+    SIO_S3_ADDRESSING_AUTO = 0,    /* env AWS_S3_ADDRESSING_STYLE, else path
+                                      style for an endpoint that is an IP or
+                                      localhost, else virtual-hosted */
+    SIO_S3_ADDRESSING_PATH = 1,    /* http://endpoint/bucket/key */
+    SIO_S3_ADDRESSING_VIRTUAL = 2  /* http://bucket.endpoint/key */
+};
+
 typedef struct sio_io_config {
     sio_logger log;
     uint32_t read_buffer;  /* bytes per read from a backend (0: 256 KiB) */
+
+    /* Object storage (http, https, s3); 0 / NULL means the default.
+     * Strings are copied by sio_io_create(). */
+    uint32_t max_inflight;      /* requests in flight, all hosts (0: 64) */
+    uint32_t max_per_host;      /* connections to one host (0: 32) */
+    uint32_t part_size;         /* bytes of one ranged GET part (0: 8 MiB) */
+    uint32_t parts_per_stream;  /* ranged parts in flight per shard (0: 2);
+                                   a stream holds at most this many parts
+                                   of part_size bytes */
+    uint32_t max_retries;       /* retries of one request (0: 10) */
+    uint32_t retry_base_ms;     /* backoff: attempt n sleeps a uniform
+                                   random time in [0, min(retry_max_ms,
+                                   retry_base_ms * 2^n)] (0: 100) */
+    uint32_t retry_max_ms;      /* (0: 20000) */
+    uint32_t connect_timeout_ms;/* (0: 10000) */
+    uint32_t stall_timeout_ms;  /* a response that delivers no byte for
+                                   this long is retried (0: 30000; rounded
+                                   up to whole seconds) */
+    const char *ca_file;        /* CA bundle for https (NULL: system) */
+    const char *s3_region;      /* NULL: AWS_REGION, AWS_DEFAULT_REGION,
+                                   else us-east-1 */
+    const char *s3_endpoint;    /* "http(s)://host[:port]"; NULL:
+                                   AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL,
+                                   else AWS's regional endpoint */
+    int s3_addressing;          /* SIO_S3_ADDRESSING_* */
+    int s3_anonymous;           /* 1: unsigned requests (public buckets);
+                                   0: env AWS_NO_SIGN_REQUEST=true/1 */
+    const char *aws_profile;    /* NULL: AWS_PROFILE, else "default" */
+    const char *sts_endpoint;   /* NULL: AWS_ENDPOINT_URL_STS,
+                                   AWS_ENDPOINT_URL, else AWS STS */
 } sio_io_config;
 
 sio_code sio_io_create(const sio_io_config *cfg, sio_io **out, sio_error *err);
 void sio_io_destroy(sio_io *io);
+
+/* Counters of the fetch engine since the io was created (for metrics). */
+typedef struct sio_io_stats {
+    uint64_t requests;        /* HTTP requests started (attempts) */
+    uint64_t retries;         /* attempts that were retries */
+    uint64_t throttles;       /* 503 / 429 / SlowDown answers */
+    uint64_t errors;          /* requests that failed for good */
+    uint64_t bytes;           /* response body bytes received */
+    uint64_t latency_us_sum;  /* time to first byte, summed over ... */
+    uint64_t latency_count;   /* ... this many answered requests */
+    uint32_t inflight;        /* requests in flight now */
+    uint32_t concurrency;     /* current AIMD limit on requests in flight */
+} sio_io_stats;
+
+/* Fill *st with a snapshot of the counters (all zero when io has no
+ * engine). Thread-safe. */
+void sio_io_get_stats(const sio_io *io, sio_io_stats *st);
 
 /* ------------------------------------------------------------------ */
 /* Brace patterns                                                      */

@@ -71,9 +71,14 @@ typedef struct sio_backend_ops {
                      sio_stream **out, sio_error *err);
     /* Free ctx. */
     void (*destroy)(void *ctx);
+    /* Build the backend's context for io (called by sio_io_create after
+     * the fetch engine exists); NULL: the backend needs no context. */
+    sio_code (*create)(sio_io *io, void **ctx, sio_error *err);
 } sio_backend_ops;
 
 extern const sio_backend_ops sio_backend_file;
+extern const sio_backend_ops sio_backend_http;
+extern const sio_backend_ops sio_backend_s3;
 
 /* A stream over bytes in memory (not copied: data must outlive it). */
 sio_code sio_stream_memory(const void *data, size_t len, sio_stream **out);
@@ -89,6 +94,10 @@ sio_code sio_shard_open_stream(sio_io *io, sio_stream *stream,
 sio_code sio_io_backend(sio_io *io, const char *url,
                         const sio_backend_ops **ops, void **ctx,
                         sio_error *err);
+/* Add a backend asked before the built-in ones (tests, embedders). Call
+ * before the io is shared between threads. ctx is not freed by the io. */
+sio_code sio_io_register_backend(sio_io *io, const sio_backend_ops *ops,
+                                 void *ctx);
 const sio_logger *sio_io_logger(const sio_io *io);
 uint32_t sio_io_read_buffer(const sio_io *io);
 

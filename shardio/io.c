@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "fetch.h"
 
 #define IO_READ_BUFFER_DEFAULT (256u * 1024u)
 #define IO_READ_BUFFER_MAX (64u * 1024u * 1024u)
@@ -16,12 +17,22 @@
 /* Backends in the order they are asked; the first that matches serves. */
 static const sio_backend_ops *const backends[] = {
     &sio_backend_file,
+    &sio_backend_http,
+    &sio_backend_s3,
 };
 #define NBACKENDS (sizeof backends / sizeof backends[0])
 
+/* Backends added at run time (tests, embedders), asked before the built-in
+ * ones. Registered before the io is shared; immutable afterwards. */
+#define IO_EXTRA_BACKENDS_MAX 4
+
 struct sio_io {
     sio_io_config cfg;
+    sio_fetch *fetch; /* the engine of the http and s3 backends */
     void *ctx[NBACKENDS];
+    const sio_backend_ops *extra[IO_EXTRA_BACKENDS_MAX];
+    void *extra_ctx[IO_EXTRA_BACKENDS_MAX];
+    size_t nextra;
 };
 
 sio_code sio_io_create(const sio_io_config *cfg, sio_io **out, sio_error *err)
@@ -38,8 +49,46 @@ sio_code sio_io_create(const sio_io_config *cfg, sio_io **out, sio_error *err)
         return sio_seterr(err, SIO_ERR_INVALID, "read_buffer %u above %u",
                           (unsigned)cfg->read_buffer, IO_READ_BUFFER_MAX);
     }
+    {
+        sio_fetch_config fc = {
+            .max_inflight = io->cfg.max_inflight,
+            .max_per_host = io->cfg.max_per_host,
+            .part_size = io->cfg.part_size,
+            .parts_per_stream = io->cfg.parts_per_stream,
+            .max_retries = io->cfg.max_retries,
+            .retry_base_ms = io->cfg.retry_base_ms,
+            .retry_max_ms = io->cfg.retry_max_ms,
+            .connect_timeout_ms = io->cfg.connect_timeout_ms,
+            .stall_timeout_ms = io->cfg.stall_timeout_ms,
+            .ca_file = io->cfg.ca_file,
+            .log = io->cfg.log,
+        };
+        sio_code rc = sio_fetch_create(&fc, &io->fetch, err);
+        for (size_t i = 0; rc == SIO_OK && i < NBACKENDS; i++)
+            if (backends[i]->create)
+                rc = backends[i]->create(io, &io->ctx[i], err);
+        if (rc) {
+            sio_io_destroy(io);
+            return rc;
+        }
+    }
     *out = io;
     return SIO_OK;
+}
+
+sio_fetch *sio_io_fetch(sio_io *io)
+{
+    return io ? io->fetch : NULL;
+}
+
+const sio_io_config *sio_io_get_config(const sio_io *io)
+{
+    return &io->cfg;
+}
+
+void sio_io_get_stats(const sio_io *io, sio_io_stats *st)
+{
+    sio_fetch_get_stats(io ? io->fetch : NULL, st);
 }
 
 void sio_io_destroy(sio_io *io)
@@ -49,6 +98,7 @@ void sio_io_destroy(sio_io *io)
     for (size_t i = 0; i < NBACKENDS; i++)
         if (io->ctx[i] && backends[i]->destroy)
             backends[i]->destroy(io->ctx[i]);
+    sio_fetch_destroy(io->fetch);
     free(io);
 }
 
@@ -56,6 +106,13 @@ sio_code sio_io_backend(sio_io *io, const char *url,
                         const sio_backend_ops **ops, void **ctx,
                         sio_error *err)
 {
+    for (size_t i = 0; io && i < io->nextra; i++) {
+        if (io->extra[i]->matches(url)) {
+            *ops = io->extra[i];
+            *ctx = io->extra_ctx[i];
+            return SIO_OK;
+        }
+    }
     for (size_t i = 0; i < NBACKENDS; i++) {
         if (backends[i]->matches(url)) {
             *ops = backends[i];
@@ -64,6 +121,17 @@ sio_code sio_io_backend(sio_io *io, const char *url,
         }
     }
     return sio_seterr(err, SIO_ERR_UNSUPPORTED, "no backend for url=%s", url);
+}
+
+sio_code sio_io_register_backend(sio_io *io, const sio_backend_ops *ops,
+                                 void *ctx)
+{
+    if (io->nextra == IO_EXTRA_BACKENDS_MAX)
+        return SIO_ERR_LIMIT;
+    io->extra[io->nextra] = ops;
+    io->extra_ctx[io->nextra] = ctx;
+    io->nextra++;
+    return SIO_OK;
 }
 
 const sio_logger *sio_io_logger(const sio_io *io)
