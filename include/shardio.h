@@ -42,7 +42,8 @@ typedef enum sio_code {
     SIO_ERR_RETRY = 8,     /* transient failure, worth retrying */
     SIO_ERR_CANCELED = 9,  /* the operation was cancelled */
     SIO_ERR_UNSUPPORTED = 10, /* scheme or format not supported */
-    SIO_ERR_AUTH = 11      /* credentials missing or refused */
+    SIO_ERR_AUTH = 11,     /* credentials missing or refused */
+    SIO_ERR_AGAIN = 12     /* nothing ready yet; a notification follows */
 } sio_code;
 
 /* Fixed, static English text for a code; never NULL. */
@@ -306,7 +307,21 @@ typedef struct sio_epoch_config {
     sio_on_error on_error;
     sio_shard_limits limits;
     sio_logger log;
+    /* Read-ahead (none of these changes the order of the epoch):
+     * read_threads threads decode shards ahead of the interleave (0: the
+     * calling thread reads, nothing runs ahead); the K shards in the slots
+     * and the next readahead_shards of the permuted order are open at once;
+     * each holds at most readahead_bytes of decoded samples (0: 4 MiB) and
+     * SIO_READAHEAD_SAMPLES samples. */
+    uint32_t read_threads;
+    uint32_t readahead_shards;
+    uint64_t readahead_bytes;
 } sio_epoch_config;
+
+/* Samples one shard reader may hold ahead of the interleave. */
+#define SIO_READAHEAD_SAMPLES 4096u
+/* Default bytes one shard reader may hold ahead. */
+#define SIO_READAHEAD_BYTES_DEFAULT (4ull << 20)
 
 typedef struct sio_epoch sio_epoch;
 
@@ -358,6 +373,15 @@ typedef struct sio_consumer sio_consumer;
 sio_code sio_consumer_open(sio_epoch *ep, uint32_t rank, uint32_t world,
                            sio_partition policy, uint64_t start,
                            sio_consumer **out, sio_error *err);
+/*
+ * As sio_consumer_open, for an elastic resume: Y[global_start + i] goes to
+ * consumer i mod world (the samples before global_start were consumed by a
+ * previous run); even-pad pads from Y[global_start] on.
+ */
+sio_code sio_consumer_open_at(sio_epoch *ep, uint32_t rank, uint32_t world,
+                              sio_partition policy, uint64_t global_start,
+                              uint64_t start, sio_consumer **out,
+                              sio_error *err);
 /* Next sample of the share: as sio_epoch_next(). */
 sio_code sio_consumer_next(sio_consumer *c, const sio_sample **out);
 const char *sio_consumer_errmsg(const sio_consumer *c);
@@ -365,6 +389,103 @@ const char *sio_consumer_errmsg(const sio_consumer *c);
 uint64_t sio_consumer_position(const sio_consumer *c);
 sio_epoch *sio_consumer_epoch(sio_consumer *c);
 void sio_consumer_close(sio_consumer *c);
+
+/* ------------------------------------------------------------------ */
+/* Feeds: one epoch read once, dealt to many consumers                 */
+
+/*
+ * A feed runs one epoch (one sio_epoch on its own producer thread) into a
+ * window of Y that every attached cursor reads from by reference. The
+ * window slides past an index once no cursor (and no reservation, below)
+ * still needs it; the producer waits while the window is full, so the
+ * slowest consumer sets the pace and memory stays bounded.
+ *
+ * Reservations: when a cursor of world W attaches, the other ranks of W
+ * are expected; for join_timeout_ms the window keeps their first samples.
+ * A cursor that detaches keeps its place for rejoin_grace_ms, so a
+ * consumer that reconnects with its position continues from the window.
+ * A cursor whose samples have already left the window (a very late joiner,
+ * a resume far behind) reads them from a private replay of the epoch:
+ * slower, but the same samples in the same order.
+ *
+ * Threading: the feed is thread-safe; each cursor is used by one thread at
+ * a time. notify callbacks run on the producer thread with the feed's lock
+ * held: they must be quick, must not block and must not call the feed.
+ */
+typedef struct sio_feed sio_feed;
+typedef struct sio_cursor sio_cursor;
+
+typedef struct sio_feed_config {
+    uint32_t window_samples;    /* 0: 65536 */
+    uint64_t window_bytes;      /* 0: 256 MiB */
+    uint32_t join_timeout_ms;   /* 0: 30000 */
+    uint32_t rejoin_grace_ms;   /* 0: 60000 */
+} sio_feed_config;
+
+/* Start reading the epoch. io and list must outlive the feed. */
+sio_code sio_feed_open(sio_io *io, const sio_shardlist *list,
+                       const sio_epoch_config *ecfg,
+                       const sio_feed_config *fcfg, sio_feed **out,
+                       sio_error *err);
+/* Stop the producer and free the feed; every cursor must be closed. */
+void sio_feed_close(sio_feed *f);
+
+typedef void (*sio_notify_fn)(void *userdata);
+
+typedef struct sio_cursor_config {
+    uint32_t rank, world;
+    sio_partition policy;
+    uint64_t start;         /* position within the share to start from */
+    uint64_t global_start;  /* elastic resume: Y[global_start + i] goes to
+                               consumer i mod world */
+    sio_notify_fn notify;   /* called when sio_cursor_next() may proceed
+                               after it returned SIO_ERR_AGAIN (may be NULL
+                               for blocking use) */
+    void *userdata;
+} sio_cursor_config;
+
+sio_code sio_feed_attach(sio_feed *f, const sio_cursor_config *cfg,
+                         sio_cursor **out, sio_error *err);
+
+/*
+ * Next sample of the cursor's share. SIO_OK with *out a new reference, or
+ * NULL at the end of the share; SIO_ERR_AGAIN when the next sample is not
+ * in the window yet (the notify callback fires when it may be); any other
+ * code: the epoch failed (sio_cursor_errmsg).
+ */
+sio_code sio_cursor_next(sio_cursor *c, const sio_sample **out);
+/* As sio_cursor_next, but waits instead of returning SIO_ERR_AGAIN. */
+sio_code sio_cursor_next_wait(sio_cursor *c, const sio_sample **out);
+const char *sio_cursor_errmsg(const sio_cursor *c);
+/* Position within the share (samples handed out, including start). */
+uint64_t sio_cursor_position(const sio_cursor *c);
+/* Detach: the feed keeps the cursor's place for rejoin_grace_ms. */
+void sio_cursor_close(sio_cursor *c);
+
+/* Status of a feed, for the status endpoint. */
+typedef struct sio_feed_consumer {
+    uint32_t rank, world;
+    uint64_t position;   /* within the share */
+    uint64_t next_index; /* next index of Y it needs */
+    uint64_t lag;        /* samples of Y produced beyond next_index */
+    int attached;        /* 0: detached within its grace, or expected */
+    int replay;          /* reading from a private replay */
+    uint64_t idle_ms;    /* since it last took a sample or attached */
+} sio_feed_consumer;
+
+typedef struct sio_feed_stats {
+    uint64_t produced;      /* samples of Y produced so far */
+    uint64_t window_lo;     /* first index still held */
+    uint64_t window_samples, window_bytes;
+    int ended;              /* the epoch has been read to its end */
+    int failed;
+    sio_epoch_stats epoch;
+} sio_feed_stats;
+
+/* Snapshot of the feed; up to max consumers (attached, detached within
+ * grace, and expected) into cons, their total count in *ncons. */
+void sio_feed_get_stats(sio_feed *f, sio_feed_stats *st,
+                        sio_feed_consumer *cons, size_t max, size_t *ncons);
 
 #ifdef __cplusplus
 }

@@ -22,6 +22,7 @@ const char *sio_strerror(sio_code code)
     case SIO_ERR_CANCELED: return "canceled";
     case SIO_ERR_UNSUPPORTED: return "unsupported";
     case SIO_ERR_AUTH: return "authentication failed";
+    case SIO_ERR_AGAIN: return "not ready yet";
     }
     return "unknown error";
 }

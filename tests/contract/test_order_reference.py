@@ -61,8 +61,11 @@ def test_epoch_matches_reference(tmp_path, case):
     k, b = rnd.randint(1, 5), rnd.choice([1, 2, 7, 50, 1000])
     cap = rnd.choice([0, 0, 2000, 20000])
     want = epoch_order(paths, seed, epoch, k, b, cap)
+    threads = [0, 1, 3, 16][case % 4]
     got = run_order(str(tmp_path), "--seed", seed, "--epoch", epoch,
-                    "--interleave", k, "--buffer", b, "--buffer-bytes", cap)
+                    "--interleave", k, "--buffer", b, "--buffer-bytes", cap,
+                    "--threads", threads, "--readahead", case % 5,
+                    "--readahead-bytes", [0, 1, 500][case % 3])
     assert len(got) == len(want)
     for i, (g, (shard, smp)) in enumerate(zip(got, want)):
         assert g == (str(i), str(shard), str(smp[3]), str(smp[2]), smp[0]), i

@@ -4,6 +4,7 @@
  *   sio_order SOURCE [--seed N] [--epoch N] [--interleave K]
  *             [--buffer B] [--buffer-bytes N] [--rank R --world W]
  *             [--partition P] [--start S] [--on-error skip|fail]
+ *             [--threads T] [--readahead N] [--readahead-bytes N]
  *
  * One line per sample: "<global index> <shard index> <index in shard>
  * <bytes> <key>". Used by the contract tests, which compare it with an
@@ -62,6 +63,12 @@ int main(int argc, char **argv)
             cfg.buffer_samples = (uint32_t)num(v);
         else if (!strcmp(a, "--buffer-bytes"))
             cfg.buffer_bytes = num(v);
+        else if (!strcmp(a, "--threads"))
+            cfg.read_threads = (uint32_t)num(v);
+        else if (!strcmp(a, "--readahead"))
+            cfg.readahead_shards = (uint32_t)num(v);
+        else if (!strcmp(a, "--readahead-bytes"))
+            cfg.readahead_bytes = num(v);
         else if (!strcmp(a, "--rank"))
             rank = (uint32_t)num(v);
         else if (!strcmp(a, "--world"))

@@ -7,12 +7,14 @@
 #define SHARDCAST_CHECK_H
 
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int check_failures;
-static int check_count;
+/* Atomic: some tests check from several threads. */
+static _Atomic int check_failures;
+static _Atomic int check_count;
 
 #define CHECK(cond)                                                        \
     do {                                                                   \
@@ -57,8 +59,9 @@ static inline const char *shared_path(char *buf, size_t len, const char *rel)
 
 #define CHECK_MAIN_END()                                                   \
     do {                                                                   \
-        printf("%d checks, %d failed\n", check_count, check_failures);    \
-        return check_failures ? 1 : 0;                                     \
+        printf("%d checks, %d failed\n", atomic_load(&check_count),      \
+               atomic_load(&check_failures));                              \
+        return atomic_load(&check_failures) ? 1 : 0;                       \
     } while (0)
 
 #endif
