@@ -1,0 +1,320 @@
+/*
+ * request.c — request-target parsing (see request.h for the contract).
+ *
+ * Threading: pure functions, no state. Ownership: everything lives in the
+ * caller's memory; decoded values are bounded by fixed buffers whose sizes
+ * are the limits named below, so no input length reaches an allocation.
+ */
+#include "request.h"
+
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Longest decoded query key we compare; longer keys are unknown ones. */
+#define KEY_MAX 32u
+/* Longest decoded query value: a full fields list (64 names of 64 bytes
+ * and the commas) fits. */
+#define VALUE_MAX (SIO_TARW_FILTER_MAX * (SIO_TARW_FIELD_NAME_MAX + 1))
+/* Path segments longer than this cannot name anything we serve. */
+#define SEGMENT_MAX 256u
+/* More path segments than this cannot name anything we serve. */
+#define SEGMENTS_MAX 8u
+
+static unsigned fail(unsigned status, char *reason, size_t reason_len,
+                     const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+
+static unsigned fail(unsigned status, char *reason, size_t reason_len,
+                     const char *fmt, ...)
+{
+    va_list ap;
+    if (reason_len) {
+        va_start(ap, fmt);
+        vsnprintf(reason, reason_len, fmt, ap);
+        va_end(ap);
+    }
+    return status;
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Are all escapes in s well formed ('%' and two hex digits)? */
+static int pct_valid(const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] != '%')
+            continue;
+        if (i + 2 >= len || hexval(s[i + 1]) < 0 || hexval(s[i + 2]) < 0)
+            return 0;
+        i += 2;
+    }
+    return 1;
+}
+
+long sc_pct_decode(const char *src, size_t len, int plus_is_space, char *dst,
+                   size_t cap)
+{
+    size_t o = 0;
+    long rc = -1;
+
+    if (cap == 0)
+        goto out;
+    for (size_t i = 0; i < len; i++) {
+        char c = src[i];
+        if (c == '%') {
+            int hi, lo;
+            if (i + 2 >= len)
+                goto out;
+            hi = hexval(src[i + 1]);
+            lo = hexval(src[i + 2]);
+            if (hi < 0 || lo < 0)
+                goto out;
+            c = (char)(hi * 16 + lo);
+            i += 2;
+        } else if (c == '+' && plus_is_space) {
+            c = ' ';
+        }
+        if (c == '\0' || o + 1 >= cap)
+            goto out;
+        dst[o++] = c;
+    }
+    dst[o] = '\0';
+    rc = (long)o;
+out:
+    return rc;
+}
+
+int sc_parse_u64(const char *s, uint64_t max, uint64_t *out)
+{
+    uint64_t v = 0;
+    size_t i = 0;
+
+    if (!s[0])
+        return -1;
+    for (; s[i]; i++) {
+        if (s[i] < '0' || s[i] > '9' || i >= 20)
+            return -1;
+        unsigned d = (unsigned)(s[i] - '0');
+        if (v > (max - d) / 10)
+            return -1;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Split "a,b,c" into req->fields: each 1..SIO_TARW_FIELD_NAME_MAX bytes of
+ * [A-Za-z0-9._+-], lowercased (the library lowercases extensions), no
+ * duplicates, at most SIO_TARW_FILTER_MAX. */
+static int parse_fields(const char *v, sc_request *req)
+{
+    const char *p = v;
+    req->nfields = 0;
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t n = comma ? (size_t)(comma - p) : strlen(p);
+        if (n == 0 || n > SIO_TARW_FIELD_NAME_MAX ||
+            req->nfields >= SIO_TARW_FILTER_MAX)
+            return -1;
+        char *f = req->fields[req->nfields];
+        for (size_t i = 0; i < n; i++) {
+            unsigned char c = (unsigned char)p[i];
+            if (!isalnum(c) && c != '.' && c != '_' && c != '-' && c != '+')
+                return -1;
+            f[i] = (char)tolower(c);
+        }
+        f[n] = '\0';
+        for (size_t j = 0; j < req->nfields; j++)
+            if (strcmp(req->fields[j], f) == 0)
+                return -1;
+        req->nfields++;
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+    return 0;
+}
+
+enum { P_RANK, P_WORLD, P_START, P_FORMAT, P_FIELDS, P_COUNT };
+static const char *const param_names[P_COUNT] = {"rank", "world", "start",
+                                                 "format", "fields"};
+
+static unsigned parse_query(const char *q, size_t len, sc_request *req,
+                            char *reason, size_t reason_len)
+{
+    char key[KEY_MAX + 1];
+    char val[VALUE_MAX + 1];
+    int seen[P_COUNT] = {0};
+    size_t nparams = 0;
+    uint64_t v;
+
+    for (size_t i = 0; i < len;) {
+        const char *amp = memchr(q + i, '&', len - i);
+        size_t end = amp ? (size_t)(amp - q) : len;
+        const char *piece = q + i;
+        size_t plen = end - i;
+        i = end + 1;
+        if (plen == 0)
+            continue;
+        if (++nparams > SC_QUERY_PARAMS_MAX)
+            return fail(400, reason, reason_len,
+                        "more than %u query parameters", SC_QUERY_PARAMS_MAX);
+        if (!pct_valid(piece, plen))
+            return fail(400, reason, reason_len,
+                        "bad percent-encoding in query");
+        const char *eq = memchr(piece, '=', plen);
+        size_t klen = eq ? (size_t)(eq - piece) : plen;
+        /* A key that does not decode into key[] (too long, or a NUL) is
+         * none of ours. */
+        int which = -1;
+        if (sc_pct_decode(piece, klen, 1, key, sizeof key) >= 0)
+            for (int p = 0; p < P_COUNT; p++)
+                if (strcmp(key, param_names[p]) == 0)
+                    which = p;
+        if (which < 0)
+            continue; /* unknown parameters are ignored (forward compat) */
+        const char *vsrc = eq ? eq + 1 : piece + plen;
+        size_t vlen = eq ? plen - klen - 1 : 0;
+        if (sc_pct_decode(vsrc, vlen, 1, val, sizeof val) < 0)
+            return fail(400, reason, reason_len, "bad value for parameter %s",
+                        param_names[which]);
+        if (seen[which])
+            return fail(400, reason, reason_len, "duplicated parameter %s",
+                        param_names[which]);
+        seen[which] = 1;
+        switch (which) {
+        case P_RANK:
+            if (sc_parse_u64(val, UINT32_MAX, &v) != 0)
+                return fail(400, reason, reason_len,
+                            "rank must be a non-negative integer");
+            req->rank = (uint32_t)v;
+            break;
+        case P_WORLD:
+            if (sc_parse_u64(val, UINT32_MAX, &v) != 0 || v == 0 ||
+                v > SC_WORLD_MAX)
+                return fail(400, reason, reason_len,
+                            "world must be an integer in 1..%u", SC_WORLD_MAX);
+            req->world = (uint32_t)v;
+            break;
+        case P_START:
+            if (sc_parse_u64(val, UINT64_MAX, &v) != 0)
+                return fail(400, reason, reason_len,
+                            "start must be a non-negative integer");
+            req->start = v;
+            break;
+        case P_FORMAT:
+            if (strcmp(val, "tar") != 0)
+                return fail(400, reason, reason_len,
+                            "unknown format (supported: tar)");
+            req->format = SC_FORMAT_TAR;
+            break;
+        case P_FIELDS:
+            if (parse_fields(val, req) != 0)
+                return fail(400, reason, reason_len,
+                            "bad fields list (comma-separated distinct names "
+                            "of 1..%u characters [A-Za-z0-9._+-], at most %u)",
+                            SIO_TARW_FIELD_NAME_MAX, SIO_TARW_FILTER_MAX);
+            break;
+        }
+    }
+    if (!seen[P_RANK])
+        return fail(400, reason, reason_len, "missing parameter rank");
+    if (!seen[P_WORLD])
+        return fail(400, reason, reason_len, "missing parameter world");
+    if (req->rank >= req->world)
+        return fail(400, reason, reason_len, "rank must be less than world");
+    return 200;
+}
+
+unsigned sc_request_parse(const char *method, const char *target,
+                          size_t target_len, size_t max_target,
+                          const char *job, sc_request *out, char *reason,
+                          size_t reason_len)
+{
+    const char *seg[SEGMENTS_MAX];
+    size_t seglen[SEGMENTS_MAX];
+    size_t nseg = 0;
+    char buf[SEGMENT_MAX + 1];
+
+    memset(out, 0, sizeof *out);
+    if (reason_len)
+        reason[0] = '\0';
+    if (target_len > max_target || target_len > SC_TARGET_MAX)
+        return fail(414, reason, reason_len, "request target longer than %zu",
+                    max_target < SC_TARGET_MAX ? max_target
+                                               : (size_t)SC_TARGET_MAX);
+    if (target_len == 0 || target[0] != '/')
+        return fail(400, reason, reason_len, "bad request target");
+
+    const char *qmark = memchr(target, '?', target_len);
+    size_t path_len = qmark ? (size_t)(qmark - target) : target_len;
+    const char *query = qmark ? qmark + 1 : target + target_len;
+    size_t query_len = qmark ? target_len - path_len - 1 : 0;
+
+    /* Split "/a/b/c" into segments (the leading slash is skipped). */
+    for (size_t i = 1; i <= path_len;) {
+        const char *slash = memchr(target + i, '/', path_len - i);
+        size_t end = slash ? (size_t)(slash - target) : path_len;
+        if (nseg == SEGMENTS_MAX)
+            return fail(404, reason, reason_len, "not found");
+        seg[nseg] = target + i;
+        seglen[nseg] = end - i;
+        nseg++;
+        i = end + 1;
+        if (!slash)
+            break;
+    }
+
+    /* Fixed segments compare after decoding, like any path. */
+#define SEG_IS(i, lit)                                                     \
+    (sc_pct_decode(seg[i], seglen[i], 0, buf, sizeof buf) >= 0 &&          \
+     strcmp(buf, lit) == 0)
+
+    if (nseg == 1 && SEG_IS(0, "healthz")) {
+        if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+            return fail(405, reason, reason_len, "method not allowed");
+        out->route = SC_ROUTE_HEALTHZ;
+        return 200;
+    }
+    if (nseg != 6 || !SEG_IS(0, "v1") || !SEG_IS(1, "jobs") ||
+        !SEG_IS(3, "epochs") || !SEG_IS(5, "stream"))
+        return fail(404, reason, reason_len, "not found");
+#undef SEG_IS
+
+    char jobbuf[SC_JOB_NAME_MAX + 1];
+    if (!pct_valid(seg[2], seglen[2]))
+        return fail(400, reason, reason_len, "bad percent-encoding in path");
+    /* A name too long for jobbuf (or holding a NUL) is not one we serve. */
+    if (sc_pct_decode(seg[2], seglen[2], 0, jobbuf, sizeof jobbuf) < 0)
+        return fail(404, reason, reason_len, "unknown job");
+    if (!job || strcmp(jobbuf, job) != 0)
+        return fail(404, reason, reason_len, "unknown job");
+    if (strcmp(method, "GET") != 0)
+        return fail(405, reason, reason_len, "method not allowed");
+    memcpy(out->job, jobbuf, sizeof jobbuf);
+
+    if (sc_pct_decode(seg[4], seglen[4], 0, buf, sizeof buf) < 0 ||
+        sc_parse_u64(buf, UINT64_MAX, &out->epoch) != 0)
+        return fail(400, reason, reason_len,
+                    "epoch must be a non-negative integer");
+
+    out->route = SC_ROUTE_STREAM;
+    unsigned st = parse_query(query, query_len, out, reason, reason_len);
+    if (st != 200)
+        out->route = SC_ROUTE_NONE;
+    return st;
+}

@@ -1,0 +1,497 @@
+/*
+ * tarwrite.c — the streaming tar encoder of the format=tar wire format
+ * (contract in include/shardio_wire.h), and sio_wbuf, a bounded growable
+ * byte buffer that can serve as its sink.
+ *
+ * Threading: a sio_tarw belongs to one thread at a time (the producer of one
+ * stream). No global mutable state.
+ * Ownership: the encoder owns its copy of the field filter and two scratch
+ * buffers (member name, pax records) reused across samples; it never keeps
+ * a sample or a payload pointer beyond the call that received it. Payloads
+ * go to the sink straight from the sample, so the sink's copy is the only
+ * one.
+ */
+#include "shardio_wire.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+
+/* ustar header layout (POSIX.1-1988 / pax). */
+#define OFF_NAME 0
+#define LEN_NAME 100
+#define OFF_MODE 100
+#define OFF_UID 108
+#define OFF_GID 116
+#define OFF_SIZE 124
+#define LEN_SIZE 12
+#define OFF_MTIME 136
+#define OFF_CHKSUM 148
+#define OFF_TYPEFLAG 156
+#define OFF_MAGIC 257
+#define OFF_VERSION 263
+#define OFF_PREFIX 345
+#define LEN_PREFIX 155
+
+/* 8^11: the first size that no longer fits 11 octal digits (8 GiB). */
+#define OCTAL_SIZE_LIMIT (UINT64_C(1) << 33)
+
+/* The reason text of an error trailer is cut to this many bytes: it comes
+ * from library error messages, which are bounded already, but the trailer
+ * must stay small whatever the cause. */
+#define ERROR_REASON_MAX 1024u
+
+/* Scratch buffers: the longest name is "<G>/" + key + "." + ext, each
+ * bounded by SIO_TARW_NAME_MAX; a pax header holds five records. */
+#define NAME_BUF_MAX (3u * SIO_TARW_NAME_MAX)
+#define PAX_BUF_MAX (8u * SIO_TARW_NAME_MAX)
+
+static const unsigned char zero_block[SIO_TAR_BLOCK];
+
+struct sio_tarw {
+    sio_tarw_write_fn fn;
+    void *userdata;
+    uint64_t bytes;
+    size_t nfilter;
+    char filter[SIO_TARW_FILTER_MAX][SIO_TARW_FIELD_NAME_MAX + 1];
+    sio_wbuf name; /* member name being built */
+    sio_wbuf pax;  /* pax records being built */
+};
+
+/* ------------------------------------------------------------------ */
+/* sio_wbuf                                                             */
+
+void sio_wbuf_init(sio_wbuf *b, size_t max)
+{
+    b->data = NULL;
+    b->len = 0;
+    b->cap = 0;
+    b->max = max;
+}
+
+sio_code sio_wbuf_append(void *vb, const void *data, size_t len)
+{
+    sio_wbuf *b = vb;
+    sio_code rc = SIO_OK;
+
+    if (len > b->max || b->len > b->max - len) {
+        rc = SIO_ERR_LIMIT;
+        goto out;
+    }
+    if (b->len + len > b->cap) {
+        size_t ncap = b->cap ? b->cap : 256;
+        while (ncap < b->len + len)
+            ncap = ncap > b->max / 2 ? b->max : ncap * 2;
+        unsigned char *nd = realloc(b->data, ncap);
+        if (!nd) {
+            rc = SIO_ERR_NOMEM;
+            goto out;
+        }
+        b->data = nd;
+        b->cap = ncap;
+    }
+    if (len)
+        memcpy(b->data + b->len, data, len);
+    b->len += len;
+out:
+    return rc;
+}
+
+void sio_wbuf_free(sio_wbuf *b)
+{
+    free(b->data);
+    b->data = NULL;
+    b->len = 0;
+    b->cap = 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Header blocks                                                        */
+
+/* Write v as zero-padded octal in width-1 digits plus a NUL. */
+static void put_octal(unsigned char *field, size_t width, uint64_t v)
+{
+    field[width - 1] = '\0';
+    for (size_t i = width - 1; i-- > 0;) {
+        field[i] = (unsigned char)('0' + (v & 7));
+        v >>= 3;
+    }
+}
+
+/* Where the name can be split into prefix "/" name: the index of the slash,
+ * or (size_t)-1 when it cannot. Names of at most 100 bytes need no split
+ * (returns len). */
+static size_t split_point(const char *name, size_t len)
+{
+    if (len <= LEN_NAME)
+        return len;
+    if (len > LEN_PREFIX + 1 + LEN_NAME)
+        return (size_t)-1;
+    /* The rightmost slash that keeps the prefix within 155 bytes leaves the
+     * shortest name part; if even that is too long, nothing fits. */
+    size_t i = len - 1 < LEN_PREFIX ? len - 1 : LEN_PREFIX;
+    for (;; i--) {
+        if (name[i] == '/') {
+            size_t rest = len - i - 1;
+            if (rest >= 1 && rest <= LEN_NAME)
+                return i;
+            return (size_t)-1;
+        }
+        if (i == 0)
+            break;
+    }
+    return (size_t)-1;
+}
+
+int sio_tar_name_fits(const char *name, size_t name_len)
+{
+    return split_point(name, name_len) != (size_t)-1;
+}
+
+void sio_tar_header(unsigned char block[SIO_TAR_BLOCK], const char *name,
+                    size_t name_len, char typeflag, uint64_t size, int *fits)
+{
+    memset(block, 0, SIO_TAR_BLOCK);
+    size_t sp = split_point(name, name_len);
+    if (sp == name_len) {
+        memcpy(block + OFF_NAME, name, name_len);
+        *fits = 1;
+    } else if (sp != (size_t)-1) {
+        memcpy(block + OFF_PREFIX, name, sp);
+        memcpy(block + OFF_NAME, name + sp + 1, name_len - sp - 1);
+        *fits = 1;
+    } else {
+        /* Placeholder for readers without pax: the leading bytes, cut at a
+         * UTF-8 character boundary. The pax path= record is authoritative. */
+        size_t n = LEN_NAME;
+        while (n > 0 && ((unsigned char)name[n] & 0xC0) == 0x80)
+            n--;
+        memcpy(block + OFF_NAME, name, n);
+        *fits = 0;
+    }
+    put_octal(block + OFF_MODE, 8, 0644);
+    put_octal(block + OFF_UID, 8, 0);
+    put_octal(block + OFF_GID, 8, 0);
+    if (size < OCTAL_SIZE_LIMIT) {
+        put_octal(block + OFF_SIZE, LEN_SIZE, size);
+    } else {
+        /* GNU/star base-256: high bit of the first byte set, the value big
+         * endian in the remaining 11 bytes. */
+        block[OFF_SIZE] = 0x80;
+        uint64_t v = size;
+        for (size_t i = LEN_SIZE - 1; i >= 1; i--) {
+            block[OFF_SIZE + i] = (unsigned char)(v & 0xFF);
+            v >>= 8;
+        }
+    }
+    put_octal(block + OFF_MTIME, 12, 0);
+    block[OFF_TYPEFLAG] = (unsigned char)typeflag;
+    memcpy(block + OFF_MAGIC, "ustar", 6); /* with its NUL */
+    memcpy(block + OFF_VERSION, "00", 2);
+
+    /* Checksum: sum of all bytes with the checksum field read as spaces,
+     * stored as six octal digits, NUL, space. */
+    memset(block + OFF_CHKSUM, ' ', 8);
+    unsigned sum = 0;
+    for (size_t i = 0; i < SIO_TAR_BLOCK; i++)
+        sum += block[i];
+    put_octal(block + OFF_CHKSUM, 7, sum);
+    block[OFF_CHKSUM + 7] = ' ';
+}
+
+/* ------------------------------------------------------------------ */
+/* Encoder                                                              */
+
+static sio_code emit(sio_tarw *w, const void *data, size_t len)
+{
+    sio_code rc = SIO_OK;
+    if (len == 0)
+        goto out;
+    rc = w->fn(w->userdata, data, len);
+    if (rc != SIO_OK)
+        goto out;
+    w->bytes += len;
+out:
+    return rc;
+}
+
+/* Header, payload and padding of one member. */
+static sio_code emit_member(sio_tarw *w, const char *name, size_t name_len,
+                            char typeflag, const void *data, uint64_t len)
+{
+    unsigned char blk[SIO_TAR_BLOCK];
+    int fits;
+    sio_code rc;
+
+    sio_tar_header(blk, name, name_len, typeflag, len, &fits);
+    rc = emit(w, blk, sizeof blk);
+    if (rc != SIO_OK)
+        goto out;
+    rc = emit(w, data, (size_t)len);
+    if (rc != SIO_OK)
+        goto out;
+    size_t pad = (size_t)((SIO_TAR_BLOCK - len % SIO_TAR_BLOCK) % SIO_TAR_BLOCK);
+    rc = emit(w, zero_block, pad);
+out:
+    return rc;
+}
+
+static size_t dec_digits(size_t v)
+{
+    size_t d = 1;
+    while (v >= 10) {
+        v /= 10;
+        d++;
+    }
+    return d;
+}
+
+/* Append one pax record "<len> <key>=<value>\n"; <len> counts the whole
+ * record in bytes, itself included. */
+static sio_code pax_record(sio_wbuf *b, const char *key, const char *val,
+                           size_t vlen)
+{
+    sio_code rc = SIO_OK;
+    char lenbuf[24];
+
+    if (vlen > SIO_TARW_NAME_MAX) {
+        rc = SIO_ERR_LIMIT;
+        goto out;
+    }
+    size_t body = 1 + strlen(key) + 1 + vlen + 1;
+    size_t d = dec_digits(body);
+    /* Prefixing d digits can add at most one digit to the total. */
+    size_t total = body + d;
+    if (dec_digits(total) > d)
+        total++;
+    int n = snprintf(lenbuf, sizeof lenbuf, "%zu ", total);
+    rc = sio_wbuf_append(b, lenbuf, (size_t)n);
+    if (rc == SIO_OK)
+        rc = sio_wbuf_append(b, key, strlen(key));
+    if (rc == SIO_OK)
+        rc = sio_wbuf_append(b, "=", 1);
+    if (rc == SIO_OK)
+        rc = sio_wbuf_append(b, val, vlen);
+    if (rc == SIO_OK)
+        rc = sio_wbuf_append(b, "\n", 1);
+out:
+    return rc;
+}
+
+static int keep_field(const sio_tarw *w, const char *name)
+{
+    if (w->nfilter == 0)
+        return 1;
+    for (size_t i = 0; i < w->nfilter; i++)
+        if (strcmp(w->filter[i], name) == 0)
+            return 1;
+    return 0;
+}
+
+sio_code sio_tarw_create(const char *const *fields, size_t nfields,
+                         sio_tarw_write_fn fn, void *userdata,
+                         sio_tarw **out, sio_error *err)
+{
+    sio_code rc = SIO_OK;
+    sio_tarw *w = NULL;
+
+    *out = NULL;
+    if (!fn || nfields > SIO_TARW_FILTER_MAX || (nfields && !fields)) {
+        rc = sio_seterr(err, SIO_ERR_INVALID, "tarw: bad arguments");
+        goto out;
+    }
+    w = calloc(1, sizeof *w);
+    if (!w) {
+        rc = sio_seterr(err, SIO_ERR_NOMEM, "tarw: out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < nfields; i++) {
+        size_t n = fields[i] ? strlen(fields[i]) : 0;
+        if (n == 0 || n > SIO_TARW_FIELD_NAME_MAX) {
+            rc = sio_seterr(err, SIO_ERR_INVALID,
+                            "tarw: field name %zu is empty or too long", i);
+            goto out;
+        }
+        memcpy(w->filter[i], fields[i], n + 1);
+    }
+    w->nfilter = nfields;
+    w->fn = fn;
+    w->userdata = userdata;
+    sio_wbuf_init(&w->name, NAME_BUF_MAX);
+    sio_wbuf_init(&w->pax, PAX_BUF_MAX);
+    *out = w;
+    w = NULL;
+out:
+    free(w);
+    return rc;
+}
+
+/* Build "<G>/<key>.<ext>" NUL-terminated in w->name. */
+static sio_code build_name(sio_tarw *w, uint64_t g, const char *key,
+                           size_t klen, const char *ext)
+{
+    sio_code rc;
+    char gbuf[32];
+    size_t elen = strlen(ext);
+
+    if (klen > SIO_TARW_NAME_MAX || elen > SIO_TARW_NAME_MAX) {
+        rc = SIO_ERR_LIMIT;
+        goto out;
+    }
+    int n = snprintf(gbuf, sizeof gbuf, "%0*" PRIu64 "/",
+                     SIO_TARW_INDEX_DIGITS, g);
+    w->name.len = 0;
+    rc = sio_wbuf_append(&w->name, gbuf, (size_t)n);
+    if (rc == SIO_OK)
+        rc = sio_wbuf_append(&w->name, key, klen);
+    if (rc == SIO_OK)
+        rc = sio_wbuf_append(&w->name, ".", 1);
+    if (rc == SIO_OK)
+        rc = sio_wbuf_append(&w->name, ext, elen);
+    if (rc == SIO_OK)
+        rc = sio_wbuf_append(&w->name, "", 1);
+    if (rc == SIO_OK)
+        w->name.len--; /* keep the NUL out of the length */
+out:
+    return rc;
+}
+
+sio_code sio_tarw_sample(sio_tarw *w, const sio_sample *s, uint64_t position)
+{
+    sio_code rc = SIO_OK;
+    int first = 1;
+    char num[32], paxname[48];
+    const char *key = s->key ? s->key : "";
+    size_t klen = strlen(key);
+    const char *shard = s->shard_url ? s->shard_url : "";
+
+    if (klen == 0) {
+        rc = SIO_ERR_INVALID;
+        goto out;
+    }
+    int pn = snprintf(paxname, sizeof paxname, "%0*" PRIu64 "/PaxHeader",
+                      SIO_TARW_INDEX_DIGITS, s->global_index);
+    for (size_t i = 0; i < s->nfields; i++) {
+        const sio_field *f = &s->fields[i];
+        if (!keep_field(w, f->name))
+            continue;
+        rc = build_name(w, s->global_index, key, klen, f->name);
+        if (rc != SIO_OK)
+            goto out;
+        const char *name = (const char *)w->name.data;
+        int fits = sio_tar_name_fits(name, w->name.len);
+        if (first || !fits) {
+            w->pax.len = 0;
+            if (!fits)
+                rc = pax_record(&w->pax, "path", name, w->name.len);
+            if (rc == SIO_OK && first) {
+                rc = pax_record(&w->pax, "SHARDCAST.key", key, klen);
+                if (rc == SIO_OK)
+                    rc = pax_record(&w->pax, "SHARDCAST.shard", shard,
+                                    strlen(shard));
+                int n = snprintf(num, sizeof num, "%" PRIu64, s->global_index);
+                if (rc == SIO_OK)
+                    rc = pax_record(&w->pax, "SHARDCAST.index", num, (size_t)n);
+                n = snprintf(num, sizeof num, "%" PRIu64, position);
+                if (rc == SIO_OK)
+                    rc = pax_record(&w->pax, "SHARDCAST.position", num,
+                                    (size_t)n);
+            }
+            if (rc != SIO_OK)
+                goto out;
+            rc = emit_member(w, paxname, (size_t)pn, 'x', w->pax.data,
+                             w->pax.len);
+            if (rc != SIO_OK)
+                goto out;
+        }
+        rc = emit_member(w, name, w->name.len, '0', f->data, f->len);
+        if (rc != SIO_OK)
+            goto out;
+        first = 0;
+    }
+out:
+    return rc;
+}
+
+sio_code sio_tarw_end(sio_tarw *w, const sio_tarw_summary *sum)
+{
+    sio_code rc;
+    char json[320];
+
+    int n = snprintf(json, sizeof json,
+                     "{\"status\":\"ok\",\"epoch\":%" PRIu64 ",\"rank\":%" PRIu32
+                     ",\"world\":%" PRIu32 ",\"start\":%" PRIu64
+                     ",\"samples\":%" PRIu64 ",\"position\":%" PRIu64 "}",
+                     sum->epoch, sum->rank, sum->world, sum->start,
+                     sum->samples, sum->position);
+    rc = emit_member(w, SIO_TARW_END_NAME, strlen(SIO_TARW_END_NAME), '0',
+                     json, (uint64_t)n);
+    if (rc != SIO_OK)
+        goto out;
+    rc = emit(w, zero_block, sizeof zero_block);
+    if (rc != SIO_OK)
+        goto out;
+    rc = emit(w, zero_block, sizeof zero_block);
+out:
+    return rc;
+}
+
+sio_code sio_tarw_error(sio_tarw *w, const char *reason)
+{
+    sio_code rc = SIO_OK;
+    char buf[ERROR_REASON_MAX + 1];
+    json_t *obj = NULL, *str = NULL;
+    char *text = NULL;
+
+    size_t n = reason ? strlen(reason) : 0;
+    if (n > ERROR_REASON_MAX)
+        n = ERROR_REASON_MAX;
+    if (n)
+        memcpy(buf, reason, n);
+    buf[n] = '\0';
+    str = json_stringn(buf, n);
+    if (!str) {
+        /* Not valid UTF-8 (or cut inside a character): keep ASCII only. */
+        for (size_t i = 0; i < n; i++)
+            if ((unsigned char)buf[i] >= 0x80)
+                buf[i] = '?';
+        str = json_stringn(buf, n);
+    }
+    obj = json_object();
+    if (!str || !obj || json_object_set_new(obj, "status",
+                                            json_string("error")) != 0 ||
+        json_object_set(obj, "reason", str) != 0) {
+        rc = SIO_ERR_NOMEM;
+        goto out;
+    }
+    text = json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (!text) {
+        rc = SIO_ERR_NOMEM;
+        goto out;
+    }
+    rc = emit_member(w, SIO_TARW_ERROR_NAME, strlen(SIO_TARW_ERROR_NAME), '0',
+                     text, strlen(text));
+out:
+    free(text);
+    json_decref(str);
+    json_decref(obj);
+    return rc;
+}
+
+uint64_t sio_tarw_bytes(const sio_tarw *w)
+{
+    return w->bytes;
+}
+
+void sio_tarw_destroy(sio_tarw *w)
+{
+    if (!w)
+        return;
+    sio_wbuf_free(&w->name);
+    sio_wbuf_free(&w->pax);
+    free(w);
+}
