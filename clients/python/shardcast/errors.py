@@ -1,0 +1,50 @@
+"""Exceptions raised by the shardcast client.
+
+Every exception takes a single message argument (other details are keyword
+arguments with defaults), so that PyTorch's DataLoader can re-raise it with
+its own type in the main process when it happened in a worker.
+"""
+
+
+class ShardcastError(Exception):
+    """Base class of every error the shardcast client raises."""
+
+
+class ShardcastConnectionError(ShardcastError, ConnectionError):
+    """The server could not be reached, or the connection failed before a
+    response status arrived (refused, reset, DNS, timeout)."""
+
+
+class ShardcastHTTPError(ShardcastError):
+    """The server answered with an HTTP error status instead of a stream.
+
+    Attributes: status (int), reason (the server's one-line `error:` text,
+    or the HTTP reason phrase when the body had none), url.
+    """
+
+    def __init__(self, message, *, status=None, reason=None, url=None):
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+        self.url = url
+
+
+class ShardcastStreamError(ShardcastError):
+    """The server reported an error after the stream had started (an
+    `__shardcast_error__` member). Attribute: reason (the server's text)."""
+
+    def __init__(self, message, *, reason=None):
+        super().__init__(message)
+        self.reason = reason
+
+
+class ShardcastIncompleteError(ShardcastError):
+    """The stream stopped without the `__shardcast_end__` member: the
+    connection was cut, timed out, or the body ended early. The samples
+    already delivered are valid, but the share is not complete."""
+
+
+class ShardcastProtocolError(ShardcastError):
+    """The response is not a well-formed shardcast tar stream (bad member
+    names, missing headers, a trailer that does not match what was sent,
+    or a member over the client's size limit)."""

@@ -1,0 +1,375 @@
+"""Reading one consumer's stream from a shardcast server.
+
+Wire format (the `tar` format of GET /v1/jobs/{job}/epochs/{epoch}/stream):
+a ustar stream in which sample number G (its global index in the epoch)
+is sent as members "<G as 12 digits>/<key>.<ext>", the first of them
+preceded by a pax header with SHARDCAST.key / .shard / .index / .position.
+A complete share ends with a member "__shardcast_end__" (JSON trailer), two
+zero blocks and the chunked terminator. An error after the 200 status is a
+member "__shardcast_error__" (JSON with a reason) followed by a closed
+connection. Before streaming, errors are 4xx/5xx with a body
+"error: <reason>\\n".
+
+This module only uses the standard library (http.client, tarfile). One
+StreamReader owns one HTTP connection and is used by one thread.
+"""
+
+import http.client
+import json
+import socket
+import tarfile
+import urllib.parse
+
+from . import __version__
+from .errors import (ShardcastConnectionError, ShardcastError, ShardcastHTTPError,
+                     ShardcastIncompleteError, ShardcastProtocolError,
+                     ShardcastStreamError)
+
+END_MEMBER = "__shardcast_end__"
+ERROR_MEMBER = "__shardcast_error__"
+
+# Largest tar member the reader accepts by default; matches the server's
+# default per-member limit (libshardio SIO_MEMBER_MAX_DEFAULT, 1 GiB), so a
+# corrupt size field cannot make the client allocate without bound.
+DEFAULT_MAX_MEMBER = 1 << 30
+# The trailer and error members are small JSON objects.
+MAX_TRAILER = 64 * 1024
+# How much of an error body is read to find the `error:` line.
+MAX_ERROR_BODY = 4096
+# Bytes the server may send after the tar end blocks (zero padding only).
+MAX_TAIL = 1 << 20
+# Width of the global-index directory in member names.
+INDEX_DIGITS = 12
+
+
+def stream_url(base_url, job, epoch, rank, world, *, start=None, fields=None,
+               fmt=None):
+    """Build the URL of consumer `rank` of `world` for one epoch of a job.
+
+    base_url is the server's root (e.g. "http://127.0.0.1:8080", possibly
+    with a path prefix); job is URL-quoted; fields is a list of extensions
+    or a comma-separated string; start is a resume position in the share.
+    """
+    for name, v in (("epoch", epoch), ("rank", rank), ("world", world)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise ValueError("%s must be a non-negative int, not %r" % (name, v))
+    if world < 1 or rank >= world:
+        raise ValueError("need 0 <= rank < world, got rank=%d world=%d" % (rank, world))
+    query = [("rank", str(rank)), ("world", str(world))]
+    if start is not None:
+        if not isinstance(start, int) or start < 0:
+            raise ValueError("start must be a non-negative int, not %r" % (start,))
+        query.append(("start", str(start)))
+    if fmt is not None:
+        query.append(("format", fmt))
+    if fields is not None:
+        query.append(("fields", ",".join(normalize_fields(fields))))
+    return "%s/v1/jobs/%s/epochs/%d/stream?%s" % (
+        base_url.rstrip("/"), urllib.parse.quote(job, safe=""), epoch,
+        urllib.parse.urlencode(query, safe=","))
+
+
+def normalize_fields(fields):
+    """A list of field names from a list/tuple or a comma-separated string."""
+    if isinstance(fields, str):
+        fields = fields.split(",")
+    out = [f.strip() for f in fields]
+    if not out or any(not f or "," in f for f in out):
+        raise ValueError("fields must be non-empty names without commas: %r" % (fields,))
+    return out
+
+
+def _error_line(body):
+    """The reason from an `error: <reason>` body (else the body's first
+    line, shortened, as some proxy may have answered), or None."""
+    text = body.decode("utf-8", "replace").strip()
+    first = text.splitlines()[0] if text else ""
+    if first.startswith("error:"):
+        return first[len("error:"):].strip()
+    return first[:200] or None
+
+
+def open_raw(url, *, timeout=60.0, headers=None):
+    """GET a stream URL and return the http.client.HTTPResponse positioned
+    at the start of the tar body (e.g. for tarfile.open(fileobj=r, mode="r|")).
+
+    Raises ShardcastConnectionError when the server cannot be reached and
+    ShardcastHTTPError (with the server's reason) on any status but 200.
+    The caller closes the response (closing it closes the connection).
+    timeout bounds each socket operation, not the whole stream.
+    """
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme == "http":
+        conn_cls = http.client.HTTPConnection
+    elif parts.scheme == "https":
+        conn_cls = http.client.HTTPSConnection
+    else:
+        raise ValueError("unsupported URL scheme %r in %s" % (parts.scheme, url))
+    if not parts.hostname:
+        raise ValueError("no host in URL %s" % url)
+    path = parts.path or "/"
+    if parts.query:
+        path += "?" + parts.query
+    hdrs = {"Accept": "application/x-tar",
+            "User-Agent": "shardcast-python/%s" % __version__}
+    if headers:
+        hdrs.update(headers)
+    conn = conn_cls(parts.hostname, parts.port, timeout=timeout)
+    try:
+        conn.request("GET", path, headers=hdrs)
+        resp = conn.getresponse()
+    except (OSError, http.client.HTTPException) as e:
+        conn.close()
+        raise ShardcastConnectionError(
+            "cannot reach shardcast server at %s: %s" % (parts.netloc, e)) from e
+    if resp.status != 200:
+        try:
+            body = resp.read(MAX_ERROR_BODY)
+        except (OSError, http.client.HTTPException):
+            body = b""
+        finally:
+            resp.close()
+            conn.close()
+        reason = _error_line(body) or resp.reason
+        raise ShardcastHTTPError("shardcast server answered HTTP %d for %s: %s"
+                                 % (resp.status, url, reason),
+                                 status=resp.status, reason=reason, url=url)
+    ctype = resp.getheader("Content-Type", "")
+    if ctype.split(";")[0].strip() != "application/x-tar":
+        resp.close()
+        conn.close()
+        raise ShardcastProtocolError("%s: expected Content-Type application/x-tar, got %r"
+                                     % (url, ctype))
+    # The response holds its own reference to the socket; closing the
+    # response closes the connection.
+    return resp
+
+
+class _BodyReader:
+    """File-like view of an HTTP body for tarfile's stream mode.
+
+    read(n) returns what is available (up to n bytes) instead of waiting for
+    exactly n, so the bytes of a final error member are not lost when the
+    server closes the connection right after them. Transport failures
+    (a cut chunked body, reset, timeout) are remembered in `failure` and
+    raised as ShardcastIncompleteError; tarfile passes them through.
+    """
+
+    def __init__(self, resp, url):
+        self.resp = resp
+        self.url = url
+        self.failure = None
+        self.nread = 0
+
+    def read(self, n=-1):
+        if self.failure is not None:
+            raise self.failure
+        try:
+            data = self.resp.read1(n if n is not None and n >= 0 else 65536)
+        except http.client.IncompleteRead as e:
+            self.failure = ShardcastIncompleteError(
+                "stream %s was cut after %d bytes (connection closed mid-body)"
+                % (self.url, self.nread + len(e.partial)))
+            raise self.failure from e
+        except socket.timeout as e:
+            self.failure = ShardcastIncompleteError(
+                "stream %s timed out after %d bytes" % (self.url, self.nread))
+            raise self.failure from e
+        except (OSError, http.client.HTTPException) as e:
+            self.failure = ShardcastIncompleteError(
+                "stream %s broke after %d bytes: %s" % (self.url, self.nread, e))
+            raise self.failure from e
+        self.nread += len(data)
+        return data
+
+
+class StreamReader:
+    """Iterate over the samples of one stream URL (see stream_url()).
+
+    Each sample is a dict {"__key__": original key, "__shard__": shard URL,
+    "__index__": global index (int), "__position__": position in the share
+    (int), "<ext>": bytes, ...}. Iteration raises ShardcastHTTPError,
+    ShardcastConnectionError, ShardcastStreamError (server-side error with
+    its reason), ShardcastIncompleteError (no end member: cut stream) or
+    ShardcastProtocolError; it ends normally only after the end member was
+    seen and checked. After a complete iteration `trailer` holds the end
+    member's JSON.
+
+    A StreamReader is iterable once; use it as a context manager (or call
+    close()) to release the connection when stopping early.
+    """
+
+    def __init__(self, url, *, timeout=60.0, headers=None, expect_all_fields=None,
+                 max_member=DEFAULT_MAX_MEMBER):
+        self.url = url
+        self.timeout = timeout
+        self.headers = headers
+        self.max_member = max_member
+        # With no fields= filter every sample sends members, so the trailer's
+        # sample count must equal what was received.
+        if expect_all_fields is None:
+            q = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)
+            expect_all_fields = "fields" not in q
+        self.expect_all_fields = expect_all_fields
+        self.trailer = None
+        self.samples_received = 0
+        self._resp = None
+        self._used = False
+
+    def close(self):
+        """Close the connection (idempotent)."""
+        if self._resp is not None:
+            self._resp.close()
+            self._resp = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __iter__(self):
+        if self._used:
+            raise ShardcastError("a StreamReader can be iterated only once")
+        self._used = True
+        return self._samples()
+
+    def _samples(self):
+        try:
+            self._resp = open_raw(self.url, timeout=self.timeout, headers=self.headers)
+            body = _BodyReader(self._resp, self.url)
+            try:
+                yield from self._parse(body)
+            except tarfile.TarError as e:
+                # A transport failure underneath wins: it is the real cause.
+                if body.failure is not None:
+                    raise body.failure from e
+                raise ShardcastIncompleteError("stream %s: bad or truncated tar data "
+                                               "after %d bytes: %s"
+                                               % (self.url, body.nread, e)) from e
+        finally:
+            self.close()
+
+    def _read_member(self, tf, ti, limit):
+        if ti.size > limit:
+            raise ShardcastProtocolError("stream %s: member %r has %d bytes, over the "
+                                         "limit of %d" % (self.url, ti.name, ti.size, limit))
+        f = tf.extractfile(ti)
+        data = f.read() if f is not None else b""
+        if len(data) != ti.size:
+            raise ShardcastIncompleteError("stream %s: member %r cut short (%d of %d bytes)"
+                                           % (self.url, ti.name, len(data), ti.size))
+        return data
+
+    def _parse(self, body):
+        tf = tarfile.open(fileobj=body, mode="r|")
+        cur = None      # the sample being assembled
+        prefix = None   # "<G>/<key>." of the current sample
+        while True:
+            ti = tf.next()
+            # tarfile keeps every TarInfo it returns; drop them so memory
+            # stays flat over an epoch of millions of members.
+            tf.members = []
+            if ti is None:
+                if body.failure is not None:
+                    raise body.failure
+                raise ShardcastIncompleteError(
+                    "stream %s ended after %d bytes without %s: the share is incomplete"
+                    % (self.url, body.nread, END_MEMBER))
+            name = ti.name
+            if name == ERROR_MEMBER:
+                info = self._json_member(tf, ti)
+                reason = str(info.get("reason", "unspecified error"))
+                raise ShardcastStreamError("shardcast server aborted stream %s: %s"
+                                           % (self.url, reason), reason=reason)
+            if name == END_MEMBER:
+                self.trailer = self._json_member(tf, ti)
+                if cur is not None:
+                    self.samples_received += 1
+                self._check_trailer()
+                self._check_tail(tf, body)
+                if cur is not None:
+                    yield cur
+                return
+            if not ti.isreg():
+                raise ShardcastProtocolError("stream %s: unexpected member %r of type %r"
+                                             % (self.url, name, ti.type))
+            pax = ti.pax_headers
+            if "SHARDCAST.key" in pax:
+                nxt, nprefix = self._new_sample(name, pax)
+                if cur is not None:
+                    self.samples_received += 1
+                    yield cur
+                cur, prefix = nxt, nprefix
+            elif cur is None or not name.startswith(prefix):
+                raise ShardcastProtocolError("stream %s: member %r does not belong to "
+                                             "the current sample" % (self.url, name))
+            ext = name[len(prefix):]
+            if not ext or ext in cur:
+                raise ShardcastProtocolError("stream %s: bad or repeated field in %r"
+                                             % (self.url, name))
+            cur[ext] = self._read_member(tf, ti, self.max_member)
+
+    def _new_sample(self, name, pax):
+        key = pax["SHARDCAST.key"]
+        try:
+            index = int(pax["SHARDCAST.index"])
+            position = int(pax.get("SHARDCAST.position", "-1"))
+        except (KeyError, ValueError) as e:
+            raise ShardcastProtocolError("stream %s: bad SHARDCAST pax records on %r: %s"
+                                         % (self.url, name, e)) from e
+        prefix = "%0*d/%s." % (INDEX_DIGITS, index, key)
+        if not key or not name.startswith(prefix):
+            raise ShardcastProtocolError("stream %s: member %r does not match its "
+                                         "SHARDCAST.key %r / index %d"
+                                         % (self.url, name, key, index))
+        sample = {"__key__": key, "__shard__": pax.get("SHARDCAST.shard", ""),
+                  "__index__": index}
+        if position >= 0:
+            sample["__position__"] = position
+        return sample, prefix
+
+    def _json_member(self, tf, ti):
+        data = self._read_member(tf, ti, MAX_TRAILER)
+        try:
+            obj = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise ShardcastProtocolError("stream %s: %s is not JSON: %r"
+                                         % (self.url, ti.name, data[:200])) from e
+        if not isinstance(obj, dict):
+            raise ShardcastProtocolError("stream %s: %s is not a JSON object"
+                                         % (self.url, ti.name))
+        return obj
+
+    def _check_trailer(self):
+        t = self.trailer
+        if t.get("status") != "ok":
+            raise ShardcastStreamError("stream %s ended with status %r: %s"
+                                       % (self.url, t.get("status"), t.get("reason", "")),
+                                       reason=str(t.get("reason", t.get("status"))))
+        if self.expect_all_fields and t.get("samples") != self.samples_received:
+            raise ShardcastProtocolError("stream %s: trailer says %r samples, received %d"
+                                         % (self.url, t.get("samples"),
+                                            self.samples_received))
+
+    def _check_tail(self, tf, body):
+        """After the end member: the tar must end and the body finish cleanly,
+        otherwise the trailer itself may have come from a broken response."""
+        if tf.next() is not None:
+            raise ShardcastProtocolError("stream %s: members after %s"
+                                         % (self.url, END_MEMBER))
+        tail = 0
+        while True:
+            chunk = body.read(65536)
+            if not chunk:
+                break
+            tail += len(chunk)
+            if tail > MAX_TAIL or chunk.count(0) != len(chunk):
+                raise ShardcastProtocolError("stream %s: unexpected data after the "
+                                             "end of the tar stream" % self.url)
+
+
+def iter_stream(url, **kwargs):
+    """Yield the samples of one stream URL (see StreamReader)."""
+    with StreamReader(url, **kwargs) as reader:
+        yield from reader

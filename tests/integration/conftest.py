@@ -1,0 +1,85 @@
+"""Fixtures of shardcast's integration tests: the real `shardcastd` binary on
+a free port of 127.0.0.1, datasets made by tests/tools/mkwds.py, and the
+upstream WebDataset shards of the shared test data.
+
+Nothing is built here. The server binary is $SHARDCAST_BIN, else the first
+existing of build/shardcastd and build-*/shardcastd under the repository
+root. The shared test data is $SHARED_DIR, else ../shared beside the repo.
+
+Run: /usr/bin/python3 -m pytest tests/integration
+"""
+
+import os
+import socket
+import tempfile
+
+import pytest
+
+from shardcast_testlib import Dataset, Server, find_server_binary, make_dataset, shared_dir
+
+
+@pytest.fixture(scope="session")
+def server_binary():
+    b = find_server_binary()
+    if b is None:
+        pytest.fail("shardcastd not found: build it (scripts/build.sh, or cmake into "
+                    "build-*/) or set SHARDCAST_BIN", pytrace=False)
+    return b
+
+
+@pytest.fixture(scope="session")
+def workdir():
+    with tempfile.TemporaryDirectory(prefix="shardcast-it-") as d:
+        yield d
+
+
+@pytest.fixture(scope="session")
+def start_server(server_binary, workdir):
+    """start_server(source, job="train", seed=0, extra=[...]) -> Server.
+    Every server started is stopped at the end of the session; a test that
+    expects a server to stay healthy checks server.alive()."""
+    servers = []
+
+    def start(source, *, job="train", seed=0, extra=()):
+        args = ["--job", job, "--source", source, "--seed", str(seed)] + list(extra)
+        s = Server(server_binary, args, workdir)
+        servers.append(s)
+        return s
+
+    yield start
+    crashed = []
+    for s in servers:
+        rc = s.stop()
+        # SIGTERM must stop the daemon cleanly (exit 0).
+        if rc not in (0, None):
+            crashed.append("%s: exit %s\n%s" % (" ".join(s.args), rc, s.log()))
+    assert not crashed, "shardcastd did not exit cleanly:\n" + "\n".join(crashed)
+
+
+@pytest.fixture
+def free_port():
+    """A TCP port of 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def small_wds(workdir):
+    """7 shards x 31 samples (217, so 217 mod 4 = 1 is dropped with W = 4)."""
+    d = os.path.join(workdir, "small")
+    return Dataset(d, make_dataset(d, shards=7, per_shard=31, size=3000, seed=11))
+
+
+@pytest.fixture(scope="session")
+def small_server(start_server, small_wds):
+    return start_server(small_wds.path, job="train", seed=5,
+                        extra=["--shuffle-buffer", "64", "--interleave", "3"])
+
+
+@pytest.fixture(scope="session")
+def upstream_wds():
+    d = os.path.join(shared_dir(), "testdata", "wds")
+    if not os.path.isdir(d):
+        pytest.fail("shared test data not found at %s (set SHARED_DIR)" % d, pytrace=False)
+    return d

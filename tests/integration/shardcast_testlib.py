@@ -1,0 +1,224 @@
+"""Helpers shared by the integration tests (no fixtures; those are in
+conftest.py): the server process wrapper, the dataset generator wrapper, raw
+HTTP requests, a strict walk over raw tar bytes, and the WebDataset grouping
+rule used to compute what a shard must yield. The module name is unique so
+it cannot clash with helpers of other test directories."""
+
+import glob
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+if os.path.join(REPO, "clients", "python") not in sys.path:
+    sys.path.insert(0, os.path.join(REPO, "clients", "python"))
+MKWDS = os.path.join(REPO, "tests", "tools", "mkwds.py")
+
+import shardcast  # noqa: E402
+
+MEMBER_RE = re.compile(r"^(\d{12})/(.+)$")
+
+STARTUP_TIMEOUT = 30.0   # seconds for the `listening=` line
+STOP_TIMEOUT = 10.0      # seconds for a clean exit after SIGTERM
+
+
+def find_server_binary():
+    env = os.environ.get("SHARDCAST_BIN")
+    if env:
+        return env if os.access(env, os.X_OK) else None
+    candidates = [os.path.join(REPO, "build", "shardcastd")]
+    candidates += sorted(glob.glob(os.path.join(REPO, "build-*", "shardcastd")))
+    for c in candidates:
+        if os.path.isfile(c) and os.access(c, os.X_OK):
+            return c
+    return None
+
+
+def shared_dir():
+    d = os.environ.get("SHARED_DIR") or os.path.join(REPO, "..", "shared")
+    return os.path.abspath(d)
+
+
+class Server:
+    """One running shardcastd. `url` is its root URL; `log()` its stderr."""
+
+    def __init__(self, binary, args, workdir):
+        self.args = [binary, "--listen", "127.0.0.1", "--port", "0"] + list(args)
+        self.stderr_path = os.path.join(workdir, "shardcastd-%d.stderr" % id(self))
+        self._stderr = open(self.stderr_path, "wb")
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE,
+                                     stderr=self._stderr, stdin=subprocess.DEVNULL)
+        self.addr = None
+        line = self._read_listening_line()
+        if not line.startswith("listening="):
+            self.stop()
+            raise RuntimeError("shardcastd did not start (%s): first stdout line %r\n"
+                               "command: %s\nstderr:\n%s"
+                               % (self._status(), line, " ".join(self.args), self.log()))
+        self.addr = line[len("listening="):].strip()
+        host, _, port = self.addr.rpartition(":")
+        self.host, self.port = host.strip("[]"), int(port)
+        self.url = "http://%s:%d" % (self.host, self.port)
+        # Keep draining stdout so the server never blocks on a full pipe.
+        self._drain = threading.Thread(target=self.proc.stdout.read, daemon=True)
+        self._drain.start()
+
+    def _read_listening_line(self):
+        result = []
+
+        def reader():
+            result.append(self.proc.stdout.readline().decode("utf-8", "replace"))
+
+        t = threading.Thread(target=reader, daemon=True)
+        t.start()
+        t.join(STARTUP_TIMEOUT)
+        if not result:
+            self.stop()
+            raise RuntimeError("shardcastd printed no listening= line within %.0f s\n"
+                               "command: %s\nstderr:\n%s"
+                               % (STARTUP_TIMEOUT, " ".join(self.args), self.log()))
+        return result[0]
+
+    def _status(self):
+        rc = self.proc.poll()
+        return "running" if rc is None else "exit status %d" % rc
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def log(self):
+        with open(self.stderr_path, "rb") as f:
+            text = f.read().decode("utf-8", "replace")
+        return text[-8000:]
+
+    def stop(self):
+        """SIGTERM and wait; returns the exit status (kills after a timeout)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._stderr.close()
+        return self.proc.returncode
+
+
+def make_dataset(out, *, shards, per_shard, size, seed=0, compress="none", prefix="train"):
+    """Run mkwds.py and return its manifest."""
+    subprocess.run([sys.executable, MKWDS, "--out", out, "--shards", str(shards),
+                    "--samples-per-shard", str(per_shard), "--size", str(size),
+                    "--seed", str(seed), "--compress", compress, "--prefix", prefix],
+                   check=True, capture_output=True)
+    with open(os.path.join(out, "manifest.json")) as f:
+        return json.load(f)
+
+
+class Dataset:
+    def __init__(self, path, manifest):
+        self.path = path
+        self.manifest = manifest
+        self.by_key = {s["key"]: s for s in manifest["samples"]}
+        self.total = manifest["total_samples"]
+
+
+def http_request(server, path, method="GET", timeout=30):
+    """(status, headers dict lowercased, body bytes) of one request."""
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=timeout)
+    try:
+        conn.request(method, path)
+        resp = conn.getresponse()
+        body = resp.read()
+        headers = {k.lower(): v for k, v in resp.getheaders()}
+        return resp.status, headers, body
+    finally:
+        conn.close()
+
+
+def fetch_raw(server, job, epoch, rank, world, **kw):
+    """The complete body of a stream as bytes (raises if it is cut)."""
+    resp = shardcast.open_raw(shardcast.stream_url(server.url, job, epoch, rank, world, **kw))
+    try:
+        return resp.read()
+    finally:
+        resp.close()
+
+
+def read_samples(server, job, epoch, rank, world, **kw):
+    """(samples, trailer) of one stream read with the client."""
+    with shardcast.StreamReader(
+            shardcast.stream_url(server.url, job, epoch, rank, world, **kw)) as r:
+        samples = list(r)
+        return samples, r.trailer
+
+
+def walk_tar_headers(data):
+    """Check every header block of raw tar bytes; return the list of
+    (typeflag, name field, size). Stops at the first zero block and asserts
+    that a second zero block follows it."""
+    out = []
+    off = 0
+    while True:
+        hdr = data[off:off + 512]
+        assert len(hdr) == 512, "tar data ends inside a header at %d" % off
+        if hdr == b"\0" * 512:
+            assert data[off + 512:off + 1024] == b"\0" * 512, "missing second end block"
+            return out
+        assert hdr[257:265] == b"ustar\x0000", "bad magic/version at %d: %r" % (off, hdr[257:265])
+        # The checksum covers the header with its own field read as spaces.
+        chk = int(hdr[148:156].strip(b"\0 "), 8)
+        assert chk == sum(hdr[:148]) + 8 * 32 + sum(hdr[156:]), "bad checksum at %d" % off
+        raw_size = hdr[124:136]
+        if raw_size[0] & 0x80:
+            size = int.from_bytes(raw_size[1:], "big")
+        else:
+            size = int(raw_size.strip(b"\0 ") or b"0", 8)
+        typeflag = hdr[156:157]
+        name = hdr[0:100].split(b"\0")[0].decode()
+        prefix = hdr[345:500].split(b"\0")[0].decode()
+        out.append((typeflag, prefix + "/" + name if prefix else name, size))
+        off += 512 + (size + 511) // 512 * 512
+
+
+def wds_split(name):
+    """WebDataset key/extension of a member name, or None (no sample)."""
+    head, _, last = name.rpartition("/")
+    if "." not in last:
+        return None
+    base, _, ext = last.partition(".")
+    if not base or not ext:
+        return None
+    return (head + "/" + base if head else base), ext.lower()
+
+
+def wds_samples(path):
+    """The samples of a shard by the WebDataset rule: a list of
+    (key, {ext: bytes}) in shard order (Python's tarfile reads gzip too)."""
+    samples = []
+    with tarfile.open(path, "r:*") as tf:
+        for ti in tf:
+            if not ti.isreg():
+                continue
+            kx = wds_split(ti.name)
+            if kx is None:
+                continue
+            key, ext = kx
+            if "/" not in key and key.startswith("__") and key.endswith("__"):
+                continue
+            data = tf.extractfile(ti).read()
+            if samples and samples[-1][0] == key:
+                assert ext not in samples[-1][1], "repeated field in fixture"
+                samples[-1][1][ext] = data
+            else:
+                samples.append((key, {ext: data}))
+    return samples
+
+
+def field_dict(sample):
+    return {k: v for k, v in sample.items() if not (k.startswith("__") and k.endswith("__"))}
