@@ -316,6 +316,12 @@ typedef struct sio_epoch_config {
     uint32_t read_threads;
     uint32_t readahead_shards;
     uint64_t readahead_bytes;
+    /* Scale-out: replica j of R (R = 0 or 1: a single server) reads only
+     * the shards at positions p of the permuted order with p mod R == j,
+     * and seeds its buffer with stream SIO_RNG_BUFFER + 256 * j; its Y is
+     * that replica's part of the epoch. The parts of all R replicas are
+     * disjoint and together hold every sample once. */
+    uint32_t replica, replicas;
 } sio_epoch_config;
 
 /* Samples one shard reader may hold ahead of the interleave. */

@@ -37,6 +37,7 @@
 #define EPOCH_INTERLEAVE_MAX 4096u
 #define EPOCH_BUFFER_MAX (64u * 1024u * 1024u) /* samples */
 #define EPOCH_THREADS_MAX 64u
+#define EPOCH_REPLICAS_MAX 1024u
 #define EPOCH_READAHEAD_SHARDS_MAX 4096u
 #define CONSUMER_WORLD_MAX 65536u
 
@@ -255,6 +256,12 @@ sio_code sio_epoch_open(sio_io *io, const sio_shardlist *list,
         return sio_seterr(err, SIO_ERR_INVALID,
                           "shuffle buffer %u not in 1..%u",
                           cfg->buffer_samples, EPOCH_BUFFER_MAX);
+    if (cfg->replicas > EPOCH_REPLICAS_MAX ||
+        (cfg->replicas > 1 && cfg->replica >= cfg->replicas) ||
+        (cfg->replicas <= 1 && cfg->replica != 0))
+        return sio_seterr(err, SIO_ERR_INVALID,
+                          "replica %u of %u: need replica < replicas <= %u",
+                          cfg->replica, cfg->replicas, EPOCH_REPLICAS_MAX);
     if (cfg->read_threads > EPOCH_THREADS_MAX)
         return sio_seterr(err, SIO_ERR_INVALID, "read_threads %u above %u",
                           cfg->read_threads, EPOCH_THREADS_MAX);
@@ -291,7 +298,15 @@ sio_code sio_epoch_open(sio_io *io, const sio_shardlist *list,
     }
     sio_rng_seed(&srng, cfg->seed, cfg->epoch, SIO_RNG_SHARDS);
     sio_permute(&srng, ep->perm, ep->nshards);
-    sio_rng_seed(&ep->brng, cfg->seed, cfg->epoch, SIO_RNG_BUFFER);
+    if (cfg->replicas > 1) {
+        /* This replica's shards: permuted positions j, j+R, j+2R, ... */
+        size_t n = 0;
+        for (size_t p = cfg->replica; p < ep->nshards; p += cfg->replicas)
+            ep->perm[n++] = ep->perm[p];
+        ep->nshards = n;
+    }
+    sio_rng_seed(&ep->brng, cfg->seed, cfg->epoch,
+                 SIO_RNG_BUFFER + 256ull * cfg->replica);
     pthread_mutex_lock(&ep->mu);
     rc = ensure_readers(ep, (size_t)cfg->interleave + cfg->readahead_shards);
     pthread_mutex_unlock(&ep->mu);

@@ -119,10 +119,13 @@ def read_shard(path):
     return out
 
 
-def epoch_order(paths, seed, epoch, k, b, cap=0):
-    """The global sequence Y: list of (shard index, sample tuple)."""
+def epoch_order(paths, seed, epoch, k, b, cap=0, replica=0, replicas=1):
+    """The global sequence Y (of one replica's part when replicas > 1):
+    list of (shard index, sample tuple)."""
     shards = [read_shard(p) for p in paths]
     perm = permute(Rng(seed, epoch, STREAM_SHARDS), len(paths))
+    if replicas > 1:
+        perm = perm[replica::replicas]
     nxt = 0
     slots = []
     for _ in range(k):
@@ -150,7 +153,7 @@ def epoch_order(paths, seed, epoch, k, b, cap=0):
                 else:
                     slots[s] = None
 
-    rng = Rng(seed, epoch, STREAM_BUFFER)
+    rng = Rng(seed, epoch, STREAM_BUFFER + 256 * replica)
     buf, nbytes, y = [], 0, []
     for x in interleave():
         xb = x[1][2]
@@ -178,8 +181,12 @@ def epoch_order(paths, seed, epoch, k, b, cap=0):
     return y
 
 
-def share(n, rank, world, policy, start=0):
-    """Global indices of consumer `rank`'s share of an epoch of n samples."""
+def share(n, rank, world, policy, start=0, gstart=0):
+    """Global indices of consumer `rank`'s share of an epoch of n samples,
+    dealing Y[gstart:] (elastic resume from a global cursor)."""
+    if gstart:
+        return [gstart + i for i in share(max(n - gstart, 0), rank, world,
+                                          policy, start)]
     if policy == "even-drop":
         limit = n // world * world
         idx = list(range(rank, limit, world))

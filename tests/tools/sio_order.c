@@ -5,6 +5,7 @@
  *             [--buffer B] [--buffer-bytes N] [--rank R --world W]
  *             [--partition P] [--start S] [--on-error skip|fail]
  *             [--threads T] [--readahead N] [--readahead-bytes N]
+ *             [--replica J --replicas R] [--global-start G]
  *
  * One line per sample: "<global index> <shard index> <index in shard>
  * <bytes> <key>". Used by the contract tests, which compare it with an
@@ -32,7 +33,7 @@ int main(int argc, char **argv)
 {
     sio_epoch_config cfg = {.interleave = 4, .buffer_samples = 1000};
     uint32_t rank = 0, world = 0;
-    uint64_t start = 0;
+    uint64_t start = 0, gstart = 0;
     sio_partition part = SIO_PARTITION_EVEN_DROP;
     const char *source = NULL;
     sio_io *io = NULL;
@@ -69,6 +70,12 @@ int main(int argc, char **argv)
             cfg.readahead_shards = (uint32_t)num(v);
         else if (!strcmp(a, "--readahead-bytes"))
             cfg.readahead_bytes = num(v);
+        else if (!strcmp(a, "--replica"))
+            cfg.replica = (uint32_t)num(v);
+        else if (!strcmp(a, "--replicas"))
+            cfg.replicas = (uint32_t)num(v);
+        else if (!strcmp(a, "--global-start"))
+            gstart = num(v);
         else if (!strcmp(a, "--rank"))
             rank = (uint32_t)num(v);
         else if (!strcmp(a, "--world"))
@@ -99,7 +106,8 @@ int main(int argc, char **argv)
         goto out;
     }
     if (world) {
-        if (sio_consumer_open(ep, rank, world, part, start, &c, &e) != SIO_OK) {
+        if (sio_consumer_open_at(ep, rank, world, part, gstart, start, &c,
+                                 &e) != SIO_OK) {
             ep = NULL;
             fprintf(stderr, "error: %s\n", e.msg);
             goto out;
