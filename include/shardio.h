@@ -426,6 +426,9 @@ typedef struct sio_feed_config {
     uint64_t window_bytes;      /* 0: 256 MiB */
     uint32_t join_timeout_ms;   /* 0: 30000 */
     uint32_t rejoin_grace_ms;   /* 0: 60000 */
+    uint32_t wake_batch;        /* a waiting cursor is woken once this many
+                                   of its samples are ready, or the window
+                                   is full, or the epoch ended (0: 16) */
 } sio_feed_config;
 
 /* Start reading the epoch. io and list must outlive the feed. */

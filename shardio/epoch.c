@@ -91,6 +91,10 @@ struct sio_epoch {
     pthread_t *threads;
     uint32_t nthreads;
     int stop;
+    /* Waiters, so that signals are only sent to someone waiting: a
+     * wake-up per sample would cost more than decoding the sample. */
+    uint32_t workers_idle;
+    int consumer_waiting;
 
     sio_rng brng;
     const sio_sample **buf; /* shuffle buffer */
@@ -183,7 +187,8 @@ static void reader_step(sio_epoch *ep, reader *r)
         r->qbytes += s->bytes;
     }
     r->busy = 0;
-    pthread_cond_broadcast(&ep->ready);
+    if (ep->consumer_waiting)
+        pthread_cond_broadcast(&ep->ready);
     pthread_mutex_unlock(&ep->mu);
 }
 
@@ -205,7 +210,8 @@ static sio_code ensure_readers(sio_epoch *ep, size_t end)
         ep->readers[ep->nreaders++] = r; /* nreaders < rcap, see above */
         ep->ahead_end++;
     }
-    pthread_cond_broadcast(&ep->work);
+    if (ep->workers_idle)
+        pthread_cond_broadcast(&ep->work);
     return SIO_OK;
 }
 
@@ -227,7 +233,9 @@ static void *worker_main(void *arg)
                 pick = r;
         }
         if (!pick) {
+            ep->workers_idle++;
             pthread_cond_wait(&ep->work, &ep->mu);
+            ep->workers_idle--;
             continue;
         }
         pick->busy = 1;
@@ -406,16 +414,20 @@ static void slot_take(sio_epoch *ep, reader *r, const sio_sample **out,
             pthread_mutex_lock(&ep->mu);
             continue;
         }
-        if (!r->busy) /* make sure a worker looks at it */
+        if (!r->busy && ep->workers_idle) /* a worker must look at it */
             pthread_cond_signal(&ep->work);
+        ep->consumer_waiting = 1;
         pthread_cond_wait(&ep->ready, &ep->mu);
+        ep->consumer_waiting = 0;
     }
     if (r->qlen > 0) {
+        int was_full = !r->busy && !reader_wants(ep, r);
         *out = r->q[r->qhead];
         r->qhead = (r->qhead + 1) % SIO_READAHEAD_SAMPLES;
         r->qlen--;
         r->qbytes -= (*out)->bytes;
-        pthread_cond_signal(&ep->work); /* room again */
+        if (was_full && ep->workers_idle) /* room again */
+            pthread_cond_signal(&ep->work);
     } else {
         *rc_out = r->rc;
         snprintf(msg, msglen, "%s", r->msg);

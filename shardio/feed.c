@@ -12,7 +12,8 @@
  * Readiness: none / even-pad need Y[i] to exist; even-drop also needs the
  * whole round, i.e. Y[G + (k+1)W - 1], or the end of the epoch (then the
  * incomplete round is dropped). Waiting cursors sit in a min-heap keyed by
- * the index that makes them ready; an append pops exactly those.
+ * the index that makes a batch of their samples ready (wake_batch); an
+ * append pops exactly those, and a full window or the end pops them all.
  *
  * Fallback: a cursor whose next sample has left the window (late joiner,
  * resume far behind, an even-pad tail sample from the start) reads from a
@@ -46,6 +47,9 @@
 #define FEED_DETACHED_MAX 4096
 /* How often a producer blocked by reservations re-checks their expiry. */
 #define FEED_TICK_MS 500
+/* Waking a consumer costs a context switch (and in the server a resumed
+ * connection): wake it for a batch of samples, not for every one. */
+#define FEED_WAKE_BATCH_DEFAULT 16u
 
 typedef struct group {
     uint32_t world;
@@ -69,7 +73,8 @@ struct sio_cursor {
     int done;
     int heap_at;            /* index in the waiting heap, -1 if not there */
     uint64_t ready_at;      /* waiting: ready once hi > ready_at */
-    int blocking_wait;
+    int blocking_wait;      /* in sio_cursor_next_wait, on cv */
+    pthread_cond_t cv;
     uint64_t last_ms;
     struct sio_cursor *next, *prev; /* f->cursors list */
     sio_feed *priv;         /* private replay, or NULL */
@@ -87,10 +92,10 @@ struct sio_feed {
     int thread_started;
     pthread_mutex_t mu;
     pthread_cond_t room;    /* producer: the window slid */
-    pthread_cond_t avail;   /* blocking cursors: something changed */
     const sio_sample **win;
     uint64_t lo, hi, bytes;
     int ended, failed, stop;
+    int producer_waiting;   /* in a wait on `room` */
     sio_code fail_rc;
     char errmsg[800];
     uint32_t max_world;
@@ -161,16 +166,20 @@ static void heap_remove(sio_feed *f, sio_cursor *c)
     }
 }
 
-/* Wake every waiting cursor that can proceed (all, once the epoch ended). */
-static void wake_ready(sio_feed *f)
+/* Wake every waiting cursor that can proceed; all of them when the epoch
+ * ended or `all` (the window is full: nothing more comes until cursors
+ * take what is there). */
+static void wake(sio_feed *f, int all)
 {
-    while (f->nheap > 0 && (f->ended || f->heap[0]->ready_at < f->hi)) {
+    while (f->nheap > 0 &&
+           (all || f->ended || f->heap[0]->ready_at < f->hi)) {
         sio_cursor *c = f->heap[0];
         heap_remove(f, c);
-        if (c->cfg.notify)
+        if (c->blocking_wait)
+            pthread_cond_signal(&c->cv);
+        else if (c->cfg.notify)
             c->cfg.notify(c->cfg.userdata);
     }
-    pthread_cond_broadcast(&f->avail);
 }
 
 /* The window ---------------------------------------------------------- */
@@ -228,7 +237,8 @@ static void slide(sio_feed *f)
         sio_sample_unref(s);
         f->lo++;
     }
-    pthread_cond_signal(&f->room);
+    if (f->producer_waiting)
+        pthread_cond_signal(&f->room);
 }
 
 static int window_has_room(const sio_feed *f)
@@ -260,15 +270,20 @@ static void *producer_main(void *arg)
             slide(f);
             if (window_has_room(f))
                 continue;
+            wake(f, 1);
             if (reservations_pending(f, now_ms())) {
                 struct timespec ts;
                 clock_gettime(CLOCK_REALTIME, &ts);
                 ts.tv_nsec += FEED_TICK_MS * 1000000L;
                 ts.tv_sec += ts.tv_nsec / 1000000000L;
                 ts.tv_nsec %= 1000000000L;
+                f->producer_waiting = 1;
                 pthread_cond_timedwait(&f->room, &f->mu, &ts);
+                f->producer_waiting = 0;
             } else {
+                f->producer_waiting = 1;
                 pthread_cond_wait(&f->room, &f->mu);
+                f->producer_waiting = 0;
             }
             continue;
         }
@@ -292,7 +307,7 @@ static void *producer_main(void *arg)
             f->hi++;
             f->bytes += s->bytes;
         }
-        wake_ready(f);
+        wake(f, 0);
         if (f->ended)
             break;
     }
@@ -312,7 +327,6 @@ sio_code sio_feed_open(sio_io *io, const sio_shardlist *list,
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&f->mu, NULL);
     pthread_cond_init(&f->room, NULL);
-    pthread_cond_init(&f->avail, NULL);
     f->io = io;
     f->list = list;
     f->ecfg = *ecfg;
@@ -326,6 +340,8 @@ sio_code sio_feed_open(sio_io *io, const sio_shardlist *list,
         f->cfg.join_timeout_ms = FEED_JOIN_TIMEOUT_DEFAULT;
     if (!f->cfg.rejoin_grace_ms)
         f->cfg.rejoin_grace_ms = FEED_REJOIN_GRACE_DEFAULT;
+    if (!f->cfg.wake_batch)
+        f->cfg.wake_batch = FEED_WAKE_BATCH_DEFAULT;
     if (f->cfg.window_samples > FEED_WINDOW_SAMPLES_MAX) {
         rc = sio_seterr(err, SIO_ERR_INVALID, "window_samples above %u",
                         FEED_WINDOW_SAMPLES_MAX);
@@ -372,7 +388,6 @@ void sio_feed_close(sio_feed *f)
     free(f->heap);
     free(f->det);
     free(f->win);
-    pthread_cond_destroy(&f->avail);
     pthread_cond_destroy(&f->room);
     pthread_mutex_destroy(&f->mu);
     free(f);
@@ -461,6 +476,7 @@ sio_code sio_feed_attach(sio_feed *f, const sio_cursor_config *cfg,
     c->pos = cfg->start;
     c->heap_at = -1;
     c->last_ms = now;
+    pthread_cond_init(&c->cv, NULL);
     need = cfg->global_start + cfg->rank + c->k * cfg->world;
     pthread_mutex_lock(&f->mu);
     /* The heap holds at most every cursor: it grows with the list. */
@@ -469,6 +485,7 @@ sio_code sio_feed_attach(sio_feed *f, const sio_cursor_config *cfg,
         sio_cursor **nh = realloc(f->heap, ncap * sizeof *nh);
         if (!nh) {
             pthread_mutex_unlock(&f->mu);
+            pthread_cond_destroy(&c->cv);
             free(c);
             return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
         }
@@ -491,6 +508,11 @@ sio_code sio_feed_attach(sio_feed *f, const sio_cursor_config *cfg,
         f->cursors->prev = c;
     f->cursors = c;
     f->ncursors++;
+    /* The set of needs changed: samples below every need can go now (a
+     * producer waiting on a window full of samples nobody wants — e.g. the
+     * first cursor resumes far ahead — would otherwise wait for ever). */
+    if (!behind)
+        slide(f);
     pthread_mutex_unlock(&f->mu);
     if (behind) {
         /* Its samples have left the window: read them from a replay. */
@@ -540,7 +562,7 @@ static sio_code step(sio_cursor *c, const sio_sample **out)
         }
         if (f->ended)
             break;
-        c->ready_at = round_end;
+        c->ready_at = round_end + (f->cfg.wake_batch - 1) * W;
         return SIO_ERR_AGAIN;
     }
     case SIO_PARTITION_NONE:
@@ -550,7 +572,7 @@ static sio_code step(sio_cursor *c, const sio_sample **out)
         }
         if (f->ended)
             break;
-        c->ready_at = i;
+        c->ready_at = i + (f->cfg.wake_batch - 1) * W;
         return SIO_ERR_AGAIN;
     case SIO_PARTITION_EVEN_PAD:
         if (i < f->hi) {
@@ -558,7 +580,7 @@ static sio_code step(sio_cursor *c, const sio_sample **out)
             return SIO_OK;
         }
         if (!f->ended) {
-            c->ready_at = i;
+            c->ready_at = i + (f->cfg.wake_batch - 1) * W;
             return SIO_ERR_AGAIN;
         }
         if (f->failed)
@@ -613,16 +635,19 @@ static sio_code cursor_next(sio_cursor *c, const sio_sample **out,
     pthread_mutex_lock(&f->mu);
     for (;;) {
         rc = step(c, out);
+        if (rc == SIO_ERR_AGAIN && c->heap_at < 0) {
+            /* Wait in the heap: the producer wakes exactly the cursors
+             * whose next sample (or round) it has just produced. */
+            f->heap[f->nheap] = c;
+            c->heap_at = (int)f->nheap++;
+            heap_up(f, (size_t)c->heap_at);
+        }
         if (rc != SIO_ERR_AGAIN || !wait)
             break;
         c->blocking_wait = 1;
-        pthread_cond_wait(&f->avail, &f->mu);
+        while (c->heap_at >= 0)
+            pthread_cond_wait(&c->cv, &f->mu);
         c->blocking_wait = 0;
-    }
-    if (rc == SIO_ERR_AGAIN && c->heap_at < 0) {
-        f->heap[f->nheap] = c;
-        c->heap_at = (int)f->nheap++;
-        heap_up(f, (size_t)c->heap_at);
     }
     pthread_mutex_unlock(&f->mu);
     if (rc == SIO_ERR_UNSUPPORTED) {
@@ -683,6 +708,7 @@ void sio_cursor_close(sio_cursor *c)
     }
     slide(f);
     pthread_mutex_unlock(&f->mu);
+    pthread_cond_destroy(&c->cv);
     free(c);
 }
 

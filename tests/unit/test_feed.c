@@ -224,6 +224,35 @@ static void test_resume(void)
     compare(&late, SIO_PARTITION_EVEN_PAD);
     sio_feed_close(f);
 
+    /* Regression: the producer fills the window before anyone attaches and
+     * waits; a cursor resuming beyond the window must make it slide (it
+     * used to wait for ever, nobody taking a sample to wake the producer). */
+    {
+        sio_feed_config small = {.window_samples = 4, .join_timeout_ms = 1};
+        sio_cursor *c = NULL;
+        static uint64_t want[MAXN];
+        size_t n = oracle(0, 1, SIO_PARTITION_NONE, 30, 0, want);
+        CHECK(sio_feed_open(io, list, &ecfg, &small, &f, NULL) == SIO_OK);
+        usleep(50000); /* let the producer fill the window and wait */
+        sio_cursor_config cc = {.rank = 0, .world = 1, .global_start = 30,
+                                .policy = SIO_PARTITION_NONE};
+        CHECK(sio_feed_attach(f, &cc, &c, NULL) == SIO_OK);
+        size_t got = 0;
+        for (;;) {
+            const sio_sample *s = NULL;
+            CHECK(sio_cursor_next_wait(c, &s) == SIO_OK);
+            if (!s)
+                break;
+            if (got < MAXN)
+                CHECK_EQ_U64(s->global_index, want[got]);
+            got++;
+            sio_sample_unref(s);
+        }
+        CHECK_EQ_U64(got, n);
+        sio_cursor_close(c);
+        sio_feed_close(f);
+    }
+
     /* elastic: a run of W=2 stopped at global cursor 40 continues with
      * W=3; the union after the cursor is the rest of Y, in order */
     static uint64_t full[MAXN];
