@@ -154,6 +154,256 @@ uint64_t sio_tarw_bytes(const sio_tarw *w);
 /* Free the encoder (NULL is fine). Writes nothing. */
 void sio_tarw_destroy(sio_tarw *w);
 
+/* ================================================================== */
+/* The frames format (format=frames), version 1                         */
+/* ================================================================== */
+
+/*
+ * A compact length-prefixed binary stream for shardcast's own clients. All
+ * integers are little-endian.
+ *
+ *   stream  = "SCF1" frame*
+ *   frame   = u8 type, u8 flags (0), u16 reserved (0), u32 length L,
+ *             L payload bytes
+ *   HEADER  (0x01, first frame, exactly once): UTF-8 JSON
+ *             {"version":1,"job":..,"epoch":E,"rank":R,"world":W,"start":S,
+ *              "global_start":G,"partition":"even-drop"|"even-pad"|"none",
+ *              "fields":[..] or null}
+ *   SHARD   (0x02): u32 shard index, then the shard URL (rest of payload).
+ *             Sent once per shard, before the first SAMPLE that refers to it.
+ *   SAMPLE  (0x03): u64 global index, u64 position (in the consumer's
+ *             share), u32 shard index, u16 key length, u16 field count, key
+ *             bytes, then per field: u16 name length, u32 data length, name
+ *             bytes, data bytes. Fields in shard order, after the fields=
+ *             filter; a sample with no kept field is still sent (0 fields),
+ *             so positions stay dense: start, start+1, ...
+ *   END     (0x04, last frame on success): JSON {"status":"ok","epoch":E,
+ *             "rank":R,"world":W,"start":S,"samples":N,"position":P}
+ *   ERROR   (0x05, last frame on failure): JSON {"status":"error",
+ *             "reason":".."}; the transport is cut after it.
+ * Types >= 0x80 are extensions a reader skips; any other unknown type is an
+ * error. A stream that stops without END or ERROR is a cut stream, never a
+ * complete epoch.
+ *
+ * Threading: a sio_framew or sio_framer is used by one thread at a time;
+ * distinct ones are independent.
+ */
+
+#define SIO_FRAMES_MAGIC "SCF1"
+#define SIO_FRAMES_MAGIC_LEN 4u
+#define SIO_FRAMES_VERSION 1
+#define SIO_FRAMES_CONTENT_TYPE "application/x-shardcast-frames"
+
+/* Bytes of a frame header: type, flags, reserved, length. */
+#define SIO_FRAME_HEAD_LEN 8u
+/* Readers reject a payload length above this (2^31 - 1): the largest
+ * payload a signed 32-bit reader can hold, and above any sample the library
+ * produces (SIO_SAMPLE_MAX_DEFAULT is 2 GiB including field data only). */
+#define SIO_FRAME_PAYLOAD_MAX 0x7fffffffu
+/* Fixed part of a SAMPLE payload and of one field within it. */
+#define SIO_FRAME_SAMPLE_FIXED 24u
+#define SIO_FRAME_FIELD_FIXED 6u
+/* Sanity limit on a JSON payload (HEADER, END, ERROR): they carry a job
+ * name, a field filter of at most SIO_TARW_FILTER_MAX short names, or a
+ * reason that encoders cut to 1 KiB. */
+#define SIO_FRAMES_JSON_MAX 65536u
+/* Sanity limit on a job name in HEADER. */
+#define SIO_FRAMES_JOB_MAX 256u
+/* Sanity limit on a shard URL in SHARD (as for tar pax values). */
+#define SIO_FRAMES_URL_MAX SIO_TARW_NAME_MAX
+/* The encoder remembers which shards it has announced in a bitmap indexed
+ * by shard index; indices at or above this (the library's own limit on
+ * shards in one dataset) are refused with SIO_ERR_LIMIT. The bitmap grows
+ * with the largest index seen, so it is at most 1.25 MB per stream. */
+#define SIO_FRAMEW_SHARDS_MAX 10000000u
+
+typedef enum sio_frame_type {
+    SIO_FRAME_HEADER = 0x01,
+    SIO_FRAME_SHARD = 0x02,
+    SIO_FRAME_SAMPLE = 0x03,
+    SIO_FRAME_END = 0x04,
+    SIO_FRAME_ERROR = 0x05,
+    SIO_FRAME_EXT_MIN = 0x80 /* types from here on are skippable */
+} sio_frame_type;
+
+/* What a stream is: the HEADER frame's content. Strings are not owned. */
+typedef struct sio_frames_header {
+    const char *job;
+    uint64_t epoch;
+    uint32_t rank, world;
+    uint64_t start;        /* position within the share of the first sample */
+    uint64_t global_start; /* elastic resume base (0: none) */
+    sio_partition partition;
+} sio_frames_header;
+
+/* ------------------------------------------------------------------ */
+/* Encoder                                                              */
+
+typedef struct sio_framew sio_framew;
+
+/*
+ * Create an encoder writing through fn(userdata, ...) and write the magic
+ * and the HEADER frame. `fields`, when nfields > 0, is the field filter with
+ * the limits of sio_tarw_create (names copied); it is also announced in the
+ * HEADER ("fields": null when nfields == 0). h and its strings are only read
+ * during the call. Integers above INT64_MAX and a job name that is NULL,
+ * empty or longer than SIO_FRAMES_JOB_MAX are SIO_ERR_INVALID. On success
+ * *out is owned by the caller: sio_framew_destroy(). On failure nothing is
+ * owned; bytes may already have reached the sink.
+ */
+sio_code sio_framew_create(const sio_frames_header *h,
+                           const char *const *fields, size_t nfields,
+                           sio_tarw_write_fn fn, void *userdata,
+                           sio_framew **out, sio_error *err);
+
+/*
+ * Encode one sample at `position` of the share: a SHARD frame first when
+ * its shard was not announced on this stream yet, then the SAMPLE frame
+ * with the kept fields. The sample is only read during the call; payloads
+ * go to the sink straight from the sample (header bytes from a small
+ * buffer in between), never copied by the encoder.
+ * Returns SIO_OK, SIO_ERR_INVALID (empty key), SIO_ERR_LIMIT (key or field
+ * name above 65535 bytes, shard URL above SIO_FRAMES_URL_MAX, payload above
+ * SIO_FRAME_PAYLOAD_MAX, shard index >= SIO_FRAMEW_SHARDS_MAX),
+ * SIO_ERR_NOMEM or the sink's code. After an error the stream is unusable
+ * except for sio_framew_error().
+ */
+sio_code sio_framew_sample(sio_framew *w, const sio_sample *s,
+                           uint64_t position);
+
+/* Write the END frame with the summary (the caller then ends the response
+ * normally). */
+sio_code sio_framew_end(sio_framew *w, const sio_tarw_summary *sum);
+
+/* Write the ERROR frame {"status":"error","reason":reason}; reason is cut
+ * to 1 KiB and invalid UTF-8 is replaced. The caller cuts the transport
+ * after it. */
+sio_code sio_framew_error(sio_framew *w, const char *reason);
+
+/* Bytes handed to the sink so far (magic and HEADER included). */
+uint64_t sio_framew_bytes(const sio_framew *w);
+
+/* Free the encoder (NULL is fine). Writes nothing. */
+void sio_framew_destroy(sio_framew *w);
+
+/* ------------------------------------------------------------------ */
+/* Decoder: an incremental push parser                                  */
+
+typedef struct sio_framer sio_framer;
+
+/* Decoder limits; 0 means the default named beside each. */
+typedef struct sio_framer_limits {
+    uint32_t payload_max;  /* largest frame payload (SIO_FRAME_PAYLOAD_MAX) */
+    uint32_t fields_max;   /* fields in one sample (SIO_FIELDS_MAX_DEFAULT) */
+    uint32_t shards_max;   /* shards announced on one stream
+                              (SIO_FRAMER_SHARDS_MAX_DEFAULT) */
+    uint64_t shard_bytes_max; /* bytes of shard URLs held
+                                 (SIO_FRAMER_SHARD_BYTES_DEFAULT) */
+} sio_framer_limits;
+
+#define SIO_FRAMER_SHARDS_MAX_DEFAULT 1000000u
+#define SIO_FRAMER_SHARD_BYTES_DEFAULT (256ull << 20)
+
+/* Events (sio_frame_event.type). */
+typedef enum sio_framer_event_type {
+    SIO_FRAMER_NONE = 0, /* all input consumed, no complete frame yet */
+    SIO_FRAMER_HEADER = SIO_FRAME_HEADER,
+    SIO_FRAMER_SHARD = SIO_FRAME_SHARD,
+    SIO_FRAMER_SAMPLE = SIO_FRAME_SAMPLE,
+    SIO_FRAMER_END = SIO_FRAME_END,
+    SIO_FRAMER_ERROR = SIO_FRAME_ERROR
+} sio_framer_event_type;
+
+/* One field of a decoded sample: views, not NUL-terminated. */
+typedef struct sio_frame_field {
+    const char *name;
+    size_t name_len;
+    const unsigned char *data;
+    size_t len;
+} sio_frame_field;
+
+/*
+ * A decoded event. Views marked (call) are valid until the next call on
+ * the decoder and, when they point into the caller's input (a frame that
+ * arrived whole in one chunk), as long as that input is unchanged. Those
+ * marked (decoder) live as long as the decoder.
+ */
+typedef struct sio_frame_event {
+    int type; /* sio_framer_event_type */
+
+    /* HEADER (decoder): the header, plus the field filter, if any. */
+    sio_frames_header header;
+    int has_fields;             /* 0: "fields": null */
+    size_t nfields;
+    const char *const *fields;  /* NUL-terminated names */
+
+    /* SHARD and SAMPLE: shard index and its URL (decoder, NUL-terminated) */
+    uint32_t shard_index;
+    const char *shard_url;
+    size_t shard_url_len;
+
+    /* SAMPLE (call) */
+    uint64_t global_index;
+    uint64_t position;
+    const char *key;            /* not NUL-terminated */
+    size_t key_len;
+    size_t nsample_fields;
+    const sio_frame_field *sample_fields;
+    size_t sample_bytes;        /* sum of field data lengths */
+
+    /* END */
+    sio_tarw_summary summary;
+
+    /* ERROR (decoder until the decoder is destroyed) */
+    const char *reason;
+} sio_frame_event;
+
+/* State of a decoder (sio_framer_state). */
+typedef enum sio_framer_status {
+    SIO_FRAMER_OPEN = 0,   /* no END/ERROR yet */
+    SIO_FRAMER_ENDED = 1,  /* END decoded: the share ended cleanly */
+    SIO_FRAMER_FAILED = 2, /* ERROR decoded: the server gave up */
+    SIO_FRAMER_BROKEN = 3  /* the bytes violate the format */
+} sio_framer_status;
+
+/* Create a decoder (limits may be NULL). Owned by the caller:
+ * sio_framer_destroy(). */
+sio_code sio_framer_create(const sio_framer_limits *limits, sio_framer **out,
+                           sio_error *err);
+
+/*
+ * Push bytes. Consumes input up to and including the next complete frame
+ * and stops there: *used is the number of bytes of data taken, ev->type the
+ * event (SIO_FRAMER_NONE when all len bytes were taken without completing a
+ * frame). Call again with the rest. Any chunking of the stream gives the
+ * same events. Payload lengths, counts and sizes are checked against the
+ * limits and the frame's own length before use.
+ * Errors (the decoder is then BROKEN and returns the same code forever;
+ * detail in sio_framer_errmsg()): SIO_ERR_FORMAT (bad magic, unknown type,
+ * non-zero flags, malformed payload or JSON, a sample of an unannounced
+ * shard, positions that are not dense, END that disagrees with what was
+ * received, bytes after END/ERROR), SIO_ERR_LIMIT (a length above a limit),
+ * SIO_ERR_UNSUPPORTED (HEADER version other than 1), SIO_ERR_NOMEM.
+ */
+sio_code sio_framer_feed(sio_framer *f, const void *data, size_t len,
+                         size_t *used, sio_frame_event *ev);
+
+/*
+ * The input is over. SIO_OK when the stream ended with END; SIO_ERR_IO when
+ * it ended with ERROR (detail: "server error: <reason>") or was cut
+ * (detail says where: before the header, inside a frame, between frames);
+ * the decoder's error code when it is BROKEN.
+ */
+sio_code sio_framer_finish(sio_framer *f);
+
+sio_framer_status sio_framer_state(const sio_framer *f);
+/* Detail of the last error; "" when none. Valid until the next call. */
+const char *sio_framer_errmsg(const sio_framer *f);
+/* Bytes consumed so far, and SAMPLE frames decoded so far. */
+uint64_t sio_framer_bytes(const sio_framer *f);
+uint64_t sio_framer_samples(const sio_framer *f);
+void sio_framer_destroy(sio_framer *f);
+
 #ifdef __cplusplus
 }
 #endif

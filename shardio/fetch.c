@@ -1160,6 +1160,11 @@ static void *engine_main(void *arg)
         while (cs) {
             fstream *nx = cs->cnext;
             cancel_stream(f, cs);
+            /* fs_close waits for this before it frees the stream. */
+            pthread_mutex_lock(&cs->mu);
+            cs->cancel_queued = 0;
+            pthread_cond_broadcast(&cs->cv);
+            pthread_mutex_unlock(&cs->mu);
             cs = nx;
         }
         if (stop)
@@ -1539,6 +1544,11 @@ static void fs_close(sio_stream *st)
         while (s->live > 0)
             pthread_cond_wait(&s->cv, &s->mu);
     }
+    /* The transfers may all end before the engine takes the cancel
+     * request: wait for the engine to have taken it too, or it would walk
+     * a freed stream (and cancel whatever new stream reuses the address). */
+    while (s->cancel_queued)
+        pthread_cond_wait(&s->cv, &s->mu);
     pthread_mutex_unlock(&s->mu);
     fstream_free(s);
 }

@@ -8,6 +8,7 @@
 #ifndef SHARDCAST_TESTHTTPD_H
 #define SHARDCAST_TESTHTTPD_H
 
+#include <stdatomic.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -37,7 +38,7 @@ typedef struct thttp {
     int lfd, port;
     thttp_handler handler;
     void *ud;
-    volatile int stop;
+    atomic_int stop; /* set by thttp_stop, read by the server threads */
     pthread_t accept_th;
     pthread_mutex_t mu;
     pthread_t th[THTTP_CONNS_MAX];

@@ -1,0 +1,1165 @@
+/*
+ * client.c — libshardcast_client: one consumer's stream over HTTP
+ * (contract in include/shardcast_client.h).
+ *
+ * Transport: one libcurl easy handle driven by a private multi handle, so
+ * that the stream pulls bytes only when its reader asks for the next
+ * sample (curl_multi_poll waits, nothing spins). The write callback appends
+ * to the receive buffer `rx`; the parsers (sio_framer for frames, the tar
+ * reader in client_tar.c) run only on whole units in rx (a frame, a
+ * sample's members), so the views handed out point into rx and each byte
+ * is copied once, from curl's buffer into rx. The buffer holds at most
+ * max(what the current unit needs, RX_READAHEAD) plus one curl chunk; past
+ * that the transfer is paused (backpressure on the server), and it is
+ * compacted only when its consumed head is at least as long as its live
+ * tail, so compaction costs O(1) per byte.
+ *
+ * Resume: the stream counts the position reached. When a connection ends
+ * without the server's END/ERROR (reset, cut, idle timeout), it reconnects
+ * with start = that position, at most max_reconnects times per stream,
+ * with a doubling backoff; samples before the position are never handed
+ * out twice.
+ *
+ * Threading: a stream is used by one thread at a time; streams share
+ * nothing. Ownership: the stream owns its copies of the options, the curl
+ * handles, rx and the decoder; samples are views valid until the next call.
+ */
+#include "shardcast_client.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "client_internal.h"
+#include "shardio_wire.h"
+
+/* Bytes the stream may hold beyond what the unit being parsed needs: a
+ * few frames' worth of read-ahead keeps the connection busy while the
+ * reader works. */
+#define RX_READAHEAD (1u << 20)
+/* Slack for headers around the largest sample: frame/field heads, tar
+ * headers, pax records, padding. */
+#define RX_SLACK (4u << 20)
+/* The longest backoff between reconnects. */
+#define RECONNECT_DELAY_MAX_MS 5000u
+/* curl's receive chunk (CURLOPT_BUFFERSIZE); at most CURL_MAX_READ_SIZE. */
+#define CURL_CHUNK (256L * 1024L)
+/* Poll slice while waiting for bytes; the idle timeout is checked
+ * between slices. */
+#define POLL_SLICE_MS 200
+
+const char *scc_strerror(scc_code code)
+{
+    switch (code) {
+    case SCC_OK: return "no error";
+    case SCC_ERR_NOMEM: return "out of memory";
+    case SCC_ERR_INVALID: return "invalid argument";
+    case SCC_ERR_CONNECT: return "cannot connect to the server";
+    case SCC_ERR_HTTP: return "HTTP error";
+    case SCC_ERR_NOTFOUND: return "not found (unknown job or path)";
+    case SCC_ERR_AUTH: return "not authorised";
+    case SCC_ERR_SERVER: return "the server ended the stream with an error";
+    case SCC_ERR_CUT: return "the stream was cut";
+    case SCC_ERR_PROTOCOL: return "malformed stream";
+    case SCC_ERR_TIMEOUT: return "timed out";
+    case SCC_ERR_LIMIT: return "limit exceeded";
+    }
+    return "unknown error";
+}
+
+static pthread_once_t global_once = PTHREAD_ONCE_INIT;
+static CURLcode global_rc; /* written once under global_once */
+
+static void global_init_once(void)
+{
+    global_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+scc_code scc_global_init(void)
+{
+    pthread_once(&global_once, global_init_once);
+    return global_rc == CURLE_OK ? SCC_OK : SCC_ERR_NOMEM;
+}
+
+void scc_options_init(scc_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->format = SCC_FORMAT_FRAMES;
+    o->connect_timeout_ms = 10000;
+    o->idle_timeout_ms = 60000;
+    o->max_reconnects = 5;
+    o->reconnect_delay_ms = 200;
+    o->max_sample_bytes = SCC_SAMPLE_MAX_DEFAULT;
+}
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void sleep_ms(uint32_t ms)
+{
+    struct timespec ts = {ms / 1000u, (long)(ms % 1000u) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* ------------------------------------------------------------------ */
+/* The stream                                                           */
+
+struct scc_stream {
+    scc_options o;        /* copy; strings below */
+    char *url_base;       /* the request URL up to where start= goes */
+    char *url;            /* current request URL */
+    char *auth;           /* "Authorization: Bearer ..." or NULL */
+    struct curl_slist *headers;
+
+    CURLM *multi;
+    CURL *easy;
+    int done;             /* the transfer finished (any outcome) */
+    CURLcode result;
+    int head_done;        /* response headers complete */
+    long status;
+    char ctype[128];
+    scc_format fmt;
+
+    unsigned char *rx;
+    size_t rpos, rlen, rcap, rx_max;
+    size_t want;          /* bytes from rpos the current unit needs */
+    int paused;
+    char ebody[SCC_ERROR_BODY_MAX + 1]; /* body of an HTTP error */
+    size_t elen;
+    uint64_t last_byte_ms;
+
+    sio_framer *framer;
+    uint32_t payload_max; /* the decoder's frame limit */
+    int partition;        /* sio_partition from HEADER, -1 before */
+    int magic_done;
+    uint64_t resp_start;  /* start= of the current response */
+    uint64_t next_pos;    /* position of the next sample */
+    scc_sample cur;
+    scc_field *fields;    /* SIO_FIELDS_MAX_DEFAULT entries */
+    scc_tar_result *tar;
+
+    uint32_t reconnects;
+    uint64_t bytes;
+    int finished;         /* clean end reached */
+    scc_code failed;      /* sticky error once the stream is over */
+    int have_summary;
+    scc_summary summary;
+    char errmsg[1024];
+};
+
+static scc_code seterr(scc_stream *s, scc_code rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static scc_code seterr(scc_stream *s, scc_code rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->errmsg, sizeof s->errmsg, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+static size_t on_header(char *buf, size_t size, size_t n, void *ud)
+{
+    scc_stream *s = ud;
+    size_t len = size * n;
+    static const char ct[] = "content-type:";
+
+    s->last_byte_ms = now_ms();
+    if (len >= 5 && strncmp(buf, "HTTP/", 5) == 0) {
+        /* A new response (after a 1xx): forget the previous one. */
+        s->ctype[0] = '\0';
+        s->head_done = 0;
+    } else if (len > sizeof ct - 1 && strncasecmp(buf, ct, sizeof ct - 1) == 0) {
+        size_t i = sizeof ct - 1, j = 0;
+        while (i < len && (buf[i] == ' ' || buf[i] == '\t'))
+            i++;
+        while (i < len && buf[i] != '\r' && buf[i] != '\n' && buf[i] != ';' &&
+               j + 1 < sizeof s->ctype)
+            s->ctype[j++] = buf[i++];
+        s->ctype[j] = '\0';
+    } else if (len <= 2 && (buf[0] == '\r' || buf[0] == '\n')) {
+        long st = 0;
+        curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &st);
+        if (st >= 200) {
+            s->status = st;
+            s->head_done = 1;
+        }
+    }
+    return len;
+}
+
+static void compact(scc_stream *s)
+{
+    if (s->rpos == 0)
+        return;
+    memmove(s->rx, s->rx + s->rpos, s->rlen - s->rpos);
+    s->rlen -= s->rpos;
+    s->rpos = 0;
+}
+
+static size_t on_body(char *buf, size_t size, size_t n, void *ud)
+{
+    scc_stream *s = ud;
+    size_t len = size * n;
+
+    s->last_byte_ms = now_ms();
+    if (s->status != 200) {
+        size_t k = len;
+        if (k > SCC_ERROR_BODY_MAX - s->elen)
+            k = SCC_ERROR_BODY_MAX - s->elen;
+        memcpy(s->ebody + s->elen, buf, k);
+        s->elen += k;
+        s->ebody[s->elen] = '\0';
+        return len;
+    }
+    size_t buffered = s->rlen - s->rpos;
+    size_t enough = s->want > RX_READAHEAD ? s->want : RX_READAHEAD;
+    if (buffered >= enough) {
+        s->paused = 1;
+        return CURL_WRITEFUNC_PAUSE;
+    }
+    if (s->rlen + len > s->rcap) {
+        /* No view is alive while curl runs (it only runs inside
+         * scc_stream_next before the next unit is parsed), so the buffer
+         * may move. */
+        compact(s);
+    }
+    if (s->rlen + len > s->rcap) {
+        size_t ncap = s->rcap ? s->rcap * 2 : 64u * 1024u;
+        while (ncap < s->rlen + len)
+            ncap *= 2;
+        if (ncap > s->rx_max)
+            ncap = s->rx_max;
+        if (ncap < s->rlen + len) {
+            /* Cannot happen while want <= the sample limit plus slack
+             * (rx_max has room for it, the read-ahead and one chunk);
+             * kept as a guard: wait instead of growing. */
+            s->paused = 1;
+            return CURL_WRITEFUNC_PAUSE;
+        }
+        unsigned char *nb = realloc(s->rx, ncap);
+        if (!nb)
+            return 0; /* curl fails the transfer: CURLE_WRITE_ERROR */
+        s->rx = nb;
+        s->rcap = ncap;
+    }
+    memcpy(s->rx + s->rlen, buf, len);
+    s->rlen += len;
+    s->bytes += len;
+    return len;
+}
+
+/* Drop the current connection (if any). */
+static void drop_transfer(scc_stream *s)
+{
+    if (s->easy) {
+        curl_multi_remove_handle(s->multi, s->easy);
+        curl_easy_cleanup(s->easy);
+        s->easy = NULL;
+    }
+    s->done = 0;
+    s->head_done = 0;
+    s->paused = 0;
+    s->status = 0;
+    s->elen = 0;
+    s->ebody[0] = '\0';
+    s->ctype[0] = '\0';
+}
+
+/* Run curl once; wait up to POLL_SLICE_MS for activity when `wait`. */
+static void pump(scc_stream *s, int wait)
+{
+    int running = 0, left;
+    CURLMsg *m;
+
+    if (s->paused && !s->done) {
+        s->paused = 0;
+        curl_easy_pause(s->easy, CURLPAUSE_CONT);
+    }
+    curl_multi_perform(s->multi, &running);
+    while ((m = curl_multi_info_read(s->multi, &left)) != NULL)
+        if (m->msg == CURLMSG_DONE && m->easy_handle == s->easy) {
+            s->done = 1;
+            s->result = m->data.result;
+        }
+    if (!s->done && wait && !s->paused)
+        curl_multi_poll(s->multi, NULL, 0, POLL_SLICE_MS, NULL);
+}
+
+static scc_code map_curl_error(scc_stream *s, CURLcode c)
+{
+    switch (c) {
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_RESOLVE_PROXY:
+        return seterr(s, SCC_ERR_CONNECT, "cannot connect (%s): %s",
+                      s->url, curl_easy_strerror(c));
+    case CURLE_OPERATION_TIMEDOUT:
+        return seterr(s, SCC_ERR_TIMEOUT, "connecting timed out: %s",
+                      curl_easy_strerror(c));
+    case CURLE_URL_MALFORMAT:
+    case CURLE_UNSUPPORTED_PROTOCOL:
+        return seterr(s, SCC_ERR_INVALID, "bad URL: %s",
+                      curl_easy_strerror(c));
+    default:
+        return seterr(s, SCC_ERR_CUT, "connection failed: %s",
+                      curl_easy_strerror(c));
+    }
+}
+
+/* The server's one-line reason from an error body ("error: ...\n"). */
+static const char *error_reason(scc_stream *s)
+{
+    char *r = s->ebody;
+    if (strncmp(r, "error: ", 7) == 0)
+        r += 7;
+    size_t n = strlen(r);
+    while (n && (r[n - 1] == '\n' || r[n - 1] == '\r' || r[n - 1] == ' '))
+        r[--n] = '\0';
+    return n ? r : "(no reason given)";
+}
+
+static scc_code map_status(long st, const char *reason, char *msg,
+                           size_t msglen)
+{
+    scc_code rc = st == 404 ? SCC_ERR_NOTFOUND
+                : (st == 401 || st == 403) ? SCC_ERR_AUTH
+                : SCC_ERR_HTTP;
+    snprintf(msg, msglen, "HTTP %ld: %s", st, reason);
+    return rc;
+}
+
+/* Start one request at s->next_pos and wait for its response head. */
+static scc_code request(scc_stream *s)
+{
+    scc_code rc = SCC_OK;
+    sio_error err;
+    size_t ulen = strlen(s->url_base) + 32;
+
+    drop_transfer(s);
+    free(s->url);
+    s->url = malloc(ulen);
+    if (!s->url) {
+        rc = seterr(s, SCC_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    snprintf(s->url, ulen, "%sstart=%llu", s->url_base,
+             (unsigned long long)s->next_pos);
+    s->rpos = s->rlen = 0;
+    s->want = 0;
+    s->magic_done = 0;
+    s->resp_start = s->next_pos;
+    sio_framer_destroy(s->framer);
+    s->framer = NULL;
+    sio_framer_limits lim = {0, 0, 0, 0};
+    lim.payload_max = s->payload_max;
+    if (sio_framer_create(&lim, &s->framer, &err) != SIO_OK) {
+        rc = seterr(s, SCC_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+
+    s->easy = curl_easy_init();
+    if (!s->easy) {
+        rc = seterr(s, SCC_ERR_NOMEM, "out of memory (curl)");
+        goto out;
+    }
+    curl_easy_setopt(s->easy, CURLOPT_URL, s->url);
+    curl_easy_setopt(s->easy, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(s->easy, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1);
+    curl_easy_setopt(s->easy, CURLOPT_CONNECTTIMEOUT_MS,
+                     (long)s->o.connect_timeout_ms);
+    curl_easy_setopt(s->easy, CURLOPT_BUFFERSIZE, CURL_CHUNK);
+    curl_easy_setopt(s->easy, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(s->easy, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(s->easy, CURLOPT_HEADERDATA, s);
+    curl_easy_setopt(s->easy, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(s->easy, CURLOPT_WRITEDATA, s);
+    curl_easy_setopt(s->easy, CURLOPT_PROTOCOLS_STR, "http,https");
+    if (s->headers)
+        curl_easy_setopt(s->easy, CURLOPT_HTTPHEADER, s->headers);
+    if (curl_multi_add_handle(s->multi, s->easy) != CURLM_OK) {
+        rc = seterr(s, SCC_ERR_NOMEM, "out of memory (curl multi)");
+        goto out;
+    }
+    s->last_byte_ms = now_ms();
+    /* The head: connecting is bounded by curl's connect timeout, the wait
+     * for the answer by the idle timeout. */
+    while (!s->head_done && !s->done) {
+        pump(s, 1);
+        if (!s->head_done && !s->done &&
+            now_ms() - s->last_byte_ms > s->o.idle_timeout_ms +
+                                             s->o.connect_timeout_ms) {
+            rc = seterr(s, SCC_ERR_TIMEOUT, "no answer from %s within %u ms",
+                        s->url, s->o.idle_timeout_ms);
+            goto out;
+        }
+    }
+    if (!s->head_done) {
+        rc = map_curl_error(s, s->result);
+        goto out;
+    }
+    if (s->status != 200) {
+        /* Read the (bounded) error body for the server's reason. */
+        uint64_t t0 = now_ms();
+        while (!s->done && now_ms() - t0 < s->o.idle_timeout_ms)
+            pump(s, 1);
+        rc = map_status(s->status, error_reason(s), s->errmsg,
+                        sizeof s->errmsg);
+        goto out;
+    }
+    if (strcasecmp(s->ctype, SIO_FRAMES_CONTENT_TYPE) == 0) {
+        s->fmt = SCC_FORMAT_FRAMES;
+    } else if (strcasecmp(s->ctype, "application/x-tar") == 0) {
+        s->fmt = SCC_FORMAT_TAR;
+    } else {
+        rc = seterr(s, SCC_ERR_PROTOCOL,
+                    "unexpected Content-Type \"%s\" (not a shardcast stream)",
+                    s->ctype);
+        goto out;
+    }
+out:
+    return rc;
+}
+
+/* Escape s into b (curl's percent-encoding), appending. */
+static int append(char **b, size_t *len, size_t *cap, const char *txt)
+{
+    size_t n = strlen(txt);
+    if (*len + n + 1 > SCC_URL_MAX)
+        return -1;
+    if (*len + n + 1 > *cap) {
+        size_t nc = (*len + n + 1) * 2;
+        char *nb = realloc(*b, nc);
+        if (!nb)
+            return -1;
+        *b = nb;
+        *cap = nc;
+    }
+    memcpy(*b + *len, txt, n + 1);
+    *len += n;
+    return 0;
+}
+
+static int append_esc(char **b, size_t *len, size_t *cap, const char *txt)
+{
+    char *e = curl_easy_escape(NULL, txt, 0);
+    int r = e ? append(b, len, cap, e) : -1;
+    curl_free(e);
+    return r;
+}
+
+/* Build s->url_base: the request URL, ending in '?' or '&' where start=
+ * is appended. */
+static scc_code build_base(scc_stream *s, const scc_options *o)
+{
+    scc_code rc = SCC_OK;
+    char *b = NULL, num[96];
+    size_t len = 0, cap = 0;
+    const char *fmt = o->format == SCC_FORMAT_TAR ? "tar" : "frames";
+    int bad = 0;
+
+    if (o->url) {
+        const char *q = strchr(o->url, '?');
+        size_t plen = q ? (size_t)(q - o->url) : strlen(o->url);
+        int has_format = 0;
+        if (plen + 1 > SCC_URL_MAX || strlen(o->url) > SCC_URL_MAX) {
+            rc = seterr(s, SCC_ERR_INVALID, "URL too long");
+            goto out;
+        }
+        b = malloc(plen + 2);
+        if (!b) {
+            rc = seterr(s, SCC_ERR_NOMEM, "out of memory");
+            goto out;
+        }
+        memcpy(b, o->url, plen);
+        b[plen] = '?';
+        b[plen + 1] = '\0';
+        len = plen + 1;
+        cap = plen + 2;
+        /* Keep every parameter but start= (set per request). */
+        const char *p = q ? q + 1 : NULL;
+        while (p && *p && !bad) {
+            const char *e = strchr(p, '&');
+            size_t n = e ? (size_t)(e - p) : strlen(p);
+            if (n && !(n >= 6 && strncmp(p, "start=", 6) == 0)) {
+                char item[SCC_URL_MAX];
+                if (n >= sizeof item) {
+                    bad = 1;
+                    break;
+                }
+                memcpy(item, p, n);
+                item[n] = '\0';
+                if (strncmp(item, "format=", 7) == 0)
+                    has_format = 1;
+                bad |= append(&b, &len, &cap, item);
+                bad |= append(&b, &len, &cap, "&");
+            }
+            p = e ? e + 1 : NULL;
+        }
+        if (!has_format) {
+            bad |= append(&b, &len, &cap, "format=");
+            bad |= append(&b, &len, &cap, fmt);
+            bad |= append(&b, &len, &cap, "&");
+        }
+    } else {
+        if (!o->server || !o->job || !*o->job || o->world == 0 ||
+            o->rank >= o->world) {
+            rc = seterr(s, SCC_ERR_INVALID,
+                        "need a URL, or server, job and rank < world");
+            goto out;
+        }
+        bad |= append(&b, &len, &cap, o->server);
+        while (!bad && len > 0 && b[len - 1] == '/')
+            b[--len] = '\0';
+        bad |= append(&b, &len, &cap, "/v1/jobs/");
+        bad |= append_esc(&b, &len, &cap, o->job);
+        snprintf(num, sizeof num,
+                 "/epochs/%llu/stream?rank=%u&world=%u&format=%s&",
+                 (unsigned long long)o->epoch, o->rank, o->world, fmt);
+        bad |= append(&b, &len, &cap, num);
+        if (o->global_start) {
+            snprintf(num, sizeof num, "global_start=%llu&",
+                     (unsigned long long)o->global_start);
+            bad |= append(&b, &len, &cap, num);
+        }
+        if (o->nfields) {
+            bad |= append(&b, &len, &cap, "fields=");
+            for (size_t i = 0; i < o->nfields && !bad; i++) {
+                if (i)
+                    bad |= append(&b, &len, &cap, ",");
+                bad |= append_esc(&b, &len, &cap, o->fields[i]);
+            }
+            bad |= append(&b, &len, &cap, "&");
+        }
+    }
+    if (bad) {
+        rc = seterr(s, SCC_ERR_INVALID, "URL too long or out of memory");
+        goto out;
+    }
+    s->url_base = b;
+    b = NULL;
+out:
+    free(b);
+    return rc;
+}
+
+/* start= of a URL, when it has one (the resume point of `cat URL`). */
+static uint64_t url_start(const char *url)
+{
+    const char *q = url ? strchr(url, '?') : NULL;
+    while (q) {
+        q++;
+        if (strncmp(q, "start=", 6) == 0)
+            return strtoull(q + 6, NULL, 10);
+        q = strchr(q, '&');
+    }
+    return 0;
+}
+
+scc_code scc_stream_open(const scc_options *opts, scc_stream **out)
+{
+    scc_code rc = SCC_OK;
+    scc_stream *s = NULL;
+
+    *out = NULL;
+    if (!opts || opts->nfields > SCC_FIELDS_MAX ||
+        (opts->nfields && !opts->fields))
+        return SCC_ERR_INVALID;
+    for (size_t i = 0; i < opts->nfields; i++) {
+        size_t n = opts->fields[i] ? strlen(opts->fields[i]) : 0;
+        if (n == 0 || n > SCC_FIELD_NAME_MAX)
+            return SCC_ERR_INVALID;
+    }
+    if (scc_global_init() != SCC_OK)
+        return SCC_ERR_NOMEM;
+    s = calloc(1, sizeof *s);
+    if (!s)
+        return SCC_ERR_NOMEM;
+    *out = s;
+    s->partition = -1;
+    s->o = *opts;
+    /* The caller's strings are used during open only (build_base, the
+     * Authorization header); the copy must not point at them. */
+    s->o.url = s->o.server = s->o.job = s->o.token = NULL;
+    s->o.fields = NULL;
+    s->o.nfields = 0;
+    if (s->o.max_sample_bytes == 0)
+        s->o.max_sample_bytes = SCC_SAMPLE_MAX_DEFAULT;
+    if (s->o.max_sample_bytes > SIO_FRAME_PAYLOAD_MAX)
+        s->o.max_sample_bytes = SIO_FRAME_PAYLOAD_MAX;
+    if (s->o.connect_timeout_ms == 0)
+        s->o.connect_timeout_ms = 10000;
+    if (s->o.idle_timeout_ms == 0)
+        s->o.idle_timeout_ms = 60000;
+    s->rx_max = (size_t)s->o.max_sample_bytes + RX_SLACK + RX_READAHEAD +
+                (size_t)CURL_CHUNK;
+    s->payload_max = s->o.max_sample_bytes + RX_SLACK > SIO_FRAME_PAYLOAD_MAX
+                         ? SIO_FRAME_PAYLOAD_MAX
+                         : (uint32_t)(s->o.max_sample_bytes + RX_SLACK);
+    rc = build_base(s, opts);
+    if (rc != SCC_OK)
+        goto out;
+    s->next_pos = opts->url ? url_start(opts->url) : opts->start;
+    if (opts->token && *opts->token) {
+        size_t n = strlen(opts->token) + 32;
+        s->auth = malloc(n);
+        if (!s->auth) {
+            rc = seterr(s, SCC_ERR_NOMEM, "out of memory");
+            goto out;
+        }
+        snprintf(s->auth, n, "Authorization: Bearer %s", opts->token);
+        s->headers = curl_slist_append(NULL, s->auth);
+        if (!s->headers) {
+            rc = seterr(s, SCC_ERR_NOMEM, "out of memory");
+            goto out;
+        }
+    }
+    s->fields = calloc(SIO_FIELDS_MAX_DEFAULT, sizeof *s->fields);
+    s->tar = calloc(1, sizeof *s->tar);
+    s->multi = curl_multi_init();
+    if (!s->fields || !s->tar || !s->multi) {
+        rc = seterr(s, SCC_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    rc = request(s);
+out:
+    if (rc != SCC_OK) {
+        s->failed = rc;
+        if (!s->errmsg[0])
+            seterr(s, rc, "%s", scc_strerror(rc));
+    }
+    return rc;
+}
+
+/* The connection ended without END/ERROR: reconnect and resume, or give
+ * up. `why` says what happened. */
+static scc_code resume(scc_stream *s, scc_code why_code, const char *why)
+{
+    scc_code rc = why_code;
+    char reason[sizeof s->errmsg];
+
+    snprintf(reason, sizeof reason, "%s", why);
+    while (s->reconnects < s->o.max_reconnects) {
+        uint32_t delay = s->o.reconnect_delay_ms;
+        for (uint32_t i = 0; i < s->reconnects && delay < RECONNECT_DELAY_MAX_MS;
+             i++)
+            delay *= 2;
+        if (delay > RECONNECT_DELAY_MAX_MS)
+            delay = RECONNECT_DELAY_MAX_MS;
+        drop_transfer(s);
+        sleep_ms(delay);
+        s->reconnects++;
+        rc = request(s);
+        if (rc == SCC_OK)
+            return SCC_OK;
+        /* A server that is back but refuses the request (unknown job after
+         * a restart, auth) will not change its mind: stop. Connection
+         * failures and 5xx are worth another attempt. */
+        if (rc == SCC_ERR_NOTFOUND || rc == SCC_ERR_AUTH ||
+            rc == SCC_ERR_INVALID || rc == SCC_ERR_NOMEM ||
+            rc == SCC_ERR_PROTOCOL || (rc == SCC_ERR_HTTP && s->status < 500))
+            return rc;
+        snprintf(reason, sizeof reason, "%s", s->errmsg);
+    }
+    return seterr(s, why_code == SCC_ERR_TIMEOUT ? SCC_ERR_TIMEOUT
+                                                   : SCC_ERR_CUT,
+                  "stream cut at position %llu after %u reconnect(s): %s",
+                  (unsigned long long)s->next_pos, s->reconnects, reason);
+}
+
+/*
+ * Make sure `need` bytes from rpos are buffered. SCC_OK when they are;
+ * SCC_ERR_CUT/TIMEOUT (with errmsg) when the connection ended or stalled
+ * first (the caller then resumes).
+ */
+static scc_code fill(scc_stream *s, size_t need)
+{
+    s->want = need;
+    if (need > (size_t)s->o.max_sample_bytes + RX_SLACK)
+        return seterr(s, SCC_ERR_LIMIT, "a unit of %zu bytes is above the "
+                      "client's sample limit", need);
+    while (s->rlen - s->rpos < need) {
+        if (s->done) {
+            if (s->result == CURLE_OK)
+                return seterr(s, SCC_ERR_CUT, "the server closed the stream "
+                              "without an end trailer");
+            if (s->result == CURLE_WRITE_ERROR)
+                return seterr(s, SCC_ERR_NOMEM, "out of memory for the "
+                              "receive buffer");
+            return seterr(s, SCC_ERR_CUT, "connection broken: %s",
+                          curl_easy_strerror(s->result));
+        }
+        pump(s, 1);
+        if (s->rlen - s->rpos < need && !s->done &&
+            now_ms() - s->last_byte_ms > s->o.idle_timeout_ms)
+            return seterr(s, SCC_ERR_TIMEOUT,
+                          "no data for %u ms", s->o.idle_timeout_ms);
+    }
+    return SCC_OK;
+}
+
+static scc_code map_sio(scc_stream *s, sio_code c)
+{
+    const char *m = sio_framer_errmsg(s->framer);
+    if (c == SIO_ERR_LIMIT)
+        return seterr(s, SCC_ERR_LIMIT, "%s", m);
+    if (c == SIO_ERR_NOMEM)
+        return seterr(s, SCC_ERR_NOMEM, "%s", m);
+    return seterr(s, SCC_ERR_PROTOCOL, "%s", m);
+}
+
+/* One step of the frames parser: SCC_OK with *got set when a sample (or
+ * the end) was produced. SCC_ERR_AGAIN-like: *got == 0 means go on. */
+static scc_code step_frames(scc_stream *s, const scc_sample **out, int *got)
+{
+    scc_code rc = SCC_OK;
+    size_t need;
+    sio_frame_event ev;
+    size_t used = 0;
+
+    *got = 0;
+    /* Feed whole frames only: the head first has to be in view to know
+     * the frame's length, then the whole frame. */
+    for (;;) {
+        size_t avail = s->rlen - s->rpos;
+        if (!s->magic_done) {
+            need = SIO_FRAMES_MAGIC_LEN;
+        } else {
+            need = SIO_FRAME_HEAD_LEN;
+            if (avail >= SIO_FRAME_HEAD_LEN) {
+                const unsigned char *h = s->rx + s->rpos;
+                uint32_t l = (uint32_t)h[4] | ((uint32_t)h[5] << 8) |
+                             ((uint32_t)h[6] << 16) | ((uint32_t)h[7] << 24);
+                /* A length above the decoder's limit is fed with its head
+                 * alone, so that the decoder reports it. */
+                if (l <= s->payload_max)
+                    need += l;
+            }
+        }
+        if (avail >= need)
+            break;
+        rc = fill(s, need);
+        if (rc != SCC_OK)
+            goto out;
+    }
+    sio_code c = sio_framer_feed(s->framer, s->rx + s->rpos, need, &used, &ev);
+    s->rpos += used;
+    if (c != SIO_OK) {
+        rc = map_sio(s, c);
+        goto out;
+    }
+    s->magic_done = 1;
+    switch (ev.type) {
+    case SIO_FRAMER_HEADER:
+        s->partition = (int)ev.header.partition;
+        if (ev.header.start != s->resp_start) {
+            rc = seterr(s, SCC_ERR_PROTOCOL, "the server started at %llu, "
+                        "asked for %llu",
+                        (unsigned long long)ev.header.start,
+                        (unsigned long long)s->resp_start);
+            goto out;
+        }
+        break;
+    case SIO_FRAMER_SAMPLE: {
+        scc_sample *c2 = &s->cur;
+        c2->global_index = ev.global_index;
+        c2->position = ev.position;
+        c2->shard_index = ev.shard_index;
+        c2->shard_url = ev.shard_url;
+        c2->shard_url_len = ev.shard_url_len;
+        c2->key = ev.key;
+        c2->key_len = ev.key_len;
+        c2->nfields = ev.nsample_fields;
+        for (size_t i = 0; i < ev.nsample_fields; i++) {
+            s->fields[i].name = ev.sample_fields[i].name;
+            s->fields[i].name_len = ev.sample_fields[i].name_len;
+            s->fields[i].data = ev.sample_fields[i].data;
+            s->fields[i].len = ev.sample_fields[i].len;
+        }
+        c2->fields = s->fields;
+        c2->bytes = ev.sample_bytes;
+        s->next_pos = ev.position + 1;
+        *out = c2;
+        *got = 1;
+        break;
+    }
+    case SIO_FRAMER_END:
+        s->summary.epoch = ev.summary.epoch;
+        s->summary.rank = ev.summary.rank;
+        s->summary.world = ev.summary.world;
+        s->summary.start = ev.summary.start;
+        s->summary.samples = ev.summary.samples;
+        s->summary.position = ev.summary.position;
+        s->have_summary = 1;
+        s->finished = 1;
+        *out = NULL;
+        *got = 1;
+        break;
+    case SIO_FRAMER_ERROR:
+        rc = seterr(s, SCC_ERR_SERVER, "server error: %s", ev.reason);
+        break;
+    default:
+        break;
+    }
+out:
+    return rc;
+}
+
+static scc_code step_tar(scc_stream *s, const scc_sample **out, int *got)
+{
+    scc_code rc;
+    scc_tar_result *r = s->tar;
+    char msg[512];
+
+    *got = 0;
+    rc = scc_tar_parse(s->rx + s->rpos, s->rlen - s->rpos, s->fields,
+                       SIO_FIELDS_MAX_DEFAULT, s->o.max_sample_bytes, r, msg,
+                       sizeof msg);
+    if (rc != SCC_OK) {
+        rc = seterr(s, rc, "%s", msg);
+        goto out;
+    }
+    switch (r->kind) {
+    case SCC_TAR_NEED:
+        rc = fill(s, r->need);
+        break;
+    case SCC_TAR_SAMPLE:
+        if (r->sample.position < s->next_pos) {
+            rc = seterr(s, SCC_ERR_PROTOCOL, "tar: sample at position %llu, "
+                        "expected at least %llu",
+                        (unsigned long long)r->sample.position,
+                        (unsigned long long)s->next_pos);
+            goto out;
+        }
+        s->cur = r->sample;
+        s->rpos += r->consumed;
+        s->next_pos = r->sample.position + 1;
+        *out = &s->cur;
+        *got = 1;
+        break;
+    case SCC_TAR_END:
+        s->rpos += r->consumed;
+        s->summary = r->summary;
+        s->have_summary = 1;
+        s->finished = 1;
+        *out = NULL;
+        *got = 1;
+        break;
+    case SCC_TAR_ERROR:
+        rc = seterr(s, SCC_ERR_SERVER, "server error: %s", r->reason);
+        break;
+    }
+out:
+    return rc;
+}
+
+scc_code scc_stream_next(scc_stream *s, const scc_sample **out)
+{
+    scc_code rc = SCC_OK;
+    int got = 0;
+
+    *out = NULL;
+    if (s->failed) {
+        rc = s->failed;
+        goto out;
+    }
+    if (s->finished)
+        goto out;
+    /* The previous sample's views die here: reclaim consumed space once
+     * it is at least as large as what is still buffered. */
+    if (s->rpos > 0 && s->rpos >= s->rlen - s->rpos)
+        compact(s);
+    while (!got) {
+        rc = s->fmt == SCC_FORMAT_FRAMES ? step_frames(s, out, &got)
+                                         : step_tar(s, out, &got);
+        if (rc == SCC_ERR_CUT || rc == SCC_ERR_TIMEOUT) {
+            char why[1024];
+            snprintf(why, sizeof why, "%s", s->errmsg);
+            rc = resume(s, rc, why);
+        }
+        if (rc != SCC_OK)
+            goto out;
+    }
+    if (s->finished)
+        drop_transfer(s);
+out:
+    if (rc != SCC_OK) {
+        s->failed = rc;
+        *out = NULL;
+        drop_transfer(s);
+    }
+    return rc;
+}
+
+const scc_field *scc_sample_field(const scc_sample *smp, const char *name)
+{
+    size_t n = strlen(name);
+    for (size_t i = 0; i < smp->nfields; i++)
+        if (smp->fields[i].name_len == n &&
+            memcmp(smp->fields[i].name, name, n) == 0)
+            return &smp->fields[i];
+    return NULL;
+}
+
+static int field_cmp(const scc_field *a, const scc_field *b)
+{
+    size_t n = a->name_len < b->name_len ? a->name_len : b->name_len;
+    int c = memcmp(a->name, b->name, n);
+    if (c)
+        return c;
+    return a->name_len < b->name_len ? -1 : a->name_len > b->name_len;
+}
+
+scc_code scc_sample_hash(const scc_sample *smp, unsigned char out[32])
+{
+    scc_code rc = SCC_OK;
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    const scc_field **order = NULL;
+
+    if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+        rc = SCC_ERR_NOMEM;
+        goto out;
+    }
+    order = malloc((smp->nfields ? smp->nfields : 1) * sizeof *order);
+    if (!order) {
+        rc = SCC_ERR_NOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < smp->nfields; i++)
+        order[i] = &smp->fields[i];
+    /* Insertion sort: samples have a handful of fields. */
+    for (size_t i = 1; i < smp->nfields; i++)
+        for (size_t j = i; j > 0 && field_cmp(order[j - 1], order[j]) > 0;
+             j--) {
+            const scc_field *t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    for (size_t i = 0; i < smp->nfields; i++) {
+        unsigned char le[8];
+        uint64_t n = order[i]->len;
+        for (int k = 0; k < 8; k++)
+            le[k] = (unsigned char)(n >> (8 * k));
+        if (EVP_DigestUpdate(ctx, order[i]->name, order[i]->name_len) != 1 ||
+            EVP_DigestUpdate(ctx, "", 1) != 1 ||
+            EVP_DigestUpdate(ctx, le, 8) != 1 ||
+            EVP_DigestUpdate(ctx, order[i]->data, order[i]->len) != 1) {
+            rc = SCC_ERR_NOMEM;
+            goto out;
+        }
+    }
+    if (EVP_DigestFinal_ex(ctx, out, NULL) != 1)
+        rc = SCC_ERR_NOMEM;
+out:
+    free(order);
+    EVP_MD_CTX_free(ctx);
+    return rc;
+}
+
+const char *scc_stream_errmsg(const scc_stream *s)
+{
+    return s ? s->errmsg : "";
+}
+
+int scc_stream_http_status(const scc_stream *s)
+{
+    return (int)s->status;
+}
+
+scc_format scc_stream_format(const scc_stream *s)
+{
+    return s->fmt;
+}
+
+uint64_t scc_stream_position(const scc_stream *s)
+{
+    return s->next_pos;
+}
+
+uint32_t scc_stream_reconnects(const scc_stream *s)
+{
+    return s->reconnects;
+}
+
+uint64_t scc_stream_bytes(const scc_stream *s)
+{
+    return s->bytes;
+}
+
+const char *scc_stream_partition(const scc_stream *s)
+{
+    return s->partition < 0 ? NULL
+                            : sio_partition_name((sio_partition)s->partition);
+}
+
+const scc_summary *scc_stream_summary(const scc_stream *s)
+{
+    return s->have_summary ? &s->summary : NULL;
+}
+
+const char *scc_stream_url(const scc_stream *s)
+{
+    return s->url ? s->url : "";
+}
+
+void scc_stream_close(scc_stream *s)
+{
+    if (!s)
+        return;
+    drop_transfer(s);
+    if (s->multi)
+        curl_multi_cleanup(s->multi);
+    curl_slist_free_all(s->headers);
+    if (s->auth) {
+        /* The token is a secret: do not leave it in freed memory. */
+        memset(s->auth, 0, strlen(s->auth));
+        free(s->auth);
+    }
+    sio_framer_destroy(s->framer);
+    free(s->url_base);
+    free(s->url);
+    free(s->rx);
+    free(s->fields);
+    free(s->tar);
+    free(s);
+}
+
+/* ------------------------------------------------------------------ */
+/* One-shot GET                                                         */
+
+typedef struct get_buf {
+    char *data;
+    size_t len, max;
+    int over;
+} get_buf;
+
+static size_t get_write(char *buf, size_t size, size_t n, void *ud)
+{
+    get_buf *g = ud;
+    size_t len = size * n;
+    if (len > g->max - g->len) {
+        g->over = 1;
+        return 0;
+    }
+    char *nd = realloc(g->data, g->len + len + 1);
+    if (!nd)
+        return 0;
+    g->data = nd;
+    memcpy(g->data + g->len, buf, len);
+    g->len += len;
+    g->data[g->len] = '\0';
+    return len;
+}
+
+scc_code scc_http_get(const char *url, const char *token,
+                      uint32_t timeout_ms, size_t max_body, char **body,
+                      size_t *len, int *http_status, char *errmsg,
+                      size_t errlen)
+{
+    scc_code rc = SCC_OK;
+    CURL *e = NULL;
+    struct curl_slist *h = NULL;
+    char *auth = NULL;
+    get_buf g = {NULL, 0, max_body, 0};
+    char dummy[8];
+    long st = 0;
+
+    if (!errmsg) {
+        errmsg = dummy;
+        errlen = sizeof dummy;
+    }
+    errmsg[0] = '\0';
+    *body = NULL;
+    *len = 0;
+    if (http_status)
+        *http_status = 0;
+    if (scc_global_init() != SCC_OK || !(e = curl_easy_init())) {
+        rc = SCC_ERR_NOMEM;
+        goto out;
+    }
+    if (token && *token) {
+        size_t n = strlen(token) + 32;
+        auth = malloc(n);
+        if (!auth) {
+            rc = SCC_ERR_NOMEM;
+            goto out;
+        }
+        snprintf(auth, n, "Authorization: Bearer %s", token);
+        h = curl_slist_append(NULL, auth);
+        if (!h) {
+            rc = SCC_ERR_NOMEM;
+            goto out;
+        }
+        curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
+    }
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(timeout_ms ? timeout_ms
+                                                               : 30000));
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, get_write);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, &g);
+    CURLcode c = curl_easy_perform(e);
+    if (c != CURLE_OK) {
+        if (g.over) {
+            rc = SCC_ERR_LIMIT;
+            snprintf(errmsg, errlen, "response above %zu bytes", max_body);
+        } else {
+            rc = (c == CURLE_COULDNT_CONNECT || c == CURLE_COULDNT_RESOLVE_HOST)
+                     ? SCC_ERR_CONNECT
+                 : c == CURLE_OPERATION_TIMEDOUT ? SCC_ERR_TIMEOUT
+                 : c == CURLE_URL_MALFORMAT || c == CURLE_UNSUPPORTED_PROTOCOL
+                     ? SCC_ERR_INVALID
+                     : SCC_ERR_CUT;
+            snprintf(errmsg, errlen, "GET failed: %s", curl_easy_strerror(c));
+        }
+        goto out;
+    }
+    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &st);
+    if (http_status)
+        *http_status = (int)st;
+    if (st < 200 || st >= 300) {
+        char reason[512];
+        const char *r = g.data ? g.data : "";
+        if (strncmp(r, "error: ", 7) == 0)
+            r += 7;
+        snprintf(reason, sizeof reason, "%s", *r ? r : "(no reason given)");
+        size_t n = strlen(reason);
+        while (n && (reason[n - 1] == '\n' || reason[n - 1] == '\r'))
+            reason[--n] = '\0';
+        rc = map_status(st, reason, errmsg, errlen);
+        goto out;
+    }
+    if (!g.data) {
+        g.data = calloc(1, 1);
+        if (!g.data) {
+            rc = SCC_ERR_NOMEM;
+            goto out;
+        }
+    }
+    *body = g.data;
+    *len = g.len;
+    g.data = NULL;
+out:
+    free(g.data);
+    curl_slist_free_all(h);
+    if (auth) {
+        memset(auth, 0, strlen(auth));
+        free(auth);
+    }
+    if (e)
+        curl_easy_cleanup(e);
+    return rc;
+}

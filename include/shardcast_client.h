@@ -1,0 +1,214 @@
+/*
+ * shardcast_client.h — the C client of shardcast (libshardcast_client).
+ *
+ * A stream is one consumer's share of one epoch, read over HTTP from a
+ * shardcastd (GET /v1/jobs/{job}/epochs/{epoch}/stream). The client speaks
+ * both wire formats (format=frames, the default, and format=tar; see
+ * include/shardio_wire.h) and hands out samples without copying them: the
+ * bytes of a sample are views into the stream's receive buffer, valid until
+ * the next call on that stream. It tells a complete share (the server's
+ * clean end) from a cut one and, when the connection breaks, reconnects
+ * with start = the position reached, a bounded number of times, so the
+ * caller sees every sample of its share once.
+ *
+ * Threading: a stream is used by one thread at a time; distinct streams are
+ * independent and may run on different threads at once. The library keeps
+ * no mutable global state, but libcurl's global initialisation must have
+ * happened before streams are opened from several threads: call
+ * scc_global_init() once at program start (it is also called implicitly,
+ * which is safe only while the program has one thread).
+ *
+ * Errors: every fallible call returns an scc_code; the stream keeps the
+ * detail text (scc_stream_errmsg). Nothing is printed, and the bearer token
+ * never appears in any message.
+ */
+#ifndef SHARDCAST_CLIENT_H
+#define SHARDCAST_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Result codes. Values are fixed; new ones are only ever appended. */
+typedef enum scc_code {
+    SCC_OK = 0,
+    SCC_ERR_NOMEM = 1,     /* out of memory */
+    SCC_ERR_INVALID = 2,   /* bad argument or URL */
+    SCC_ERR_CONNECT = 3,   /* cannot connect (refused, unreachable, DNS) */
+    SCC_ERR_HTTP = 4,      /* the server answered with an HTTP error
+                              (4xx other than 401/403/404, 5xx); the
+                              server's reason is in the detail text */
+    SCC_ERR_NOTFOUND = 5,  /* 404: unknown job or path */
+    SCC_ERR_AUTH = 6,      /* 401/403: token missing or refused */
+    SCC_ERR_SERVER = 7,    /* the stream ended with the server's error
+                              trailer (reason in the detail text) */
+    SCC_ERR_CUT = 8,       /* the stream broke and could not be resumed
+                              within the allowed reconnects */
+    SCC_ERR_PROTOCOL = 9,  /* the bytes violate the wire format */
+    SCC_ERR_TIMEOUT = 10,  /* no byte for idle_timeout_ms */
+    SCC_ERR_LIMIT = 11     /* a sample or response above a client limit */
+} scc_code;
+
+/* Fixed English text of a code; never NULL. */
+const char *scc_strerror(scc_code code);
+
+/* Call once before any other function when the program has (or will have)
+ * several threads; later calls do nothing. Returns SCC_OK or
+ * SCC_ERR_NOMEM. */
+scc_code scc_global_init(void);
+
+typedef enum scc_format {
+    SCC_FORMAT_FRAMES = 0, /* default */
+    SCC_FORMAT_TAR = 1
+} scc_format;
+
+/* Sanity limits. */
+#define SCC_FIELDS_MAX 64u          /* names in a fields= filter */
+#define SCC_FIELD_NAME_MAX 64u      /* bytes in one such name */
+#define SCC_URL_MAX 8192u           /* bytes of a stream URL */
+#define SCC_ERROR_BODY_MAX 4096u    /* bytes of an HTTP error body kept */
+#define SCC_SAMPLE_MAX_DEFAULT (1ull << 30) /* bytes of one sample (frame) */
+
+/*
+ * How to open a stream. Initialise with scc_options_init() (which sets the
+ * defaults noted), then set what you need. Strings are copied by
+ * scc_stream_open().
+ *
+ * Either `url` is a full stream URL (".../v1/jobs/J/epochs/E/stream?
+ * rank=R&world=W..."; its start= is replaced on resume and a format= is
+ * added when missing), or `server` plus job/epoch/rank/world/... build it.
+ */
+typedef struct scc_options {
+    const char *url;       /* full stream URL, or NULL */
+    const char *server;    /* "http://host:port" (with url == NULL) */
+    const char *job;
+    uint64_t epoch;
+    uint32_t rank, world;  /* rank < world */
+    uint64_t start;        /* position within the share to start from */
+    uint64_t global_start; /* elastic resume base; 0: none */
+    const char *const *fields; /* send only these fields (NULL: all) */
+    size_t nfields;
+    scc_format format;         /* default SCC_FORMAT_FRAMES */
+    const char *token;         /* bearer token, or NULL */
+    uint32_t connect_timeout_ms; /* default 10000 */
+    uint32_t idle_timeout_ms;    /* no byte for this long: a broken
+                                    connection (default 60000) */
+    uint32_t max_reconnects;     /* reconnects after a break, per stream
+                                    (default 5; 0: none) */
+    uint32_t reconnect_delay_ms; /* first backoff, doubled per attempt,
+                                    at most 5 s (default 200) */
+    uint64_t max_sample_bytes;   /* largest sample accepted (default
+                                    SCC_SAMPLE_MAX_DEFAULT) */
+} scc_options;
+
+void scc_options_init(scc_options *o);
+
+/* One field of a sample: views, not NUL-terminated. */
+typedef struct scc_field {
+    const char *name;
+    size_t name_len;
+    const unsigned char *data;
+    size_t len;
+} scc_field;
+
+/*
+ * A sample. Every pointer is a view into the stream's buffers, valid until
+ * the next call on the stream.
+ */
+typedef struct scc_sample {
+    uint64_t global_index; /* index in the epoch's sequence Y */
+    uint64_t position;     /* position within the consumer's share */
+    uint32_t shard_index;  /* frames: index in the shard list; tar:
+                              UINT32_MAX (the format does not carry it) */
+    const char *shard_url; /* not NUL-terminated */
+    size_t shard_url_len;
+    const char *key;       /* original WebDataset key; not NUL-terminated */
+    size_t key_len;
+    size_t nfields;
+    const scc_field *fields; /* in shard order */
+    uint64_t bytes;          /* sum of field lengths */
+} scc_sample;
+
+/* The server's summary of a share that ended cleanly. */
+typedef struct scc_summary {
+    uint64_t epoch;
+    uint32_t rank, world;
+    uint64_t start;    /* start of the last response (after reconnects) */
+    uint64_t samples;  /* samples of the last response */
+    uint64_t position; /* position reached */
+} scc_summary;
+
+typedef struct scc_stream scc_stream;
+
+/*
+ * Open a stream: connect, send the request and read the response head. On
+ * success the server accepted the request (200). Errors: SCC_ERR_INVALID,
+ * SCC_ERR_CONNECT, SCC_ERR_NOTFOUND (unknown job), SCC_ERR_AUTH,
+ * SCC_ERR_HTTP (with the server's reason), SCC_ERR_TIMEOUT, SCC_ERR_NOMEM.
+ * On failure *out is still set when a stream could be created, so that
+ * scc_stream_errmsg() gives the detail; destroy it with scc_stream_close().
+ */
+scc_code scc_stream_open(const scc_options *opts, scc_stream **out);
+
+/*
+ * Next sample. SCC_OK with *out set, or *out == NULL at the clean end of
+ * the share (then scc_stream_summary() holds the server's summary). Errors
+ * end the stream: SCC_ERR_SERVER (error trailer), SCC_ERR_CUT (broken, and
+ * reconnects exhausted or not allowed), SCC_ERR_PROTOCOL, SCC_ERR_TIMEOUT,
+ * SCC_ERR_LIMIT, SCC_ERR_NOMEM, and on a failed reconnect the codes of
+ * scc_stream_open. The sample's views are valid until the next call.
+ */
+scc_code scc_stream_next(scc_stream *s, const scc_sample **out);
+
+/* Field of a sample by name, or NULL. */
+const scc_field *scc_sample_field(const scc_sample *smp, const char *name);
+
+/*
+ * Content hash of a sample: sha256 over its fields sorted by name (bytewise),
+ * each fed as name + "\0" + the data length as 8-byte little-endian + data
+ * (the hash of tests/tools/mkwds.py's manifest and of the Python client).
+ */
+scc_code scc_sample_hash(const scc_sample *smp, unsigned char out[32]);
+
+/* Detail of the last error ("" when none); valid until the next call. */
+const char *scc_stream_errmsg(const scc_stream *s);
+/* HTTP status of the last response (0 before one arrived). */
+int scc_stream_http_status(const scc_stream *s);
+/* The wire format the server answered with. */
+scc_format scc_stream_format(const scc_stream *s);
+/* Position within the share: the position of the next sample. */
+uint64_t scc_stream_position(const scc_stream *s);
+/* Reconnects done so far. */
+uint32_t scc_stream_reconnects(const scc_stream *s);
+/* Response body bytes received so far, over all connections. */
+uint64_t scc_stream_bytes(const scc_stream *s);
+/* The partition policy the server announced ("even-drop", "even-pad",
+ * "none"; frames only, NULL for tar or before the first sample). */
+const char *scc_stream_partition(const scc_stream *s);
+/* The summary of a clean end (NULL before it). */
+const scc_summary *scc_stream_summary(const scc_stream *s);
+/* The stream's current URL (start= updated on resume); the token is not
+ * part of it. */
+const char *scc_stream_url(const scc_stream *s);
+/* Close the connection and free the stream (NULL is fine). */
+void scc_stream_close(scc_stream *s);
+
+/*
+ * One-shot GET of url (e.g. a job's status), body bounded by max_body
+ * bytes (SCC_ERR_LIMIT above it). On SCC_OK *body is a malloc'd,
+ * NUL-terminated copy (free()) of a 2xx answer's body and *len its length.
+ * HTTP errors map as for scc_stream_open; errmsg (errlen bytes, may be
+ * NULL) receives the detail.
+ */
+scc_code scc_http_get(const char *url, const char *token,
+                      uint32_t timeout_ms, size_t max_body, char **body,
+                      size_t *len, int *http_status, char *errmsg,
+                      size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SHARDCAST_CLIENT_H */

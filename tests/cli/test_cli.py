@@ -1,0 +1,337 @@
+"""Tests of the `shardcast` command (clients/c/cli_*.c) against the real
+shardcastd: every subcommand, its --help, its output and its exit codes for
+the errors users meet (unknown job, unreachable server, missing source, bad
+options, a failing stream, a verification failure)."""
+
+import functools
+import hashlib
+import http.server
+import io
+import json
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import tarfile
+import threading
+import urllib.request
+
+import pytest
+
+TIMEOUT = 60
+
+# Exit codes documented in `shardcast --help`.
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_NOTFOUND, EXIT_CONNECT, EXIT_STREAM, \
+    EXIT_VERIFY, EXIT_AUTH, EXIT_HTTP = range(9)
+
+
+def run(cli, *args, env=None, check_rc=None):
+    e = dict(os.environ)
+    e.pop("SHARDCAST_SERVER", None)
+    e.pop("SHARDCAST_TOKEN", None)
+    if env:
+        e.update(env)
+    p = subprocess.run([cli] + list(args), capture_output=True, timeout=TIMEOUT, env=e)
+    if check_rc is not None:
+        assert p.returncode == check_rc, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+    return p
+
+
+def dead_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def sample_hash(fields):
+    h = hashlib.sha256()
+    for name in sorted(fields):
+        h.update(name.encode() + b"\0" + struct.pack("<Q", len(fields[name])) + fields[name])
+    return h.hexdigest()
+
+
+def tar_samples(data):
+    """{key: (index, position, {field: bytes})} and the trailer name of a
+    shardcast tar stream."""
+    out, last = {}, None
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r|") as tf:
+        for m in tf:
+            last = m.name
+            if m.name.startswith("__shardcast_"):
+                continue
+            key = m.pax_headers.get("SHARDCAST.key")
+            body = tf.extractfile(m).read()
+            if key is not None:
+                cur = out.setdefault(key, (int(m.pax_headers["SHARDCAST.index"]),
+                                           int(m.pax_headers["SHARDCAST.position"]), {}))
+            ext = m.name.rsplit("/", 1)[-1].split(".", 1)[1]
+            cur[2][ext] = body
+    return out, last
+
+
+# --------------------------------------------------------------------------
+# help and usage
+
+
+def test_help_lists_commands_and_exit_codes(cli):
+    p = run(cli, "--help", check_rc=EXIT_OK)
+    text = p.stdout.decode()
+    for word in ("ls SOURCE", "cat", "stat", "bench", "Exit codes", "SHARDCAST_SERVER"):
+        assert word in text
+    for code in range(9):
+        assert "\n  %d  " % code in text
+
+
+@pytest.mark.parametrize("cmd", ["ls", "cat", "stat", "bench"])
+def test_every_command_has_help(cli, cmd):
+    p = run(cli, cmd, "--help", check_rc=EXIT_OK)
+    assert p.stdout.decode().startswith("usage: shardcast %s" % cmd)
+
+
+def test_usage_errors(cli):
+    assert run(cli).returncode == EXIT_USAGE
+    p = run(cli, "frobnicate", check_rc=EXIT_USAGE)
+    assert b"unknown command" in p.stderr
+    run(cli, "ls", check_rc=EXIT_USAGE)
+    run(cli, "ls", "--bogus", "x", check_rc=EXIT_USAGE)
+    p = run(cli, "cat", "--job", "train", check_rc=EXIT_USAGE)
+    assert b"no server" in p.stderr
+    p = run(cli, "cat", "--server", "http://127.0.0.1:1", "--job", "t", "--rank", "4",
+            "--world", "4", check_rc=EXIT_USAGE)
+    assert b"--rank must be below --world" in p.stderr
+    run(cli, "cat", "--server", "http://127.0.0.1:1", "--job", "t", "--format", "zip",
+        check_rc=EXIT_USAGE)
+    run(cli, "bench", "--server", "http://127.0.0.1:1", "--job", "t", "-n", "0",
+        check_rc=EXIT_USAGE)
+    run(cli, "stat", check_rc=EXIT_USAGE)
+
+
+# --------------------------------------------------------------------------
+# ls
+
+
+def test_ls_local(cli, cli_wds):
+    p = run(cli, "ls", cli_wds.path, check_rc=EXIT_OK)
+    lines = p.stdout.decode().splitlines()
+    shards = cli_wds.manifest["shards"]
+    assert lines[0].split() == ["SIZE", "URL"]
+    rows = [l.split() for l in lines[1:-1]]
+    assert [os.path.basename(r[1]) for r in rows] == [s["file"] for s in shards]
+    assert [int(r[0]) for r in rows] == [s["bytes"] for s in shards]
+    assert lines[-1].startswith("%d shards, " % len(shards))
+
+
+def test_ls_count_and_json(cli, cli_wds):
+    p = run(cli, "ls", "--count", cli_wds.path, check_rc=EXIT_OK)
+    lines = p.stdout.decode().splitlines()
+    assert lines[0].split() == ["SIZE", "SAMPLES", "URL"]
+    assert all(int(l.split()[1]) == 21 for l in lines[1:-1])
+    assert lines[-1].endswith(", %d samples" % cli_wds.total)
+    p = run(cli, "ls", "--count", "--json", cli_wds.path, check_rc=EXIT_OK)
+    doc = json.loads(p.stdout)
+    assert doc["count"] == 5 and doc["total_samples"] == cli_wds.total
+    assert doc["total_size"] == sum(s["bytes"] for s in cli_wds.manifest["shards"])
+
+
+def test_ls_brace_pattern_and_missing(cli, cli_wds, tmp_path):
+    pat = os.path.join(cli_wds.path, "train-{000001..000002}.tar")
+    p = run(cli, "ls", pat, check_rc=EXIT_OK)
+    assert p.stdout.decode().count("train-00000") == 2
+    p = run(cli, "ls", str(tmp_path / "nothing-here"), check_rc=EXIT_NOTFOUND)
+    assert b"nothing-here" in p.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    p = run(cli, "ls", str(empty))
+    assert p.returncode in (EXIT_OK, EXIT_NOTFOUND)
+    if p.returncode == EXIT_OK:
+        assert p.stdout.decode().splitlines()[-1].startswith("0 shards")
+
+
+def test_ls_http(cli, cli_wds):
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+    handler = functools.partial(Quiet, directory=cli_wds.path)
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    t = threading.Thread(target=httpd.serve_forever, daemon=True)
+    t.start()
+    try:
+        url = "http://127.0.0.1:%d/train-{000000..000004}.tar" % httpd.server_address[1]
+        p = run(cli, "ls", "--count", url, check_rc=EXIT_OK)
+        lines = p.stdout.decode().splitlines()
+        assert len(lines) == 7
+        assert lines[-1].endswith(", %d samples" % cli_wds.total)
+        # A brace pattern over http is not listed, so sizes are unknown
+        # ("-") until a shard is read; --count reads them and reports the
+        # missing one.
+        bad = "http://127.0.0.1:%d/missing-{0..1}.tar" % httpd.server_address[1]
+        p = run(cli, "ls", bad, check_rc=EXIT_OK)
+        assert p.stdout.decode().splitlines()[1].split()[0] == "-"
+        p = run(cli, "ls", "--count", bad, check_rc=EXIT_NOTFOUND)
+        assert b"missing-0.tar" in p.stderr
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+# --------------------------------------------------------------------------
+# cat
+
+
+def raw_stream(server, query):
+    with urllib.request.urlopen(server.url + "/v1/jobs/train/epochs/0/stream?" + query,
+                                timeout=TIMEOUT) as r:
+        return r.read()
+
+
+def test_cat_tar_matches_server_and_frames_converts(cli, cli_server, cli_wds, tmp_path):
+    raw = raw_stream(cli_server, "rank=1&world=4")
+    out_tar, out_fr = tmp_path / "a.tar", tmp_path / "b.tar"
+    args = ["--server", cli_server.url, "--job", "train", "--rank", "1", "--world", "4"]
+    p = run(cli, "cat", *args, "-o", str(out_tar), check_rc=EXIT_OK)
+    assert b"status=ok" in p.stderr
+    run(cli, "cat", *args, "--format", "frames", "-o", str(out_fr), check_rc=EXIT_OK)
+    # The command re-encodes with the server's own tar encoder: same bytes.
+    assert out_tar.read_bytes() == raw
+    assert out_fr.read_bytes() == raw
+    samples, last = tar_samples(raw)
+    assert last == "__shardcast_end__"
+    assert len(samples) == cli_wds.total // 4
+    for key, (index, position, fields) in samples.items():
+        assert index % 4 == 1
+        assert sample_hash(fields) == cli_wds.by_key[key]["hash"]
+
+
+def test_cat_stdout_url_start_and_fields(cli, cli_server):
+    url = cli_server.url + "/v1/jobs/train/epochs/0/stream?rank=0&world=2&start=10"
+    p = run(cli, "cat", "-q", url, check_rc=EXIT_OK)
+    assert p.stderr == b""
+    samples, last = tar_samples(p.stdout)
+    assert last == "__shardcast_end__"
+    assert sorted(s[1] for s in samples.values()) == list(range(10, 10 + len(samples)))
+    assert len(samples) == 105 // 2 - 10
+    p = run(cli, "cat", "--server", cli_server.url, "--job", "train", "--fields", "cls",
+            "--format", "frames", check_rc=EXIT_OK)
+    samples, _ = tar_samples(p.stdout)
+    assert len(samples) == 105
+    assert all(set(f) == {"cls"} for _, _, f in samples.values())
+
+
+def test_cat_errors(cli, cli_server):
+    p = run(cli, "cat", "--server", cli_server.url, "--job", "nope", check_rc=EXIT_NOTFOUND)
+    assert b"HTTP 404" in p.stderr and p.stdout == b""
+    p = run(cli, "cat", "--server", "http://127.0.0.1:%d" % dead_port(), "--job", "train",
+            check_rc=EXIT_CONNECT)
+    assert b"connect" in p.stderr
+    p = run(cli, "cat", "--server", cli_server.url, "--job", "train", "--world", "2",
+            "--start", "99999999999999999999", check_rc=EXIT_USAGE)
+
+
+def test_cat_stream_failure_is_reported(cli, cli_server_factory, cli_wds, tmp_path):
+    """A shard that is corrupt under on_error=fail: the stream ends with the
+    server's error, the command exits 5 and its output is a tar stream that
+    ends with __shardcast_error__ and no end-of-archive blocks."""
+    d = tmp_path / "bad"
+    d.mkdir()
+    for s in cli_wds.manifest["shards"][:3]:
+        shutil.copy(os.path.join(cli_wds.path, s["file"]), d / s["file"])
+    (d / "train-000003.tar").write_bytes(b"this is not a tar archive" * 100)
+    server = cli_server_factory(str(d), extra=["--on-error", "fail"])
+    for fmt in ("tar", "frames"):
+        out = tmp_path / ("out-%s.tar" % fmt)
+        p = run(cli, "cat", "--server", server.url, "--job", "train", "--format", fmt,
+                "--reconnects", "0", "-o", str(out), check_rc=EXIT_STREAM)
+        assert b"server error" in p.stderr and b"train-000003.tar" in p.stderr
+        data = out.read_bytes()
+        assert b"__shardcast_error__" in data
+        assert b"__shardcast_end__" not in data
+        # No end-of-archive blocks after the error member's data.
+        assert data.rindex(b"__shardcast_error__") > len(data) - 2048
+        assert not data.endswith(b"\0" * 1024)
+
+
+# --------------------------------------------------------------------------
+# stat
+
+
+def test_stat_job_and_list(cli, cli_server):
+    run(cli, "cat", "-q", "--server", cli_server.url, "--job", "train", "--world", "2",
+        check_rc=EXIT_OK)
+    p = run(cli, "stat", "--server", cli_server.url, "train", check_rc=EXIT_OK)
+    text = p.stdout.decode()
+    lines = {l.split(None, 1)[0]: l for l in text.splitlines() if l.strip()}
+    assert lines["job"].split()[1] == "train"
+    assert lines["shards"].split()[1] == "5"
+    assert "EPOCH" in lines
+    assert "throughput" in lines and "samples/s" in lines["throughput"]
+    p = run(cli, "stat", "--json", "--server", cli_server.url, "--job", "train",
+            check_rc=EXIT_OK)
+    assert json.loads(p.stdout)["name"] == "train"
+    p = run(cli, "stat", env={"SHARDCAST_SERVER": cli_server.url}, check_rc=EXIT_OK)
+    rows = p.stdout.decode().splitlines()
+    assert rows[0].split()[:2] == ["JOB", "STATE"]
+    assert rows[1].split()[0] == "train"
+
+
+def test_stat_errors(cli, cli_server):
+    p = run(cli, "stat", "--server", cli_server.url, "nope", check_rc=EXIT_NOTFOUND)
+    assert b"HTTP 404" in p.stderr
+    run(cli, "stat", "--server", "http://127.0.0.1:%d" % dead_port(), "train",
+        check_rc=EXIT_CONNECT)
+
+
+# --------------------------------------------------------------------------
+# bench
+
+
+def test_bench_verify(cli, cli_server, cli_wds):
+    manifest = os.path.join(cli_wds.path, "manifest.json")
+    p = run(cli, "bench", "--server", cli_server.url, "--job", "train", "-n", "4",
+            "--epoch", "1", "--verify", manifest, check_rc=EXIT_OK)
+    text = p.stdout.decode()
+    assert "throughput" in text and "first sample" in text and "per consumer" in text
+    assert "verify           ok: 0 unknown, 0 hash mismatches, 1 missing (expected 1)" in text
+    p = run(cli, "bench", "--server", cli_server.url, "--job", "train", "-n", "3",
+            "--format", "tar", "--epoch", "2", "--json", "--verify", manifest,
+            check_rc=EXIT_OK)
+    doc = json.loads(p.stdout)
+    assert doc["consumers"] == 3 and doc["samples"] == cli_wds.total // 3 * 3
+    assert doc["verify"]["ok"] and doc["verify"]["union_checked"]
+    assert doc["verify"]["duplicates"] == 0 and doc["verify"]["missing"] == cli_wds.total % 3
+    assert doc["per_consumer"]["samples"]["min"] == doc["per_consumer"]["samples"]["max"] == 35
+    assert doc["ttfs_s"]["min"] > 0 and doc["samples_per_s"] > 0
+    assert len(doc["consumers_detail"]) == 3
+
+
+def test_bench_verify_detects_wrong_content(cli, cli_server, cli_wds, tmp_path):
+    m = json.loads(open(os.path.join(cli_wds.path, "manifest.json")).read())
+    m["samples"][0]["hash"] = "0" * 64
+    del m["samples"][1]
+    bad = tmp_path / "manifest.json"
+    bad.write_text(json.dumps(m))
+    p = run(cli, "bench", "--server", cli_server.url, "--job", "train", "-n", "1",
+            "--verify", str(bad), check_rc=EXIT_VERIFY)
+    text = p.stdout.decode()
+    assert "FAILED" in text and "1 unknown" in text and "1 hash mismatches" in text
+    assert "content hash differs" in text and "not in the manifest" in text
+
+
+def test_bench_errors(cli, cli_server, tmp_path):
+    p = run(cli, "bench", "--server", cli_server.url, "--job", "nope", "-n", "2",
+            check_rc=EXIT_NOTFOUND)
+    assert b"rank 0" in p.stderr and b"HTTP 404" in p.stderr
+    run(cli, "bench", "--server", "http://127.0.0.1:%d" % dead_port(), "--job", "train",
+        check_rc=EXIT_CONNECT)
+    notjson = tmp_path / "m.json"
+    notjson.write_text("[1, 2")
+    run(cli, "bench", "--server", cli_server.url, "--job", "train", "--verify",
+        str(notjson), check_rc=EXIT_USAGE)
+    # Progress on a non-terminal stderr is plain key=value lines (or none
+    # for a run shorter than --interval); never terminal escapes.
+    p = run(cli, "bench", "--server", cli_server.url, "--job", "train", "-n", "2",
+            "--interval", "1", "--limit", "5", check_rc=EXIT_OK)
+    assert b"\033[" not in p.stderr
