@@ -25,11 +25,14 @@ def main(argv=None):
     ap.add_argument("--job", required=True)
     ap.add_argument("--epoch", type=int, default=0)
     ap.add_argument("--workers", type=int, default=4, help="DataLoader workers (consumers)")
+    ap.add_argument("--format", choices=("frames", "tar"), default="frames",
+                    help="wire format (default: frames)")
     ap.add_argument("--show", type=int, default=5, help="sample keys to print")
     ap.add_argument("--expect", type=int, default=None, help="exact sample count expected")
     args = ap.parse_args(argv)
 
-    ds = ShardcastDataset(args.url, args.job, rank=0, world=1, epoch=args.epoch)
+    ds = ShardcastDataset(args.url, args.job, rank=0, world=1, epoch=args.epoch,
+                          format=args.format)
     loader = torch.utils.data.DataLoader(ds, num_workers=args.workers, batch_size=None)
     count = nbytes = 0
     t0 = time.monotonic()
@@ -49,8 +52,8 @@ def main(argv=None):
         return 1
     dt = max(time.monotonic() - t0, 1e-9)
     print("epoch %d: %d samples, %.1f MB in %.2f s: %.0f samples/s, %.1f MB/s "
-          "(%d workers)" % (args.epoch, count, nbytes / 1e6, dt, count / dt,
-                             nbytes / 1e6 / dt, args.workers))
+          "(%d workers, format %s)" % (args.epoch, count, nbytes / 1e6, dt, count / dt,
+                                        nbytes / 1e6 / dt, args.workers, args.format))
     if args.expect is not None and count != args.expect:
         print("demo: expected %d samples, got %d" % (args.expect, count), file=sys.stderr)
         return 1

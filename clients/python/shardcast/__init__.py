@@ -4,22 +4,41 @@
     ds = ShardcastDataset("http://127.0.0.1:8080", "train")
     loader = torch.utils.data.DataLoader(ds, num_workers=4, batch_size=None)
 
-Standard library only (http.client, tarfile); torch is optional.
+Standard library only (http.client, struct, tarfile); torch, numpy and
+Pillow are optional.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
-from .errors import (ShardcastConnectionError, ShardcastError,  # noqa: E402
-                     ShardcastHTTPError, ShardcastIncompleteError,
+from .errors import (ShardcastConnectionError, ShardcastDecodeError,  # noqa: E402
+                     ShardcastError, ShardcastHTTPError, ShardcastIncompleteError,
                      ShardcastProtocolError, ShardcastStreamError)
 from .hashing import sample_hash  # noqa: E402
-from .stream import (END_MEMBER, ERROR_MEMBER, StreamReader,  # noqa: E402
-                     iter_stream, open_raw, stream_url)
+from .stream import (END_MEMBER, ERROR_MEMBER, FORMATS, FRAMES_CONTENT_TYPE,  # noqa: E402
+                     TAR_CONTENT_TYPE, StreamReader, iter_stream, open_raw, stream_url)
+from .frames import FramesReader  # noqa: E402
+from .decode import Decoder, default_decoders  # noqa: E402
+from .state import global_cursor, loader_positions, merge_state_dicts  # noqa: E402
 from .dataset import ShardcastDataset  # noqa: E402
+from .topology import Route, Topology  # noqa: E402
+
+
+def open_stream(url, **kwargs):
+    """A reader for one stream URL: FramesReader when the URL asks for
+    format=frames, else StreamReader (tar)."""
+    import urllib.parse
+    q = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)
+    if q.get("format", ["tar"])[-1] == "frames":
+        return FramesReader(url, **kwargs)
+    return StreamReader(url, **kwargs)
+
 
 __all__ = [
-    "ShardcastDataset", "StreamReader", "iter_stream", "open_raw", "stream_url",
-    "sample_hash", "END_MEMBER", "ERROR_MEMBER", "ShardcastError",
+    "ShardcastDataset", "Topology", "Route", "StreamReader", "FramesReader", "open_stream", "iter_stream",
+    "open_raw", "stream_url", "sample_hash", "Decoder", "default_decoders",
+    "global_cursor", "loader_positions", "merge_state_dicts", "END_MEMBER", "ERROR_MEMBER",
+    "FORMATS", "FRAMES_CONTENT_TYPE", "TAR_CONTENT_TYPE", "ShardcastError",
     "ShardcastConnectionError", "ShardcastHTTPError", "ShardcastStreamError",
-    "ShardcastIncompleteError", "ShardcastProtocolError", "__version__",
+    "ShardcastIncompleteError", "ShardcastProtocolError", "ShardcastDecodeError",
+    "__version__",
 ]

@@ -1,26 +1,46 @@
 """ShardcastDataset: a PyTorch IterableDataset over a shardcast job.
 
 Each DataLoader worker of each rank is one shardcast consumer: consumer
-index c = rank * num_workers + worker_id out of W = world * num_workers, and
-it streams its share of the epoch (the samples at global positions i with
-i mod W == c) over its own HTTP connection. The server does the shuffling;
-the order is a pure function of (dataset, seed, epoch), so the same epoch,
-rank, world and number of workers give the same samples in the same order.
+index c = rank * num_workers + (the consumer its worker serves) out of
+W = world * num_workers, and it streams its share of the epoch (the samples
+at global positions G0 + c + W*p) over its own HTTP connection. The server
+does the shuffling; the order is a pure function of (dataset, seed, epoch),
+so the same epoch, rank, world and number of workers give the same samples
+in the same order.
+
+Threading: a dataset object is configured in the main process and copied
+into each DataLoader worker; each copy iterates in one thread. Progress
+(for state_dict()) is recorded in the copy that iterates.
 
 torch is optional: without it ShardcastDataset is a plain iterable that acts
 as consumer rank of world (one worker).
 """
 
 import os
+import random
+import time
 
-from .stream import StreamReader, normalize_fields, stream_url
+from .decode import make_decoder
+from .errors import (ShardcastConnectionError, ShardcastError, ShardcastHTTPError,
+                     ShardcastIncompleteError)
+from .frames import FramesReader
+from .state import (global_cursor, loader_positions, make_state, normalize_state,
+                    worker_order)
+from .stream import FORMATS, StreamReader, normalize_fields, stream_url
+from .topology import Topology
 
 try:  # torch is optional
     import torch.utils.data as _tud
     _Base = _tud.IterableDataset
-except ImportError:  # pragma: no cover - exercised only without torch
+except ImportError:
     _tud = None
     _Base = object
+
+# HTTP statuses worth another attempt: the server or a proxy in front of it
+# is overloaded or restarting. Every other status is final.
+RETRY_STATUSES = (502, 503, 504)
+# Upper bound of the pause between two attempts, seconds.
+MAX_BACKOFF = 30.0
 
 
 def _env_int(name):
@@ -44,6 +64,22 @@ def _distributed_rank_world():
     return None
 
 
+def _worker_info():
+    """(worker id, number of workers) inside a DataLoader worker, else None."""
+    if _tud is None:
+        return None
+    info = _tud.get_worker_info()
+    if info is None:
+        return None
+    return info.id, info.num_workers
+
+
+def _retryable(err):
+    if isinstance(err, (ShardcastIncompleteError, ShardcastConnectionError)):
+        return True
+    return isinstance(err, ShardcastHTTPError) and err.status in RETRY_STATUSES
+
+
 class ShardcastDataset(_Base):
     """Stream one epoch of a shardcast job per iteration.
 
@@ -54,18 +90,33 @@ class ShardcastDataset(_Base):
              come from torch.distributed (if initialised), else from the
              environment variables RANK / WORLD_SIZE, else 0 / 1
     fields   only these extensions are sent (list or "jpg,cls"); None: all
-    timeout  seconds any single socket operation may take
+    format   "frames" (default: compact, fast to parse) or "tar"
+    decode   False (fields stay bytes), True (the built-in decoders of
+             shardcast.default_decoders(): cls/txt/json/npy/images) or a
+             dict {extension: callable(bytes) or None} used as given
+    map      a callable applied to each (decoded) sample; what it returns
+             is what the iteration yields
+    timeout  seconds any single socket operation may take (connect, or a
+             wait for more data); a stalled stream counts as broken
+    retries  how many times in a row a broken connection is retried
+             (reconnect with start = the position reached, so no sample
+             is lost or delivered twice); the count restarts whenever a
+             sample arrives. 0: fail at the first break
+    backoff  seconds before the first retry; doubled on each further one
+             (with +-25% jitter, at most MAX_BACKOFF)
     epoch    the epoch to stream; change it with set_epoch() before each
              epoch (with persistent_workers=True the workers keep the value
              they were started with)
 
     Yields dicts {"__key__", "__shard__", "__index__", "__position__",
-    "<ext>": bytes, ...}; raises a ShardcastError subclass, naming the
-    server's reason, on any failure, and never ends quietly on a cut stream.
+    "<ext>": bytes or decoded value, ...} (or what map returns); raises a
+    ShardcastError subclass naming the server's reason on any failure, and
+    never ends quietly on a cut stream.
     """
 
-    def __init__(self, url, job, *, rank=None, world=None, fields=None, timeout=60,
-                 epoch=0):
+    def __init__(self, url, job, *, rank=None, world=None, fields=None, format="frames",
+                 decode=False, map=None, timeout=60, retries=5, backoff=0.25, epoch=0,
+                 topology=None, token=None):
         super().__init__()
         if not isinstance(job, str) or not job:
             raise ValueError("job must be a non-empty string")
@@ -73,18 +124,52 @@ class ShardcastDataset(_Base):
             raise ValueError("give both rank and world, or neither")
         if world is not None:
             _check_rank_world(rank, world)
+        if format not in FORMATS:
+            raise ValueError("format must be one of %s, not %r" % (FORMATS, format))
+        if map is not None and not callable(map):
+            raise TypeError("map must be callable")
+        if not isinstance(retries, int) or retries < 0:
+            raise ValueError("retries must be a non-negative int")
+        if backoff < 0 or timeout is None or timeout <= 0:
+            raise ValueError("timeout must be > 0 and backoff >= 0")
         self.url = url
+        # Scale-out: consumer c of W is served by replica c mod R (see
+        # topology.py); one replica unless SHARDCAST_URLS or
+        # SHARDCAST_URL_TEMPLATE + SHARDCAST_REPLICAS say otherwise.
+        self.topology = topology if topology is not None else \
+            Topology.from_env(url, os.environ)
+        # Bearer token for a server started with a consumer token.
+        self.token = token if token is not None else os.environ.get("SHARDCAST_TOKEN")
         self.job = job
         self.rank = rank
         self.world = world
         self.fields = normalize_fields(fields) if fields is not None else None
+        self.format = format
+        self.decode = decode
+        self._decoder = make_decoder(decode)
+        self.map = map
         self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.epoch = 0
+        self._resume = None      # normalized state loaded by load_state_dict
+        self._progress = None    # (consumer, world, global_start, position) of this copy
+        self._items = None       # items yielded by this copy's current iteration
+        self.reconnects = 0      # connections re-opened after a break (this copy)
         self.set_epoch(epoch)
 
+    # -- configuration ---------------------------------------------------
+
     def set_epoch(self, epoch):
-        """Select the epoch the next iteration streams."""
+        """Select the epoch the next iteration streams. A resume state loaded
+        for another epoch is dropped (a new epoch starts at its beginning)."""
         if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
             raise ValueError("epoch must be a non-negative int, not %r" % (epoch,))
+        if epoch != self.epoch:
+            self._progress = None
+            self._items = None
+            if self._resume is not None and self._resume["epoch"] != epoch:
+                self._resume = None
         self.epoch = epoch
 
     def rank_world(self):
@@ -100,28 +185,209 @@ class ShardcastDataset(_Base):
         _check_rank_world(*rw)
         return rw
 
+    def _plan(self, worker=None):
+        """(consumer, W, start, global_start) this process streams.
+        worker: (id, num_workers) of the DataLoader worker, or None."""
+        rank, world = self.rank_world()
+        wid, k = worker if worker is not None else (0, 1)
+        big_w = world * k
+        st = self._resume
+        if st is None or st["epoch"] != self.epoch:
+            return rank * k + wid, big_w, 0, 0
+        wk = st.get("worker")
+        if wk is not None:
+            # A state saved by one DataLoader worker (StatefulDataLoader hands
+            # each worker the state it saved): serve the same consumer.
+            if worker is None or wk["id"] != wid or wk["num_workers"] != k \
+                    or st["world"] != big_w:
+                raise ValueError(
+                    "this state was saved by DataLoader worker %d of %d (consumer %d of %d) "
+                    "and can only be loaded into that worker of the same topology; merge "
+                    "the workers' states with shardcast.merge_state_dicts to load them in "
+                    "the main process or to resume with another number of consumers"
+                    % (wk["id"], wk["num_workers"], wk["consumer"], st["world"]))
+            c = wk["consumer"]
+            return c, big_w, st["positions"][c], st["global_start"]
+        if st["world"] != big_w:
+            # Elastic: the delivered set must be a prefix of the epoch.
+            g = global_cursor(st["world"], st["global_start"], st["positions"])
+            return rank * k + wid, big_w, 0, g
+        starts = self._starts(st, rank, k)
+        c = rank * k + worker_order(starts)[wid]
+        return c, big_w, starts[c - rank * k], st["global_start"]
+
+    @staticmethod
+    def _starts(st, rank, k):
+        base = rank * k
+        try:
+            return [st["positions"][base + i] for i in range(k)]
+        except KeyError as e:
+            raise ValueError("the resume state has no position for consumer %s of this "
+                             "rank (positions known: %s)"
+                             % (e.args[0], sorted(st["positions"])[:16])) from None
+
     def consumer(self):
         """(consumer index, number of consumers) of the calling process:
-        rank * num_workers + worker_id of world * num_workers."""
-        rank, world = self.rank_world()
-        worker_id, num_workers = 0, 1
-        if _tud is not None:
-            info = _tud.get_worker_info()
-            if info is not None:
-                worker_id, num_workers = info.id, info.num_workers
-        return rank * num_workers + worker_id, world * num_workers
+        rank * num_workers + the consumer its worker serves, of
+        world * num_workers."""
+        c, w, _, _ = self._plan(_worker_info())
+        return c, w
 
-    def stream_url(self):
+    def stream_url(self, start=None, global_start=None):
         """The stream URL this process's iteration would fetch."""
-        c, w = self.consumer()
-        return stream_url(self.url, self.job, self.epoch, c, w, fields=self.fields)
+        c, w, s, g = self._plan(_worker_info())
+        s = s if start is None else start
+        g = g if global_start is None else global_start
+        return self._url(c, w, s, g)
+
+    def _url(self, c, w, start, gs):
+        r = self.topology.route(c, w)
+        if gs and len(self.topology.urls) > 1:
+            raise ValueError("elastic resume (a global cursor) is not supported "
+                             "across several replicas; resume with the same "
+                             "number of consumers instead")
+        return stream_url(r.url, self.job, self.epoch, r.local_rank, r.local_world,
+                          fields=self.fields, fmt=self.format, start=start or None,
+                          global_start=gs or None)
+
+    # -- iteration -------------------------------------------------------
 
     def __iter__(self):
-        reader = StreamReader(self.stream_url(), timeout=self.timeout)
-        return iter(reader)
+        worker = _worker_info()
+        c, w, start, gs = self._plan(worker)
+        self._progress = (c, w, gs, start)
+        self._items = 0
+        return self._iterate(c, w, start, gs)
+
+    def _open(self, c, w, start, gs):
+        url = self._url(c, w, start, gs)
+        headers = {"Authorization": "Bearer " + self.token} if self.token else None
+        if self.format == "frames":
+            return FramesReader(url, timeout=self.timeout, headers=headers)
+        return StreamReader(url, timeout=self.timeout, headers=headers)
+
+    def _iterate(self, c, w, start, gs):
+        position = start
+        failures = 0
+        decoder, fn = self._decoder, self.map
+        while True:
+            reader = self._open(c, w, position, gs)
+            try:
+                for sample in reader:
+                    # Record progress before handing the sample out: once the
+                    # caller has it, it counts as delivered.
+                    position = sample["__position__"] + 1
+                    failures = 0
+                    self._progress = (c, w, gs, position)
+                    self._items += 1
+                    if decoder is not None:
+                        sample = decoder(sample)
+                    yield fn(sample) if fn is not None else sample
+                return
+            except ShardcastError as e:
+                if not _retryable(e):
+                    raise
+                failures += 1
+                if failures > self.retries:
+                    if self.retries:
+                        e.args = ("%s (gave up after %d attempts)"
+                                  % (e.args[0] if e.args else e, failures),) + e.args[1:]
+                    raise
+                e.__traceback__ = None
+            finally:
+                reader.close()
+            self.reconnects += 1
+            delay = min(MAX_BACKOFF, self.backoff * (2 ** (failures - 1)))
+            time.sleep(delay * random.uniform(0.75, 1.25))
+
+    # -- resume state ------------------------------------------------------
+
+    def state_dict(self, consumed=None, *, loader=None, num_workers=None, batch_size=None):
+        """The resume state of the current epoch (see shardcast.state).
+
+        In a DataLoader worker, or in the process that iterates the dataset
+        itself (a plain loop, or num_workers=0 without arguments): the exact
+        position this copy's consumer has delivered. This is what torchdata's
+        StatefulDataLoader records per worker.
+
+        In the main process of a DataLoader with workers: pass consumed, the
+        number of items (batches, or samples with batch_size=None) the
+        training loop has taken from the DataLoader since its iteration
+        began, and the loader (or num_workers and batch_size). The positions
+        of every consumer of every rank follow from the DataLoader's in-order
+        round robin over its workers (shardcast.state.loader_positions); the
+        other ranks are assumed to have consumed the same count, as ranks of
+        a data-parallel job do in lockstep.
+        """
+        worker = _worker_info()
+        if worker is not None:
+            if self._progress is not None:
+                c, w, gs, pos = self._progress
+            else:  # this worker has not iterated yet: its plan, nothing consumed
+                c, w, pos, gs = self._plan(worker)
+            return make_state(self.job, self.epoch, w, gs, {c: pos},
+                              {"consumer": c, "id": worker[0], "num_workers": worker[1]})
+        if loader is not None:
+            num_workers, batch_size = loader.num_workers, loader.batch_size
+        own = None
+        if consumed is None:
+            if self._items is None or num_workers:
+                raise ValueError(
+                    "state_dict() in the main process needs consumed= (items the training "
+                    "loop took from the DataLoader) and loader= (or num_workers= and "
+                    "batch_size=): the DataLoader workers, not this object, iterate the "
+                    "dataset")
+            # This process iterated the dataset itself: one consumer, one
+            # sample per item; its own position is known exactly.
+            consumed, num_workers, batch_size = self._items, 0, None
+            own = self._progress
+        if not isinstance(consumed, int) or isinstance(consumed, bool) or consumed < 0:
+            raise ValueError("consumed must be a non-negative int, not %r" % (consumed,))
+        rank, world = self.rank_world()
+        k = max(1, num_workers or 0)
+        positions = {}
+        gs = 0
+        for r in range(world):
+            starts, gs = self._plan_start_for(r, k)
+            for i, p in enumerate(loader_positions(starts, consumed, num_workers or 0,
+                                                   batch_size)):
+                positions[r * k + i] = p
+        if own is not None:
+            positions[own[0]] = own[3]
+        return make_state(self.job, self.epoch, world * k, gs, positions)
+
+    def _plan_start_for(self, rank, k):
+        """(start positions of rank's k consumers in consumer order, the
+        global_start) for the current epoch and resume state."""
+        st = self._resume
+        if st is None or st["epoch"] != self.epoch:
+            return [0] * k, 0
+        if st["world"] != self.rank_world()[1] * k:
+            return [0] * k, global_cursor(st["world"], st["global_start"], st["positions"])
+        if st.get("worker") is not None:
+            raise ValueError("a worker's state cannot be extended in the main process; "
+                             "merge the workers' states with shardcast.merge_state_dicts")
+        return self._starts(st, rank, k), st["global_start"]
+
+    def load_state_dict(self, state):
+        """Resume from a state_dict(): selects its epoch, and the next
+        iteration of that epoch delivers exactly the samples the state had
+        not delivered yet. Raises ValueError for a state of another job or a
+        malformed one; a state that cannot serve the current number of
+        consumers is refused when the iteration (or consumer()) starts."""
+        st = normalize_state(state)
+        if st["job"] != self.job:
+            raise ValueError("the state is of job %r, this dataset streams %r"
+                             % (st["job"], self.job))
+        self._resume = None
+        self.set_epoch(st["epoch"])
+        self._resume = st
+        self._progress = None
+        self._items = None
 
     def __repr__(self):
-        return "ShardcastDataset(url=%r, job=%r, epoch=%d)" % (self.url, self.job, self.epoch)
+        return "ShardcastDataset(url=%r, job=%r, epoch=%d, format=%r)" % (
+            self.url, self.job, self.epoch, self.format)
 
 
 def _check_rank_world(rank, world):

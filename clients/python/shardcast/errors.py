@@ -48,3 +48,13 @@ class ShardcastProtocolError(ShardcastError):
     """The response is not a well-formed shardcast tar stream (bad member
     names, missing headers, a trailer that does not match what was sent,
     or a member over the client's size limit)."""
+
+
+class ShardcastDecodeError(ShardcastError, ValueError):
+    """A field decoder (decode=) failed. Attributes: key (the sample's key)
+    and field (the extension)."""
+
+    def __init__(self, message, *, key=None, field=None):
+        super().__init__(message)
+        self.key = key
+        self.field = field

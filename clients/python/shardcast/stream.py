@@ -10,8 +10,10 @@ member "__shardcast_error__" (JSON with a reason) followed by a closed
 connection. Before streaming, errors are 4xx/5xx with a body
 "error: <reason>\\n".
 
-This module only uses the standard library (http.client, tarfile). One
-StreamReader owns one HTTP connection and is used by one thread.
+The `frames` format is read by shardcast/frames.py; stream_url() and
+open_raw() here serve both formats. This module only uses the standard
+library (http.client, tarfile). One StreamReader owns one HTTP connection
+and is used by one thread.
 """
 
 import http.client
@@ -41,14 +43,22 @@ MAX_TAIL = 1 << 20
 # Width of the global-index directory in member names.
 INDEX_DIGITS = 12
 
+# Wire formats of the stream endpoint and their Content-Types.
+TAR_CONTENT_TYPE = "application/x-tar"
+FRAMES_CONTENT_TYPE = "application/x-shardcast-frames"
+FORMATS = ("frames", "tar")
+
 
 def stream_url(base_url, job, epoch, rank, world, *, start=None, fields=None,
-               fmt=None):
+               fmt=None, global_start=None):
     """Build the URL of consumer `rank` of `world` for one epoch of a job.
 
     base_url is the server's root (e.g. "http://127.0.0.1:8080", possibly
     with a path prefix); job is URL-quoted; fields is a list of extensions
-    or a comma-separated string; start is a resume position in the share.
+    or a comma-separated string; start is a resume position in the share;
+    fmt is "tar" or "frames" (None: the server's default, tar);
+    global_start is the global cursor an elastic resume deals from (the
+    share of consumer rank is then Y[global_start + rank + world * p]).
     """
     for name, v in (("epoch", epoch), ("rank", rank), ("world", world)):
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
@@ -60,7 +70,15 @@ def stream_url(base_url, job, epoch, rank, world, *, start=None, fields=None,
         if not isinstance(start, int) or start < 0:
             raise ValueError("start must be a non-negative int, not %r" % (start,))
         query.append(("start", str(start)))
+    if global_start is not None:
+        if not isinstance(global_start, int) or isinstance(global_start, bool) \
+                or global_start < 0:
+            raise ValueError("global_start must be a non-negative int, not %r"
+                             % (global_start,))
+        query.append(("global_start", str(global_start)))
     if fmt is not None:
+        if fmt not in FORMATS:
+            raise ValueError("format must be one of %s, not %r" % (FORMATS, fmt))
         query.append(("format", fmt))
     if fields is not None:
         query.append(("fields", ",".join(normalize_fields(fields))))
@@ -89,14 +107,17 @@ def _error_line(body):
     return first[:200] or None
 
 
-def open_raw(url, *, timeout=60.0, headers=None):
+def open_raw(url, *, timeout=60.0, headers=None, content_type=TAR_CONTENT_TYPE):
     """GET a stream URL and return the http.client.HTTPResponse positioned
-    at the start of the tar body (e.g. for tarfile.open(fileobj=r, mode="r|")).
+    at the start of the body (for the tar format e.g. for
+    tarfile.open(fileobj=r, mode="r|")).
 
     Raises ShardcastConnectionError when the server cannot be reached and
     ShardcastHTTPError (with the server's reason) on any status but 200.
     The caller closes the response (closing it closes the connection).
     timeout bounds each socket operation, not the whole stream.
+    content_type is the Content-Type the body must have (TAR_CONTENT_TYPE
+    or FRAMES_CONTENT_TYPE); any other raises ShardcastProtocolError.
     """
     parts = urllib.parse.urlsplit(url)
     if parts.scheme == "http":
@@ -110,7 +131,7 @@ def open_raw(url, *, timeout=60.0, headers=None):
     path = parts.path or "/"
     if parts.query:
         path += "?" + parts.query
-    hdrs = {"Accept": "application/x-tar",
+    hdrs = {"Accept": content_type,
             "User-Agent": "shardcast-python/%s" % __version__}
     if headers:
         hdrs.update(headers)
@@ -135,11 +156,11 @@ def open_raw(url, *, timeout=60.0, headers=None):
                                  % (resp.status, url, reason),
                                  status=resp.status, reason=reason, url=url)
     ctype = resp.getheader("Content-Type", "")
-    if ctype.split(";")[0].strip() != "application/x-tar":
+    if ctype.split(";")[0].strip() != content_type:
         resp.close()
         conn.close()
-        raise ShardcastProtocolError("%s: expected Content-Type application/x-tar, got %r"
-                                     % (url, ctype))
+        raise ShardcastProtocolError("%s: expected Content-Type %s, got %r"
+                                     % (url, content_type, ctype))
     # The response holds its own reference to the socket; closing the
     # response closes the connection.
     return resp
@@ -214,7 +235,13 @@ class StreamReader:
         self.trailer = None
         self.samples_received = 0
         self._resp = None
+        self._body = None
         self._used = False
+
+    @property
+    def bytes_read(self):
+        """Body bytes read so far."""
+        return self._body.nread if self._body is not None else 0
 
     def close(self):
         """Close the connection (idempotent)."""
@@ -238,6 +265,7 @@ class StreamReader:
         try:
             self._resp = open_raw(self.url, timeout=self.timeout, headers=self.headers)
             body = _BodyReader(self._resp, self.url)
+            self._body = body
             try:
                 yield from self._parse(body)
             except tarfile.TarError as e:

@@ -259,7 +259,7 @@ def test_dataset_consumer_from_env(monkeypatch):
 
 def test_dataset_iterates(fake):
     fake.stream("j", build_stream(SAMPLES))
-    got = list(ShardcastDataset(fake.url, "j", rank=0, world=1))
+    got = list(ShardcastDataset(fake.url, "j", rank=0, world=1, format="tar"))
     assert [s["__key__"] for s in got] == [k for k, _, _ in SAMPLES]
 
 

@@ -1,0 +1,338 @@
+"""Reading the `frames` wire format (format=frames, version 1).
+
+The format, all integers little-endian:
+
+    stream  = b"SCF1" frame*
+    frame   = u8 type, u8 flags (0), u16 reserved (0), u32 payload length L,
+              L payload bytes
+    0x01 HEADER  (first frame, exactly once) UTF-8 JSON {"version": 1, "job",
+                 "epoch", "rank", "world", "start", "global_start",
+                 "partition", "fields"}
+    0x02 SHARD   u32 shard index, shard URL (rest of the payload, UTF-8);
+                 sent before the first SAMPLE that refers to the shard
+    0x03 SAMPLE  u64 global index, u64 position in the share, u32 shard
+                 index, u16 key length, u16 field count, key bytes, then per
+                 field: u16 name length, u32 data length, name, data
+    0x04 END     JSON {"status": "ok", "epoch", "rank", "world", "start",
+                 "samples", "position"}: the last frame of a complete share;
+                 the HTTP body then ends normally
+    0x05 ERROR   JSON {"status": "error", "reason"}: the last frame of a failed
+                 share; the connection is then closed
+    types >= 0x80 are extensions a reader skips; other unknown types are
+    errors. A body that ends without END or ERROR is a cut stream.
+
+The reader is built for throughput: the body is read in large pieces into
+one bytearray, frames are parsed in place with struct.unpack_from, and the
+only copies are the `bytes` objects handed to the caller (one per field).
+There is no per-byte Python loop. One FramesReader owns one HTTP connection
+and is used by one thread.
+"""
+
+import json
+import struct
+import urllib.parse
+
+from .errors import (ShardcastError, ShardcastIncompleteError, ShardcastProtocolError,
+                     ShardcastStreamError)
+from .stream import FRAMES_CONTENT_TYPE, _BodyReader, open_raw
+
+MAGIC = b"SCF1"
+VERSION = 1
+
+HEADER = 0x01
+SHARD = 0x02
+SAMPLE = 0x03
+END = 0x04
+ERROR = 0x05
+# Frame types from this value up are extensions: skipped, never an error.
+EXTENSION_MIN = 0x80
+
+# Largest payload length a reader accepts (the format's limit, 2^31 - 1): a
+# corrupt length can never make the reader buffer more than this.
+MAX_FRAME = (1 << 31) - 1
+# HEADER, END and ERROR are small JSON objects.
+MAX_JSON_FRAME = 64 * 1024
+# Distinct shards one stream may announce: bounds the shard-URL table even
+# against a server that announces shards without end.
+MAX_SHARDS = 1 << 22
+# Bytes asked of the connection per read: large reads keep the per-call
+# Python overhead small next to the bytes moved.
+READ_SIZE = 1 << 20
+# Bytes the reader reads after END looking for unexpected data.
+MAX_TAIL = 1 << 16
+
+_FRAME = struct.Struct("<BBHI")          # type, flags, reserved, length
+_SAMPLE = struct.Struct("<QQIHH")        # index, position, shard, key len, fields
+_FIELD = struct.Struct("<HI")            # name length, data length
+_U32 = struct.Struct("<I")
+_FRAME_SIZE = _FRAME.size
+_SAMPLE_SIZE = _SAMPLE.size
+_FIELD_SIZE = _FIELD.size
+
+_NAMES = {HEADER: "HEADER", SHARD: "SHARD", SAMPLE: "SAMPLE", END: "END", ERROR: "ERROR"}
+
+
+class FramesReader:
+    """Iterate over the samples of one stream URL requested with
+    format=frames (see stream_url(..., fmt="frames")).
+
+    Each sample is a dict {"__key__": original key, "__shard__": shard URL,
+    "__index__": global index (int), "__position__": position in the share
+    (int), "<ext>": bytes, ...} with the fields in shard order. Iteration
+    raises ShardcastHTTPError, ShardcastConnectionError,
+    ShardcastStreamError (an ERROR frame: the server's reason),
+    ShardcastIncompleteError (the body ended or broke before END) or
+    ShardcastProtocolError (malformed frames); it ends normally only after
+    END was read, checked against what arrived, and the body ended cleanly.
+
+    Attributes: header (the HEADER JSON, once read), trailer (the END JSON,
+    after a complete iteration), samples_received, position (the position
+    after the last sample received: where a resumed request would start),
+    bytes_read (body bytes, once the iteration has ended).
+    Iterable once; close() (or the context manager) drops the connection.
+    """
+
+    def __init__(self, url, *, timeout=60.0, headers=None, max_frame=MAX_FRAME,
+                 read_size=READ_SIZE):
+        if not 0 < max_frame <= MAX_FRAME:
+            raise ValueError("max_frame must be within 1..%d" % MAX_FRAME)
+        self.url = url
+        self.timeout = timeout
+        self.headers = headers
+        self.max_frame = max_frame
+        self.read_size = read_size
+        q = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)
+        self._expect = {}
+        for name in ("rank", "world", "start", "global_start"):
+            if name in q:
+                try:
+                    self._expect[name] = int(q[name][-1])
+                except ValueError:
+                    pass  # the server will reject the request itself
+        self.header = None
+        self.trailer = None
+        self.samples_received = 0
+        self.bytes_read = 0  # body bytes read, once the iteration has ended
+        self.position = self._expect.get("start", 0)
+        self._resp = None
+        self._used = False
+
+    def close(self):
+        """Close the connection (idempotent)."""
+        if self._resp is not None:
+            self._resp.close()
+            self._resp = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __iter__(self):
+        if self._used:
+            raise ShardcastError("a FramesReader can be iterated only once")
+        self._used = True
+        return self._samples()
+
+    # -- errors --------------------------------------------------------------
+
+    def _bad(self, what):
+        return ShardcastProtocolError("stream %s: %s" % (self.url, what))
+
+    def _cut(self, body, what):
+        if body.failure is not None:
+            return body.failure
+        return ShardcastIncompleteError(
+            "stream %s ended after %d bytes %s without an END frame: the share is "
+            "incomplete" % (self.url, body.nread, what))
+
+    # -- parsing -------------------------------------------------------------
+
+    def _samples(self):
+        try:
+            self._resp = open_raw(self.url, timeout=self.timeout, headers=self.headers,
+                                  content_type=FRAMES_CONTENT_TYPE)
+            body = _BodyReader(self._resp, self.url)
+            try:
+                yield from self._parse(body)
+            finally:
+                self.bytes_read = body.nread
+        finally:
+            self.close()
+
+    def _json(self, buf, p, end, ftype):
+        if end - p > MAX_JSON_FRAME:
+            raise self._bad("%s frame of %d bytes is over the limit of %d"
+                            % (_NAMES[ftype], end - p, MAX_JSON_FRAME))
+        try:
+            obj = json.loads(bytes(buf[p:end]).decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise self._bad("%s frame is not JSON: %r" % (_NAMES[ftype], bytes(buf[p:end][:200]))) \
+                from e
+        if not isinstance(obj, dict):
+            raise self._bad("%s frame is not a JSON object" % _NAMES[ftype])
+        return obj
+
+    def _check_header(self, h):
+        if h.get("version") != VERSION:
+            raise self._bad("unsupported frames version %r (this client reads %d)"
+                            % (h.get("version"), VERSION))
+        for name, want in self._expect.items():
+            got = h.get(name)
+            if got is not None and got != want:
+                raise self._bad("HEADER says %s=%r, the request asked for %r"
+                                % (name, got, want))
+        start = h.get("start", self.position)
+        if not isinstance(start, int) or start < 0:
+            raise self._bad("HEADER has a bad start %r" % (start,))
+        self.position = start
+
+    def _check_end(self, t):
+        if t.get("status") != "ok":
+            reason = str(t.get("reason", t.get("status")))
+            raise ShardcastStreamError("stream %s ended with status %r: %s"
+                                       % (self.url, t.get("status"), reason), reason=reason)
+        if t.get("samples") != self.samples_received:
+            raise self._bad("END says %r samples, received %d"
+                            % (t.get("samples"), self.samples_received))
+        if t.get("position") != self.position:
+            raise self._bad("END says position %r, the samples received end at %d"
+                            % (t.get("position"), self.position))
+
+    def _parse(self, body):
+        buf = bytearray()
+        pos = 0              # start of the first unparsed byte in buf
+        need = len(MAGIC)    # bytes that must be buffered from pos to go on
+        seen_magic = False
+        shards = {}          # shard index -> URL
+        max_frame = self.max_frame
+        unpack_frame = _FRAME.unpack_from
+        while True:
+            # Refill until `need` bytes are buffered. The buffer is compacted
+            # first, so it never holds more than one frame plus one read.
+            if len(buf) - pos < need:
+                if pos:
+                    del buf[:pos]
+                    pos = 0
+                while len(buf) < need:
+                    data = body.read(max(self.read_size, need - len(buf)))
+                    if not data:
+                        if self.header is None:
+                            raise self._cut(body, "before the HEADER frame")
+                        raise self._cut(body, "(%d samples)" % self.samples_received)
+                    buf += data
+            if not seen_magic:
+                if bytes(buf[:4]) != MAGIC:
+                    raise self._bad("does not start with the frames magic %r (got %r)"
+                                    % (MAGIC, bytes(buf[:4])))
+                seen_magic = True
+                pos = 4
+                need = _FRAME_SIZE
+                continue
+            ftype, flags, reserved, length = unpack_frame(buf, pos)
+            if length > max_frame:
+                raise self._bad("frame of type 0x%02x has length %d, over the limit of %d"
+                                % (ftype, length, max_frame))
+            if len(buf) - pos < _FRAME_SIZE + length:
+                need = _FRAME_SIZE + length
+                continue
+            p = pos + _FRAME_SIZE
+            end = p + length
+            pos = end
+            need = _FRAME_SIZE
+            if ftype >= EXTENSION_MIN:
+                continue
+            if flags or reserved:
+                raise self._bad("frame of type 0x%02x has flags %d / reserved %d (want 0)"
+                                % (ftype, flags, reserved))
+            if ftype == SAMPLE:
+                if self.header is None:
+                    raise self._bad("SAMPLE frame before the HEADER frame")
+                sample = self._sample(buf, p, end, shards)
+                self.samples_received += 1
+                self.position += 1
+                yield sample
+            elif ftype == SHARD:
+                if length < 4:
+                    raise self._bad("SHARD frame of %d bytes" % length)
+                (idx,) = _U32.unpack_from(buf, p)
+                if idx not in shards and len(shards) >= MAX_SHARDS:
+                    raise self._bad("more than %d shards announced" % MAX_SHARDS)
+                try:
+                    shards[idx] = bytes(buf[p + 4:end]).decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise self._bad("SHARD %d URL is not UTF-8" % idx) from e
+            elif ftype == HEADER:
+                if self.header is not None:
+                    raise self._bad("a second HEADER frame")
+                h = self._json(buf, p, end, ftype)
+                self._check_header(h)
+                self.header = h
+            elif ftype == END:
+                if self.header is None:
+                    raise self._bad("END frame before the HEADER frame")
+                t = self._json(buf, p, end, ftype)
+                self.trailer = t
+                self._check_end(t)
+                self._check_tail(body, len(buf) - pos)
+                return
+            elif ftype == ERROR:
+                info = self._json(buf, p, end, ftype)
+                reason = str(info.get("reason", "unspecified error"))
+                raise ShardcastStreamError("shardcast server aborted stream %s: %s"
+                                           % (self.url, reason), reason=reason)
+            else:
+                raise self._bad("unknown frame type 0x%02x" % ftype)
+            if self.header is None:
+                raise self._bad("the first frame is not a HEADER frame")
+
+    def _sample(self, buf, p, end, shards):
+        if end - p < _SAMPLE_SIZE:
+            raise self._bad("SAMPLE frame of %d bytes" % (end - p))
+        index, position, shard, klen, nfields = _SAMPLE.unpack_from(buf, p)
+        if position != self.position:
+            raise self._bad("SAMPLE at position %d, expected %d" % (position, self.position))
+        url = shards.get(shard)
+        if url is None:
+            raise self._bad("SAMPLE refers to shard %d before its SHARD frame" % shard)
+        o = p + _SAMPLE_SIZE
+        if o + klen > end:
+            raise self._bad("SAMPLE key runs past the frame")
+        unpack_field = _FIELD.unpack_from
+        # One view for the whole sample; released before the buffer can be
+        # resized again (a bytearray with exports cannot change size).
+        with memoryview(buf) as mv:
+            try:
+                key = str(mv[o:o + klen], "utf-8")
+            except UnicodeDecodeError as e:
+                raise self._bad("SAMPLE key is not UTF-8") from e
+            o += klen
+            sample = {"__key__": key, "__shard__": url, "__index__": index,
+                      "__position__": position}
+            for _ in range(nfields):
+                if o + _FIELD_SIZE > end:
+                    raise self._bad("SAMPLE %r: field header runs past the frame" % key)
+                nlen, dlen = unpack_field(buf, o)
+                o += _FIELD_SIZE
+                d = o + nlen
+                o = d + dlen
+                if o > end:
+                    raise self._bad("SAMPLE %r: field runs past the frame" % key)
+                try:
+                    name = str(mv[d - nlen:d], "utf-8")
+                except UnicodeDecodeError as e:
+                    raise self._bad("SAMPLE %r: field name is not UTF-8" % key) from e
+                if not name or name in sample:
+                    raise self._bad("SAMPLE %r: empty or repeated field %r" % (key, name))
+                sample[name] = bytes(mv[d:o])
+        if o != end:
+            raise self._bad("SAMPLE %r: %d bytes after the last field" % (key, end - o))
+        return sample
+
+    def _check_tail(self, body, buffered):
+        """After END the body must end: anything more means the END frame
+        itself may belong to a broken response."""
+        extra = buffered or len(body.read(MAX_TAIL))
+        if extra:
+            raise self._bad("%d bytes after the END frame" % extra)

@@ -1,0 +1,187 @@
+"""Resume state of a ShardcastDataset: what it is and how it is computed.
+
+A state records, for one epoch of one job, how far each consumer's share
+has been delivered:
+
+    {"shardcast_state": 1, "job": str, "epoch": E,
+     "world": W,                 # consumers of the run (ranks x workers)
+     "global_start": G0,         # global cursor the run's shares start from
+     "positions": {c: p, ...},   # consumer c has delivered positions 0..p-1
+     "worker": {"consumer": c, "id": i, "num_workers": K}}   # worker form only
+
+Consumer c of W with global cursor G0 receives the samples Y[G0 + c + W*p],
+p = 0, 1, ... of the epoch's global sequence Y, so position p of consumer
+c is exactly one sample, and a state is exactly the set of samples delivered.
+
+Two ways to resume from a state:
+  * same W: every consumer c reconnects with start=positions[c]
+    (and the same global_start): exactly the samples not yet delivered, the
+    same ones as the uninterrupted run would have delivered;
+  * another W (elastic): the delivered set must be a prefix Y[G0 .. G) of
+    the global sequence; the new run then starts every consumer at 0 with
+    global_start=G. This holds exactly when the positions, in consumer
+    order, are P+1 for consumers 0..j-1 and P for consumers j..W-1, and
+    then G = G0 + P*W + j (see global_cursor()). Any other state cannot be
+    resumed with a different W without delivering a sample twice or losing
+    one, and is refused with ValueError.
+
+Only plain data (ints, strs, dicts) is stored, so a state goes through
+torch.save, json and pickle alike; dict keys may come back as strings.
+"""
+
+STATE_VERSION = 1
+
+
+def _nonneg_int(name, v):
+    if isinstance(v, bool) or not isinstance(v, int):
+        try:
+            if isinstance(v, str) and v.strip().isdigit():
+                v = int(v)
+            else:
+                raise ValueError
+        except ValueError:
+            raise ValueError("shardcast state: %s must be a non-negative int, not %r"
+                             % (name, v)) from None
+    if v < 0:
+        raise ValueError("shardcast state: %s must be non-negative, not %d" % (name, v))
+    return v
+
+
+def make_state(job, epoch, world, global_start, positions, worker=None):
+    """A state dict (see the module doc) from its parts."""
+    st = {"shardcast_state": STATE_VERSION, "job": job, "epoch": epoch, "world": world,
+          "global_start": global_start, "positions": dict(positions)}
+    if worker is not None:
+        st["worker"] = dict(worker)
+    return st
+
+
+def normalize_state(state):
+    """A checked copy of a state dict with int keys and values; raises
+    ValueError naming what is wrong."""
+    if not isinstance(state, dict):
+        raise ValueError("shardcast state must be a dict, not %s" % type(state).__name__)
+    if state.get("shardcast_state") != STATE_VERSION:
+        raise ValueError("not a shardcast state of version %d: %r"
+                         % (STATE_VERSION, state.get("shardcast_state")))
+    job = state.get("job")
+    if not isinstance(job, str) or not job:
+        raise ValueError("shardcast state: job must be a non-empty string")
+    epoch = _nonneg_int("epoch", state.get("epoch"))
+    world = _nonneg_int("world", state.get("world"))
+    if world < 1:
+        raise ValueError("shardcast state: world must be >= 1")
+    gs = _nonneg_int("global_start", state.get("global_start", 0))
+    raw = state.get("positions")
+    if not isinstance(raw, dict):
+        raise ValueError("shardcast state: positions must be a dict {consumer: position}")
+    positions = {}
+    for c, p in raw.items():
+        c = _nonneg_int("consumer index", c)
+        if c >= world:
+            raise ValueError("shardcast state: consumer %d is not below world %d" % (c, world))
+        positions[c] = _nonneg_int("position of consumer %d" % c, p)
+    worker = state.get("worker")
+    if worker is not None:
+        if not isinstance(worker, dict):
+            raise ValueError("shardcast state: worker must be a dict")
+        worker = {k: _nonneg_int("worker." + k, worker.get(k))
+                  for k in ("consumer", "id", "num_workers")}
+        if worker["consumer"] not in positions:
+            raise ValueError("shardcast state: the worker's consumer has no position")
+    return make_state(job, epoch, world, gs, positions, worker)
+
+
+def worker_order(starts):
+    """The consumers (indices into starts) served by DataLoader workers 0, 1,
+    ... of one rank, given the positions its K consumers start from.
+
+    Consumers that start further ahead have fewer samples left, so they go
+    last: then the consumers' remaining counts never increase in worker
+    order, the DataLoader's in-order round robin over the workers runs out
+    on a suffix of the workers first, and the number of items it has
+    yielded determines each worker's progress exactly (loader_positions()).
+    Fresh epochs (all starts equal) use the identity order."""
+    return sorted(range(len(starts)), key=lambda i: (starts[i], i))
+
+
+def loader_positions(starts, consumed, num_workers, batch_size):
+    """Positions reached by the K consumers of one rank after the training
+    loop took `consumed` items from a DataLoader over them.
+
+    starts: the K consumers' start positions, in consumer order; workers
+    serve them in worker_order(starts). num_workers: the DataLoader's
+    (0 counts as one: the main process iterates). batch_size: samples per
+    item (None: 1). The in-order DataLoader hands out items round robin,
+    worker 0, 1, ..., K-1, 0, ...; worker w's k-th item holds its samples
+    k*B .. k*B + B - 1. Returns the positions in consumer order.
+
+    Exact when the consumers' shares have equal length (the even-drop and
+    even-pad partitions), whatever the starts; a position past the end of
+    a share (after a short last batch) means that share is complete."""
+    k = max(1, num_workers)
+    b = batch_size or 1
+    if len(starts) != k:
+        raise ValueError("need one start per worker (%d), got %d" % (k, len(starts)))
+    if consumed < 0:
+        raise ValueError("consumed must be >= 0, not %d" % consumed)
+    out = list(starts)
+    for w, c in enumerate(worker_order(starts)):
+        items = (consumed - w + k - 1) // k if consumed > w else 0
+        out[c] = starts[c] + items * b
+    return out
+
+
+def global_cursor(world, global_start, positions):
+    """The global cursor G such that the samples delivered by consumers
+    0..world-1 at these positions are exactly Y[global_start .. G).
+
+    positions: a dict {consumer: position} or a list, for every consumer.
+    Raises ValueError when a consumer is missing, or when the delivered
+    set is not a prefix of the global sequence (see the module doc)."""
+    if isinstance(positions, dict):
+        missing = [c for c in range(world) if c not in positions]
+        if missing:
+            raise ValueError(
+                "a resume with a different number of consumers needs the positions of "
+                "all %d consumers; missing %s (merge the states of every rank and worker "
+                "with shardcast.merge_state_dicts)" % (world, missing[:8]))
+        positions = [positions[c] for c in range(world)]
+    if len(positions) != world:
+        raise ValueError("need %d positions, got %d" % (world, len(positions)))
+    low = min(positions)
+    ahead = sum(1 for p in positions if p == low + 1)
+    if any(p not in (low, low + 1) for p in positions) or \
+            any(p != low + 1 for p in positions[:ahead]):
+        raise ValueError(
+            "cannot resume with a different number of consumers from positions %s: the "
+            "samples delivered are not a prefix of the epoch (that needs positions P+1 for "
+            "consumers 0..j-1 and P for the rest). Resume with the same number of ranks "
+            "and workers, or checkpoint when the number of items consumed is a multiple "
+            "of num_workers (batch_size=None: any count works with one rank)"
+            % (positions[:16],))
+    return global_start + low * world + ahead
+
+
+def merge_state_dicts(states):
+    """One state with the positions of every consumer, from the states of
+    the workers (StatefulDataLoader's per-worker dataset states) or ranks of
+    one run. All must be of the same job, epoch, world and global_start;
+    the result is in main-process form (no "worker" entry)."""
+    states = [normalize_state(s) for s in states]
+    if not states:
+        raise ValueError("no states to merge")
+    first = states[0]
+    positions = {}
+    for s in states:
+        for k in ("job", "epoch", "world", "global_start"):
+            if s[k] != first[k]:
+                raise ValueError("cannot merge states with different %s (%r, %r)"
+                                 % (k, first[k], s[k]))
+        for c, p in s["positions"].items():
+            if positions.get(c, p) != p:
+                raise ValueError("states disagree on consumer %d (%d, %d)"
+                                 % (c, positions[c], p))
+            positions[c] = p
+    return make_state(first["job"], first["epoch"], first["world"], first["global_start"],
+                      positions)
