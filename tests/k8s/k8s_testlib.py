@@ -1,0 +1,196 @@
+"""Helpers of the Kubernetes tests (tests/k8s): rendering the kustomizations
+with `kubectl kustomize`, the memory budget rule of the manifests, and
+shardcastd replicas started through the image's entrypoint on loopback.
+The module name is unique so it cannot clash with other test helpers."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import urllib.request
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+K8S = os.path.join(REPO, "k8s")
+ENTRYPOINT = os.path.join(K8S, "image", "entrypoint.sh")
+for p in (os.path.join(REPO, "clients", "python"), os.path.join(REPO, "tests", "integration")):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+# Every kustomization that must render (base, overlays, examples).
+KUSTOMIZATIONS = ["base", "overlays/scale-out", "overlays/prometheus-operator",
+                  "overlays/s3-compatible", "examples/training-job"]
+
+MIB = 1 << 20
+KIB = 1 << 10
+
+STARTUP_TIMEOUT = 30.0
+STOP_TIMEOUT = 10.0
+
+
+def render(kustomization):
+    """The objects `kubectl kustomize k8s/<kustomization>` renders, and the
+    YAML text."""
+    proc = subprocess.run(["kubectl", "kustomize", os.path.join(K8S, kustomization)],
+                          capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        raise AssertionError("kubectl kustomize k8s/%s failed:\n%s" % (kustomization, proc.stderr))
+    return [d for d in yaml.safe_load_all(proc.stdout) if d], proc.stdout
+
+
+def by_kind(objects, kind, name=None):
+    out = [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+    return out
+
+
+def parse_bytes(v):
+    """A byte count as shardcastd reads it: an integer, or a string with an
+    optional binary suffix (K/KB/KiB, M..., G..., T...)."""
+    if isinstance(v, int):
+        return v
+    text = str(v).strip().lower()
+    digits = len(text) - len(text.lstrip("0123456789"))
+    n, suf = int(text[:digits]), text[digits:]
+    mult = {"": 1, "b": 1}
+    for i, p in enumerate("kmgt"):
+        for s in (p, p + "b", p + "ib"):
+            mult[s] = 1 << (10 * (i + 1))
+    return n * mult[suf]
+
+
+def parse_quantity(q):
+    """A Kubernetes memory quantity (Ki/Mi/Gi/Ti or a plain byte count)."""
+    q = str(q)
+    for suf, m in (("Ki", KIB), ("Mi", MIB), ("Gi", 1 << 30), ("Ti", 1 << 40)):
+        if q.endswith(suf):
+            return int(q[:-len(suf)]) * m
+    return int(q)
+
+
+# The memory rule of the manifests (documented in k8s/base/deployment.yaml
+# and k8s/README.md). Constants: shardcastd's base RSS, the read buffer of
+# each open shard, libshardio's default read-ahead bytes per shard reader,
+# the per-epoch slack of tests/contract/test_memory.py, and the server
+# defaults of the settings a config file may leave out.
+BASE_RSS = 16 * MIB
+READ_BUFFER = 256 * KIB
+READAHEAD_BYTES = 4 * MIB
+EPOCH_SLACK = 16 * MIB
+DEFAULTS = {"max_epochs": 2, "window_bytes": 256 * MIB, "max_connections": 4096,
+            "connection_memory": 64 * KIB}
+JOB_DEFAULTS = {"shuffle_buffer_bytes": 256 * MIB, "interleave": 4, "read_threads": 2}
+ROUND = 64 * MIB
+
+
+def memory_bound(config):
+    """Upper bound of shardcastd's RSS for a config file (dict)."""
+    srv = dict(DEFAULTS)
+    for k in srv:
+        if k in config:
+            srv[k] = parse_bytes(config[k]) if k.endswith(("bytes", "memory")) else int(config[k])
+    per_jobs = 0
+    for job in config["jobs"]:
+        j = dict(JOB_DEFAULTS)
+        for k in j:
+            if k in job:
+                j[k] = parse_bytes(job[k]) if k.endswith("bytes") else int(job[k])
+        epoch = (j["shuffle_buffer_bytes"] + srv["window_bytes"] +
+                 (j["interleave"] + j["read_threads"]) * (READAHEAD_BYTES + READ_BUFFER) +
+                 EPOCH_SLACK)
+        per_jobs += srv["max_epochs"] * epoch
+    return BASE_RSS + per_jobs + srv["max_connections"] * srv["connection_memory"]
+
+
+def memory_limit(config):
+    """The limit the manifests must carry: bound x 1.1 rounded up to 64 MiB."""
+    b = memory_bound(config) * 11 // 10
+    return -(-b // ROUND) * ROUND
+
+
+def server_binary():
+    """$SHARDCAST_BIN, else build/shardcastd, else a build-*/shardcastd."""
+    from shardcast_testlib import find_server_binary
+    return find_server_binary()
+
+
+def host_of(j):
+    """Loopback address of replica j (127.0.1.j): one URL template
+    "http://127.0.1.{j}:PORT" names every replica."""
+    return "127.0.1.%d" % j
+
+
+def free_port(replicas):
+    """A port free on 127.0.1.0 .. 127.0.1.(R-1) a moment ago."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind((host_of(0), 0))
+            port = s.getsockname()[1]
+        try:
+            for j in range(1, replicas):
+                with socket.socket() as s:
+                    s.bind((host_of(j), port))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no port free on every replica address")
+
+
+class Replica:
+    """One shardcastd started through k8s/image/entrypoint.sh as pod
+    `pod` of a StatefulSet of `replicas` (SHARDCAST_POD_NAME and
+    SHARDCAST_REPLICAS, as the scale-out overlay sets them)."""
+
+    def __init__(self, binary, pod, replicas, host, port, args, workdir, extra_env=None):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SHARDCAST_")}
+        env.update({"SHARDCAST_DAEMON": binary, "SHARDCAST_POD_NAME": pod,
+                    "SHARDCAST_REPLICAS": str(replicas), "SHARDCAST_LISTEN": host,
+                    "SHARDCAST_PORT": str(port)})
+        env.update(extra_env or {})
+        self.args = ["/bin/sh", ENTRYPOINT] + list(args)
+        self.stderr_path = os.path.join(workdir, "%s-%d.stderr" % (pod, id(self)))
+        self._stderr = open(self.stderr_path, "wb")
+        self.proc = subprocess.Popen(self.args, env=env, stdout=subprocess.PIPE,
+                                     stderr=self._stderr, stdin=subprocess.DEVNULL)
+        result = []
+        t = threading.Thread(target=lambda: result.append(self.proc.stdout.readline()),
+                             daemon=True)
+        t.start()
+        t.join(STARTUP_TIMEOUT)
+        line = result[0].decode("utf-8", "replace") if result else ""
+        if not line.startswith("listening="):
+            self.stop()
+            raise RuntimeError("replica %s did not start: %r\n%s" % (pod, line, self.log()))
+        self.host, self.port = host, port
+        self.url = "http://%s:%d" % (host, port)
+        threading.Thread(target=self.proc.stdout.read, daemon=True).start()
+
+    def log(self):
+        with open(self.stderr_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")[-8000:]
+
+    def get_json(self, path, headers=None, timeout=10):
+        req = urllib.request.Request(self.url + path, headers=headers or {})
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return json.loads(r.read())
+
+    def kill(self):
+        """SIGKILL: a replica that dies without draining (a node failure)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._stderr.close()
+        return self.proc.returncode

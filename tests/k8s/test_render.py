@@ -1,0 +1,226 @@
+"""What the rendered manifests promise: probes, security, resources derived
+from the configured buffers, the scale-out wiring, and settings that the
+real shardcastd accepts (it is started with the rendered ConfigMap and
+environment and must become ready)."""
+
+import json
+import os
+import re
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+from k8s_testlib import (KUSTOMIZATIONS, Replica, by_kind, free_port, host_of, memory_bound,
+                         memory_limit, parse_quantity)
+
+# Variables the entrypoint reads, not shardcastd settings.
+ENTRYPOINT_VARS = {"SHARDCAST_POD_NAME", "SHARDCAST_DAEMON"}
+SERVER_KUSTOMIZATIONS = [k for k in KUSTOMIZATIONS if not k.startswith("examples/")]
+
+
+def workload(objects):
+    w = by_kind(objects, "Deployment") + by_kind(objects, "StatefulSet")
+    assert len(w) == 1, [o["kind"] for o in w]
+    return w[0]
+
+
+def container(objects):
+    return workload(objects)["spec"]["template"]["spec"]["containers"][0]
+
+
+def env_of(c):
+    return {e["name"]: e for e in c.get("env", [])}
+
+
+def config_of(objects):
+    cms = [o for o in by_kind(objects, "ConfigMap") if o["metadata"]["name"].startswith("shardcast-config")]
+    assert len(cms) == 1
+    return json.loads(cms[0]["data"]["shardcast.json"])
+
+
+@pytest.mark.parametrize("k", SERVER_KUSTOMIZATIONS)
+def test_pod_security_and_probes(rendered, k):
+    objects = rendered[k][0]
+    pod = workload(objects)["spec"]["template"]["spec"]
+    c = container(objects)
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    assert pod["automountServiceAccountToken"] is False
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert c["startupProbe"]["httpGet"]["path"] == "/healthz"
+    # The probes' named port is the container's port, which the Service
+    # targets.
+    port = c["ports"][0]
+    assert c["livenessProbe"]["httpGet"]["port"] == port["name"]
+    svc = by_kind(objects, "Service", "shardcast")[0]
+    assert svc["spec"]["ports"][0]["targetPort"] == port["name"]
+    assert env_of(c)["SHARDCAST_PORT"]["value"] == str(port["containerPort"])
+    # The Service and the PDB select exactly the workload's pods.
+    labels = workload(objects)["spec"]["template"]["metadata"]["labels"]
+    for sel in (svc["spec"]["selector"],
+                by_kind(objects, "PodDisruptionBudget")[0]["spec"]["selector"]["matchLabels"]):
+        assert sel.items() <= labels.items()
+        assert "app.kubernetes.io/name" in sel
+    # Secrets are files, not environment variables.
+    e = env_of(c)
+    assert "SHARDCAST_TOKEN" not in e and "SHARDCAST_ADMIN_TOKEN" not in e
+    mounts = {m["mountPath"] for m in c["volumeMounts"]}
+    assert os.path.dirname(e["SHARDCAST_TOKEN_FILE"]["value"]) in mounts
+    assert "/tmp" in mounts
+    # graceful stop: the pod's grace period covers the server's drain
+    assert pod["terminationGracePeriodSeconds"] > config_of(objects)["drain_grace"]
+
+
+def test_metrics_discovery(rendered):
+    ann = workload(rendered["base"][0])["spec"]["template"]["metadata"]["annotations"]
+    assert ann["prometheus.io/scrape"] == "true" and ann["prometheus.io/path"] == "/metrics"
+    objects = rendered["overlays/prometheus-operator"][0]
+    sm = by_kind(objects, "ServiceMonitor")[0]
+    assert sm["spec"]["endpoints"][0]["path"] == "/metrics"
+    assert sm["spec"]["endpoints"][0]["port"] == by_kind(objects, "Service", "shardcast")[0]["spec"]["ports"][0]["name"]
+    assert sm["spec"]["selector"]["matchLabels"].items() <= \
+        by_kind(objects, "Service", "shardcast")[0]["metadata"]["labels"].items()
+    assert "annotations" not in workload(objects)["spec"]["template"]["metadata"] or not any(
+        a.startswith("prometheus.io/") for a in workload(objects)["spec"]["template"]["metadata"]["annotations"])
+
+
+@pytest.mark.parametrize("k", SERVER_KUSTOMIZATIONS)
+def test_memory_derived_from_buffers(rendered, k):
+    objects = rendered[k][0]
+    cfg = config_of(objects)
+    res = container(objects)["resources"]
+    want = memory_limit(cfg)
+    assert parse_quantity(res["limits"]["memory"]) == want, (
+        "memory limit %s does not follow the buffers of shardcast.json: the rule "
+        "(k8s/base/deployment.yaml) gives bound %d MiB -> limit %dMi"
+        % (res["limits"]["memory"], memory_bound(cfg) >> 20, want >> 20))
+    assert res["requests"]["memory"] == res["limits"]["memory"]
+
+
+def test_manifest_comment_matches_rule(rendered):
+    """The arithmetic written in deployment.yaml is the rule's result."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    text = open(os.path.join(here, "..", "..", "k8s", "base", "deployment.yaml")).read()
+    cfg = config_of(rendered["base"][0])
+    assert re.search(r"= bound\s+%d\s+MiB" % (memory_bound(cfg) >> 20), text)
+    assert re.search(r"multiple of 64 MiB\s+%d\s+MiB" % (memory_limit(cfg) >> 20), text)
+
+
+def test_scale_out_wiring(rendered):
+    objects = rendered["overlays/scale-out"][0]
+    assert not by_kind(objects, "Deployment")
+    sts = by_kind(objects, "StatefulSet", "shardcast")[0]
+    headless = by_kind(objects, "Service", sts["spec"]["serviceName"])[0]
+    assert headless["spec"]["clusterIP"] == "None"
+    labels = sts["spec"]["template"]["metadata"]["labels"]
+    assert headless["spec"]["selector"].items() <= labels.items()
+    assert "app.kubernetes.io/name" in headless["spec"]["selector"]
+    e = env_of(container(objects))
+    assert e["SHARDCAST_REPLICAS"]["value"] == str(sts["spec"]["replicas"])
+    assert sts["spec"]["replicas"] > 1
+    assert e["SHARDCAST_POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert "SHARDCAST_REPLICA" not in e  # from the ordinal, by the entrypoint
+    assert sts["spec"]["podManagementPolicy"] == "Parallel"
+    # The pod template is the base's (only env was added).
+    base_c = container(rendered["base"][0])
+    c = container(objects)
+    for key in ("image", "args", "resources", "securityContext", "livenessProbe",
+                "readinessProbe", "volumeMounts"):
+        assert c[key] == base_c[key], key
+
+
+def test_example_job(rendered):
+    objects = rendered["examples/training-job"][0]
+    job = by_kind(objects, "Job")[0]
+    spec = job["spec"]
+    assert spec["completionMode"] == "Indexed"
+    c = spec["template"]["spec"]["containers"][0]
+    e = env_of(c)
+    assert int(e["WORLD_SIZE"]["value"]) == spec["completions"] == spec["parallelism"]
+    assert "job-completion-index" in e["RANK"]["valueFrom"]["fieldRef"]["fieldPath"]
+    assert e["SHARDCAST_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "shardcast-tokens"
+    cm = by_kind(objects, "ConfigMap")[0]
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "..", "..", "k8s", "examples", "training-job", "train.py")) as f:
+        assert cm["data"]["train.py"] == f.read()
+    assert c["command"][-1] == "/opt/train/train.py"
+
+
+def help_env_names(shardcastd):
+    out = subprocess.run([shardcastd, "--help"], capture_output=True, text=True, timeout=30)
+    names = set(re.findall(r"env (SHARDCAST_[A-Z0-9_]+)", out.stdout + out.stderr))
+    assert len(names) > 10, out.stdout
+    return names
+
+
+@pytest.mark.parametrize("k", SERVER_KUSTOMIZATIONS)
+def test_env_names_are_server_settings(rendered, shardcastd, k):
+    known = help_env_names(shardcastd) | ENTRYPOINT_VARS
+    c = container(rendered[k][0])
+    unknown = [n for n in env_of(c) if n.startswith("SHARDCAST_") and n not in known]
+    assert not unknown, "not shardcastd settings: %s" % unknown
+
+
+@pytest.mark.parametrize("k", ["base", "overlays/scale-out"])
+def test_server_accepts_rendered_config(rendered, shardcastd, k, k8s_workdir, tmp_path):
+    """Start the real shardcastd (through the entrypoint) with the rendered
+    ConfigMap (source pointed at a local dataset), the rendered environment
+    (paths mapped into a temporary directory) and the Secret's token: it
+    must start, answer /healthz and /readyz, and report its topology."""
+    from shardcast_testlib import make_dataset
+    objects = rendered[k][0]
+    ds = os.path.join(k8s_workdir, "render-ds")
+    if not os.path.isdir(ds):
+        make_dataset(ds, shards=3, per_shard=5, size=200, seed=1)
+    cfg = config_of(objects)
+    for job in cfg["jobs"]:
+        job["source"] = ds
+    cfg_path = tmp_path / "shardcast.json"
+    cfg_path.write_text(json.dumps(cfg))
+    secret = by_kind(objects, "Secret", "shardcast-tokens")[0]["stringData"]
+    c = container(objects)
+    env = {}
+    for name, e in env_of(c).items():
+        if "value" in e:
+            env[name] = e["value"]
+    token_dir = tmp_path / "secrets"
+    token_dir.mkdir()
+    for key, val in secret.items():
+        (token_dir / key).write_text(val)
+    env["SHARDCAST_TOKEN_FILE"] = str(token_dir / os.path.basename(env["SHARDCAST_TOKEN_FILE"]))
+    env["SHARDCAST_ADMIN_TOKEN_FILE"] = str(
+        token_dir / os.path.basename(env["SHARDCAST_ADMIN_TOKEN_FILE"]))
+    replicas = int(env.pop("SHARDCAST_REPLICAS", "1"))
+    env.pop("SHARDCAST_LISTEN"), env.pop("SHARDCAST_PORT")
+    args = [a if a != "/etc/shardcast/shardcast.json" else str(cfg_path) for a in c["args"]]
+    port = free_port(1)
+    pod = Replica(shardcastd, "shardcast-%d" % (replicas - 1), replicas, host_of(0), port,
+                  args, k8s_workdir, extra_env=env)
+    try:
+        for path in ("/healthz", "/readyz"):
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    with urllib.request.urlopen(pod.url + path, timeout=5) as r:
+                        assert r.status == 200
+                        break
+                except Exception:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
+        doc = pod.get_json("/v1/topology",
+                           headers={"Authorization": "Bearer " + secret["token"]})
+        assert (doc["replica"], doc["replicas"]) == (replicas - 1, replicas)
+        with urllib.request.urlopen(pod.url + "/metrics", timeout=5) as r:
+            assert b"# TYPE" in r.read()
+    finally:
+        assert pod.stop() == 0, pod.log()
+    assert secret["token"] not in pod.log() and secret["admin-token"] not in pod.log()
