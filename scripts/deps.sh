@@ -11,8 +11,10 @@ PKGS=(
   libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libarchive-dev
   libjansson-dev libxml2-dev libzstd-dev zstd curl
   python3-torch python3-pytest python3-numpy python3-setuptools
-  python3-pip python3-boto3 python3-botocore
+  python3-pip python3-boto3 python3-botocore python3-pil
   nginx-light nodejs
+  yamllint
+  prometheus
 )
 
 missing=()
@@ -21,6 +23,9 @@ for p in "${PKGS[@]}"; do
     missing+=("$p")
   fi
 done
+
+# Debian's nodejs comes without npm (other node builds bundle it).
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 
 if [ ${#missing[@]} -gt 0 ]; then
   SUDO=""

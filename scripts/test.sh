@@ -15,9 +15,9 @@ PY=/usr/bin/python3
 JOBS="$(nproc)"
 
 "$ROOT/scripts/deps.sh"
-if [ -x "$ROOT/scripts/s3rver-install.sh" ]; then
-  "$ROOT/scripts/s3rver-install.sh" >/dev/null
-fi
+"$ROOT/scripts/s3rver-install.sh" >/dev/null
+# npm tools of the Kubernetes manifest tests (schema validator, TypeScript)
+"$ROOT/tests/k8s/install.sh" >/dev/null
 
 echo "== build (warnings as errors)"
 "$ROOT/scripts/build.sh" "$ROOT/build" -DSHARDCAST_WERROR=ON

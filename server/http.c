@@ -1,24 +1,27 @@
 /*
- * http.c — libmicrohttpd daemon, routing, limits, error replies and the
- * per-request log line (contract in http.h).
+ * http.c — libmicrohttpd daemon, routing, auth, rate limits, bodies,
+ * replies, status/metrics endpoints, drain and the per-request log line
+ * (contract in http.h).
  *
  * Request lifecycle: MHD's URI-log callback allocates a req_ctx holding a
  * bounded copy of the raw request target (before MHD unescapes it) and a
- * request id; the access handler parses it (request.c) and answers, or
- * starts a stream (stream.c) and suspends the connection until the
- * producer has opened the epoch; the request-completed callback stops and
- * joins the stream, logs one line, frees the context. That callback is the
- * only place a req_ctx is freed.
+ * request id; the access handler parses it (request.c), checks the rate
+ * limit and the token, and answers; a PUT body is collected (bounded by
+ * SC_JOBSPEC_BODY_MAX) before the answer. A stream request gets a stream
+ * bound to its epoch's feed (jobs.c) and an MHD callback response read by
+ * sc_stream_reader. The request-completed callback marks the stream gone,
+ * hands its binding to the jobs manager, logs one line and frees the
+ * context: the only place a req_ctx is freed.
  *
- * Threading: callbacks run on MHD's worker threads. srv->mu guards the
- * registry of contexts with streams and the stopping flag; lock order:
- * srv->mu -> stream mutex -> MHD internals. Nothing here blocks an MHD
- * thread except joining a cancelled producer (bounded, see stream.h).
+ * Threading: callbacks run on MHD's worker threads; request counters are
+ * atomics; srv->mu orders stream opening against the drain (http.h).
+ * Nothing here blocks an MHD thread.
  */
 #include "http.h"
 
 #include <arpa/inet.h>
 #include <inttypes.h>
+#include <jansson.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -31,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "log.h"
 #include "request.h"
 #include "stream.h"
@@ -41,6 +45,20 @@
 /* Bytes of the request path kept for the log line. */
 #define LOG_PATH_MAX 256u
 #define REASON_MAX 512u
+/* After the drain's cut, how long streams get to send their trailer. */
+#define CUT_WAIT_MS 5000u
+/* Largest /metrics body. */
+#define METRICS_MAX (4u << 20)
+
+/* Status codes counted per route in metrics (the last slot: any other). */
+static const unsigned counted_codes[] = {200, 201, 204, 400, 401, 403, 404,
+                                         405, 409, 413, 414, 429, 500, 503,
+                                         0};
+#define NCODES (sizeof counted_codes / sizeof counted_codes[0])
+#define NROUTES (SC_ROUTE_TOPOLOGY + 1)
+static const char *const route_names[NROUTES] = {
+    "other", "healthz", "readyz", "metrics", "jobs",
+    "job",   "stream",  "settings", "topology"};
 
 typedef struct req_ctx {
     sc_server *srv;
@@ -51,23 +69,31 @@ typedef struct req_ctx {
     size_t target_len;   /* its full length (may exceed what was kept) */
     unsigned status;     /* status answered, 0 before */
     uint64_t bytes;      /* body bytes of a non-stream answer */
+    int in_body;         /* collecting a PUT body */
+    int body_too_large;
+    sio_wbuf body;
     sc_stream *stream;
-    sc_request req;      /* parsed request (stream route) */
-    struct req_ctx *prev, *next; /* registry, while stream != NULL */
+    sc_binding *binding;
+    sc_request req;      /* parsed request */
 } req_ctx;
 
 struct sc_server {
     const sc_config *cfg;
     sio_io *io;
-    const sio_shardlist *list;
+    sc_jobs *jobs;
+    sc_auth *auth;
+    sc_ratelimit *rl;
     struct MHD_Daemon *d;
-    MHD_socket lsock; /* from MHD_quiesce_daemon; closed after stop */
+    MHD_socket lsock; /* from MHD_quiesce_daemon; closed at once */
     uint16_t port;
     uint64_t boot;    /* makes request ids unique across restarts */
     atomic_uint_fast64_t next_id;
     pthread_mutex_t mu;
-    int stopping;     /* guarded by mu */
-    req_ctx *live;    /* guarded by mu */
+    int draining;     /* guarded by mu; read unlocked via the atomic copy */
+    atomic_int draining_flag;
+    atomic_uint_fast64_t requests[NROUTES][NCODES];
+    atomic_uint_fast64_t rate_limited;
+    atomic_long connections; /* open, counted by notify_connection */
 };
 
 static void mhd_log(void *cls, const char *fmt, va_list ap)
@@ -89,12 +115,28 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     sc_log_(SIO_LOG_WARN, "src=mhd msg=%s", sc_log_quote(q, sizeof q, msg, len));
 }
 
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
 static double ms_since(const struct timespec *t0)
 {
     struct timespec t1;
     clock_gettime(CLOCK_MONOTONIC, &t1);
     return (double)(t1.tv_sec - t0->tv_sec) * 1e3 +
            (double)(t1.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+static void count(sc_server *srv, sc_route route, unsigned status)
+{
+    size_t c = NCODES - 1;
+    for (size_t i = 0; i + 1 < NCODES; i++)
+        if (counted_codes[i] == status)
+            c = i;
+    atomic_fetch_add(&srv->requests[route < NROUTES ? route : 0][c], 1);
 }
 
 /* MHD_OPTION_URI_LOG_CALLBACK: the first look at a request. Its return
@@ -122,133 +164,289 @@ static void *uri_log(void *cls, const char *uri, struct MHD_Connection *conn)
     memcpy(ctx->target, uri, keep);
     ctx->target[keep] = '\0';
     ctx->target_len = len;
+    sio_wbuf_init(&ctx->body, SC_JOBSPEC_BODY_MAX);
     return ctx;
 }
 
-static enum MHD_Result reply_text(req_ctx *ctx, struct MHD_Connection *conn,
-                                  unsigned status, const char *body)
+/* Queue a response built from `body` (copied, or taken when `take`). */
+static enum MHD_Result reply_body(req_ctx *ctx, struct MHD_Connection *conn,
+                                  unsigned status, const char *ctype,
+                                  char *body, size_t len, int take,
+                                  unsigned retry_after)
 {
     enum MHD_Result ret;
+    char ra[16];
     struct MHD_Response *r = MHD_create_response_from_buffer(
-        strlen(body), (void *)(uintptr_t)body, MHD_RESPMEM_MUST_COPY);
-    if (!r)
+        len, body, take ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_MUST_COPY);
+    if (!r) {
+        if (take)
+            free(body);
         return MHD_NO;
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
-                            "text/plain; charset=utf-8");
+    }
+    if (ctype)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
-    if (ctx)
+    if (ctx) {
         MHD_add_response_header(r, "X-Request-Id", ctx->id);
-    if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
-        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET");
+        if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
+            MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW,
+                                    sc_route_allow(ctx->req.route));
+    }
+    if (status == MHD_HTTP_UNAUTHORIZED)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+                                "Bearer realm=\"shardcast\"");
+    if (retry_after) {
+        snprintf(ra, sizeof ra, "%u", retry_after);
+        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, ra);
+    }
     ret = MHD_queue_response(conn, status, r);
     MHD_destroy_response(r);
     if (ctx) {
         ctx->status = status;
-        ctx->bytes = strlen(body);
+        ctx->bytes = len;
+        count(ctx->srv, ctx->req.route, status);
     }
     return ret;
+}
+
+static enum MHD_Result reply_text(req_ctx *ctx, struct MHD_Connection *conn,
+                                  unsigned status, const char *text)
+{
+    return reply_body(ctx, conn, status, "text/plain; charset=utf-8",
+                      (char *)(uintptr_t)text, strlen(text), 0, 0);
+}
+
+static enum MHD_Result reply_error_ra(req_ctx *ctx,
+                                      struct MHD_Connection *conn,
+                                      unsigned status, const char *reason,
+                                      unsigned retry_after)
+{
+    char body[REASON_MAX + 16];
+    snprintf(body, sizeof body, "error: %s\n", reason);
+    return reply_body(ctx, conn, status, "text/plain; charset=utf-8", body,
+                      strlen(body), 0, retry_after);
 }
 
 static enum MHD_Result reply_error(req_ctx *ctx, struct MHD_Connection *conn,
                                    unsigned status, const char *reason)
 {
-    char body[REASON_MAX + 16];
-    snprintf(body, sizeof body, "error: %s\n", reason);
-    return reply_text(ctx, conn, status, body);
+    return reply_error_ra(ctx, conn, status, reason, 0);
 }
 
-static enum MHD_Result reply_stream(req_ctx *ctx, struct MHD_Connection *conn)
+/* A JSON body (taken); NULL means out of memory. */
+static enum MHD_Result reply_json(req_ctx *ctx, struct MHD_Connection *conn,
+                                  unsigned status, char *json)
 {
-    enum MHD_Result ret;
-    struct MHD_Response *r = MHD_create_response_from_callback(
-        MHD_SIZE_UNKNOWN, STREAM_BLOCK, sc_stream_reader, ctx->stream, NULL);
-    if (!r)
-        return MHD_NO;
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
-                            "application/x-tar");
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
-    MHD_add_response_header(r, "X-Request-Id", ctx->id);
-    ret = MHD_queue_response(conn, MHD_HTTP_OK, r);
-    MHD_destroy_response(r);
-    ctx->status = MHD_HTTP_OK;
-    return ret;
-}
-
-/* Answer an open stream: queue the stream, an error, or wait (suspended). */
-static enum MHD_Result answer_stream(req_ctx *ctx, struct MHD_Connection *conn)
-{
-    unsigned status = 500;
-    char reason[REASON_MAX];
-
-    switch (sc_stream_poll_open(ctx->stream, &status, reason, sizeof reason)) {
-    case SC_OPEN_PENDING:
-        return MHD_YES; /* suspended; called again once resumed */
-    case SC_OPEN_FAILED:
-        return reply_error(ctx, conn, status, reason);
-    case SC_OPEN_OK:
-        break;
-    }
-    return reply_stream(ctx, conn);
+    if (!json)
+        return reply_error(ctx, conn, 503, "out of memory");
+    return reply_body(ctx, conn, status, "application/json", json,
+                      strlen(json), 1, 0);
 }
 
 static enum MHD_Result start_stream(req_ctx *ctx, struct MHD_Connection *conn)
 {
     sc_server *srv = ctx->srv;
-    const sc_config *cfg = srv->cfg;
-    const char *fields[SIO_TARW_FILTER_MAX];
-    sio_error err = {SIO_OK, ""};
-    sc_stream_params p;
+    char reason[REASON_MAX];
+    unsigned retry_after = 0, status;
 
-    memset(&p, 0, sizeof p);
-    p.io = srv->io;
-    p.list = srv->list;
-    p.epoch_cfg.seed = cfg->seed;
-    p.epoch_cfg.epoch = ctx->req.epoch;
-    p.epoch_cfg.interleave = cfg->interleave;
-    p.epoch_cfg.buffer_samples = cfg->shuffle_buffer;
-    p.epoch_cfg.buffer_bytes = cfg->buffer_bytes;
-    p.epoch_cfg.on_error = (sio_on_error)cfg->on_error;
-    p.epoch_cfg.log.fn = sc_log_sio;
-    p.epoch_cfg.log.level = sc_log_level();
-    p.partition = (sio_partition)cfg->partition;
-    p.rank = ctx->req.rank;
-    p.world = ctx->req.world;
-    p.start = ctx->req.start;
-    for (size_t i = 0; i < ctx->req.nfields; i++)
-        fields[i] = ctx->req.fields[i];
-    p.fields = fields;
-    p.nfields = ctx->req.nfields;
-    p.queue_bytes = (size_t)cfg->queue_bytes;
-    p.id = ctx->id;
-
-    /* Registering under srv->mu with the stopping check makes the shutdown
-     * sweep see every stream that will ever exist. */
+    /* Under srv->mu: a drain that starts after this check cuts the stream
+     * bound here (http.h). */
     pthread_mutex_lock(&srv->mu);
-    if (srv->stopping) {
+    if (srv->draining) {
         pthread_mutex_unlock(&srv->mu);
-        return reply_error(ctx, conn, MHD_HTTP_SERVICE_UNAVAILABLE,
-                           "server shutting down");
+        return reply_error_ra(ctx, conn, 503, "server shutting down", 5);
     }
-    sio_code rc = sc_stream_start(&p, conn, &ctx->stream, &err);
-    if (rc == SIO_OK) {
-        ctx->next = srv->live;
-        if (srv->live)
-            srv->live->prev = ctx;
-        srv->live = ctx;
-    }
+    status = sc_jobs_open_stream(srv->jobs, &ctx->req, conn, ctx->id,
+                                 &ctx->stream, &ctx->binding, &retry_after,
+                                 reason, sizeof reason);
     pthread_mutex_unlock(&srv->mu);
-    if (rc != SIO_OK) {
-        SC_LOG(SIO_LOG_ERROR, "event=stream_start_failed id=%s code=%d",
-               ctx->id, (int)rc);
-        return reply_error(ctx, conn, MHD_HTTP_SERVICE_UNAVAILABLE,
-                           "cannot start stream");
+    if (status != 200) {
+        SC_LOG(SIO_LOG_INFO, "event=stream_refused id=%s status=%u", ctx->id,
+               status);
+        return reply_error_ra(ctx, conn, status, reason, retry_after);
     }
+    struct MHD_Response *r = MHD_create_response_from_callback(
+        MHD_SIZE_UNKNOWN, STREAM_BLOCK, sc_stream_reader, ctx->stream, NULL);
+    if (!r) {
+        sc_stream_cut(ctx->stream, "out of memory");
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            ctx->req.format == SC_FORMAT_FRAMES
+                                ? SIO_FRAMES_CONTENT_TYPE
+                                : "application/x-tar");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    MHD_add_response_header(r, "X-Request-Id", ctx->id);
+    enum MHD_Result ret = MHD_queue_response(conn, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    ctx->status = MHD_HTTP_OK;
+    count(srv, SC_ROUTE_STREAM, 200);
     SC_LOG(SIO_LOG_DEBUG,
-           "event=stream_start id=%s epoch=%" PRIu64 " rank=%" PRIu32
-           " world=%" PRIu32 " start=%" PRIu64 " fields=%zu",
-           ctx->id, ctx->req.epoch, ctx->req.rank, ctx->req.world,
-           ctx->req.start, ctx->req.nfields);
-    return answer_stream(ctx, conn);
+           "event=stream_start id=%s job=%s epoch=%" PRIu64 " rank=%" PRIu32
+           " world=%" PRIu32 " start=%" PRIu64 " global_start=%" PRIu64
+           " format=%s",
+           ctx->id, ctx->req.job, ctx->req.epoch, ctx->req.rank,
+           ctx->req.world, ctx->req.start, ctx->req.global_start,
+           ctx->req.format == SC_FORMAT_FRAMES ? "frames" : "tar");
+    return ret;
+}
+
+static enum MHD_Result answer_topology(req_ctx *ctx,
+                                       struct MHD_Connection *conn)
+{
+    const sc_config *cfg = ctx->srv->cfg;
+    uint32_t R = cfg->replicas ? cfg->replicas : 1, J = cfg->replica;
+    /*
+     * Scale-out mapping (the rule a client or an operator applies): with R
+     * replicas each reading the shards at permuted positions p with
+     * p mod R == J, consumer c of a world of W consumers is served by
+     * replica c mod R, as local rank c div R of a local world of
+     * |{c' < W : c' mod R == J}| = (W - J + R - 1) div R consumers.
+     */
+    json_t *o = json_pack(
+        "{s:I, s:I, s:s}", "replica", (json_int_t)J, "replicas",
+        (json_int_t)R, "rule",
+        "consumer c of world W is served by replica c mod R as local rank "
+        "c div R of local world |{c' < W : c' mod R == J}| = "
+        "(W - J + R - 1) div R; replica J reads the shards at permuted "
+        "positions p with p mod R == J");
+    if (o && ctx->req.world) {
+        uint64_t W = ctx->req.world;
+        uint64_t local = W > J ? (W - J + R - 1) / R : 0;
+        json_object_set_new(o, "world", json_integer((json_int_t)W));
+        json_object_set_new(o, "local_world", json_integer((json_int_t)local));
+        json_object_set_new(o, "first_consumer", json_integer((json_int_t)J));
+        json_object_set_new(o, "consumer_stride", json_integer((json_int_t)R));
+    }
+    char *text = o ? json_dumps(o, JSON_INDENT(1) | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(o);
+    return reply_json(ctx, conn, 200, text);
+}
+
+static enum MHD_Result answer_metrics(req_ctx *ctx,
+                                      struct MHD_Connection *conn)
+{
+    sc_server *srv = ctx->srv;
+    sio_wbuf b;
+    char line[256];
+    sio_code rc = SIO_OK;
+    sio_wbuf_init(&b, METRICS_MAX);
+
+#define PUT(...)                                                           \
+    do {                                                                   \
+        int n_ = snprintf(line, sizeof line, __VA_ARGS__);                 \
+        if (rc == SIO_OK && n_ > 0)                                        \
+            rc = sio_wbuf_append(&b, line,                                 \
+                                 (size_t)n_ < sizeof line ? (size_t)n_     \
+                                                          : sizeof line - 1); \
+    } while (0)
+    PUT("# HELP shardcast_build_info Version of the running shardcastd.\n"
+        "# TYPE shardcast_build_info gauge\n"
+        "shardcast_build_info{version=\"%s\"} 1\n",
+        SIO_VERSION_STRING);
+    PUT("# HELP shardcast_http_requests_total HTTP requests answered, by "
+        "route and status.\n# TYPE shardcast_http_requests_total counter\n");
+    for (size_t r = 0; r < NROUTES; r++)
+        for (size_t c = 0; c < NCODES; c++) {
+            uint64_t v = atomic_load(&srv->requests[r][c]);
+            if (!v)
+                continue;
+            if (counted_codes[c])
+                PUT("shardcast_http_requests_total{route=\"%s\",code=\"%u\"} "
+                    "%" PRIu64 "\n",
+                    route_names[r], counted_codes[c], v);
+            else
+                PUT("shardcast_http_requests_total{route=\"%s\","
+                    "code=\"other\"} %" PRIu64 "\n",
+                    route_names[r], v);
+        }
+    PUT("# HELP shardcast_rate_limited_total Requests refused by the "
+        "per-address rate limit.\n# TYPE shardcast_rate_limited_total "
+        "counter\nshardcast_rate_limited_total %" PRIu64 "\n",
+        (uint64_t)atomic_load(&srv->rate_limited));
+    PUT("# HELP shardcast_http_connections Open HTTP connections.\n"
+        "# TYPE shardcast_http_connections gauge\n"
+        "shardcast_http_connections %ld\n",
+        (long)atomic_load(&srv->connections));
+    PUT("# HELP shardcast_draining 1 while the server drains (SIGTERM).\n"
+        "# TYPE shardcast_draining gauge\nshardcast_draining %d\n",
+        atomic_load(&srv->draining_flag));
+    long pages = 0, rss = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        if (fscanf(f, "%ld %ld", &pages, &rss) != 2)
+            rss = 0;
+        fclose(f);
+    }
+    PUT("# HELP shardcast_resident_memory_bytes Resident set size of the "
+        "server.\n# TYPE shardcast_resident_memory_bytes gauge\n"
+        "shardcast_resident_memory_bytes %ld\n",
+        rss * sysconf(_SC_PAGESIZE));
+#undef PUT
+    if (rc == SIO_OK)
+        rc = sc_jobs_metrics(srv->jobs, &b);
+    if (rc != SIO_OK) {
+        sio_wbuf_free(&b);
+        return reply_error(ctx, conn, 503, "cannot build the metrics");
+    }
+    enum MHD_Result ret = reply_body(
+        ctx, conn, 200, "text/plain; version=0.0.4; charset=utf-8",
+        (char *)b.data, b.len, 0, 0);
+    sio_wbuf_free(&b);
+    return ret;
+}
+
+/* The PUT body is complete: parse, validate, apply. */
+static enum MHD_Result answer_put(req_ctx *ctx, struct MHD_Connection *conn)
+{
+    sc_server *srv = ctx->srv;
+    sc_jobspec spec;
+    char reason[REASON_MAX];
+    ctx->in_body = 0;
+    if (ctx->body_too_large) {
+        snprintf(reason, sizeof reason, "job spec larger than %u bytes",
+                 SC_JOBSPEC_BODY_MAX);
+        return reply_error(ctx, conn, 413, reason);
+    }
+    if (sc_jobspec_parse(ctx->body.data ? (const char *)ctx->body.data : "",
+                         ctx->body.len, ctx->req.job, &spec, reason,
+                         sizeof reason) != 0)
+        return reply_error(ctx, conn, 400, reason);
+    pthread_mutex_lock(&srv->mu);
+    int draining = srv->draining;
+    pthread_mutex_unlock(&srv->mu);
+    if (draining) {
+        sc_jobspec_free(&spec);
+        return reply_error_ra(ctx, conn, 503, "server shutting down", 5);
+    }
+    unsigned st = sc_jobs_put(srv->jobs, &spec, reason, sizeof reason);
+    sc_jobspec_free(&spec);
+    if (st >= 400)
+        return reply_error(ctx, conn, st, reason);
+    json_t *o = json_pack("{s:s, s:s}", "job", ctx->req.job, "result", reason);
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return reply_json(ctx, conn, st, text);
+}
+
+static sc_role route_role(const sc_request *req, const char *method)
+{
+    switch (req->route) {
+    case SC_ROUTE_HEALTHZ:
+    case SC_ROUTE_READYZ:
+    case SC_ROUTE_METRICS:
+    case SC_ROUTE_NONE:
+        return SC_ROLE_PUBLIC;
+    case SC_ROUTE_SETTINGS:
+        return SC_ROLE_ADMIN;
+    case SC_ROUTE_JOB:
+        return strcmp(method, "GET") == 0 ? SC_ROLE_CONSUMER : SC_ROLE_ADMIN;
+    case SC_ROUTE_JOBS:
+    case SC_ROUTE_STREAM:
+    case SC_ROUTE_TOPOLOGY:
+        return SC_ROLE_CONSUMER;
+    }
+    return SC_ROLE_ADMIN;
 }
 
 static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn,
@@ -262,36 +460,128 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn,
     char reason[REASON_MAX];
     (void)url;
     (void)version;
-    (void)upload_data;
 
     if (!ctx)
         return reply_error(NULL, conn, MHD_HTTP_SERVICE_UNAVAILABLE,
                            "out of memory");
-    /* No route takes a body: drop whatever arrives. */
+    if (ctx->in_body) {
+        if (*upload_data_size) {
+            if (!ctx->body_too_large &&
+                sio_wbuf_append(&ctx->body, upload_data, *upload_data_size))
+                ctx->body_too_large = 1; /* the rest is read and dropped */
+            *upload_data_size = 0;
+            return MHD_YES;
+        }
+        return answer_put(ctx, conn);
+    }
+    /* Other routes take no body: drop whatever arrives. */
     if (*upload_data_size) {
         *upload_data_size = 0;
         return MHD_YES;
     }
-    if (ctx->stream)
-        return answer_stream(ctx, conn);
     if (ctx->status)
         return MHD_YES;
     snprintf(ctx->method, sizeof ctx->method, "%s", method);
 
     unsigned status = sc_request_parse(method, ctx->target, ctx->target_len,
-                                       srv->cfg->max_url, srv->cfg->job,
-                                       &ctx->req, reason, sizeof reason);
+                                       srv->cfg->max_url, sc_jobs_exists,
+                                       srv->jobs, &ctx->req, reason,
+                                       sizeof reason);
+    /* Everything but streams is rate limited, errors included. */
+    if (ctx->req.route != SC_ROUTE_STREAM) {
+        uint32_t ra = 0;
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
+            conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        if (!sc_ratelimit_take(srv->rl, ci ? ci->client_addr : NULL,
+                               now_ms(), &ra)) {
+            atomic_fetch_add(&srv->rate_limited, 1);
+            return reply_error_ra(ctx, conn, 429, "too many requests", ra);
+        }
+    }
     if (status != 200)
         return reply_error(ctx, conn, status, reason);
+
+    const char *why = "";
+    unsigned denied = sc_auth_check(
+        srv->auth, route_role(&ctx->req, method),
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                    MHD_HTTP_HEADER_AUTHORIZATION),
+        &why);
+    if (denied)
+        return reply_error(ctx, conn, denied, why);
+
     switch (ctx->req.route) {
     case SC_ROUTE_HEALTHZ:
-        return reply_text(ctx, conn, MHD_HTTP_OK, "ok\n");
+        return reply_text(ctx, conn, 200, "ok\n");
+    case SC_ROUTE_READYZ: {
+        char r2[REASON_MAX];
+        if (atomic_load(&srv->draining_flag))
+            return reply_error(ctx, conn, 503, "draining");
+        if (!sc_jobs_ready(srv->jobs, r2, sizeof r2))
+            return reply_error(ctx, conn, 503, r2);
+        return reply_text(ctx, conn, 200, "ready\n");
+    }
+    case SC_ROUTE_METRICS:
+        return answer_metrics(ctx, conn);
+    case SC_ROUTE_JOBS: {
+        int missing = 0;
+        return reply_json(ctx, conn, 200,
+                          sc_jobs_status(srv->jobs, NULL, &missing));
+    }
+    case SC_ROUTE_JOB:
+        if (strcmp(method, "GET") == 0) {
+            int missing = 0;
+            char *text = sc_jobs_status(srv->jobs, ctx->req.job, &missing);
+            if (missing)
+                return reply_error(ctx, conn, 404, "unknown job");
+            return reply_json(ctx, conn, 200, text);
+        }
+        if (strcmp(method, "DELETE") == 0) {
+            unsigned st = sc_jobs_delete(srv->jobs, ctx->req.job, reason,
+                                         sizeof reason);
+            if (st != 204)
+                return reply_error(ctx, conn, st, reason);
+            return reply_body(ctx, conn, 204, NULL, (char *)"", 0, 0, 0);
+        }
+        /* PUT: refuse an announced oversized body before reading it. */
+        {
+            const char *cl = MHD_lookup_connection_value(
+                conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+            uint64_t n = 0;
+            if (cl && sc_parse_u64(cl, UINT64_MAX, &n) == 0 &&
+                n > SC_JOBSPEC_BODY_MAX) {
+                snprintf(reason, sizeof reason,
+                         "job spec larger than %u bytes", SC_JOBSPEC_BODY_MAX);
+                return reply_error(ctx, conn, 413, reason);
+            }
+        }
+        ctx->in_body = 1;
+        return MHD_YES;
+    case SC_ROUTE_SETTINGS:
+        return reply_json(ctx, conn, 200, sc_settings_json(srv->cfg));
+    case SC_ROUTE_TOPOLOGY:
+        return answer_topology(ctx, conn);
     case SC_ROUTE_STREAM:
         return start_stream(ctx, conn);
     case SC_ROUTE_NONE:
         break;
     }
     return reply_error(ctx, conn, MHD_HTTP_NOT_FOUND, "not found");
+}
+
+/* MHD_OPTION_NOTIFY_CONNECTION: the connection gauge of /metrics (srv->d
+ * is not read on MHD threads: they may run before it is assigned). */
+static void notify_connection(void *cls, struct MHD_Connection *conn,
+                              void **socket_context,
+                              enum MHD_ConnectionNotificationCode code)
+{
+    sc_server *srv = cls;
+    (void)conn;
+    (void)socket_context;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED)
+        atomic_fetch_add(&srv->connections, 1);
+    else if (code == MHD_CONNECTION_NOTIFY_CLOSED)
+        atomic_fetch_sub(&srv->connections, 1);
 }
 
 static const char *toe_name(enum MHD_RequestTerminationCode toe)
@@ -319,36 +609,33 @@ static void request_completed(void *cls, struct MHD_Connection *conn,
 {
     sc_server *srv = cls;
     req_ctx *ctx = *req_cls;
-    char path[LOG_PATH_MAX + 16], meth[40], extra[200] = "";
+    char path[LOG_PATH_MAX + 16], meth[40], extra[300] = "";
     (void)conn;
+    (void)srv;
 
     if (!ctx)
         return;
     *req_cls = NULL;
     uint64_t bytes = ctx->bytes;
-    if (ctx->stream) {
-        pthread_mutex_lock(&srv->mu);
-        if (ctx->prev)
-            ctx->prev->next = ctx->next;
-        else
-            srv->live = ctx->next;
-        if (ctx->next)
-            ctx->next->prev = ctx->prev;
-        pthread_mutex_unlock(&srv->mu);
+    if (ctx->binding) {
         sc_stream_stats st;
-        sc_stream_destroy(ctx->stream, &st);
+        sc_stream_gone(ctx->stream,
+                       toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
+        sc_stream_get_stats(ctx->stream, &st);
+        bytes = st.bytes_out;
+        snprintf(extra, sizeof extra,
+                 " job=%s epoch=%" PRIu64 " rank=%" PRIu32 " world=%" PRIu32
+                 " start=%" PRIu64 " samples=%" PRIu64 " position=%" PRIu64
+                 " outcome=%s",
+                 ctx->req.job, ctx->req.epoch, ctx->req.rank, ctx->req.world,
+                 ctx->req.start, st.samples, st.position,
+                 sc_stream_outcome_name(st.outcome));
+        /* From here the binding owns the stream. */
+        sc_jobs_release(srv->jobs, ctx->binding);
+        ctx->binding = NULL;
         ctx->stream = NULL;
-        if (ctx->status == MHD_HTTP_OK) {
-            bytes = st.bytes_out;
-            snprintf(extra, sizeof extra,
-                     " epoch=%" PRIu64 " rank=%" PRIu32 " world=%" PRIu32
-                     " start=%" PRIu64 " samples=%" PRIu64
-                     " position=%" PRIu64 " outcome=%s",
-                     ctx->req.epoch, ctx->req.rank, ctx->req.world,
-                     ctx->req.start, st.samples, st.position, st.outcome);
-        }
     }
-    /* The path only: a query string may one day carry tokens. */
+    /* The path only: a query string may carry anything. */
     const char *q = memchr(ctx->target, '?', strlen(ctx->target));
     size_t plen = q ? (size_t)(q - ctx->target) : strlen(ctx->target);
     if (plen > LOG_PATH_MAX)
@@ -360,13 +647,13 @@ static void request_completed(void *cls, struct MHD_Connection *conn,
            sc_log_quote(meth, sizeof meth, ctx->method, strlen(ctx->method)),
            sc_log_quote(path, sizeof path, ctx->target, plen), ctx->status,
            bytes, ms_since(&ctx->t0), toe_name(toe), extra);
+    sio_wbuf_free(&ctx->body);
     free(ctx->target);
     free(ctx);
 }
 
-sio_code sc_server_start(const sc_config *cfg, sio_io *io,
-                         const sio_shardlist *list, sc_server **out,
-                         char *msg, size_t msg_len)
+sio_code sc_server_start(const sc_config *cfg, sio_io *io, sc_jobs *jobs,
+                         sc_server **out, char *msg, size_t msg_len)
 {
     sio_code rc = SIO_OK;
     sc_server *srv = NULL;
@@ -391,11 +678,20 @@ sio_code sc_server_start(const sc_config *cfg, sio_io *io,
     mu_ok = 1;
     srv->cfg = cfg;
     srv->io = io;
-    srv->list = list;
+    srv->jobs = jobs;
     srv->lsock = MHD_INVALID_SOCKET;
     srv->boot = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     srv->boot &= 0xffffffffu;
     atomic_init(&srv->next_id, 0);
+    atomic_init(&srv->draining_flag, 0);
+    atomic_init(&srv->connections, 0);
+    srv->auth = sc_auth_create(cfg->token, cfg->admin_token);
+    srv->rl = sc_ratelimit_create(cfg->rate_limit, cfg->rate_burst);
+    if (!srv->auth || !srv->rl) {
+        snprintf(msg, msg_len, "out of memory");
+        rc = SIO_ERR_NOMEM;
+        goto out;
+    }
 
     memset(&a4, 0, sizeof a4);
     memset(&a6, 0, sizeof a6);
@@ -413,13 +709,17 @@ sio_code sc_server_start(const sc_config *cfg, sio_io *io,
         rc = SIO_ERR_INVALID;
         goto out;
     }
-    /* epoll with its own threads where MHD has it; otherwise whatever
-     * internal poller MHD picks. Suspend/resume needs MHD's inter-thread
-     * channel, which MHD_ALLOW_SUSPEND_RESUME brings. */
+    /* epoll, one loop per worker thread, where MHD has it; otherwise
+     * whatever internal poller MHD picks. Suspend/resume needs MHD's
+     * inter-thread channel, which MHD_ALLOW_SUSPEND_RESUME brings. */
     if (MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES)
         flags |= MHD_USE_EPOLL_INTERNAL_THREAD;
     else
         flags |= MHD_USE_AUTO_INTERNAL_THREAD;
+    unsigned backlog = cfg->max_connections < 4096 ? cfg->max_connections
+                                                   : 4096;
+    if (backlog < 128)
+        backlog = 128;
 
     srv->d = MHD_start_daemon(
         flags, 0, NULL, NULL, access_handler, srv,
@@ -428,10 +728,14 @@ sio_code sc_server_start(const sc_config *cfg, sio_io *io,
         MHD_OPTION_SOCK_ADDR, sa,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)cfg->threads,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)cfg->max_connections,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned int)cfg->max_connections_ip,
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, backlog,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)cfg->connection_memory,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)cfg->idle_timeout,
         MHD_OPTION_URI_LOG_CALLBACK, uri_log, srv,
         MHD_OPTION_NOTIFY_COMPLETED, request_completed, srv,
+        MHD_OPTION_NOTIFY_CONNECTION, notify_connection, srv,
         MHD_OPTION_END);
     if (!srv->d) {
         snprintf(msg, msg_len, "cannot start the HTTP daemon on %s port %u",
@@ -446,6 +750,8 @@ sio_code sc_server_start(const sc_config *cfg, sio_io *io,
     srv = NULL;
 out:
     if (srv) {
+        sc_ratelimit_destroy(srv->rl);
+        sc_auth_destroy(srv->auth);
         if (mu_ok)
             pthread_mutex_destroy(&srv->mu);
         free(srv);
@@ -458,21 +764,49 @@ uint16_t sc_server_port(const sc_server *srv)
     return srv->port;
 }
 
+size_t sc_server_drain(sc_server *srv, uint32_t grace_s)
+{
+    /* Stop accepting: closing the listening socket makes new connections
+     * fail at once instead of waiting in the backlog. */
+    srv->lsock = MHD_quiesce_daemon(srv->d);
+    if (srv->lsock != MHD_INVALID_SOCKET) {
+        close(srv->lsock);
+        srv->lsock = MHD_INVALID_SOCKET;
+    }
+    pthread_mutex_lock(&srv->mu);
+    srv->draining = 1;
+    atomic_store(&srv->draining_flag, 1);
+    pthread_mutex_unlock(&srv->mu);
+    size_t left = sc_jobs_wait_streams(srv->jobs, grace_s * 1000u);
+    SC_LOG(SIO_LOG_INFO, "event=drain streams_left=%zu grace_s=%u", left,
+           grace_s);
+    if (left) {
+        sc_jobs_cut_all(srv->jobs, "server shutting down");
+        left = sc_jobs_wait_streams(srv->jobs, CUT_WAIT_MS);
+    }
+    return left;
+}
+
 void sc_server_stop(sc_server *srv)
 {
     if (!srv)
         return;
-    srv->lsock = MHD_quiesce_daemon(srv->d);
-    /* MHD must not be stopped with suspended connections: cancel every
-     * stream, which resumes its connection; new streams are refused. */
-    pthread_mutex_lock(&srv->mu);
-    srv->stopping = 1;
-    for (req_ctx *c = srv->live; c; c = c->next)
-        sc_stream_cancel(c->stream);
-    pthread_mutex_unlock(&srv->mu);
+    if (!atomic_load(&srv->draining_flag)) {
+        srv->lsock = MHD_quiesce_daemon(srv->d);
+        if (srv->lsock != MHD_INVALID_SOCKET)
+            close(srv->lsock);
+        pthread_mutex_lock(&srv->mu);
+        srv->draining = 1;
+        atomic_store(&srv->draining_flag, 1);
+        pthread_mutex_unlock(&srv->mu);
+    }
+    /* MHD must not be stopped with suspended connections: a cut stream
+     * is resumed and never suspends again, and no stream can be bound any
+     * more (draining is set under srv->mu). */
+    sc_jobs_cut_all(srv->jobs, "server shutting down");
     MHD_stop_daemon(srv->d);
-    if (srv->lsock != MHD_INVALID_SOCKET)
-        close(srv->lsock);
+    sc_ratelimit_destroy(srv->rl);
+    sc_auth_destroy(srv->auth);
     pthread_mutex_destroy(&srv->mu);
     free(srv);
 }

@@ -1,30 +1,59 @@
 /*
- * main.c — shardcastd: settings, start-up, signals, shutdown.
+ * main.c — shardcastd: settings, start-up, signals, drain, shutdown.
  *
- * Start-up: load settings (command line > SHARDCAST_* environment >
- * defaults), resolve the shard list once, start the HTTP server, print
- * exactly one line "listening=ADDR:PORT" on stdout (IPv6 addresses in
- * brackets) so that a parent process started with --port 0 learns the real
- * port. SIGTERM/SIGINT stop the server cleanly; the main thread only waits
- * for them (sigwait), with both signals blocked in every thread.
+ * Start-up: load settings (command line > SHARDCAST_* environment > config
+ * file > defaults), raise RLIMIT_NOFILE to its hard limit (every consumer
+ * is a socket), create the jobs of the command line and the config file,
+ * give their sources up to STARTUP_RESOLVE_MS to resolve (a source that
+ * does not resolve by then keeps being retried; /readyz says 503 until it
+ * does), start the HTTP server and print exactly one line
+ * "listening=ADDR:PORT" on stdout (IPv6 addresses in brackets) so that a
+ * parent process started with --port 0 learns the real port.
+ * SIGTERM/SIGINT drain: no new connections or streams, running streams get
+ * --drain-grace seconds, the rest are cut with the error trailer; then the
+ * process exits 0. The main thread only waits for those signals (sigwait),
+ * with both blocked in every thread.
  * Exit codes: 0 clean stop, 1 start-up failure, 2 bad settings.
  */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "http.h"
+#include "jobs.h"
 #include "log.h"
 #include "settings.h"
 #include "shardio.h"
+
+/* How long start-up waits for the configured sources to resolve before it
+ * listens anyway (readiness then says why not ready). */
+#define STARTUP_RESOLVE_MS 10000u
+
+static void raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    rlim_t before = rl.rlim_cur;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            SC_LOG(SIO_LOG_WARN, "event=rlimit_nofile_failed errno=%d", errno);
+    }
+    SC_LOG(SIO_LOG_INFO, "event=rlimit_nofile before=%llu now=%llu",
+           (unsigned long long)before, (unsigned long long)rl.rlim_cur);
+}
 
 int main(int argc, char **argv)
 {
     sc_config cfg;
     char msg[600];
     sio_io *io = NULL;
-    sio_shardlist *list = NULL;
+    sc_jobs *jobs = NULL;
     sc_server *srv = NULL;
     sio_error err = {SIO_OK, ""};
     sigset_t stop;
@@ -51,6 +80,7 @@ int main(int argc, char **argv)
 
     SC_LOG(SIO_LOG_INFO, "event=start version=%s", SIO_VERSION_STRING);
     sc_settings_log(&cfg);
+    raise_nofile();
 
     sio_io_config iocfg;
     memset(&iocfg, 0, sizeof iocfg);
@@ -61,16 +91,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "shardcastd: %s\n", err.msg);
         goto out;
     }
-    if (sio_shardlist_resolve(io, cfg.source, &list, &err) != SIO_OK) {
-        SC_LOG(SIO_LOG_ERROR, "event=startup_failed step=source code=%d",
-               err.code);
-        fprintf(stderr, "shardcastd: cannot resolve --source: %s\n", err.msg);
+    if (sc_jobs_create(&cfg, io, &jobs, msg, sizeof msg) != SIO_OK) {
+        fprintf(stderr, "shardcastd: %s\n", msg);
         goto out;
     }
-    SC_LOG(SIO_LOG_INFO, "event=shards job=%s count=%zu", cfg.job,
-           sio_shardlist_count(list));
+    if (cfg.cli_job.name)
+        sc_jobs_put(jobs, &cfg.cli_job, msg, sizeof msg);
+    for (size_t i = 0; i < cfg.njobs; i++)
+        sc_jobs_put(jobs, &cfg.jobs[i], msg, sizeof msg);
+    sc_jobs_wait_resolved(jobs, STARTUP_RESOLVE_MS);
 
-    if (sc_server_start(&cfg, io, list, &srv, msg, sizeof msg) != SIO_OK) {
+    if (sc_server_start(&cfg, io, jobs, &srv, msg, sizeof msg) != SIO_OK) {
         SC_LOG(SIO_LOG_ERROR, "event=startup_failed step=http");
         fprintf(stderr, "shardcastd: %s\n", msg);
         goto out;
@@ -84,12 +115,20 @@ int main(int argc, char **argv)
 
     while (sigwait(&stop, &sig) != 0)
         ;
-    SC_LOG(SIO_LOG_INFO, "event=stopping signal=%s",
-           sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    SC_LOG(SIO_LOG_INFO, "event=stopping signal=%s drain_grace_s=%u",
+           sig == SIGTERM ? "SIGTERM" : "SIGINT", cfg.drain_grace);
+    size_t left = sc_server_drain(srv, cfg.drain_grace);
+    if (left)
+        SC_LOG(SIO_LOG_WARN, "event=drain_incomplete streams=%zu", left);
     rc = 0;
 out:
     sc_server_stop(srv);
-    sio_shardlist_free(list);
+    if (sc_jobs_destroy(jobs) != 0) {
+        /* A thread is stuck in object-store retries and uses io: leave
+         * without freeing (and without exit handlers that would). */
+        SC_LOG(SIO_LOG_INFO, "event=stopped");
+        _exit(rc);
+    }
     sio_io_destroy(io);
     if (sr == SC_SETTINGS_OK && rc == 0)
         SC_LOG(SIO_LOG_INFO, "event=stopped");

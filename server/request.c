@@ -7,6 +7,8 @@
  */
 #include "request.h"
 
+#include "settings.h"
+
 #include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -117,44 +119,32 @@ int sc_parse_u64(const char *s, uint64_t max, uint64_t *out)
     return 0;
 }
 
-/* Split "a,b,c" into req->fields: each 1..SIO_TARW_FIELD_NAME_MAX bytes of
- * [A-Za-z0-9._+-], lowercased (the library lowercases extensions), no
- * duplicates, at most SIO_TARW_FILTER_MAX. */
+/* Split "a,b,c" into req->fields (rules of sc_fields_split). */
 static int parse_fields(const char *v, sc_request *req)
 {
-    const char *p = v;
-    req->nfields = 0;
-    for (;;) {
-        const char *comma = strchr(p, ',');
-        size_t n = comma ? (size_t)(comma - p) : strlen(p);
-        if (n == 0 || n > SIO_TARW_FIELD_NAME_MAX ||
-            req->nfields >= SIO_TARW_FILTER_MAX)
-            return -1;
-        char *f = req->fields[req->nfields];
-        for (size_t i = 0; i < n; i++) {
-            unsigned char c = (unsigned char)p[i];
-            if (!isalnum(c) && c != '.' && c != '_' && c != '-' && c != '+')
-                return -1;
-            f[i] = (char)tolower(c);
-        }
-        f[n] = '\0';
-        for (size_t j = 0; j < req->nfields; j++)
-            if (strcmp(req->fields[j], f) == 0)
-                return -1;
-        req->nfields++;
-        if (!comma)
-            break;
-        p = comma + 1;
-    }
-    return 0;
+    return sc_fields_split(v, req->fields, &req->nfields);
 }
 
-enum { P_RANK, P_WORLD, P_START, P_FORMAT, P_FIELDS, P_COUNT };
-static const char *const param_names[P_COUNT] = {"rank", "world", "start",
-                                                 "format", "fields"};
+enum {
+    P_RANK,
+    P_WORLD,
+    P_START,
+    P_GLOBAL_START,
+    P_FORMAT,
+    P_FIELDS,
+    P_COUNT
+};
+static const char *const param_names[P_COUNT] = {
+    "rank", "world", "start", "global_start", "format", "fields"};
 
-static unsigned parse_query(const char *q, size_t len, sc_request *req,
-                            char *reason, size_t reason_len)
+/* Parameters each route takes; others are ignored (forward compat). */
+#define STREAM_PARAMS                                                      \
+    ((1u << P_RANK) | (1u << P_WORLD) | (1u << P_START) |                  \
+     (1u << P_GLOBAL_START) | (1u << P_FORMAT) | (1u << P_FIELDS))
+#define TOPOLOGY_PARAMS (1u << P_WORLD)
+
+static unsigned parse_query(const char *q, size_t len, unsigned accepted,
+                            sc_request *req, char *reason, size_t reason_len)
 {
     char key[KEY_MAX + 1];
     char val[VALUE_MAX + 1];
@@ -183,7 +173,7 @@ static unsigned parse_query(const char *q, size_t len, sc_request *req,
         int which = -1;
         if (sc_pct_decode(piece, klen, 1, key, sizeof key) >= 0)
             for (int p = 0; p < P_COUNT; p++)
-                if (strcmp(key, param_names[p]) == 0)
+                if ((accepted & (1u << p)) && strcmp(key, param_names[p]) == 0)
                     which = p;
         if (which < 0)
             continue; /* unknown parameters are ignored (forward compat) */
@@ -216,11 +206,20 @@ static unsigned parse_query(const char *q, size_t len, sc_request *req,
                             "start must be a non-negative integer");
             req->start = v;
             break;
-        case P_FORMAT:
-            if (strcmp(val, "tar") != 0)
+        case P_GLOBAL_START:
+            if (sc_parse_u64(val, UINT64_MAX, &v) != 0)
                 return fail(400, reason, reason_len,
-                            "unknown format (supported: tar)");
-            req->format = SC_FORMAT_TAR;
+                            "global_start must be a non-negative integer");
+            req->global_start = v;
+            break;
+        case P_FORMAT:
+            if (strcmp(val, "tar") == 0)
+                req->format = SC_FORMAT_TAR;
+            else if (strcmp(val, "frames") == 0)
+                req->format = SC_FORMAT_FRAMES;
+            else
+                return fail(400, reason, reason_len,
+                            "unknown format (supported: tar, frames)");
             break;
         case P_FIELDS:
             if (parse_fields(val, req) != 0)
@@ -228,27 +227,74 @@ static unsigned parse_query(const char *q, size_t len, sc_request *req,
                             "bad fields list (comma-separated distinct names "
                             "of 1..%u characters [A-Za-z0-9._+-], at most %u)",
                             SIO_TARW_FIELD_NAME_MAX, SIO_TARW_FILTER_MAX);
+            req->has_fields = 1;
             break;
         }
     }
+    if (accepted != STREAM_PARAMS)
+        return 200;
     if (!seen[P_RANK])
         return fail(400, reason, reason_len, "missing parameter rank");
     if (!seen[P_WORLD])
         return fail(400, reason, reason_len, "missing parameter world");
     if (req->rank >= req->world)
         return fail(400, reason, reason_len, "rank must be less than world");
+    /* The feed addresses Y[global_start + rank + start * world]. */
+    if (req->global_start > UINT64_MAX - req->rank ||
+        req->start > (UINT64_MAX - req->global_start - req->rank) / req->world)
+        return fail(400, reason, reason_len,
+                    "start and global_start out of range");
     return 200;
+}
+
+const char *sc_route_allow(sc_route route)
+{
+    switch (route) {
+    case SC_ROUTE_HEALTHZ:
+    case SC_ROUTE_READYZ:
+    case SC_ROUTE_METRICS:
+        return "GET, HEAD";
+    case SC_ROUTE_JOB:
+        return "GET, PUT, DELETE";
+    case SC_ROUTE_NONE:
+    case SC_ROUTE_JOBS:
+    case SC_ROUTE_STREAM:
+    case SC_ROUTE_SETTINGS:
+    case SC_ROUTE_TOPOLOGY:
+        break;
+    }
+    return "GET";
+}
+
+/* A job name as the settings accept it: 1..SC_JOB_NAME_MAX of
+ * [A-Za-z0-9._-]. */
+static int job_name_valid(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > SC_JOB_NAME_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && !strchr("._-", s[i]))
+            return 0;
+    return 1;
+}
+
+static int method_is(const char *m, const char *a)
+{
+    return strcmp(m, a) == 0;
 }
 
 unsigned sc_request_parse(const char *method, const char *target,
                           size_t target_len, size_t max_target,
-                          const char *job, sc_request *out, char *reason,
-                          size_t reason_len)
+                          sc_job_exists_fn job_exists, void *userdata,
+                          sc_request *out, char *reason, size_t reason_len)
 {
     const char *seg[SEGMENTS_MAX];
     size_t seglen[SEGMENTS_MAX];
     size_t nseg = 0;
     char buf[SEGMENT_MAX + 1];
+    sc_route route = SC_ROUTE_NONE;
+    unsigned accepted = 0;
 
     memset(out, 0, sizeof *out);
     if (reason_len)
@@ -284,37 +330,81 @@ unsigned sc_request_parse(const char *method, const char *target,
     (sc_pct_decode(seg[i], seglen[i], 0, buf, sizeof buf) >= 0 &&          \
      strcmp(buf, lit) == 0)
 
-    if (nseg == 1 && SEG_IS(0, "healthz")) {
-        if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
-            return fail(405, reason, reason_len, "method not allowed");
-        out->route = SC_ROUTE_HEALTHZ;
-        return 200;
-    }
-    if (nseg != 6 || !SEG_IS(0, "v1") || !SEG_IS(1, "jobs") ||
-        !SEG_IS(3, "epochs") || !SEG_IS(5, "stream"))
+    if (nseg == 1 && SEG_IS(0, "healthz"))
+        route = SC_ROUTE_HEALTHZ;
+    else if (nseg == 1 && SEG_IS(0, "readyz"))
+        route = SC_ROUTE_READYZ;
+    else if (nseg == 1 && SEG_IS(0, "metrics"))
+        route = SC_ROUTE_METRICS;
+    else if (nseg == 2 && SEG_IS(0, "v1") && SEG_IS(1, "jobs"))
+        route = SC_ROUTE_JOBS;
+    else if (nseg == 2 && SEG_IS(0, "v1") && SEG_IS(1, "settings"))
+        route = SC_ROUTE_SETTINGS;
+    else if (nseg == 2 && SEG_IS(0, "v1") && SEG_IS(1, "topology"))
+        route = SC_ROUTE_TOPOLOGY;
+    else if (nseg == 3 && SEG_IS(0, "v1") && SEG_IS(1, "jobs"))
+        route = SC_ROUTE_JOB;
+    else if (nseg == 6 && SEG_IS(0, "v1") && SEG_IS(1, "jobs") &&
+             SEG_IS(3, "epochs") && SEG_IS(5, "stream"))
+        route = SC_ROUTE_STREAM;
+    else
         return fail(404, reason, reason_len, "not found");
 #undef SEG_IS
 
-    char jobbuf[SC_JOB_NAME_MAX + 1];
-    if (!pct_valid(seg[2], seglen[2]))
-        return fail(400, reason, reason_len, "bad percent-encoding in path");
-    /* A name too long for jobbuf (or holding a NUL) is not one we serve. */
-    if (sc_pct_decode(seg[2], seglen[2], 0, jobbuf, sizeof jobbuf) < 0)
-        return fail(404, reason, reason_len, "unknown job");
-    if (!job || strcmp(jobbuf, job) != 0)
-        return fail(404, reason, reason_len, "unknown job");
-    if (strcmp(method, "GET") != 0)
+    if (route == SC_ROUTE_JOB || route == SC_ROUTE_STREAM) {
+        char jobbuf[SC_JOB_NAME_MAX + 1];
+        int put = route == SC_ROUTE_JOB && method_is(method, "PUT");
+        if (!pct_valid(seg[2], seglen[2]))
+            return fail(400, reason, reason_len,
+                        "bad percent-encoding in path");
+        /* A name too long for jobbuf (or holding a NUL, or other bytes
+         * than a job name has) is not one we serve, nor one to create. */
+        if (sc_pct_decode(seg[2], seglen[2], 0, jobbuf, sizeof jobbuf) < 0 ||
+            !job_name_valid(jobbuf)) {
+            if (put)
+                return fail(400, reason, reason_len,
+                            "bad job name (1..%u of [A-Za-z0-9._-])",
+                            SC_JOB_NAME_MAX);
+            return fail(404, reason, reason_len, "unknown job");
+        }
+        if (!put && job_exists && !job_exists(userdata, jobbuf))
+            return fail(404, reason, reason_len, "unknown job");
+        memcpy(out->job, jobbuf, sizeof jobbuf);
+    }
+
+    int ok;
+    switch (route) {
+    case SC_ROUTE_HEALTHZ:
+    case SC_ROUTE_READYZ:
+    case SC_ROUTE_METRICS:
+        ok = method_is(method, "GET") || method_is(method, "HEAD");
+        break;
+    case SC_ROUTE_JOB:
+        ok = method_is(method, "GET") || method_is(method, "PUT") ||
+             method_is(method, "DELETE");
+        break;
+    default:
+        ok = method_is(method, "GET");
+        break;
+    }
+    if (!ok)
         return fail(405, reason, reason_len, "method not allowed");
-    memcpy(out->job, jobbuf, sizeof jobbuf);
 
-    if (sc_pct_decode(seg[4], seglen[4], 0, buf, sizeof buf) < 0 ||
-        sc_parse_u64(buf, UINT64_MAX, &out->epoch) != 0)
-        return fail(400, reason, reason_len,
-                    "epoch must be a non-negative integer");
-
-    out->route = SC_ROUTE_STREAM;
-    unsigned st = parse_query(query, query_len, out, reason, reason_len);
-    if (st != 200)
-        out->route = SC_ROUTE_NONE;
-    return st;
+    if (route == SC_ROUTE_STREAM) {
+        if (sc_pct_decode(seg[4], seglen[4], 0, buf, sizeof buf) < 0 ||
+            sc_parse_u64(buf, UINT64_MAX, &out->epoch) != 0)
+            return fail(400, reason, reason_len,
+                        "epoch must be a non-negative integer");
+        accepted = STREAM_PARAMS;
+    } else if (route == SC_ROUTE_TOPOLOGY) {
+        accepted = TOPOLOGY_PARAMS;
+    }
+    if (accepted) {
+        unsigned st = parse_query(query, query_len, accepted, out, reason,
+                                  reason_len);
+        if (st != 200)
+            return st;
+    }
+    out->route = route;
+    return 200;
 }

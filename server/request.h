@@ -24,38 +24,54 @@
 
 typedef enum sc_route {
     SC_ROUTE_NONE = 0,
-    SC_ROUTE_HEALTHZ,
-    SC_ROUTE_STREAM
+    SC_ROUTE_HEALTHZ,  /* GET|HEAD /healthz */
+    SC_ROUTE_READYZ,   /* GET|HEAD /readyz */
+    SC_ROUTE_METRICS,  /* GET|HEAD /metrics */
+    SC_ROUTE_JOBS,     /* GET /v1/jobs */
+    SC_ROUTE_JOB,      /* GET|PUT|DELETE /v1/jobs/{job} */
+    SC_ROUTE_STREAM,   /* GET /v1/jobs/{job}/epochs/{epoch}/stream */
+    SC_ROUTE_SETTINGS, /* GET /v1/settings */
+    SC_ROUTE_TOPOLOGY  /* GET /v1/topology[?world=W] */
 } sc_route;
 
-typedef enum sc_format { SC_FORMAT_TAR = 0 } sc_format;
+typedef enum sc_format { SC_FORMAT_TAR = 0, SC_FORMAT_FRAMES = 1 } sc_format;
 
 typedef struct sc_request {
     sc_route route;
     char job[SC_JOB_NAME_MAX + 1]; /* decoded, NUL-terminated */
     uint64_t epoch;
     uint32_t rank;
-    uint32_t world;
-    uint64_t start;
+    uint32_t world;       /* stream; topology: 0 when not given */
+    uint64_t start;       /* position within the share to start from */
+    uint64_t global_start; /* elastic resume: Y[global_start + i] goes to
+                              consumer i mod world */
     sc_format format;
-    size_t nfields; /* 0: every field */
+    int has_fields;       /* fields= was given */
+    size_t nfields;       /* 0 with has_fields 0: the job's default */
     char fields[SIO_TARW_FILTER_MAX][SIO_TARW_FIELD_NAME_MAX + 1];
 } sc_request;
 
+/* Does the server have a job of this name? (decoded, NUL-terminated) */
+typedef int (*sc_job_exists_fn)(void *userdata, const char *job);
+
 /*
  * Parse a request target (origin-form "/path?query", target_len bytes, not
- * necessarily NUL-terminated) for `method`. `job` is the name of the job
- * this server serves; other names are 404.
+ * necessarily NUL-terminated) for `method`. job_exists (may be NULL: every
+ * well-formed name exists) tells unknown jobs (404) apart; PUT may name a
+ * job that does not exist yet.
  * Returns the HTTP status to answer with: 200 when *out is a valid request,
- * otherwise 400 (bad parameter), 404 (unknown job or path), 405 (method),
- * 414 (target longer than max_target) with a one-line reason in
- * reason[reason_len] (no newline). Checks, in order: length, path, job,
+ * otherwise 400 (bad parameter or job name), 404 (unknown job or path),
+ * 405 (method), 414 (target longer than max_target) with a one-line reason
+ * in reason[reason_len] (no newline). Checks, in order: length, path, job,
  * method, then parameters.
  */
 unsigned sc_request_parse(const char *method, const char *target,
                           size_t target_len, size_t max_target,
-                          const char *job, sc_request *out, char *reason,
-                          size_t reason_len);
+                          sc_job_exists_fn job_exists, void *userdata,
+                          sc_request *out, char *reason, size_t reason_len);
+
+/* The methods a route allows, for an Allow header ("GET, HEAD"). */
+const char *sc_route_allow(sc_route route);
 
 /*
  * Percent-decode len bytes of src into dst (cap bytes, NUL-terminated on

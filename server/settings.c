@@ -1,16 +1,23 @@
 /*
- * settings.c — the settings table and its loaders (contract in settings.h).
+ * settings.c — the settings table, its loaders (defaults, config file,
+ * environment, command line) and the job spec parser (contract in
+ * settings.h).
  *
- * Threading: start-up only (main thread, before any other thread).
- * Ownership: string values are malloc'd copies owned by sc_config.
+ * Threading: sc_settings_load runs on the main thread before any other
+ * thread; the job spec functions are pure and run on MHD threads for
+ * PUT /v1/jobs/{job}. Ownership: string values are malloc'd copies owned by
+ * the sc_config / sc_jobspec they are stored in.
  * Every value, defaults included, goes through the same parser and bounds
- * check, so a default can never be out of its own bounds.
+ * check, so a default can never be out of its own bounds, and a job from
+ * the API is held to exactly the rules of a job from the command line.
  */
 #include "settings.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <errno.h>
 #include <inttypes.h>
+#include <jansson.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -20,17 +27,22 @@
 #include "log.h"
 #include "request.h"
 #include "shardio.h"
-#include "stream.h"
 
 typedef enum stype {
-    T_STRING, /* free text of 1..max bytes */
+    T_STRING, /* free text of min..max bytes */
+    T_PATH,   /* a file path, may stay unset */
+    T_SECRET, /* a token: visible ASCII, never printed */
     T_JOB,    /* a job name: 1..SC_JOB_NAME_MAX of [A-Za-z0-9._-] */
     T_ADDR,   /* an IPv4 or IPv6 literal */
     T_U32,
     T_U64,
     T_BYTES,  /* integer with optional K/M/G/T (binary) suffix */
-    T_ENUM
+    T_ENUM,
+    T_BOOL,   /* true/false, 1/0, yes/no, on/off */
+    T_FIELDS  /* a field filter: comma-separated extensions */
 } stype;
+
+enum { S_SERVER = 0, S_JOB = 1 };
 
 typedef struct choice {
     const char *name;
@@ -38,10 +50,13 @@ typedef struct choice {
 } choice;
 
 typedef struct setting {
-    const char *name;
-    stype type;
+    const char *name;      /* --name, SHARDCAST_NAME, config-file key */
+    const char *key;       /* job spec key (S_JOB only) */
+    int scope;             /* S_SERVER: offset in sc_config; S_JOB: in
+                              sc_jobspec */
     size_t offset;
-    const char *def; /* NULL: required */
+    stype type;
+    const char *def;       /* NULL: unset (required for job name/source) */
     uint64_t min, max;
     const choice *choices; /* T_ENUM, terminated by a NULL name */
     const char *help;
@@ -60,48 +75,102 @@ static const choice level_choices[] = {{"error", SIO_LOG_ERROR},
                                        {"debug", SIO_LOG_DEBUG},
                                        {NULL, 0}};
 
-/* Longest --source: a long brace pattern or list of specs, not a dataset
- * manifest. */
-#define SOURCE_MAX 65536u
+/* Bounds of the feed window (libshardio caps window_samples at 16 Mi). */
+#define WINDOW_SAMPLES_MAX (16u << 20)
+/* Epoch read-ahead threads (libshardio's own cap is higher). */
+#define READ_THREADS_MAX 64u
 
-#define OFF(f) offsetof(sc_config, f)
+#define SRV(f) S_SERVER, offsetof(sc_config, f)
+#define JOB(f) S_JOB, offsetof(sc_jobspec, f)
 static const setting settings[] = {
-    {"job", T_JOB, OFF(job), NULL, 1, SC_JOB_NAME_MAX, NULL,
-     "name of the job served (URL path /v1/jobs/NAME/...)"},
-    {"source", T_STRING, OFF(source), NULL, 1, SOURCE_MAX, NULL,
+    /* ---- jobs: the --job form, and the keys of a job object ---- */
+    {"job", "name", JOB(name), T_JOB, NULL, 1, SC_JOB_NAME_MAX, NULL,
+     "job name (URL path /v1/jobs/NAME/...)"},
+    {"source", "source", JOB(source), T_STRING, NULL, 1, SC_SOURCE_MAX, NULL,
      "shards: directory, path, brace pattern or URL; several joined by ::"},
-    {"seed", T_U64, OFF(seed), "0", 0, UINT64_MAX, NULL,
+    {"seed", "seed", JOB(seed), T_U64, "0", 0, UINT64_MAX, NULL,
      "shuffle seed; with the epoch it fixes the order"},
-    {"shuffle-buffer", T_U32, OFF(shuffle_buffer), "1000", 1, 100000000, NULL,
-     "samples in the shuffle buffer (1: no buffer shuffle)"},
-    {"buffer-bytes", T_BYTES, OFF(buffer_bytes), "256MiB", 0,
-     UINT64_C(1) << 40, NULL, "byte cap of the shuffle buffer (0: no cap)"},
-    {"interleave", T_U32, OFF(interleave), "4", 1, 4096, NULL,
+    {"shuffle-buffer", "shuffle_buffer", JOB(shuffle_buffer), T_U32, "1000",
+     1, 100000000, NULL, "samples in the shuffle buffer (1: no shuffle)"},
+    {"buffer-bytes", "shuffle_buffer_bytes", JOB(buffer_bytes), T_BYTES,
+     "256MiB", 0, UINT64_C(1) << 40, NULL,
+     "byte cap of the shuffle buffer (0: no cap)"},
+    {"interleave", "interleave", JOB(interleave), T_U32, "4", 1, 4096, NULL,
      "shards open at once, read round-robin"},
-    {"partition", T_ENUM, OFF(partition), "even-drop", 0, 0,
+    {"partition", "partition", JOB(partition), T_ENUM, "even-drop", 0, 0,
      partition_choices, "even-drop | even-pad | none"},
-    {"on-error", T_ENUM, OFF(on_error), "skip", 0, 0, on_error_choices,
-     "a missing or corrupt shard: skip it, or fail the stream"},
-    {"listen", T_ADDR, OFF(listen), "127.0.0.1", 0, 0, NULL,
+    {"fields", "fields", JOB(fields), T_FIELDS, NULL, 0, 0, NULL,
+     "fields sent when a request names none (default: every field)"},
+    {"on-error", "on_error", JOB(on_error), T_ENUM, "skip", 0, 0,
+     on_error_choices, "a missing or corrupt shard: skip it, or fail"},
+    {"read-threads", "read_threads", JOB(read_threads), T_U32, "2", 0,
+     READ_THREADS_MAX, NULL,
+     "threads decoding shards ahead of each epoch (0: none)"},
+
+    /* ---- the server ---- */
+    {"config", NULL, SRV(config), T_PATH, NULL, 1, 4096, NULL,
+     "JSON config file: {\"jobs\":[{job keys}...], server settings}"},
+    {"listen", NULL, SRV(listen), T_ADDR, "127.0.0.1", 0, 0, NULL,
      "address to listen on (IPv4 or IPv6 literal)"},
-    {"port", T_U32, OFF(port), "8080", 0, 65535, NULL,
+    {"port", NULL, SRV(port), T_U32, "8080", 0, 65535, NULL,
      "TCP port (0: pick a free one)"},
-    {"log-level", T_ENUM, OFF(log_level), "info", 0, 0, level_choices,
+    {"log-level", NULL, SRV(log_level), T_ENUM, "info", 0, 0, level_choices,
      "error | warn | info | debug"},
-    {"threads", T_U32, OFF(threads), "2", 1, 64, NULL,
-     "HTTP worker threads"},
-    {"max-connections", T_U32, OFF(max_connections), "1024", 1, 65536, NULL,
-     "simultaneous HTTP connections"},
-    {"max-url", T_U32, OFF(max_url), "4096", 64, SC_TARGET_MAX, NULL,
+    {"threads", NULL, SRV(threads), T_U32, "2", 1, 64, NULL,
+     "HTTP worker threads (each runs its own epoll loop)"},
+    {"max-connections", NULL, SRV(max_connections), T_U32, "4096", 1,
+     1000000, NULL, "simultaneous HTTP connections"},
+    {"max-connections-per-ip", NULL, SRV(max_connections_ip), T_U32, "0", 0,
+     1000000, NULL, "simultaneous connections from one address (0: any)"},
+    {"max-url", NULL, SRV(max_url), T_U32, "4096", 64, SC_TARGET_MAX, NULL,
      "longest request target (path and query) in bytes"},
-    {"connection-memory", T_BYTES, OFF(connection_memory), "64KiB", 16384,
-     16u << 20, NULL, "memory per connection; bounds the request header size"},
-    {"queue-bytes", T_BYTES, OFF(queue_bytes), "4MiB", SC_STREAM_QUEUE_MIN,
-     UINT64_C(1) << 30, NULL, "bytes queued per stream ahead of the client"},
-    {"idle-timeout", T_U32, OFF(idle_timeout), "600", 0, 86400, NULL,
+    {"connection-memory", NULL, SRV(connection_memory), T_BYTES, "64KiB",
+     16384, 16u << 20, NULL,
+     "memory per connection; bounds the request header size"},
+    {"idle-timeout", NULL, SRV(idle_timeout), T_U32, "600", 0, 86400, NULL,
      "seconds a connection may make no progress (0: none)"},
+    {"token", NULL, SRV(token), T_SECRET, NULL, 1, SC_TOKEN_MAX, NULL,
+     "bearer token consumers must send (default: none needed)"},
+    {"token-file", NULL, SRV(token_file), T_PATH, NULL, 1, 4096, NULL,
+     "file holding the consumer token"},
+    {"admin-token", NULL, SRV(admin_token), T_SECRET, NULL, 1, SC_TOKEN_MAX,
+     NULL, "bearer token of the admin API (default: admin API off)"},
+    {"admin-token-file", NULL, SRV(admin_token_file), T_PATH, NULL, 1, 4096,
+     NULL, "file holding the admin token"},
+    {"rate-limit", NULL, SRV(rate_limit), T_U32, "100", 0, 1000000, NULL,
+     "non-stream requests per second per client address (0: no limit)"},
+    {"rate-burst", NULL, SRV(rate_burst), T_U32, "200", 1, 1000000, NULL,
+     "requests a client address may make at once"},
+    {"max-jobs", NULL, SRV(max_jobs), T_U32, "64", 1, SC_JOBS_MAX, NULL,
+     "jobs served at once"},
+    {"max-epochs", NULL, SRV(max_epochs), T_U32, "2", 1, 16, NULL,
+     "epochs in flight per job (each holds a feed window)"},
+    {"prefetch", NULL, SRV(prefetch), T_BOOL, "true", 0, 0, NULL,
+     "open epoch E+1 once epoch E has been read, so its buffer fills"},
+    {"window-samples", NULL, SRV(window_samples), T_U32, "65536", 1,
+     WINDOW_SAMPLES_MAX, NULL,
+     "samples of an epoch held for its consumers (the feed window)"},
+    {"window-bytes", NULL, SRV(window_bytes), T_BYTES, "256MiB", 1,
+     UINT64_C(1) << 40, NULL, "bytes of the feed window"},
+    {"join-timeout-ms", NULL, SRV(join_timeout_ms), T_U32, "30000", 1,
+     86400000, NULL, "how long the window waits for the other ranks"},
+    {"rejoin-grace-ms", NULL, SRV(rejoin_grace_ms), T_U32, "60000", 1,
+     86400000, NULL,
+     "how long a disconnected consumer's place is kept for a resume"},
+    {"feed-idle-ms", NULL, SRV(feed_idle_ms), T_U32, "60000", 0, 86400000,
+     NULL, "an epoch with no stream for this long is closed"},
+    {"drain-grace", NULL, SRV(drain_grace), T_U32, "30", 0, 86400, NULL,
+     "seconds streams may run after SIGTERM before they are cut"},
+    {"lag-samples", NULL, SRV(lag_samples), T_U32, "0", 0,
+     WINDOW_SAMPLES_MAX, NULL,
+     "a consumer this many samples behind is lagging (0: half the window)"},
+    {"replica", NULL, SRV(replica), T_U32, "0", 0, 65535, NULL,
+     "this server's replica number J (scale-out)"},
+    {"replicas", NULL, SRV(replicas), T_U32, "1", 1, 65536, NULL,
+     "number of replicas R serving the same jobs"},
 };
-#undef OFF
+#undef SRV
+#undef JOB
 #define NSETTINGS (sizeof settings / sizeof settings[0])
 
 static int fail(char *msg, size_t msg_len, const char *fmt, ...)
@@ -113,6 +182,8 @@ static int fail(char *msg, size_t msg_len, const char *fmt, ...)
 static int fail(char *msg, size_t msg_len, const char *fmt, ...)
 {
     va_list ap;
+    if (!msg_len)
+        return -1;
     va_start(ap, fmt);
     vsnprintf(msg, msg_len, fmt, ap);
     va_end(ap);
@@ -156,44 +227,124 @@ static int parse_number(const char *v, int bytes, uint64_t *out)
     return 0;
 }
 
-static int set_value(sc_config *cfg, const setting *st, const char *v,
-                     const char *from, char *msg, size_t msg_len)
+int sc_fields_split(const char *list,
+                    char names[][SIO_TARW_FIELD_NAME_MAX + 1], size_t *n)
 {
-    char *field = (char *)cfg + st->offset;
-    uint64_t x;
-
-    switch (st->type) {
-    case T_STRING:
-    case T_JOB:
-    case T_ADDR: {
-        size_t n = strlen(v);
-        if (st->type == T_ADDR) {
-            unsigned char a[16];
-            if (inet_pton(AF_INET, v, a) != 1 && inet_pton(AF_INET6, v, a) != 1)
-                return fail(msg, msg_len,
-                            "invalid value for --%s (%s): expected an IPv4 or "
-                            "IPv6 address literal",
-                            st->name, from);
-        } else if (n < st->min || n > st->max) {
-            return fail(msg, msg_len,
-                        "invalid value for --%s (%s): length must be %" PRIu64
-                        "..%" PRIu64,
-                        st->name, from, st->min, st->max);
+    const char *p = list;
+    *n = 0;
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (len == 0 || len > SIO_TARW_FIELD_NAME_MAX ||
+            *n >= SIO_TARW_FILTER_MAX)
+            return -1;
+        char *f = names[*n];
+        for (size_t i = 0; i < len; i++) {
+            unsigned char c = (unsigned char)p[i];
+            if (!isalnum(c) && c != '.' && c != '_' && c != '-' && c != '+')
+                return -1;
+            f[i] = (char)tolower(c);
         }
-        if (st->type == T_JOB)
-            for (size_t i = 0; i < n; i++)
-                if (!isalnum((unsigned char)v[i]) && !strchr("._-", v[i]))
-                    return fail(msg, msg_len,
-                                "invalid value for --%s (%s): use only "
-                                "letters, digits, '.', '_' and '-'",
-                                st->name, from);
-        char *copy = strdup(v);
-        if (!copy)
-            return fail(msg, msg_len, "out of memory");
+        f[len] = '\0';
+        for (size_t j = 0; j < *n; j++)
+            if (strcmp(names[j], f) == 0)
+                return -1;
+        (*n)++;
+        if (!comma)
+            return 0;
+        p = comma + 1;
+    }
+}
+
+/* Where a setting is named in messages: --name for the command line and
+ * the environment, "name" for a job object. */
+static const char *label(const setting *st, int job_object, char *buf,
+                         size_t len)
+{
+    if (job_object)
+        snprintf(buf, len, "\"%s\"", st->key);
+    else
+        snprintf(buf, len, "--%s", st->name);
+    return buf;
+}
+
+static int set_string(char **slot, const char *v, char *msg, size_t msg_len)
+{
+    char *copy = strdup(v);
+    if (!copy)
+        return fail(msg, msg_len, "out of memory");
+    free(*slot);
+    *slot = copy;
+    return 0;
+}
+
+/* Parse v into the field of `base` that st names; `from` says where v came
+ * from ("from the command line", ...); job_object: name it as a JSON key. */
+static int set_value(void *base, const setting *st, const char *v,
+                     const char *from, int job_object, char *msg,
+                     size_t msg_len)
+{
+    char *field = (char *)base + st->offset;
+    char lb[80];
+    uint64_t x;
+    size_t n = strlen(v);
+
+    label(st, job_object, lb, sizeof lb);
+    switch (st->type) {
+    case T_ADDR: {
+        unsigned char a[16];
+        if (inet_pton(AF_INET, v, a) != 1 && inet_pton(AF_INET6, v, a) != 1)
+            return fail(msg, msg_len,
+                        "invalid value for %s (%s): expected an IPv4 or "
+                        "IPv6 address literal",
+                        lb, from);
+        return set_string((char **)(void *)field, v, msg, msg_len);
+    }
+    case T_STRING:
+    case T_PATH:
+    case T_JOB:
+    case T_SECRET:
+        if (n < st->min || n > st->max)
+            return fail(msg, msg_len,
+                        "invalid value for %s (%s): length must be %" PRIu64
+                        "..%" PRIu64,
+                        lb, from, st->min, st->max);
+        for (size_t i = 0; i < n; i++) {
+            unsigned char c = (unsigned char)v[i];
+            if (st->type == T_JOB && !isalnum(c) && !strchr("._-", c))
+                return fail(msg, msg_len,
+                            "invalid value for %s (%s): use only letters, "
+                            "digits, '.', '_' and '-'",
+                            lb, from);
+            /* The value itself is never echoed: it is a secret. */
+            if (st->type == T_SECRET && (c < 0x21 || c > 0x7e))
+                return fail(msg, msg_len,
+                            "invalid value for %s (%s): a token is visible "
+                            "ASCII without spaces",
+                            lb, from);
+        }
+        return set_string((char **)(void *)field, v, msg, msg_len);
+    case T_FIELDS: {
+        char names[SIO_TARW_FILTER_MAX][SIO_TARW_FIELD_NAME_MAX + 1];
+        char norm[SIO_TARW_FILTER_MAX * (SIO_TARW_FIELD_NAME_MAX + 1)];
+        size_t nn = 0, o = 0;
         char **slot = (char **)(void *)field;
-        free(*slot);
-        *slot = copy;
-        return 0;
+        if (n == 0) { /* empty: every field */
+            free(*slot);
+            *slot = NULL;
+            return 0;
+        }
+        if (n >= sizeof norm || sc_fields_split(v, names, &nn) != 0)
+            return fail(msg, msg_len,
+                        "invalid value for %s (%s): expected distinct field "
+                        "names of 1..%u characters [A-Za-z0-9._+-], at most "
+                        "%u",
+                        lb, from, SIO_TARW_FIELD_NAME_MAX,
+                        SIO_TARW_FILTER_MAX);
+        for (size_t i = 0; i < nn; i++)
+            o += (size_t)snprintf(norm + o, sizeof norm - o, "%s%s",
+                                  i ? "," : "", names[i]);
+        return set_string(slot, norm, msg, msg_len);
     }
     case T_U32:
     case T_U64:
@@ -201,9 +352,9 @@ static int set_value(sc_config *cfg, const setting *st, const char *v,
         if (parse_number(v, st->type == T_BYTES, &x) != 0 || x < st->min ||
             x > st->max)
             return fail(msg, msg_len,
-                        "invalid value '%.64s' for --%s (%s): expected %s in "
+                        "invalid value '%.64s' for %s (%s): expected %s in "
                         "%" PRIu64 "..%" PRIu64,
-                        v, st->name, from,
+                        v, lb, from,
                         st->type == T_BYTES ? "a byte count (suffix K/M/G/T)"
                                             : "an integer",
                         st->min, st->max);
@@ -212,6 +363,21 @@ static int set_value(sc_config *cfg, const setting *st, const char *v,
         else
             *(uint64_t *)(void *)field = x;
         return 0;
+    case T_BOOL:
+        if (!strcmp(v, "true") || !strcmp(v, "1") || !strcmp(v, "yes") ||
+            !strcmp(v, "on")) {
+            *(int *)(void *)field = 1;
+            return 0;
+        }
+        if (!strcmp(v, "false") || !strcmp(v, "0") || !strcmp(v, "no") ||
+            !strcmp(v, "off")) {
+            *(int *)(void *)field = 0;
+            return 0;
+        }
+        return fail(msg, msg_len,
+                    "invalid value '%.64s' for %s (%s): expected true or "
+                    "false",
+                    v, lb, from);
     case T_ENUM:
         for (const choice *c = st->choices; c->name; c++) {
             if (strcmp(v, c->name) == 0) {
@@ -219,17 +385,33 @@ static int set_value(sc_config *cfg, const setting *st, const char *v,
                 return 0;
             }
         }
-        return fail(msg, msg_len, "invalid value '%.64s' for --%s (%s): %s", v,
-                    st->name, from, st->help);
+        return fail(msg, msg_len, "invalid value '%.64s' for %s (%s): %s", v,
+                    lb, from, st->help);
     }
     return fail(msg, msg_len, "internal: bad setting type");
 }
 
+/* A setting by name; '_' matches '-' so config files may use either. */
 static const setting *find(const char *name, size_t len)
 {
+    for (size_t i = 0; i < NSETTINGS; i++) {
+        const char *s = settings[i].name;
+        if (strlen(s) != len)
+            continue;
+        size_t k = 0;
+        for (; k < len; k++)
+            if (s[k] != name[k] && !(s[k] == '-' && name[k] == '_'))
+                break;
+        if (k == len)
+            return &settings[i];
+    }
+    return NULL;
+}
+
+static const setting *find_key(const char *key)
+{
     for (size_t i = 0; i < NSETTINGS; i++)
-        if (strlen(settings[i].name) == len &&
-            strncmp(settings[i].name, name, len) == 0)
+        if (settings[i].scope == S_JOB && strcmp(settings[i].key, key) == 0)
             return &settings[i];
     return NULL;
 }
@@ -245,13 +427,422 @@ static void env_name(const setting *st, char *buf, size_t len)
 void sc_settings_usage(FILE *f, const char *prog)
 {
     char env[64];
-    fprintf(f, "usage: %s --job NAME --source SRC [options]\n\n", prog);
-    for (size_t i = 0; i < NSETTINGS; i++) {
-        const setting *st = &settings[i];
-        env_name(st, env, sizeof env);
-        fprintf(f, "  --%-18s %s\n  %-20s default: %s; env %s\n", st->name,
-                st->help, "", st->def ? st->def : "(required)", env);
+    fprintf(f,
+            "usage: %s [--job NAME --source SRC] [--config FILE] "
+            "[options]\n",
+            prog);
+    for (int scope = S_JOB; scope >= S_SERVER; scope--) {
+        fprintf(f, scope == S_JOB
+                       ? "\nJob settings (--job form; in a job object the key "
+                         "is shown in brackets; the defaults are the job "
+                         "defaults):\n"
+                       : "\nServer settings (command line > environment > "
+                         "config file > default):\n");
+        for (size_t i = 0; i < NSETTINGS; i++) {
+            const setting *st = &settings[i];
+            if (st->scope != scope)
+                continue;
+            env_name(st, env, sizeof env);
+            char head[96];
+            if (scope == S_JOB)
+                snprintf(head, sizeof head, "--%s [%s]", st->name, st->key);
+            else
+                snprintf(head, sizeof head, "--%s", st->name);
+            const char *d = st->def;
+            if (!d)
+                d = scope == S_JOB && (st->type == T_JOB ||
+                                       st->type == T_STRING)
+                        ? "(required)"
+                        : "(unset)";
+            fprintf(f, "  %-34s %s\n  %-34s default: %s; env %s\n", head,
+                    st->help, "", d, env);
+        }
     }
+}
+
+static void apply_defaults(void *base, int scope)
+{
+    char msg[256];
+    for (size_t i = 0; i < NSETTINGS; i++)
+        if (settings[i].scope == scope && settings[i].def)
+            (void)set_value(base, &settings[i], settings[i].def, "default", 0,
+                            msg, sizeof msg);
+}
+
+void sc_jobspec_free(sc_jobspec *s)
+{
+    if (!s)
+        return;
+    free(s->name);
+    free(s->source);
+    free(s->fields);
+    memset(s, 0, sizeof *s);
+}
+
+int sc_jobspec_copy(sc_jobspec *dst, const sc_jobspec *src)
+{
+    *dst = *src;
+    dst->name = src->name ? strdup(src->name) : NULL;
+    dst->source = src->source ? strdup(src->source) : NULL;
+    dst->fields = src->fields ? strdup(src->fields) : NULL;
+    if ((src->name && !dst->name) || (src->source && !dst->source) ||
+        (src->fields && !dst->fields)) {
+        sc_jobspec_free(dst);
+        return -1;
+    }
+    return 0;
+}
+
+static int str_eq(const char *a, const char *b)
+{
+    return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
+
+int sc_jobspec_equal(const sc_jobspec *a, const sc_jobspec *b)
+{
+    return str_eq(a->name, b->name) && str_eq(a->source, b->source) &&
+           a->seed == b->seed && a->shuffle_buffer == b->shuffle_buffer &&
+           a->buffer_bytes == b->buffer_bytes &&
+           a->interleave == b->interleave && a->partition == b->partition &&
+           a->on_error == b->on_error && a->read_threads == b->read_threads &&
+           str_eq(a->fields, b->fields);
+}
+
+/* The text form of a JSON value for set_value; -1 when the type does not
+ * fit the setting. buf holds numbers and booleans. */
+static int json_text(const json_t *v, const setting *st, char *buf,
+                     size_t len, const char **out)
+{
+    if (json_is_string(v)) {
+        *out = json_string_value(v);
+        /* A string with an embedded NUL is not what it looks like. */
+        return strlen(*out) == json_string_length(v) ? 0 : -1;
+    }
+    if (json_is_integer(v)) {
+        snprintf(buf, len, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        *out = buf;
+        return 0;
+    }
+    if (json_is_boolean(v) && st->type == T_BOOL) {
+        *out = json_is_true(v) ? "true" : "false";
+        return 0;
+    }
+    if (st->type == T_FIELDS && (json_is_array(v) || json_is_null(v))) {
+        size_t o = 0, i;
+        json_t *e;
+        buf[0] = '\0';
+        if (json_is_array(v) && json_array_size(v) == 0)
+            return -1;
+        json_array_foreach(v, i, e)
+        {
+            if (!json_is_string(e) ||
+                strlen(json_string_value(e)) != json_string_length(e) ||
+                json_string_length(e) == 0)
+                return -1;
+            int w = snprintf(buf + o, len - o, "%s%s", i ? "," : "",
+                             json_string_value(e));
+            if (w < 0 || (size_t)w >= len - o)
+                return -1;
+            o += (size_t)w;
+        }
+        *out = buf;
+        return 0;
+    }
+    return -1;
+}
+
+/* Fill *out from a job object (defaults for absent keys). `where` names
+ * the object in messages ("job 2 of the config file", "the job"). */
+static int jobspec_from_json(const json_t *obj, const char *url_name,
+                             const char *where, sc_jobspec *out, char *msg,
+                             size_t msg_len)
+{
+    const char *k;
+    json_t *v;
+    char buf[SIO_TARW_FILTER_MAX * (SIO_TARW_FIELD_NAME_MAX + 1) + 64];
+    char from[160];
+
+    memset(out, 0, sizeof *out);
+    if (!json_is_object(obj))
+        return fail(msg, msg_len, "%s must be a JSON object", where);
+    apply_defaults(out, S_JOB);
+    snprintf(from, sizeof from, "in %s", where);
+    json_object_foreach((json_t *)obj, k, v)
+    {
+        const setting *st = find_key(k);
+        const char *text;
+        if (!st) {
+            fail(msg, msg_len, "unknown key \"%.64s\" %s", k, from);
+            goto bad;
+        }
+        if (json_text(v, st, buf, sizeof buf, &text) != 0) {
+            fail(msg, msg_len, "wrong type for \"%s\" %s", st->key, from);
+            goto bad;
+        }
+        if (set_value(out, st, text, from, 1, msg, msg_len) != 0)
+            goto bad;
+    }
+    if (url_name) {
+        if (out->name && strcmp(out->name, url_name) != 0) {
+            fail(msg, msg_len, "\"name\" %s differs from the job in the URL",
+                 from);
+            goto bad;
+        }
+        if (!out->name &&
+            set_value(out, &settings[0], url_name, "in the URL", 1, msg,
+                      msg_len) != 0)
+            goto bad;
+    }
+    if (!out->name) {
+        fail(msg, msg_len, "missing \"name\" %s", from);
+        goto bad;
+    }
+    if (!out->source) {
+        fail(msg, msg_len, "missing \"source\" %s", from);
+        goto bad;
+    }
+    return 0;
+bad:
+    sc_jobspec_free(out);
+    return -1;
+}
+
+int sc_jobspec_parse(const char *json, size_t len, const char *name,
+                     sc_jobspec *out, char *reason, size_t reason_len)
+{
+    json_error_t je;
+    int rc;
+    memset(out, 0, sizeof *out);
+    if (len > SC_JOBSPEC_BODY_MAX)
+        return fail(reason, reason_len, "job spec larger than %u bytes",
+                    SC_JOBSPEC_BODY_MAX);
+    /* JSON_REJECT_DUPLICATES: "seed" twice is a mistake, not a choice. */
+    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        return fail(reason, reason_len, "invalid JSON at line %d: %.200s",
+                    je.line, je.text);
+    rc = jobspec_from_json(root, name, "the job", out, reason, reason_len);
+    json_decref(root);
+    return rc;
+}
+
+/* Read a whole small file (at most max bytes) into a malloc'd string. */
+static char *read_small_file(const char *path, size_t max, size_t *len,
+                             char *msg, size_t msg_len, const char *what)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    size_t n = 0;
+    if (!f) {
+        fail(msg, msg_len, "cannot open %s %.200s: %s", what, path,
+             strerror(errno));
+        return NULL;
+    }
+    buf = malloc(max + 1);
+    if (!buf) {
+        fail(msg, msg_len, "out of memory");
+        goto out;
+    }
+    n = fread(buf, 1, max + 1, f);
+    if (ferror(f) || n > max) {
+        fail(msg, msg_len, "cannot read %s %.200s: %s", what, path,
+             n > max ? "too large" : "read error");
+        free(buf);
+        buf = NULL;
+        goto out;
+    }
+    buf[n] = '\0';
+    *len = n;
+out:
+    fclose(f);
+    return buf;
+}
+
+/* Apply the server settings and jobs of a config file. */
+static int load_config_file(sc_config *cfg, const char *path, char *msg,
+                            size_t msg_len)
+{
+    size_t len = 0;
+    json_error_t je;
+    json_t *root = NULL;
+    const char *k;
+    json_t *v;
+    char from[300], buf[64];
+    int rc = -1;
+    char *text = read_small_file(path, SC_CONFIG_FILE_MAX, &len, msg,
+                                 msg_len, "config file");
+    if (!text)
+        return -1;
+    root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root) {
+        fail(msg, msg_len, "config file %.200s: invalid JSON at line %d: %.200s",
+             path, je.line, je.text);
+        goto out;
+    }
+    if (!json_is_object(root)) {
+        fail(msg, msg_len, "config file %.200s: expected a JSON object", path);
+        goto out;
+    }
+    snprintf(from, sizeof from, "from config file %.200s", path);
+    json_object_foreach(root, k, v)
+    {
+        if (strcmp(k, "jobs") == 0) {
+            size_t i;
+            json_t *j;
+            if (!json_is_array(v)) {
+                fail(msg, msg_len, "config file %.200s: \"jobs\" must be an "
+                     "array", path);
+                goto out;
+            }
+            if (json_array_size(v) > SC_JOBS_MAX) {
+                fail(msg, msg_len, "config file %.200s: more than %u jobs",
+                     path, SC_JOBS_MAX);
+                goto out;
+            }
+            cfg->jobs = calloc(json_array_size(v) + 1, sizeof *cfg->jobs);
+            if (!cfg->jobs) {
+                fail(msg, msg_len, "out of memory");
+                goto out;
+            }
+            json_array_foreach(v, i, j)
+            {
+                char where[320];
+                snprintf(where, sizeof where, "job %zu of config file %.200s",
+                         i, path);
+                if (jobspec_from_json(j, NULL, where, &cfg->jobs[i], msg,
+                                      msg_len) != 0)
+                    goto out;
+                cfg->njobs = i + 1;
+            }
+            continue;
+        }
+        const setting *st = find(k, strlen(k));
+        const char *textv;
+        if (!st || st->scope != S_SERVER || st->offset == offsetof(sc_config,
+                                                                   config)) {
+            if (st && st->scope == S_JOB)
+                fail(msg, msg_len, "config file %.200s: \"%s\" is a job key: "
+                     "put it in a job of \"jobs\"", path, k);
+            else
+                fail(msg, msg_len, "config file %.200s: unknown setting "
+                     "\"%.64s\"", path, k);
+            goto out;
+        }
+        if (json_text(v, st, buf, sizeof buf, &textv) != 0) {
+            fail(msg, msg_len, "config file %.200s: wrong type for \"%s\"",
+                 path, k);
+            goto out;
+        }
+        if (set_value(cfg, st, textv, from, 0, msg, msg_len) != 0)
+            goto out;
+    }
+    rc = 0;
+out:
+    json_decref(root);
+    free(text);
+    return rc;
+}
+
+/* A token from a file: the first line, trailing whitespace removed. */
+static int load_token_file(char **token, const char *path, const char *name,
+                           char *msg, size_t msg_len)
+{
+    size_t len = 0;
+    char what[64];
+    snprintf(what, sizeof what, "--%s", name);
+    char *text = read_small_file(path, SC_TOKEN_MAX + 2, &len, msg, msg_len,
+                                 what);
+    if (!text)
+        return -1;
+    while (len > 0 && isspace((unsigned char)text[len - 1]))
+        text[--len] = '\0';
+    int rc = 0;
+    if (len == 0 || len > SC_TOKEN_MAX || strchr(text, '\n'))
+        rc = fail(msg, msg_len, "%s: the file must hold one token of 1..%u "
+                  "visible ASCII characters", what, SC_TOKEN_MAX);
+    for (size_t i = 0; rc == 0 && i < len; i++)
+        if ((unsigned char)text[i] < 0x21 || (unsigned char)text[i] > 0x7e)
+            rc = fail(msg, msg_len, "%s: a token is visible ASCII without "
+                      "spaces", what);
+    if (rc == 0) {
+        free(*token);
+        *token = text;
+    } else {
+        /* The text may be a secret: wipe it before freeing. */
+        memset(text, 0, len);
+        free(text);
+    }
+    return rc;
+}
+
+static int check_config(sc_config *cfg, char *msg, size_t msg_len)
+{
+    if (cfg->token && cfg->token_file)
+        return fail(msg, msg_len, "give --token or --token-file, not both");
+    if (cfg->admin_token && cfg->admin_token_file)
+        return fail(msg, msg_len,
+                    "give --admin-token or --admin-token-file, not both");
+    if (cfg->token_file &&
+        load_token_file(&cfg->token, cfg->token_file, "token-file", msg,
+                        msg_len) != 0)
+        return -1;
+    if (cfg->admin_token_file &&
+        load_token_file(&cfg->admin_token, cfg->admin_token_file,
+                        "admin-token-file", msg, msg_len) != 0)
+        return -1;
+    if (cfg->token && cfg->admin_token &&
+        strcmp(cfg->token, cfg->admin_token) == 0)
+        return fail(msg, msg_len,
+                    "the consumer token and the admin token must differ");
+    if (cfg->replicas > 1 ? cfg->replica >= cfg->replicas : cfg->replica != 0)
+        return fail(msg, msg_len,
+                    "--replica %u of --replicas %u: need replica < replicas",
+                    cfg->replica, cfg->replicas);
+    if (cfg->rate_limit && cfg->rate_burst < 1)
+        return fail(msg, msg_len, "--rate-burst must be at least 1");
+    if (cfg->cli_job.name || cfg->cli_job.source) {
+        if (!cfg->cli_job.name)
+            return fail(msg, msg_len,
+                        "missing required setting --job (or SHARDCAST_JOB)");
+        if (!cfg->cli_job.source)
+            return fail(msg, msg_len, "missing required setting --source "
+                        "(or SHARDCAST_SOURCE)");
+    }
+    size_t total = cfg->njobs + (cfg->cli_job.name ? 1 : 0);
+    if (total == 0 && !cfg->admin_token)
+        return fail(msg, msg_len,
+                    "missing required setting --job (or SHARDCAST_JOB): give "
+                    "--job and --source, a --config file with jobs, or an "
+                    "admin token to create jobs through the API");
+    if (total > cfg->max_jobs)
+        return fail(msg, msg_len, "%zu jobs configured, --max-jobs is %u",
+                    total, cfg->max_jobs);
+    for (size_t i = 0; i < cfg->njobs; i++) {
+        if (cfg->cli_job.name && !strcmp(cfg->cli_job.name, cfg->jobs[i].name))
+            return fail(msg, msg_len, "job \"%s\" is defined twice",
+                        cfg->jobs[i].name);
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(cfg->jobs[i].name, cfg->jobs[j].name))
+                return fail(msg, msg_len, "job \"%s\" is defined twice",
+                            cfg->jobs[i].name);
+    }
+    return 0;
+}
+
+/* The value of --name in argv, if given (for --config before the rest). */
+static const char *argv_value(int argc, char *const *argv, const char *name)
+{
+    size_t n = strlen(name);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) != 0 || strncmp(a + 2, name, n) != 0)
+            continue;
+        if (a[2 + n] == '=')
+            return a + 3 + n;
+        if (a[2 + n] == '\0' && i + 1 < argc)
+            return argv[i + 1];
+    }
+    return NULL;
 }
 
 sc_settings_result sc_settings_load(sc_config *cfg, int argc,
@@ -262,31 +853,40 @@ sc_settings_result sc_settings_load(sc_config *cfg, int argc,
 
     memset(cfg, 0, sizeof *cfg);
     msg[0] = '\0';
-    for (size_t i = 0; i < NSETTINGS; i++) {
-        if (settings[i].def &&
-            set_value(cfg, &settings[i], settings[i].def, "default", msg,
-                      msg_len) != 0)
-            return SC_SETTINGS_ERROR;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            sc_settings_usage(out, argv[0]);
+            return SC_SETTINGS_HELP;
+        }
+        if (strcmp(argv[i], "--version") == 0) {
+            fprintf(out, "shardcastd %s\n", SIO_VERSION_STRING);
+            return SC_SETTINGS_HELP;
+        }
     }
+    apply_defaults(cfg, S_SERVER);
+    apply_defaults(&cfg->cli_job, S_JOB);
+
+    /* The config file sits below the environment and the command line, so
+     * it is read first; its own path comes from either of them. */
+    const char *path = argv_value(argc, argv, "config");
+    if (!path)
+        path = getenv("SHARDCAST_CONFIG");
+    if (path && *path && load_config_file(cfg, path, msg, msg_len) != 0)
+        return SC_SETTINGS_ERROR;
+
     for (size_t i = 0; i < NSETTINGS; i++) {
-        env_name(&settings[i], env, sizeof env);
+        const setting *st = &settings[i];
+        env_name(st, env, sizeof env);
         const char *v = getenv(env);
         if (!v)
             continue;
         snprintf(from, sizeof from, "from %s", env);
-        if (set_value(cfg, &settings[i], v, from, msg, msg_len) != 0)
+        void *base = st->scope == S_JOB ? (void *)&cfg->cli_job : (void *)cfg;
+        if (set_value(base, st, v, from, 0, msg, msg_len) != 0)
             return SC_SETTINGS_ERROR;
     }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            sc_settings_usage(out, argv[0]);
-            return SC_SETTINGS_HELP;
-        }
-        if (strcmp(a, "--version") == 0) {
-            fprintf(out, "shardcastd %s\n", SIO_VERSION_STRING);
-            return SC_SETTINGS_HELP;
-        }
         if (strncmp(a, "--", 2) != 0) {
             fail(msg, msg_len, "unexpected argument '%.64s' (see --help)", a);
             return SC_SETTINGS_ERROR;
@@ -307,37 +907,45 @@ sc_settings_result sc_settings_load(sc_config *cfg, int argc,
             }
             v = argv[++i];
         }
-        if (set_value(cfg, st, v, "from the command line", msg, msg_len) != 0)
+        void *base = st->scope == S_JOB ? (void *)&cfg->cli_job : (void *)cfg;
+        if (set_value(base, st, v, "from the command line", 0, msg,
+                      msg_len) != 0)
             return SC_SETTINGS_ERROR;
     }
-    for (size_t i = 0; i < NSETTINGS; i++) {
-        const setting *st = &settings[i];
-        if (st->def)
-            continue;
-        if (!*(char **)(void *)((char *)cfg + st->offset)) {
-            env_name(st, env, sizeof env);
-            fail(msg, msg_len, "missing required setting --%s (or %s)",
-                 st->name, env);
-            return SC_SETTINGS_ERROR;
-        }
-    }
+    if (check_config(cfg, msg, msg_len) != 0)
+        return SC_SETTINGS_ERROR;
     return SC_SETTINGS_OK;
+}
+
+static void wipe_free(char *s)
+{
+    if (s) {
+        memset(s, 0, strlen(s));
+        free(s);
+    }
 }
 
 void sc_settings_free(sc_config *cfg)
 {
-    free(cfg->job);
-    free(cfg->source);
+    free(cfg->config);
     free(cfg->listen);
-    cfg->job = cfg->source = cfg->listen = NULL;
+    wipe_free(cfg->token);
+    free(cfg->token_file);
+    wipe_free(cfg->admin_token);
+    free(cfg->admin_token_file);
+    sc_jobspec_free(&cfg->cli_job);
+    for (size_t i = 0; i < cfg->njobs; i++)
+        sc_jobspec_free(&cfg->jobs[i]);
+    free(cfg->jobs);
+    memset(cfg, 0, sizeof *cfg);
 }
 
-/* Copy a source for logging with any URL userinfo ("://user:pw@") masked:
- * credentials must never reach a log. */
-static void redact_source(const char *src, char *dst, size_t cap)
+void sc_redact_source(const char *src, char *dst, size_t cap)
 {
     size_t o = 0;
-    for (size_t i = 0; src[i] && o + 4 < cap;) {
+    if (!cap)
+        return;
+    for (size_t i = 0; src[i] && o + 5 < cap;) {
         if (strncmp(src + i, "://", 3) == 0) {
             memcpy(dst + o, "://", 3);
             o += 3;
@@ -356,39 +964,84 @@ static void redact_source(const char *src, char *dst, size_t cap)
     dst[o] = '\0';
 }
 
+/* The text of a server setting's value for logs and /v1/settings; returns
+ * a JSON value (new reference) too when j is not NULL. */
+static json_t *value_of(const sc_config *cfg, const setting *st, char *val,
+                        size_t len)
+{
+    const char *field = (const char *)cfg + st->offset;
+    switch (st->type) {
+    case T_SECRET: {
+        const char *s = *(char *const *)(const void *)field;
+        snprintf(val, len, "%s", s ? "<set>" : "<unset>");
+        return s ? json_string("<redacted>") : json_null();
+    }
+    case T_STRING:
+    case T_PATH:
+    case T_JOB:
+    case T_ADDR:
+    case T_FIELDS: {
+        const char *s = *(char *const *)(const void *)field;
+        sc_redact_source(s ? s : "", val, len);
+        return s ? json_string(val) : json_null();
+    }
+    case T_U32:
+        snprintf(val, len, "%" PRIu32, *(const uint32_t *)(const void *)field);
+        return json_integer((json_int_t) * (const uint32_t *)(const void *)field);
+    case T_U64:
+    case T_BYTES: {
+        uint64_t x = *(const uint64_t *)(const void *)field;
+        snprintf(val, len, "%" PRIu64, x);
+        /* JSON integers are signed 64-bit: larger values go as text. */
+        return x <= INT64_MAX ? json_integer((json_int_t)x) : json_string(val);
+    }
+    case T_BOOL: {
+        int b = *(const int *)(const void *)field;
+        snprintf(val, len, "%s", b ? "true" : "false");
+        return json_boolean(b);
+    }
+    case T_ENUM: {
+        int v = *(const int *)(const void *)field;
+        snprintf(val, len, "?");
+        for (const choice *c = st->choices; c->name; c++)
+            if (c->value == v)
+                snprintf(val, len, "%s", c->name);
+        return json_string(val);
+    }
+    }
+    return json_null();
+}
+
 void sc_settings_log(const sc_config *cfg)
 {
     char val[1024], q[1100];
     for (size_t i = 0; i < NSETTINGS; i++) {
         const setting *st = &settings[i];
-        const char *field = (const char *)cfg + st->offset;
-        switch (st->type) {
-        case T_STRING:
-        case T_JOB:
-        case T_ADDR: {
-            const char *s = *(char *const *)(const void *)field;
-            redact_source(s ? s : "", val, sizeof val);
-            break;
-        }
-        case T_U32:
-            snprintf(val, sizeof val, "%" PRIu32,
-                     *(const uint32_t *)(const void *)field);
-            break;
-        case T_U64:
-        case T_BYTES:
-            snprintf(val, sizeof val, "%" PRIu64,
-                     *(const uint64_t *)(const void *)field);
-            break;
-        case T_ENUM: {
-            int v = *(const int *)(const void *)field;
-            snprintf(val, sizeof val, "?");
-            for (const choice *c = st->choices; c->name; c++)
-                if (c->value == v)
-                    snprintf(val, sizeof val, "%s", c->name);
-            break;
-        }
-        }
+        if (st->scope != S_SERVER)
+            continue;
+        json_decref(value_of(cfg, st, val, sizeof val));
         SC_LOG(SIO_LOG_INFO, "event=setting name=%s value=%s", st->name,
                sc_log_quote(q, sizeof q, val, strlen(val)));
     }
+}
+
+char *sc_settings_json(const sc_config *cfg)
+{
+    char val[1024];
+    char *text = NULL;
+    json_t *o = json_object();
+    if (!o)
+        return NULL;
+    for (size_t i = 0; i < NSETTINGS; i++) {
+        const setting *st = &settings[i];
+        if (st->scope != S_SERVER)
+            continue;
+        json_t *v = value_of(cfg, st, val, sizeof val);
+        if (!v || json_object_set_new(o, st->name, v) != 0)
+            goto out;
+    }
+    text = json_dumps(o, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+out:
+    json_decref(o);
+    return text;
 }

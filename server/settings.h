@@ -1,12 +1,24 @@
 /*
- * settings.h — the daemon's settings: one table (name, type, default,
- * bounds, help) that the command line (--name VALUE or --name=VALUE) and the
- * environment (SHARDCAST_<NAME>, upper case, '-' as '_') go through.
- * Precedence: command line > environment > default. Bad values are
- * rejected at start-up with a message naming the setting and its source.
+ * settings.h — the daemon's settings and the job spec: ONE table (name,
+ * scope, type, default, bounds, help) that the command line (--name VALUE or
+ * --name=VALUE), the environment (SHARDCAST_<NAME>, upper case, '-' as '_'),
+ * the JSON config file (--config; the Kubernetes ConfigMap) and the jobs API
+ * (PUT /v1/jobs/{job}) all go through.
  *
- * Threading: loaded once in main before threads start; read-only after.
- * Ownership: strings in sc_config are malloc'd; sc_settings_free frees them.
+ * Server settings apply to the process. Job settings describe one job; on
+ * the command line they define the single job of the --job/--source form,
+ * in the config file and the API they are the keys of a job object
+ * ({"name", "source", "seed", "shuffle_buffer", "shuffle_buffer_bytes",
+ * "interleave", "partition", "fields", "on_error", "read_threads"}) and the
+ * table's defaults are the job defaults.
+ * Precedence of server settings: command line > environment > config file >
+ * default. Bad values are rejected with a message naming the setting and
+ * where the value came from.
+ *
+ * Threading: sc_settings_load runs once in main before threads start; the
+ * sc_config is read-only afterwards. sc_jobspec_* are pure functions safe
+ * from any thread. Ownership: strings in sc_config and sc_jobspec are
+ * malloc'd and freed by sc_settings_free / sc_jobspec_free.
  */
 #ifndef SC_SETTINGS_H
 #define SC_SETTINGS_H
@@ -15,25 +27,72 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "shardio_wire.h"
+
+/* Longest job source: a long brace pattern or list of specs, not a dataset
+ * manifest. */
+#define SC_SOURCE_MAX 65536u
+/* Longest token (consumer or admin). */
+#define SC_TOKEN_MAX 1024u
+/* Most jobs in one config file (and the bound of --max-jobs). */
+#define SC_JOBS_MAX 1024u
+/* Largest config file and largest PUT body (a job spec). */
+#define SC_CONFIG_FILE_MAX (4u << 20)
+#define SC_JOBSPEC_BODY_MAX (128u * 1024u)
+
+/* One job: what to read and how to order it. */
+typedef struct sc_jobspec {
+    char *name;             /* [A-Za-z0-9._-], 1..SC_JOB_NAME_MAX */
+    char *source;           /* shard source (see sio_shardlist_resolve) */
+    uint64_t seed;
+    uint32_t shuffle_buffer;  /* B samples */
+    uint64_t buffer_bytes;    /* byte cap of the shuffle buffer (0: none) */
+    uint32_t interleave;      /* K shards open at once */
+    int partition;            /* sio_partition */
+    int on_error;             /* sio_on_error */
+    uint32_t read_threads;    /* read-ahead threads of each epoch */
+    char *fields;             /* default field filter: "a,b" lowercased, or
+                                 NULL for every field */
+} sc_jobspec;
+
 typedef struct sc_config {
-    char *job;              /* --job: the one job served (required) */
-    char *source;           /* --source: shard source (required) */
-    uint64_t seed;          /* --seed */
-    uint32_t shuffle_buffer; /* --shuffle-buffer: B samples */
-    uint64_t buffer_bytes;  /* --buffer-bytes: byte cap of the buffer */
-    uint32_t interleave;    /* --interleave: K shards open at once */
-    int partition;          /* --partition: sio_partition */
-    int on_error;           /* --on-error: sio_on_error */
+    /* Server settings. */
+    char *config;           /* --config: JSON file with jobs and settings */
     char *listen;           /* --listen: IPv4 or IPv6 literal */
     uint32_t port;          /* --port: 0 picks a free port */
     int log_level;          /* --log-level: SIO_LOG_* */
-    uint32_t threads;       /* --threads: MHD thread pool size */
-    uint32_t max_connections; /* --max-connections */
+    uint32_t threads;       /* --threads: MHD worker threads (epoll each) */
+    uint32_t max_connections;     /* --max-connections */
+    uint32_t max_connections_ip;  /* --max-connections-per-ip (0: no cap) */
     uint32_t max_url;       /* --max-url: longest request target */
     uint64_t connection_memory; /* --connection-memory: MHD per-connection
-                                   pool, bounds request headers */
-    uint64_t queue_bytes;   /* --queue-bytes: per-stream byte queue */
+                                   pool; bounds the request header size */
     uint32_t idle_timeout;  /* --idle-timeout: seconds without progress */
+    char *token;            /* --token (SHARDCAST_TOKEN): consumers */
+    char *token_file;
+    char *admin_token;      /* --admin-token (SHARDCAST_ADMIN_TOKEN) */
+    char *admin_token_file;
+    uint32_t rate_limit;    /* --rate-limit: non-stream requests per second
+                               per client address (0: no limit) */
+    uint32_t rate_burst;    /* --rate-burst: bucket size */
+    uint32_t max_jobs;      /* --max-jobs */
+    uint32_t max_epochs;    /* --max-epochs: epochs in flight per job */
+    int prefetch;           /* --prefetch: open epoch E+1 when E is read */
+    uint32_t window_samples;  /* --window-samples: feed window */
+    uint64_t window_bytes;    /* --window-bytes */
+    uint32_t join_timeout_ms; /* --join-timeout-ms */
+    uint32_t rejoin_grace_ms; /* --rejoin-grace-ms */
+    uint32_t feed_idle_ms;    /* --feed-idle-ms */
+    uint32_t drain_grace;     /* --drain-grace: seconds */
+    uint32_t lag_samples;     /* --lag-samples: lagging threshold (0: half
+                                 the window) */
+    uint32_t replica, replicas; /* --replica J --replicas R */
+
+    /* The job of the command-line form (cli_job.name NULL: none). */
+    sc_jobspec cli_job;
+    /* Jobs of the config file, in file order. */
+    sc_jobspec *jobs;
+    size_t njobs;
 } sc_config;
 
 typedef enum sc_settings_result {
@@ -43,8 +102,9 @@ typedef enum sc_settings_result {
 } sc_settings_result;
 
 /*
- * Fill *cfg from defaults, the environment and argv (argv[0] is the program
- * name). On SC_SETTINGS_ERROR msg[msg_len] holds one line without newline.
+ * Fill *cfg from defaults, the config file, the environment and argv
+ * (argv[0] is the program name), read token files, check cross-setting
+ * rules. On SC_SETTINGS_ERROR msg[msg_len] holds one line without newline.
  * On SC_SETTINGS_HELP the text went to `out`. In every case release the
  * strings with sc_settings_free().
  */
@@ -54,10 +114,44 @@ sc_settings_result sc_settings_load(sc_config *cfg, int argc,
 
 void sc_settings_free(sc_config *cfg);
 
-/* Print the usage text (every setting with its default and help). */
+/* Print the usage text (every setting with its default and help, server
+ * settings and job keys in two sections). */
 void sc_settings_usage(FILE *f, const char *prog);
 
-/* Log the values in effect, one line per setting (level info). */
+/* Log the values in effect, one line per server setting (level info);
+ * secrets are shown as "<set>" or "<unset>". */
 void sc_settings_log(const sc_config *cfg);
+
+/* The server settings in effect as a JSON object text (malloc'd, caller
+ * frees), secrets redacted; NULL when out of memory. */
+char *sc_settings_json(const sc_config *cfg);
+
+/*
+ * Parse a job spec from JSON text (len bytes, not necessarily
+ * NUL-terminated). `name`, when not NULL, is the job name from the URL: the
+ * body may omit "name" or must repeat it. Unknown keys, wrong types and
+ * out-of-bounds values are rejected. On success returns 0 and *out holds the
+ * spec (free with sc_jobspec_free); on failure returns -1 with a one-line
+ * reason.
+ */
+int sc_jobspec_parse(const char *json, size_t len, const char *name,
+                     sc_jobspec *out, char *reason, size_t reason_len);
+
+/* Deep copy; -1 when out of memory. */
+int sc_jobspec_copy(sc_jobspec *dst, const sc_jobspec *src);
+/* Do two specs describe the same job (every key equal)? */
+int sc_jobspec_equal(const sc_jobspec *a, const sc_jobspec *b);
+void sc_jobspec_free(sc_jobspec *s);
+
+/* A source with any URL userinfo ("://user:pw@") masked, for logs and
+ * status: credentials must never leave the process. */
+void sc_redact_source(const char *src, char *dst, size_t cap);
+
+/* Check a comma-separated field list: 1..SIO_TARW_FILTER_MAX distinct
+ * names of 1..SIO_TARW_FIELD_NAME_MAX bytes of [A-Za-z0-9._+-]. Writes the
+ * lowercased names into names[i] (each SIO_TARW_FIELD_NAME_MAX+1 bytes) and
+ * their count into *n. Returns 0, or -1 when the list is invalid. */
+int sc_fields_split(const char *list,
+                    char names[][SIO_TARW_FIELD_NAME_MAX + 1], size_t *n);
 
 #endif /* SC_SETTINGS_H */

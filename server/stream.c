@@ -1,17 +1,18 @@
 /*
- * stream.c — one consumer stream (contract and lock order in stream.h).
+ * stream.c — one consumer stream: cursor -> encoder -> segments -> MHD
+ * (contract, memory bounds and lock order in stream.h).
  *
- * Threading: the producer thread runs produce(); MHD's thread runs
- * sc_stream_poll_open / sc_stream_reader; anyone may run sc_stream_cancel.
- * Every field below the mutex is protected by it, except the producer-only
- * fields marked so.
- * Ownership: the stream owns its queue, its copies of the parameters and,
- * while the producer runs, the consumer (which owns the epoch); the
- * producer closes them before it exits.
+ * Threading: the reader state (encoder, segments, pending buffer, held
+ * sample, counters) is touched only by the thread running
+ * sc_stream_reader, and after the request completed by the thread that
+ * destroys the stream. s->mu guards suspended / notified / cut / gone and
+ * the cut reason, which notify and cut touch from other threads.
+ * Ownership: the stream owns its encoder, its pending buffer and one
+ * reference to the sample whose segments are being sent. It does not own
+ * its cursor (jobs.c closes it before destroying the stream).
  */
 #include "stream.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
@@ -23,117 +24,48 @@
 #include "log.h"
 #include "shardio_wire.h"
 
-/* The producer wakes a suspended reader once this many bytes are queued,
- * or at the end of each sample, so that small header writes do not each
- * cost a resume/suspend round. */
-#define FLUSH_BYTES (32u * 1024u)
-
 #define REASON_MAX 512
 
-enum { FIN_NONE = 0, FIN_OK, FIN_ERROR, FIN_CANCELLED, FIN_OPEN_FAILED };
+enum { SEG_PENDING = 0, SEG_REF = 1 };
+
+typedef struct seg {
+    int kind;
+    const unsigned char *p; /* SEG_REF: into the held sample */
+    size_t off;             /* SEG_PENDING: offset in s->pending */
+    size_t len;
+} seg;
+
+enum { ST_STREAMING = 0, ST_END_OK, ST_END_ERROR };
 
 struct sc_stream {
     pthread_mutex_t mu;
-    pthread_cond_t space; /* signalled when the reader frees queue bytes */
     struct MHD_Connection *conn;
-    int suspended;        /* we suspended conn and owe it a resume */
-    int cancelled;
-    sc_open_state open_state;
-    unsigned open_status;
-    char open_reason[REASON_MAX];
-    int finished;         /* FIN_*: the producer wrote its last byte */
-    unsigned char *q;     /* ring buffer of cap bytes */
-    size_t cap, head, len;
-    uint64_t bytes_out;
-    uint64_t samples;
-    uint64_t position;
+    int suspended; /* we suspended conn and owe it a resume (mu) */
+    int notified;  /* notify came while not suspended (mu) */
+    int cut;       /* (mu) */
+    int gone;      /* the request completed (mu) */
+    char cut_reason[REASON_MAX]; /* (mu) */
 
-    /* Set before the producer starts, then read-only. */
-    pthread_t thread;
-    int thread_started;
-    sio_io *io;
-    const sio_shardlist *list;
-    sio_epoch_config ecfg;
-    sio_partition partition;
+    /* Reader state. */
+    sio_cursor *cursor;
+    sc_format format;
+    sio_tarw *tarw;
+    sio_framew *framew;
+    sio_wbuf pending;
+    seg *segs;
+    size_t nseg, segcap, segi, segoff;
+    const sio_sample *held; /* referenced while its segments are sent */
+    const sio_sample *encoding; /* the sample being encoded (sink check) */
+    sio_code sink_rc;
+    int state;
+    sc_stream_outcome outcome;
+    uint64_t epoch, start;
     uint32_t rank, world;
-    uint64_t start;
-    size_t nfields;
-    char fields[SIO_TARW_FILTER_MAX][SIO_TARW_FIELD_NAME_MAX + 1];
-    char id[32];
+    uint64_t bytes_out, samples, position;
+    sc_stream_counters *counters;
+    char id[40];
+    char error[256]; /* reason of an ERROR trailer */
 };
-
-/* Resume the connection if we suspended it. Caller holds s->mu. */
-static void wake_reader_locked(sc_stream *s)
-{
-    if (s->suspended) {
-        s->suspended = 0;
-        MHD_resume_connection(s->conn);
-    }
-}
-
-/* sio_tarw sink: copy into the ring, waiting for room (backpressure). */
-static sio_code queue_write(void *ud, const void *data, size_t len)
-{
-    sc_stream *s = ud;
-    const unsigned char *p = data;
-    sio_code rc = SIO_OK;
-
-    pthread_mutex_lock(&s->mu);
-    while (len > 0) {
-        while (s->len == s->cap && !s->cancelled)
-            pthread_cond_wait(&s->space, &s->mu);
-        if (s->cancelled) {
-            rc = SIO_ERR_CANCELED;
-            goto out;
-        }
-        size_t tail = (s->head + s->len) % s->cap;
-        size_t room = s->cap - s->len;
-        size_t n = len < room ? len : room;
-        size_t first = n < s->cap - tail ? n : s->cap - tail;
-        memcpy(s->q + tail, p, first);
-        memcpy(s->q, p + first, n - first);
-        s->len += n;
-        p += n;
-        len -= n;
-        if (s->len >= FLUSH_BYTES || s->len == s->cap)
-            wake_reader_locked(s);
-    }
-out:
-    pthread_mutex_unlock(&s->mu);
-    return rc;
-}
-
-/* Make queued bytes visible to a suspended reader now. */
-static void queue_flush(sc_stream *s, uint64_t samples, uint64_t position)
-{
-    pthread_mutex_lock(&s->mu);
-    s->samples = samples;
-    s->position = position;
-    if (s->len > 0)
-        wake_reader_locked(s);
-    pthread_mutex_unlock(&s->mu);
-}
-
-static void set_finished(sc_stream *s, int fin)
-{
-    pthread_mutex_lock(&s->mu);
-    s->finished = fin;
-    wake_reader_locked(s);
-    pthread_mutex_unlock(&s->mu);
-}
-
-static void set_open(sc_stream *s, sc_open_state st, unsigned status,
-                     const char *reason)
-{
-    pthread_mutex_lock(&s->mu);
-    s->open_state = st;
-    s->open_status = status;
-    snprintf(s->open_reason, sizeof s->open_reason, "%s", reason);
-    if (st == SC_OPEN_FAILED)
-        s->finished = FIN_OPEN_FAILED;
-    wake_reader_locked(s);
-    pthread_mutex_unlock(&s->mu);
-}
 
 static sio_code stream_err(sio_error *err, sio_code code, const char *fmt,
                            ...)
@@ -142,8 +74,6 @@ static sio_code stream_err(sio_error *err, sio_code code, const char *fmt,
 #endif
     ;
 
-/* Fill err (may be NULL) and return code: the server's counterpart of the
- * library-internal sio_seterr. */
 static sio_code stream_err(sio_error *err, sio_code code, const char *fmt,
                            ...)
 {
@@ -157,279 +87,387 @@ static sio_code stream_err(sio_error *err, sio_code code, const char *fmt,
     return code;
 }
 
-static unsigned open_status(sio_code rc)
+/* Does [p, p+len) lie inside one field of the sample being encoded? Then
+ * it is payload that stays valid while the sample is referenced. */
+static int in_sample(const sio_sample *smp, const unsigned char *p,
+                     size_t len)
 {
-    switch (rc) {
-    case SIO_ERR_INVALID:
-        return 400;
-    case SIO_ERR_NOMEM:
-    case SIO_ERR_RETRY:
-        return 503;
-    default:
-        return 500;
+    if (!smp)
+        return 0;
+    for (size_t i = 0; i < smp->nfields; i++) {
+        const sio_field *f = &smp->fields[i];
+        if (f->len && p >= f->data && len <= f->len &&
+            (size_t)(p - f->data) <= f->len - len)
+            return 1;
     }
+    return 0;
 }
 
-static void *produce(void *arg)
+static sio_code add_seg(sc_stream *s, int kind, const unsigned char *p,
+                        size_t off, size_t len)
 {
-    sc_stream *s = arg;
-    sio_epoch *ep = NULL;
-    sio_consumer *c = NULL;
-    sio_tarw *w = NULL;
-    sio_error err = {SIO_OK, ""};
-    char reason[REASON_MAX];
-    const char *filter[SIO_TARW_FILTER_MAX];
-    uint64_t samples = 0;
-    uint64_t reached = s->start; /* position after the last sample sent */
+    if (s->nseg == s->segcap) {
+        size_t ncap = s->segcap ? s->segcap * 2 : 16;
+        if (ncap > SC_STREAM_SEGMENTS_MAX)
+            ncap = SC_STREAM_SEGMENTS_MAX;
+        if (ncap <= s->nseg)
+            return SIO_ERR_LIMIT;
+        seg *n = realloc(s->segs, ncap * sizeof *n);
+        if (!n)
+            return SIO_ERR_NOMEM;
+        s->segs = n;
+        s->segcap = ncap;
+    }
+    s->segs[s->nseg++] = (seg){kind, p, off, len};
+    return SIO_OK;
+}
+
+/* The encoders' sink: record payload by reference, copy header bytes. */
+static sio_code sink(void *ud, const void *data, size_t len)
+{
+    sc_stream *s = ud;
+    const unsigned char *p = data;
     sio_code rc;
-    int fin = FIN_OK;
 
-    for (size_t i = 0; i < s->nfields; i++)
-        filter[i] = s->fields[i];
-    rc = sio_tarw_create(filter, s->nfields, queue_write, s, &w, &err);
-    if (rc == SIO_OK)
-        rc = sio_epoch_open(s->io, s->list, &s->ecfg, &ep, &err);
-    if (rc == SIO_OK) {
-        /* The consumer owns ep from here on, even when this fails. */
-        rc = sio_consumer_open(ep, s->rank, s->world, s->partition, s->start,
-                               &c, &err);
-        ep = NULL;
+    if (len == 0)
+        return SIO_OK;
+    if (in_sample(s->encoding, p, len))
+        return add_seg(s, SEG_REF, p, 0, len);
+    size_t off = s->pending.len;
+    rc = sio_wbuf_append(&s->pending, p, len);
+    if (rc)
+        return rc;
+    if (s->nseg > 0 && s->segs[s->nseg - 1].kind == SEG_PENDING &&
+        s->segs[s->nseg - 1].off + s->segs[s->nseg - 1].len == off) {
+        s->segs[s->nseg - 1].len += len;
+        return SIO_OK;
     }
-    if (rc != SIO_OK) {
-        snprintf(reason, sizeof reason, "cannot open epoch: %s",
-                 err.msg[0] ? err.msg : sio_strerror(rc));
-        SC_LOG(SIO_LOG_WARN, "event=stream_open_failed id=%s code=%d", s->id,
-               (int)rc);
-        set_open(s, SC_OPEN_FAILED, open_status(rc), reason);
-        fin = FIN_OPEN_FAILED;
-        goto out;
-    }
-    set_open(s, SC_OPEN_OK, 200, "");
-
-    for (;;) {
-        const sio_sample *smp = NULL;
-        rc = sio_consumer_next(c, &smp);
-        if (rc != SIO_OK) {
-            snprintf(reason, sizeof reason, "%s: %s", sio_strerror(rc),
-                     sio_consumer_errmsg(c));
-            break;
-        }
-        if (!smp)
-            break;
-        /* The position of this sample is the count before it. */
-        uint64_t pos = sio_consumer_position(c) - 1;
-        rc = sio_tarw_sample(w, smp, pos);
-        sio_sample_unref(smp);
-        if (rc != SIO_OK) {
-            snprintf(reason, sizeof reason, "cannot encode sample: %s",
-                     sio_strerror(rc));
-            break;
-        }
-        samples++;
-        reached = sio_consumer_position(c);
-        queue_flush(s, samples, reached);
-    }
-    if (rc == SIO_ERR_CANCELED) {
-        fin = FIN_CANCELLED;
-    } else if (rc == SIO_OK) {
-        sio_tarw_summary sum = {s->ecfg.epoch, s->rank, s->world,
-                                s->start,      samples, reached};
-        rc = sio_tarw_end(w, &sum);
-        fin = rc == SIO_OK ? FIN_OK : FIN_CANCELLED;
-    } else {
-        SC_LOG(SIO_LOG_WARN, "event=stream_failed id=%s code=%d", s->id,
-               (int)rc);
-        rc = sio_tarw_error(w, reason);
-        fin = rc == SIO_OK ? FIN_ERROR : FIN_CANCELLED;
-    }
-    queue_flush(s, samples, reached);
-out:
-    set_finished(s, fin);
-    sio_consumer_close(c);
-    sio_epoch_close(ep);
-    sio_tarw_destroy(w);
-    return NULL;
+    return add_seg(s, SEG_PENDING, NULL, off, len);
 }
 
-sio_code sc_stream_start(const sc_stream_params *p, struct MHD_Connection *conn,
-                         sc_stream **out, sio_error *err)
+/* Everything recorded has been sent: drop the sample, reset buffers. */
+static void segments_done(sc_stream *s)
+{
+    s->nseg = s->segi = s->segoff = 0;
+    s->pending.len = 0;
+    if (s->pending.cap > SC_STREAM_PENDING_KEEP) {
+        size_t max = s->pending.max;
+        sio_wbuf_free(&s->pending);
+        sio_wbuf_init(&s->pending, max);
+    }
+    if (s->held) {
+        sio_sample_unref(s->held);
+        s->held = NULL;
+    }
+}
+
+/* Copy recorded segments into buf; returns the bytes copied. */
+static size_t drain(sc_stream *s, char *buf, size_t max)
+{
+    size_t n = 0;
+    while (n < max && s->segi < s->nseg) {
+        seg *g = &s->segs[s->segi];
+        const unsigned char *src =
+            g->kind == SEG_REF ? g->p : s->pending.data + g->off;
+        size_t k = g->len - s->segoff;
+        if (k > max - n)
+            k = max - n;
+        memcpy(buf + n, src + s->segoff, k);
+        n += k;
+        s->segoff += k;
+        if (s->segoff == g->len) {
+            s->segi++;
+            s->segoff = 0;
+        }
+    }
+    if (s->segi == s->nseg && s->nseg > 0)
+        segments_done(s);
+    return n;
+}
+
+/* Encode the error trailer (segments must be empty) and end. */
+static void write_error(sc_stream *s, const char *reason,
+                        sc_stream_outcome outcome)
+{
+    sio_code rc = s->format == SC_FORMAT_FRAMES
+                      ? sio_framew_error(s->framew, reason)
+                      : sio_tarw_error(s->tarw, reason);
+    if (rc != SIO_OK) {
+        /* Nothing better to send: the cut connection says it all. */
+        s->nseg = s->segi = s->segoff = 0;
+        s->pending.len = 0;
+    }
+    s->state = ST_END_ERROR;
+    s->outcome = outcome;
+    snprintf(s->error, sizeof s->error, "%s", reason);
+}
+
+sio_code sc_stream_create(const sc_stream_params *p, sc_stream **out,
+                          sio_error *err)
 {
     sio_code rc = SIO_OK;
     sc_stream *s = NULL;
-    int mu_ok = 0, cv_ok = 0;
 
     *out = NULL;
-    if (!p->io || !p->list || p->nfields > SIO_TARW_FILTER_MAX ||
-        p->queue_bytes < SC_STREAM_QUEUE_MIN) {
-        rc = stream_err(err, SIO_ERR_INVALID, "stream: bad parameters");
-        goto out;
-    }
+    if (p->nfields > SIO_TARW_FILTER_MAX)
+        return stream_err(err, SIO_ERR_INVALID, "too many fields");
     s = calloc(1, sizeof *s);
-    if (!s || !(s->q = malloc(p->queue_bytes))) {
-        rc = stream_err(err, SIO_ERR_NOMEM, "stream: out of memory");
-        goto out;
-    }
-    if (pthread_mutex_init(&s->mu, NULL) != 0) {
-        rc = stream_err(err, SIO_ERR_NOMEM, "stream: no mutex");
-        goto out;
-    }
-    mu_ok = 1;
-    if (pthread_cond_init(&s->space, NULL) != 0) {
-        rc = stream_err(err, SIO_ERR_NOMEM, "stream: no condition variable");
-        goto out;
-    }
-    cv_ok = 1;
-    s->cap = p->queue_bytes;
-    s->conn = conn;
-    s->io = p->io;
-    s->list = p->list;
-    s->ecfg = p->epoch_cfg;
-    s->partition = p->partition;
+    if (!s)
+        return stream_err(err, SIO_ERR_NOMEM, "out of memory");
+    pthread_mutex_init(&s->mu, NULL);
+    sio_wbuf_init(&s->pending, SC_STREAM_PENDING_MAX);
+    s->format = p->format;
+    s->epoch = p->epoch;
     s->rank = p->rank;
     s->world = p->world;
     s->start = p->start;
     s->position = p->start;
-    for (size_t i = 0; i < p->nfields; i++) {
-        if (strlen(p->fields[i]) > SIO_TARW_FIELD_NAME_MAX) {
-            rc = stream_err(err, SIO_ERR_INVALID, "stream: field too long");
-            goto out;
-        }
-        strcpy(s->fields[i], p->fields[i]);
-    }
-    s->nfields = p->nfields;
+    s->counters = p->counters;
     snprintf(s->id, sizeof s->id, "%s", p->id ? p->id : "-");
-    int e = pthread_create(&s->thread, NULL, produce, s);
-    if (e != 0) {
-        rc = stream_err(err, SIO_ERR_IO, "stream: cannot start producer: %s",
-                        strerror(e));
-        goto out;
+    if (p->format == SC_FORMAT_FRAMES) {
+        sio_frames_header h = {p->job,   p->epoch, p->rank,        p->world,
+                               p->start, p->global_start, p->partition};
+        rc = sio_framew_create(&h, p->fields, p->nfields, sink, s,
+                               &s->framew, err);
+    } else {
+        rc = sio_tarw_create(p->fields, p->nfields, sink, s, &s->tarw, err);
     }
-    s->thread_started = 1;
+    if (rc)
+        goto out;
     *out = s;
     s = NULL;
 out:
-    if (s) {
-        if (cv_ok)
-            pthread_cond_destroy(&s->space);
-        if (mu_ok)
-            pthread_mutex_destroy(&s->mu);
-        free(s->q);
-        free(s);
-    }
+    sc_stream_destroy(s);
     return rc;
 }
 
-sc_open_state sc_stream_poll_open(sc_stream *s, unsigned *status,
-                                  char *reason, size_t reason_len)
+void sc_stream_bind(sc_stream *s, sio_cursor *c, struct MHD_Connection *conn)
 {
-    sc_open_state st;
+    s->cursor = c;
+    s->conn = conn;
+}
 
-    pthread_mutex_lock(&s->mu);
-    st = s->open_state;
-    if (s->cancelled && st != SC_OPEN_FAILED) {
-        st = SC_OPEN_FAILED;
-        *status = 503;
-        snprintf(reason, reason_len, "server shutting down");
-    } else if (st == SC_OPEN_FAILED) {
-        *status = s->open_status;
-        snprintf(reason, reason_len, "%s", s->open_reason);
-    } else if (st == SC_OPEN_PENDING) {
-        s->suspended = 1;
-        MHD_suspend_connection(s->conn);
+/* Resume the connection if this stream suspended it (s->mu held). */
+static void resume_locked(sc_stream *s)
+{
+    if (s->suspended && !s->gone) {
+        s->suspended = 0;
+        MHD_resume_connection(s->conn);
     }
+}
+
+void sc_stream_notify(void *stream)
+{
+    sc_stream *s = stream;
+    pthread_mutex_lock(&s->mu);
+    if (s->suspended)
+        resume_locked(s);
+    else
+        s->notified = 1;
     pthread_mutex_unlock(&s->mu);
-    return st;
+}
+
+void sc_stream_cut(sc_stream *s, const char *reason)
+{
+    pthread_mutex_lock(&s->mu);
+    if (!s->cut) {
+        s->cut = 1;
+        snprintf(s->cut_reason, sizeof s->cut_reason, "%s", reason);
+    }
+    resume_locked(s);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void sc_stream_gone(sc_stream *s, int completed_ok)
+{
+    pthread_mutex_lock(&s->mu);
+    s->gone = 1;
+    s->suspended = 0;
+    pthread_mutex_unlock(&s->mu);
+    /* Only a response MHD finished sending is a delivered end. */
+    if (s->state == ST_STREAMING ||
+        (s->state == ST_END_OK && (!completed_ok || s->segi < s->nseg)))
+        s->outcome = SC_STREAM_CLIENT_GONE;
+}
+
+/* Take the next sample (or the end) from the cursor and encode it.
+ * Returns 1 when segments were added or the stream ended, 0 when nothing
+ * is ready (SIO_ERR_AGAIN). */
+static int advance(sc_stream *s)
+{
+    const sio_sample *smp = NULL;
+    char reason[REASON_MAX];
+    sio_code rc = sio_cursor_next(s->cursor, &smp);
+
+    if (rc == SIO_ERR_AGAIN)
+        return 0;
+    if (rc != SIO_OK) {
+        snprintf(reason, sizeof reason, "%s: %s", sio_strerror(rc),
+                 sio_cursor_errmsg(s->cursor));
+        SC_LOG(SIO_LOG_WARN, "event=stream_failed id=%s code=%d", s->id,
+               (int)rc);
+        write_error(s, reason, SC_STREAM_ERROR);
+        return 1;
+    }
+    if (!smp) {
+        sio_tarw_summary sum = {s->epoch, s->rank,    s->world,
+                                s->start, s->samples, s->position};
+        rc = s->format == SC_FORMAT_FRAMES ? sio_framew_end(s->framew, &sum)
+                                           : sio_tarw_end(s->tarw, &sum);
+        if (rc != SIO_OK) {
+            snprintf(reason, sizeof reason, "cannot encode the end: %s",
+                     sio_strerror(rc));
+            s->nseg = s->segi = s->segoff = 0;
+            s->pending.len = 0;
+            write_error(s, reason, SC_STREAM_ERROR);
+            return 1;
+        }
+        s->state = ST_END_OK;
+        s->outcome = SC_STREAM_OK;
+        return 1;
+    }
+    /* The position of this sample is the count before it. */
+    uint64_t pos = sio_cursor_position(s->cursor) - 1;
+    s->encoding = smp;
+    rc = s->format == SC_FORMAT_FRAMES ? sio_framew_sample(s->framew, smp, pos)
+                                       : sio_tarw_sample(s->tarw, smp, pos);
+    s->encoding = NULL;
+    if (rc != SIO_OK) {
+        /* Nothing of this sample has been sent yet: drop what the encoder
+         * recorded, so the trailer follows a whole sample. */
+        sio_sample_unref(smp);
+        s->nseg = s->segi = s->segoff = 0;
+        s->pending.len = 0;
+        snprintf(reason, sizeof reason, "cannot encode sample %" PRIu64
+                 ": %s", pos, sio_strerror(rc));
+        write_error(s, reason, SC_STREAM_ERROR);
+        return 1;
+    }
+    s->held = smp;
+    s->samples++;
+    s->position = pos + 1;
+    if (s->counters)
+        atomic_fetch_add(&s->counters->samples, 1);
+    if (s->nseg == 0)
+        segments_done(s); /* a tar sample with no kept field */
+    return 1;
 }
 
 ssize_t sc_stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
     sc_stream *s = cls;
-    ssize_t rc;
-
+    size_t n = 0;
+    ssize_t ret;
     (void)pos;
-    pthread_mutex_lock(&s->mu);
-    if (s->cancelled) {
-        rc = MHD_CONTENT_READER_END_WITH_ERROR;
-    } else if (s->len > 0) {
-        size_t n = s->len < max ? s->len : max;
-        if (n > (size_t)SSIZE_MAX)
-            n = (size_t)SSIZE_MAX;
-        size_t first = n < s->cap - s->head ? n : s->cap - s->head;
-        memcpy(buf, s->q + s->head, first);
-        memcpy(buf + first, s->q, n - first);
-        s->head = (s->head + n) % s->cap;
-        s->len -= n;
-        s->bytes_out += n;
-        pthread_cond_signal(&s->space);
-        rc = (ssize_t)n;
-    } else if (s->finished == FIN_OK) {
-        rc = MHD_CONTENT_READER_END_OF_STREAM;
-    } else if (s->finished != FIN_NONE) {
-        /* The error trailer (if any) has been sent: cut the connection
-         * without the chunked terminator. */
-        rc = MHD_CONTENT_READER_END_WITH_ERROR;
-    } else {
-        /* Nothing to send yet: leave MHD's event loop until the producer
-         * resumes us (returning 0 without suspending would spin). */
+
+    if (max > (size_t)SSIZE_MAX)
+        max = (size_t)SSIZE_MAX;
+    for (;;) {
+        n += drain(s, buf + n, max - n);
+        if (n == max || s->segi < s->nseg)
+            break;
+        /* Every recorded byte is out: the end, or the next sample. */
+        if (s->state == ST_END_OK) {
+            if (n == 0) {
+                ret = MHD_CONTENT_READER_END_OF_STREAM;
+                goto out;
+            }
+            break;
+        }
+        if (s->state == ST_END_ERROR) {
+            if (n == 0) {
+                /* The trailer is out: cut the connection without the
+                 * chunked terminator. */
+                ret = MHD_CONTENT_READER_END_WITH_ERROR;
+                goto out;
+            }
+            break;
+        }
+        pthread_mutex_lock(&s->mu);
+        int cut = s->cut;
+        char reason[REASON_MAX];
+        if (cut)
+            snprintf(reason, sizeof reason, "%s", s->cut_reason);
+        pthread_mutex_unlock(&s->mu);
+        if (cut) {
+            write_error(s, reason, SC_STREAM_CUT);
+            continue;
+        }
+        if (advance(s))
+            continue;
+        if (n > 0)
+            break; /* send what we have; the notify flag catches up */
+        /* Nothing to send: leave MHD's event loop until notify or cut
+         * resumes us (returning 0 without suspending would spin). A
+         * notify that came since sio_cursor_next returned means "try
+         * again" instead. */
+        pthread_mutex_lock(&s->mu);
+        if (s->notified || s->cut) {
+            s->notified = 0;
+            pthread_mutex_unlock(&s->mu);
+            continue;
+        }
         s->suspended = 1;
         MHD_suspend_connection(s->conn);
-        rc = 0;
+        pthread_mutex_unlock(&s->mu);
+        ret = 0;
+        goto out;
     }
-    pthread_mutex_unlock(&s->mu);
-    return rc;
-}
-
-void sc_stream_cancel(sc_stream *s)
-{
-    pthread_mutex_lock(&s->mu);
-    s->cancelled = 1;
-    pthread_cond_broadcast(&s->space);
-    wake_reader_locked(s);
-    pthread_mutex_unlock(&s->mu);
+    ret = (ssize_t)n;
+out:
+    if (ret > 0) {
+        s->bytes_out += (uint64_t)ret;
+        if (s->counters)
+            atomic_fetch_add(&s->counters->bytes, (uint64_t)ret);
+    }
+    return ret;
 }
 
 void sc_stream_get_stats(sc_stream *s, sc_stream_stats *st)
 {
-    pthread_mutex_lock(&s->mu);
     st->bytes_out = s->bytes_out;
     st->samples = s->samples;
     st->position = s->position;
-    switch (s->finished) {
-    case FIN_OK:
-        st->outcome = s->len == 0 ? "ok" : "cancelled";
-        break;
-    case FIN_ERROR:
-        st->outcome = "error";
-        break;
-    case FIN_OPEN_FAILED:
-        st->outcome = "open_failed";
-        break;
-    case FIN_CANCELLED:
-        st->outcome = "cancelled";
-        break;
-    default:
-        st->outcome = s->cancelled ? "cancelled" : "running";
-        break;
-    }
-    pthread_mutex_unlock(&s->mu);
+    st->outcome = s->outcome;
 }
 
-void sc_stream_destroy(sc_stream *s, sc_stream_stats *final)
+const char *sc_stream_outcome_name(sc_stream_outcome o)
+{
+    switch (o) {
+    case SC_STREAM_RUNNING:
+        return "running";
+    case SC_STREAM_OK:
+        return "ok";
+    case SC_STREAM_ERROR:
+        return "error";
+    case SC_STREAM_CUT:
+        return "cut";
+    case SC_STREAM_CLIENT_GONE:
+        return "client_gone";
+    }
+    return "unknown";
+}
+
+const char *sc_stream_error(const sc_stream *s)
+{
+    return s->error;
+}
+
+const char *sc_stream_id(const sc_stream *s)
+{
+    return s->id;
+}
+
+void sc_stream_destroy(sc_stream *s)
 {
     if (!s)
         return;
-    /* MHD completes a request only when its connection is not suspended,
-     * so there is nothing to resume here: only stop the producer. */
-    pthread_mutex_lock(&s->mu);
-    s->cancelled = 1;
-    pthread_cond_broadcast(&s->space);
-    pthread_mutex_unlock(&s->mu);
-    if (s->thread_started)
-        pthread_join(s->thread, NULL);
-    if (final)
-        sc_stream_get_stats(s, final);
-    pthread_cond_destroy(&s->space);
+    if (s->held)
+        sio_sample_unref(s->held);
+    sio_tarw_destroy(s->tarw);
+    sio_framew_destroy(s->framew);
+    sio_wbuf_free(&s->pending);
+    free(s->segs);
     pthread_mutex_destroy(&s->mu);
-    free(s->q);
     free(s);
 }

@@ -2,100 +2,137 @@
  * stream.h — one consumer stream: the response to one
  * GET /v1/jobs/{job}/epochs/{epoch}/stream request.
  *
- * A producer thread opens the epoch (sio_epoch_open), the consumer's share
- * (sio_consumer_open) and encodes each sample as tar into a bounded byte
- * queue; MHD's content-reader callback (sc_stream_reader) copies bytes out.
- * No one polls: when the queue is empty the reader suspends the MHD
- * connection and the producer resumes it when bytes (or the end) arrive;
- * when the queue is full the producer waits on a condition variable until
- * the reader makes room (backpressure).
+ * A stream reads its share from a sio_cursor of the job's shared feed for
+ * that epoch (jobs.h) and encodes it (tar or frames) straight into MHD's
+ * response buffer from MHD's content-reader callback (sc_stream_reader).
+ * Nothing runs per stream: no thread, no byte queue. When the cursor has
+ * nothing ready (SIO_ERR_AGAIN) the reader suspends the MHD connection; the
+ * cursor's notify callback (sc_stream_notify, on the feed's producer
+ * thread) resumes it. Backpressure is the feed window: a consumer that does
+ * not read keeps its samples in the window, and the producer waits.
  *
- * Threading and lock order: each stream has one mutex, taken by the
- * producer, by MHD's thread (reader, access handler) and by whoever cancels.
- * MHD_suspend_connection / MHD_resume_connection are called with that mutex
- * held, so a resume can never overtake the suspend it answers (MHD leaves
- * resuming an unsuspended connection undefined). Lock order:
- *   server registry mutex -> stream mutex -> MHD's internal mutexes.
- * MHD calls the reader and the completion callback without holding its own
- * mutexes, so this order has no cycle.
+ * One copy: the encoders hand payload pointers that point into the
+ * sample's field memory to their sink; the sink records them as segments
+ * (the sample stays referenced until they are sent) and copies only header
+ * bytes into a small per-stream pending buffer. The reader copies segments
+ * into MHD's buffer. Per-stream memory: the struct (about 1 KiB), the
+ * encoder (a few hundred bytes; frames adds a shard bitmap of one bit per
+ * shard index seen), the pending buffer (headers of one sample: typically
+ * under 2 KiB, never above SC_STREAM_PENDING_MAX) and the segment list
+ * (at most SC_STREAM_SEGMENTS_MAX entries of 24 bytes), plus MHD's
+ * per-connection pool (--connection-memory).
  *
- * Ownership: the stream belongs to its request context (http.c); it copies
- * its parameters; io and the shard list must outlive it.
+ * Threading and lock order: s->mu guards the suspend/resume handshake
+ * (suspended, notified, cut, gone). Everything else belongs to the thread
+ * running the reader (one MHD worker at a time). Lock order:
+ *   feed mutex (notify runs under it) -> s->mu -> MHD's internal mutexes.
+ * The reader never holds s->mu while calling into the feed.
+ * MHD_resume_connection is called from notify (producer thread, feed lock
+ * held) and from sc_stream_cut: in libmicrohttpd 0.9.75 it only takes the
+ * daemon's cleanup mutex for a few stores and writes the daemon's eventfd
+ * (non-blocking), and MHD never calls application callbacks with that mutex
+ * held (upgraded connections aside, which shardcast does not use), so it
+ * neither blocks nor closes a lock cycle. A resume is only issued for a
+ * connection this stream suspended and that has not been resumed since.
  */
 #ifndef SC_STREAM_H
 #define SC_STREAM_H
 
 #include <microhttpd.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "request.h"
 #include "shardio.h"
+
+/* Header bytes one sample may need (tar: pax header with key and URL up to
+ * SIO_TARW_NAME_MAX each, a header block per field; frames: the SAMPLE
+ * frame's fixed part, names and a SHARD frame). Above it the stream fails
+ * with an error trailer. */
+#define SC_STREAM_PENDING_MAX (4u << 20)
+/* A pending buffer grown above this is freed once its sample is sent. */
+#define SC_STREAM_PENDING_KEEP (64u * 1024u)
+/* Segments one sample may need (about two per field). */
+#define SC_STREAM_SEGMENTS_MAX (4u * 1024u + 16u)
 
 typedef struct sc_stream sc_stream;
 
+/* Counters a stream adds to (owned by its job, which outlives it). */
+typedef struct sc_stream_counters {
+    atomic_uint_fast64_t samples;
+    atomic_uint_fast64_t bytes;
+} sc_stream_counters;
+
 typedef struct sc_stream_params {
-    sio_io *io;                  /* must outlive the stream */
-    const sio_shardlist *list;   /* must outlive the stream */
-    sio_epoch_config epoch_cfg;  /* epoch number included; copied */
+    const char *job;             /* copied into the frames header */
+    uint64_t epoch;
+    uint32_t rank, world;
+    uint64_t start, global_start;
     sio_partition partition;
-    uint32_t rank;
-    uint32_t world;
-    uint64_t start;
+    sc_format format;
     const char *const *fields;   /* filter (copied); nfields 0: all */
     size_t nfields;
-    size_t queue_bytes;          /* capacity of the byte queue */
     const char *id;              /* request id for log lines (copied) */
+    sc_stream_counters *counters; /* may be NULL */
 } sc_stream_params;
 
-/* Smallest queue: it must hold at least a few tar headers. */
-#define SC_STREAM_QUEUE_MIN (64u * 1024u)
-
 /*
- * Create the stream for `conn` and start its producer thread.
- * SIO_ERR_INVALID (bad params), SIO_ERR_NOMEM, SIO_ERR_IO (no thread).
- * On success *out is owned by the caller: sc_stream_destroy().
+ * Create a stream and its encoder (the frames magic and HEADER are encoded
+ * at once). SIO_ERR_INVALID (bad fields), SIO_ERR_NOMEM. On success *out is
+ * owned by the caller until it hands it to sc_jobs_release (jobs.h) or
+ * destroys it.
  */
-sio_code sc_stream_start(const sc_stream_params *p, struct MHD_Connection *conn,
-                         sc_stream **out, sio_error *err);
+sio_code sc_stream_create(const sc_stream_params *p, sc_stream **out,
+                          sio_error *err);
 
-typedef enum sc_open_state {
-    SC_OPEN_PENDING = 0, /* not known yet: the connection was suspended */
-    SC_OPEN_OK = 1,      /* streaming can begin */
-    SC_OPEN_FAILED = 2   /* answer *status with *reason */
-} sc_open_state;
+/* Give the stream its cursor (created with notify = sc_stream_notify,
+ * userdata = the stream) and its connection, before the response is
+ * queued. The cursor stays owned by the caller (jobs.c). */
+void sc_stream_bind(sc_stream *s, sio_cursor *c, struct MHD_Connection *conn);
 
-/*
- * Called from the access handler (MHD thread): has the producer opened the
- * epoch? When PENDING, the connection has been suspended and will be
- * resumed (and the handler called again) once the answer is known. On
- * FAILED, *status is the HTTP status and reason the one-line reason.
- */
-sc_open_state sc_stream_poll_open(sc_stream *s, unsigned *status,
-                                  char *reason, size_t reason_len);
+/* The sio_notify_fn of the stream's cursor (any thread, feed lock held). */
+void sc_stream_notify(void *stream);
 
 /* The MHD content reader; cls is the sc_stream. MHD thread only. */
 ssize_t sc_stream_reader(void *cls, uint64_t pos, char *buf, size_t max);
 
-/* Ask the stream to stop (any thread): wakes the producer, resumes the
- * connection if it is suspended so that MHD can finish it. Idempotent. */
-void sc_stream_cancel(sc_stream *s);
+/* Ask the stream to end (any thread): after the sample being sent, the
+ * error trailer with `reason`, then the connection is cut. Resumes a
+ * suspended connection. Idempotent (the first reason wins). */
+void sc_stream_cut(sc_stream *s, const char *reason);
+
+/* The request completed (MHD's completion callback; completed_ok: MHD
+ * sent the whole response): MHD will never call the reader again and the
+ * connection is gone; notify becomes a no-op. */
+void sc_stream_gone(sc_stream *s, int completed_ok);
+
+/* Is it cut / done (no more reader calls needed)? For drain waits. */
+typedef enum sc_stream_outcome {
+    SC_STREAM_RUNNING = 0,
+    SC_STREAM_OK,          /* END written */
+    SC_STREAM_ERROR,       /* the epoch failed: ERROR written */
+    SC_STREAM_CUT,         /* cut (drain, job deleted): ERROR written */
+    SC_STREAM_CLIENT_GONE  /* the client left before the end */
+} sc_stream_outcome;
 
 typedef struct sc_stream_stats {
     uint64_t bytes_out; /* bytes handed to MHD */
-    uint64_t samples;   /* samples of the share handed out */
+    uint64_t samples;   /* samples of the share sent in this response */
     uint64_t position;  /* position reached in the share */
-    const char *outcome; /* "ok", "error", "cancelled", "open_failed",
-                            "running" (static strings) */
+    sc_stream_outcome outcome;
 } sc_stream_stats;
 
+/* Counters; exact once the request completed. */
 void sc_stream_get_stats(sc_stream *s, sc_stream_stats *st);
+const char *sc_stream_outcome_name(sc_stream_outcome o);
+const char *sc_stream_id(const sc_stream *s);
+/* The reason of the error trailer sent ("" when none). */
+const char *sc_stream_error(const sc_stream *s);
 
-/* Cancel, join the producer, fill *final (may be NULL) with the final
- * counters and free everything (s NULL is fine). Called from MHD's
- * request-completed callback. It blocks at most until the producer notices
- * the cancel: at once when it waits for queue space, after the sample
- * being read otherwise. */
-void sc_stream_destroy(sc_stream *s, sc_stream_stats *final);
+/* Free the stream (NULL is fine). Its cursor must be closed already (or
+ * never bound), so no notify can reach it. */
+void sc_stream_destroy(sc_stream *s);
 
 #endif /* SC_STREAM_H */

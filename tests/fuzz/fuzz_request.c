@@ -5,8 +5,10 @@
  * Input: byte 0 picks the method, the rest is the request target (not
  * NUL-terminated, so reads past its end show up under ASan). Besides memory
  * safety it checks the parser's promises: a 200 stream request always has
- * rank < world <= SC_WORLD_MAX, the served job, and a bounded, valid field
- * list; a failure always comes with a reason.
+ * rank < world <= SC_WORLD_MAX, an existing job, a bounded, valid field
+ * list and a first sample index Y[global_start + rank + start * world]
+ * that fits 64 bits; a job route names a valid job (PUT may name a new
+ * one); a failure always comes with a reason and no route.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -14,19 +16,26 @@
 
 #include "request.h"
 
+static int job_exists(void *ud, const char *name)
+{
+    (void)ud;
+    return strcmp(name, "train-1") == 0;
+}
+
 #define JOB "train-1"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static const char *const methods[] = {"GET", "HEAD", "POST", "DELETE"};
+    static const char *const methods[] = {"GET", "HEAD", "POST", "DELETE",
+                                          "PUT", "OPTIONS", "GET", "GET"};
     sc_request req;
     char reason[256];
 
     if (size < 1)
         return 0;
-    const char *method = methods[data[0] & 3];
+    const char *method = methods[data[0] & 7];
     /* A heap copy of exactly the target's bytes: no terminator to lean on. */
     size_t len = size - 1;
     char *target = malloc(len ? len : 1);
@@ -34,20 +43,33 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     memcpy(target, data + 1, len);
 
-    unsigned st = sc_request_parse(method, target, len, 4096, JOB, &req,
-                                   reason, sizeof reason);
+    unsigned st = sc_request_parse(method, target, len, 4096, job_exists,
+                                   NULL, &req, reason, sizeof reason);
     if (st == 200) {
         if (req.route == SC_ROUTE_STREAM) {
             if (req.world == 0 || req.world > SC_WORLD_MAX ||
                 req.rank >= req.world || strcmp(req.job, JOB) != 0 ||
-                req.nfields > SIO_TARW_FILTER_MAX || strcmp(method, "GET"))
+                req.nfields > SIO_TARW_FILTER_MAX || strcmp(method, "GET") ||
+                (req.format != SC_FORMAT_TAR &&
+                 req.format != SC_FORMAT_FRAMES) ||
+                req.global_start > UINT64_MAX - req.rank ||
+                req.start > (UINT64_MAX - req.global_start - req.rank) /
+                                req.world)
                 abort();
             for (size_t i = 0; i < req.nfields; i++) {
                 size_t n = strlen(req.fields[i]);
                 if (n == 0 || n > SIO_TARW_FIELD_NAME_MAX)
                     abort();
             }
-        } else if (req.route != SC_ROUTE_HEALTHZ) {
+        } else if (req.route == SC_ROUTE_JOB) {
+            size_t n = strlen(req.job);
+            if (n == 0 || n > SC_JOB_NAME_MAX ||
+                (strcmp(method, "PUT") != 0 && strcmp(req.job, JOB) != 0))
+                abort();
+        } else if (req.route == SC_ROUTE_TOPOLOGY) {
+            if (req.world > SC_WORLD_MAX || strcmp(method, "GET"))
+                abort();
+        } else if (req.route == SC_ROUTE_NONE || req.route > SC_ROUTE_TOPOLOGY) {
             abort();
         }
     } else {

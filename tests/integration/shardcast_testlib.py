@@ -46,14 +46,20 @@ def shared_dir():
 
 
 class Server:
-    """One running shardcastd. `url` is its root URL; `log()` its stderr."""
+    """One running shardcastd. `url` is its root URL; `log()` its stderr.
+    `env` adds environment variables (e.g. SHARDCAST_TOKEN) to the
+    process's environment."""
 
-    def __init__(self, binary, args, workdir):
+    def __init__(self, binary, args, workdir, env=None):
         self.args = [binary, "--listen", "127.0.0.1", "--port", "0"] + list(args)
         self.stderr_path = os.path.join(workdir, "shardcastd-%d.stderr" % id(self))
         self._stderr = open(self.stderr_path, "wb")
+        penv = dict(os.environ)
+        if env:
+            penv.update(env)
         self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE,
-                                     stderr=self._stderr, stdin=subprocess.DEVNULL)
+                                     stderr=self._stderr, stdin=subprocess.DEVNULL,
+                                     env=penv)
         self.addr = None
         line = self._read_listening_line()
         if not line.startswith("listening="):
@@ -92,10 +98,28 @@ class Server:
     def alive(self):
         return self.proc.poll() is None
 
-    def log(self):
+    def log(self, full=False):
         with open(self.stderr_path, "rb") as f:
             text = f.read().decode("utf-8", "replace")
-        return text[-8000:]
+        return text if full else text[-8000:]
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def proc_status(self, key):
+        """A /proc/<pid>/status value in kB (e.g. "VmHWM", "VmRSS")."""
+        with open("/proc/%d/status" % self.proc.pid) as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+        raise KeyError(key)
+
+    def cpu_seconds(self):
+        """User + system CPU seconds used so far."""
+        with open("/proc/%d/stat" % self.proc.pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def stop(self):
         """SIGTERM and wait; returns the exit status (kills after a timeout)."""

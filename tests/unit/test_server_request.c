@@ -1,7 +1,8 @@
 /*
  * test_server_request.c — request-target parsing (server/request.c):
  * routes, parameters, and hostile inputs (missing and duplicated
- * parameters, rank >= world, integer overflow, percent-encoding, limits).
+ * parameters, rank >= world, integer overflow, percent-encoding, limits),
+ * the job, status, settings and topology routes and their methods.
  */
 #include <stdint.h>
 #include <string.h>
@@ -15,9 +16,16 @@
 static sc_request req;
 static char reason[256];
 
+/* The server's job table, as the parser sees it: only JOB exists. */
+static int job_exists(void *ud, const char *name)
+{
+    (void)ud;
+    return strcmp(name, JOB) == 0;
+}
+
 static unsigned parse_m(const char *method, const char *target)
 {
-    return sc_request_parse(method, target, strlen(target), MAXT, JOB, &req,
+    return sc_request_parse(method, target, strlen(target), MAXT, job_exists, NULL, &req,
                             reason, sizeof reason);
 }
 
@@ -40,12 +48,14 @@ static void test_valid(void)
     CHECK(req.format == SC_FORMAT_TAR);
     CHECK_EQ_U64(req.nfields, 0);
 
-    CHECK_EQ_U64(parse(S "?world=65536&rank=65535&start=18446744073709551615"
+    /* The largest start whose sample index fits 64 bits. */
+    CHECK_EQ_U64(parse(S "?world=65536&rank=65535&start=281474976710655"
                          "&format=tar&fields=JPG,cls,txt.gz"),
                  200);
     CHECK_EQ_U64(req.rank, 65535);
     CHECK_EQ_U64(req.world, 65536);
-    CHECK_EQ_U64(req.start, UINT64_MAX);
+    CHECK_EQ_U64(req.start, 281474976710655ull);
+    CHECK(req.has_fields);
     CHECK_EQ_U64(req.nfields, 3);
     CHECK_STR(req.fields[0], "jpg"); /* lowercased like the library's */
     CHECK_STR(req.fields[1], "cls");
@@ -109,7 +119,7 @@ static void test_bad_params(void)
                        "?rank=0&world=1"),
                  400);
 
-    CHECK_EQ_U64(parse(S "?rank=0&world=1&format=frames"), 400);
+    CHECK_EQ_U64(parse(S "?rank=0&world=1&format=json"), 400);
     CHECK_EQ_U64(parse(S "?rank=0&world=1&format="), 400);
 
     CHECK_EQ_U64(parse(S "?rank=0&world=1&fields="), 400);
@@ -176,7 +186,7 @@ static void test_routes(void)
     CHECK_EQ_U64(parse("//////////////////////////"), 404);
     CHECK_EQ_U64(parse("*"), 400);
     CHECK_EQ_U64(parse("http://h/healthz"), 400);
-    CHECK_EQ_U64(sc_request_parse("GET", "", 0, MAXT, JOB, &req, reason,
+    CHECK_EQ_U64(sc_request_parse("GET", "", 0, MAXT, job_exists, NULL, &req, reason,
                                   sizeof reason),
                  400);
 
@@ -190,17 +200,82 @@ static void test_routes(void)
     char t[200];
     memset(t, 'a', sizeof t);
     t[0] = '/';
-    CHECK_EQ_U64(sc_request_parse("GET", t, sizeof t, 100, JOB, &req, reason,
+    CHECK_EQ_U64(sc_request_parse("GET", t, sizeof t, 100, job_exists, NULL, &req, reason,
                                   sizeof reason),
                  414);
-    CHECK_EQ_U64(sc_request_parse("GET", t, sizeof t, 200, JOB, &req, reason,
+    CHECK_EQ_U64(sc_request_parse("GET", t, sizeof t, 200, job_exists, NULL, &req, reason,
                                   sizeof reason),
                  404);
     /* Not NUL-terminated: only target_len bytes are read. */
     const char *pre = "/healthzXXXX";
-    CHECK_EQ_U64(sc_request_parse("GET", pre, 8, MAXT, JOB, &req, reason,
+    CHECK_EQ_U64(sc_request_parse("GET", pre, 8, MAXT, job_exists, NULL, &req, reason,
                                   sizeof reason),
                  200);
+}
+
+static void test_v1_params(void)
+{
+    CHECK_EQ_U64(parse(S "?rank=0&world=2&global_start=1000&start=5"
+                         "&format=frames"),
+                 200);
+    CHECK_EQ_U64(req.global_start, 1000);
+    CHECK_EQ_U64(req.start, 5);
+    CHECK(req.format == SC_FORMAT_FRAMES);
+    CHECK(!req.has_fields);
+    CHECK_EQ_U64(parse(S "?rank=0&world=2&global_start=x"), 400);
+    CHECK_STR(reason, "global_start must be a non-negative integer");
+    CHECK_EQ_U64(parse(S "?rank=0&world=2&global_start=1&global_start=1"),
+                 400);
+    CHECK_EQ_U64(parse(S "?rank=0&world=2&format=frames&format=tar"), 400);
+    CHECK_EQ_U64(parse(S "?rank=0&world=2&format=FRAMES"), 400);
+    /* Y[global_start + rank + start * world] must fit 64 bits. */
+    CHECK_EQ_U64(parse(S "?world=65536&rank=65535&start=18446744073709551615"),
+                 400);
+    CHECK_EQ_U64(parse(S "?rank=1&world=2&start=1&global_start="
+                         "18446744073709551615"),
+                 400);
+    CHECK_EQ_U64(parse(S "?rank=0&world=1&global_start=18446744073709551615"),
+                 200);
+}
+
+static void test_v1_routes(void)
+{
+    CHECK_EQ_U64(parse("/readyz"), 200);
+    CHECK(req.route == SC_ROUTE_READYZ);
+    CHECK_EQ_U64(parse_m("HEAD", "/metrics"), 200);
+    CHECK(req.route == SC_ROUTE_METRICS);
+    CHECK_EQ_U64(parse("/v1/jobs"), 200);
+    CHECK(req.route == SC_ROUTE_JOBS);
+    CHECK_EQ_U64(parse_m("POST", "/v1/jobs"), 405);
+    CHECK_EQ_U64(parse("/v1/jobs/train-1"), 200);
+    CHECK(req.route == SC_ROUTE_JOB);
+    CHECK_STR(req.job, JOB);
+    CHECK_EQ_U64(parse_m("DELETE", "/v1/jobs/train-1"), 200);
+    CHECK_EQ_U64(parse_m("DELETE", "/v1/jobs/nope"), 404);
+    CHECK_EQ_U64(parse("/v1/jobs/nope"), 404);
+    /* PUT may create a job; its name must be one a job can have. */
+    CHECK_EQ_U64(parse_m("PUT", "/v1/jobs/new.job_2"), 200);
+    CHECK_STR(req.job, "new.job_2");
+    CHECK_EQ_U64(parse_m("PUT", "/v1/jobs/a%2Fb"), 400);
+    CHECK_EQ_U64(parse_m("PUT", "/v1/jobs/a%20b"), 400);
+    CHECK_EQ_U64(parse_m("PUT", "/v1/jobs/%zz"), 400);
+    CHECK_EQ_U64(parse_m("POST", "/v1/jobs/train-1"), 405);
+    CHECK_STR(sc_route_allow(SC_ROUTE_JOB), "GET, PUT, DELETE");
+    CHECK_EQ_U64(parse_m("PUT", S "?rank=0&world=1"), 405);
+    CHECK_EQ_U64(parse("/v1/settings"), 200);
+    CHECK(req.route == SC_ROUTE_SETTINGS);
+    CHECK_EQ_U64(parse_m("PUT", "/v1/settings"), 405);
+    CHECK_EQ_U64(parse("/v1/topology"), 200);
+    CHECK(req.route == SC_ROUTE_TOPOLOGY);
+    CHECK_EQ_U64(req.world, 0);
+    CHECK_EQ_U64(parse("/v1/topology?world=8"), 200);
+    CHECK_EQ_U64(req.world, 8);
+    CHECK_EQ_U64(parse("/v1/topology?world=0"), 400);
+    /* Parameters of other routes are ignored there. */
+    CHECK_EQ_U64(parse("/v1/topology?rank=zz"), 200);
+    CHECK_EQ_U64(parse("/v1/jobs?world=zz"), 200);
+    CHECK_EQ_U64(parse("/v1/jobs/"), 404);
+    CHECK_EQ_U64(parse("/v1"), 404);
 }
 
 static void test_helpers(void)
@@ -234,6 +309,8 @@ int main(void)
     test_valid();
     test_bad_params();
     test_routes();
+    test_v1_params();
+    test_v1_routes();
     test_helpers();
     CHECK_MAIN_END();
 }

@@ -1,11 +1,14 @@
 /*
  * test_server_settings.c — the settings table (server/settings.c):
- * defaults, environment, command line, precedence, and rejection of bad
- * values at start-up with a message that names the setting and its source.
+ * defaults, environment, config file, command line, precedence, token
+ * files, and rejection of bad values at start-up with a message that names
+ * the setting and its source; the job spec parser of PUT /v1/jobs/{job};
+ * the redaction of secrets in /v1/settings.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "settings.h"
@@ -23,37 +26,44 @@ static char msg[512];
 static void test_defaults_and_cli(void)
 {
     CHECK(LOAD("--job", "j1", "--source", "/data") == SC_SETTINGS_OK);
-    CHECK_STR(cfg.job, "j1");
-    CHECK_STR(cfg.source, "/data");
-    CHECK_EQ_U64(cfg.seed, 0);
-    CHECK_EQ_U64(cfg.shuffle_buffer, 1000);
-    CHECK_EQ_U64(cfg.buffer_bytes, 256ull << 20);
-    CHECK_EQ_U64(cfg.interleave, 4);
-    CHECK(cfg.partition == SIO_PARTITION_EVEN_DROP);
-    CHECK(cfg.on_error == SIO_ON_ERROR_SKIP);
+    CHECK_STR(cfg.cli_job.name, "j1");
+    CHECK_STR(cfg.cli_job.source, "/data");
+    CHECK_EQ_U64(cfg.cli_job.seed, 0);
+    CHECK_EQ_U64(cfg.cli_job.shuffle_buffer, 1000);
+    CHECK_EQ_U64(cfg.cli_job.buffer_bytes, 256ull << 20);
+    CHECK_EQ_U64(cfg.cli_job.interleave, 4);
+    CHECK(cfg.cli_job.partition == SIO_PARTITION_EVEN_DROP);
+    CHECK(cfg.cli_job.on_error == SIO_ON_ERROR_SKIP);
     CHECK_STR(cfg.listen, "127.0.0.1");
     CHECK_EQ_U64(cfg.port, 8080);
     CHECK(cfg.log_level == SIO_LOG_INFO);
-    CHECK_EQ_U64(cfg.queue_bytes, 4u << 20);
+    CHECK_EQ_U64(cfg.window_samples, 65536);
+    CHECK_EQ_U64(cfg.max_epochs, 2);
+    CHECK(cfg.prefetch == 1);
+    CHECK(cfg.token == NULL && cfg.admin_token == NULL);
+    CHECK(cfg.cli_job.fields == NULL);
     sc_settings_free(&cfg);
 
     CHECK(LOAD("--job=j2", "--source=a::b", "--seed", "18446744073709551615",
                "--shuffle-buffer=1", "--buffer-bytes", "1g",
                "--interleave=16", "--partition", "even-pad", "--on-error=fail",
                "--listen", "::1", "--port=0", "--log-level", "debug",
-               "--queue-bytes=64KiB") == SC_SETTINGS_OK);
-    CHECK_STR(cfg.job, "j2");
-    CHECK_STR(cfg.source, "a::b");
-    CHECK_EQ_U64(cfg.seed, UINT64_MAX);
-    CHECK_EQ_U64(cfg.shuffle_buffer, 1);
-    CHECK_EQ_U64(cfg.buffer_bytes, 1ull << 30);
-    CHECK_EQ_U64(cfg.interleave, 16);
-    CHECK(cfg.partition == SIO_PARTITION_EVEN_PAD);
-    CHECK(cfg.on_error == SIO_ON_ERROR_FAIL);
+               "--window-bytes=64KiB", "--fields", "JPG,cls",
+               "--prefetch=false") == SC_SETTINGS_OK);
+    CHECK_STR(cfg.cli_job.name, "j2");
+    CHECK_STR(cfg.cli_job.source, "a::b");
+    CHECK_EQ_U64(cfg.cli_job.seed, UINT64_MAX);
+    CHECK_EQ_U64(cfg.cli_job.shuffle_buffer, 1);
+    CHECK_EQ_U64(cfg.cli_job.buffer_bytes, 1ull << 30);
+    CHECK_EQ_U64(cfg.cli_job.interleave, 16);
+    CHECK(cfg.cli_job.partition == SIO_PARTITION_EVEN_PAD);
+    CHECK(cfg.cli_job.on_error == SIO_ON_ERROR_FAIL);
     CHECK_STR(cfg.listen, "::1");
     CHECK_EQ_U64(cfg.port, 0);
     CHECK(cfg.log_level == SIO_LOG_DEBUG);
-    CHECK_EQ_U64(cfg.queue_bytes, 64u << 10);
+    CHECK_EQ_U64(cfg.window_bytes, 64u << 10);
+    CHECK_STR(cfg.cli_job.fields, "jpg,cls");
+    CHECK(cfg.prefetch == 0);
     sc_settings_free(&cfg);
 }
 
@@ -64,8 +74,8 @@ static void test_env(void)
     setenv("SHARDCAST_SHUFFLE_BUFFER", "77", 1);
     setenv("SHARDCAST_PORT", "9000", 1);
     CHECK(LOAD("--port", "9001") == SC_SETTINGS_OK);
-    CHECK_STR(cfg.job, "from-env");
-    CHECK_EQ_U64(cfg.shuffle_buffer, 77);
+    CHECK_STR(cfg.cli_job.name, "from-env");
+    CHECK_EQ_U64(cfg.cli_job.shuffle_buffer, 77);
     CHECK_EQ_U64(cfg.port, 9001); /* the command line wins */
     sc_settings_free(&cfg);
 
@@ -98,7 +108,12 @@ static void test_rejections(void)
         {"--log-level", "trace", "--log-level"},
         {"--listen", "localhost", "--listen"},
         {"--job", "a/b", "--job"},
-        {"--queue-bytes", "1k", "--queue-bytes"},
+        {"--window-samples", "0", "--window-samples"},
+        {"--fields", "a,,b", "--fields"},
+        {"--fields", "a,a", "--fields"},
+        {"--prefetch", "maybe", "--prefetch"},
+        {"--token", "has space", "--token"},
+        {"--max-epochs", "17", "--max-epochs"},
         {"--max-url", "10", "--max-url"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -122,11 +137,189 @@ static void test_rejections(void)
     sc_settings_free(&cfg);
 }
 
+static char *write_tmp(const char *name, const char *text)
+{
+    static char path[4][256];
+    static int k;
+    char *p = path[k++ % 4];
+    snprintf(p, 256, "%s/sc-settings-%d-%s", getenv("TMPDIR") ? getenv("TMPDIR")
+                                                            : "/tmp",
+             (int)getpid(), name);
+    FILE *f = fopen(p, "w");
+    fputs(text, f);
+    fclose(f);
+    return p;
+}
+
+static void test_config_file(void)
+{
+    char *p = write_tmp(
+        "ok.json",
+        "{\"port\": 9100, \"max_epochs\": 3, \"window-bytes\": \"1MiB\","
+        " \"prefetch\": false, \"jobs\": ["
+        "{\"name\": \"a\", \"source\": \"/d/a\", \"seed\": 7,"
+        " \"shuffle_buffer_bytes\": \"2MiB\", \"fields\": [\"JPG\", \"cls\"],"
+        " \"partition\": \"even-pad\", \"read_threads\": 0},"
+        "{\"name\": \"b\", \"source\": \"s3://bucket/x-{0..9}.tar\"}]}");
+    CHECK(LOAD("--config", p, "--port", "9101") == SC_SETTINGS_OK);
+    CHECK_EQ_U64(cfg.port, 9101); /* the command line wins */
+    CHECK_EQ_U64(cfg.max_epochs, 3);
+    CHECK_EQ_U64(cfg.window_bytes, 1u << 20);
+    CHECK(cfg.prefetch == 0);
+    CHECK_EQ_U64(cfg.njobs, 2);
+    CHECK(cfg.cli_job.name == NULL);
+    CHECK_STR(cfg.jobs[0].name, "a");
+    CHECK_EQ_U64(cfg.jobs[0].seed, 7);
+    CHECK_EQ_U64(cfg.jobs[0].buffer_bytes, 2u << 20);
+    CHECK_STR(cfg.jobs[0].fields, "jpg,cls");
+    CHECK(cfg.jobs[0].partition == SIO_PARTITION_EVEN_PAD);
+    CHECK_EQ_U64(cfg.jobs[0].read_threads, 0);
+    /* Job defaults: the table's. */
+    CHECK_EQ_U64(cfg.jobs[1].shuffle_buffer, 1000);
+    CHECK_EQ_U64(cfg.jobs[1].interleave, 4);
+    CHECK(cfg.jobs[1].fields == NULL);
+    sc_settings_free(&cfg);
+
+    /* The environment sits above the file. */
+    setenv("SHARDCAST_PORT", "9200", 1);
+    CHECK(LOAD("--config", p) == SC_SETTINGS_OK);
+    CHECK_EQ_U64(cfg.port, 9200);
+    sc_settings_free(&cfg);
+    unsetenv("SHARDCAST_PORT");
+
+    struct {
+        const char *json, *needle;
+    } bad[] = {
+        {"{\"jobs\": [{\"name\": \"a\"}]}", "missing \"source\""},
+        {"{\"jobs\": [{\"source\": \"/x\"}]}", "missing \"name\""},
+        {"{\"jobs\": [{\"name\": \"a/b\", \"source\": \"/x\"}]}",
+         "\"name\""},
+        {"{\"jobs\": [{\"name\": \"a\", \"source\": \"/x\", \"sed\": 1}]}",
+         "unknown key \"sed\""},
+        {"{\"jobs\": [{\"name\": \"a\", \"source\": \"/x\", \"seed\": -1}]}",
+         "\"seed\""},
+        {"{\"jobs\": [{\"name\": \"a\", \"source\": \"/x\", \"seed\": 1.5}]}",
+         "wrong type for \"seed\""},
+        {"{\"jobs\": [{\"name\": \"a\", \"source\": \"/x\"},"
+         " {\"name\": \"a\", \"source\": \"/y\"}]}",
+         "defined twice"},
+        {"{\"seed\": 3}", "is a job key"},
+        {"{\"prot\": 3}", "unknown setting \"prot\""},
+        {"{\"port\": 70000}", "--port"},
+        {"{\"jobs\": {}}", "must be an array"},
+        {"[1]", "expected a JSON object"},
+        {"{\"port\": 1, \"port\": 2}", "invalid JSON"},
+        {"{", "invalid JSON"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *q = write_tmp("bad.json", bad[i].json);
+        CHECK(LOAD("--config", q) == SC_SETTINGS_ERROR);
+        if (!strstr(msg, bad[i].needle))
+            fprintf(stderr, "case %zu: %s\n", i, msg);
+        CHECK(strstr(msg, bad[i].needle) != NULL);
+        sc_settings_free(&cfg);
+    }
+    CHECK(LOAD("--config", "/nonexistent/shardcast.json") ==
+          SC_SETTINGS_ERROR);
+    CHECK(strstr(msg, "cannot open config file") != NULL);
+    sc_settings_free(&cfg);
+}
+
+static void test_tokens_and_rules(void)
+{
+    char *tf = write_tmp("token", "s3cr3t-consumer\n");
+    CHECK(LOAD("--job", "j", "--source", "s", "--token-file", tf,
+               "--admin-token", "adm1n") == SC_SETTINGS_OK);
+    CHECK_STR(cfg.token, "s3cr3t-consumer");
+    CHECK_STR(cfg.admin_token, "adm1n");
+    /* /v1/settings never shows a secret. */
+    char *js = sc_settings_json(&cfg);
+    CHECK(js && !strstr(js, "s3cr3t") && !strstr(js, "adm1n"));
+    CHECK(js && strstr(js, "<redacted>"));
+    free(js);
+    sc_settings_free(&cfg);
+
+    CHECK(LOAD("--job", "j", "--source", "s", "--token", "same",
+               "--admin-token", "same") == SC_SETTINGS_ERROR);
+    CHECK(strstr(msg, "must differ") != NULL);
+    sc_settings_free(&cfg);
+    CHECK(LOAD("--job", "j", "--source", "s", "--token", "a",
+               "--token-file", tf) == SC_SETTINGS_ERROR);
+    sc_settings_free(&cfg);
+    char *empty = write_tmp("empty", "\n");
+    CHECK(LOAD("--job", "j", "--source", "s", "--admin-token-file", empty) ==
+          SC_SETTINGS_ERROR);
+    CHECK(strstr(msg, "--admin-token-file") != NULL);
+    sc_settings_free(&cfg);
+    CHECK(LOAD("--job", "j", "--source", "s", "--replica", "2", "--replicas",
+               "2") == SC_SETTINGS_ERROR);
+    CHECK(strstr(msg, "--replica") != NULL);
+    sc_settings_free(&cfg);
+    CHECK(LOAD("--job", "j", "--source", "s", "--replica", "1", "--replicas",
+               "2") == SC_SETTINGS_OK);
+    sc_settings_free(&cfg);
+    /* No job at all is fine only when jobs can be created by the API. */
+    CHECK(LOAD("--port", "1") == SC_SETTINGS_ERROR);
+    sc_settings_free(&cfg);
+    CHECK(LOAD("--admin-token", "x") == SC_SETTINGS_OK);
+    CHECK(cfg.cli_job.name == NULL && cfg.njobs == 0);
+    sc_settings_free(&cfg);
+    CHECK(LOAD("--job", "j") == SC_SETTINGS_ERROR);
+    CHECK(strstr(msg, "--source") != NULL);
+    sc_settings_free(&cfg);
+}
+
+static void test_jobspec(void)
+{
+    sc_jobspec a, b;
+    char why[256];
+    const char *ok = "{\"source\": \"/d\", \"seed\": 18446744073709551615,"
+                     " \"on_error\": \"fail\", \"fields\": \"a,B\"}";
+    /* JSON integers are signed 64-bit: the largest seed comes as text. */
+    CHECK(sc_jobspec_parse(ok, strlen(ok), "x", &a, why, sizeof why) != 0);
+    ok = "{\"source\": \"/d\", \"seed\": \"18446744073709551615\","
+         " \"on_error\": \"fail\", \"fields\": \"a,B\"}";
+    CHECK(sc_jobspec_parse(ok, strlen(ok), "x", &a, why, sizeof why) == 0);
+    CHECK_STR(a.name, "x");
+    CHECK_EQ_U64(a.seed, UINT64_MAX);
+    CHECK(a.on_error == SIO_ON_ERROR_FAIL);
+    CHECK_STR(a.fields, "a,b");
+    CHECK(sc_jobspec_copy(&b, &a) == 0);
+    CHECK(sc_jobspec_equal(&a, &b));
+    b.seed = 1;
+    CHECK(!sc_jobspec_equal(&a, &b));
+    sc_jobspec_free(&b);
+    sc_jobspec_free(&a);
+
+    const char *named = "{\"name\": \"y\", \"source\": \"/d\"}";
+    CHECK(sc_jobspec_parse(named, strlen(named), "x", &a, why, sizeof why) != 0);
+    CHECK(strstr(why, "differs from the job in the URL") != NULL);
+    CHECK(sc_jobspec_parse("{\"source\": \"\"}", 14, "x", &a, why,
+                           sizeof why) != 0);
+    CHECK(sc_jobspec_parse("nul\0", 4, "x", &a, why, sizeof why) != 0);
+    CHECK(strstr(why, "invalid JSON") != NULL);
+    const char *nul = "{\"source\": \"/d\\u0000x\"}";
+    CHECK(sc_jobspec_parse(nul, strlen(nul), "x", &a, why, sizeof why) != 0);
+    const char *fa = "{\"source\": \"/d\", \"fields\": []}";
+    CHECK(sc_jobspec_parse(fa, strlen(fa), "x", &a, why, sizeof why) != 0);
+    const char *fn = "{\"source\": \"/d\", \"fields\": null}";
+    CHECK(sc_jobspec_parse(fn, strlen(fn), "x", &a, why, sizeof why) == 0);
+    CHECK(a.fields == NULL);
+    sc_jobspec_free(&a);
+    /* A source with credentials never shows them. */
+    char red[128];
+    sc_redact_source("http://user:pw@host/x.tar::https://h2/y", red, sizeof red);
+    CHECK_STR(red, "http://***@host/x.tar::https://h2/y");
+}
+
 int main(void)
 {
     unsetenv("SHARDCAST_PORT");
     test_defaults_and_cli();
     test_env();
     test_rejections();
+    test_config_file();
+    test_tokens_and_rules();
+    test_jobspec();
     CHECK_MAIN_END();
 }

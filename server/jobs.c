@@ -1,0 +1,1405 @@
+/*
+ * jobs.c — the job registry, the feeds of the epochs in flight, the manager
+ * and resolver threads, status JSON and job metrics (contract and lock
+ * order in jobs.h).
+ *
+ * Threading: j->mu guards the job table, the release queue, the dead-job
+ * list and the stop flag; job->mu guards a job's state, shard list, feed
+ * slots, bindings, error ring and throughput ring. Counters that streams
+ * bump on MHD threads are atomics.
+ * Ownership: the registry holds one reference on each listed job; every
+ * binding holds one on its job. The last reference puts the job on the
+ * dead list, which the manager frees (closing feeds joins threads, which
+ * must not happen on an HTTP thread). A slot (one epoch's feed) belongs to
+ * its job; bindings point at it, and it is closed only once no binding
+ * does.
+ */
+#include "jobs.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+
+/* Manager tick: timers (idle feeds, prefetch, throughput) need no finer
+ * resolution. */
+#define TICK_MS 500u
+/* Throughput is measured over the last THROUGHPUT_SECONDS, sampled every
+ * second. */
+#define THROUGHPUT_SECONDS 10u
+#define RING (THROUGHPUT_SECONDS + 1u)
+/* Resolution retries back off from 1 s to 60 s. */
+#define RESOLVE_BACKOFF_MIN_MS 1000u
+#define RESOLVE_BACKOFF_MAX_MS 60000u
+#define REASON_MAX 512u
+
+enum { JOB_RESOLVING = 0, JOB_READY = 1, JOB_FAILED = 2 };
+
+typedef struct fslot {
+    uint64_t epoch;
+    sio_feed *feed;
+    unsigned streams;     /* bindings on it */
+    uint64_t served;      /* streams ever opened on it */
+    uint64_t last_ms;     /* last attach or release */
+    int prefetched;       /* opened by prefetch, no stream yet */
+    int retired;          /* takes no new stream; closed when streams == 0 */
+    struct fslot *next;
+} fslot;
+
+typedef struct sc_job sc_job;
+
+struct sc_binding {
+    sc_stream *s;
+    sc_job *job;
+    fslot *slot;
+    sio_cursor *cur;
+    uint64_t epoch;
+    uint32_t rank, world;
+    sc_binding *prev, *next; /* job->bindings */
+    sc_binding *reap_next;
+};
+
+typedef struct err_entry {
+    uint64_t unix_ms;
+    char msg[300];
+} err_entry;
+
+typedef struct tp_sample {
+    uint64_t ms, samples, bytes;
+} tp_sample;
+
+struct sc_job {
+    sc_jobs *owner;
+    atomic_int refs;
+    sc_jobspec spec;
+    pthread_mutex_t mu;
+    int state;                 /* JOB_* (mu) */
+    int attempts;              /* resolution attempts (mu) */
+    int removed;               /* deleted or replaced (mu) */
+    char reason[REASON_MAX];   /* why not ready (mu) */
+    uint64_t next_resolve_ms, backoff_ms;
+    sio_shardlist *list;       /* set once (mu), then immutable */
+    fslot *slots;              /* live and retired (mu) */
+    sc_binding *bindings;      /* (mu) */
+    err_entry errors[SC_JOB_ERRORS_MAX];
+    size_t nerrors, error_at;  /* (mu) */
+    tp_sample ring[RING];
+    size_t nring, ring_at;     /* (mu) */
+    uint64_t shards_skipped_closed, samples_skipped_closed; /* (mu) */
+    sc_stream_counters ctr;
+    atomic_uint_fast64_t streams_by_outcome[5];
+    atomic_uint_fast64_t streams_opened;
+    sc_job *dead_next;
+};
+
+struct sc_jobs {
+    const sc_config *cfg;
+    sio_io *io;
+    pthread_mutex_t mu;
+    pthread_cond_t work;     /* manager: something queued, or stop */
+    pthread_cond_t resolve;  /* resolver: a job to resolve, or stop */
+    pthread_cond_t resolved; /* sc_jobs_wait_resolved */
+    sc_job **jobs;           /* cfg->max_jobs entries */
+    size_t njobs;
+    sc_binding *reap;        /* released, not yet freed */
+    pthread_cond_t drained;  /* a binding was freed */
+    atomic_size_t nbindings; /* bound and not yet freed (atomic: bumped
+                                under a job mutex) */
+    sc_job *dead;
+    int stop;
+    int running;             /* jobs threads not yet exited (mu) */
+    pthread_t manager, resolver;
+    int manager_ok, resolver_ok;
+};
+
+/* How long sc_jobs_destroy waits for its threads: a resolution or a feed
+ * close may be stuck in object-store retries far longer. */
+#define SHUTDOWN_WAIT_MS 5000u
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static uint64_t unix_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void deadline_in(struct timespec *ts, uint64_t ms)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_sec += (time_t)(ms / 1000u);
+    ts->tv_nsec += (long)(ms % 1000u) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+static int fail(char *reason, size_t len, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+static int fail(char *reason, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    if (len) {
+        va_start(ap, fmt);
+        vsnprintf(reason, len, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* Remember an error for status; URL userinfo is masked (job->mu held). */
+static void job_error(sc_job *job, const char *msg)
+{
+    err_entry *e = &job->errors[job->error_at];
+    e->unix_ms = unix_ms();
+    sc_redact_source(msg, e->msg, sizeof e->msg);
+    job->error_at = (job->error_at + 1) % SC_JOB_ERRORS_MAX;
+    if (job->nerrors < SC_JOB_ERRORS_MAX)
+        job->nerrors++;
+}
+
+static void job_ref(sc_job *job)
+{
+    atomic_fetch_add(&job->refs, 1);
+}
+
+/* The last reference hands the job to the manager (closing its feeds
+ * blocks, and this may run on an HTTP thread). */
+static void job_unref(sc_job *job)
+{
+    if (atomic_fetch_sub(&job->refs, 1) != 1)
+        return;
+    sc_jobs *j = job->owner;
+    pthread_mutex_lock(&j->mu);
+    job->dead_next = j->dead;
+    j->dead = job;
+    pthread_cond_signal(&j->work);
+    pthread_mutex_unlock(&j->mu);
+}
+
+static void slot_close(sc_job *job, fslot *s)
+{
+    if (s->feed) {
+        sio_feed_stats st;
+        sio_feed_get_stats(s->feed, &st, NULL, 0, NULL);
+        sio_feed_close(s->feed);
+        pthread_mutex_lock(&job->mu);
+        job->shards_skipped_closed += st.epoch.shards_skipped;
+        job->samples_skipped_closed += st.epoch.samples_skipped;
+        pthread_mutex_unlock(&job->mu);
+    }
+    free(s);
+}
+
+/* Manager thread only, no lock held. */
+static void job_free(sc_job *job)
+{
+    fslot *s = job->slots;
+    job->slots = NULL;
+    while (s) {
+        fslot *n = s->next;
+        slot_close(job, s);
+        s = n;
+    }
+    sio_shardlist_free(job->list);
+    sc_jobspec_free(&job->spec);
+    pthread_mutex_destroy(&job->mu);
+    free(job);
+}
+
+static sc_job *job_new(sc_jobs *j, const sc_jobspec *spec)
+{
+    sc_job *job = calloc(1, sizeof *job);
+    if (!job)
+        return NULL;
+    if (sc_jobspec_copy(&job->spec, spec) != 0) {
+        free(job);
+        return NULL;
+    }
+    job->owner = j;
+    atomic_init(&job->refs, 1);
+    pthread_mutex_init(&job->mu, NULL);
+    job->state = JOB_RESOLVING;
+    snprintf(job->reason, sizeof job->reason, "resolving the source");
+    job->backoff_ms = RESOLVE_BACKOFF_MIN_MS;
+    return job;
+}
+
+/* A job by name (j->mu held). */
+static size_t find_job(sc_jobs *j, const char *name)
+{
+    for (size_t i = 0; i < j->njobs; i++)
+        if (strcmp(j->jobs[i]->spec.name, name) == 0)
+            return i;
+    return SIZE_MAX;
+}
+
+static sc_job *get_job(sc_jobs *j, const char *name)
+{
+    sc_job *job = NULL;
+    pthread_mutex_lock(&j->mu);
+    size_t i = find_job(j, name);
+    if (i != SIZE_MAX) {
+        job = j->jobs[i];
+        job_ref(job);
+    }
+    pthread_mutex_unlock(&j->mu);
+    return job;
+}
+
+/* Take a job out of service: cut its streams, retire its feeds. The
+ * caller drops the registry's reference afterwards. */
+static void job_remove(sc_job *job, const char *why)
+{
+    pthread_mutex_lock(&job->mu);
+    job->removed = 1;
+    for (sc_binding *b = job->bindings; b; b = b->next)
+        sc_stream_cut(b->s, why);
+    for (fslot *s = job->slots; s; s = s->next)
+        s->retired = 1;
+    pthread_mutex_unlock(&job->mu);
+}
+
+int sc_jobs_exists(void *jobs, const char *name)
+{
+    sc_jobs *j = jobs;
+    pthread_mutex_lock(&j->mu);
+    int found = find_job(j, name) != SIZE_MAX;
+    pthread_mutex_unlock(&j->mu);
+    return found;
+}
+
+unsigned sc_jobs_put(sc_jobs *j, const sc_jobspec *spec, char *reason,
+                     size_t reason_len)
+{
+    sc_job *old = NULL, *job;
+    unsigned status;
+    char src[256];
+
+    job = job_new(j, spec);
+    if (!job) {
+        fail(reason, reason_len, "out of memory");
+        return 503;
+    }
+    pthread_mutex_lock(&j->mu);
+    size_t i = find_job(j, spec->name);
+    if (i != SIZE_MAX && sc_jobspec_equal(&j->jobs[i]->spec, spec)) {
+        pthread_mutex_unlock(&j->mu);
+        job_free(job); /* never shared: no feed, nothing to join */
+        fail(reason, reason_len, "unchanged");
+        return 200;
+    }
+    if (i == SIZE_MAX && j->njobs >= j->cfg->max_jobs) {
+        pthread_mutex_unlock(&j->mu);
+        job_free(job);
+        fail(reason, reason_len, "job limit reached (--max-jobs %u)",
+             j->cfg->max_jobs);
+        return 409;
+    }
+    if (i != SIZE_MAX) {
+        old = j->jobs[i];
+        j->jobs[i] = job;
+        status = 200;
+    } else {
+        j->jobs[j->njobs++] = job;
+        status = 201;
+    }
+    pthread_cond_signal(&j->resolve);
+    pthread_mutex_unlock(&j->mu);
+    if (old) {
+        job_remove(old, "job redefined");
+        job_unref(old);
+    }
+    sc_redact_source(spec->source, src, sizeof src);
+    SC_LOG(SIO_LOG_INFO, "event=job_%s job=%s source=\"%s\"",
+           status == 201 ? "added" : "replaced", spec->name, src);
+    fail(reason, reason_len, "%s", status == 201 ? "created" : "replaced");
+    return status;
+}
+
+unsigned sc_jobs_delete(sc_jobs *j, const char *name, char *reason,
+                        size_t reason_len)
+{
+    sc_job *job = NULL;
+    pthread_mutex_lock(&j->mu);
+    size_t i = find_job(j, name);
+    if (i != SIZE_MAX) {
+        job = j->jobs[i];
+        j->jobs[i] = j->jobs[--j->njobs];
+    }
+    pthread_mutex_unlock(&j->mu);
+    if (!job) {
+        fail(reason, reason_len, "unknown job");
+        return 404;
+    }
+    job_remove(job, "job deleted");
+    job_unref(job);
+    SC_LOG(SIO_LOG_INFO, "event=job_deleted job=%s", name);
+    return 204;
+}
+
+/* Resolver ----------------------------------------------------------- */
+
+static void *resolver_main(void *arg)
+{
+    sc_jobs *j = arg;
+    pthread_mutex_lock(&j->mu);
+    while (!j->stop) {
+        uint64_t now = now_ms(), next = now + 5000u;
+        sc_job *todo = NULL;
+        for (size_t i = 0; i < j->njobs; i++) {
+            sc_job *job = j->jobs[i];
+            pthread_mutex_lock(&job->mu);
+            if (job->state != JOB_READY) {
+                if (job->next_resolve_ms <= now && !todo) {
+                    todo = job;
+                    job_ref(job);
+                } else if (job->next_resolve_ms < next) {
+                    next = job->next_resolve_ms;
+                }
+            }
+            pthread_mutex_unlock(&job->mu);
+        }
+        if (!todo) {
+            struct timespec ts;
+            deadline_in(&ts, next > now ? next - now : 1);
+            pthread_cond_timedwait(&j->resolve, &j->mu, &ts);
+            continue;
+        }
+        pthread_mutex_unlock(&j->mu);
+
+        /* Listing a bucket may take a while: no lock is held. spec.source
+         * is immutable for the job's life. */
+        sio_shardlist *list = NULL;
+        sio_error err = {SIO_OK, ""};
+        char src[256], msg[600];
+        sio_code rc = sio_shardlist_resolve(j->io, todo->spec.source, &list,
+                                            &err);
+        if (rc == SIO_OK && sio_shardlist_count(list) == 0) {
+            rc = SIO_ERR_NOTFOUND;
+            snprintf(err.msg, sizeof err.msg, "the source has no shards");
+        }
+        sc_redact_source(todo->spec.source, src, sizeof src);
+        pthread_mutex_lock(&todo->mu);
+        todo->attempts++;
+        if (rc == SIO_OK) {
+            todo->list = list;
+            list = NULL;
+            todo->state = JOB_READY;
+            todo->reason[0] = '\0';
+            SC_LOG(SIO_LOG_INFO, "event=job_ready job=%s shards=%zu",
+                   todo->spec.name, sio_shardlist_count(todo->list));
+        } else {
+            todo->state = JOB_FAILED;
+            snprintf(msg, sizeof msg, "cannot resolve the source: %s",
+                     err.msg[0] ? err.msg : sio_strerror(rc));
+            sc_redact_source(msg, todo->reason, sizeof todo->reason);
+            job_error(todo, msg);
+            todo->next_resolve_ms = now_ms() + todo->backoff_ms;
+            todo->backoff_ms = todo->backoff_ms * 2 > RESOLVE_BACKOFF_MAX_MS
+                                   ? RESOLVE_BACKOFF_MAX_MS
+                                   : todo->backoff_ms * 2;
+            SC_LOG(SIO_LOG_WARN,
+                   "event=job_source_failed job=%s source=\"%s\" code=%d "
+                   "retry_ms=%" PRIu64,
+                   todo->spec.name, src, (int)rc,
+                   todo->next_resolve_ms - now_ms());
+        }
+        pthread_mutex_unlock(&todo->mu);
+        sio_shardlist_free(list);
+        job_unref(todo);
+        pthread_mutex_lock(&j->mu);
+        pthread_cond_broadcast(&j->resolved);
+    }
+    j->running--;
+    pthread_cond_broadcast(&j->drained);
+    pthread_mutex_unlock(&j->mu);
+    return NULL;
+}
+
+void sc_jobs_wait_resolved(sc_jobs *j, uint32_t timeout_ms)
+{
+    struct timespec ts;
+    deadline_in(&ts, timeout_ms);
+    pthread_mutex_lock(&j->mu);
+    for (;;) {
+        int pending = 0;
+        for (size_t i = 0; i < j->njobs; i++) {
+            pthread_mutex_lock(&j->jobs[i]->mu);
+            pending |= j->jobs[i]->attempts == 0;
+            pthread_mutex_unlock(&j->jobs[i]->mu);
+        }
+        if (!pending ||
+            pthread_cond_timedwait(&j->resolved, &j->mu, &ts) != 0)
+            break;
+    }
+    pthread_mutex_unlock(&j->mu);
+}
+
+int sc_jobs_ready(sc_jobs *j, char *reason, size_t reason_len)
+{
+    int ready = 1;
+    pthread_mutex_lock(&j->mu);
+    for (size_t i = 0; i < j->njobs && ready; i++) {
+        sc_job *job = j->jobs[i];
+        pthread_mutex_lock(&job->mu);
+        if (job->state != JOB_READY) {
+            ready = 0;
+            fail(reason, reason_len, "job %s: %s", job->spec.name,
+                 job->reason);
+        }
+        pthread_mutex_unlock(&job->mu);
+    }
+    pthread_mutex_unlock(&j->mu);
+    return ready;
+}
+
+/* Feeds --------------------------------------------------------------- */
+
+static sio_code slot_open(sc_jobs *j, sc_job *job, uint64_t epoch,
+                          fslot **out, sio_error *err)
+{
+    const sc_config *cfg = j->cfg;
+    sio_epoch_config ec;
+    sio_feed_config fc;
+    fslot *s = calloc(1, sizeof *s);
+
+    *out = NULL;
+    if (!s) {
+        snprintf(err->msg, sizeof err->msg, "out of memory");
+        return SIO_ERR_NOMEM;
+    }
+    memset(&ec, 0, sizeof ec);
+    ec.seed = job->spec.seed;
+    ec.epoch = epoch;
+    ec.interleave = job->spec.interleave;
+    ec.buffer_samples = job->spec.shuffle_buffer;
+    ec.buffer_bytes = job->spec.buffer_bytes;
+    ec.on_error = (sio_on_error)job->spec.on_error;
+    ec.log.fn = sc_log_sio;
+    ec.log.level = sc_log_level();
+    ec.read_threads = job->spec.read_threads;
+    ec.replica = cfg->replicas > 1 ? cfg->replica : 0;
+    ec.replicas = cfg->replicas > 1 ? cfg->replicas : 0;
+    memset(&fc, 0, sizeof fc);
+    fc.window_samples = cfg->window_samples;
+    fc.window_bytes = cfg->window_bytes;
+    fc.join_timeout_ms = cfg->join_timeout_ms;
+    fc.rejoin_grace_ms = cfg->rejoin_grace_ms;
+    sio_code rc = sio_feed_open(j->io, job->list, &ec, &fc, &s->feed, err);
+    if (rc) {
+        free(s);
+        return rc;
+    }
+    s->epoch = epoch;
+    s->last_ms = now_ms();
+    s->next = job->slots;
+    job->slots = s;
+    *out = s;
+    return SIO_OK;
+}
+
+static size_t live_slots(const sc_job *job)
+{
+    size_t n = 0;
+    for (const fslot *s = job->slots; s; s = s->next)
+        n += !s->retired;
+    return n;
+}
+
+static fslot *live_slot(sc_job *job, uint64_t epoch)
+{
+    for (fslot *s = job->slots; s; s = s->next)
+        if (!s->retired && s->epoch == epoch)
+            return s;
+    return NULL;
+}
+
+/* Make room for one more epoch: retire a live slot without streams,
+ * preferring one whose epoch has ended, then the least recently used. */
+static int evict_one(sc_job *job)
+{
+    fslot *best = NULL;
+    int best_ended = 0;
+    for (fslot *s = job->slots; s; s = s->next) {
+        if (s->retired || s->streams)
+            continue;
+        sio_feed_stats st;
+        sio_feed_get_stats(s->feed, &st, NULL, 0, NULL);
+        int ended = st.ended;
+        if (!best || (ended && !best_ended) ||
+            (ended == best_ended && s->last_ms < best->last_ms)) {
+            best = s;
+            best_ended = ended;
+        }
+    }
+    if (!best)
+        return 0;
+    best->retired = 1;
+    return 1;
+}
+
+unsigned sc_jobs_open_stream(sc_jobs *j, const sc_request *req,
+                             struct MHD_Connection *conn, const char *id,
+                             sc_stream **stream, sc_binding **binding,
+                             unsigned *retry_after, char *reason,
+                             size_t reason_len)
+{
+    char names[SIO_TARW_FILTER_MAX][SIO_TARW_FIELD_NAME_MAX + 1];
+    const char *fields[SIO_TARW_FILTER_MAX];
+    size_t nfields = 0;
+    sio_error err = {SIO_OK, ""};
+    sc_stream *s = NULL;
+    sc_binding *b = NULL;
+    fslot *slot;
+    unsigned status = 500;
+    sio_code rc;
+
+    *stream = NULL;
+    *binding = NULL;
+    *retry_after = 0;
+    sc_job *job = get_job(j, req->job);
+    if (!job) {
+        fail(reason, reason_len, "unknown job");
+        return 404;
+    }
+    b = calloc(1, sizeof *b);
+    if (!b) {
+        fail(reason, reason_len, "out of memory");
+        status = 503;
+        goto out_unref;
+    }
+    pthread_mutex_lock(&job->mu);
+    if (job->removed) {
+        fail(reason, reason_len, "unknown job");
+        status = 404;
+        goto out;
+    }
+    if (job->state != JOB_READY) {
+        fail(reason, reason_len, "job %s is not ready: %s", job->spec.name,
+             job->reason);
+        status = 503;
+        *retry_after = 5;
+        goto out;
+    }
+    /* The request's fields=, else the job's default filter. */
+    if (req->has_fields) {
+        for (size_t i = 0; i < req->nfields; i++)
+            fields[i] = req->fields[i];
+        nfields = req->nfields;
+    } else if (job->spec.fields &&
+               sc_fields_split(job->spec.fields, names, &nfields) == 0) {
+        for (size_t i = 0; i < nfields; i++)
+            fields[i] = names[i];
+    }
+    sc_stream_params p = {job->spec.name,
+                          req->epoch,
+                          req->rank,
+                          req->world,
+                          req->start,
+                          req->global_start,
+                          (sio_partition)job->spec.partition,
+                          req->format,
+                          fields,
+                          nfields,
+                          id,
+                          &job->ctr};
+    rc = sc_stream_create(&p, &s, &err);
+    if (rc) {
+        fail(reason, reason_len, "%s", err.msg);
+        status = rc == SIO_ERR_INVALID ? 400 : 503;
+        goto out;
+    }
+
+    slot = live_slot(job, req->epoch);
+    if (slot) {
+        sio_feed_stats st;
+        sio_feed_get_stats(slot->feed, &st, NULL, 0, NULL);
+        if (st.failed) {
+            /* A failed epoch is read afresh for new streams (the store may
+             * be back); streams still on the old feed end with its error. */
+            slot->retired = 1;
+            slot = NULL;
+        }
+    }
+    if (!slot) {
+        if (live_slots(job) >= j->cfg->max_epochs && !evict_one(job)) {
+            char list[200] = "";
+            size_t o = 0;
+            for (fslot *x = job->slots; x && o + 24 < sizeof list; x = x->next)
+                if (!x->retired)
+                    o += (size_t)snprintf(list + o, sizeof list - o, "%s%" PRIu64,
+                                          o ? ", " : "", x->epoch);
+            fail(reason, reason_len,
+                 "job %s has %u epochs in flight (%s), all with consumers "
+                 "attached (--max-epochs %u): retry when one ends",
+                 job->spec.name, j->cfg->max_epochs, list,
+                 j->cfg->max_epochs);
+            status = 503;
+            *retry_after = 5;
+            goto out;
+        }
+        rc = slot_open(j, job, req->epoch, &slot, &err);
+        if (rc) {
+            char msg[700];
+            snprintf(msg, sizeof msg, "cannot open epoch %" PRIu64 ": %s",
+                     req->epoch, err.msg);
+            job_error(job, msg);
+            sc_redact_source(msg, reason, reason_len);
+            status = rc == SIO_ERR_INVALID ? 400 : 503;
+            goto out;
+        }
+    }
+    sio_cursor_config cc;
+    memset(&cc, 0, sizeof cc);
+    cc.rank = req->rank;
+    cc.world = req->world;
+    cc.policy = (sio_partition)job->spec.partition;
+    cc.start = req->start;
+    cc.global_start = req->global_start;
+    cc.notify = sc_stream_notify;
+    cc.userdata = s;
+    rc = sio_feed_attach(slot->feed, &cc, &b->cur, &err);
+    if (rc) {
+        sc_redact_source(err.msg, reason, reason_len);
+        status = rc == SIO_ERR_INVALID ? 400 : 503;
+        goto out;
+    }
+    sc_stream_bind(s, b->cur, conn);
+    slot->streams++;
+    slot->served++;
+    slot->prefetched = 0;
+    slot->last_ms = now_ms();
+    b->s = s;
+    b->job = job;
+    b->slot = slot;
+    b->epoch = req->epoch;
+    b->rank = req->rank;
+    b->world = req->world;
+    b->next = job->bindings;
+    if (job->bindings)
+        job->bindings->prev = b;
+    job->bindings = b;
+    atomic_fetch_add(&job->streams_opened, 1);
+    atomic_fetch_add(&j->nbindings, 1);
+    pthread_mutex_unlock(&job->mu);
+    *stream = s;
+    *binding = b;
+    return 200; /* the binding keeps the job reference */
+out:
+    pthread_mutex_unlock(&job->mu);
+    sc_stream_destroy(s);
+    free(b);
+out_unref:
+    job_unref(job);
+    return status;
+}
+
+void sc_jobs_release(sc_jobs *j, sc_binding *b)
+{
+    pthread_mutex_lock(&j->mu);
+    b->reap_next = j->reap;
+    j->reap = b;
+    pthread_cond_signal(&j->work);
+    pthread_mutex_unlock(&j->mu);
+}
+
+void sc_jobs_cut_all(sc_jobs *j, const char *reason)
+{
+    pthread_mutex_lock(&j->mu);
+    for (size_t i = 0; i < j->njobs; i++) {
+        sc_job *job = j->jobs[i];
+        pthread_mutex_lock(&job->mu);
+        for (sc_binding *b = job->bindings; b; b = b->next)
+            sc_stream_cut(b->s, reason);
+        pthread_mutex_unlock(&job->mu);
+    }
+    pthread_mutex_unlock(&j->mu);
+}
+
+size_t sc_jobs_streams(sc_jobs *j)
+{
+    return atomic_load(&j->nbindings);
+}
+
+size_t sc_jobs_wait_streams(sc_jobs *j, uint32_t timeout_ms)
+{
+    struct timespec ts;
+    deadline_in(&ts, timeout_ms);
+    pthread_mutex_lock(&j->mu);
+    while (atomic_load(&j->nbindings) > 0 &&
+           pthread_cond_timedwait(&j->drained, &j->mu, &ts) == 0)
+        ;
+    pthread_mutex_unlock(&j->mu);
+    return atomic_load(&j->nbindings);
+}
+
+/* Manager ------------------------------------------------------------- */
+
+/* Close a released binding's cursor, count and log it, free it. */
+static void reap_one(sc_jobs *j, sc_binding *b)
+{
+    sc_job *job = b->job;
+    sc_stream_stats st;
+
+    /* Closing the cursor stops its notifications (it may close a private
+     * replay, which joins a thread): no lock held. */
+    sio_cursor_close(b->cur);
+    sc_stream_get_stats(b->s, &st);
+    pthread_mutex_lock(&job->mu);
+    b->slot->streams--;
+    b->slot->last_ms = now_ms();
+    if (b->prev)
+        b->prev->next = b->next;
+    else
+        job->bindings = b->next;
+    if (b->next)
+        b->next->prev = b->prev;
+    if (st.outcome == SC_STREAM_ERROR) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "epoch %" PRIu64 " rank %" PRIu32
+                 " of %" PRIu32 ": %s", b->epoch, b->rank, b->world,
+                 sc_stream_error(b->s));
+        job_error(job, msg);
+    }
+    pthread_mutex_unlock(&job->mu);
+    if ((unsigned)st.outcome < 5)
+        atomic_fetch_add(&job->streams_by_outcome[st.outcome], 1);
+    SC_LOG(SIO_LOG_DEBUG,
+           "event=stream_released id=%s job=%s epoch=%" PRIu64
+           " rank=%" PRIu32 " world=%" PRIu32 " samples=%" PRIu64
+           " position=%" PRIu64 " outcome=%s",
+           sc_stream_id(b->s), job->spec.name, b->epoch, b->rank, b->world,
+           st.samples, st.position, sc_stream_outcome_name(st.outcome));
+    sc_stream_destroy(b->s);
+    free(b);
+    pthread_mutex_lock(&j->mu);
+    atomic_fetch_sub(&j->nbindings, 1);
+    pthread_cond_broadcast(&j->drained);
+    pthread_mutex_unlock(&j->mu);
+    job_unref(job);
+}
+
+/* Timers of one job: throughput, retirement, prefetch; closes the slots
+ * that are retired and unused. */
+static void job_tick(sc_jobs *j, sc_job *job, uint64_t now, int sample_tp)
+{
+    const sc_config *cfg = j->cfg;
+    fslot *closing = NULL;
+
+    pthread_mutex_lock(&job->mu);
+    if (sample_tp) {
+        tp_sample *t = &job->ring[job->ring_at];
+        t->ms = now;
+        t->samples = atomic_load(&job->ctr.samples);
+        t->bytes = atomic_load(&job->ctr.bytes);
+        job->ring_at = (job->ring_at + 1) % RING;
+        if (job->nring < RING)
+            job->nring++;
+    }
+    for (fslot *s = job->slots; s; s = s->next) {
+        if (s->retired)
+            continue;
+        sio_feed_stats st;
+        sio_feed_get_stats(s->feed, &st, NULL, 0, NULL);
+        if (s->streams == 0 &&
+            (st.failed || now - s->last_ms >= cfg->feed_idle_ms)) {
+            s->retired = 1;
+            continue;
+        }
+        if (cfg->prefetch && !job->removed && st.ended && !st.failed &&
+            s->served > 0 && s->epoch < UINT64_MAX &&
+            !live_slot(job, s->epoch + 1) &&
+            live_slots(job) < cfg->max_epochs) {
+            fslot *n = NULL;
+            sio_error err = {SIO_OK, ""};
+            if (slot_open(j, job, s->epoch + 1, &n, &err) == SIO_OK) {
+                n->prefetched = 1;
+                SC_LOG(SIO_LOG_DEBUG, "event=prefetch job=%s epoch=%" PRIu64,
+                       job->spec.name, n->epoch);
+            }
+        }
+    }
+    for (fslot **pp = &job->slots; *pp;) {
+        fslot *s = *pp;
+        if (s->retired && s->streams == 0) {
+            *pp = s->next;
+            s->next = closing;
+            closing = s;
+            continue;
+        }
+        pp = &s->next;
+    }
+    pthread_mutex_unlock(&job->mu);
+    while (closing) {
+        fslot *n = closing->next;
+        slot_close(job, closing);
+        closing = n;
+    }
+}
+
+static void *manager_main(void *arg)
+{
+    sc_jobs *j = arg;
+    uint64_t last_tp = 0;
+    sc_job **snap = calloc(j->cfg->max_jobs, sizeof *snap);
+
+    pthread_mutex_lock(&j->mu);
+    while (!j->stop || j->reap || j->dead) {
+        while (j->reap) {
+            sc_binding *b = j->reap;
+            j->reap = b->reap_next;
+            pthread_mutex_unlock(&j->mu);
+            reap_one(j, b);
+            pthread_mutex_lock(&j->mu);
+        }
+        while (j->dead) {
+            sc_job *job = j->dead;
+            j->dead = job->dead_next;
+            pthread_mutex_unlock(&j->mu);
+            job_free(job);
+            pthread_mutex_lock(&j->mu);
+        }
+        if (j->stop)
+            continue;
+        uint64_t now = now_ms();
+        size_t n = 0;
+        if (snap)
+            for (size_t i = 0; i < j->njobs; i++) {
+                snap[n] = j->jobs[i];
+                job_ref(snap[n++]);
+            }
+        pthread_mutex_unlock(&j->mu);
+        int tp = now - last_tp >= 1000u;
+        if (tp)
+            last_tp = now;
+        for (size_t i = 0; i < n; i++) {
+            job_tick(j, snap[i], now, tp);
+            job_unref(snap[i]);
+        }
+        pthread_mutex_lock(&j->mu);
+        if (j->reap || j->dead || j->stop)
+            continue;
+        struct timespec ts;
+        deadline_in(&ts, TICK_MS);
+        pthread_cond_timedwait(&j->work, &j->mu, &ts);
+    }
+    j->running--;
+    pthread_cond_broadcast(&j->drained);
+    pthread_mutex_unlock(&j->mu);
+    free(snap);
+    return NULL;
+}
+
+sio_code sc_jobs_create(const sc_config *cfg, sio_io *io, sc_jobs **out,
+                        char *msg, size_t msg_len)
+{
+    sc_jobs *j = calloc(1, sizeof *j);
+    pthread_condattr_t ca;
+
+    *out = NULL;
+    if (!j || !(j->jobs = calloc(cfg->max_jobs, sizeof *j->jobs))) {
+        free(j);
+        fail(msg, msg_len, "out of memory");
+        return SIO_ERR_NOMEM;
+    }
+    j->cfg = cfg;
+    j->io = io;
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&j->work, &ca);
+    pthread_cond_init(&j->resolve, &ca);
+    pthread_cond_init(&j->resolved, &ca);
+    pthread_cond_init(&j->drained, &ca);
+    pthread_condattr_destroy(&ca);
+    atomic_init(&j->nbindings, 0);
+    j->running = 2; /* before the threads exist: they decrement it */
+    j->manager_ok = pthread_create(&j->manager, NULL, manager_main, j) == 0;
+    if (!j->manager_ok)
+        j->running--;
+    j->resolver_ok =
+        j->manager_ok &&
+        pthread_create(&j->resolver, NULL, resolver_main, j) == 0;
+    if (!j->resolver_ok)
+        j->running--;
+    if (!j->resolver_ok) {
+        sc_jobs_destroy(j);
+        fail(msg, msg_len, "cannot start the jobs threads");
+        return SIO_ERR_NOMEM;
+    }
+    *out = j;
+    return SIO_OK;
+}
+
+int sc_jobs_destroy(sc_jobs *j)
+{
+    struct timespec ts;
+    if (!j)
+        return 0;
+    /* Drop the registry's references: the jobs go to the dead list. */
+    pthread_mutex_lock(&j->mu);
+    size_t n = j->njobs;
+    sc_job **jobs = j->jobs;
+    j->njobs = 0;
+    pthread_mutex_unlock(&j->mu);
+    for (size_t i = 0; i < n; i++) {
+        job_remove(jobs[i], "server shutting down");
+        job_unref(jobs[i]);
+    }
+    pthread_mutex_lock(&j->mu);
+    j->stop = 1;
+    pthread_cond_broadcast(&j->work);
+    pthread_cond_broadcast(&j->resolve);
+    deadline_in(&ts, SHUTDOWN_WAIT_MS);
+    while (j->running > 0 &&
+           pthread_cond_timedwait(&j->drained, &j->mu, &ts) == 0)
+        ;
+    int stuck = j->running > 0;
+    pthread_mutex_unlock(&j->mu);
+    if (stuck) {
+        /* A thread is inside object-store I/O that outlives the wait: the
+         * registry stays allocated for it and the caller exits. */
+        SC_LOG(SIO_LOG_WARN, "event=jobs_shutdown_incomplete threads=%d",
+               j->running);
+        return -1;
+    }
+    if (j->resolver_ok)
+        pthread_join(j->resolver, NULL);
+    if (j->manager_ok)
+        pthread_join(j->manager, NULL);
+    /* Without a manager thread (start-up failure) nothing is queued. */
+    pthread_cond_destroy(&j->drained);
+    pthread_cond_destroy(&j->resolved);
+    pthread_cond_destroy(&j->resolve);
+    pthread_cond_destroy(&j->work);
+    pthread_mutex_destroy(&j->mu);
+    free(j->jobs);
+    free(j);
+    return 0;
+}
+
+/* Status ------------------------------------------------------------------ */
+
+static const char *state_name(int st)
+{
+    return st == JOB_READY ? "ready" : st == JOB_FAILED ? "failed" : "resolving";
+}
+
+static const char *partition_name(int p)
+{
+    return sio_partition_name((sio_partition)p);
+}
+
+static json_t *jint(uint64_t v)
+{
+    return json_integer(v > INT64_MAX ? INT64_MAX : (json_int_t)v);
+}
+
+/* Samples/s and MB/s over the ring (job->mu held). */
+static void throughput(const sc_job *job, double *sps, double *mbps,
+                       double *secs)
+{
+    *sps = *mbps = *secs = 0;
+    if (job->nring < 2)
+        return;
+    const tp_sample *newest = &job->ring[(job->ring_at + RING - 1) % RING];
+    const tp_sample *oldest =
+        &job->ring[job->nring < RING ? 0 : job->ring_at];
+    if (newest->ms <= oldest->ms)
+        return;
+    *secs = (double)(newest->ms - oldest->ms) / 1000.0;
+    *sps = (double)(newest->samples - oldest->samples) / *secs;
+    *mbps = (double)(newest->bytes - oldest->bytes) / 1e6 / *secs;
+}
+
+typedef struct epoch_counts {
+    size_t attached, missing, lagging;
+    uint64_t window_samples, window_bytes;
+    uint64_t shards_skipped, samples_skipped;
+} epoch_counts;
+
+static uint64_t lag_threshold(const sc_config *cfg)
+{
+    return cfg->lag_samples ? cfg->lag_samples
+                            : (cfg->window_samples + 1u) / 2u;
+}
+
+/* One epoch's status object; adds to *cnt (job->mu held). cons has
+ * SC_STATUS_CONSUMERS_MAX entries. */
+static json_t *epoch_json(const sc_config *cfg, fslot *s,
+                          sio_feed_consumer *cons, epoch_counts *cnt,
+                          int detail)
+{
+    sio_feed_stats st;
+    size_t n = 0;
+    uint64_t thr = lag_threshold(cfg);
+    sio_feed_get_stats(s->feed, &st, cons, SC_STATUS_CONSUMERS_MAX, &n);
+    size_t listed = n < SC_STATUS_CONSUMERS_MAX ? n : SC_STATUS_CONSUMERS_MAX;
+    size_t attached = 0, missing = 0, lagging = 0;
+    json_t *jc = detail ? json_array() : NULL;
+    json_t *jm = detail ? json_array() : NULL;
+    json_t *jl = detail ? json_array() : NULL;
+
+    for (size_t i = 0; i < listed; i++) {
+        sio_feed_consumer *c = &cons[i];
+        int lag = c->attached && c->lag >= thr;
+        attached += c->attached != 0;
+        missing += !c->attached;
+        lagging += lag;
+        if (!detail)
+            continue;
+        json_t *o = json_pack(
+            "{s:I, s:I, s:o, s:o, s:o, s:b, s:b, s:o, s:s, s:b}", "rank",
+            (json_int_t)c->rank, "world", (json_int_t)c->world, "position",
+            jint(c->position), "next_index", jint(c->next_index), "lag",
+            jint(c->lag), "attached", c->attached, "replay", c->replay,
+            "idle_ms", jint(c->idle_ms), "state",
+            !c->attached ? "missing" : lag ? "lagging" : "streaming",
+            "lagging", lag);
+        json_array_append_new(jc, o);
+        if (!c->attached)
+            json_array_append_new(
+                jm, json_pack("{s:I, s:I, s:o}", "rank", (json_int_t)c->rank,
+                              "world", (json_int_t)c->world, "idle_ms",
+                              jint(c->idle_ms)));
+        if (lag)
+            json_array_append_new(
+                jl, json_pack("{s:I, s:I, s:o}", "rank", (json_int_t)c->rank,
+                              "world", (json_int_t)c->world, "lag",
+                              jint(c->lag)));
+    }
+    cnt->attached += attached;
+    cnt->missing += missing;
+    cnt->lagging += lagging;
+    cnt->window_samples += st.window_samples;
+    cnt->window_bytes += st.window_bytes;
+    cnt->shards_skipped += st.epoch.shards_skipped;
+    cnt->samples_skipped += st.epoch.samples_skipped;
+    if (!detail)
+        return NULL;
+    return json_pack(
+        "{s:o, s:o, s:{s:o, s:o, s:o, s:o, s:o}, s:b, s:b, s:b, s:b, s:I, "
+        "s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:I, s:I, s:o, s:o, s:o, s:b}",
+        "epoch", jint(s->epoch), "produced", jint(st.produced), "window",
+        "lo", jint(st.window_lo), "samples", jint(st.window_samples), "bytes",
+        jint(st.window_bytes), "max_samples", jint(cfg->window_samples),
+        "max_bytes", jint(cfg->window_bytes), "ended", st.ended, "failed",
+        st.failed, "prefetched", s->prefetched, "retired", s->retired,
+        "streams", (json_int_t)s->streams, "samples", jint(st.epoch.samples),
+        "bytes", jint(st.epoch.bytes), "shards_done",
+        jint(st.epoch.shards_done), "shards_skipped",
+        jint(st.epoch.shards_skipped), "samples_skipped",
+        jint(st.epoch.samples_skipped), "consumers_total", jint(n),
+        "attached", (json_int_t)attached, "missing_count",
+        (json_int_t)missing, "lagging_count", (json_int_t)lagging,
+        "consumers", jc, "missing", jm, "lagging", jl, "consumers_truncated",
+        n > listed);
+}
+
+static json_t *fetch_json(sio_io *io)
+{
+    sio_io_stats f;
+    sio_io_get_stats(io, &f);
+    return json_pack("{s:o, s:o, s:o, s:o, s:o, s:I, s:I}", "requests",
+                     jint(f.requests), "retries", jint(f.retries),
+                     "throttles", jint(f.throttles), "errors",
+                     jint(f.errors), "bytes", jint(f.bytes), "inflight",
+                     (json_int_t)f.inflight, "concurrency",
+                     (json_int_t)f.concurrency);
+}
+
+static json_t *job_json(sc_jobs *j, sc_job *job, sio_feed_consumer *cons,
+                        int detail)
+{
+    char src[SC_SOURCE_MAX + 16];
+    epoch_counts cnt;
+    double sps, mbps, secs;
+    json_t *epochs = json_array();
+
+    memset(&cnt, 0, sizeof cnt);
+    pthread_mutex_lock(&job->mu);
+    for (fslot *s = job->slots; s; s = s->next) {
+        if (s->retired && !detail)
+            continue;
+        json_t *e = epoch_json(j->cfg, s, cons, &cnt, detail);
+        json_array_append_new(epochs, e ? e : jint(s->epoch));
+    }
+    throughput(job, &sps, &mbps, &secs);
+    sc_redact_source(job->spec.source, src, sizeof src);
+    json_t *settings = json_pack(
+        "{s:o, s:I, s:o, s:I, s:s, s:s, s:I, s:o}", "seed",
+        jint(job->spec.seed), "shuffle_buffer",
+        (json_int_t)job->spec.shuffle_buffer, "shuffle_buffer_bytes",
+        jint(job->spec.buffer_bytes), "interleave",
+        (json_int_t)job->spec.interleave, "partition",
+        partition_name(job->spec.partition), "on_error",
+        job->spec.on_error == SIO_ON_ERROR_FAIL ? "fail" : "skip",
+        "read_threads", (json_int_t)job->spec.read_threads, "fields",
+        job->spec.fields ? json_string(job->spec.fields) : json_null());
+    json_t *o = json_pack(
+        "{s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:I, s:I, s:I, s:{s:f, s:f, "
+        "s:f}, s:{s:o, s:o, s:o, s:o, s:o, s:o, s:o}, s:{s:o, s:o}}",
+        "name", job->spec.name, "state", state_name(job->state), "reason",
+        job->reason, "source", src, "shards",
+        job->list ? jint(sio_shardlist_count(job->list)) : json_null(),
+        "settings", settings, "epochs", epochs, "consumers_attached",
+        (json_int_t)cnt.attached, "consumers_missing",
+        (json_int_t)cnt.missing, "consumers_lagging",
+        (json_int_t)cnt.lagging, "throughput", "samples_per_s", sps,
+        "mb_per_s", mbps, "window_s", secs, "totals", "samples_sent",
+        jint(atomic_load(&job->ctr.samples)), "bytes_sent",
+        jint(atomic_load(&job->ctr.bytes)), "streams_opened",
+        jint(atomic_load(&job->streams_opened)), "streams_ok",
+        jint(atomic_load(&job->streams_by_outcome[SC_STREAM_OK])),
+        "streams_failed",
+        jint(atomic_load(&job->streams_by_outcome[SC_STREAM_ERROR])),
+        "streams_cut",
+        jint(atomic_load(&job->streams_by_outcome[SC_STREAM_CUT])),
+        "streams_client_gone",
+        jint(atomic_load(&job->streams_by_outcome[SC_STREAM_CLIENT_GONE])),
+        "skipped", "shards",
+        jint(job->shards_skipped_closed + cnt.shards_skipped), "samples",
+        jint(job->samples_skipped_closed + cnt.samples_skipped));
+    if (o && detail) {
+        json_t *errs = json_array();
+        for (size_t i = 0; i < job->nerrors; i++) {
+            size_t k = (job->error_at + SC_JOB_ERRORS_MAX - job->nerrors + i) %
+                       SC_JOB_ERRORS_MAX;
+            json_array_append_new(
+                errs, json_pack("{s:o, s:s}", "unix_ms",
+                                jint(job->errors[k].unix_ms), "message",
+                                job->errors[k].msg));
+        }
+        json_object_set_new(o, "errors", errs);
+        json_object_set_new(o, "fetch", fetch_json(j->io));
+        json_object_set_new(
+            o, "lag_threshold_samples", jint(lag_threshold(j->cfg)));
+    }
+    pthread_mutex_unlock(&job->mu);
+    return o;
+}
+
+char *sc_jobs_status(sc_jobs *j, const char *name, int *missing)
+{
+    char *text = NULL;
+    json_t *root = NULL;
+    sio_feed_consumer *cons = malloc(SC_STATUS_CONSUMERS_MAX * sizeof *cons);
+
+    *missing = 0;
+    if (!cons)
+        return NULL;
+    if (name) {
+        sc_job *job = get_job(j, name);
+        if (!job) {
+            *missing = 1;
+            goto out;
+        }
+        root = job_json(j, job, cons, 1);
+        job_unref(job);
+    } else {
+        json_t *list = json_array();
+        pthread_mutex_lock(&j->mu);
+        for (size_t i = 0; i < j->njobs; i++)
+            json_array_append_new(list, job_json(j, j->jobs[i], cons, 0));
+        pthread_mutex_unlock(&j->mu);
+        root = json_pack("{s:o, s:o}", "jobs", list, "fetch",
+                         fetch_json(j->io));
+    }
+    if (root)
+        text = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+out:
+    json_decref(root);
+    free(cons);
+    return text;
+}
+
+/* Metrics ---------------------------------------------------------------- */
+
+static sio_code put(sio_wbuf *out, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+static sio_code put(sio_wbuf *out, const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return SIO_ERR_INVALID;
+    return sio_wbuf_append(out, line,
+                           (size_t)n < sizeof line ? (size_t)n
+                                                   : sizeof line - 1);
+}
+
+typedef struct job_metrics {
+    char name[SC_JOB_NAME_MAX + 1];
+    int ready;
+    uint64_t samples, bytes, opened, by_outcome[5];
+    uint64_t epochs, streams;
+    epoch_counts cnt;
+    uint64_t shards_skipped, samples_skipped;
+} job_metrics;
+
+sio_code sc_jobs_metrics(sc_jobs *j, sio_wbuf *out)
+{
+    sio_code rc = SIO_OK;
+    size_t n = 0;
+    sio_feed_consumer *cons = malloc(SC_STATUS_CONSUMERS_MAX * sizeof *cons);
+    job_metrics *m = calloc(j->cfg->max_jobs, sizeof *m);
+    sio_io_stats f;
+
+    if (!cons || !m) {
+        rc = SIO_ERR_NOMEM;
+        goto out;
+    }
+    pthread_mutex_lock(&j->mu);
+    for (size_t i = 0; i < j->njobs; i++, n++) {
+        sc_job *job = j->jobs[i];
+        job_metrics *x = &m[n];
+        pthread_mutex_lock(&job->mu);
+        snprintf(x->name, sizeof x->name, "%s", job->spec.name);
+        x->ready = job->state == JOB_READY;
+        x->samples = atomic_load(&job->ctr.samples);
+        x->bytes = atomic_load(&job->ctr.bytes);
+        x->opened = atomic_load(&job->streams_opened);
+        for (int k = 0; k < 5; k++)
+            x->by_outcome[k] = atomic_load(&job->streams_by_outcome[k]);
+        for (fslot *s = job->slots; s; s = s->next) {
+            x->streams += s->streams;
+            if (s->retired)
+                continue;
+            x->epochs++;
+            epoch_json(j->cfg, s, cons, &x->cnt, 0);
+        }
+        x->shards_skipped = job->shards_skipped_closed + x->cnt.shards_skipped;
+        x->samples_skipped =
+            job->samples_skipped_closed + x->cnt.samples_skipped;
+        pthread_mutex_unlock(&job->mu);
+    }
+    pthread_mutex_unlock(&j->mu);
+
+#define FAMILY(name, type, help)                                           \
+    do {                                                                   \
+        if ((rc = put(out, "# HELP " name " " help "\n# TYPE " name        \
+                           " " type "\n")))                                \
+            goto out;                                                      \
+    } while (0)
+#define EACH(metric, expr)                                                 \
+    do {                                                                   \
+        for (size_t i = 0; i < n; i++)                                     \
+            if ((rc = put(out, metric "{job=\"%s\"} %" PRIu64 "\n",        \
+                          m[i].name, (uint64_t)(expr))))                   \
+                goto out;                                                  \
+    } while (0)
+
+    FAMILY("shardcast_job_ready", "gauge",
+           "1 when the job's source is resolved and it serves streams.");
+    EACH("shardcast_job_ready", m[i].ready);
+    FAMILY("shardcast_samples_sent_total", "counter",
+           "Samples sent to consumers.");
+    EACH("shardcast_samples_sent_total", m[i].samples);
+    FAMILY("shardcast_bytes_sent_total", "counter",
+           "Bytes of stream bodies sent to consumers.");
+    EACH("shardcast_bytes_sent_total", m[i].bytes);
+    FAMILY("shardcast_streams_opened_total", "counter",
+           "Streams opened (each a cursor of a shared epoch).");
+    EACH("shardcast_streams_opened_total", m[i].opened);
+    FAMILY("shardcast_streams_closed_total", "counter",
+           "Streams closed, by outcome.");
+    for (size_t i = 0; i < n; i++)
+        for (int k = SC_STREAM_OK; k <= SC_STREAM_CLIENT_GONE; k++)
+            if ((rc = put(out,
+                          "shardcast_streams_closed_total{job=\"%s\","
+                          "outcome=\"%s\"} %" PRIu64 "\n",
+                          m[i].name,
+                          sc_stream_outcome_name((sc_stream_outcome)k),
+                          m[i].by_outcome[k])))
+                goto out;
+    FAMILY("shardcast_streams_active", "gauge",
+           "Streams bound to an epoch of the job.");
+    EACH("shardcast_streams_active", m[i].streams);
+    FAMILY("shardcast_epochs_in_flight", "gauge",
+           "Epochs with an open feed.");
+    EACH("shardcast_epochs_in_flight", m[i].epochs);
+    FAMILY("shardcast_consumers_attached", "gauge",
+           "Consumers attached to an epoch in flight.");
+    EACH("shardcast_consumers_attached", m[i].cnt.attached);
+    FAMILY("shardcast_consumers_missing", "gauge",
+           "Consumers expected by an epoch (rank of a world seen, or "
+           "disconnected within the rejoin grace) but not attached.");
+    EACH("shardcast_consumers_missing", m[i].cnt.missing);
+    FAMILY("shardcast_consumers_lagging", "gauge",
+           "Attached consumers at least the lag threshold behind.");
+    EACH("shardcast_consumers_lagging", m[i].cnt.lagging);
+    FAMILY("shardcast_window_samples", "gauge",
+           "Samples held in the feed windows of the job.");
+    EACH("shardcast_window_samples", m[i].cnt.window_samples);
+    FAMILY("shardcast_window_bytes", "gauge",
+           "Payload bytes held in the feed windows of the job.");
+    EACH("shardcast_window_bytes", m[i].cnt.window_bytes);
+    FAMILY("shardcast_shards_skipped_total", "counter",
+           "Shards skipped as missing or corrupt (on_error=skip).");
+    EACH("shardcast_shards_skipped_total", m[i].shards_skipped);
+    FAMILY("shardcast_samples_skipped_total", "counter",
+           "Samples skipped as bad.");
+    EACH("shardcast_samples_skipped_total", m[i].samples_skipped);
+
+    sio_io_get_stats(j->io, &f);
+    FAMILY("shardcast_fetch_requests_total", "counter",
+           "Object-store requests started (attempts).");
+    if ((rc = put(out, "shardcast_fetch_requests_total %" PRIu64 "\n",
+                  f.requests)))
+        goto out;
+    FAMILY("shardcast_fetch_retries_total", "counter",
+           "Object-store attempts that were retries.");
+    if ((rc = put(out, "shardcast_fetch_retries_total %" PRIu64 "\n",
+                  f.retries)))
+        goto out;
+    FAMILY("shardcast_fetch_throttles_total", "counter",
+           "Object-store throttling answers (503, 429, SlowDown).");
+    if ((rc = put(out, "shardcast_fetch_throttles_total %" PRIu64 "\n",
+                  f.throttles)))
+        goto out;
+    FAMILY("shardcast_fetch_errors_total", "counter",
+           "Object-store requests that failed for good.");
+    if ((rc = put(out, "shardcast_fetch_errors_total %" PRIu64 "\n",
+                  f.errors)))
+        goto out;
+    FAMILY("shardcast_fetch_bytes_total", "counter",
+           "Object-store response body bytes received.");
+    if ((rc = put(out, "shardcast_fetch_bytes_total %" PRIu64 "\n", f.bytes)))
+        goto out;
+    FAMILY("shardcast_fetch_inflight", "gauge",
+           "Object-store requests in flight.");
+    if ((rc = put(out, "shardcast_fetch_inflight %" PRIu32 "\n", f.inflight)))
+        goto out;
+#undef FAMILY
+#undef EACH
+out:
+    free(cons);
+    free(m);
+    return rc;
+}

@@ -1,0 +1,120 @@
+/*
+ * jobs.h — the jobs a server serves, and the epochs in flight of each.
+ *
+ * A job is a sc_jobspec plus its resolved shard list. Per job, each epoch
+ * in flight is one sio_feed (the epoch read once into a bounded window and
+ * dealt to every consumer by reference). A feed is opened by the first
+ * stream of its epoch, or by prefetch (--prefetch: once epoch E has been
+ * read to its end, E+1 is opened so its window fills before its consumers
+ * arrive); at most --max-epochs are in flight per job. A feed with no
+ * stream for --feed-idle-ms is closed; one that failed is replaced for the
+ * next stream. Each stream holds a sio_cursor of its epoch's feed; the
+ * binding ties stream, cursor, feed and job together until the request
+ * completes and a housekeeping thread (the manager) closes the cursor and
+ * frees the stream, so nothing that can block runs on an HTTP thread.
+ *
+ * Two threads run here: the manager (releases streams, closes idle and
+ * retired feeds, prefetches, samples throughput, frees deleted jobs; it
+ * wakes when work is queued and every 500 ms for timers) and the resolver
+ * (resolves job sources, retrying failures with backoff from 1 s to 60 s).
+ *
+ * Lock order: registry mutex -> job mutex -> feed mutex (inside libshardio)
+ * -> stream mutex -> MHD. The registry mutex is never held while a job
+ * mutex is taken the other way round; feeds are closed (which joins their
+ * producer) with no lock held.
+ *
+ * Threading: every function is thread-safe. Ownership: sc_jobs owns the
+ * jobs; a binding owns its stream from sc_jobs_open_stream until the
+ * manager frees it after sc_jobs_release.
+ */
+#ifndef SC_JOBS_H
+#define SC_JOBS_H
+
+#include <microhttpd.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "request.h"
+#include "settings.h"
+#include "shardio.h"
+#include "shardio_wire.h"
+#include "stream.h"
+
+typedef struct sc_jobs sc_jobs;
+typedef struct sc_binding sc_binding;
+
+/* Consumers listed per epoch in status (the rest are counted). */
+#define SC_STATUS_CONSUMERS_MAX 4096u
+/* Recent errors kept per job for status. */
+#define SC_JOB_ERRORS_MAX 8u
+
+/* Create the registry and start its threads. cfg and io must outlive it.
+ * The jobs of cfg are not added here (see sc_jobs_put). */
+sio_code sc_jobs_create(const sc_config *cfg, sio_io *io, sc_jobs **out,
+                        char *msg, size_t msg_len);
+
+/* Stop the threads, close every feed, free every job. Every binding must
+ * have been released (the HTTP server is stopped first). NULL is fine.
+ * Returns 0; or -1 when a thread is still inside object-store I/O after
+ * a few seconds (a resolution or an epoch read in long retries): then
+ * nothing is freed, io must stay alive, and the caller should exit. */
+int sc_jobs_destroy(sc_jobs *j);
+
+/*
+ * Add a job, or replace the job of that name. An identical spec is a
+ * no-op (200). A different one replaces the job: the old job's streams are
+ * cut with an error trailer ("job redefined") and its feeds closed (200).
+ * A new job answers 201. 409 when --max-jobs jobs exist. The source is
+ * resolved by the resolver thread: the job is "resolving" until then.
+ */
+unsigned sc_jobs_put(sc_jobs *j, const sc_jobspec *spec, char *reason,
+                     size_t reason_len);
+
+/* Remove a job; its streams are cut ("job deleted"). 204, or 404. */
+unsigned sc_jobs_delete(sc_jobs *j, const char *name, char *reason,
+                        size_t reason_len);
+
+/* sc_job_exists_fn for the request parser; userdata is the sc_jobs. */
+int sc_jobs_exists(void *jobs, const char *name);
+
+/* Wait until every job has had one resolution attempt (or timeout_ms). */
+void sc_jobs_wait_resolved(sc_jobs *j, uint32_t timeout_ms);
+
+/* Are all jobs resolved? 1, or 0 with a one-line reason. */
+int sc_jobs_ready(sc_jobs *j, char *reason, size_t reason_len);
+
+/*
+ * Open the stream of req (route SC_ROUTE_STREAM) on conn: find or open the
+ * epoch's feed, attach a cursor, create the stream. Returns 200 with
+ * *stream and *binding set, or the HTTP status (400, 404, 503 with
+ * *retry_after seconds when > 0, 500) and a one-line reason.
+ */
+unsigned sc_jobs_open_stream(sc_jobs *j, const sc_request *req,
+                             struct MHD_Connection *conn, const char *id,
+                             sc_stream **stream, sc_binding **binding,
+                             unsigned *retry_after, char *reason,
+                             size_t reason_len);
+
+/* The request of a binding completed (MHD's completion callback, after
+ * sc_stream_gone): the manager closes the cursor, logs the outcome and
+ * frees the stream. */
+void sc_jobs_release(sc_jobs *j, sc_binding *b);
+
+/* Cut every stream (drain) with the error trailer and `reason`. */
+void sc_jobs_cut_all(sc_jobs *j, const char *reason);
+
+/* Streams bound and not yet freed by the manager. */
+size_t sc_jobs_streams(sc_jobs *j);
+
+/* Wait until no stream is bound, or timeout_ms; returns those left. */
+size_t sc_jobs_wait_streams(sc_jobs *j, uint32_t timeout_ms);
+
+/* Status as JSON text (malloc'd; caller frees): name NULL lists every job
+ * (GET /v1/jobs), otherwise one job in detail (GET /v1/jobs/{job}); NULL
+ * when the job does not exist or memory ran out (*missing tells which). */
+char *sc_jobs_status(sc_jobs *j, const char *name, int *missing);
+
+/* Append the job and fetch metrics (Prometheus text) to out. */
+sio_code sc_jobs_metrics(sc_jobs *j, sio_wbuf *out);
+
+#endif /* SC_JOBS_H */
