@@ -480,6 +480,8 @@ typedef struct sio_feed_consumer {
     int attached;        /* 0: detached within its grace, or expected */
     int replay;          /* reading from a private replay */
     uint64_t idle_ms;    /* since it last took a sample or attached */
+    int expected;        /* never attached: a rank of a world seen from its
+                            peers, within the join timeout (attached = 0) */
 } sio_feed_consumer;
 
 typedef struct sio_feed_stats {

@@ -814,6 +814,14 @@ static void job_tick(sc_jobs *j, sc_job *job, uint64_t now, int sample_tp)
         job->ring_at = (job->ring_at + 1) % RING;
         if (job->nring < RING)
             job->nring++;
+        /* Once a second, give every waiting stream back to MHD's event
+         * loop: a suspended connection is not polled, so a consumer that
+         * went away while its stream waited (for a slow peer, a missing
+         * rank) would otherwise hold its cursor, and the window, until
+         * data came. Resumed with nothing to send, the stream suspends
+         * again; a closed socket ends the request and frees the cursor. */
+        for (sc_binding *b = job->bindings; b; b = b->next)
+            sc_stream_notify(b->s);
     }
     for (fslot *s = job->slots; s; s = s->next) {
         if (s->retired)
@@ -1073,14 +1081,20 @@ static json_t *epoch_json(const sc_config *cfg, fslot *s,
             jint(c->position), "next_index", jint(c->next_index), "lag",
             jint(c->lag), "attached", c->attached, "replay", c->replay,
             "idle_ms", jint(c->idle_ms), "state",
-            !c->attached ? "missing" : lag ? "lagging" : "streaming",
+            c->attached ? (lag ? "lagging" : "streaming")
+                        : c->expected ? "missing" : "disconnected",
             "lagging", lag);
         json_array_append_new(jc, o);
+        /* Missing: expected but never attached, or disconnected and
+         * still within its rejoin grace (the window waits for both). */
         if (!c->attached)
             json_array_append_new(
-                jm, json_pack("{s:I, s:I, s:o}", "rank", (json_int_t)c->rank,
-                              "world", (json_int_t)c->world, "idle_ms",
-                              jint(c->idle_ms)));
+                jm, json_pack("{s:I, s:I, s:o, s:s}", "rank",
+                              (json_int_t)c->rank, "world",
+                              (json_int_t)c->world, "idle_ms",
+                              jint(c->idle_ms), "state",
+                              c->expected ? "never-attached"
+                                          : "disconnected"));
         if (lag)
             json_array_append_new(
                 jl, json_pack("{s:I, s:I, s:o}", "rank", (json_int_t)c->rank,

@@ -13,6 +13,7 @@
  */
 #include "stream.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
@@ -20,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "log.h"
 #include "shardio_wire.h"
@@ -290,6 +292,22 @@ void sc_stream_gone(sc_stream *s, int completed_ok)
         s->outcome = SC_STREAM_CLIENT_GONE;
 }
 
+/* Has the consumer closed or reset its connection? A peek that sees the
+ * end of the stream (0) or an error other than "nothing to read" says so;
+ * bytes waiting (a pipelined request) or EAGAIN mean it is still there. */
+static int peer_gone(sc_stream *s)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(s->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    char c;
+    if (!ci)
+        return 0;
+    ssize_t r = recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (r == 0)
+        return 1;
+    return r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+}
+
 /* Take the next sample (or the end) from the cursor and encode it.
  * Returns 1 when segments were added or the stream ended, 0 when nothing
  * is ready (SIO_ERR_AGAIN). */
@@ -397,10 +415,18 @@ ssize_t sc_stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
             continue;
         if (n > 0)
             break; /* send what we have; the notify flag catches up */
-        /* Nothing to send: leave MHD's event loop until notify or cut
-         * resumes us (returning 0 without suspending would spin). A
-         * notify that came since sio_cursor_next returned means "try
-         * again" instead. */
+        /* Nothing to send. A suspended connection is not polled, so look
+         * at the socket first: a consumer that went away while waiting
+         * ends the request now (its cursor detaches and stops holding the
+         * window) instead of when data next comes. */
+        if (peer_gone(s)) {
+            s->outcome = SC_STREAM_CLIENT_GONE;
+            ret = MHD_CONTENT_READER_END_WITH_ERROR;
+            goto out;
+        }
+        /* Leave MHD's event loop until notify or cut resumes us (returning
+         * 0 without suspending would spin). A notify that came since
+         * sio_cursor_next returned means "try again" instead. */
         pthread_mutex_lock(&s->mu);
         if (s->notified || s->cut) {
             s->notified = 0;

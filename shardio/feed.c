@@ -737,6 +737,7 @@ void sio_feed_get_stats(sio_feed *f, sio_feed_stats *st,
                         c->k * c->cfg.world;
         x->lag = f->hi > x->next_index ? f->hi - x->next_index : 0;
         x->attached = 1;
+        x->expected = 0;
         x->replay = c->priv != NULL;
         x->idle_ms = now - c->last_ms;
     }
@@ -771,6 +772,7 @@ void sio_feed_get_stats(sio_feed *f, sio_feed_stats *st,
             x->position = gr->start;
             x->next_index = gr->gstart + r + gr->start * gr->world;
             x->idle_ms = now + f->cfg.join_timeout_ms - gr->deadline_ms;
+            x->expected = 1;
         }
     }
     pthread_mutex_unlock(&f->mu);

@@ -71,9 +71,22 @@ def test_missing_and_lagging_consumers_are_visible(start, medium_ds):
     states = {c["rank"]: c["state"] for c in e["consumers"]}
     assert states[1] == states[2] == "missing"
     assert states[0] in ("streaming", "lagging")
+    assert {m["state"] for m in e["missing"]} == {"never-attached"}
     st_, _, metrics = request(srv, "/metrics")
     assert 'shardcast_consumers_missing{job="train"} 2' in metrics.decode()
     s.close()
+    # Rank 0 went away: within its rejoin grace it is missing too, and
+    # status tells a disconnected consumer from one that never came.
+    deadline = time.time() + 10
+    while True:
+        e, st = epoch0()
+        states = {c["rank"]: c["state"] for c in e["consumers"]}
+        if states.get(0) == "disconnected" or time.time() > deadline:
+            break
+        time.sleep(0.1)
+    assert states[0] == "disconnected"
+    assert {m["rank"]: m["state"] for m in e["missing"]} == {
+        0: "disconnected", 1: "never-attached", 2: "never-attached"}
 
 
 def test_lagging_consumer_is_marked(start, medium_ds):
