@@ -43,7 +43,11 @@ typedef enum sio_code {
     SIO_ERR_CANCELED = 9,  /* the operation was cancelled */
     SIO_ERR_UNSUPPORTED = 10, /* scheme or format not supported */
     SIO_ERR_AUTH = 11,     /* credentials missing or refused */
-    SIO_ERR_AGAIN = 12     /* nothing ready yet; a notification follows */
+    SIO_ERR_AGAIN = 12,    /* nothing ready yet; a notification follows */
+    SIO_ERR_CHANGED = 13,  /* the object changed (ETag, size, content no
+                              longer matches its index): permanent */
+    SIO_ERR_BUSY = 14      /* a limit on concurrent work was reached; try
+                              again later */
 } sio_code;
 
 /* Fixed, static English text for a code; never NULL. */
@@ -298,6 +302,10 @@ void sio_permute(sio_rng *r, uint32_t *perm, size_t n);
 
 typedef enum sio_on_error { SIO_ON_ERROR_SKIP = 0, SIO_ON_ERROR_FAIL = 1 } sio_on_error;
 
+/* Shard indexes and epoch journals (include/shardio_index.h). */
+typedef struct sio_index sio_index;
+typedef struct sio_journal sio_journal;
+
 typedef struct sio_epoch_config {
     uint64_t seed;
     uint64_t epoch;
@@ -322,6 +330,14 @@ typedef struct sio_epoch_config {
      * that replica's part of the epoch. The parts of all R replicas are
      * disjoint and together hold every sample once. */
     uint32_t replica, replicas;
+    /* Shard indexes (may be NULL): readers offer every group they read, and
+     * sio_epoch_open_at() computes positions from them. Thread-safe; must
+     * outlive the epoch. */
+    sio_index *index;
+    /* The epoch's skip decisions (may be NULL: then a failed shard is
+     * skipped without a record, and a seek cannot follow it). Shared by
+     * every reader of this (job, epoch); must outlive the epoch. */
+    sio_journal *journal;
 } sio_epoch_config;
 
 /* Samples one shard reader may hold ahead of the interleave. */
@@ -335,6 +351,42 @@ typedef struct sio_epoch sio_epoch;
 sio_code sio_epoch_open(sio_io *io, const sio_shardlist *list,
                         const sio_epoch_config *cfg, sio_epoch **out,
                         sio_error *err);
+
+/*
+ * Start the epoch at position pos of Y (its first sample is Y[pos]): the
+ * state at pos (slot positions, buffer contents, PRNG) is computed from
+ * cfg->index alone, then only what Y[pos:] needs is read: the buffer's
+ * samples and the slot shards from their offsets, by ranged reads.
+ * SIO_ERR_AGAIN: the indexes do not reach pos yet (a shard the epoch
+ * opened before pos is not indexed that far); SIO_ERR_UNSUPPORTED without
+ * an index. A pos at or past the end gives an epoch that ends at once.
+ */
+sio_code sio_epoch_open_at(sio_io *io, const sio_shardlist *list,
+                           const sio_epoch_config *cfg, uint64_t pos,
+                           sio_epoch **out, sio_error *err);
+
+/* One element of Y by its place: group `group` of shard list index
+ * `shard` (the sample's index_in_shard). */
+typedef struct sio_order_item {
+    uint32_t shard;
+    uint64_t group;
+} sio_order_item;
+
+/*
+ * Y[from], Y[from+1], ... (at most max) from the indexes alone, equal to
+ * what streaming the epoch produces. *n is how many were written; fewer
+ * than max at the end of the epoch. SIO_ERR_AGAIN (with *n items written)
+ * where the indexes stop. No bytes are read.
+ */
+sio_code sio_epoch_order(sio_io *io, const sio_shardlist *list,
+                         const sio_epoch_config *cfg, uint64_t from,
+                         sio_order_item *items, size_t max, size_t *n,
+                         sio_error *err);
+
+/* The number of samples of the epoch (this replica's part), once every
+ * shard is indexed; SIO_ERR_AGAIN before. */
+sio_code sio_epoch_count(sio_io *io, const sio_shardlist *list,
+                         const sio_epoch_config *cfg, uint64_t *count);
 
 /*
  * Next sample of Y. On SIO_OK *out is a new reference with global_index set,

@@ -21,6 +21,7 @@
 typedef struct file_stream {
     sio_stream base;
     int fd;
+    uint64_t left; /* bytes the range still allows (UINT64_MAX: all) */
     char err[256];
 } file_stream;
 
@@ -163,10 +164,17 @@ out:
 static sio_code fs_read(sio_stream *s, void *buf, size_t cap, size_t *got)
 {
     file_stream *fs = (file_stream *)s;
+    if (cap > fs->left)
+        cap = (size_t)fs->left;
+    if (cap == 0) {
+        *got = 0;
+        return SIO_OK;
+    }
     for (;;) {
         ssize_t r = read(fs->fd, buf, cap);
         if (r >= 0) {
             *got = (size_t)r;
+            fs->left -= (uint64_t)r;
             return SIO_OK;
         }
         if (errno == EINTR)
@@ -192,8 +200,9 @@ static void fs_close(sio_stream *s)
 
 static const sio_stream_ops file_stream_ops = {fs_read, fs_errmsg, fs_close};
 
-static sio_code file_open(void *ctx, const char *url, uint64_t offset,
-                          sio_stream **out, sio_error *err)
+static sio_code file_open_range(void *ctx, const char *url, uint64_t offset,
+                                uint64_t end, sio_stream **out,
+                                sio_error *err)
 {
     char path[FILE_PATH_MAX];
     file_stream *fs = NULL;
@@ -205,6 +214,7 @@ static sio_code file_open(void *ctx, const char *url, uint64_t offset,
     if (!fs)
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
     fs->base.ops = &file_stream_ops;
+    fs->left = end > offset ? end - offset : 0;
     fs->fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fs->fd < 0) {
         rc = sio_seterr(err, errno_code(errno), "open url=%s: %s", url,
@@ -230,6 +240,12 @@ out:
     return rc;
 }
 
+static sio_code file_open(void *ctx, const char *url, uint64_t offset,
+                          sio_stream **out, sio_error *err)
+{
+    return file_open_range(ctx, url, offset, UINT64_MAX, out, err);
+}
+
 const sio_backend_ops sio_backend_file = {
     .name = "file",
     .matches = file_matches,
@@ -238,4 +254,5 @@ const sio_backend_ops sio_backend_file = {
     .is_container = file_is_container,
     .open = file_open,
     .destroy = NULL,
+    .open_range = file_open_range,
 };

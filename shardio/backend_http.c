@@ -115,8 +115,9 @@ out:
     return rc;
 }
 
-static sio_code http_open(void *ctx, const char *url, uint64_t offset,
-                          sio_stream **out, sio_error *err)
+static sio_code http_open_range(void *ctx, const char *url, uint64_t offset,
+                                uint64_t end, sio_stream **out,
+                                sio_error *err)
 {
     char shown[512];
     http_target *t = NULL;
@@ -130,7 +131,13 @@ static sio_code http_open(void *ctx, const char *url, uint64_t offset,
     ft.prepare = http_prepare;
     ft.ctx = t;
     ft.ctx_free = target_free;
-    return sio_fetch_open(ctx, &ft, offset, out, err);
+    return sio_fetch_open_range(ctx, &ft, offset, end, out, err);
+}
+
+static sio_code http_open(void *ctx, const char *url, uint64_t offset,
+                          sio_stream **out, sio_error *err)
+{
+    return http_open_range(ctx, url, offset, UINT64_MAX, out, err);
 }
 
 const sio_backend_ops sio_backend_http = {
@@ -142,4 +149,5 @@ const sio_backend_ops sio_backend_http = {
     .open = http_open,
     .destroy = NULL,
     .create = http_create,
+    .open_range = http_open_range,
 };

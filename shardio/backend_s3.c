@@ -299,8 +299,8 @@ out:
     return rc;
 }
 
-static sio_code s3_open(void *ctx, const char *url, uint64_t offset,
-                        sio_stream **out, sio_error *err)
+static sio_code s3_open_range(void *ctx, const char *url, uint64_t offset,
+                              uint64_t end, sio_stream **out, sio_error *err)
 {
     s3_ctx *s3 = ctx;
     s3_target *t;
@@ -325,7 +325,13 @@ static sio_code s3_open(void *ctx, const char *url, uint64_t offset,
     ft.prepare = s3_prepare;
     ft.ctx = t;
     ft.ctx_free = target_free;
-    return sio_fetch_open(s3->f, &ft, offset, out, err);
+    return sio_fetch_open_range(s3->f, &ft, offset, end, out, err);
+}
+
+static sio_code s3_open(void *ctx, const char *url, uint64_t offset,
+                        sio_stream **out, sio_error *err)
+{
+    return s3_open_range(ctx, url, offset, UINT64_MAX, out, err);
 }
 
 /* Listing ------------------------------------------------------------------- */
@@ -649,6 +655,7 @@ const sio_backend_ops sio_backend_s3 = {
     .stat = s3_stat,
     .is_container = s3_is_container,
     .open = s3_open,
+    .open_range = s3_open_range,
     .destroy = s3_destroy,
     .create = s3_create,
 };

@@ -23,6 +23,8 @@ const char *sio_strerror(sio_code code)
     case SIO_ERR_UNSUPPORTED: return "unsupported";
     case SIO_ERR_AUTH: return "authentication failed";
     case SIO_ERR_AGAIN: return "not ready yet";
+    case SIO_ERR_CHANGED: return "object changed";
+    case SIO_ERR_BUSY: return "busy";
     }
     return "unknown error";
 }

@@ -132,6 +132,7 @@ struct fstream {
     void (*ctx_free)(void *);
     uint64_t offset;
     uint64_t total; /* object size, UINT64_MAX unknown */
+    uint64_t end_limit; /* read nothing at or past this (UINT64_MAX) */
     int probed;     /* the first answer told size and Range support */
     int single;     /* Range ignored: one part, the whole body */
     char etag[SIO_FETCH_ETAG_MAX];
@@ -520,7 +521,7 @@ static void check_etag(xfer *x, fstream *s)
         return;
     }
     if (strcmp(s->etag, x->etag) != 0)
-        set_fatal(x, SIO_ERR_IO,
+        set_fatal(x, SIO_ERR_CHANGED,
                   "object changed while reading (ETag %s, now %s)", s->etag,
                   x->etag);
 }
@@ -555,7 +556,7 @@ static void judge_part(xfer *x)
             s->next_start = p->start + p->len;
             pthread_cond_broadcast(&s->cv);
         } else if (t != s->total) {
-            set_fatal(x, SIO_ERR_IO, "object size changed (Content-Range "
+            set_fatal(x, SIO_ERR_CHANGED, "object size changed (Content-Range "
                       "\"%s\")", x->crange);
         } else if (p->len != UINT64_MAX &&
                    b + 1 > p->start + p->len && !s->single) {
@@ -580,7 +581,7 @@ static void judge_part(xfer *x)
             pthread_cond_broadcast(&s->cv);
         } else if (x->clen != UINT64_MAX && s->total != UINT64_MAX &&
                    x->clen != s->total) {
-            set_fatal(x, SIO_ERR_IO, "object size changed (%" PRIu64 " bytes)",
+            set_fatal(x, SIO_ERR_CHANGED, "object size changed (%" PRIu64 " bytes)",
                       x->clen);
         }
         return;
@@ -601,7 +602,7 @@ static void judge_part(xfer *x)
         return;
     }
     if (x->status == 412)
-        set_fatal(x, SIO_ERR_IO,
+        set_fatal(x, SIO_ERR_CHANGED,
                   "object changed while reading (If-Match %s failed)",
                   s->etag);
 }
@@ -771,9 +772,11 @@ static sio_code start_attempt(sio_fetch *f, xfer *x)
                 hv[nh++].value = range;
             }
         } else if (!s->probed) {
+            uint64_t plen = f->cfg.part_size;
+            if (s->end_limit - p->start < plen)
+                plen = s->end_limit - p->start;
             snprintf(range, sizeof range, "bytes=%" PRIu64 "-%" PRIu64,
-                     x->want_start,
-                     p->start + (uint64_t)f->cfg.part_size - 1);
+                     x->want_start, p->start + plen - 1);
             hv[nh].name = "Range";
             hv[nh++].value = range;
         } else if (x->want_start > 0) {
@@ -1438,8 +1441,9 @@ static void refill(fstream *s)
     const sio_fetch_config *c = &s->f->cfg;
     if (!s->probed || s->single || s->rc)
         return;
-    while (s->nparts < c->parts_per_stream && s->next_start < s->total) {
-        uint64_t len = s->total - s->next_start;
+    uint64_t stop = s->total < s->end_limit ? s->total : s->end_limit;
+    while (s->nparts < c->parts_per_stream && s->next_start < stop) {
+        uint64_t len = stop - s->next_start;
         if (len > c->part_size)
             len = c->part_size;
         if (add_part(s, s->next_start, len, (size_t)len) != SIO_OK) {
@@ -1558,6 +1562,13 @@ static const sio_stream_ops fetch_stream_ops = {fs_read, fs_errmsg, fs_close};
 sio_code sio_fetch_open(sio_fetch *f, const sio_fetch_target *t,
                         uint64_t offset, sio_stream **out, sio_error *err)
 {
+    return sio_fetch_open_range(f, t, offset, UINT64_MAX, out, err);
+}
+
+sio_code sio_fetch_open_range(sio_fetch *f, const sio_fetch_target *t,
+                              uint64_t offset, uint64_t end,
+                              sio_stream **out, sio_error *err)
+{
     fstream *s;
     sio_code rc;
 
@@ -1576,6 +1587,7 @@ sio_code sio_fetch_open(sio_fetch *f, const sio_fetch_target *t,
     s->ctx_free = t->ctx_free;
     s->offset = offset;
     s->total = UINT64_MAX;
+    s->end_limit = end > offset ? end : offset + 1;
     s->next_start = offset;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);

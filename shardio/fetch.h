@@ -168,6 +168,12 @@ typedef struct sio_fetch_target {
  */
 sio_code sio_fetch_open(sio_fetch *f, const sio_fetch_target *t,
                         uint64_t offset, sio_stream **out, sio_error *err);
+/* As sio_fetch_open, for bytes [offset, end) only: no request asks for a
+ * byte at or past end (a server that ignores Range still sends the whole
+ * object; the stream then ends where the body does). */
+sio_code sio_fetch_open_range(sio_fetch *f, const sio_fetch_target *t,
+                              uint64_t offset, uint64_t end,
+                              sio_stream **out, sio_error *err);
 
 /*
  * Map a final HTTP answer to a code and message (also used by backends for

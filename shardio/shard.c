@@ -24,6 +24,7 @@
 
 #include "backend.h"
 #include "sample.h"
+#include "shardio_index.h"
 
 /* Longest member name we accept (PATH_MAX-like; libarchive accepts more). */
 #define SHARD_NAME_MAX 4096
@@ -43,8 +44,12 @@ struct sio_shard {
     int eof;
     int bad;                 /* current sample had a repeated field */
     char bad_reason[320];
-    uint64_t groups;         /* key groups seen (good and bad) */
+    uint64_t groups;         /* key groups seen (good and bad), counted
+                                from at.first_group */
     sample_builder sb;
+    sio_shard_at at;         /* where the reader started, what it skips */
+    uint64_t gstart;         /* offset of the current group's first header */
+    int filtered;            /* compressed: offsets are not byte offsets */
     char err[640];
 };
 
@@ -122,6 +127,14 @@ sio_code sio_shard_open(sio_io *io, const char *url, uint32_t index,
                         const sio_shard_limits *limits, sio_shard **out,
                         sio_error *err)
 {
+    return sio_shard_open_at(io, url, index, limits, NULL, out, err);
+}
+
+sio_code sio_shard_open_at(sio_io *io, const char *url, uint32_t index,
+                           const sio_shard_limits *limits,
+                           const sio_shard_at *at, sio_shard **out,
+                           sio_error *err)
+{
     const sio_backend_ops *ops;
     void *ctx;
     sio_code rc;
@@ -130,13 +143,26 @@ sio_code sio_shard_open(sio_io *io, const char *url, uint32_t index,
     *out = NULL;
     if (!sh)
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    if (at)
+        sh->at = *at;
+    else
+        sh->at.end = UINT64_MAX;
+    if (sh->at.end <= sh->at.offset) {
+        rc = sio_seterr(err, SIO_ERR_INVALID, "empty shard range");
+        goto out;
+    }
+    sh->groups = sh->at.first_group;
     rc = shard_start(sh, io, url, index, limits, err);
     if (rc)
         goto out;
     rc = sio_io_backend(io, url, &ops, &ctx, err);
     if (rc)
         goto out;
-    rc = ops->open(ctx, url, 0, &sh->stream, err);
+    if (ops->open_range && (sh->at.offset || sh->at.end != UINT64_MAX))
+        rc = ops->open_range(ctx, url, sh->at.offset, sh->at.end, &sh->stream,
+                             err);
+    else
+        rc = ops->open(ctx, url, sh->at.offset, &sh->stream, err);
     if (rc)
         goto out;
     rc = shard_open_archive(sh, err);
@@ -163,6 +189,7 @@ sio_code sio_shard_open_stream(sio_io *io, sio_stream *stream,
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
     }
     sh->stream = stream;
+    sh->at.end = UINT64_MAX;
     rc = shard_start(sh, io, url, index, limits, err);
     if (rc)
         goto out;
@@ -290,6 +317,8 @@ static sio_code read_member(sio_shard *sh, struct archive_entry *e,
                             const char *ext)
 {
     sio_code rc;
+    if (sh->groups < sh->at.skip_until)
+        return SIO_OK; /* read past: the next header read skips the data */
     la_int64_t size = archive_entry_size_is_set(e) ? archive_entry_size(e) : 0;
     if (size < 0 || (uint64_t)size > sh->lim.member_max) {
         snprintf(sh->bad_reason, sizeof sh->bad_reason,
@@ -323,14 +352,44 @@ static sio_code read_member(sio_shard *sh, struct archive_entry *e,
     return SIO_OK;
 }
 
-sio_code sio_shard_next(sio_shard *sh, const sio_sample **out)
+/* Offer the group just read to the index (good: the builder's fields). */
+static void offer_group(sio_shard *sh, uint64_t g, uint64_t end, int bad)
+{
+    sio_index_field fv[32];
+    sio_index_field *f = fv;
+    size_t nf = bad ? 0 : sh->sb.nf;
+    if (!sh->at.ix || !sh->sb.key)
+        return;
+    if (nf == 0)
+        f = NULL;
+    else if (nf > sizeof fv / sizeof fv[0]) {
+        f = malloc(nf * sizeof *f);
+        if (!f)
+            return;
+    }
+    for (size_t i = 0; i < nf; i++) {
+        f[i].name = sh->sb.names + sh->sb.f[i].name_off;
+        f[i].size = sh->sb.f[i].len;
+    }
+    sio_index_group grp = {.offset = sh->gstart,
+                           .end = end,
+                           .bytes = bad ? 0 : sh->sb.dlen,
+                           .flags = bad ? SIO_INDEX_GROUP_BAD : 0};
+    sio_index_offer(sh->at.ix, g, &grp, sh->sb.key, sh->sb.keylen, f, nf,
+                    sh->filtered);
+    if (f && f != fv)
+        free(f);
+}
+
+/* Read the next group into the builder. Returns SIO_OK with *open set
+ * when a group was read (sh->bad tells whether it is good), *open = 0 at
+ * the end of the shard. */
+static sio_code read_group(sio_shard *sh, int *open)
 {
     sio_code rc = SIO_OK;
     char ext[SHARD_NAME_MAX];
 
-    *out = NULL;
-    if (sh->eof)
-        return SIO_OK;
+    *open = 0;
     sb_reset(&sh->sb);
     sh->bad = 0;
     for (;;) {
@@ -338,6 +397,9 @@ sio_code sio_shard_next(sio_shard *sh, const sio_sample **out)
             rc = next_header(sh);
             if (rc)
                 return rc;
+            if (sh->pending && !sh->filtered &&
+                archive_filter_count(sh->ar) > 1)
+                sh->filtered = 1;
         }
         struct archive_entry *e = sh->pending;
         if (!e) { /* end of the archive */
@@ -355,7 +417,7 @@ sio_code sio_shard_next(sio_shard *sh, const sio_sample **out)
             sh->pending = NULL;
             continue;
         }
-        if (sh->sb.nf > 0 || sh->bad) {
+        if (*open) {
             /* A different key closes the current sample; the member stays
              * pending for the next call. */
             if (keylen != sh->sb.keylen ||
@@ -365,8 +427,13 @@ sio_code sio_shard_next(sio_shard *sh, const sio_sample **out)
             rc = sb_set_key(&sh->sb, name, keylen);
             if (rc)
                 return fail(sh, rc, "out of memory");
+            *open = 1;
+            sh->gstart = sh->at.offset +
+                         (uint64_t)archive_read_header_position(sh->ar);
         }
         sh->pending = NULL;
+        if (sh->groups < sh->at.skip_until)
+            continue; /* read past: no field is kept */
         for (size_t i = keylen + 1; i <= nl; i++)
             ext[i - keylen - 1] = (char)tolower((unsigned char)name[i]);
         if (sb_has_field(&sh->sb, ext)) {
@@ -381,17 +448,51 @@ sio_code sio_shard_next(sio_shard *sh, const sio_sample **out)
         if (rc)
             return rc;
     }
-    if (sh->sb.nf == 0 && !sh->bad)
-        return SIO_OK; /* end of shard, *out stays NULL */
-    uint64_t idx = sh->groups++;
-    if (sh->bad) {
-        snprintf(sh->err, sizeof sh->err, "url=%s key=%.256s: %s", sh->url,
-                 sh->sb.key ? sh->sb.key : "", sh->bad_reason);
-        sb_reset(&sh->sb);
-        return SIO_ERR_SAMPLE;
-    }
-    rc = sb_finish(&sh->sb, sh->url, sh->index, idx, out);
-    if (rc)
-        return fail(sh, rc, "out of memory");
     return SIO_OK;
+}
+
+sio_code sio_shard_next(sio_shard *sh, const sio_sample **out)
+{
+    sio_code rc = SIO_OK;
+    int open;
+
+    *out = NULL;
+    for (;;) {
+        if (sh->eof)
+            return SIO_OK;
+        rc = read_group(sh, &open);
+        if (rc)
+            return rc;
+        if (!open) {
+            /* The end of the shard: every group up to here is known. */
+            sio_index_finish(sh->at.ix, sh->groups);
+            return SIO_OK; /* *out stays NULL */
+        }
+        uint64_t end = sh->eof ? UINT64_MAX
+                               : sh->at.offset +
+                                     (uint64_t)archive_read_header_position(sh->ar);
+        uint64_t idx = sh->groups++;
+        if (idx < sh->at.skip_until)
+            continue;
+        offer_group(sh, idx, end, sh->bad);
+        if (sh->eof && !sh->bad)
+            sio_index_finish(sh->at.ix, sh->groups);
+        if (sh->bad) {
+            snprintf(sh->err, sizeof sh->err, "url=%s key=%.256s: %s",
+                     sh->url, sh->sb.key ? sh->sb.key : "", sh->bad_reason);
+            if (sh->eof)
+                sio_index_finish(sh->at.ix, sh->groups);
+            sb_reset(&sh->sb);
+            return SIO_ERR_SAMPLE;
+        }
+        rc = sb_finish(&sh->sb, sh->url, sh->index, idx, out);
+        if (rc)
+            return fail(sh, rc, "out of memory");
+        return SIO_OK;
+    }
+}
+
+uint64_t sio_shard_groups(const sio_shard *sh)
+{
+    return sh->groups;
 }

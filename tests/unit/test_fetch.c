@@ -240,9 +240,10 @@ int main(void)
     CHECK_EQ_U64(r.st.retries, 5);
     CHECK(r.st.concurrency < 64);
 
-    /* The object changes between parts: an error, not a mix. */
+    /* The object changes between parts: an error, not a mix; permanent
+     * (a skip decision, never retried into a mix). */
     read_all(&st, &srv, M_CHANGE, 0, &c, "/obj", &r);
-    CHECK(r.read_rc == SIO_ERR_IO);
+    CHECK(r.read_rc == SIO_ERR_CHANGED);
     CHECK(strstr(r.err, "changed") != NULL);
 
     /* 404 and 403: not retried; URL, status, S3 code in the message. */

@@ -1,0 +1,207 @@
+/*
+ * shardio_index.h — shard indexes and epoch journals: what makes every
+ * position of an epoch reachable without re-reading its prefix.
+ *
+ * A shard index records, per shard, where each WebDataset sample (a "group"
+ * of tar members with one key, good or bad) starts and ends in the tar, its
+ * payload size and whether it is valid. With the indexes of the shards an
+ * epoch has opened, the order of the epoch up to any position P is a pure
+ * function of metadata (sio_epoch_open_at: PRNG arithmetic, no bytes), and
+ * a stream at P reads only what it needs: the buffer's samples at P and
+ * the slot shards from their offsets, by ranged reads.
+ *
+ * An index is built while a shard is streamed for the first time (by any
+ * epoch of any job of the process), persisted under a directory (the
+ * server's state_dir/index), read back after a restart when the shard's
+ * size (and, for local files, mtime) still match, and may be written ahead
+ * of time (`shardcast index SOURCE`) or read from a sidecar file next to
+ * the shard ("<shard URL>.scidx").
+ *
+ * Compressed shards (.tar.gz, .tar.zst) are indexed too (counts, sizes,
+ * validity: enough for the order), but their offsets are positions in the
+ * decompressed stream, so a seek into one re-reads it from its start and
+ * skips to the group it needs ("stream-only").
+ *
+ * The index file format (version 1; little-endian; a change is a new
+ * version, never a silent one):
+ *
+ *   header   "SCIDX\0\1\0"                         8 bytes, magic
+ *            u32 version = 1
+ *            u32 flags       bit 0: stream-only (compressed shard)
+ *            u64 size        shard size in bytes (UINT64_MAX: unknown)
+ *            u64 mtime       seconds (local files; 0: unknown)
+ *   records, one per group, in tar order:
+ *            u8  'G'
+ *            u64 offset      first byte of the group's first member header
+ *                            (extension headers included)
+ *            u64 end         first byte after the group (the next group's
+ *                            offset; UINT64_MAX: up to the end of the tar)
+ *            u64 bytes       payload bytes (sum of field sizes; 0 if bad)
+ *            u32 flags       bit 0: bad (repeated field, over a limit)
+ *            u16 keylen      at most SIO_INDEX_KEY_MAX
+ *            u16 nfields     at most SIO_INDEX_FIELDS_MAX
+ *            keylen bytes    the key
+ *            nfields x { u8 namelen (1..255), name, u64 size }
+ *   trailer  u8  'E'
+ *            u64 ngroups     the number of 'G' records
+ *            u64 checksum    FNV-1a 64 of every byte before this field
+ *   Nothing may follow the trailer. A file without it is incomplete and
+ *   never used.
+ *
+ * Threading: an sio_index and its entries are thread-safe. Entries live
+ * until the index is closed.
+ */
+#ifndef SHARDIO_INDEX_H
+#define SHARDIO_INDEX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shardio.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SIO_INDEX_VERSION 1u
+#define SIO_INDEX_SUFFIX ".scidx"
+/* Sanity limits on an index file (a reader refuses anything beyond). */
+#define SIO_INDEX_KEY_MAX 4096u
+#define SIO_INDEX_FIELDS_MAX 1024u
+#define SIO_INDEX_GROUPS_MAX (1ull << 26)      /* groups in one shard */
+#define SIO_INDEX_FILE_MAX (1ull << 30)        /* bytes of one file */
+
+enum { SIO_INDEX_STREAM_ONLY = 1u };
+enum { SIO_INDEX_GROUP_BAD = 1u };
+
+/* One group (sample) of a shard, as kept in memory. */
+typedef struct sio_index_group {
+    uint64_t offset;   /* first header byte of the group */
+    uint64_t end;      /* first byte after it; UINT64_MAX: the tar's end */
+    uint64_t bytes;    /* payload bytes; 0 for a bad group */
+    uint32_t flags;    /* SIO_INDEX_GROUP_BAD */
+    uint32_t keyhash;  /* FNV-1a 32 of the key: a seek checks it */
+} sio_index_group;
+
+/* FNV-1a 32 of a key, as stored in keyhash. */
+uint32_t sio_index_keyhash(const char *key, size_t len);
+
+typedef struct sio_index sio_index;
+typedef struct sio_index_entry sio_index_entry;
+
+typedef struct sio_index_config {
+    const char *dir;       /* where index files live; NULL: memory only */
+    int sidecars;          /* 1: look for "<shard URL>.scidx" once per
+                              shard before building an index */
+    sio_logger log;
+} sio_index_config;
+
+/* Open an index store; creates cfg->dir when missing and removes
+ * incomplete files left by a crash. *out is owned by the caller. */
+sio_code sio_index_open(const sio_index_config *cfg, sio_index **out,
+                        sio_error *err);
+/* Free every entry. NULL is fine. No reader or builder may be active. */
+void sio_index_close(sio_index *x);
+
+/*
+ * The entry of one shard: loaded from the store's directory or a sidecar
+ * when a valid file exists for this shard (size, and for local files
+ * mtime, match), else an empty entry that the first reader fills. io is
+ * used for sidecars and may be NULL. NULL only when memory ran out.
+ * The entry stays valid until sio_index_close().
+ */
+sio_index_entry *sio_index_get(sio_index *x, sio_io *io, const char *url,
+                               uint64_t size);
+
+/* Group g of the entry: 1 with *out filled when it is known, 0 when not
+ * (yet). Thread-safe. */
+int sio_index_group_get(sio_index_entry *e, uint64_t g, sio_index_group *out);
+
+typedef struct sio_index_info {
+    uint64_t known;    /* groups recorded so far */
+    int complete;      /* known is every group of the shard */
+    int stream_only;   /* compressed: offsets are not byte offsets */
+    uint64_t good;     /* groups that are not bad, of the known ones */
+    uint64_t bytes;    /* payload bytes of the known groups */
+} sio_index_info;
+void sio_index_get_info(sio_index_entry *e, sio_index_info *info);
+
+/* A field of a group being recorded. */
+typedef struct sio_index_field {
+    const char *name;
+    uint64_t size;
+} sio_index_field;
+
+/*
+ * Record group g as read by a shard reader. Taken only when g is the next
+ * unknown group (readers of one shard may offer the same group; the first
+ * wins) and the entry is not complete. Thread-safe.
+ */
+void sio_index_offer(sio_index_entry *e, uint64_t g, const sio_index_group *grp,
+                     const char *key, size_t keylen,
+                     const sio_index_field *fields, size_t nfields,
+                     int stream_only);
+/* The reader reached the end of the shard after ngroups groups: the
+ * entry is complete (when every group was recorded) and is persisted. */
+void sio_index_finish(sio_index_entry *e, uint64_t ngroups);
+
+/* Path of the entry's persisted file (valid while the index lives), or
+ * NULL when memory only or not complete yet. */
+const char *sio_index_entry_path(sio_index_entry *e);
+
+/* Counters of a store (status, metrics). */
+typedef struct sio_index_stats {
+    uint64_t entries, complete, groups;
+    uint64_t loaded;        /* entries read from files or sidecars */
+    uint64_t built;         /* entries completed by reading */
+    uint64_t invalid;       /* files refused (stale, corrupt) */
+    uint64_t write_errors;
+} sio_index_stats;
+void sio_index_get_stats(sio_index *x, sio_index_stats *st);
+
+/*
+ * Parse and check an index file held in memory (the same reader the store
+ * uses; fuzzed). On SIO_OK: the groups (malloc'd array, free()) and the
+ * header fields. SIO_ERR_FORMAT with err naming the first problem.
+ */
+typedef struct sio_index_file {
+    uint32_t flags;
+    uint64_t size, mtime;
+    uint64_t ngroups;
+    sio_index_group *groups;
+} sio_index_file;
+sio_code sio_index_parse(const void *data, size_t len, sio_index_file *out,
+                         sio_error *err);
+
+/* ------------------------------------------------------------------ */
+/* Epoch journals                                                       */
+
+/*
+ * The skip decisions of one epoch: shard s ended (for good: 404, 403,
+ * corrupt data, a changed object) after its first `groups` groups. Every
+ * reader of the epoch (the main stream, seeks, replays, a restarted
+ * server) follows it, so the sequence of an epoch never changes once
+ * served: the first decision for a shard wins. Persisted as text lines
+ * "SKIP <shard> <groups> <code> <reason>" appended with fsync.
+ * Thread-safe.
+ */
+typedef struct sio_journal sio_journal;
+
+/* Open (and load) the journal at path; NULL: memory only. */
+sio_code sio_journal_open(const char *path, sio_journal **out,
+                          sio_error *err);
+void sio_journal_close(sio_journal *j);
+/* 1 with *groups when shard s has a decision. */
+int sio_journal_cut(sio_journal *j, uint32_t shard, uint64_t *groups);
+/* Record a decision unless one exists; returns the decision in force. */
+uint64_t sio_journal_record(sio_journal *j, uint32_t shard, uint64_t groups,
+                            sio_code code, const char *reason);
+/* Decisions recorded. */
+size_t sio_journal_count(sio_journal *j);
+/* 1 when the journal is persisted (a restart will find it). */
+int sio_journal_persistent(const sio_journal *j);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SHARDIO_INDEX_H */
