@@ -148,6 +148,12 @@ typedef struct sio_io_stats {
  * engine). Thread-safe. */
 void sio_io_get_stats(const sio_io *io, sio_io_stats *st);
 
+/* Work that still uses io after its owner let go (a feed closed while its
+ * producer was inside object-store I/O is freed by a closer thread):
+ * sio_io_destroy must wait for sio_io_busy() == 0. Thread-safe. */
+int sio_io_busy(const sio_io *io);
+void sio_io_busy_add(sio_io *io, int delta);
+
 /* ------------------------------------------------------------------ */
 /* Brace patterns                                                      */
 
@@ -407,6 +413,10 @@ typedef struct sio_epoch_stats {
 } sio_epoch_stats;
 void sio_epoch_get_stats(const sio_epoch *ep, sio_epoch_stats *st);
 void sio_epoch_close(sio_epoch *ep);
+/* Ask the epoch to stop: waits and retry backoffs end at once; a read in
+ * progress ends when the store answers. Thread-safe; the epoch must still
+ * be closed. */
+void sio_epoch_cancel(sio_epoch *ep);
 
 /* ------------------------------------------------------------------ */
 /* Partition: consumer r of W gets Y[i] with i mod W == r              */
@@ -420,6 +430,27 @@ typedef enum sio_partition {
 const char *sio_partition_name(sio_partition p);
 /* Parse "even-drop" | "even-pad" | "none"; -1 when unknown. */
 int sio_partition_parse(const char *s, sio_partition *out);
+
+/* Bounds on what a consumer may ask for (shardio/partition.c). Every
+ * index of Y a request can reach stays at or below SIO_POSITION_MAX, so
+ * no arithmetic on it can wrap. */
+#define SIO_WORLD_MAX 65536u
+#define SIO_POSITION_MAX (1ull << 62)
+
+/* 0 when consumer rank of world may start at share position `start` from
+ * global_start; -1 with a one-line reason (a 400 for the server). */
+int sio_share_validate(uint32_t rank, uint32_t world, uint64_t global_start,
+                       uint64_t start, char *msg, size_t len);
+/* *index = global_start + rank + k*world; -1 when above SIO_POSITION_MAX. */
+int sio_share_index(uint64_t global_start, uint32_t rank, uint32_t world,
+                    uint64_t k, uint64_t *index);
+/* Samples in consumer rank's share of an epoch of n samples. */
+uint64_t sio_share_length(uint64_t n, uint64_t global_start, uint32_t rank,
+                          uint32_t world, sio_partition p);
+/* even-pad: the index of Y that a tail index (>= n) repeats; needs
+ * n > global_start. */
+uint64_t sio_share_pad_source(uint64_t n, uint64_t global_start,
+                              uint64_t index);
 
 typedef struct sio_consumer sio_consumer;
 
@@ -473,6 +504,13 @@ void sio_consumer_close(sio_consumer *c);
 typedef struct sio_feed sio_feed;
 typedef struct sio_cursor sio_cursor;
 
+/* What a feed does with a consumer that holds the window back. */
+typedef enum sio_feed_lag {
+    SIO_FEED_LAG_DETACH = 0, /* after lag_grace_ms, slide anyway: the
+                                laggard continues by seeks (default) */
+    SIO_FEED_LAG_WAIT = 1    /* the slowest consumer paces everyone */
+} sio_feed_lag;
+
 typedef struct sio_feed_config {
     uint32_t window_samples;    /* 0: 65536 */
     uint64_t window_bytes;      /* 0: 256 MiB */
@@ -481,6 +519,18 @@ typedef struct sio_feed_config {
     uint32_t wake_batch;        /* a waiting cursor is woken once this many
                                    of its samples are ready, or the window
                                    is full, or the epoch ended (0: 16) */
+    sio_feed_lag lag_policy;
+    uint32_t lag_grace_ms;      /* a full window may keep waiting consumers
+                                   waiting this long (0: 2000) */
+    uint32_t max_seeks;         /* seek feeds at once for this feed (0: 4,
+                                   at most 256); beyond: SIO_ERR_BUSY */
+    uint32_t seek_window_samples; /* window of a seek feed (0: 1/8 of
+                                     window_samples) */
+    uint64_t seek_window_bytes;   /* (0: 1/8 of window_bytes) */
+    /* A budget of seek feeds shared by many feeds (a server's), or NULL:
+     * *seek_budget counts them, at most seek_budget_max. */
+    _Atomic uint32_t *seek_budget;
+    uint32_t seek_budget_max;
 } sio_feed_config;
 
 /* Start reading the epoch. io and list must outlive the feed. */
@@ -530,11 +580,24 @@ typedef struct sio_feed_consumer {
     uint64_t next_index; /* next index of Y it needs */
     uint64_t lag;        /* samples of Y produced beyond next_index */
     int attached;        /* 0: detached within its grace, or expected */
-    int replay;          /* reading from a private replay */
+    int replay;          /* reading from a seek feed */
     uint64_t idle_ms;    /* since it last took a sample or attached */
     int expected;        /* never attached: a rank of a world seen from its
                             peers, within the join timeout (attached = 0) */
 } sio_feed_consumer;
+
+/* Seeks of a feed: counters since it opened, and what is open now. */
+typedef struct sio_feed_seek_stats {
+    uint64_t opened;        /* seek feeds started */
+    uint64_t shared;        /* cursors that joined an open seek feed */
+    uint64_t busy;          /* refused: max_seeks or the budget reached */
+    uint64_t replays;       /* seeks that had to replay from the start
+                               (shards not indexed far enough) */
+    uint64_t lag_detaches;  /* times the lag policy slid the window */
+    uint32_t active;        /* seek feeds open now */
+    uint32_t replaying;     /* of which replays */
+    uint64_t window_bytes;  /* bytes held by their windows */
+} sio_feed_seek_stats;
 
 typedef struct sio_feed_stats {
     uint64_t produced;      /* samples of Y produced so far */
@@ -543,6 +606,7 @@ typedef struct sio_feed_stats {
     int ended;              /* the epoch has been read to its end */
     int failed;
     sio_epoch_stats epoch;
+    sio_feed_seek_stats seek;
 } sio_feed_stats;
 
 /* Snapshot of the feed; up to max consumers (attached, detached within

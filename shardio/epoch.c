@@ -67,7 +67,6 @@
 #define EPOCH_THREADS_MAX 64u
 #define EPOCH_REPLICAS_MAX 1024u
 #define EPOCH_READAHEAD_SHARDS_MAX 4096u
-#define CONSUMER_WORLD_MAX 65536u
 /* A transient shard failure is retried this many times (backoff doubling
  * from 500 ms up to 30 s: about 10 minutes) before it counts as
  * permanent. */
@@ -793,6 +792,17 @@ sio_code sio_epoch_open(sio_io *io, const sio_shardlist *list,
     return sio_epoch_open_at(io, list, cfg, 0, out, err);
 }
 
+void sio_epoch_cancel(sio_epoch *ep)
+{
+    if (!ep)
+        return;
+    pthread_mutex_lock(&ep->mu);
+    ep->stop = 1;
+    pthread_cond_broadcast(&ep->work);
+    pthread_cond_broadcast(&ep->ready);
+    pthread_mutex_unlock(&ep->mu);
+}
+
 void sio_epoch_close(sio_epoch *ep)
 {
     if (!ep)
@@ -881,7 +891,7 @@ static void slot_take(sio_epoch *ep, reader *r, const sio_sample **out,
 {
     *out = NULL;
     pthread_mutex_lock(&ep->mu);
-    while (r->qlen == 0 && !r->done) {
+    while (r->qlen == 0 && !r->done && !ep->stop) {
         if (!r->busy && ep->nthreads == 0) {
             r->busy = 1;
             pthread_mutex_unlock(&ep->mu);
@@ -903,6 +913,9 @@ static void slot_take(sio_epoch *ep, reader *r, const sio_sample **out,
         r->qbytes -= (*out)->bytes;
         if (was_full && ep->workers_idle) /* room again */
             pthread_cond_signal(&ep->work);
+    } else if (!r->done) {
+        *rc_out = SIO_ERR_CANCELED;
+        snprintf(msg, msglen, "canceled");
     } else {
         *rc_out = r->rc;
         snprintf(msg, msglen, "%s", r->msg);
@@ -1121,6 +1134,11 @@ static sio_code materialize(sio_epoch *ep, stub *st, const sio_sample **out)
     for (;;) {
         if (v->state == V_DONE || v->state == V_FAILED)
             break;
+        if (ep->stop) {
+            v->state = V_FAILED;
+            snprintf(ep->vmsg, sizeof ep->vmsg, "canceled");
+            break;
+        }
         if (v->state == V_PENDING) {
             vfetch(ep, st->vi);
             continue;
@@ -1381,29 +1399,6 @@ sio_code sio_epoch_count(sio_io *io, const sio_shardlist *list,
 /* ------------------------------------------------------------------ */
 /* Partition                                                           */
 
-const char *sio_partition_name(sio_partition p)
-{
-    switch (p) {
-    case SIO_PARTITION_EVEN_DROP: return "even-drop";
-    case SIO_PARTITION_EVEN_PAD: return "even-pad";
-    case SIO_PARTITION_NONE: return "none";
-    }
-    return "unknown";
-}
-
-int sio_partition_parse(const char *s, sio_partition *out)
-{
-    static const sio_partition all[] = {SIO_PARTITION_EVEN_DROP,
-                                        SIO_PARTITION_EVEN_PAD,
-                                        SIO_PARTITION_NONE};
-    for (size_t i = 0; i < 3; i++)
-        if (strcmp(s, sio_partition_name(all[i])) == 0) {
-            *out = all[i];
-            return 0;
-        }
-    return -1;
-}
-
 struct sio_consumer {
     sio_epoch *ep;
     uint32_t rank, world;
@@ -1433,11 +1428,11 @@ sio_code sio_consumer_open_at(sio_epoch *ep, uint32_t rank, uint32_t world,
 {
     sio_consumer *c;
     *out = NULL;
-    if (world < 1 || world > CONSUMER_WORLD_MAX || rank >= world) {
+    char why[160];
+    if (sio_share_validate(rank, world, global_start, start, why,
+                           sizeof why) != 0) {
         sio_epoch_close(ep);
-        return sio_seterr(err, SIO_ERR_INVALID,
-                          "rank %u / world %u: need 0 <= rank < world <= %u",
-                          rank, world, CONSUMER_WORLD_MAX);
+        return sio_seterr(err, SIO_ERR_INVALID, "%s", why);
     }
     c = calloc(1, sizeof *c);
     if (c && policy == SIO_PARTITION_EVEN_PAD) {

@@ -5,7 +5,9 @@
  * backends' own contexts, which do their own locking; any thread may use it.
  * Ownership: the io owns each backend context and destroys it.
  */
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 #include "backend.h"
@@ -33,6 +35,7 @@ struct sio_io {
     const sio_backend_ops *extra[IO_EXTRA_BACKENDS_MAX];
     void *extra_ctx[IO_EXTRA_BACKENDS_MAX];
     size_t nextra;
+    atomic_int busy; /* closers still using the io (sio_io_busy) */
 };
 
 sio_code sio_io_create(const sio_io_config *cfg, sio_io **out, sio_error *err)
@@ -91,8 +94,22 @@ void sio_io_get_stats(const sio_io *io, sio_io_stats *st)
     sio_fetch_get_stats(io ? io->fetch : NULL, st);
 }
 
+int sio_io_busy(const sio_io *io)
+{
+    return io ? atomic_load(&((sio_io *)(uintptr_t)io)->busy) : 0;
+}
+
+void sio_io_busy_add(sio_io *io, int delta)
+{
+    atomic_fetch_add(&io->busy, delta);
+}
+
 void sio_io_destroy(sio_io *io)
 {
+    /* Closer threads of feeds still use the engine: wait for them (a
+     * host that cannot wait checks sio_io_busy() first). */
+    while (io && atomic_load(&io->busy) > 0)
+        usleep(10000);
     if (!io)
         return;
     for (size_t i = 0; i < NBACKENDS; i++)

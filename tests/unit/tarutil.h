@@ -7,6 +7,7 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <string.h>
 
 typedef struct tar_member {
@@ -58,6 +59,47 @@ out:
         rc = -1;
     archive_write_free(a);
     return rc;
+}
+
+/*
+ * A random WebDataset shard of about ngroups samples: 1-3 fields of 1-3000
+ * bytes, some bad (a repeated field), some directories between samples,
+ * some long (pax) names; gzip when compress. rnd gives the randomness.
+ */
+static inline void make_random_shard(const char *path, int ngroups,
+                                     int compress, uint64_t (*rnd)(void))
+{
+    static char payload[8192];
+    static char names[600][300];
+    tar_member m[600];
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof payload; i++)
+        payload[i] = (char)('a' + i % 26);
+    for (int g = 0; g < ngroups && n + 5 < 600; g++) {
+        int nf = 1 + (int)(rnd() % 3);
+        int longname = rnd() % 7 == 0;
+        int bad = rnd() % 11 == 0;
+        if (rnd() % 9 == 0) {
+            snprintf(names[n], 300, "dir%d", g);
+            m[n].name = names[n];
+            m[n].data = NULL;
+            m[n++].len = 0;
+        }
+        for (int f = 0; f < nf + bad; f++) {
+            const char *ext = f == 0 ? "jpg" : f == 1 ? "json" : "cls";
+            if (f == nf) /* the repeated field */
+                ext = "jpg";
+            if (longname)
+                snprintf(names[n], 300, "%0120d/deep/k%05d.%s", g, g, ext);
+            else
+                snprintf(names[n], 300, "k%05d.%s", g, ext);
+            m[n].name = names[n];
+            m[n].data = payload + rnd() % 100;
+            m[n++].len = 1 + (size_t)(rnd() % 3000);
+        }
+    }
+    if (write_tar(path, m, n, compress ? "gzip" : "none", "pax") != 0)
+        fprintf(stderr, "cannot write %s\n", path);
 }
 
 #endif

@@ -63,6 +63,9 @@ static void *run_cursor(void *arg)
         const sio_sample *s = NULL;
         sio_code rc = sio_cursor_next_wait(c, &s);
         CHECK(rc == SIO_OK);
+        if (rc != SIO_OK)
+            fprintf(stderr, "cursor %u/%u: %s\n", j->cc.rank, j->cc.world,
+                    sio_cursor_errmsg(c));
         if (rc != SIO_OK || !s)
             break;
         if (j->n < MAXN)

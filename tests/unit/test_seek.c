@@ -43,41 +43,6 @@ static uint64_t sample_sum(const sio_sample *s)
     return h;
 }
 
-static char payload[8192];
-
-/* A random shard: groups of 1-3 fields, some bad (repeated field), some
- * directories and metadata members in between, some long names. */
-static void make_shard(const char *path, int ngroups, int compress)
-{
-    tar_member m[600];
-    static char names[600][300];
-    size_t n = 0;
-    for (int g = 0; g < ngroups && n + 5 < 600; g++) {
-        int nf = 1 + (int)(rnd() % 3);
-        int longname = rnd() % 7 == 0;
-        int bad = rnd() % 11 == 0;
-        if (rnd() % 9 == 0) {
-            snprintf(names[n], 300, "dir%d", g);
-            m[n].name = names[n];
-            m[n].data = NULL;
-            m[n++].len = 0;
-        }
-        for (int f = 0; f < nf + bad; f++) {
-            const char *ext = f == 0 ? "jpg" : f == 1 ? "json" : "cls";
-            if (f == nf) /* the repeated field */
-                ext = "jpg";
-            if (longname)
-                snprintf(names[n], 300, "%0120d/deep/k%05d.%s", g, g, ext);
-            else
-                snprintf(names[n], 300, "k%05d.%s", g, ext);
-            m[n].name = names[n];
-            m[n].data = payload + rnd() % 100;
-            m[n++].len = 1 + (size_t)(rnd() % 3000);
-        }
-    }
-    CHECK(write_tar(path, m, n, compress ? "gzip" : "none", "pax") == 0);
-}
-
 /* Stream the whole epoch (building indexes), recording Y. */
 static size_t stream_all(sio_io *io, const sio_shardlist *l,
                          const sio_epoch_config *c, uint64_t from,
@@ -157,7 +122,7 @@ static void one_dataset(int round)
         char p[600];
         int gz = rnd() % 4 == 0;
         snprintf(p, sizeof p, "%s/shard-%02d.tar%s", dir, s, gz ? ".gz" : "");
-        make_shard(p, (int)(rnd() % 70), gz);
+        make_random_shard(p, (int)(rnd() % 70), gz, rnd);
     }
     snprintf(state, sizeof state, "%s/state", dir);
     icfg.dir = state;
@@ -292,8 +257,6 @@ static void test_parse(void)
 
 int main(void)
 {
-    for (size_t i = 0; i < sizeof payload; i++)
-        payload[i] = (char)('a' + i % 26);
     test_parse();
     for (int round = 0; round < 12; round++)
         one_dataset(round);
