@@ -389,6 +389,16 @@ sio_code sio_epoch_order(sio_io *io, const sio_shardlist *list,
                          sio_order_item *items, size_t max, size_t *n,
                          sio_error *err);
 
+/*
+ * An epoch of one sample: sample i of the dataset's unshuffled order (the
+ * shard list in order, each shard's good samples in tar order), emitted
+ * with global_index i. Shards before it that are not indexed yet are read
+ * once to index them. SIO_ERR_NOTFOUND past the end. Needs cfg->index.
+ */
+sio_code sio_epoch_open_sample(sio_io *io, const sio_shardlist *list,
+                               const sio_epoch_config *cfg, uint64_t i,
+                               sio_epoch **out, sio_error *err);
+
 /* The number of samples of the epoch (this replica's part), once every
  * shard is indexed; SIO_ERR_AGAIN before. */
 sio_code sio_epoch_count(sio_io *io, const sio_shardlist *list,
@@ -531,14 +541,30 @@ typedef struct sio_feed_config {
      * *seek_budget counts them, at most seek_budget_max. */
     _Atomic uint32_t *seek_budget;
     uint32_t seek_budget_max;
+    /* Called once the feed and all its seek feeds are freed (perhaps on a
+     * closer thread, after sio_feed_close returned): what the feed uses
+     * (io, list, index, journal) may go from then on. May be NULL. */
+    void (*released)(void *userdata);
+    void *released_userdata;
 } sio_feed_config;
+
+/* A feed of one sample: sample i of the unshuffled order
+ * (sio_epoch_open_sample), found and read on the feed's own thread. A
+ * cursor of rank 0, world 1, global_start i reads it. Of fcfg (may be
+ * NULL) only `released` is used. */
+sio_code sio_feed_open_sample(sio_io *io, const sio_shardlist *list,
+                              const sio_epoch_config *ecfg, uint64_t i,
+                              const sio_feed_config *fcfg, sio_feed **out,
+                              sio_error *err);
 
 /* Start reading the epoch. io and list must outlive the feed. */
 sio_code sio_feed_open(sio_io *io, const sio_shardlist *list,
                        const sio_epoch_config *ecfg,
                        const sio_feed_config *fcfg, sio_feed **out,
                        sio_error *err);
-/* Stop the producer and free the feed; every cursor must be closed. */
+/* Stop the producer and free the feed; every cursor must be closed.
+ * Never blocks: a producer inside object-store I/O is joined by a closer
+ * thread (see sio_io_busy and sio_feed_config.released). */
 void sio_feed_close(sio_feed *f);
 
 typedef void (*sio_notify_fn)(void *userdata);
@@ -597,6 +623,8 @@ typedef struct sio_feed_seek_stats {
     uint32_t active;        /* seek feeds open now */
     uint32_t replaying;     /* of which replays */
     uint64_t window_bytes;  /* bytes held by their windows */
+    uint64_t ready_us;      /* opening to first sample, summed over ... */
+    uint64_t ready_count;   /* ... this many seek feeds */
 } sio_feed_seek_stats;
 
 typedef struct sio_feed_stats {

@@ -55,10 +55,10 @@ static const unsigned counted_codes[] = {200, 201, 204, 400, 401, 403, 404,
                                          405, 409, 413, 414, 429, 500, 503,
                                          0};
 #define NCODES (sizeof counted_codes / sizeof counted_codes[0])
-#define NROUTES (SC_ROUTE_TOPOLOGY + 1)
+#define NROUTES (SC_ROUTE_SAMPLE + 1)
 static const char *const route_names[NROUTES] = {
     "other", "healthz", "readyz", "metrics", "jobs",
-    "job",   "stream",  "settings", "topology"};
+    "job",   "stream",  "settings", "topology", "sample"};
 
 typedef struct req_ctx {
     sc_server *srv;
@@ -280,7 +280,7 @@ static enum MHD_Result start_stream(req_ctx *ctx, struct MHD_Connection *conn)
     enum MHD_Result ret = MHD_queue_response(conn, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
     ctx->status = MHD_HTTP_OK;
-    count(srv, SC_ROUTE_STREAM, 200);
+    count(srv, ctx->req.route, 200);
     SC_LOG(SIO_LOG_DEBUG,
            "event=stream_start id=%s job=%s epoch=%" PRIu64 " rank=%" PRIu32
            " world=%" PRIu32 " start=%" PRIu64 " global_start=%" PRIu64
@@ -443,6 +443,7 @@ static sc_role route_role(const sc_request *req, const char *method)
         return strcmp(method, "GET") == 0 ? SC_ROLE_CONSUMER : SC_ROLE_ADMIN;
     case SC_ROUTE_JOBS:
     case SC_ROUTE_STREAM:
+    case SC_ROUTE_SAMPLE:
     case SC_ROUTE_TOPOLOGY:
         return SC_ROLE_CONSUMER;
     }
@@ -488,7 +489,8 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn,
                                        srv->jobs, &ctx->req, reason,
                                        sizeof reason);
     /* Everything but streams is rate limited, errors included. */
-    if (ctx->req.route != SC_ROUTE_STREAM) {
+    if (ctx->req.route != SC_ROUTE_STREAM &&
+        ctx->req.route != SC_ROUTE_SAMPLE) {
         uint32_t ra = 0;
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
             conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
@@ -562,6 +564,7 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn,
     case SC_ROUTE_TOPOLOGY:
         return answer_topology(ctx, conn);
     case SC_ROUTE_STREAM:
+    case SC_ROUTE_SAMPLE:
         return start_stream(ctx, conn);
     case SC_ROUTE_NONE:
         break;

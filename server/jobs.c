@@ -16,6 +16,7 @@
  */
 #include "jobs.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -24,9 +25,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "log.h"
+#include "shardio_index.h"
 
 /* Manager tick: timers (idle feeds, prefetch, throughput) need no finer
  * resolution. */
@@ -39,6 +43,11 @@
 #define RESOLVE_BACKOFF_MIN_MS 1000u
 #define RESOLVE_BACKOFF_MAX_MS 60000u
 #define REASON_MAX 512u
+/* Epoch journals a job keeps open (the least recently used goes; with a
+ * state_dir it is read back when needed again). */
+#define JOURNALS_MAX 64u
+/* A server that ends with feeds still closing waits this long for them. */
+#define CLOSERS_WAIT_MS 5000u
 
 enum { JOB_RESOLVING = 0, JOB_READY = 1, JOB_FAILED = 2 };
 
@@ -50,10 +59,49 @@ typedef struct fslot {
     uint64_t last_ms;     /* last attach or release */
     int prefetched;       /* opened by prefetch, no stream yet */
     int retired;          /* takes no new stream; closed when streams == 0 */
+    sio_journal *journal; /* the epoch's skip decisions (owned by the job) */
+    int unproven;         /* opened for a resume with no journal to prove
+                             the sequence (no state_dir, fresh process) */
+    uint64_t count;       /* samples of the epoch, UINT64_MAX: unknown */
+    sio_epoch_config ec;  /* what fixes its order */
+    int partition;        /* the job's policy */
     struct fslot *next;
 } fslot;
 
 typedef struct sc_job sc_job;
+
+/* What a job's feeds read while they run: the shard list and the epoch
+ * journals. Feeds may finish closing after their job is freed (a closer
+ * thread), so these live until the job and every feed family let go. */
+typedef struct job_res {
+    atomic_int refs;
+    sio_shardlist *list;       /* set once (job mu), then immutable */
+    pthread_mutex_t mu;        /* guards the journal table */
+    struct {
+        uint64_t epoch, used;
+        unsigned users;        /* feed families reading it */
+        sio_journal *j;
+    } journals[JOURNALS_MAX];
+    size_t njournals;
+    uint64_t clock;
+} job_res;
+
+/* One feed family's hold on the resources and its journal. */
+typedef struct res_hold {
+    struct job_res *res;
+    sio_journal *j;
+} res_hold;
+
+static void res_unref(job_res *r)
+{
+    if (!r || atomic_fetch_sub(&r->refs, 1) != 1)
+        return;
+    for (size_t i = 0; i < r->njournals; i++)
+        sio_journal_close(r->journals[i].j);
+    sio_shardlist_free(r->list);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
 
 struct sc_binding {
     sc_stream *s;
@@ -62,6 +110,8 @@ struct sc_binding {
     sio_cursor *cur;
     uint64_t epoch;
     uint32_t rank, world;
+    int resumed;             /* start or global_start > 0 */
+    sio_feed *own_feed;      /* a /samples/{i} request's one-sample feed */
     sc_binding *prev, *next; /* job->bindings */
     sc_binding *reap_next;
 };
@@ -85,7 +135,6 @@ struct sc_job {
     int removed;               /* deleted or replaced (mu) */
     char reason[REASON_MAX];   /* why not ready (mu) */
     uint64_t next_resolve_ms, backoff_ms;
-    sio_shardlist *list;       /* set once (mu), then immutable */
     fslot *slots;              /* live and retired (mu) */
     sc_binding *bindings;      /* (mu) */
     err_entry errors[SC_JOB_ERRORS_MAX];
@@ -93,7 +142,9 @@ struct sc_job {
     tp_sample ring[RING];
     size_t nring, ring_at;     /* (mu) */
     uint64_t shards_skipped_closed, samples_skipped_closed; /* (mu) */
+    sio_feed_seek_stats seeks_closed; /* of closed feeds (mu) */
     sc_stream_counters ctr;
+    job_res *res;              /* shard list, journals */
     atomic_uint_fast64_t streams_by_outcome[5];
     atomic_uint_fast64_t streams_opened;
     sc_job *dead_next;
@@ -102,6 +153,8 @@ struct sc_job {
 struct sc_jobs {
     const sc_config *cfg;
     sio_io *io;
+    sio_index *index;        /* shard indexes of every job */
+    _Atomic uint32_t seeks;  /* seek feeds open in the server */
     pthread_mutex_t mu;
     pthread_cond_t work;     /* manager: something queued, or stop */
     pthread_cond_t resolve;  /* resolver: a job to resolve, or stop */
@@ -195,6 +248,21 @@ static void job_unref(sc_job *job)
     pthread_mutex_unlock(&j->mu);
 }
 
+/* Add a feed's seek counters to a sum. */
+static void seek_add(sio_feed_seek_stats *a, const sio_feed_seek_stats *b)
+{
+    a->opened += b->opened;
+    a->shared += b->shared;
+    a->busy += b->busy;
+    a->replays += b->replays;
+    a->lag_detaches += b->lag_detaches;
+    a->active += b->active;
+    a->replaying += b->replaying;
+    a->window_bytes += b->window_bytes;
+    a->ready_us += b->ready_us;
+    a->ready_count += b->ready_count;
+}
+
 static void slot_close(sc_job *job, fslot *s)
 {
     if (s->feed) {
@@ -203,6 +271,9 @@ static void slot_close(sc_job *job, fslot *s)
         sio_feed_close(s->feed);
         pthread_mutex_lock(&job->mu);
         job->shards_skipped_closed += st.epoch.shards_skipped;
+        st.seek.active = st.seek.replaying = 0;
+        st.seek.window_bytes = 0;
+        seek_add(&job->seeks_closed, &st.seek);
         job->samples_skipped_closed += st.epoch.samples_skipped;
         pthread_mutex_unlock(&job->mu);
     }
@@ -219,7 +290,7 @@ static void job_free(sc_job *job)
         slot_close(job, s);
         s = n;
     }
-    sio_shardlist_free(job->list);
+    res_unref(job->res);
     sc_jobspec_free(&job->spec);
     pthread_mutex_destroy(&job->mu);
     free(job);
@@ -234,6 +305,14 @@ static sc_job *job_new(sc_jobs *j, const sc_jobspec *spec)
         free(job);
         return NULL;
     }
+    job->res = calloc(1, sizeof *job->res);
+    if (!job->res) {
+        sc_jobspec_free(&job->spec);
+        free(job);
+        return NULL;
+    }
+    atomic_init(&job->res->refs, 1);
+    pthread_mutex_init(&job->res->mu, NULL);
     job->owner = j;
     atomic_init(&job->refs, 1);
     pthread_mutex_init(&job->mu, NULL);
@@ -401,12 +480,12 @@ static void *resolver_main(void *arg)
         pthread_mutex_lock(&todo->mu);
         todo->attempts++;
         if (rc == SIO_OK) {
-            todo->list = list;
+            todo->res->list = list;
             list = NULL;
             todo->state = JOB_READY;
             todo->reason[0] = '\0';
             SC_LOG(SIO_LOG_INFO, "event=job_ready job=%s shards=%zu",
-                   todo->spec.name, sio_shardlist_count(todo->list));
+                   todo->spec.name, sio_shardlist_count(todo->res->list));
         } else {
             todo->state = JOB_FAILED;
             snprintf(msg, sizeof msg, "cannot resolve the source: %s",
@@ -474,6 +553,89 @@ int sc_jobs_ready(sc_jobs *j, char *reason, size_t reason_len)
 
 /* Feeds --------------------------------------------------------------- */
 
+/* A feed family is gone (maybe on a closer thread): its job may go. */
+static void slot_released(void *ud)
+{
+    res_hold *h = ud;
+    pthread_mutex_lock(&h->res->mu);
+    for (size_t i = 0; i < h->res->njournals; i++)
+        if (h->res->journals[i].j == h->j)
+            h->res->journals[i].users--;
+    pthread_mutex_unlock(&h->res->mu);
+    res_unref(h->res);
+    free(h);
+}
+
+/* The journal of (job, epoch), held for one more feed family: open, or
+ * opened now. With a state_dir it lives in state_dir/journal/<job>-<hash
+ * of what fixes the order>/<epoch>, so a redefined job starts afresh; a
+ * journal no feed reads may be closed to make room (it is read back from
+ * the file when needed again; without a state_dir its decisions are
+ * forgotten, see slot->unproven). */
+static sio_journal *job_journal(sc_jobs *j, sc_job *job, uint64_t epoch,
+                                int *fresh, sio_error *err)
+{
+    job_res *r = job->res;
+    sio_journal *jr = NULL;
+    *fresh = 0;
+    pthread_mutex_lock(&r->mu);
+    for (size_t i = 0; i < r->njournals; i++)
+        if (r->journals[i].epoch == epoch) {
+            r->journals[i].used = ++r->clock;
+            r->journals[i].users++;
+            jr = r->journals[i].j;
+            goto out;
+        }
+    if (r->njournals == JOURNALS_MAX) {
+        size_t victim = SIZE_MAX;
+        for (size_t i = 0; i < r->njournals; i++)
+            if (r->journals[i].users == 0 &&
+                (victim == SIZE_MAX ||
+                 r->journals[i].used < r->journals[victim].used))
+                victim = i;
+        if (victim == SIZE_MAX) {
+            snprintf(err->msg, sizeof err->msg,
+                     "more than %u epochs of one job in use", JOURNALS_MAX);
+            goto out;
+        }
+        sio_journal_close(r->journals[victim].j);
+        r->journals[victim] = r->journals[--r->njournals];
+    }
+    char path[4096], *pp = NULL;
+    if (j->cfg->state_dir) {
+        const sc_jobspec *sp = &job->spec;
+        char key[1200];
+        uint64_t h = 0xcbf29ce484222325ull;
+        snprintf(key, sizeof key, "%s|%" PRIu64 "|%u|%u|%" PRIu64 "|%d|%u|%u",
+                 sp->source, sp->seed, sp->interleave, sp->shuffle_buffer,
+                 sp->buffer_bytes, sp->on_error, j->cfg->replica,
+                 j->cfg->replicas);
+        for (const char *c = key; *c; c++)
+            h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
+        snprintf(path, sizeof path, "%s/journal/%s-%016" PRIx64,
+                 j->cfg->state_dir, sp->name, h);
+        mkdir(path, 0755);
+        size_t l = strlen(path);
+        snprintf(path + l, sizeof path - l, "/%" PRIu64, epoch);
+        pp = path;
+        struct stat st;
+        *fresh = stat(path, &st) != 0;
+    } else {
+        *fresh = 1;
+    }
+    if (sio_journal_open(pp, &jr, err) != SIO_OK) {
+        jr = NULL;
+        goto out;
+    }
+    r->journals[r->njournals].epoch = epoch;
+    r->journals[r->njournals].used = ++r->clock;
+    r->journals[r->njournals].users = 1;
+    r->journals[r->njournals++].j = jr;
+out:
+    pthread_mutex_unlock(&r->mu);
+    return jr;
+}
+
 static sio_code slot_open(sc_jobs *j, sc_job *job, uint64_t epoch,
                           fslot **out, sio_error *err)
 {
@@ -499,13 +661,45 @@ static sio_code slot_open(sc_jobs *j, sc_job *job, uint64_t epoch,
     ec.read_threads = job->spec.read_threads;
     ec.replica = cfg->replicas > 1 ? cfg->replica : 0;
     ec.replicas = cfg->replicas > 1 ? cfg->replicas : 0;
+    ec.index = j->index;
+    int fresh = 0;
+    ec.journal = s->journal = job_journal(j, job, epoch, &fresh, err);
+    if (!ec.journal) {
+        free(s);
+        return SIO_ERR_IO;
+    }
+    /* Without a state_dir, a fresh journal in a server that served this
+     * epoch before a restart cannot prove the sequence: resumed streams on
+     * it fail clearly if a shard gets skipped (job_tick). */
+    s->unproven = fresh && !cfg->state_dir;
+    s->count = UINT64_MAX;
+    s->ec = ec;
+    s->partition = job->spec.partition;
     memset(&fc, 0, sizeof fc);
     fc.window_samples = cfg->window_samples;
     fc.window_bytes = cfg->window_bytes;
     fc.join_timeout_ms = cfg->join_timeout_ms;
     fc.rejoin_grace_ms = cfg->rejoin_grace_ms;
-    sio_code rc = sio_feed_open(j->io, job->list, &ec, &fc, &s->feed, err);
+    fc.lag_policy = (sio_feed_lag)cfg->lag_policy;
+    fc.lag_grace_ms = cfg->lag_grace_ms;
+    fc.max_seeks = cfg->max_seeks;
+    fc.seek_budget = &j->seeks;
+    fc.seek_budget_max = cfg->max_seeks_total;
+    res_hold *hold = malloc(sizeof *hold);
+    if (!hold) {
+        snprintf(err->msg, sizeof err->msg, "out of memory");
+        free(s);
+        return SIO_ERR_NOMEM;
+    }
+    hold->res = job->res;
+    hold->j = s->journal;
+    fc.released = slot_released;
+    fc.released_userdata = hold;
+    atomic_fetch_add(&job->res->refs, 1); /* until the family is gone */
+    sio_code rc = sio_feed_open(j->io, job->res->list, &ec, &fc, &s->feed,
+                                err);
     if (rc) {
+        slot_released(hold);
         free(s);
         return rc;
     }
@@ -555,6 +749,57 @@ static int evict_one(sc_job *job)
         return 0;
     best->retired = 1;
     return 1;
+}
+
+/* GET /v1/jobs/{job}/samples/{i}: a feed of that one sample, owned by the
+ * binding (job->mu held). Returns the HTTP status. */
+static unsigned open_sample(sc_jobs *j, sc_job *job, const sc_request *req,
+                            sc_stream *s, sc_binding *b, sio_error *err,
+                            unsigned *retry_after)
+{
+    sio_epoch_config ec;
+    sio_feed_config fc;
+    sio_cursor_config cc;
+    res_hold *hold = malloc(sizeof *hold);
+    sio_code rc;
+    if (!hold) {
+        snprintf(err->msg, sizeof err->msg, "out of memory");
+        return 503;
+    }
+    memset(&ec, 0, sizeof ec);
+    ec.interleave = 1;
+    ec.buffer_samples = 1;
+    ec.index = j->index;
+    ec.limits = (sio_shard_limits){0};
+    ec.log.fn = sc_log_sio;
+    ec.log.level = sc_log_level();
+    memset(&fc, 0, sizeof fc);
+    hold->res = job->res;
+    hold->j = NULL;
+    fc.released = slot_released;
+    fc.released_userdata = hold;
+    atomic_fetch_add(&job->res->refs, 1);
+    rc = sio_feed_open_sample(j->io, job->res->list, &ec, req->global_start,
+                              &fc, &b->own_feed, err);
+    if (rc) {
+        slot_released(hold);
+        *retry_after = 2;
+        return rc == SIO_ERR_INVALID ? 400 : 503;
+    }
+    memset(&cc, 0, sizeof cc);
+    cc.rank = 0;
+    cc.world = 1;
+    cc.policy = SIO_PARTITION_NONE;
+    cc.global_start = req->global_start;
+    cc.notify = sc_stream_notify;
+    cc.userdata = s;
+    rc = sio_feed_attach(b->own_feed, &cc, &b->cur, err);
+    if (rc) {
+        sio_feed_close(b->own_feed);
+        b->own_feed = NULL;
+        return rc == SIO_ERR_INVALID ? 400 : 503;
+    }
+    return 200;
 }
 
 unsigned sc_jobs_open_stream(sc_jobs *j, const sc_request *req,
@@ -616,7 +861,9 @@ unsigned sc_jobs_open_stream(sc_jobs *j, const sc_request *req,
                           req->world,
                           req->start,
                           req->global_start,
-                          (sio_partition)job->spec.partition,
+                          req->route == SC_ROUTE_SAMPLE
+                              ? SIO_PARTITION_NONE
+                              : (sio_partition)job->spec.partition,
                           req->format,
                           fields,
                           nfields,
@@ -629,6 +876,14 @@ unsigned sc_jobs_open_stream(sc_jobs *j, const sc_request *req,
         goto out;
     }
 
+    if (req->route == SC_ROUTE_SAMPLE) {
+        status = open_sample(j, job, req, s, b, &err, retry_after);
+        if (status != 200) {
+            sc_redact_source(err.msg, reason, reason_len);
+            goto out;
+        }
+        goto bound;
+    }
     slot = live_slot(job, req->epoch);
     if (slot) {
         sio_feed_stats st;
@@ -681,19 +936,23 @@ unsigned sc_jobs_open_stream(sc_jobs *j, const sc_request *req,
     if (rc) {
         sc_redact_source(err.msg, reason, reason_len);
         status = rc == SIO_ERR_INVALID ? 400 : 503;
+        if (rc == SIO_ERR_BUSY)
+            *retry_after = 2;
         goto out;
     }
-    sc_stream_bind(s, b->cur, conn);
     slot->streams++;
     slot->served++;
     slot->prefetched = 0;
     slot->last_ms = now_ms();
+    b->slot = slot;
+bound:
+    sc_stream_bind(s, b->cur, conn);
     b->s = s;
     b->job = job;
-    b->slot = slot;
     b->epoch = req->epoch;
     b->rank = req->rank;
     b->world = req->world;
+    b->resumed = req->start > 0 || req->global_start > 0;
     b->next = job->bindings;
     if (job->bindings)
         job->bindings->prev = b;
@@ -763,10 +1022,13 @@ static void reap_one(sc_jobs *j, sc_binding *b)
     /* Closing the cursor stops its notifications (it may close a private
      * replay, which joins a thread): no lock held. */
     sio_cursor_close(b->cur);
+    sio_feed_close(b->own_feed);
     sc_stream_get_stats(b->s, &st);
     pthread_mutex_lock(&job->mu);
-    b->slot->streams--;
-    b->slot->last_ms = now_ms();
+    if (b->slot) {
+        b->slot->streams--;
+        b->slot->last_ms = now_ms();
+    }
     if (b->prev)
         b->prev->next = b->next;
     else
@@ -826,6 +1088,22 @@ static void job_tick(sc_jobs *j, sc_job *job, uint64_t now, int sample_tp)
     for (fslot *s = job->slots; s; s = s->next) {
         if (s->retired)
             continue;
+        /* The epoch's exact length, once every shard is indexed. */
+        if (sample_tp && s->count == UINT64_MAX && job->res->list)
+            sio_epoch_count(j->io, job->res->list, &s->ec, &s->count);
+        /* A shard skipped in an epoch this server cannot prove it served
+         * the same way before a restart (no state_dir): resumed streams
+         * get a clear error instead of a shifted sequence. */
+        if (s->unproven && sio_journal_count(s->journal) > 0) {
+            for (sc_binding *b = job->bindings; b; b = b->next)
+                if (b->slot == s && b->resumed)
+                    sc_stream_cut(b->s,
+                                  "a shard was skipped in this epoch and "
+                                  "without --state-dir the sequence served "
+                                  "before the restart cannot be proven: "
+                                  "restart the epoch, or set --state-dir");
+            s->unproven = 0;
+        }
         sio_feed_stats st;
         sio_feed_get_stats(s->feed, &st, NULL, 0, NULL);
         if (s->streams == 0 &&
@@ -931,6 +1209,36 @@ sio_code sc_jobs_create(const sc_config *cfg, sio_io *io, sc_jobs **out,
     }
     j->cfg = cfg;
     j->io = io;
+    {
+        /* The shard indexes: state_dir/index, or memory only. */
+        char dir[4096];
+        sio_index_config ic = {0};
+        sio_error e;
+        ic.sidecars = cfg->index_sidecars;
+        ic.log.fn = sc_log_sio;
+        ic.log.level = sc_log_level();
+        if (cfg->state_dir) {
+            snprintf(dir, sizeof dir, "%s/index", cfg->state_dir);
+            ic.dir = dir; /* created with its parents */
+        }
+        if (sio_index_open(&ic, &j->index, &e) != SIO_OK) {
+            free(j->jobs);
+            free(j);
+            fail(msg, msg_len, "state_dir: %s", e.msg);
+            return SIO_ERR_IO;
+        }
+        if (cfg->state_dir) {
+            snprintf(dir, sizeof dir, "%s/journal", cfg->state_dir);
+            if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+                fail(msg, msg_len, "state_dir: cannot create %s: %s", dir,
+                     strerror(errno));
+                sio_index_close(j->index);
+                free(j->jobs);
+                free(j);
+                return SIO_ERR_IO;
+            }
+        }
+    }
     pthread_mutex_init(&j->mu, NULL);
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -994,6 +1302,17 @@ int sc_jobs_destroy(sc_jobs *j)
         pthread_join(j->resolver, NULL);
     if (j->manager_ok)
         pthread_join(j->manager, NULL);
+    /* Feeds still closing (a producer inside object-store I/O) use the
+     * jobs' lists, journals and the indexes. */
+    for (unsigned w = 0; sio_io_busy(j->io) > 0 && w < CLOSERS_WAIT_MS / 10;
+         w++)
+        usleep(10000);
+    if (sio_io_busy(j->io) > 0) {
+        SC_LOG(SIO_LOG_WARN, "event=jobs_shutdown_incomplete closers=%d",
+               sio_io_busy(j->io));
+        return -1;
+    }
+    sio_index_close(j->index);
     /* Without a manager thread (start-up failure) nothing is queued. */
     pthread_cond_destroy(&j->drained);
     pthread_cond_destroy(&j->resolved);
@@ -1043,7 +1362,9 @@ typedef struct epoch_counts {
     size_t attached, missing, lagging;
     uint64_t window_samples, window_bytes;
     uint64_t shards_skipped, samples_skipped;
+    sio_feed_seek_stats seek;
 } epoch_counts;
+
 
 static uint64_t lag_threshold(const sc_config *cfg)
 {
@@ -1084,6 +1405,13 @@ static json_t *epoch_json(const sc_config *cfg, fslot *s,
             c->attached ? (lag ? "lagging" : "streaming")
                         : c->expected ? "missing" : "disconnected",
             "lagging", lag);
+        /* The consumer's share, once the epoch's length is known. */
+        json_object_set_new(
+            o, "share_length",
+            s->count != UINT64_MAX
+                ? jint(sio_share_length(s->count, 0, c->rank, c->world,
+                                        (sio_partition)s->partition))
+                : json_null());
         json_array_append_new(jc, o);
         /* Missing: expected but never attached, or disconnected and
          * still within its rejoin grace (the window waits for both). */
@@ -1108,9 +1436,22 @@ static json_t *epoch_json(const sc_config *cfg, fslot *s,
     cnt->window_bytes += st.window_bytes;
     cnt->shards_skipped += st.epoch.shards_skipped;
     cnt->samples_skipped += st.epoch.samples_skipped;
+    seek_add(&cnt->seek, &st.seek);
     if (!detail)
         return NULL;
-    return json_pack(
+    json_t *seeks = json_pack(
+        "{s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:I, s:o}", "ready_ms_avg",
+        st.seek.ready_count
+            ? json_real((double)st.seek.ready_us / 1000.0 /
+                        (double)st.seek.ready_count)
+            : json_null(),
+        "opened",
+        jint(st.seek.opened), "shared", jint(st.seek.shared), "refused",
+        jint(st.seek.busy), "replays", jint(st.seek.replays), "lag_detaches",
+        jint(st.seek.lag_detaches), "active", (json_int_t)st.seek.active,
+        "replaying", (json_int_t)st.seek.replaying, "window_bytes",
+        jint(st.seek.window_bytes));
+    json_t *o = json_pack(
         "{s:o, s:o, s:{s:o, s:o, s:o, s:o, s:o}, s:b, s:b, s:b, s:b, s:I, "
         "s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:I, s:I, s:o, s:o, s:o, s:b}",
         "epoch", jint(s->epoch), "produced", jint(st.produced), "window",
@@ -1127,6 +1468,17 @@ static json_t *epoch_json(const sc_config *cfg, fslot *s,
         (json_int_t)missing, "lagging_count", (json_int_t)lagging,
         "consumers", jc, "missing", jm, "lagging", jl, "consumers_truncated",
         n > listed);
+    if (o) {
+        json_object_set_new(o, "samples_total", s->count != UINT64_MAX
+                                                    ? jint(s->count)
+                                                    : json_null());
+        json_object_set_new(o, "seeks", seeks);
+        json_object_set_new(o, "journal_skips",
+                            jint(sio_journal_count(s->journal)));
+    } else {
+        json_decref(seeks);
+    }
+    return o;
 }
 
 static json_t *fetch_json(sio_io *io)
@@ -1174,7 +1526,8 @@ static json_t *job_json(sc_jobs *j, sc_job *job, sio_feed_consumer *cons,
         "s:f}, s:{s:o, s:o, s:o, s:o, s:o, s:o, s:o}, s:{s:o, s:o}}",
         "name", job->spec.name, "state", state_name(job->state), "reason",
         job->reason, "source", src, "shards",
-        job->list ? jint(sio_shardlist_count(job->list)) : json_null(),
+        job->res->list ? jint(sio_shardlist_count(job->res->list))
+                       : json_null(),
         "settings", settings, "epochs", epochs, "consumers_attached",
         (json_int_t)cnt.attached, "consumers_missing",
         (json_int_t)cnt.missing, "consumers_lagging",
@@ -1309,6 +1662,7 @@ sio_code sc_jobs_metrics(sc_jobs *j, sio_wbuf *out)
             epoch_json(j->cfg, s, cons, &x->cnt, 0);
         }
         x->shards_skipped = job->shards_skipped_closed + x->cnt.shards_skipped;
+        seek_add(&x->cnt.seek, &job->seeks_closed);
         x->samples_skipped =
             job->samples_skipped_closed + x->cnt.samples_skipped;
         pthread_mutex_unlock(&job->mu);
@@ -1380,7 +1734,61 @@ sio_code sc_jobs_metrics(sc_jobs *j, sio_wbuf *out)
     FAMILY("shardcast_samples_skipped_total", "counter",
            "Samples skipped as bad.");
     EACH("shardcast_samples_skipped_total", m[i].samples_skipped);
+    FAMILY("shardcast_seeks_total", "counter",
+           "Seek feeds opened (reconnects, late ranks, laggards, padding).");
+    EACH("shardcast_seeks_total", m[i].cnt.seek.opened);
+    FAMILY("shardcast_seeks_shared_total", "counter",
+           "Consumers that joined a seek feed already open.");
+    EACH("shardcast_seeks_shared_total", m[i].cnt.seek.shared);
+    FAMILY("shardcast_seeks_refused_total", "counter",
+           "Seeks refused at the seek limits (503, Retry-After).");
+    EACH("shardcast_seeks_refused_total", m[i].cnt.seek.busy);
+    FAMILY("shardcast_seek_replays_total", "counter",
+           "Seeks that replayed the epoch from its start (shards not "
+           "indexed far enough).");
+    EACH("shardcast_seek_replays_total", m[i].cnt.seek.replays);
+    FAMILY("shardcast_lag_detaches_total", "counter",
+           "Times a full window slid past a consumer that held it back.");
+    EACH("shardcast_lag_detaches_total", m[i].cnt.seek.lag_detaches);
+    FAMILY("shardcast_seeks_active", "gauge", "Seek feeds open now.");
+    EACH("shardcast_seeks_active", m[i].cnt.seek.active);
+    FAMILY("shardcast_seek_ready_seconds", "summary",
+           "Time from opening a seek feed to its first sample.");
+    for (size_t i = 0; i < n; i++)
+        if ((rc = put(out, "shardcast_seek_ready_seconds_sum{job=\"%s\"} "
+                      "%.6f\nshardcast_seek_ready_seconds_count{job=\"%s\"} "
+                      "%" PRIu64 "\n", m[i].name,
+                      (double)m[i].cnt.seek.ready_us / 1e6, m[i].name,
+                      m[i].cnt.seek.ready_count)))
+            goto out;
 
+    {
+        sio_index_stats ix;
+        sio_index_get_stats(j->index, &ix);
+        FAMILY("shardcast_index_shards", "gauge",
+               "Shards with an index, complete or being built.");
+        if ((rc = put(out,
+                      "shardcast_index_shards{state=\"complete\"} %" PRIu64
+                      "\nshardcast_index_shards{state=\"partial\"} %" PRIu64
+                      "\n",
+                      ix.complete, ix.entries - ix.complete)))
+            goto out;
+        FAMILY("shardcast_index_loaded_total", "counter",
+               "Shard indexes read from state_dir or sidecars.");
+        if ((rc = put(out, "shardcast_index_loaded_total %" PRIu64 "\n",
+                      ix.loaded)))
+            goto out;
+        FAMILY("shardcast_index_built_total", "counter",
+               "Shard indexes completed by streaming the shard.");
+        if ((rc = put(out, "shardcast_index_built_total %" PRIu64 "\n",
+                      ix.built)))
+            goto out;
+        FAMILY("shardcast_index_invalid_total", "counter",
+               "Index files refused as stale or corrupt.");
+        if ((rc = put(out, "shardcast_index_invalid_total %" PRIu64 "\n",
+                      ix.invalid)))
+            goto out;
+    }
     sio_io_get_stats(j->io, &f);
     FAMILY("shardcast_fetch_requests_total", "counter",
            "Object-store requests started (attempts).");

@@ -6,6 +6,7 @@
  * are the limits named below, so no input length reaches an allocation.
  */
 #include "request.h"
+#include "shardio.h"
 
 #include "settings.h"
 
@@ -142,6 +143,7 @@ static const char *const param_names[P_COUNT] = {
     ((1u << P_RANK) | (1u << P_WORLD) | (1u << P_START) |                  \
      (1u << P_GLOBAL_START) | (1u << P_FORMAT) | (1u << P_FIELDS))
 #define TOPOLOGY_PARAMS (1u << P_WORLD)
+#define SAMPLE_PARAMS ((1u << P_FORMAT) | (1u << P_FIELDS))
 
 static unsigned parse_query(const char *q, size_t len, unsigned accepted,
                             sc_request *req, char *reason, size_t reason_len)
@@ -239,11 +241,12 @@ static unsigned parse_query(const char *q, size_t len, unsigned accepted,
         return fail(400, reason, reason_len, "missing parameter world");
     if (req->rank >= req->world)
         return fail(400, reason, reason_len, "rank must be less than world");
-    /* The feed addresses Y[global_start + rank + start * world]. */
-    if (req->global_start > UINT64_MAX - req->rank ||
-        req->start > (UINT64_MAX - req->global_start - req->rank) / req->world)
-        return fail(400, reason, reason_len,
-                    "start and global_start out of range");
+    /* The feed addresses Y[global_start + rank + start * world]: one
+     * bound for every index a request can reach (partition.c). */
+    char why[160];
+    if (sio_share_validate(req->rank, req->world, req->global_start,
+                           req->start, why, sizeof why) != 0)
+        return fail(400, reason, reason_len, "%s", why);
     return 200;
 }
 
@@ -259,6 +262,7 @@ const char *sc_route_allow(sc_route route)
     case SC_ROUTE_NONE:
     case SC_ROUTE_JOBS:
     case SC_ROUTE_STREAM:
+    case SC_ROUTE_SAMPLE:
     case SC_ROUTE_SETTINGS:
     case SC_ROUTE_TOPOLOGY:
         break;
@@ -347,11 +351,15 @@ unsigned sc_request_parse(const char *method, const char *target,
     else if (nseg == 6 && SEG_IS(0, "v1") && SEG_IS(1, "jobs") &&
              SEG_IS(3, "epochs") && SEG_IS(5, "stream"))
         route = SC_ROUTE_STREAM;
+    else if (nseg == 5 && SEG_IS(0, "v1") && SEG_IS(1, "jobs") &&
+             SEG_IS(3, "samples"))
+        route = SC_ROUTE_SAMPLE;
     else
         return fail(404, reason, reason_len, "not found");
 #undef SEG_IS
 
-    if (route == SC_ROUTE_JOB || route == SC_ROUTE_STREAM) {
+    if (route == SC_ROUTE_JOB || route == SC_ROUTE_STREAM ||
+        route == SC_ROUTE_SAMPLE) {
         char jobbuf[SC_JOB_NAME_MAX + 1];
         int put = route == SC_ROUTE_JOB && method_is(method, "PUT");
         if (!pct_valid(seg[2], seglen[2]))
@@ -396,6 +404,16 @@ unsigned sc_request_parse(const char *method, const char *target,
             return fail(400, reason, reason_len,
                         "epoch must be a non-negative integer");
         accepted = STREAM_PARAMS;
+    } else if (route == SC_ROUTE_SAMPLE) {
+        /* sample i of the unshuffled order: one sample, as a stream of
+         * rank 0 of 1 from global index i */
+        if (sc_pct_decode(seg[4], seglen[4], 0, buf, sizeof buf) < 0 ||
+            sc_parse_u64(buf, SIO_POSITION_MAX, &out->global_start) != 0)
+            return fail(400, reason, reason_len,
+                        "sample index must be an integer in 0..%llu",
+                        (unsigned long long)SIO_POSITION_MAX);
+        out->world = 1;
+        accepted = SAMPLE_PARAMS;
     } else if (route == SC_ROUTE_TOPOLOGY) {
         accepted = TOPOLOGY_PARAMS;
     }

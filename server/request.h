@@ -31,7 +31,9 @@ typedef enum sc_route {
     SC_ROUTE_JOB,      /* GET|PUT|DELETE /v1/jobs/{job} */
     SC_ROUTE_STREAM,   /* GET /v1/jobs/{job}/epochs/{epoch}/stream */
     SC_ROUTE_SETTINGS, /* GET /v1/settings */
-    SC_ROUTE_TOPOLOGY  /* GET /v1/topology[?world=W] */
+    SC_ROUTE_TOPOLOGY, /* GET /v1/topology[?world=W] */
+    SC_ROUTE_SAMPLE    /* GET /v1/jobs/{job}/samples/{i} (global_start = i,
+                          rank 0, world 1) */
 } sc_route;
 
 typedef enum sc_format { SC_FORMAT_TAR = 0, SC_FORMAT_FRAMES = 1 } sc_format;

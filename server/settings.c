@@ -69,6 +69,9 @@ static const choice partition_choices[] = {
     {NULL, 0}};
 static const choice on_error_choices[] = {
     {"skip", SIO_ON_ERROR_SKIP}, {"fail", SIO_ON_ERROR_FAIL}, {NULL, 0}};
+static const choice lag_choices[] = {{"detach", SIO_FEED_LAG_DETACH},
+                                     {"wait", SIO_FEED_LAG_WAIT},
+                                     {NULL, 0}};
 static const choice level_choices[] = {{"error", SIO_LOG_ERROR},
                                        {"warn", SIO_LOG_WARN},
                                        {"info", SIO_LOG_INFO},
@@ -164,6 +167,20 @@ static const setting settings[] = {
     {"lag-samples", NULL, SRV(lag_samples), T_U32, "0", 0,
      WINDOW_SAMPLES_MAX, NULL,
      "a consumer this many samples behind is lagging (0: half the window)"},
+    {"state-dir", NULL, SRV(state_dir), T_PATH, NULL, 1, 3000, NULL,
+     "directory kept across restarts: shard indexes (index/) and epoch "
+     "journals (journal/); none: in memory only"},
+    {"index-sidecars", NULL, SRV(index_sidecars), T_BOOL, "true", 0, 0, NULL,
+     "read a shard's index from \"<shard URL>.scidx\" when it exists"},
+    {"max-seeks", NULL, SRV(max_seeks), T_U32, "4", 1, 256, NULL,
+     "seek feeds per epoch at once (reconnects, late ranks, laggards)"},
+    {"max-seeks-total", NULL, SRV(max_seeks_total), T_U32, "32", 1, 65536,
+     NULL, "seek feeds in the whole server at once; beyond: 503"},
+    {"lag-policy", NULL, SRV(lag_policy), T_ENUM, "detach", 0, 0, lag_choices,
+     "a consumer that holds a full window back: detach it into a seek "
+     "after --lag-grace-ms, or make everyone wait"},
+    {"lag-grace-ms", NULL, SRV(lag_grace_ms), T_U32, "2000", 1, 86400000,
+     NULL, "how long a full window may keep other consumers waiting"},
     {"replica", NULL, SRV(replica), T_U32, "0", 0, 65535, NULL,
      "this server's replica number J (scale-out)"},
     {"replicas", NULL, SRV(replicas), T_U32, "1", 1, 65536, NULL,
@@ -933,6 +950,7 @@ void sc_settings_free(sc_config *cfg)
     free(cfg->token_file);
     wipe_free(cfg->admin_token);
     free(cfg->admin_token_file);
+    free(cfg->state_dir);
     sc_jobspec_free(&cfg->cli_job);
     for (size_t i = 0; i < cfg->njobs; i++)
         sc_jobspec_free(&cfg->jobs[i]);

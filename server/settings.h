@@ -87,6 +87,12 @@ typedef struct sc_config {
     uint32_t lag_samples;     /* --lag-samples: lagging threshold (0: half
                                  the window) */
     uint32_t replica, replicas; /* --replica J --replicas R */
+    char *state_dir;          /* --state-dir: indexes, journals (NULL) */
+    int index_sidecars;       /* --index-sidecars */
+    uint32_t max_seeks;       /* --max-seeks: per epoch */
+    uint32_t max_seeks_total; /* --max-seeks-total: per server */
+    int lag_policy;           /* --lag-policy: sio_feed_lag */
+    uint32_t lag_grace_ms;    /* --lag-grace-ms */
 
     /* The job of the command-line form (cli_job.name NULL: none). */
     sc_jobspec cli_job;

@@ -1352,6 +1352,111 @@ sio_code sio_epoch_order(sio_io *io, const sio_shardlist *list,
     return rc;
 }
 
+/* Complete the index of shard idx by reading it (mu NOT held). */
+static sio_code index_shard(sio_epoch *ep, uint32_t idx, sio_error *err)
+{
+    sio_shard *sh = NULL;
+    sio_shard_at at = {.end = UINT64_MAX, .ix = shard_ix(ep, idx)};
+    sio_code rc = sio_shard_open_at(ep->io, sio_shardlist_url(ep->list, idx),
+                                    idx, &ep->cfg.limits, &at, &sh, err);
+    while (rc == SIO_OK) {
+        const sio_sample *s = NULL;
+        rc = sio_shard_next(sh, &s);
+        if (rc == SIO_ERR_SAMPLE) {
+            rc = SIO_OK;
+            continue;
+        }
+        if (rc) {
+            sio_seterr(err, rc, "%s", sio_shard_errmsg(sh));
+            break;
+        }
+        if (!s)
+            break;
+        sio_sample_unref(s);
+    }
+    sio_shard_close(sh);
+    return rc;
+}
+
+sio_code sio_epoch_open_sample(sio_io *io, const sio_shardlist *list,
+                               const sio_epoch_config *cfg, uint64_t i,
+                               sio_epoch **out, sio_error *err)
+{
+    sio_epoch_config c = *cfg;
+    sio_epoch *ep = NULL;
+    sio_code rc;
+    uint64_t left = i;
+    *out = NULL;
+    if (!cfg->index)
+        return sio_seterr(err, SIO_ERR_UNSUPPORTED, "no shard indexes");
+    c.read_threads = 0;
+    c.interleave = 1;
+    c.buffer_samples = 1;
+    c.replica = c.replicas = 0;
+    rc = epoch_new(io, list, &c, &ep, err);
+    if (rc)
+        return rc;
+    size_t total = sio_shardlist_count(list);
+    for (uint32_t idx = 0; idx < total; idx++) {
+        sio_index_entry *e = shard_ix(ep, idx);
+        sio_index_info info;
+        if (!e) {
+            rc = sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+            goto out;
+        }
+        sio_index_get_info(e, &info);
+        if (!info.complete) {
+            rc = index_shard(ep, idx, err);
+            if (rc)
+                goto out;
+            sio_index_get_info(e, &info);
+            if (!info.complete) {
+                rc = sio_seterr(err, SIO_ERR_IO, "shard %u: no index", idx);
+                goto out;
+            }
+        }
+        if (left >= info.good) {
+            left -= info.good;
+            continue;
+        }
+        for (uint64_t g = 0; g < info.known; g++) {
+            sio_index_group gr;
+            if (!sio_index_group_get(e, g, &gr) ||
+                (gr.flags & SIO_INDEX_GROUP_BAD))
+                continue;
+            if (left-- > 0)
+                continue;
+            /* One virtual entry, emitted as Y[i]: the epoch ends after. */
+            stub *st = stub_new(ep, idx, g, gr.bytes);
+            ep->vents = calloc(1, sizeof *ep->vents);
+            if (!st || !ep->vents) {
+                rc = sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+                goto out;
+            }
+            ep->vents[0].shard = idx;
+            ep->vents[0].group = g;
+            ep->nvents = 1;
+            st->vi = 0;
+            st->pub.global_index = i;
+            ep->outq[0] = &st->pub;
+            ep->qhead = 0;
+            ep->qlen = 1;
+            ep->emitted = i + 1;
+            ep->started = 1;
+            ep->active = 0;
+            ep->input_done = 1;
+            *out = ep;
+            return SIO_OK;
+        }
+    }
+    rc = sio_seterr(err, SIO_ERR_NOTFOUND,
+                    "sample %" PRIu64 " is past the dataset's %" PRIu64
+                    " samples", i, i - left);
+out:
+    sio_epoch_close(ep);
+    return rc;
+}
+
 sio_code sio_epoch_count(sio_io *io, const sio_shardlist *list,
                          const sio_epoch_config *cfg, uint64_t *count)
 {

@@ -5,12 +5,12 @@
  * A feed runs a sio_epoch on a producer thread into a ring (the window)
  * holding indices [lo, hi) of Y. Cursors index the ring directly: consumer
  * r of W at share position k reads Y[G + r + k*W] (partition.c). Samples
- * stay in the window after every cursor took them (history, so that a
- * consumer that reconnects a little behind finds them in memory); the
- * window slides only when the producer needs room, and never past a
- * sample still needed, except by the lag policy below. The producer reads
- * ahead of the slowest need by at most 3/4 of the window, so a quarter of
- * it is history.
+ * stay in the window for a while after every cursor took them (history,
+ * so that a consumer that reconnects a little behind finds them in
+ * memory): while the window is at most half full and for at most 1/8 of
+ * its samples. The window never slides past a sample still needed, except
+ * by the lag policy below; the producer reads ahead of the slowest need by
+ * at most 3/4 of the window.
  *
  * Seeks. A cursor whose next index has left the window (a reconnect from
  * behind, a late joiner, a start= / global_start= resume, the even-pad
@@ -82,6 +82,8 @@
 typedef struct family {
     pthread_mutex_t mu;
     atomic_int refs;
+    void (*released)(void *userdata); /* the last feed is gone */
+    void *userdata;
 } family;
 
 typedef struct group {
@@ -139,8 +141,10 @@ struct sio_feed {
     uint64_t blocked_ms;    /* since when a full window blocks waiters */
     int ended, failed, stop;
     int producer_waiting;   /* in a wait on `room` */
+    int in_read;            /* producer inside sio_epoch_next / open */
     int replay;             /* child: not reachable by a seek; replays */
     int attached_once;      /* a cursor has been here */
+    int sample_mode;        /* one sample of the unshuffled order */
     sio_code fail_rc;
     char errmsg[800];
     sio_cursor *cursors;
@@ -148,6 +152,7 @@ struct sio_feed {
     sio_cursor **heap;
     size_t nheap, heapcap;
     uint64_t idle_since;    /* child: no cursor since (0: in use) */
+    uint64_t started_us;    /* child: when it opened (0: counted) */
     sio_feed *children, *next_child; /* root: its seek feeds */
     sio_feed *graveyard;    /* root: unlinked children to stop */
     uint32_t nchildren;
@@ -357,15 +362,17 @@ static int full(const sio_feed *f)
            f->bytes >= f->cfg.window_bytes;
 }
 
-/* Make room in a full window by dropping history nobody needs, down to
- * 7/8 of the caps. Returns 1 when there is room now. */
+/* Drop history nobody needs: history is kept only while the window is at
+ * most half full (samples and bytes), and never more than 1/8 of the
+ * window in samples. Returns 1 when there is room now. */
 static int make_room(sio_feed *f)
 {
     uint64_t need = lowest_need(f, now_ms());
+    uint64_t hist = f->cfg.window_samples / 8;
     f->need_hint = need;
     while (f->lo < need &&
-           (f->hi - f->lo > f->cfg.window_samples / 8 * 7 ||
-            f->bytes > f->cfg.window_bytes / 8 * 7))
+           (f->hi - f->lo > f->cfg.window_samples / 2 ||
+            f->bytes > f->cfg.window_bytes / 2 || need - f->lo > hist))
         drop_lo(f);
     return !full(f);
 }
@@ -414,7 +421,21 @@ static void *producer_main(void *arg)
     sio_error e;
     sio_code rc = SIO_OK;
 
-    if (f != f->root) {
+    if (f->sample_mode) {
+        sio_epoch *ep = NULL;
+        rc = sio_epoch_open_sample(f->io, f->list, &f->ecfg, f->base, &ep, &e);
+        pthread_mutex_lock(mu);
+        f->ep = ep;
+        if (rc) {
+            f->failed = f->ended = 1;
+            f->fail_rc = rc;
+            snprintf(f->errmsg, sizeof f->errmsg, "%s", e.msg);
+            wake(f, 1);
+            pthread_mutex_unlock(mu);
+            return NULL;
+        }
+        pthread_mutex_unlock(mu);
+    } else if (f != f->root) {
         /* A seek: the epoch at base from the indexes, else a replay. */
         sio_epoch *ep = NULL;
         rc = sio_epoch_open_at(f->io, f->list, &f->ecfg, f->base, &ep, &e);
@@ -441,7 +462,11 @@ static void *producer_main(void *arg)
     }
     pthread_mutex_lock(mu);
     while (!f->stop) {
-        if ((full(f) && !make_room(f)) || !ahead_ok(f)) {
+        if (f->bytes > f->cfg.window_bytes / 2 ||
+            f->hi - f->lo > f->cfg.window_samples / 2 ||
+            f->need_hint - f->lo > f->cfg.window_samples / 8)
+            make_room(f);
+        if (full(f) || !ahead_ok(f)) {
             /* Blocked by the slowest need. Under the lag policy, when
              * others wait for new samples, that need loses its hold after
              * lag_grace_ms. */
@@ -472,12 +497,14 @@ static void *producer_main(void *arg)
             continue;
         }
         f->blocked_ms = 0;
+        f->in_read = 1;
         pthread_mutex_unlock(mu);
         const sio_sample *s = NULL;
         rc = sio_epoch_next(f->ep, &s);
         sio_epoch_stats est;
         sio_epoch_get_stats(f->ep, &est);
         pthread_mutex_lock(mu);
+        f->in_read = 0;
         f->est = est;
         if (rc != SIO_OK) {
             f->failed = 1;
@@ -491,6 +518,15 @@ static void *producer_main(void *arg)
             sio_sample_unref(s); /* a replay before its first need */
             f->hi = f->lo;
         } else {
+            if (f->started_us && !f->stop) {
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                uint64_t us = (uint64_t)ts.tv_sec * 1000000u +
+                              (uint64_t)ts.tv_nsec / 1000u;
+                f->root->seek.ready_us += us - f->started_us;
+                f->root->seek.ready_count++;
+                f->started_us = 0;
+            }
             if (f->hi == f->lo && f->replay)
                 f->lo = s->global_index;
             f->hi = s->global_index;
@@ -514,8 +550,12 @@ static void *producer_main(void *arg)
 static void family_unref(family *fam)
 {
     if (atomic_fetch_sub(&fam->refs, 1) == 1) {
+        void (*cb)(void *) = fam->released;
+        void *ud = fam->userdata;
         pthread_mutex_destroy(&fam->mu);
         free(fam);
+        if (cb)
+            cb(ud);
     }
 }
 
@@ -555,8 +595,10 @@ static void feed_stop(sio_feed *f)
     pthread_t t;
     if (!f)
         return;
+    int reading;
     pthread_mutex_lock(&f->fam->mu);
     f->stop = 1;
+    reading = f->in_read || !f->ep; /* a child may still be opening */
     pthread_cond_broadcast(&f->room);
     pthread_mutex_unlock(&f->fam->mu);
     if (f->ep)
@@ -565,8 +607,16 @@ static void feed_stop(sio_feed *f)
         feed_free(f);
         return;
     }
+    /* A producer outside a read only has to wake up and leave: join it
+     * here. One inside a read (object-store I/O, retries) is left to a
+     * closer thread after a short wait. */
+    if (!reading) {
+        pthread_join(f->thread, NULL);
+        feed_free(f);
+        return;
+    }
     clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 100 * 1000000L;
+    ts.tv_nsec += 20 * 1000000L;
     ts.tv_sec += ts.tv_nsec / 1000000000L;
     ts.tv_nsec %= 1000000000L;
     if (pthread_timedjoin_np(f->thread, NULL, &ts) == 0) {
@@ -611,7 +661,8 @@ static void fill_defaults(sio_feed_config *c)
 static sio_code feed_start(sio_io *io, const sio_shardlist *list,
                            const sio_epoch_config *ecfg,
                            const sio_feed_config *fcfg, sio_feed *parent,
-                           uint64_t base, sio_feed **out, sio_error *err)
+                           uint64_t base, int sample, sio_feed **out,
+                           sio_error *err)
 {
     sio_code rc = SIO_OK;
     sio_feed *f = calloc(1, sizeof *f);
@@ -624,7 +675,12 @@ static sio_code feed_start(sio_io *io, const sio_shardlist *list,
     f->ecfg = *ecfg;
     f->cfg = *fcfg;
     f->base = f->lo = f->hi = f->need_hint = base;
+    f->sample_mode = sample;
     if (parent) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        f->started_us = (uint64_t)ts.tv_sec * 1000000u +
+                        (uint64_t)ts.tv_nsec / 1000u;
         f->root = parent;
         f->fam = parent->fam;
         atomic_fetch_add(&f->fam->refs, 1);
@@ -639,6 +695,8 @@ static sio_code feed_start(sio_io *io, const sio_shardlist *list,
         }
         pthread_mutex_init(&f->fam->mu, NULL);
         atomic_init(&f->fam->refs, 1);
+        f->fam->released = fcfg->released;
+        f->fam->userdata = fcfg->released_userdata;
         f->det = malloc(FEED_DETACHED_MAX * sizeof *f->det);
         if (!f->det) {
             feed_free(f);
@@ -650,7 +708,7 @@ static sio_code feed_start(sio_io *io, const sio_shardlist *list,
         feed_free(f);
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
     }
-    if (!parent) {
+    if (!parent && !sample) {
         rc = sio_epoch_open(io, list, ecfg, &f->ep, err);
         if (rc) {
             feed_free(f);
@@ -684,7 +742,25 @@ sio_code sio_feed_open(sio_io *io, const sio_shardlist *list,
                           FEED_SEEKS_MAX);
     if (c.lag_policy != SIO_FEED_LAG_DETACH && c.lag_policy != SIO_FEED_LAG_WAIT)
         return sio_seterr(err, SIO_ERR_INVALID, "unknown lag policy");
-    return feed_start(io, list, ecfg, &c, NULL, 0, out, err);
+    return feed_start(io, list, ecfg, &c, NULL, 0, 0, out, err);
+}
+
+sio_code sio_feed_open_sample(sio_io *io, const sio_shardlist *list,
+                              const sio_epoch_config *ecfg, uint64_t i,
+                              const sio_feed_config *fcfg, sio_feed **out,
+                              sio_error *err)
+{
+    sio_feed_config c = {.window_samples = 2, .max_seeks = 1};
+    if (fcfg) {
+        c.released = fcfg->released;
+        c.released_userdata = fcfg->released_userdata;
+    }
+    fill_defaults(&c);
+    *out = NULL;
+    if (i > SIO_POSITION_MAX)
+        return sio_seterr(err, SIO_ERR_INVALID, "sample index above %llu",
+                          (unsigned long long)SIO_POSITION_MAX);
+    return feed_start(io, list, ecfg, &c, NULL, i, 1, out, err);
 }
 
 /* Unlink and stop children with no cursor for a while (fam->mu held);
@@ -811,7 +887,7 @@ static sio_code reseat(sio_cursor *c, uint64_t t)
         }
         if (heap_reserve(root) != 0 ||
             feed_start(root->io, root->list, &root->ecfg, &root->cfg, root, t,
-                       &best, &e) != SIO_OK) {
+                       0, &best, &e) != SIO_OK) {
             if (root->cfg.seek_budget)
                 atomic_fetch_sub(root->cfg.seek_budget, 1);
             snprintf(c->err, sizeof c->err, "seek: cannot start");
