@@ -423,6 +423,9 @@ typedef struct sio_epoch_stats {
 } sio_epoch_stats;
 void sio_epoch_get_stats(const sio_epoch *ep, sio_epoch_stats *st);
 void sio_epoch_close(sio_epoch *ep);
+/* Samples of Y emitted so far, counted from Y[0] also after a seek: at the
+ * end of the epoch, its length N. */
+uint64_t sio_epoch_emitted(const sio_epoch *ep);
 /* Ask the epoch to stop: waits and retry backoffs end at once; a read in
  * progress ends when the store answers. Thread-safe; the epoch must still
  * be closed. */

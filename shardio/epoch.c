@@ -32,9 +32,9 @@
  * the slot shards are opened at the groups the slots reached (a ranged
  * read from the group's offset; a compressed shard is re-read from its
  * start and skipped forward), and the stubs still in the buffer become
- * "virtual" entries, fetched by ranged reads (groups of one shard that lie
- * close together in one read), in the background and on demand when one
- * is emitted first.
+ * "virtual" entries, fetched by ranged reads when they are emitted (with
+ * the pending entries of the same shard that lie close after it, in the
+ * same read), so a seek reads only what its consumers take.
  *
  * Shard failures: a bad sample is invisible (counted). A transient error
  * (SIO_ERR_IO, SIO_ERR_RETRY after the fetch engine's own retries) reopens
@@ -166,7 +166,7 @@ struct sio_epoch {
     int consumer_waiting;
 
     vent *vents;            /* virtual entries (after a seek), sorted */
-    size_t nvents, vscan;   /* vscan: no pending entry below it */
+    size_t nvents;
     char vmsg[640];         /* why a virtual entry failed */
 
     stub *free_stubs;
@@ -654,14 +654,6 @@ static void vfetch(sio_epoch *ep, size_t i)
     pthread_cond_broadcast(&ep->ready);
 }
 
-/* The first pending virtual entry at or after ep->vscan (mu held). */
-static size_t vpending(sio_epoch *ep)
-{
-    while (ep->vscan < ep->nvents && ep->vents[ep->vscan].state != V_PENDING)
-        ep->vscan++;
-    return ep->vscan;
-}
-
 static void *worker_main(void *arg)
 {
     sio_epoch *ep = arg;
@@ -677,12 +669,6 @@ static void *worker_main(void *arg)
                 (!pick || r->qlen < pick->qlen ||
                  (r->qlen == pick->qlen && r->pos < pick->pos)))
                 pick = r;
-        }
-        /* A reader with samples queued can wait for a virtual entry. */
-        size_t vi = vpending(ep);
-        if (vi < ep->nvents && (!pick || pick->qlen > 0)) {
-            vfetch(ep, vi);
-            continue;
         }
         if (!pick) {
             ep->workers_idle++;
@@ -790,6 +776,11 @@ sio_code sio_epoch_open(sio_io *io, const sio_shardlist *list,
                         sio_error *err)
 {
     return sio_epoch_open_at(io, list, cfg, 0, out, err);
+}
+
+uint64_t sio_epoch_emitted(const sio_epoch *ep)
+{
+    return ep->emitted;
 }
 
 void sio_epoch_cancel(sio_epoch *ep)

@@ -76,6 +76,8 @@
 /* Waking a consumer costs a context switch (and in the server a resumed
  * connection): wake it for a batch of samples, not for every one. */
 #define FEED_WAKE_BATCH_DEFAULT 16u
+/* Read-ahead per shard of a seek feed's epoch. */
+#define SEEK_READAHEAD_BYTES (1ull << 20)
 /* Internal step result: the cursor must move to a seek feed. */
 #define STEP_SEEK ((sio_code)1000)
 
@@ -140,6 +142,9 @@ struct sio_feed {
     uint64_t need_hint;     /* a lower bound of the slowest need */
     uint64_t blocked_ms;    /* since when a full window blocks waiters */
     int ended, failed, stop;
+    uint64_t n_end;         /* at the end: the epoch's length N */
+    uint64_t n_known;       /* root: N once any feed of the family ended
+                               (0: not yet) */
     int producer_waiting;   /* in a wait on `room` */
     int in_read;            /* producer inside sio_epoch_next / open */
     int replay;             /* child: not reachable by a seek; replays */
@@ -379,9 +384,32 @@ static int make_room(sio_feed *f)
 
 /* May the producer read ahead? At most 3/4 of the window beyond the
  * slowest need, so the rest stays history. */
+/* Does anyone still want this feed to read on? Before the first attach
+ * it reads ahead (prefetch); after, only for its cursors and holds. */
+static int wanted(const sio_feed *f)
+{
+    if (!f->attached_once || f->ncursors > 0)
+        return 1;
+    if (f != f->root)
+        return 0;
+    if (f->ndet > 0)
+        return 1;
+    for (size_t g = 0; g < FEED_GROUPS_MAX; g++)
+        if (f->groups[g].seen && f->groups[g].nseen < f->groups[g].world &&
+            f->groups[g].deadline_ms > now_ms())
+            return 1;
+    for (const sio_feed *ch = f->children; ch; ch = ch->next_child)
+        for (const sio_cursor *c = ch->cursors; c; c = c->next)
+            if (c->rpin != UINT64_MAX)
+                return 1;
+    return 0;
+}
+
 static int ahead_ok(sio_feed *f)
 {
     uint64_t ahead = f->cfg.window_samples / 4 * 3;
+    if (!wanted(f))
+        return 0;
     if (ahead < 1)
         ahead = 1;
     if (f->hi - f->need_hint < ahead)
@@ -514,6 +542,9 @@ static void *producer_main(void *arg)
             f->ended = 1;
         } else if (!s) {
             f->ended = 1;
+            f->n_end = sio_epoch_emitted(f->ep);
+            if (!f->stop && !f->sample_mode)
+                f->root->n_known = f->n_end + 1; /* +1: 0 means unknown */
         } else if (s->global_index < f->lo) {
             sio_sample_unref(s); /* a replay before its first need */
             f->hi = f->lo;
@@ -686,6 +717,10 @@ static sio_code feed_start(sio_io *io, const sio_shardlist *list,
         atomic_fetch_add(&f->fam->refs, 1);
         f->cfg.window_samples = parent->cfg.seek_window_samples;
         f->cfg.window_bytes = parent->cfg.seek_window_bytes;
+        /* A seek may end soon (a reconnect catching up): read ahead less. */
+        if (f->ecfg.readahead_bytes == 0 ||
+            f->ecfg.readahead_bytes > SEEK_READAHEAD_BYTES)
+            f->ecfg.readahead_bytes = SEEK_READAHEAD_BYTES;
     } else {
         f->root = f;
         f->fam = calloc(1, sizeof *f->fam);
@@ -858,12 +893,18 @@ static sio_code reseat(sio_cursor *c, uint64_t t)
             best = ch;
     }
     if (!best && root->nchildren >= root->cfg.max_seeks) {
-        /* At the limit: an unused child makes room. */
+        /* At the limit: an unused child makes room; the one c leaves
+         * counts as unused when c is its only cursor. */
         sio_feed **pp = &root->children;
-        while (*pp && (*pp)->ncursors > 0)
+        while (*pp && (*pp)->ncursors > 0 &&
+               !(*pp == c->src && (*pp)->ncursors == 1))
             pp = &(*pp)->next_child;
         if (*pp) {
             sio_feed *idle = *pp;
+            if (idle == c->src) {
+                list_remove(idle, c);
+                c->src = NULL;
+            }
             *pp = idle->next_child;
             root->nchildren--;
             if (root->cfg.seek_budget)
@@ -883,6 +924,8 @@ static sio_code reseat(sio_cursor *c, uint64_t t)
             snprintf(c->err, sizeof c->err,
                      "too many seeks in flight (%u); retry later",
                      root->nchildren);
+            if (!c->src)
+                list_add(root, c);
             return SIO_ERR_BUSY;
         }
         if (heap_reserve(root) != 0 ||
@@ -891,6 +934,8 @@ static sio_code reseat(sio_cursor *c, uint64_t t)
             if (root->cfg.seek_budget)
                 atomic_fetch_sub(root->cfg.seek_budget, 1);
             snprintf(c->err, sizeof c->err, "seek: cannot start");
+            if (!c->src)
+                list_add(root, c);
             return SIO_ERR_NOMEM;
         }
         best->next_child = root->children;
@@ -902,9 +947,12 @@ static sio_code reseat(sio_cursor *c, uint64_t t)
     }
     if (heap_reserve(best) != 0) {
         snprintf(c->err, sizeof c->err, "out of memory");
+        if (!c->src)
+            list_add(root, c);
         return SIO_ERR_NOMEM;
     }
-    list_remove(c->src, c);
+    if (c->src)
+        list_remove(c->src, c);
     list_add(best, c);
     c->seeks++;
     return SIO_OK;
@@ -933,8 +981,13 @@ sio_code sio_feed_attach(sio_feed *f, const sio_cursor_config *cfg,
     c->rpin = UINT64_MAX;
     c->last_ms = now;
     pthread_cond_init(&c->cv, NULL);
-    need = cursor_index(c);
     pthread_mutex_lock(&f->fam->mu);
+    if (cfg->policy == SIO_PARTITION_EVEN_PAD && f->n_known &&
+        cursor_index(c) >= f->n_known - 1 && f->n_known - 1 > cfg->global_start) {
+        c->tail = 1;
+        c->n = f->n_known - 1;
+    }
+    need = cursor_need(c);
     if (heap_reserve(f) != 0) {
         pthread_mutex_unlock(&f->fam->mu);
         pthread_cond_destroy(&c->cv);
@@ -953,7 +1006,10 @@ sio_code sio_feed_attach(sio_feed *f, const sio_cursor_config *cfg,
         }
     group_note(f, cfg, now);
     list_add(f, c);
-    if (need < f->lo) {
+    /* Behind the window, or so far ahead that reading up to it would mean
+     * reading what nobody asked for: a seek. */
+    if (need < f->lo ||
+        (need > f->hi && need - f->hi >= f->cfg.window_samples)) {
         rc = reseat(c, need);
         if (rc) {
             list_remove(c->src, c);
@@ -1034,6 +1090,13 @@ static sio_code step(sio_cursor *c, const sio_sample **out, uint64_t *seek_to)
             return SIO_OK;
         }
         uint64_t t = i;
+        /* even-pad: once the family knows N, indices past it are tail */
+        if (!c->tail && c->cfg.policy == SIO_PARTITION_EVEN_PAD &&
+            root->n_known && i >= root->n_known - 1 &&
+            root->n_known - 1 > G) {
+            c->tail = 1;
+            c->n = root->n_known - 1;
+        }
         if (c->tail) {
             if (i >= G + (c->n - G + W - 1) / W * W) {
                 c->done = 1;
@@ -1041,10 +1104,8 @@ static sio_code step(sio_cursor *c, const sio_sample **out, uint64_t *seek_to)
             }
             t = sio_share_pad_source(c->n, G, i);
         }
-        /* Back to the main window as soon as it holds (or will produce)
-         * what c needs. */
-        if (f != root && t >= root->lo && !root->failed &&
-            (t < root->hi || !root->ended)) {
+        /* Back to the main window as soon as it holds what c needs. */
+        if (f != root && t >= root->lo && t < root->hi && !root->failed) {
             list_remove(f, c);
             list_add(root, c);
             c->rpin = UINT64_MAX;
@@ -1074,11 +1135,11 @@ static sio_code step(sio_cursor *c, const sio_sample **out, uint64_t *seek_to)
         }
         if (f->failed || c->cfg.policy != SIO_PARTITION_EVEN_PAD || c->tail)
             return ended(c);
-        /* even-pad: Y has f->hi samples; the tail repeats from G on. */
-        if (f->hi <= G)
+        /* even-pad: Y has N samples; the tail repeats from G on. */
+        if (f->n_end <= G)
             return ended(c);
         c->tail = 1;
-        c->n = f->hi;
+        c->n = f->n_end;
     }
 }
 

@@ -61,6 +61,9 @@ static void *run(void *arg)
         sio_error e;
         sio_code rc = sio_feed_attach(c->f, &cc, &cur, &e);
         if (rc == SIO_ERR_BUSY) {
+            if (getenv("SC_DEBUG") && session > 190)
+                fprintf(stderr, "busy rank %u/%u n=%zu: %s\n", c->rank,
+                        c->world, c->n, e.msg);
             usleep(5000);
             continue;
         }
