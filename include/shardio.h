@@ -544,6 +544,10 @@ typedef struct sio_feed_config {
      * *seek_budget counts them, at most seek_budget_max. */
     _Atomic uint32_t *seek_budget;
     uint32_t seek_budget_max;
+    /* 0: start reading at once (a prefetch fills its window before anyone
+     * comes); 1: read nothing until a cursor reads this feed itself (the
+     * first consumer may resume far ahead, by a seek). */
+    int lazy;
     /* Called once the feed and all its seek feeds are freed (perhaps on a
      * closer thread, after sio_feed_close returned): what the feed uses
      * (io, list, index, journal) may go from then on. May be NULL. */

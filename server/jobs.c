@@ -637,7 +637,7 @@ out:
 }
 
 static sio_code slot_open(sc_jobs *j, sc_job *job, uint64_t epoch,
-                          fslot **out, sio_error *err)
+                          int prefetch, fslot **out, sio_error *err)
 {
     const sc_config *cfg = j->cfg;
     sio_epoch_config ec;
@@ -680,6 +680,7 @@ static sio_code slot_open(sc_jobs *j, sc_job *job, uint64_t epoch,
     fc.window_bytes = cfg->window_bytes;
     fc.join_timeout_ms = cfg->join_timeout_ms;
     fc.rejoin_grace_ms = cfg->rejoin_grace_ms;
+    fc.lazy = !prefetch;
     fc.lag_policy = (sio_feed_lag)cfg->lag_policy;
     fc.lag_grace_ms = cfg->lag_grace_ms;
     fc.max_seeks = cfg->max_seeks;
@@ -912,7 +913,7 @@ unsigned sc_jobs_open_stream(sc_jobs *j, const sc_request *req,
             *retry_after = 5;
             goto out;
         }
-        rc = slot_open(j, job, req->epoch, &slot, &err);
+        rc = slot_open(j, job, req->epoch, 0, &slot, &err);
         if (rc) {
             char msg[700];
             snprintf(msg, sizeof msg, "cannot open epoch %" PRIu64 ": %s",
@@ -1117,7 +1118,7 @@ static void job_tick(sc_jobs *j, sc_job *job, uint64_t now, int sample_tp)
             live_slots(job) < cfg->max_epochs) {
             fslot *n = NULL;
             sio_error err = {SIO_OK, ""};
-            if (slot_open(j, job, s->epoch + 1, &n, &err) == SIO_OK) {
+            if (slot_open(j, job, s->epoch + 1, 1, &n, &err) == SIO_OK) {
                 n->prefetched = 1;
                 SC_LOG(SIO_LOG_DEBUG, "event=prefetch job=%s epoch=%" PRIu64,
                        job->spec.name, n->epoch);

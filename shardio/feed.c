@@ -286,6 +286,8 @@ static void list_add(sio_feed *f, sio_cursor *c)
     f->ncursors++;
     f->idle_since = 0;
     f->attached_once = 1;
+    if (!f->ep)
+        pthread_cond_signal(&f->room); /* a lazy producer starts */
 }
 
 static void list_remove(sio_feed *f, sio_cursor *c)
@@ -463,6 +465,28 @@ static void *producer_main(void *arg)
             return NULL;
         }
         pthread_mutex_unlock(mu);
+    } else if (f == f->root && !f->ep) {
+        /* Lazy: read nothing until a cursor reads this feed itself (the
+         * first one may go to a seek instead). */
+        pthread_mutex_lock(mu);
+        while (!f->stop && !(f->attached_once && f->ncursors > 0))
+            pthread_cond_wait(&f->room, mu);
+        pthread_mutex_unlock(mu);
+        if (f->stop)
+            return NULL;
+        sio_epoch *ep = NULL;
+        rc = sio_epoch_open(f->io, f->list, &f->ecfg, &ep, &e);
+        pthread_mutex_lock(mu);
+        f->ep = ep;
+        if (rc) {
+            f->failed = f->ended = 1;
+            f->fail_rc = rc;
+            snprintf(f->errmsg, sizeof f->errmsg, "%s", e.msg);
+            wake(f, 1);
+            pthread_mutex_unlock(mu);
+            return NULL;
+        }
+        pthread_mutex_unlock(mu);
     } else if (f != f->root) {
         /* A seek: the epoch at base from the indexes, else a replay. */
         sio_epoch *ep = NULL;
@@ -629,7 +653,8 @@ static void feed_stop(sio_feed *f)
     int reading;
     pthread_mutex_lock(&f->fam->mu);
     f->stop = 1;
-    reading = f->in_read || !f->ep; /* a child may still be opening */
+    /* a seek (or a lazy feed) may be opening its epoch */
+    reading = f->in_read || (!f->ep && (f != f->root || f->attached_once));
     pthread_cond_broadcast(&f->room);
     pthread_mutex_unlock(&f->fam->mu);
     if (f->ep)
@@ -743,7 +768,7 @@ static sio_code feed_start(sio_io *io, const sio_shardlist *list,
         feed_free(f);
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
     }
-    if (!parent && !sample) {
+    if (!parent && !sample && !fcfg->lazy) {
         rc = sio_epoch_open(io, list, ecfg, &f->ep, err);
         if (rc) {
             feed_free(f);

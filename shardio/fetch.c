@@ -133,6 +133,9 @@ struct fstream {
     uint64_t offset;
     uint64_t total; /* object size, UINT64_MAX unknown */
     uint64_t end_limit; /* read nothing at or past this (UINT64_MAX) */
+    uint64_t next_len;  /* size of the next ranged part: parts start at
+                           FETCH_FIRST_PART and double up to part_size,
+                           so a short read fetches little */
     int probed;     /* the first answer told size and Range support */
     int single;     /* Range ignored: one part, the whole body */
     char etag[SIO_FETCH_ETAG_MAX];
@@ -554,6 +557,9 @@ static void judge_part(xfer *x)
             s->total = t;
             p->len = b - a + 1;
             s->next_start = p->start + p->len;
+            s->next_len = p->len * 2 < s->f->cfg.part_size
+                              ? p->len * 2
+                              : s->f->cfg.part_size;
             pthread_cond_broadcast(&s->cv);
         } else if (t != s->total) {
             set_fatal(x, SIO_ERR_CHANGED, "object size changed (Content-Range "
@@ -772,7 +778,7 @@ static sio_code start_attempt(sio_fetch *f, xfer *x)
                 hv[nh++].value = range;
             }
         } else if (!s->probed) {
-            uint64_t plen = f->cfg.part_size;
+            uint64_t plen = s->next_len;
             if (s->end_limit - p->start < plen)
                 plen = s->end_limit - p->start;
             snprintf(range, sizeof range, "bytes=%" PRIu64 "-%" PRIu64,
@@ -1404,6 +1410,9 @@ sio_code sio_fetch_perform(sio_fetch *f, const sio_fetch_request *req,
 
 /* Streams ----------------------------------------------------------------- */
 
+/* The first ranged part of a stream; later ones double up to part_size. */
+#define FETCH_FIRST_PART (1u << 20)
+
 static part *head_part(fstream *s)
 {
     return &s->parts[s->head % SIO_FETCH_PARTS_MAX];
@@ -1444,14 +1453,17 @@ static void refill(fstream *s)
     uint64_t stop = s->total < s->end_limit ? s->total : s->end_limit;
     while (s->nparts < c->parts_per_stream && s->next_start < stop) {
         uint64_t len = stop - s->next_start;
-        if (len > c->part_size)
-            len = c->part_size;
+        if (len > s->next_len)
+            len = s->next_len;
         if (add_part(s, s->next_start, len, (size_t)len) != SIO_OK) {
             s->rc = SIO_ERR_NOMEM;
             snprintf(s->err, sizeof s->err, "out of memory");
             return;
         }
         s->next_start += len;
+        if (s->next_len < c->part_size)
+            s->next_len = s->next_len * 2 < c->part_size ? s->next_len * 2
+                                                         : c->part_size;
     }
 }
 
@@ -1588,6 +1600,8 @@ sio_code sio_fetch_open_range(sio_fetch *f, const sio_fetch_target *t,
     s->offset = offset;
     s->total = UINT64_MAX;
     s->end_limit = end > offset ? end : offset + 1;
+    s->next_len = f->cfg.part_size < FETCH_FIRST_PART ? f->cfg.part_size
+                                                      : FETCH_FIRST_PART;
     s->next_start = offset;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
