@@ -537,9 +537,9 @@ typedef struct sio_feed_config {
                                    waiting this long (0: 2000) */
     uint32_t max_seeks;         /* seek feeds at once for this feed (0: 4,
                                    at most 256); beyond: SIO_ERR_BUSY */
-    uint32_t seek_window_samples; /* window of a seek feed (0: 1/8 of
+    uint32_t seek_window_samples; /* window of a seek feed (0: 1/16 of
                                      window_samples) */
-    uint64_t seek_window_bytes;   /* (0: 1/8 of window_bytes) */
+    uint64_t seek_window_bytes;   /* (0: 1/16 of window_bytes) */
     /* A budget of seek feeds shared by many feeds (a server's), or NULL:
      * *seek_budget counts them, at most seek_budget_max. */
     _Atomic uint32_t *seek_budget;

@@ -73,9 +73,11 @@
 #define EPOCH_SHARD_RETRIES 24u
 #define EPOCH_RETRY_BASE_MS 500u
 #define EPOCH_RETRY_MAX_MS 30000u
-/* Virtual entries of one shard fetched in one ranged read when they lie
- * within this many bytes of the first, at most this many at once. */
+/* Virtual entries of one shard fetched in one ranged read: at most this
+ * many, within this span of the first, and with at most VGATHER_GAP bytes
+ * of other groups between two of them (read and dropped). */
 #define EPOCH_VGATHER_SPAN (4ull << 20)
+#define EPOCH_VGATHER_GAP (64u << 10)
 #define EPOCH_VGATHER_MAX 256u
 
 /*
@@ -566,7 +568,9 @@ static void vfetch(sio_epoch *ep, size_t i)
             v[j].group <= v[want[nw - 1]].group)
             break;
         if (!sio_index_group_get(e, v[j].group, &gj) ||
-            (!info.stream_only && gj.offset - g0.offset > EPOCH_VGATHER_SPAN))
+            (!info.stream_only &&
+             (gj.offset - g0.offset > EPOCH_VGATHER_SPAN ||
+              gj.offset - gl.end > EPOCH_VGATHER_GAP)))
             break;
         v[j].state = V_BUSY;
         want[nw++] = j;

@@ -5,12 +5,12 @@
  * A feed runs a sio_epoch on a producer thread into a ring (the window)
  * holding indices [lo, hi) of Y. Cursors index the ring directly: consumer
  * r of W at share position k reads Y[G + r + k*W] (partition.c). Samples
- * stay in the window for a while after every cursor took them (history,
- * so that a consumer that reconnects a little behind finds them in
- * memory): while the window is at most half full and for at most 1/8 of
- * its samples. The window never slides past a sample still needed, except
- * by the lag policy below; the producer reads ahead of the slowest need by
- * at most 3/4 of the window.
+ * stay in the window after every cursor took them (history, so that a
+ * consumer that reconnects a little behind finds them in memory), up to
+ * 1/4 of the window in samples and bytes; the producer reads ahead of the
+ * slowest need by at most 3/4 of it (prefix sums of the sample sizes
+ * account for both). The window never slides past a sample still needed,
+ * except by the lag policy below.
  *
  * Seeks. A cursor whose next index has left the window (a reconnect from
  * behind, a late joiner, a start= / global_start= resume, the even-pad
@@ -138,6 +138,8 @@ struct sio_feed {
     int thread_started;
     pthread_cond_t room;    /* producer: the window may slide */
     const sio_sample **win;
+    uint64_t *cum;          /* cum[i % window]: bytes appended before Y[i] */
+    uint64_t total_in;      /* bytes appended so far */
     uint64_t lo, hi, bytes;
     uint64_t need_hint;     /* a lower bound of the slowest need */
     uint64_t blocked_ms;    /* since when a full window blocks waiters */
@@ -363,29 +365,39 @@ static void drop_lo(sio_feed *f)
     f->lo++;
 }
 
+/* Bytes appended before Y[i], for lo <= i <= hi. */
+static uint64_t prefix(const sio_feed *f, uint64_t i)
+{
+    return i >= f->hi ? f->total_in : f->cum[i % f->cfg.window_samples];
+}
+
 static int full(const sio_feed *f)
 {
     return f->hi - f->lo >= f->cfg.window_samples ||
            f->bytes >= f->cfg.window_bytes;
 }
 
-/* Drop history nobody needs: history is kept only while the window is at
- * most half full (samples and bytes), and never more than 1/8 of the
- * window in samples. Returns 1 when there is room now. */
+/* History (samples below every need) beyond its share, 1/4 of the window
+ * in samples and in bytes? need may be a stale lower bound. */
+static int history_over(const sio_feed *f, uint64_t need)
+{
+    return need - f->lo > f->cfg.window_samples / 4 ||
+           prefix(f, need) - prefix(f, f->lo) > f->cfg.window_bytes / 4;
+}
+
+/* Drop history nobody needs: keep at most 1/4 of the window, and none
+ * when the window is full. Returns 1 when there is room now. */
 static int make_room(sio_feed *f)
 {
     uint64_t need = lowest_need(f, now_ms());
-    uint64_t hist = f->cfg.window_samples / 8;
     f->need_hint = need;
-    while (f->lo < need &&
-           (f->hi - f->lo > f->cfg.window_samples / 2 ||
-            f->bytes > f->cfg.window_bytes / 2 || need - f->lo > hist))
+    while (f->lo < need && (full(f) || history_over(f, need)))
         drop_lo(f);
     return !full(f);
 }
 
-/* May the producer read ahead? At most 3/4 of the window beyond the
- * slowest need, so the rest stays history. */
+/* May the producer read ahead? At most 3/4 of the window (samples and
+ * bytes) beyond the slowest need, so the rest stays history. */
 /* Does anyone still want this feed to read on? Before the first attach
  * it reads ahead (prefetch); after, only for its cursors and holds. */
 static int wanted(const sio_feed *f)
@@ -407,17 +419,23 @@ static int wanted(const sio_feed *f)
     return 0;
 }
 
-static int ahead_ok(sio_feed *f)
+static int ahead_below(const sio_feed *f, uint64_t need)
 {
     uint64_t ahead = f->cfg.window_samples / 4 * 3;
-    if (!wanted(f))
-        return 0;
     if (ahead < 1)
         ahead = 1;
-    if (f->hi - f->need_hint < ahead)
+    return f->hi - need < ahead &&
+           f->total_in - prefix(f, need) < f->cfg.window_bytes / 4 * 3 + 1;
+}
+
+static int ahead_ok(sio_feed *f)
+{
+    if (!wanted(f))
+        return 0;
+    if (ahead_below(f, f->need_hint))
         return 1;
     f->need_hint = lowest_need(f, now_ms());
-    return f->hi - f->need_hint < ahead;
+    return ahead_below(f, f->need_hint);
 }
 
 /* Does a cursor of f wait for samples not produced yet? */
@@ -514,9 +532,7 @@ static void *producer_main(void *arg)
     }
     pthread_mutex_lock(mu);
     while (!f->stop) {
-        if (f->bytes > f->cfg.window_bytes / 2 ||
-            f->hi - f->lo > f->cfg.window_samples / 2 ||
-            f->need_hint - f->lo > f->cfg.window_samples / 8)
+        if (full(f) || history_over(f, f->need_hint))
             make_room(f);
         if (full(f) || !ahead_ok(f)) {
             /* Blocked by the slowest need. Under the lag policy, when
@@ -586,6 +602,8 @@ static void *producer_main(void *arg)
                 f->lo = s->global_index;
             f->hi = s->global_index;
             f->win[f->hi % f->cfg.window_samples] = s;
+            f->cum[f->hi % f->cfg.window_samples] = f->total_in;
+            f->total_in += s->bytes;
             f->hi++;
             f->bytes += s->bytes;
             /* A replay keeps nothing below what its cursors need. */
@@ -625,6 +643,7 @@ static void feed_free(sio_feed *f)
     free(f->heap);
     free(f->det);
     free(f->win);
+    free(f->cum);
     pthread_cond_destroy(&f->room);
     if (f->fam)
         family_unref(f->fam);
@@ -707,10 +726,10 @@ static void fill_defaults(sio_feed_config *c)
     if (!c->max_seeks)
         c->max_seeks = FEED_SEEKS_DEFAULT;
     if (!c->seek_window_samples)
-        c->seek_window_samples = c->window_samples / 8 ? c->window_samples / 8
-                                                       : 1;
+        c->seek_window_samples = c->window_samples / 16 ? c->window_samples / 16
+                                                        : 1;
     if (!c->seek_window_bytes)
-        c->seek_window_bytes = c->window_bytes / 8 ? c->window_bytes / 8 : 1;
+        c->seek_window_bytes = c->window_bytes / 16 ? c->window_bytes / 16 : 1;
 }
 
 /* Allocate a feed (root when parent is NULL) and start its producer. */
@@ -764,7 +783,8 @@ static sio_code feed_start(sio_io *io, const sio_shardlist *list,
         }
     }
     f->win = malloc(f->cfg.window_samples * sizeof *f->win);
-    if (!f->win) {
+    f->cum = malloc(f->cfg.window_samples * sizeof *f->cum);
+    if (!f->win || !f->cum) {
         feed_free(f);
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
     }
@@ -903,6 +923,15 @@ static void group_note(sio_feed *f, const sio_cursor_config *cfg,
     }
 }
 
+/* How far ahead of a feed's production a new cursor seeks instead of
+ * waiting: beyond a buffer's worth of samples (what a seek reads first),
+ * and at least 1024. */
+static uint64_t far_ahead(const sio_feed *f)
+{
+    uint64_t b = f->ecfg.buffer_samples;
+    return b > 1024 ? b : 1024;
+}
+
 /* Move c to a feed whose window reaches index t: a child that covers it,
  * a new child, or SIO_ERR_BUSY (fam->mu held). */
 static sio_code reseat(sio_cursor *c, uint64_t t)
@@ -1033,8 +1062,7 @@ sio_code sio_feed_attach(sio_feed *f, const sio_cursor_config *cfg,
     list_add(f, c);
     /* Behind the window, or so far ahead that reading up to it would mean
      * reading what nobody asked for: a seek. */
-    if (need < f->lo ||
-        (need > f->hi && need - f->hi >= f->cfg.window_samples)) {
+    if (need < f->lo || (need > f->hi && need - f->hi > far_ahead(f))) {
         rc = reseat(c, need);
         if (rc) {
             list_remove(c->src, c);

@@ -48,13 +48,14 @@ static void test_valid(void)
     CHECK(req.format == SC_FORMAT_TAR);
     CHECK_EQ_U64(req.nfields, 0);
 
-    /* The largest start whose sample index fits 64 bits. */
-    CHECK_EQ_U64(parse(S "?world=65536&rank=65535&start=281474976710655"
+    /* The largest start whose sample index stays within SIO_POSITION_MAX
+     * (2^62): every index a request reaches is bounded (partition.c). */
+    CHECK_EQ_U64(parse(S "?world=65536&rank=65535&start=70368744177663"
                          "&format=tar&fields=JPG,cls,txt.gz"),
                  200);
     CHECK_EQ_U64(req.rank, 65535);
     CHECK_EQ_U64(req.world, 65536);
-    CHECK_EQ_U64(req.start, 281474976710655ull);
+    CHECK_EQ_U64(req.start, 70368744177663ull);
     CHECK(req.has_fields);
     CHECK_EQ_U64(req.nfields, 3);
     CHECK_STR(req.fields[0], "jpg"); /* lowercased like the library's */
@@ -235,7 +236,16 @@ static void test_v1_params(void)
                          "18446744073709551615"),
                  400);
     CHECK_EQ_U64(parse(S "?rank=0&world=1&global_start=18446744073709551615"),
+                 400);
+    CHECK_EQ_U64(parse(S "?world=65536&rank=65535&start=70368744177664"),
+                 400);
+    CHECK_EQ_U64(parse(S "?rank=0&world=1&global_start=4611686018427387904"),
                  200);
+    /* Regression: these passed the checks and made the feed's partition
+     * arithmetic wrap (reads of window slots never written or freed). */
+    CHECK_EQ_U64(parse(S "?rank=0&world=2&global_start=18446744073709551615"),
+                 400);
+    CHECK_EQ_U64(parse(S "?rank=0&world=3&start=6148914691236517205"), 400);
 }
 
 static void test_v1_routes(void)
