@@ -191,6 +191,35 @@ sio_code sio_shardlist_from_urls(const char *const *urls, size_t n,
 size_t sio_shardlist_count(const sio_shardlist *l);
 /* URL of shard i, valid as long as the list lives. */
 const char *sio_shardlist_url(const sio_shardlist *l, size_t i);
+
+/*
+ * The one redacted form of a URL, used for everything that leaves the
+ * backends (wire formats, samples' shard_url as consumers see it, errors,
+ * logs, status, metrics); the raw URL stays inside the backend.
+ *   - user information "user:password@" becomes "***@";
+ *   - in http(s) URLs, the value of every query parameter that carries a
+ *     credential becomes "***"; names are compared percent-decoded and
+ *     lowercased: prefixes x-amz-, x-goog-, x-ms-, x-oss-; whole names
+ *     sig, se, sp, sv, sr, skoid, sktid, pwd, code, policy, jwt, sas, st
+ *     (Azure SAS and friends); any name containing sign, token, key,
+ *     secret, pass, credential, auth, session, accessid or cookie. A value
+ *     holding '@' (a nested URL's user info) is masked too;
+ *   - a fragment becomes "#***";
+ *   - s3:// keys are raw text and kept (S3 URLs carry no credentials);
+ *   - control bytes become '?'.
+ * Parameter names, the host and the path are kept, so a redacted URL
+ * still names its object. Always NUL-terminated, truncated to len.
+ * Threading: pure function.
+ */
+void sio_url_redact(const char *url, char *buf, size_t len);
+
+/*
+ * Free text (an error message, a log line, a source list joined by "::")
+ * with every URL in it redacted as by sio_url_redact. A URL starts at
+ * "scheme://" and ends at white space, a quote, '<', '>', '`', '\\' or
+ * "::" outside brackets. Always NUL-terminated, truncated to len.
+ */
+void sio_redact_text(const char *text, char *buf, size_t len);
 /* Size in bytes of shard i, or UINT64_MAX when unknown. */
 uint64_t sio_shardlist_size(const sio_shardlist *l, size_t i);
 void sio_shardlist_free(sio_shardlist *l);
@@ -297,6 +326,9 @@ void sio_permute(sio_rng *r, uint32_t *perm, size_t n);
 /* The epoch: the global sequence Y                                    */
 
 typedef enum sio_on_error { SIO_ON_ERROR_SKIP = 0, SIO_ON_ERROR_FAIL = 1 } sio_on_error;
+
+/* Largest shuffle buffer in samples an epoch accepts (buffer_samples). */
+#define SIO_EPOCH_BUFFER_MAX (64u * 1024u * 1024u)
 
 typedef struct sio_epoch_config {
     uint64_t seed;

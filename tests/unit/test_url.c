@@ -88,10 +88,10 @@ int main(void)
     CHECK(!sio_url_host_is_local_or_ip("s3.us-east-1.amazonaws.com"));
     CHECK(!sio_url_host_is_local_or_ip("1.2.3.4.example"));
 
-    /* redaction: no user info, no query (may hold a signature) */
+    /* redaction: no user info, no credential query value */
     sio_url_redact("https://user:secret@h/p?X-Amz-Signature=abc", buf,
                    sizeof buf);
-    CHECK_STR(buf, "https://***@h/p?***");
+    CHECK_STR(buf, "https://***@h/p?X-Amz-Signature=***");
     sio_url_redact("s3://b/k?x", buf, sizeof buf);
     CHECK_STR(buf, "s3://b/k?x");
     sio_url_redact("http://h/a\tb", buf, sizeof buf);
@@ -101,5 +101,36 @@ int main(void)
     /* an '@' in the path is not user info */
     sio_url_redact("http://h/a@b", buf, sizeof buf);
     CHECK_STR(buf, "http://h/a@b");
+
+    /* Issue 12: credential query values are masked, the rest kept. */
+    sio_url_redact("https://h/b/s.tar?X-Amz-Algorithm=A&X-Amz-Credential=AKIA"
+                   "&X-Amz-Signature=s1&versionId=7#tok", buf, sizeof buf);
+    CHECK_STR(buf, "https://h/b/s.tar?X-Amz-Algorithm=***&X-Amz-Credential=***"
+                   "&X-Amz-Signature=***&versionId=7#***");
+    sio_url_redact("http://h/x?sig=a&se=b&token=c&api_key=d&Key-Pair-Id=e"
+                   "&Signature=f&Policy=g&X%2DAmz%2DSecurity-Token=h&part=2",
+                   buf, sizeof buf);
+    CHECK_STR(buf, "http://h/x?sig=***&se=***&token=***&api_key=***"
+                   "&Key-Pair-Id=***&Signature=***&Policy=***"
+                   "&X%2DAmz%2DSecurity-Token=***&part=2");
+    sio_url_redact("http://h/x?next=https://u:p@o/&n=https%3A%2F%2Fu%40o",
+                   buf, sizeof buf);
+    CHECK_STR(buf, "http://h/x?next=***&n=***");
+    sio_url_redact("http://u:p@[::1]:9/x?password", buf, sizeof buf);
+    CHECK_STR(buf, "http://***@[::1]:9/x?password");
+    CHECK(sio_url_param_is_credential("X-Amz-Date", 10));
+    CHECK(sio_url_param_is_credential("access_token", 12));
+    CHECK(!sio_url_param_is_credential("partNumber", 10));
+    /* Free text: every URL, sources joined by "::", quotes end a URL. */
+    sio_redact_text("shard failed url=https://a:b@h/s.tar?token=T1 code=io: "
+                    "GET \"http://h2/y?X-Amz-Signature=T2\" ok\n",
+                    buf, sizeof buf);
+    CHECK_STR(buf, "shard failed url=https://***@h/s.tar?token=*** code=io: "
+                   "GET \"http://h2/y?X-Amz-Signature=***\" ok\n");
+    sio_redact_text("http://u:p@h/a?k=1::https://v:q@[::1]/b?sig=2", buf,
+                    sizeof buf);
+    CHECK_STR(buf, "http://***@h/a?k=1::https://***@[::1]/b?sig=***");
+    sio_redact_text("no url here", buf, 4);
+    CHECK_STR(buf, "no ");
     CHECK_MAIN_END();
 }
