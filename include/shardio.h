@@ -107,6 +107,14 @@ typedef struct sio_io_config {
                                    retry_base_ms * 2^n)] (0: 100) */
     uint32_t retry_max_ms;      /* (0: 20000) */
     uint32_t connect_timeout_ms;/* (0: 10000) */
+    int allow_link_local;       /* 0 (default): http(s)/s3 data requests
+                                   refuse to connect to link-local and
+                                   instance-metadata addresses
+                                   (169.254.0.0/16, fe80::/10,
+                                   fd00:ec2::254, 100.100.100.200), checked
+                                   on the resolved address; credential
+                                   endpoints (IMDS, container credentials)
+                                   are exempt */
     uint32_t stall_timeout_ms;  /* a response that delivers no byte for
                                    this long is retried (0: 30000; rounded
                                    up to whole seconds) */

@@ -864,10 +864,13 @@ uint16_t sc_server_port(const sc_server *srv)
 size_t sc_server_drain(sc_server *srv, uint32_t grace_s)
 {
     /* Stop accepting. libmicrohttpd's manual forbids closing the socket
-     * MHD_quiesce_daemon returns while the daemon's threads run: it stays
-     * open (new connections wait in its backlog) until sc_server_stop has
-     * stopped the daemon, and /readyz says 503 meanwhile. */
+     * MHD_quiesce_daemon returns while the daemon's threads run (the fd
+     * number could be reused under them): it is only shut down here, which
+     * refuses new connections at once and keeps the descriptor, and
+     * closed by sc_server_stop after MHD_stop_daemon. */
     srv->lsock = MHD_quiesce_daemon(srv->d);
+    if (srv->lsock != MHD_INVALID_SOCKET)
+        shutdown(srv->lsock, SHUT_RDWR);
     pthread_mutex_lock(&srv->mu);
     srv->draining = 1;
     atomic_store(&srv->draining_flag, 1);
@@ -888,6 +891,8 @@ void sc_server_stop(sc_server *srv)
         return;
     if (!atomic_load(&srv->draining_flag)) {
         srv->lsock = MHD_quiesce_daemon(srv->d);
+        if (srv->lsock != MHD_INVALID_SOCKET)
+            shutdown(srv->lsock, SHUT_RDWR);
         pthread_mutex_lock(&srv->mu);
         srv->draining = 1;
         atomic_store(&srv->draining_flag, 1);

@@ -650,13 +650,12 @@ static int evict_one(sc_job *job)
         if (s->retired || s->streams)
             continue;
         sio_feed_stats st;
-        size_t known = 0;
-        sio_feed_get_stats(s->feed, &st, NULL, 0, &known);
+        sio_feed_get_stats(s->feed, &st, NULL, 0, NULL);
         int ended = st.ended;
-        /* A slot whose consumers are only away (detached within the
-         * rejoin grace, or ranks expected by their group) is still in use;
-         * so is the prefetched next epoch until it is read. */
-        if (known > 0 || (s->prefetched && !ended && !st.failed))
+        /* The prefetched next epoch is in use until it is read. (Slots
+         * whose consumers are only detached within the rejoin grace should
+         * be kept too; that needs an exact count of them from the feed.) */
+        if (s->prefetched && !ended && !st.failed)
             continue;
         if (!best || (ended && !best_ended) ||
             (ended == best_ended && s->last_ms < best->last_ms)) {

@@ -89,6 +89,7 @@ int main(int argc, char **argv)
     memset(&iocfg, 0, sizeof iocfg);
     iocfg.log.fn = sc_log_sio;
     iocfg.log.level = cfg.log_level;
+    iocfg.allow_link_local = cfg.allow_link_local;
     if (sio_io_create(&iocfg, &io, &err) != SIO_OK) {
         SC_LOG(SIO_LOG_ERROR, "event=startup_failed step=io code=%d", err.code);
         fprintf(stderr, "shardcastd: %s\n", err.msg);
