@@ -214,7 +214,7 @@ const char *sio_shardlist_url(const sio_shardlist *l, size_t i);
  *     holding '@' (a nested URL's user info) is masked too;
  *   - a fragment becomes "#***";
  *   - s3:// keys are raw text and kept (S3 URLs carry no credentials);
- *   - control bytes become '?'.
+ *   - control bytes become %XX (never a '?' that would start a query).
  * Parameter names, the host and the path are kept, so a redacted URL
  * still names its object. Always NUL-terminated, truncated to len.
  * Threading: pure function.

@@ -229,7 +229,9 @@ void sio_tarw_destroy(sio_tarw *w);
 /* The encoder remembers which shards it has announced in a bitmap indexed
  * by shard index; indices at or above this (the library's own limit on
  * shards in one dataset) are refused with SIO_ERR_LIMIT. The bitmap grows
- * with the largest index seen, so it is at most 1.25 MB per stream. */
+ * with the largest index seen: one bit per shard of the dataset (128 bytes
+ * for 1,000 shards, 1.25 MB at this limit), which the README's memory
+ * formula counts per frames stream. */
 #define SIO_FRAMEW_SHARDS_MAX 10000000u
 
 typedef enum sio_frame_type {

@@ -30,14 +30,28 @@ void sio_url_free(sio_url *u)
 typedef struct rout {
     char *buf;
     size_t len, o;
+    int full; /* an escape did not fit: nothing more is appended */
 } rout;
 
 static void rput(rout *r, const char *s, size_t n)
 {
-    for (size_t i = 0; i < n && r->o + 1 < r->len; i++) {
+    static const char hex[] = "0123456789ABCDEF";
+    for (size_t i = 0; i < n && !r->full && r->o + 1 < r->len; i++) {
         unsigned char c = (unsigned char)s[i];
-        /* Controls never reach a log line or a header verbatim. */
-        r->buf[r->o++] = (char)(c < 0x20 || c == 0x7f ? '?' : c);
+        /* Controls never reach a log line or a header verbatim. They are
+         * percent-encoded: a replacement such as '?' would turn the rest of
+         * a path into a query the masking above has not seen. */
+        if (c < 0x20 || c == 0x7f) {
+            if (r->o + 3 >= r->len) {
+                r->full = 1;
+                break;
+            }
+            r->buf[r->o++] = '%';
+            r->buf[r->o++] = hex[c >> 4];
+            r->buf[r->o++] = hex[c & 15];
+            continue;
+        }
+        r->buf[r->o++] = (char)c;
     }
 }
 
@@ -49,7 +63,7 @@ static void rputs(rout *r, const char *s)
 /* Text outside URLs is copied as it is. */
 static void rput_raw(rout *r, const char *s, size_t n)
 {
-    for (size_t i = 0; i < n && r->o + 1 < r->len; i++)
+    for (size_t i = 0; i < n && !r->full && r->o + 1 < r->len; i++)
         r->buf[r->o++] = s[i];
 }
 
@@ -144,7 +158,7 @@ static void redact_query(rout *r, const char *q, size_t n)
 
 void sio_url_redact(const char *url, char *buf, size_t len)
 {
-    rout r = {buf, len, 0};
+    rout r = {buf, len, 0, 0};
     const char *sep, *auth, *auth_end, *at = NULL, *p;
     int is_s3;
 
@@ -210,7 +224,7 @@ static int url_stop(char c)
 
 void sio_redact_text(const char *text, char *buf, size_t len)
 {
-    rout r = {buf, len, 0};
+    rout r = {buf, len, 0, 0};
     const char *p = text ? text : "";
     char one[SIO_URL_MAX + 64];
 
