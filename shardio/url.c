@@ -156,14 +156,44 @@ static void redact_query(rout *r, const char *q, size_t n)
     }
 }
 
-void sio_url_redact(const char *url, char *buf, size_t len)
+/*
+ * Append a path (n bytes) with nested user information masked: wherever
+ * "//" starts a segment holding an '@' before the next '/' (a URL nested in
+ * the path, "http://h/x/http://u:p@o/" or "http://http://u:p@o/"), that
+ * part up to its last '@' becomes "***@".
+ */
+static void put_path(rout *r, const char *p, size_t n)
 {
-    rout r = {buf, len, 0, 0};
+    size_t i = 0;
+    while (i < n) {
+        const char *dd = memmem(p + i, n - i, "//", 2);
+        if (!dd) {
+            rput(r, p + i, n - i);
+            return;
+        }
+        size_t k = (size_t)(dd - p) + 2;
+        rput(r, p + i, k - i);
+        size_t seg = k;
+        while (seg < n && p[seg] != '/')
+            seg++;
+        const char *at = NULL;
+        for (size_t m = k; m < seg; m++)
+            if (p[m] == '@')
+                at = p + m;
+        if (at) {
+            rputs(r, "***@");
+            i = (size_t)(at - p) + 1;
+        } else {
+            i = k;
+        }
+    }
+}
+
+static void redact_url(rout *r, const char *url)
+{
     const char *sep, *auth, *auth_end, *at = NULL, *p;
     int is_s3;
 
-    if (!len)
-        return;
     if (!url)
         url = "";
     sep = strstr(url, "://");
@@ -174,12 +204,11 @@ void sio_url_redact(const char *url, char *buf, size_t len)
          * tail is still treated as one. */
         const char *qm = strchr(url, '?');
         if (qm) {
-            rput(&r, url, (size_t)(qm - url) + 1);
-            redact_query(&r, qm + 1, strcspn(qm + 1, "#"));
+            rput(r, url, (size_t)(qm - url) + 1);
+            redact_query(r, qm + 1, strcspn(qm + 1, "#"));
         } else {
-            rputs(&r, url);
+            rputs(r, url);
         }
-        buf[r.o] = '\0';
         return;
     }
     auth = sep + 3;
@@ -187,30 +216,38 @@ void sio_url_redact(const char *url, char *buf, size_t len)
     for (p = auth; p < auth_end; p++)
         if (*p == '@')
             at = p;
-    rput(&r, url, (size_t)(auth - url));
+    rput(r, url, (size_t)(auth - url));
     if (at) {
-        rputs(&r, "***@");
+        rputs(r, "***@");
         auth = at + 1;
     }
-    rput(&r, auth, (size_t)(auth_end - auth));
+    rput(r, auth, (size_t)(auth_end - auth));
     p = auth_end;
     if (is_s3) {
-        rputs(&r, p);
+        put_path(r, p, strlen(p));
     } else {
         size_t path = strcspn(p, "?#");
-        rput(&r, p, path);
+        put_path(r, p, path);
         p += path;
         if (*p == '?') {
             size_t ql = strcspn(p + 1, "#");
-            rputs(&r, "?");
-            redact_query(&r, p + 1, ql);
+            rputs(r, "?");
+            redact_query(r, p + 1, ql);
             p += 1 + ql;
         }
         /* A fragment never goes on the wire but may carry a token
          * (OAuth implicit flow): masked whole. */
         if (*p == '#')
-            rputs(&r, "#***");
+            rputs(r, "#***");
     }
+}
+
+void sio_url_redact(const char *url, char *buf, size_t len)
+{
+    rout r = {buf, len, 0, 0};
+    if (!len)
+        return;
+    redact_url(&r, url);
     buf[r.o] = '\0';
 }
 

@@ -100,6 +100,13 @@ int main(void)
      * the path look like an unmasked query. */
     sio_url_redact("http://a:b@h:9/x.tar\037token=t", buf, sizeof buf);
     CHECK_STR(buf, "http://***@h:9/x.tar%1Ftoken=t");
+    /* Found by fuzz_redact: user information of a URL nested in a path. */
+    sio_url_redact("http://http://a:b@h:9/x.tar?to", buf, sizeof buf);
+    CHECK_STR(buf, "http://http://***@h:9/x.tar?to");
+    sio_url_redact("https://h/p/https://u:p@o/y", buf, sizeof buf);
+    CHECK_STR(buf, "https://h/p/https://***@o/y");
+    sio_url_redact("s3://b/k//u:p@x/y", buf, sizeof buf);
+    CHECK_STR(buf, "s3://b/k//***@x/y");
     sio_url_redact("http://h/abcdef", buf, 10);
     CHECK_STR(buf, "http://h/");
     /* an '@' in the path is not user info */
