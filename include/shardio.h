@@ -211,7 +211,8 @@ const char *sio_shardlist_url(const sio_shardlist *l, size_t i);
  *     sig, se, sp, sv, sr, skoid, sktid, pwd, code, policy, jwt, sas, st
  *     (Azure SAS and friends); any name containing sign, token, key,
  *     secret, pass, credential, auth, session, accessid or cookie. A value
- *     holding '@' (a nested URL's user info) is masked too;
+ *     holding '@', "://", "%40" or "%3A" (user information or a nested,
+ *     possibly presigned URL) is masked too;
  *   - a fragment becomes "#***";
  *   - s3:// keys are raw text and kept (S3 URLs carry no credentials);
  *   - control bytes become %XX (never a '?' that would start a query).

@@ -241,6 +241,9 @@ struct sc_connlimit {
     pthread_mutex_t mu;
     uint32_t limit;
     size_t mask;
+    size_t used;    /* entries with a count; kept below the table size so
+                       probing always ends (more addresses than that are
+                       not tracked: fail open) */
     conn_slot *slots;
 };
 
@@ -306,10 +309,17 @@ void sc_connlimit_add(sc_connlimit *c, const struct sockaddr *sa, int delta)
     size_t i = conn_find(c, key);
     conn_slot *s = &c->slots[i];
     if (delta > 0) {
-        if (!s->count)
+        if (!s->count) {
+            if (c->used + 1 >= c->mask) {
+                pthread_mutex_unlock(&c->mu);
+                return;
+            }
             memcpy(s->key, key, sizeof key);
+            c->used++;
+        }
         s->count++;
     } else if (s->count && --s->count == 0) {
+        c->used--;
         /* Backward-shift deletion: move later members of the run into
          * the hole when their home slot is not after it. */
         size_t hole = i, j = i;

@@ -126,6 +126,20 @@ int sio_url_param_is_credential(const char *name, size_t n)
     return 0;
 }
 
+/* Does a query value carry user information or a whole URL (which may be
+ * presigned), plainly or percent-encoded? Such values are masked whole. */
+static int value_nests_url(const char *v, size_t n)
+{
+    if (memchr(v, '@', n) || memmem(v, n, "://", 3))
+        return 1;
+    for (size_t i = 0; i + 3 <= n; i++)
+        if (v[i] == '%' && ((v[i + 1] == '4' && v[i + 2] == '0') ||
+                            (v[i + 1] == '3' && (v[i + 2] == 'a' ||
+                                                 v[i + 2] == 'A'))))
+            return 1; /* "%40" ('@') or "%3A" (':' of "https%3A%2F%2F") */
+    return 0;
+}
+
 /* Append query (n bytes, no '?') with credential values masked. */
 static void redact_query(rout *r, const char *q, size_t n)
 {
@@ -145,7 +159,7 @@ static void redact_query(rout *r, const char *q, size_t n)
             /* A value holding a nested URL's user info or an '@' is
              * masked too: "?next=https://u:p@h/" must not pass. */
             if (sio_url_param_is_credential(piece, klen) ||
-                memchr(v, '@', vlen) || memmem(v, vlen, "%40", 3))
+                value_nests_url(v, vlen))
                 rputs(r, vlen ? "***" : "");
             else
                 rput(r, v, vlen);

@@ -105,6 +105,10 @@ int main(void)
     CHECK_STR(buf, "http://http://***@h:9/x.tar?to");
     sio_url_redact("https://h/p/https://u:p@o/y", buf, sizeof buf);
     CHECK_STR(buf, "https://h/p/https://***@o/y");
+    /* Found by fuzz_redact: a presigned URL nested in a query value. */
+    sio_url_redact("http://h/a?next=https://o/b?sig=2&e=https%3A%2F%2Fo%3Fsig%3D3"
+                   "&t=10:30", buf, sizeof buf);
+    CHECK_STR(buf, "http://h/a?next=***&e=***&t=10:30");
     sio_url_redact("s3://b/k//u:p@x/y", buf, sizeof buf);
     CHECK_STR(buf, "s3://b/k//***@x/y");
     sio_url_redact("http://h/abcdef", buf, 10);
