@@ -306,6 +306,17 @@ void sio_redact_text(const char *text, char *buf, size_t len)
                 break;
             e++;
         }
+        /* An s3 key is raw text up to the end; in free text a scheme in it
+         * starts the next URL, which is redacted as one of its own. */
+        if (e - s > 5 && strncasecmp(s, "s3://", 5) == 0) {
+            const char *n = memmem(sep + 3, (size_t)(e - sep - 3), "://", 3);
+            if (n) {
+                while (n > sep + 3 && isalnum((unsigned char)n[-1]))
+                    n--;
+                if (n > sep + 3)
+                    e = n;
+            }
+        }
         size_t ul = (size_t)(e - s);
         if (ul > SIO_URL_MAX) {
             /* Too long to copy: mask everything past the authority. */

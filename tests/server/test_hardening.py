@@ -404,3 +404,35 @@ def test_log_queue_never_blocks_streams(server_binary, medium_ds):
         p.terminate()
         # Reading stderr now lets the log thread finish and the process exit.
         p.communicate(timeout=60)
+
+
+def test_sample_with_huge_headers_is_skipped_not_fatal(start, tmp_path):
+    """Regression: a sample whose tar headers exceed the stream's 4 MiB
+    bound (a long key repeated over many fields) used to fail the stream at
+    its position, so every resume failed there again. It is now skipped
+    (tar: nothing is sent for it) and the stream goes on. A 4,000-byte key
+    over 1,000 fields needs about 5.6 MB of tar headers."""
+    d = tmp_path / "hdr"
+    d.mkdir()
+    key = "k" * 4000
+    members = [("a.txt", b"1")]
+    members += [("%s.f%03d" % (key, i), b"x") for i in range(1000)]
+    members += [("b.txt", b"2")]
+    with tarfile.open(str(d / "s.tar"), "w", format=tarfile.PAX_FORMAT) as t:
+        for name, data in members:
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            t.addfile(ti, io.BytesIO(data))
+    srv = start("--job", "h", "--source", str(d), "--shuffle-buffer", "1")
+    for _ in range(2):  # a second read (a resume) gets past it too
+        body = _get_cut(srv, stream_path("h", 0, 0, 1, fmt="tar"))
+        names = []
+        with tarfile.open(fileobj=io.BytesIO(body), mode="r|") as t:
+            names = [m.name for m in t]
+        assert names[-1] == "__shardcast_end__", names[-3:]
+        assert any(n.endswith("/a.txt") for n in names)
+        assert any(n.endswith("/b.txt") for n in names)
+    assert "event=sample_skipped" in srv.log(full=True)
+    # frames carries the key once: the sample is sent whole there.
+    samples, outcome, _ = read_share(srv, "h", 0, 0, 1)
+    assert outcome == "end" and len(samples) == 3

@@ -145,6 +145,9 @@ int main(void)
     sio_redact_text("http://u:p@h/a?k=1::https://v:q@[::1]/b?sig=2", buf,
                     sizeof buf);
     CHECK_STR(buf, "http://***@h/a?k=1::https://***@[::1]/b?sig=***");
+    sio_redact_text("key s3://b/k,https://h/o?X-Amz-Signature=z end", buf,
+                    sizeof buf);
+    CHECK_STR(buf, "key s3://b/k,https://h/o?X-Amz-Signature=*** end");
     sio_redact_text("no url here", buf, 4);
     CHECK_STR(buf, "no ");
     CHECK_MAIN_END();
