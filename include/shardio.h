@@ -225,8 +225,10 @@ void sio_url_redact(const char *url, char *buf, size_t len);
 /*
  * Free text (an error message, a log line, a source list joined by "::")
  * with every URL in it redacted as by sio_url_redact. A URL starts at
- * "scheme://" and ends at white space, a quote, '<', '>', '`', '\\' or
- * "::" outside brackets. Always NUL-terminated, truncated to len.
+ * "scheme://" and ends at white space, a quote, '<', '>', '`' or '\\'; in an
+ * s3 URL, a nested "scheme://" starts the next URL. Sources joined by "::"
+ * are one URL to this rule: the later ones are nested in its path (user
+ * information masked) or in a query value (masked whole). Always NUL-terminated, truncated to len.
  */
 void sio_redact_text(const char *text, char *buf, size_t len);
 /* Size in bytes of shard i, or UINT64_MAX when unknown. */

@@ -153,6 +153,14 @@ static void redact_query(rout *r, const char *q, size_t n)
         size_t klen = eq ? (size_t)(eq - piece) : plen;
         const char *v = eq ? eq + 1 : NULL;
         size_t vlen = eq ? plen - klen - 1 : 0;
+        if (value_nests_url(piece, klen)) {
+            /* A name holding user information or a URL: masked whole. */
+            rputs(r, "***");
+            if (amp)
+                rputs(r, "&");
+            i = end + 1;
+            continue;
+        }
         rput(r, piece, klen);
         if (eq) {
             rputs(r, "=");
@@ -293,19 +301,13 @@ void sio_redact_text(const char *text, char *buf, size_t len)
                          s[-1] == '-' || s[-1] == '.'))
             s--;
         rput_raw(&r, p, (size_t)(s - p));
-        /* The URL ends at a stop byte, or at "::" outside brackets (the
-         * separator of several sources). */
+        /* The URL ends at a stop byte. Sources joined by "::" stay one
+         * URL: the later ones are nested in its path (their user
+         * information is masked there) or in a query value (masked
+         * whole), which over-masks but never splits a URL wrongly. */
         const char *e = sep + 3;
-        int bracket = 0;
-        while (!url_stop(*e)) {
-            if (*e == '[')
-                bracket = 1;
-            else if (*e == ']')
-                bracket = 0;
-            else if (!bracket && e[0] == ':' && e[1] == ':')
-                break;
+        while (!url_stop(*e))
             e++;
-        }
         /* An s3 key is raw text up to the end; in free text a scheme in it
          * starts the next URL, which is redacted as one of its own. */
         if (e - s > 5 && strncasecmp(s, "s3://", 5) == 0) {

@@ -17,29 +17,14 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* Check one redacted http(s) URL starting at u (ends at a stop byte, and
- * in free text (text != 0) also at "::" outside brackets, as
- * sio_redact_text delimits URLs). */
+/* Check one redacted http(s) URL starting at u (ends at a stop byte, as
+ * sio_redact_text delimits URLs; text: found in free text). */
 static void check_url(const char *u, int text)
 {
     const char *auth = strstr(u, "://") + 3;
     size_t alen = strcspn(auth, "/?# \t\r\n\"'<>`\\");
     const char *stop = auth + strcspn(auth, " \t\r\n\"'<>`\\");
-    if (text) {
-        int br = 0;
-        for (const char *c = auth; c < stop; c++) {
-            if (*c == '[')
-                br = 1;
-            else if (*c == ']')
-                br = 0;
-            else if (!br && c[0] == ':' && c[1] == ':') {
-                stop = c;
-                break;
-            }
-        }
-        if ((size_t)(stop - auth) < alen)
-            alen = (size_t)(stop - auth);
-    }
+    (void)text;
     const char *at = memchr(auth, '@', alen);
     if (at && !(at - auth == 3 && memcmp(auth, "***", 3) == 0))
         abort();

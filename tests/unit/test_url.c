@@ -109,6 +109,8 @@ int main(void)
     sio_url_redact("http://h/a?next=https://o/b?sig=2&e=https%3A%2F%2Fo%3Fsig%3D3"
                    "&t=10:30", buf, sizeof buf);
     CHECK_STR(buf, "http://h/a?next=***&e=***&t=10:30");
+    sio_url_redact("http://h/a?https://u:p@o/b&x=1", buf, sizeof buf);
+    CHECK_STR(buf, "http://h/a?***&x=1");
     sio_url_redact("s3://b/k//u:p@x/y", buf, sizeof buf);
     CHECK_STR(buf, "s3://b/k//***@x/y");
     sio_url_redact("http://h/abcdef", buf, 10);
@@ -144,7 +146,10 @@ int main(void)
                    "GET \"http://h2/y?X-Amz-Signature=***\" ok\n");
     sio_redact_text("http://u:p@h/a?k=1::https://v:q@[::1]/b?sig=2", buf,
                     sizeof buf);
-    CHECK_STR(buf, "http://***@h/a?k=1::https://***@[::1]/b?sig=***");
+    CHECK_STR(buf, "http://***@h/a?k=***");
+    sio_redact_text("http://u:p@h/a::https://v:q@[::1]/b?sig=2", buf,
+                    sizeof buf);
+    CHECK_STR(buf, "http://***@h/a::https://***@[::1]/b?sig=***");
     sio_redact_text("key s3://b/k,https://h/o?X-Amz-Signature=z end", buf,
                     sizeof buf);
     CHECK_STR(buf, "key s3://b/k,https://h/o?X-Amz-Signature=*** end");
