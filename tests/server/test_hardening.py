@@ -323,11 +323,14 @@ def test_per_address_connection_limit(start, medium_ds):
     healthy = Healthy(srv, "train", 0, medium_ds.total, delay=0.0005)
     # Another loopback address plays the hostile client.
     held = [_connect_from(srv, "127.0.0.2") for _ in range(4)]
-    extra = _connect_from(srv, "127.0.0.2")
-    assert _closed(extra, 5)
+    time.sleep(0.5)  # let the server's threads count them
+    # The limit may be passed by (HTTP threads - 1) when two threads
+    # accept at once (auth.h); with 2 threads, one of two extras is refused.
+    extras = [_connect_from(srv, "127.0.0.2") for _ in range(2)]
+    assert any(_closed(x, 3) for x in extras)
     assert _metric(_metrics(srv), "shardcast_connections_refused_total",
                    '{bound="per_ip"}') >= 1
-    for s in held:
+    for s in held + extras:
         s.close()
     healthy.check()
 
