@@ -2,13 +2,16 @@
 """Soak benchmark of the hardening bounds (not part of the test suite).
 
 Runs one shardcastd on loopback:
-  quiet:  16 consumers (tests/tools/sc_loadgen, frames) read one epoch;
-  noisy:  the same 16 consumers read the next epoch while
+  warm:   16 consumers (tests/tools/sc_loadgen, frames) read epoch 0 (page
+          cache; not reported);
+  quiet:  they read epoch 1;
+  noisy:  they read epoch 2 while
             - --idle idle connections are held open (spread over
               127.0.0.2..127.0.0.9, so each address stays under the
               per-address limit; the header timeout closes them and they are
               reopened at once),
-            - a loop opens new epochs (epoch 1000, 1001, ...) from 127.0.1.1,
+            - a loop opens new epochs (3, 4, ..., and every tenth one far
+              ahead) from 127.0.1.1,
             - random hostile requests arrive from 127.0.2.1 (unknown
               parameters, huge epochs and starts, bad tokens, unknown jobs,
               slowloris headers, oversized targets).
@@ -119,13 +122,19 @@ def get(port, path, src, token=None, timeout=5):
         s.close()
 
 
-def epoch_opener(port, stop, counts):
-    e = 1000
+def epoch_opener(port, stop, counts, first):
+    """New epochs one after the other from `first` (within
+    --max-epochs-ahead, so the feed and per-minute bounds are what bite),
+    with a far-ahead one every tenth request."""
+    e = first
     while not stop.is_set():
-        st = get(port, "/v1/jobs/soak/epochs/%d/stream?rank=0&world=1&start=999999999" % e,
-                 "127.0.1.1")
+        far = counts["epoch_requests"] % 10 == 9
+        st = get(port, "/v1/jobs/soak/epochs/%d/stream?rank=0&world=1&start=999999999"
+                 % (e + 1000 if far else e), "127.0.1.1")
+        counts["epoch_requests"] += 1
         counts["epochs_%d" % st] += 1
-        e += 1
+        if not far:
+            e += 1
         time.sleep(0.05)
 
 
@@ -187,12 +196,13 @@ def main():
         out = {"dataset": {"samples": manifest["total_samples"], "size": args.size},
                "idle_connections": args.idle}
         try:
-            out["quiet"] = loadgen(args.build, port, 0, os.path.join(d, "q.txt"))
+            loadgen(args.build, port, 0, os.path.join(d, "warm.txt"))  # page cache
+            out["quiet"] = loadgen(args.build, port, 1, os.path.join(d, "q.txt"))
             out["quiet"]["exactly_once"] = exactly_once(os.path.join(d, "q.txt"), manifest)
             stop = threading.Event()
             counts = Counter(idle_peak=0)
             ths = [threading.Thread(target=idle_holder, args=(port, args.idle, stop, counts)),
-                   threading.Thread(target=epoch_opener, args=(port, stop, counts)),
+                   threading.Thread(target=epoch_opener, args=(port, stop, counts, 3)),
                    threading.Thread(target=hostile, args=(port, stop, counts))]
             for t in ths:
                 t.start()
@@ -205,7 +215,7 @@ def main():
             st = threading.Thread(target=sample)
             st.start()
             time.sleep(3)  # let the idle connections and the noise build up
-            out["noisy"] = loadgen(args.build, port, 1, os.path.join(d, "n.txt"))
+            out["noisy"] = loadgen(args.build, port, 2, os.path.join(d, "n.txt"))
             out["noisy"]["exactly_once"] = exactly_once(os.path.join(d, "n.txt"), manifest)
             stop.set()
             for t in ths + [st]:
