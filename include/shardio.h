@@ -111,6 +111,14 @@ typedef struct sio_io_config {
                                    retry_base_ms * 2^n)] (0: 100) */
     uint32_t retry_max_ms;      /* (0: 20000) */
     uint32_t connect_timeout_ms;/* (0: 10000) */
+    int allow_link_local;       /* 0 (default): http(s)/s3 data requests
+                                   refuse to connect to link-local and
+                                   instance-metadata addresses
+                                   (169.254.0.0/16, fe80::/10,
+                                   fd00:ec2::254, 100.100.100.200), checked
+                                   on the resolved address; credential
+                                   endpoints (IMDS, container credentials)
+                                   are exempt */
     uint32_t stall_timeout_ms;  /* a response that delivers no byte for
                                    this long is retried (0: 30000; rounded
                                    up to whole seconds) */
@@ -201,6 +209,38 @@ sio_code sio_shardlist_from_urls(const char *const *urls, size_t n,
 size_t sio_shardlist_count(const sio_shardlist *l);
 /* URL of shard i, valid as long as the list lives. */
 const char *sio_shardlist_url(const sio_shardlist *l, size_t i);
+
+/*
+ * The one redacted form of a URL, used for everything that leaves the
+ * backends (wire formats, samples' shard_url as consumers see it, errors,
+ * logs, status, metrics); the raw URL stays inside the backend.
+ *   - user information "user:password@" becomes "***@";
+ *   - in http(s) URLs, the value of every query parameter that carries a
+ *     credential becomes "***"; names are compared percent-decoded and
+ *     lowercased: prefixes x-amz-, x-goog-, x-ms-, x-oss-; whole names
+ *     sig, se, sp, sv, sr, skoid, sktid, pwd, code, policy, jwt, sas, st
+ *     (Azure SAS and friends); any name containing sign, token, key,
+ *     secret, pass, credential, auth, session, accessid or cookie. A value
+ *     holding '@', "://", "%40" or "%3A" (user information or a nested,
+ *     possibly presigned URL) is masked too;
+ *   - a fragment becomes "#***";
+ *   - s3:// keys are raw text and kept (S3 URLs carry no credentials);
+ *   - control bytes become %XX (never a '?' that would start a query).
+ * Parameter names, the host and the path are kept, so a redacted URL
+ * still names its object. Always NUL-terminated, truncated to len.
+ * Threading: pure function.
+ */
+void sio_url_redact(const char *url, char *buf, size_t len);
+
+/*
+ * Free text (an error message, a log line, a source list joined by "::")
+ * with every URL in it redacted as by sio_url_redact. A URL starts at
+ * "scheme://" and ends at white space, a quote, '<', '>', '`' or '\\'; in an
+ * s3 URL, a nested "scheme://" starts the next URL. Sources joined by "::"
+ * are one URL to this rule: the later ones are nested in its path (user
+ * information masked) or in a query value (masked whole). Always NUL-terminated, truncated to len.
+ */
+void sio_redact_text(const char *text, char *buf, size_t len);
 /* Size in bytes of shard i, or UINT64_MAX when unknown. */
 uint64_t sio_shardlist_size(const sio_shardlist *l, size_t i);
 void sio_shardlist_free(sio_shardlist *l);
@@ -311,6 +351,8 @@ typedef enum sio_on_error { SIO_ON_ERROR_SKIP = 0, SIO_ON_ERROR_FAIL = 1 } sio_o
 /* Shard indexes and epoch journals (include/shardio_index.h). */
 typedef struct sio_index sio_index;
 typedef struct sio_journal sio_journal;
+/* Largest shuffle buffer in samples an epoch accepts (buffer_samples). */
+#define SIO_EPOCH_BUFFER_MAX (64u * 1024u * 1024u)
 
 typedef struct sio_epoch_config {
     uint64_t seed;

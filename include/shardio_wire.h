@@ -6,11 +6,18 @@
  * "<G>/<key>.<ext>", where <G> is the sample's global index in the epoch as
  * 12 zero-padded decimal digits. The first member of each sample is preceded
  * by a pax extended header (typeflag 'x', name "<G>/PaxHeader") carrying
- *   SHARDCAST.key=<original key>      SHARDCAST.shard=<shard URL>
+ *   SHARDCAST.key=<original key>      SHARDCAST.shard=<redacted shard URL>
  *   SHARDCAST.index=<G>               SHARDCAST.position=<position in share>
  * and a "path=" record when the member name does not fit the ustar
  * name/prefix fields; later members of the sample get a pax header only when
- * they need "path=". Members: mode 0644, uid/gid 0, empty uname/gname,
+ * they need "path=".
+ * The <key> of a member name is the sample key sanitised so that no
+ * extractor can be led outside its directory (sio_tar_key_sanitize): the key
+ * is split at '/'; empty components (a leading '/', "//") and "." are
+ * dropped; ".." becomes "__"; control bytes and '\\' become '_'; an empty
+ * result is "_". Keys are C strings, so they never hold NUL. The extension
+ * gets the same byte replacement. The original key is always in
+ * SHARDCAST.key; the shard URL is redacted as by sio_url_redact. Members: mode 0644, uid/gid 0, empty uname/gname,
  * mtime 0, magic "ustar\0" version "00", sizes in octal, base-256 from 8 GiB.
  *
  * A clean end is a top-level member "__shardcast_end__" holding the JSON
@@ -98,6 +105,14 @@ void sio_tar_header(unsigned char block[SIO_TAR_BLOCK], const char *name,
 
 /* Does `name` fit the ustar prefix/name fields (so needs no pax path=)? */
 int sio_tar_name_fits(const char *name, size_t name_len);
+
+/*
+ * Append the member-name form of key (klen bytes) to out under the rule
+ * above: the result has no ".." component, no leading '/', no empty
+ * component, no control byte and no '\\'. SIO_ERR_LIMIT / SIO_ERR_NOMEM
+ * from the buffer (out is then unchanged).
+ */
+sio_code sio_tar_key_sanitize(const char *key, size_t klen, sio_wbuf *out);
 
 /* ------------------------------------------------------------------ */
 /* The streaming tar encoder                                             */
@@ -214,7 +229,9 @@ void sio_tarw_destroy(sio_tarw *w);
 /* The encoder remembers which shards it has announced in a bitmap indexed
  * by shard index; indices at or above this (the library's own limit on
  * shards in one dataset) are refused with SIO_ERR_LIMIT. The bitmap grows
- * with the largest index seen, so it is at most 1.25 MB per stream. */
+ * with the largest index seen: one bit per shard of the dataset (128 bytes
+ * for 1,000 shards, 1.25 MB at this limit), which the README's memory
+ * formula counts per frames stream. */
 #define SIO_FRAMEW_SHARDS_MAX 10000000u
 
 typedef enum sio_frame_type {

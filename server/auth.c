@@ -225,3 +225,118 @@ int sc_ratelimit_take(sc_ratelimit *r, const struct sockaddr *sa,
     pthread_mutex_unlock(&r->mu);
     return ok;
 }
+
+/* Per-address connection counts ----------------------------------------
+ * Open addressing with linear probing over a power-of-two table at least
+ * twice the number of connections the server admits, so it never fills;
+ * an entry whose count drops to zero is removed by backward shifting, so
+ * lookups need no tombstones. */
+
+typedef struct conn_slot {
+    unsigned char key[17];
+    uint32_t count; /* 0: empty */
+} conn_slot;
+
+struct sc_connlimit {
+    pthread_mutex_t mu;
+    uint32_t limit;
+    size_t mask;
+    size_t used;    /* entries with a count; kept below the table size so
+                       probing always ends (more addresses than that are
+                       not tracked: fail open) */
+    conn_slot *slots;
+};
+
+sc_connlimit *sc_connlimit_create(uint32_t limit, uint32_t max_connections)
+{
+    sc_connlimit *c = calloc(1, sizeof *c);
+    size_t n = 64;
+    if (!c)
+        return NULL;
+    c->limit = limit;
+    if (limit) {
+        while (n < (size_t)max_connections * 2 + 64)
+            n *= 2;
+        c->slots = calloc(n, sizeof *c->slots);
+        if (!c->slots) {
+            free(c);
+            return NULL;
+        }
+        c->mask = n - 1;
+    }
+    pthread_mutex_init(&c->mu, NULL);
+    return c;
+}
+
+void sc_connlimit_destroy(sc_connlimit *c)
+{
+    if (!c)
+        return;
+    pthread_mutex_destroy(&c->mu);
+    free(c->slots);
+    free(c);
+}
+
+/* The slot of key, or the empty slot where it would go (mu held). */
+static size_t conn_find(const sc_connlimit *c, const unsigned char key[17])
+{
+    size_t i = hash_key(key) & c->mask;
+    while (c->slots[i].count && memcmp(c->slots[i].key, key, 17) != 0)
+        i = (i + 1) & c->mask;
+    return i;
+}
+
+int sc_connlimit_allows(sc_connlimit *c, const struct sockaddr *sa)
+{
+    unsigned char key[17];
+    int ok = 1;
+    if (!c->limit || !sa)
+        return 1;
+    addr_key(sa, key);
+    pthread_mutex_lock(&c->mu);
+    ok = c->slots[conn_find(c, key)].count < c->limit;
+    pthread_mutex_unlock(&c->mu);
+    return ok;
+}
+
+void sc_connlimit_add(sc_connlimit *c, const struct sockaddr *sa, int delta)
+{
+    unsigned char key[17];
+    if (!c->limit || !sa)
+        return;
+    addr_key(sa, key);
+    pthread_mutex_lock(&c->mu);
+    size_t i = conn_find(c, key);
+    conn_slot *s = &c->slots[i];
+    if (delta > 0) {
+        if (!s->count) {
+            if (c->used + 1 >= c->mask) {
+                pthread_mutex_unlock(&c->mu);
+                return;
+            }
+            memcpy(s->key, key, sizeof key);
+            c->used++;
+        }
+        s->count++;
+    } else if (s->count && --s->count == 0) {
+        c->used--;
+        /* Backward-shift deletion: move later members of the run into
+         * the hole when their home slot is not after it. */
+        size_t hole = i, j = i;
+        for (;;) {
+            j = (j + 1) & c->mask;
+            if (!c->slots[j].count)
+                break;
+            size_t home = hash_key(c->slots[j].key) & c->mask;
+            /* j may move to hole unless home lies cyclically in (hole, j]. */
+            int in_range = hole <= j ? (home > hole && home <= j)
+                                     : (home > hole || home <= j);
+            if (in_range)
+                continue;
+            c->slots[hole] = c->slots[j];
+            c->slots[j].count = 0;
+            hole = j;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+}

@@ -62,4 +62,20 @@ void sc_ratelimit_destroy(sc_ratelimit *r);
 int sc_ratelimit_take(sc_ratelimit *r, const struct sockaddr *sa,
                       uint64_t now_ms, uint32_t *retry_after_s);
 
+/*
+ * Connections per client address (--max-connections-per-ip). The HTTP
+ * server asks sc_connlimit_allows when it accepts a connection (and refuses
+ * and counts it when not), then counts it with sc_connlimit_add(+1) when
+ * the connection starts and (-1) when it closes. Between the check and the
+ * count another worker thread may admit one more from the same address, so
+ * the limit may be passed by at most the number of HTTP threads - 1. The
+ * table holds 2 x max_connections entries and never fills. limit 0: no
+ * limit (nothing is tracked). Thread-safe (one mutex).
+ */
+typedef struct sc_connlimit sc_connlimit;
+sc_connlimit *sc_connlimit_create(uint32_t limit, uint32_t max_connections);
+void sc_connlimit_destroy(sc_connlimit *c);
+int sc_connlimit_allows(sc_connlimit *c, const struct sockaddr *sa);
+void sc_connlimit_add(sc_connlimit *c, const struct sockaddr *sa, int delta);
+
 #endif /* SC_AUTH_H */

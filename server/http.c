@@ -83,8 +83,11 @@ struct sc_server {
     sc_jobs *jobs;
     sc_auth *auth;
     sc_ratelimit *rl;
+    sc_ratelimit *srl;     /* stream opens per address (--stream-rate-limit) */
+    sc_connlimit *cl;      /* connections per address */
     struct MHD_Daemon *d;
-    MHD_socket lsock; /* from MHD_quiesce_daemon; closed at once */
+    MHD_socket lsock; /* from MHD_quiesce_daemon; closed only after
+                         MHD_stop_daemon (libmicrohttpd's manual) */
     uint16_t port;
     uint64_t boot;    /* makes request ids unique across restarts */
     atomic_uint_fast64_t next_id;
@@ -93,6 +96,9 @@ struct sc_server {
     atomic_int draining_flag;
     atomic_uint_fast64_t requests[NROUTES][NCODES];
     atomic_uint_fast64_t rate_limited;
+    atomic_uint_fast64_t stream_rate_limited;
+    atomic_uint_fast64_t conn_refused_ip;  /* per-address limit bit */
+    atomic_uint_fast64_t timeouts;         /* requests ended by a timeout */
     atomic_long connections; /* open, counted by notify_connection */
 };
 
@@ -279,6 +285,10 @@ static enum MHD_Result start_stream(req_ctx *ctx, struct MHD_Connection *conn)
     MHD_add_response_header(r, "X-Request-Id", ctx->id);
     enum MHD_Result ret = MHD_queue_response(conn, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
+    /* A streaming connection gets the idle timeout; until now it had the
+     * header timeout of connections that have not started a stream. */
+    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
+                              (unsigned int)srv->cfg->idle_timeout);
     ctx->status = MHD_HTTP_OK;
     count(srv, ctx->req.route, 200);
     SC_LOG(SIO_LOG_DEBUG,
@@ -323,12 +333,14 @@ static enum MHD_Result answer_topology(req_ctx *ctx,
     return reply_json(ctx, conn, 200, text);
 }
 
+static int detail_allowed(sc_server *srv, struct MHD_Connection *conn);
+
 static enum MHD_Result answer_metrics(req_ctx *ctx,
                                       struct MHD_Connection *conn)
 {
     sc_server *srv = ctx->srv;
     sio_wbuf b;
-    char line[256];
+    char line[512];
     sio_code rc = SIO_OK;
     sio_wbuf_init(&b, METRICS_MAX);
 
@@ -382,8 +394,29 @@ static enum MHD_Result answer_metrics(req_ctx *ctx,
         "server.\n# TYPE shardcast_resident_memory_bytes gauge\n"
         "shardcast_resident_memory_bytes %ld\n",
         rss * sysconf(_SC_PAGESIZE));
-#undef PUT
+    PUT("# HELP shardcast_connections_refused_total Connections refused by "
+        "a bound.\n# TYPE shardcast_connections_refused_total counter\n"
+        "shardcast_connections_refused_total{bound=\"per_ip\"} %" PRIu64
+        "\n",
+        (uint64_t)atomic_load(&srv->conn_refused_ip));
+    PUT("# HELP shardcast_requests_timed_out_total Requests ended by the "
+        "header or idle timeout.\n"
+        "# TYPE shardcast_requests_timed_out_total counter\n"
+        "shardcast_requests_timed_out_total %" PRIu64 "\n",
+        (uint64_t)atomic_load(&srv->timeouts));
+    PUT("# HELP shardcast_stream_opens_rate_limited_total Stream opens "
+        "refused with 429 by the per-address stream rate limit.\n"
+        "# TYPE shardcast_stream_opens_rate_limited_total counter\n"
+        "shardcast_stream_opens_rate_limited_total %" PRIu64 "\n",
+        (uint64_t)atomic_load(&srv->stream_rate_limited));
+    PUT("# HELP shardcast_log_dropped_total Log lines dropped because the "
+        "log queue was full.\n# TYPE shardcast_log_dropped_total counter\n"
+        "shardcast_log_dropped_total %" PRIu64 "\n",
+        sc_log_dropped());
     if (rc == SIO_OK)
+        rc = sc_jobs_limits_metrics(srv->jobs, &b);
+    /* Per-job series name the jobs: only for authorised callers. */
+    if (rc == SIO_OK && detail_allowed(srv, conn))
         rc = sc_jobs_metrics(srv->jobs, &b);
     if (rc != SIO_OK) {
         sio_wbuf_free(&b);
@@ -427,6 +460,19 @@ static enum MHD_Result answer_put(req_ctx *ctx, struct MHD_Connection *conn)
     char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return reply_json(ctx, conn, st, text);
+}
+
+/* May the caller of a public route see details (job names, reasons)? When
+ * a consumer token is set, only with it (or the admin token); otherwise
+ * anyone can read the job status anyway. */
+static int detail_allowed(sc_server *srv, struct MHD_Connection *conn)
+{
+    const char *why = "";
+    return sc_auth_check(srv->auth, SC_ROLE_CONSUMER,
+                         MHD_lookup_connection_value(
+                             conn, MHD_HEADER_KIND,
+                             MHD_HTTP_HEADER_AUTHORIZATION),
+                         &why) == 0;
 }
 
 static sc_role route_role(const sc_request *req, const char *method)
@@ -484,10 +530,12 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn,
         return MHD_YES;
     snprintf(ctx->method, sizeof ctx->method, "%s", method);
 
+    /* No job lookup while parsing: whether a job exists is told only to
+     * callers that pass the auth check below (404 against 401 would name
+     * jobs to anyone). */
     unsigned status = sc_request_parse(method, ctx->target, ctx->target_len,
-                                       srv->cfg->max_url, sc_jobs_exists,
-                                       srv->jobs, &ctx->req, reason,
-                                       sizeof reason);
+                                       srv->cfg->max_url, NULL, NULL,
+                                       &ctx->req, reason, sizeof reason);
     /* Everything but streams is rate limited, errors included. */
     if (ctx->req.route != SC_ROUTE_STREAM &&
         ctx->req.route != SC_ROUTE_SAMPLE) {
@@ -511,6 +559,23 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn,
         &why);
     if (denied)
         return reply_error(ctx, conn, denied, why);
+    /* Authorised: now the job may be looked up. */
+    if ((ctx->req.route == SC_ROUTE_STREAM ||
+         (ctx->req.route == SC_ROUTE_JOB && strcmp(method, "PUT") != 0)) &&
+        !sc_jobs_exists(srv->jobs, ctx->req.job))
+        return reply_error(ctx, conn, 404, "unknown job");
+    if (ctx->req.route == SC_ROUTE_STREAM) {
+        uint32_t ra = 0;
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
+            conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        if (!sc_ratelimit_take(srv->srl, ci ? ci->client_addr : NULL,
+                               now_ms(), &ra)) {
+            atomic_fetch_add(&srv->stream_rate_limited, 1);
+            return reply_error_ra(ctx, conn, 429,
+                                  "too many stream opens from this address "
+                                  "(--stream-rate-limit)", ra);
+        }
+    }
 
     switch (ctx->req.route) {
     case SC_ROUTE_HEALTHZ:
@@ -520,7 +585,9 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn,
         if (atomic_load(&srv->draining_flag))
             return reply_error(ctx, conn, 503, "draining");
         if (!sc_jobs_ready(srv->jobs, r2, sizeof r2))
-            return reply_error(ctx, conn, 503, r2);
+            /* Job names and their errors only to authorised callers. */
+            return reply_error(ctx, conn, 503,
+                               detail_allowed(srv, conn) ? r2 : "not ready");
         return reply_text(ctx, conn, 200, "ready\n");
     }
     case SC_ROUTE_METRICS:
@@ -579,12 +646,30 @@ static void notify_connection(void *cls, struct MHD_Connection *conn,
                               enum MHD_ConnectionNotificationCode code)
 {
     sc_server *srv = cls;
-    (void)conn;
     (void)socket_context;
-    if (code == MHD_CONNECTION_NOTIFY_STARTED)
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         atomic_fetch_add(&srv->connections, 1);
-    else if (code == MHD_CONNECTION_NOTIFY_CLOSED)
+        sc_connlimit_add(srv->cl, sa, +1);
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
         atomic_fetch_sub(&srv->connections, 1);
+        sc_connlimit_add(srv->cl, sa, -1);
+    }
+}
+
+/* MHD_OPTION_ACCEPT_POLICY_CALLBACK: the per-address connection limit,
+ * counted when it refuses. */
+static enum MHD_Result accept_policy(void *cls, const struct sockaddr *addr,
+                                     socklen_t addrlen)
+{
+    sc_server *srv = cls;
+    (void)addrlen;
+    if (sc_connlimit_allows(srv->cl, addr))
+        return MHD_YES;
+    atomic_fetch_add(&srv->conn_refused_ip, 1);
+    return MHD_NO;
 }
 
 static const char *toe_name(enum MHD_RequestTerminationCode toe)
@@ -613,12 +698,16 @@ static void request_completed(void *cls, struct MHD_Connection *conn,
     sc_server *srv = cls;
     req_ctx *ctx = *req_cls;
     char path[LOG_PATH_MAX + 16], meth[40], extra[300] = "";
-    (void)conn;
-    (void)srv;
 
     if (!ctx)
         return;
     *req_cls = NULL;
+    if (toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED)
+        atomic_fetch_add(&srv->timeouts, 1);
+    else if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && ctx->binding)
+        /* Kept alive after a stream: idle again until the next request. */
+        MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
+                                  (unsigned int)srv->cfg->header_timeout);
     uint64_t bytes = ctx->bytes;
     if (ctx->binding) {
         sc_stream_stats st;
@@ -690,7 +779,11 @@ sio_code sc_server_start(const sc_config *cfg, sio_io *io, sc_jobs *jobs,
     atomic_init(&srv->connections, 0);
     srv->auth = sc_auth_create(cfg->token, cfg->admin_token);
     srv->rl = sc_ratelimit_create(cfg->rate_limit, cfg->rate_burst);
-    if (!srv->auth || !srv->rl) {
+    srv->srl = sc_ratelimit_create(cfg->stream_rate_limit,
+                                   cfg->stream_rate_burst);
+    srv->cl = sc_connlimit_create(cfg->max_connections_ip,
+                                  cfg->max_connections);
+    if (!srv->auth || !srv->rl || !srv->srl || !srv->cl) {
         snprintf(msg, msg_len, "out of memory");
         rc = SIO_ERR_NOMEM;
         goto out;
@@ -725,17 +818,19 @@ sio_code sc_server_start(const sc_config *cfg, sio_io *io, sc_jobs *jobs,
         backlog = 128;
 
     srv->d = MHD_start_daemon(
-        flags, 0, NULL, NULL, access_handler, srv,
+        /* The per-address connection limit is ours (accept_policy), so
+         * that its refusals are counted. */
+        flags, 0, accept_policy, srv, access_handler, srv,
         /* The logger first, so MHD's own start-up messages use it. */
         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv,
         MHD_OPTION_SOCK_ADDR, sa,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)cfg->threads,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)cfg->max_connections,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-        (unsigned int)cfg->max_connections_ip,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, backlog,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)cfg->connection_memory,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)cfg->idle_timeout,
+        /* Connections start with the header timeout; a stream gets the
+         * idle timeout (start_stream). */
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)cfg->header_timeout,
         MHD_OPTION_URI_LOG_CALLBACK, uri_log, srv,
         MHD_OPTION_NOTIFY_COMPLETED, request_completed, srv,
         MHD_OPTION_NOTIFY_CONNECTION, notify_connection, srv,
@@ -753,6 +848,8 @@ sio_code sc_server_start(const sc_config *cfg, sio_io *io, sc_jobs *jobs,
     srv = NULL;
 out:
     if (srv) {
+        sc_connlimit_destroy(srv->cl);
+        sc_ratelimit_destroy(srv->srl);
         sc_ratelimit_destroy(srv->rl);
         sc_auth_destroy(srv->auth);
         if (mu_ok)
@@ -769,13 +866,14 @@ uint16_t sc_server_port(const sc_server *srv)
 
 size_t sc_server_drain(sc_server *srv, uint32_t grace_s)
 {
-    /* Stop accepting: closing the listening socket makes new connections
-     * fail at once instead of waiting in the backlog. */
+    /* Stop accepting. libmicrohttpd's manual forbids closing the socket
+     * MHD_quiesce_daemon returns while the daemon's threads run (the fd
+     * number could be reused under them): it is only shut down here, which
+     * refuses new connections at once and keeps the descriptor, and
+     * closed by sc_server_stop after MHD_stop_daemon. */
     srv->lsock = MHD_quiesce_daemon(srv->d);
-    if (srv->lsock != MHD_INVALID_SOCKET) {
-        close(srv->lsock);
-        srv->lsock = MHD_INVALID_SOCKET;
-    }
+    if (srv->lsock != MHD_INVALID_SOCKET)
+        shutdown(srv->lsock, SHUT_RDWR);
     pthread_mutex_lock(&srv->mu);
     srv->draining = 1;
     atomic_store(&srv->draining_flag, 1);
@@ -797,7 +895,7 @@ void sc_server_stop(sc_server *srv)
     if (!atomic_load(&srv->draining_flag)) {
         srv->lsock = MHD_quiesce_daemon(srv->d);
         if (srv->lsock != MHD_INVALID_SOCKET)
-            close(srv->lsock);
+            shutdown(srv->lsock, SHUT_RDWR);
         pthread_mutex_lock(&srv->mu);
         srv->draining = 1;
         atomic_store(&srv->draining_flag, 1);
@@ -808,6 +906,10 @@ void sc_server_stop(sc_server *srv)
      * more (draining is set under srv->mu). */
     sc_jobs_cut_all(srv->jobs, "server shutting down");
     MHD_stop_daemon(srv->d);
+    if (srv->lsock != MHD_INVALID_SOCKET)
+        close(srv->lsock);
+    sc_connlimit_destroy(srv->cl);
+    sc_ratelimit_destroy(srv->srl);
     sc_ratelimit_destroy(srv->rl);
     sc_auth_destroy(srv->auth);
     pthread_mutex_destroy(&srv->mu);

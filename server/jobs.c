@@ -148,6 +148,9 @@ struct sc_job {
     atomic_uint_fast64_t streams_by_outcome[5];
     atomic_uint_fast64_t streams_opened;
     sc_job *dead_next;
+    size_t nfeeds;             /* slots, live and retired (mu) */
+    double epoch_tokens;       /* new-epoch bucket (mu) */
+    uint64_t epoch_tokens_ms;  /* its last refill (mu); 0: full */
 };
 
 struct sc_jobs {
@@ -170,6 +173,10 @@ struct sc_jobs {
     int running;             /* jobs threads not yet exited (mu) */
     pthread_t manager, resolver;
     int manager_ok, resolver_ok;
+    /* Epoch-churn bounds (feed_admission): feeds open, live and retired,
+     * over every job; and how often each bound refused a new epoch. */
+    atomic_size_t nfeeds;
+    atomic_uint_fast64_t refused[SC_REFUSED_COUNT];
 };
 
 /* How long sc_jobs_destroy waits for its threads: a resolution or a feed
@@ -265,6 +272,10 @@ static void seek_add(sio_feed_seek_stats *a, const sio_feed_seek_stats *b)
 
 static void slot_close(sc_job *job, fslot *s)
 {
+    pthread_mutex_lock(&job->mu);
+    job->nfeeds--;
+    pthread_mutex_unlock(&job->mu);
+    atomic_fetch_sub(&job->owner->nfeeds, 1);
     if (s->feed) {
         sio_feed_stats st;
         sio_feed_get_stats(s->feed, &st, NULL, 0, NULL);
@@ -661,6 +672,10 @@ static sio_code slot_open(sc_jobs *j, sc_job *job, uint64_t epoch,
     ec.read_threads = job->spec.read_threads;
     ec.replica = cfg->replicas > 1 ? cfg->replica : 0;
     ec.replicas = cfg->replicas > 1 ? cfg->replicas : 0;
+    /* Inside the memory formula: a larger sample is a bad one (skipped
+     * and counted under on_error=skip). */
+    ec.limits.sample_max = sc_config_sample_max(cfg);
+    ec.limits.member_max = sc_config_field_max(cfg);
     ec.index = j->index;
     int fresh = 0;
     ec.journal = s->journal = job_journal(j, job, epoch, &fresh, err);
@@ -708,8 +723,100 @@ static sio_code slot_open(sc_jobs *j, sc_job *job, uint64_t epoch,
     s->last_ms = now_ms();
     s->next = job->slots;
     job->slots = s;
+    job->nfeeds++;
+    atomic_fetch_add(&j->nfeeds, 1);
     *out = s;
     return SIO_OK;
+}
+
+/*
+ * May job (mu held) open a feed for `epoch`? The epoch-churn bounds, checked
+ * before anything is allocated: epochs far ahead of the newest one in flight
+ * (409), feeds of the job and of the server, live and retired (429), and new
+ * epochs per minute (429). Returns 0, or the status with a reason and
+ * *retry_after; the refusal is counted. The caller charges the bucket
+ * (epoch_tokens -= 1) when it does open the feed.
+ */
+static unsigned feed_admission(sc_jobs *j, sc_job *job, uint64_t epoch,
+                               unsigned *retry_after,
+                               char *reason, size_t reason_len)
+{
+    const sc_config *cfg = j->cfg;
+    uint64_t newest = 0;
+    int any = 0;
+
+    for (const fslot *x = job->slots; x; x = x->next)
+        if (!x->retired && (!any || x->epoch > newest)) {
+            newest = x->epoch;
+            any = 1;
+        }
+    if (cfg->max_epochs_ahead && any && epoch > newest &&
+        epoch - newest > cfg->max_epochs_ahead) {
+        atomic_fetch_add(&j->refused[SC_REFUSED_EPOCH_AHEAD], 1);
+        fail(reason, reason_len,
+             "epoch %" PRIu64 " is more than %u epochs ahead of epoch %" PRIu64
+             " in flight (--max-epochs-ahead)", epoch, cfg->max_epochs_ahead,
+             newest);
+        return 409;
+    }
+    if (job->nfeeds >= cfg->max_feeds_job) {
+        atomic_fetch_add(&j->refused[SC_REFUSED_FEEDS_JOB], 1);
+        fail(reason, reason_len,
+             "job has %zu feeds open, live and retired (--max-feeds-per-job "
+             "%u): retry when one closes", job->nfeeds, cfg->max_feeds_job);
+        *retry_after = 5;
+        return 429;
+    }
+    if (atomic_load(&j->nfeeds) >= cfg->max_feeds) {
+        atomic_fetch_add(&j->refused[SC_REFUSED_FEEDS_SERVER], 1);
+        fail(reason, reason_len,
+             "server has %u feeds open (--max-feeds): retry later",
+             cfg->max_feeds);
+        *retry_after = 5;
+        return 429;
+    }
+    if (cfg->max_new_epochs_min) {
+        uint64_t now = now_ms();
+        double cap = cfg->max_new_epochs_min;
+        if (job->epoch_tokens_ms == 0) {
+            job->epoch_tokens = cap;
+        } else {
+            job->epoch_tokens += (double)(now - job->epoch_tokens_ms) * cap /
+                                 60000.0;
+            if (job->epoch_tokens > cap)
+                job->epoch_tokens = cap;
+        }
+        job->epoch_tokens_ms = now ? now : 1;
+        if (job->epoch_tokens < 1.0) {
+            atomic_fetch_add(&j->refused[SC_REFUSED_EPOCH_RATE], 1);
+            double wait_s = (1.0 - job->epoch_tokens) * 60.0 / cap;
+            *retry_after = (unsigned)wait_s + 1;
+            fail(reason, reason_len,
+                 "job opened %u new epochs in the last minute "
+                 "(--max-new-epochs-per-minute): retry in %u s",
+                 cfg->max_new_epochs_min, *retry_after);
+            return 429;
+        }
+    }
+    return 0;
+}
+
+/* The checks sio_feed_attach makes that depend on the request alone, made
+ * before a feed is opened for it (a bad request opens nothing). */
+static unsigned check_world(sc_jobs *j, const sc_request *req, char *reason,
+                            size_t reason_len)
+{
+    if (req->world < 1 || req->rank >= req->world) {
+        fail(reason, reason_len, "rank must be less than world");
+        return 400;
+    }
+    if (req->world > j->cfg->window_samples) {
+        atomic_fetch_add(&j->refused[SC_REFUSED_WORLD], 1);
+        fail(reason, reason_len, "world %u above the window of %u samples",
+             req->world, j->cfg->window_samples);
+        return 400;
+    }
+    return 0;
 }
 
 static size_t live_slots(const sc_job *job)
@@ -738,8 +845,14 @@ static int evict_one(sc_job *job)
         if (s->retired || s->streams)
             continue;
         sio_feed_stats st;
-        sio_feed_get_stats(s->feed, &st, NULL, 0, NULL);
+        size_t held = 0;
+        sio_feed_get_stats(s->feed, &st, NULL, 0, &held);
         int ended = st.ended;
+        /* The prefetched next epoch is in use until it is read, and so is
+         * an epoch whose consumers are detached within their rejoin grace
+         * or expected (held counts them, without a walk). */
+        if ((s->prefetched && !ended && !st.failed) || (held > 0 && !ended))
+            continue;
         if (!best || (ended && !best_ended) ||
             (ended == best_ended && s->last_ms < best->last_ms)) {
             best = s;
@@ -897,6 +1010,13 @@ unsigned sc_jobs_open_stream(sc_jobs *j, const sc_request *req,
         }
     }
     if (!slot) {
+        status = check_world(j, req, reason, reason_len);
+        if (!status)
+            status = feed_admission(j, job, req->epoch, retry_after, reason,
+                                    reason_len);
+        if (status)
+            goto out;
+        status = 500;
         if (live_slots(job) >= j->cfg->max_epochs && !evict_one(job)) {
             char list[200] = "";
             size_t o = 0;
@@ -913,6 +1033,8 @@ unsigned sc_jobs_open_stream(sc_jobs *j, const sc_request *req,
             *retry_after = 5;
             goto out;
         }
+        if (j->cfg->max_new_epochs_min)
+            job->epoch_tokens -= 1.0; /* checked by feed_admission */
         rc = slot_open(j, job, req->epoch, 0, &slot, &err);
         if (rc) {
             char msg[700];
@@ -1115,7 +1237,9 @@ static void job_tick(sc_jobs *j, sc_job *job, uint64_t now, int sample_tp)
         if (cfg->prefetch && !job->removed && st.ended && !st.failed &&
             s->served > 0 && s->epoch < UINT64_MAX &&
             !live_slot(job, s->epoch + 1) &&
-            live_slots(job) < cfg->max_epochs) {
+            live_slots(job) < cfg->max_epochs &&
+            job->nfeeds < cfg->max_feeds_job &&
+            atomic_load(&j->nfeeds) < cfg->max_feeds) {
             fslot *n = NULL;
             sio_error err = {SIO_OK, ""};
             if (slot_open(j, job, s->epoch + 1, 1, &n, &err) == SIO_OK) {
@@ -1824,5 +1948,24 @@ sio_code sc_jobs_metrics(sc_jobs *j, sio_wbuf *out)
 out:
     free(cons);
     free(m);
+    return rc;
+}
+
+sio_code sc_jobs_limits_metrics(sc_jobs *j, sio_wbuf *out)
+{
+    static const char *const names[SC_REFUSED_COUNT] = {
+        "epoch_ahead", "feeds_per_job", "feeds_per_server", "epoch_rate",
+        "world"};
+    sio_code rc = put(out,
+                      "# HELP shardcast_feeds_open Feeds open, live and "
+                      "retired, over every job.\n# TYPE shardcast_feeds_open "
+                      "gauge\nshardcast_feeds_open %zu\n"
+                      "# HELP shardcast_epochs_refused_total New epochs "
+                      "refused by a bound, by bound.\n"
+                      "# TYPE shardcast_epochs_refused_total counter\n",
+                      atomic_load(&j->nfeeds));
+    for (int i = 0; rc == SIO_OK && i < SC_REFUSED_COUNT; i++)
+        rc = put(out, "shardcast_epochs_refused_total{bound=\"%s\"} %" PRIu64
+                      "\n", names[i], (uint64_t)atomic_load(&j->refused[i]));
     return rc;
 }

@@ -41,6 +41,16 @@
 #include "stream.h"
 
 typedef struct sc_jobs sc_jobs;
+
+/* The bounds that refuse a new epoch (counted for /metrics). */
+enum {
+    SC_REFUSED_EPOCH_AHEAD = 0, /* --max-epochs-ahead (409) */
+    SC_REFUSED_FEEDS_JOB,       /* --max-feeds-per-job (429) */
+    SC_REFUSED_FEEDS_SERVER,    /* --max-feeds (429) */
+    SC_REFUSED_EPOCH_RATE,      /* --max-new-epochs-per-minute (429) */
+    SC_REFUSED_WORLD,           /* world above the window (400) */
+    SC_REFUSED_COUNT
+};
 typedef struct sc_binding sc_binding;
 
 /* Consumers listed per epoch in status (the rest are counted). */
@@ -85,9 +95,12 @@ int sc_jobs_ready(sc_jobs *j, char *reason, size_t reason_len);
 
 /*
  * Open the stream of req (route SC_ROUTE_STREAM) on conn: find or open the
- * epoch's feed, attach a cursor, create the stream. Returns 200 with
- * *stream and *binding set, or the HTTP status (400, 404, 503 with
- * *retry_after seconds when > 0, 500) and a one-line reason.
+ * epoch's feed, attach a cursor, create the stream. A new epoch passes the
+ * churn bounds first (--max-epochs-ahead: 409; --max-feeds-per-job,
+ * --max-feeds, --max-new-epochs-per-minute: 429 with *retry_after), and the
+ * request's world is checked before any feed is opened. Returns 200 with
+ * *stream and *binding set, or the HTTP status (400, 404, 409, 429, 503
+ * with *retry_after seconds when > 0, 500) and a one-line reason.
  */
 unsigned sc_jobs_open_stream(sc_jobs *j, const sc_request *req,
                              struct MHD_Connection *conn, const char *id,
@@ -116,5 +129,9 @@ char *sc_jobs_status(sc_jobs *j, const char *name, int *missing);
 
 /* Append the job and fetch metrics (Prometheus text) to out. */
 sio_code sc_jobs_metrics(sc_jobs *j, sio_wbuf *out);
+
+/* Append the server-wide epoch-churn metrics (no job names): feeds open and
+ * new epochs refused by each bound. */
+sio_code sc_jobs_limits_metrics(sc_jobs *j, sio_wbuf *out);
 
 #endif /* SC_JOBS_H */

@@ -3,8 +3,10 @@
  *
  * The level is set once at start-up (sc_log_init) before any thread starts
  * and only read afterwards. SC_LOG checks it before its arguments are
- * evaluated or formatted. Lines are written with one write per line, so
- * lines from different threads do not interleave.
+ * evaluated or formatted. Every line is redacted (sio_redact_text). Once
+ * sc_log_start has run, lines go through a bounded queue to a logging
+ * thread, so no caller ever waits on write(2); a full queue drops the line
+ * and counts it. Lines never interleave.
  * Never pass credentials, signatures, Authorization headers or query
  * strings that may carry tokens to these functions.
  */
@@ -12,6 +14,7 @@
 #define SC_LOG_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "shardio.h"
 
@@ -24,7 +27,20 @@ int sc_log_level(void);
 int sc_log_level_parse(const char *s, int *out);
 const char *sc_log_level_name(int level);
 
-/* Write one line "ts=... level=... <fmt>" (no trailing newline in fmt). */
+/*
+ * Start the logging thread with a queue of queue_bytes (at least 16 KiB).
+ * Returns 0, or -1 (out of memory or threads): lines are then written by
+ * the caller as before. Call once, from the main thread.
+ */
+int sc_log_start(size_t queue_bytes);
+/* Write what is queued, stop the thread; later lines are written by the
+ * caller. Safe without sc_log_start. */
+void sc_log_stop(void);
+/* Lines dropped because the queue was full, and lines written, ever. */
+uint64_t sc_log_dropped(void);
+uint64_t sc_log_written(void);
+
+/* Log one line "ts=... level=... <fmt>" (no trailing newline in fmt). */
 void sc_log_(int level, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))

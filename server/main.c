@@ -85,6 +85,9 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    /* From here on no thread waits on write(2) to log (log.h). */
+    if (sc_log_start((size_t)cfg.log_queue_bytes) != 0)
+        SC_LOG(SIO_LOG_WARN, "event=log_thread_failed");
     SC_LOG(SIO_LOG_INFO, "event=start version=%s", SIO_VERSION_STRING);
     sc_settings_log(&cfg);
     raise_nofile();
@@ -93,6 +96,7 @@ int main(int argc, char **argv)
     memset(&iocfg, 0, sizeof iocfg);
     iocfg.log.fn = sc_log_sio;
     iocfg.log.level = cfg.log_level;
+    iocfg.allow_link_local = cfg.allow_link_local;
     if (sio_io_create(&iocfg, &io, &err) != SIO_OK) {
         SC_LOG(SIO_LOG_ERROR, "event=startup_failed step=io code=%d", err.code);
         fprintf(stderr, "shardcastd: %s\n", err.msg);
@@ -134,11 +138,13 @@ out:
         /* A thread is stuck in object-store retries and uses io: leave
          * without freeing (and without exit handlers that would). */
         SC_LOG(SIO_LOG_INFO, "event=stopped");
+        sc_log_stop();
         _exit(rc);
     }
     sio_io_destroy(io);
     if (sr == SC_SETTINGS_OK && rc == 0)
         SC_LOG(SIO_LOG_INFO, "event=stopped");
+    sc_log_stop();
     sc_settings_free(&cfg);
     return rc;
 }

@@ -138,7 +138,8 @@ enum {
 static const char *const param_names[P_COUNT] = {
     "rank", "world", "start", "global_start", "format", "fields"};
 
-/* Parameters each route takes; others are ignored (forward compat). */
+/* Parameters each route takes; any other is a 400 naming it (a typo such
+ * as "globalstart" must not silently stream from the wrong place). */
 #define STREAM_PARAMS                                                      \
     ((1u << P_RANK) | (1u << P_WORLD) | (1u << P_START) |                  \
      (1u << P_GLOBAL_START) | (1u << P_FORMAT) | (1u << P_FIELDS))
@@ -173,12 +174,22 @@ static unsigned parse_query(const char *q, size_t len, unsigned accepted,
         /* A key that does not decode into key[] (too long, or a NUL) is
          * none of ours. */
         int which = -1;
-        if (sc_pct_decode(piece, klen, 1, key, sizeof key) >= 0)
+        long kl = sc_pct_decode(piece, klen, 1, key, sizeof key);
+        if (kl >= 0)
             for (int p = 0; p < P_COUNT; p++)
                 if ((accepted & (1u << p)) && strcmp(key, param_names[p]) == 0)
                     which = p;
-        if (which < 0)
-            continue; /* unknown parameters are ignored (forward compat) */
+        if (which < 0) {
+            char shown[KEY_MAX + 1];
+            size_t o = 0;
+            /* Named as far as it is printable, cut to KEY_MAX bytes. */
+            for (long k = 0; kl > 0 && k < kl && o < KEY_MAX; k++)
+                shown[o++] = (key[k] > 0x20 && key[k] < 0x7f) ? key[k] : '?';
+            shown[o] = '\0';
+            return fail(400, reason, reason_len, "unknown parameter %s%s",
+                        kl < 0 ? "(too long)" : shown,
+                        kl < 0 ? "" : "");
+        }
         const char *vsrc = eq ? eq + 1 : piece + plen;
         size_t vlen = eq ? plen - klen - 1 : 0;
         if (sc_pct_decode(vsrc, vlen, 1, val, sizeof val) < 0)
@@ -203,15 +214,15 @@ static unsigned parse_query(const char *q, size_t len, unsigned accepted,
             req->world = (uint32_t)v;
             break;
         case P_START:
-            if (sc_parse_u64(val, UINT64_MAX, &v) != 0)
+            if (sc_parse_u64(val, SC_INT_PARAM_MAX, &v) != 0)
                 return fail(400, reason, reason_len,
-                            "start must be a non-negative integer");
+                            "start must be an integer in 0..2^63-1");
             req->start = v;
             break;
         case P_GLOBAL_START:
-            if (sc_parse_u64(val, UINT64_MAX, &v) != 0)
+            if (sc_parse_u64(val, SC_INT_PARAM_MAX, &v) != 0)
                 return fail(400, reason, reason_len,
-                            "global_start must be a non-negative integer");
+                            "global_start must be an integer in 0..2^63-1");
             req->global_start = v;
             break;
         case P_FORMAT:
@@ -400,9 +411,9 @@ unsigned sc_request_parse(const char *method, const char *target,
 
     if (route == SC_ROUTE_STREAM) {
         if (sc_pct_decode(seg[4], seglen[4], 0, buf, sizeof buf) < 0 ||
-            sc_parse_u64(buf, UINT64_MAX, &out->epoch) != 0)
+            sc_parse_u64(buf, SC_INT_PARAM_MAX, &out->epoch) != 0)
             return fail(400, reason, reason_len,
-                        "epoch must be a non-negative integer");
+                        "epoch must be an integer in 0..2^63-1");
         accepted = STREAM_PARAMS;
     } else if (route == SC_ROUTE_SAMPLE) {
         /* sample i of the unshuffled order: one sample, as a stream of

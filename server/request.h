@@ -19,6 +19,10 @@
 #define SC_QUERY_PARAMS_MAX 64u
 /* The largest world (ranks x DataLoader workers) a stream may name. */
 #define SC_WORLD_MAX 65536u
+/* Largest epoch, start and global_start: both wire formats (the frames
+ * HEADER JSON, the tar summary read by JSON parsers) carry them as signed
+ * 64-bit integers, so one validation serves every format. */
+#define SC_INT_PARAM_MAX ((uint64_t)INT64_MAX)
 /* The longest request target the parser accepts (callers may set lower). */
 #define SC_TARGET_MAX 65536u
 
@@ -65,7 +69,9 @@ typedef int (*sc_job_exists_fn)(void *userdata, const char *job);
  * otherwise 400 (bad parameter or job name), 404 (unknown job or path),
  * 405 (method), 414 (target longer than max_target) with a one-line reason
  * in reason[reason_len] (no newline). Checks, in order: length, path, job,
- * method, then parameters.
+ * method, then parameters. A stream or topology request with a parameter
+ * the route does not take is a 400 naming it ("unknown parameter x");
+ * epoch, start and global_start above 2^63-1 are 400 whatever the format.
  */
 unsigned sc_request_parse(const char *method, const char *target,
                           size_t target_len, size_t max_target,

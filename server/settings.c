@@ -94,7 +94,7 @@ static const setting settings[] = {
     {"seed", "seed", JOB(seed), T_U64, "0", 0, UINT64_MAX, NULL,
      "shuffle seed; with the epoch it fixes the order"},
     {"shuffle-buffer", "shuffle_buffer", JOB(shuffle_buffer), T_U32, "1000",
-     1, 100000000, NULL, "samples in the shuffle buffer (1: no shuffle)"},
+     1, SIO_EPOCH_BUFFER_MAX, NULL, "samples in the shuffle buffer (1: no shuffle)"},
     {"buffer-bytes", "shuffle_buffer_bytes", JOB(buffer_bytes), T_BYTES,
      "256MiB", 0, UINT64_C(1) << 40, NULL,
      "byte cap of the shuffle buffer (0: no cap)"},
@@ -123,8 +123,18 @@ static const setting settings[] = {
      "HTTP worker threads (each runs its own epoll loop)"},
     {"max-connections", NULL, SRV(max_connections), T_U32, "4096", 1,
      1000000, NULL, "simultaneous HTTP connections"},
-    {"max-connections-per-ip", NULL, SRV(max_connections_ip), T_U32, "0", 0,
-     1000000, NULL, "simultaneous connections from one address (0: any)"},
+    {"max-connections-per-ip", NULL, SRV(max_connections_ip), T_U32, "256",
+     0, 1000000, NULL,
+     "simultaneous connections from one address (0: any); refusals are "
+     "counted"},
+    {"header-timeout", NULL, SRV(header_timeout), T_U32, "10", 1, 3600, NULL,
+     "seconds a connection that has not started a stream may stay silent "
+     "(sending its request, or idle between requests)"},
+    {"stream-rate-limit", NULL, SRV(stream_rate_limit), T_U32, "50", 0,
+     1000000, NULL,
+     "stream opens per second per client address (0: no limit)"},
+    {"stream-rate-burst", NULL, SRV(stream_rate_burst), T_U32, "500", 1,
+     1000000, NULL, "stream opens a client address may make at once"},
     {"max-url", NULL, SRV(max_url), T_U32, "4096", 64, SC_TARGET_MAX, NULL,
      "longest request target (path and query) in bytes"},
     {"connection-memory", NULL, SRV(connection_memory), T_BYTES, "64KiB",
@@ -148,6 +158,35 @@ static const setting settings[] = {
      "jobs served at once"},
     {"max-epochs", NULL, SRV(max_epochs), T_U32, "2", 1, 16, NULL,
      "epochs in flight per job (each holds a feed window)"},
+    {"max-feeds-per-job", NULL, SRV(max_feeds_job), T_U32, "8", 1, 1024,
+     NULL,
+     "feeds of one job, live and retired (retired ones still serve their "
+     "streams); a new epoch beyond it gets 429"},
+    {"max-feeds", NULL, SRV(max_feeds), T_U32, "128", 1, 65536, NULL,
+     "feeds of the whole server, live and retired; beyond it 429"},
+    {"max-new-epochs-per-minute", NULL, SRV(max_new_epochs_min), T_U32, "30",
+     0, 1000000, NULL,
+     "feeds a job may open per minute (0: no limit); beyond it 429"},
+    {"max-epochs-ahead", NULL, SRV(max_epochs_ahead), T_U32, "4", 0, 1000000,
+     NULL,
+     "an epoch more than this many above the newest epoch in flight of its "
+     "job is refused with 409 (0: no check)"},
+    {"max-sample-bytes", NULL, SRV(max_sample_bytes), T_BYTES, "0", 0,
+     UINT64_C(1) << 31, NULL,
+     "largest sample (bytes of its fields); a larger one is a bad sample, "
+     "skipped and counted under on_error=skip (0: window-bytes / 8, at "
+     "least 1 MiB)"},
+    {"max-field-bytes", NULL, SRV(max_field_bytes), T_BYTES, "0", 0,
+     UINT64_C(1) << 30, NULL,
+     "largest field (tar member) of a sample (0: max-sample-bytes)"},
+    {"allow-link-local-sources", NULL, SRV(allow_link_local), T_BOOL,
+     "false", 0, 0, NULL,
+     "let http(s)/s3 sources reach link-local and instance-metadata "
+     "addresses (169.254.0.0/16, fe80::/10, fd00:ec2::254)"},
+    {"log-queue-bytes", NULL, SRV(log_queue_bytes), T_BYTES, "1MiB", 16384,
+     UINT64_C(1) << 30, NULL,
+     "log lines waiting for the logging thread; beyond it lines are "
+     "dropped and counted"},
     {"prefetch", NULL, SRV(prefetch), T_BOOL, "true", 0, 0, NULL,
      "open epoch E+1 once epoch E has been read, so its buffer fills"},
     {"window-samples", NULL, SRV(window_samples), T_U32, "65536", 1,
@@ -958,28 +997,34 @@ void sc_settings_free(sc_config *cfg)
     memset(cfg, 0, sizeof *cfg);
 }
 
+uint64_t sc_config_sample_max(const sc_config *cfg)
+{
+    /* Default: an eighth of the feed window, so one sample never takes
+     * the window alone; at least 1 MiB. */
+    uint64_t m = cfg->max_sample_bytes;
+    if (!m) {
+        m = cfg->window_bytes / 8;
+        if (m < (1u << 20))
+            m = 1u << 20;
+    }
+    return m;
+}
+
+uint64_t sc_config_field_max(const sc_config *cfg)
+{
+    uint64_t s = sc_config_sample_max(cfg);
+    uint64_t f = cfg->max_field_bytes ? cfg->max_field_bytes : s;
+    if (f > s)
+        f = s;
+    if (f > SIO_MEMBER_MAX_DEFAULT)
+        f = SIO_MEMBER_MAX_DEFAULT;
+    return f;
+}
+
 void sc_redact_source(const char *src, char *dst, size_t cap)
 {
-    size_t o = 0;
-    if (!cap)
-        return;
-    for (size_t i = 0; src[i] && o + 5 < cap;) {
-        if (strncmp(src + i, "://", 3) == 0) {
-            memcpy(dst + o, "://", 3);
-            o += 3;
-            i += 3;
-            size_t auth = strcspn(src + i, "/ \t\n");
-            const char *at = memchr(src + i, '@', auth);
-            if (at && o + 5 < cap) {
-                memcpy(dst + o, "***@", 4);
-                o += 4;
-                i = (size_t)(at - src) + 1;
-            }
-            continue;
-        }
-        dst[o++] = src[i++];
-    }
-    dst[o] = '\0';
+    /* The library's one redacted form for every URL in the text. */
+    sio_redact_text(src, dst, cap);
 }
 
 /* The text of a server setting's value for logs and /v1/settings; returns

@@ -93,6 +93,18 @@ typedef struct sc_config {
     uint32_t max_seeks_total; /* --max-seeks-total: per server */
     int lag_policy;           /* --lag-policy: sio_feed_lag */
     uint32_t lag_grace_ms;    /* --lag-grace-ms */
+    /* Bounds against hostile or runaway clients (SECURITY.md). */
+    uint32_t header_timeout;     /* --header-timeout: seconds */
+    uint32_t stream_rate_limit;  /* --stream-rate-limit: opens/s/address */
+    uint32_t stream_rate_burst;  /* --stream-rate-burst */
+    uint32_t max_feeds_job;      /* --max-feeds-per-job (live + retired) */
+    uint32_t max_feeds;          /* --max-feeds (server, live + retired) */
+    uint32_t max_new_epochs_min; /* --max-new-epochs-per-minute (per job) */
+    uint32_t max_epochs_ahead;   /* --max-epochs-ahead */
+    uint64_t max_sample_bytes;   /* --max-sample-bytes (0: derived) */
+    uint64_t max_field_bytes;    /* --max-field-bytes (0: derived) */
+    int allow_link_local;        /* --allow-link-local-sources */
+    uint64_t log_queue_bytes;    /* --log-queue-bytes */
 
     /* The job of the command-line form (cli_job.name NULL: none). */
     sc_jobspec cli_job;
@@ -149,9 +161,15 @@ int sc_jobspec_copy(sc_jobspec *dst, const sc_jobspec *src);
 int sc_jobspec_equal(const sc_jobspec *a, const sc_jobspec *b);
 void sc_jobspec_free(sc_jobspec *s);
 
-/* A source with any URL userinfo ("://user:pw@") masked, for logs and
- * status: credentials must never leave the process. */
+/* A source (or any text) with every URL in its redacted form
+ * (sio_redact_text: user information and credential query values masked),
+ * for logs, errors and status: credentials must never leave the process. */
 void sc_redact_source(const char *src, char *dst, size_t cap);
+
+/* The sample and field limits in effect (the settings, or their derived
+ * defaults): what the memory formula counts per sample in flight. */
+uint64_t sc_config_sample_max(const sc_config *cfg);
+uint64_t sc_config_field_max(const sc_config *cfg);
 
 /* Check a comma-separated field list: 1..SIO_TARW_FILTER_MAX distinct
  * names of 1..SIO_TARW_FIELD_NAME_MAX bytes of [A-Za-z0-9._+-]. Writes the

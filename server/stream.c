@@ -311,6 +311,33 @@ static int peer_gone(sc_stream *s)
 /* Take the next sample (or the end) from the cursor and encode it.
  * Returns 1 when segments were added or the stream ended, 0 when nothing
  * is ready (SIO_ERR_AGAIN). */
+/*
+ * A sample whose headers do not fit the stream's bounds (pending bytes or
+ * segments: a huge key repeated over many fields) used to fail the stream
+ * at its position, and so every resume at the same place. It is now sent
+ * as a stub at its position instead: key SC_STREAM_SKIPPED_KEY and no
+ * field (frames: a SAMPLE with 0 fields, positions stay dense; tar:
+ * nothing, as for a sample the field filter empties), and logged.
+ */
+static sio_code encode_skipped(sc_stream *s, const sio_sample *smp,
+                               uint64_t pos)
+{
+    sio_sample stub = *smp;
+    s->nseg = s->segi = s->segoff = 0;
+    s->pending.len = 0;
+    stub.key = SC_STREAM_SKIPPED_KEY;
+    stub.nfields = 0;
+    stub.fields = NULL;
+    stub.bytes = 0;
+    SC_LOG(SIO_LOG_WARN,
+           "event=sample_skipped id=%s index=%" PRIu64 " position=%" PRIu64
+           " reason=\"sample headers above the stream's bounds\"",
+           s->id, smp->global_index, pos);
+    return s->format == SC_FORMAT_FRAMES
+               ? sio_framew_sample(s->framew, &stub, pos)
+               : sio_tarw_sample(s->tarw, &stub, pos);
+}
+
 static int advance(sc_stream *s)
 {
     const sio_sample *smp = NULL;
@@ -350,6 +377,8 @@ static int advance(sc_stream *s)
     rc = s->format == SC_FORMAT_FRAMES ? sio_framew_sample(s->framew, smp, pos)
                                        : sio_tarw_sample(s->tarw, smp, pos);
     s->encoding = NULL;
+    if (rc == SIO_ERR_LIMIT)
+        rc = encode_skipped(s, smp, pos);
     if (rc != SIO_OK) {
         /* Nothing of this sample has been sent yet: drop what the encoder
          * recorded, so the trailer follows a whole sample. */

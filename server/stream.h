@@ -52,6 +52,9 @@
  * frame's fixed part, names and a SHARD frame). Above it the stream fails
  * with an error trailer. */
 #define SC_STREAM_PENDING_MAX (4u << 20)
+/* Key of the stub sent in place of a sample whose headers exceed the
+ * bounds above (no field; see stream.c encode_skipped). */
+#define SC_STREAM_SKIPPED_KEY "__shardcast_skipped__"
 /* A pending buffer grown above this is freed once its sample is sent. */
 #define SC_STREAM_PENDING_KEEP (64u * 1024u)
 /* Segments one sample may need (about two per field). */

@@ -13,6 +13,7 @@
 #define SHARDIO_BACKEND_H
 
 #include "shardio.h"
+#include "shardio_index.h"
 
 /* One object found by a listing. */
 typedef struct sio_object {
@@ -94,27 +95,6 @@ sio_code sio_shard_open_stream(sio_io *io, sio_stream *stream,
                                const char *url, uint32_t index,
                                const sio_shard_limits *limits,
                                sio_shard **out, sio_error *err);
-
-/* Where a shard reader starts and what it skips (sio_shard_open_at). */
-struct sio_index_entry;
-typedef struct sio_shard_at {
-    uint64_t offset;      /* byte offset of a group's first header (0: the
-                             start); for a compressed shard always 0 */
-    uint64_t end;         /* read no byte at or past this (UINT64_MAX) */
-    uint64_t first_group; /* number of the group at offset */
-    uint64_t skip_until;  /* groups below this are read past (no payload
-                             kept, nothing returned) */
-    struct sio_index_entry *ix; /* offered every group read (may be NULL) */
-} sio_shard_at;
-
-/* Open a shard at a group (at NULL: from the start, as sio_shard_open). */
-sio_code sio_shard_open_at(sio_io *io, const char *url, uint32_t index,
-                           const sio_shard_limits *limits,
-                           const sio_shard_at *at, sio_shard **out,
-                           sio_error *err);
-/* Groups read so far, counted from at->first_group (the number of the
- * next group). */
-uint64_t sio_shard_groups(const sio_shard *sh);
 
 /* The backend of url and its context, or SIO_ERR_UNSUPPORTED. */
 sio_code sio_io_backend(sio_io *io, const char *url,

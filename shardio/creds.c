@@ -409,6 +409,10 @@ static sio_code http_do(sio_creds *c, const char *method, const char *url,
     req.body_len = body ? strlen(body) : 0;
     req.body_max = CREDS_JSON_MAX;
     req.max_retries = local ? LOCAL_ENDPOINT_RETRIES : -1;
+    /* Credential endpoints are set by the environment, not by job
+     * sources: IMDS and container credentials live at link-local
+     * addresses. */
+    req.trusted_endpoint = 1;
     if (local) {
         req.timeout_ms = c->imds_timeout_ms;
         req.connect_timeout_ms = c->imds_timeout_ms;

@@ -63,7 +63,7 @@
 
 /* Sanity limits on the epoch configuration. */
 #define EPOCH_INTERLEAVE_MAX 4096u
-#define EPOCH_BUFFER_MAX (64u * 1024u * 1024u) /* samples */
+#define EPOCH_BUFFER_MAX SIO_EPOCH_BUFFER_MAX /* samples */
 #define EPOCH_THREADS_MAX 64u
 #define EPOCH_REPLICAS_MAX 1024u
 #define EPOCH_READAHEAD_SHARDS_MAX 4096u

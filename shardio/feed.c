@@ -1334,6 +1334,18 @@ void sio_feed_get_stats(sio_feed *f, sio_feed_stats *st,
         st->seek.window_bytes += ch->bytes;
         st->seek.replaying += ch->replay;
     }
+    if (!cons || max == 0) {
+        /* Counts only: no walk over ranks or cursors. */
+        n = f->ncursors;
+        for (sio_feed *ch = f->children; ch; ch = ch->next_child)
+            n += ch->ncursors;
+        for (size_t d = 0; d < f->ndet; d++)
+            n += f->det[d].deadline_ms > now;
+        for (size_t g = 0; g < FEED_GROUPS_MAX; g++)
+            if (f->groups[g].seen && f->groups[g].deadline_ms > now)
+                n += f->groups[g].world - f->groups[g].nseen;
+        goto done;
+    }
     for (sio_cursor *c = f->cursors; c; c = c->next, n++)
         if (n < max)
             fill_consumer(&cons[n], c, f, now);
@@ -1361,6 +1373,10 @@ void sio_feed_get_stats(sio_feed *f, sio_feed_stats *st,
         group *gr = &f->groups[g];
         if (!gr->seen || gr->deadline_ms <= now)
             continue;
+        if (n >= max) { /* only counted from here */
+            n += gr->world - gr->nseen;
+            continue;
+        }
         for (uint32_t r = 0; r < gr->world; r++) {
             if (gr->seen[r / 8] & (1u << (r % 8)))
                 continue;
@@ -1379,6 +1395,7 @@ void sio_feed_get_stats(sio_feed *f, sio_feed_stats *st,
             n++;
         }
     }
+done:
     dead = reap_children(f, now, 0);
     pthread_mutex_unlock(&f->fam->mu);
     stop_list(dead);

@@ -32,6 +32,8 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "fetch.h"
 #include "s3xml.h"
@@ -737,6 +739,52 @@ static size_t write_cb(char *ptr, size_t sz, size_t nm, void *ud)
 
 static void finish(sio_fetch *f, xfer *x, sio_code rc, const char *msg);
 
+int sio_addr_is_link_local(const struct sockaddr *sa)
+{
+    const unsigned char *b;
+    if (!sa)
+        return 0;
+    if (sa->sa_family == AF_INET) {
+        b = (const unsigned char *)&((const struct sockaddr_in *)(const void *)sa)
+                ->sin_addr;
+    } else if (sa->sa_family == AF_INET6) {
+        static const unsigned char ec2[15] = {0xfd, 0x00, 0x0e, 0xc2, 0, 0, 0, 0,
+                                              0,    0,    0,    0,    0, 0, 0};
+        static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                                 0xff, 0xff};
+        const unsigned char *a6 =
+            (const unsigned char *)&((const struct sockaddr_in6 *)(const void *)sa)
+                ->sin6_addr;
+        if (a6[0] == 0xfe && (a6[1] & 0xc0) == 0x80)
+            return 1;
+        /* fd00:ec2::254, AWS's IPv6 IMDS (the last group is 0x0254). */
+        if (memcmp(a6, ec2, 14) == 0 && a6[14] == 0x02 && a6[15] == 0x54)
+            return 1;
+        if (memcmp(a6, mapped, 12) != 0)
+            return 0;
+        b = a6 + 12;
+    } else {
+        return 0;
+    }
+    return (b[0] == 169 && b[1] == 254) ||
+           (b[0] == 100 && b[1] == 100 && b[2] == 100 && b[3] == 200);
+}
+
+/* CURLOPT_OPENSOCKETFUNCTION of data requests: refuse link-local and
+ * metadata addresses (after DNS, so a name pointing there is caught). */
+static curl_socket_t open_socket(void *clientp, curlsocktype purpose,
+                                 struct curl_sockaddr *a)
+{
+    xfer *x = clientp;
+    if (purpose == CURLSOCKTYPE_IPCXN && sio_addr_is_link_local(&a->addr)) {
+        set_fatal(x, SIO_ERR_INVALID,
+                  "refused to connect to a link-local or instance-metadata "
+                  "address (--allow-link-local-sources)");
+        return CURL_SOCKET_BAD;
+    }
+    return socket(a->family, a->socktype, a->protocol);
+}
+
 static sio_code start_attempt(sio_fetch *f, xfer *x)
 {
     sio_fetch_attempt a;
@@ -842,6 +890,11 @@ static sio_code start_attempt(sio_fetch *f, xfer *x)
         curl_easy_reset(x->h);
     }
     stall_s = (long)((f->cfg.stall_timeout_ms + 999u) / 1000u);
+    if (!f->cfg.allow_link_local &&
+        !(x->kind == K_CALL && x->c->req->trusted_endpoint)) {
+        curl_easy_setopt(x->h, CURLOPT_OPENSOCKETFUNCTION, open_socket);
+        curl_easy_setopt(x->h, CURLOPT_OPENSOCKETDATA, x);
+    }
     curl_easy_setopt(x->h, CURLOPT_URL, x->url);
     curl_easy_setopt(x->h, CURLOPT_HTTPHEADER, x->hdrs);
     curl_easy_setopt(x->h, CURLOPT_PRIVATE, x);

@@ -75,6 +75,7 @@ typedef struct sio_fetch_config {
     uint32_t stall_timeout_ms;   /* 0: 30000 */
     const char *ca_file;         /* NULL: libcurl's default; copied */
     sio_logger log;              /* copied */
+    int allow_link_local;        /* see sio_io_config */
 } sio_fetch_config;
 
 /* Start an engine and its thread. On SIO_OK *out is owned by the caller. */
@@ -125,7 +126,14 @@ typedef struct sio_fetch_request {
     int max_retries;             /* < 0: the engine's setting */
     uint32_t timeout_ms;         /* whole attempt (0: no limit but stalls) */
     uint32_t connect_timeout_ms; /* 0: the engine's setting */
+    int trusted_endpoint;        /* a credential endpoint: may be
+                                    link-local (IMDS) */
 } sio_fetch_request;
+
+/* Is the socket address link-local or an instance-metadata address
+ * (169.254.0.0/16, 100.100.100.200, fe80::/10, fd00:ec2::254, and their
+ * IPv4-mapped forms)? */
+int sio_addr_is_link_local(const struct sockaddr *sa);
 
 typedef struct sio_fetch_response {
     long status;                 /* last HTTP status (0: none) */

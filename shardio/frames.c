@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "url.h"
 
 /* The reason of an ERROR frame is cut to this many bytes (as for tar). */
 #define ERROR_REASON_MAX 1024u
@@ -327,12 +328,16 @@ static sio_code announce(sio_framew *w, const sio_sample *s)
         w->announced = nb;
         w->announced_len = ncap;
     }
-    const char *url = s->shard_url ? s->shard_url : "";
-    size_t ulen = strlen(url);
-    if (ulen > SIO_FRAMES_URL_MAX) {
+    /* The shard's URL in its redacted form: consumers never see user
+     * information or a presigned signature. */
+    char url[SIO_URL_MAX + 64];
+    const char *raw = s->shard_url ? s->shard_url : "";
+    if (strlen(raw) > SIO_FRAMES_URL_MAX) {
         rc = SIO_ERR_LIMIT;
         goto out;
     }
+    sio_url_redact(raw, url, sizeof url);
+    size_t ulen = strlen(url);
     unsigned char head[SIO_FRAME_HEAD_LEN + 4];
     frame_head(head, SIO_FRAME_SHARD, (uint32_t)(4 + ulen));
     put_u32(head + SIO_FRAME_HEAD_LEN, idx);
@@ -463,12 +468,10 @@ sio_code sio_framew_error(sio_framew *w, const char *reason)
     char buf[ERROR_REASON_MAX + 1];
     json_t *str = NULL;
 
-    size_t n = reason ? strlen(reason) : 0;
-    if (n > ERROR_REASON_MAX)
-        n = ERROR_REASON_MAX;
-    if (n)
-        memcpy(buf, reason, n);
-    buf[n] = '\0';
+    /* Every URL in the reason in its redacted form; cut to
+     * ERROR_REASON_MAX. */
+    sio_redact_text(reason ? reason : "", buf, sizeof buf);
+    size_t n = strlen(buf);
     str = json_stringn(buf, n);
     if (!str) {
         /* Not valid UTF-8 (or cut inside a character): keep ASCII only. */

@@ -65,6 +65,7 @@ sio_code sio_io_create(const sio_io_config *cfg, sio_io **out, sio_error *err)
             .stall_timeout_ms = io->cfg.stall_timeout_ms,
             .ca_file = io->cfg.ca_file,
             .log = io->cfg.log,
+            .allow_link_local = io->cfg.allow_link_local,
         };
         sio_code rc = sio_fetch_create(&fc, &io->fetch, err);
         for (size_t i = 0; rc == SIO_OK && i < NBACKENDS; i++)

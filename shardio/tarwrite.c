@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "url.h"
 
 /* ustar header layout (POSIX.1-1988 / pax). */
 #define OFF_NAME 0
@@ -330,7 +331,52 @@ out:
     return rc;
 }
 
-/* Build "<G>/<key>.<ext>" NUL-terminated in w->name. */
+/* A byte a member name may carry as it is: controls and '\\' (a path
+ * separator to Windows extractors) become '_'. */
+static char name_byte(char c)
+{
+    unsigned char u = (unsigned char)c;
+    return (u < 0x20 || u == 0x7f || c == '\\') ? '_' : c;
+}
+
+sio_code sio_tar_key_sanitize(const char *key, size_t klen, sio_wbuf *out)
+{
+    sio_code rc = SIO_OK;
+    size_t start = out->len;
+    int any = 0;
+
+    for (size_t i = 0; i <= klen && rc == SIO_OK;) {
+        const char *slash = i < klen ? memchr(key + i, '/', klen - i) : NULL;
+        size_t end = slash ? (size_t)(slash - key) : klen;
+        const char *c = key + i;
+        size_t cl = end - i;
+        i = end + 1;
+        /* Empty components (a leading '/', "//") and "." vanish. */
+        if (cl == 0 || (cl == 1 && c[0] == '.'))
+            goto next;
+        if (any)
+            rc = sio_wbuf_append(out, "/", 1);
+        if (rc == SIO_OK && cl == 2 && c[0] == '.' && c[1] == '.') {
+            rc = sio_wbuf_append(out, "__", 2);
+        } else {
+            for (size_t k = 0; k < cl && rc == SIO_OK; k++) {
+                char b = name_byte(c[k]);
+                rc = sio_wbuf_append(out, &b, 1);
+            }
+        }
+        any = 1;
+    next:
+        if (!slash)
+            break;
+    }
+    if (rc == SIO_OK && !any)
+        rc = sio_wbuf_append(out, "_", 1);
+    if (rc != SIO_OK)
+        out->len = start;
+    return rc;
+}
+
+/* Build "<G>/<sanitised key>.<ext>" NUL-terminated in w->name. */
 static sio_code build_name(sio_tarw *w, uint64_t g, const char *key,
                            size_t klen, const char *ext)
 {
@@ -347,11 +393,15 @@ static sio_code build_name(sio_tarw *w, uint64_t g, const char *key,
     w->name.len = 0;
     rc = sio_wbuf_append(&w->name, gbuf, (size_t)n);
     if (rc == SIO_OK)
-        rc = sio_wbuf_append(&w->name, key, klen);
+        rc = sio_tar_key_sanitize(key, klen, &w->name);
     if (rc == SIO_OK)
         rc = sio_wbuf_append(&w->name, ".", 1);
-    if (rc == SIO_OK)
-        rc = sio_wbuf_append(&w->name, ext, elen);
+    /* The extension is the rest of the last component: no '/', but
+     * controls and '\\' are replaced like the key's. */
+    for (size_t k = 0; k < elen && rc == SIO_OK; k++) {
+        char b = name_byte(ext[k]);
+        rc = sio_wbuf_append(&w->name, b == '/' ? "_" : &b, 1);
+    }
     if (rc == SIO_OK)
         rc = sio_wbuf_append(&w->name, "", 1);
     if (rc == SIO_OK)
@@ -390,9 +440,14 @@ sio_code sio_tarw_sample(sio_tarw *w, const sio_sample *s, uint64_t position)
                 rc = pax_record(&w->pax, "path", name, w->name.len);
             if (rc == SIO_OK && first) {
                 rc = pax_record(&w->pax, "SHARDCAST.key", key, klen);
-                if (rc == SIO_OK)
-                    rc = pax_record(&w->pax, "SHARDCAST.shard", shard,
-                                    strlen(shard));
+                if (rc == SIO_OK) {
+                    /* The redacted form: no user information, no
+                     * credential in the query (sio_url_redact). */
+                    char red[SIO_URL_MAX + 64];
+                    sio_url_redact(shard, red, sizeof red);
+                    rc = pax_record(&w->pax, "SHARDCAST.shard", red,
+                                    strlen(red));
+                }
                 int n = snprintf(num, sizeof num, "%" PRIu64, s->global_index);
                 if (rc == SIO_OK)
                     rc = pax_record(&w->pax, "SHARDCAST.index", num, (size_t)n);
@@ -447,12 +502,10 @@ sio_code sio_tarw_error(sio_tarw *w, const char *reason)
     json_t *obj = NULL, *str = NULL;
     char *text = NULL;
 
-    size_t n = reason ? strlen(reason) : 0;
-    if (n > ERROR_REASON_MAX)
-        n = ERROR_REASON_MAX;
-    if (n)
-        memcpy(buf, reason, n);
-    buf[n] = '\0';
+    /* Every URL in the reason in its redacted form (the trailer reaches
+     * every consumer); cut to ERROR_REASON_MAX. */
+    sio_redact_text(reason ? reason : "", buf, sizeof buf);
+    size_t n = strlen(buf);
     str = json_stringn(buf, n);
     if (!str) {
         /* Not valid UTF-8 (or cut inside a character): keep ASCII only. */

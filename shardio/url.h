@@ -49,11 +49,17 @@ void sio_url_authority(const sio_url *u, char *buf, size_t len);
  * .localhost): endpoints where virtual-hosted S3 addressing cannot work. */
 int sio_url_host_is_local_or_ip(const char *host);
 
+/* Longest query parameter name compared against the credential list;
+ * longer names are treated as credentials. */
+#define SIO_URL_PARAM_NAME_MAX 64u
+
 /*
- * A copy of url fit for logs and error messages: user information becomes
- * "***@" and a query string becomes "?***" (it may carry a presigned
- * signature or a token). Always NUL-terminated; truncated to len.
+ * Does the query parameter name (n bytes, percent-encoded as written)
+ * carry a credential? The documented list (include/shardio.h,
+ * sio_url_redact) matched on the decoded, lowercased name.
  */
-void sio_url_redact(const char *url, char *buf, size_t len);
+int sio_url_param_is_credential(const char *name, size_t n);
+
+/* sio_url_redact and sio_redact_text are public: include/shardio.h. */
 
 #endif /* SHARDIO_URL_H */

@@ -93,6 +93,7 @@ void cli_human_bytes(double bytes, char *buf, size_t len);
 
 /* Subcommands: argc/argv start at the subcommand's name. */
 int cli_ls(int argc, char **argv);
+int cli_index(int argc, char **argv);
 int cli_cat(int argc, char **argv);
 int cli_stat(int argc, char **argv);
 int cli_bench(int argc, char **argv);

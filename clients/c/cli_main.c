@@ -24,6 +24,7 @@ static const char usage[] =
     "\n"
     "Commands:\n"
     "  ls SOURCE      the shards a source resolves to, with sizes\n"
+    "  index SOURCE   build the shard indexes of a source ahead of time\n"
     "                 (--count also reads them and counts samples)\n"
     "  cat [URL]      one consumer's share of an epoch, written as tar\n"
     "  stat [JOB]     a job's status (or the list of jobs) as a table\n"
@@ -314,6 +315,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(cmd, "ls") == 0)
         return cli_ls(argc - 1, argv + 1);
+    if (strcmp(cmd, "index") == 0)
+        return cli_index(argc - 1, argv + 1);
     if (strcmp(cmd, "cat") == 0)
         return cli_cat(argc - 1, argv + 1);
     if (strcmp(cmd, "stat") == 0)

@@ -87,7 +87,12 @@ def test_rss_follows_buffers_not_data(dataset):
         bound = base["vmhwm_kb"] * 1024 + configured + SLACK
         for r in (one, many):
             assert r["vmhwm_kb"] * 1024 <= bound, (r, bound)
-        # far below the data streamed, and no growth with more epochs
-        assert many["vmhwm_kb"] * 1024 < many["bytes"] / 8
+        # far below the data streamed, and no growth with more epochs. (The
+        # second configuration allows 123 MiB of buffers, more than 1/8 of
+        # the 914 MiB streamed: "bytes / 8" asked the engine to leave its
+        # own buffers unused and failed about one run in three even before
+        # the window kept history for reconnects; 1/6 still says "far
+        # below", and the formula bound above is the contract.)
+        assert many["vmhwm_kb"] * 1024 < many["bytes"] / 6
         assert many["vmhwm_kb"] <= one["vmhwm_kb"] * 1.25 + 8 * 1024
     assert total > 200 * MIB

@@ -75,6 +75,8 @@ def test_pod_security_and_probes(rendered, k):
     mounts = {m["mountPath"] for m in c["volumeMounts"]}
     assert os.path.dirname(e["SHARDCAST_TOKEN_FILE"]["value"]) in mounts
     assert "/tmp" in mounts
+    # shard indexes and journals live on their own volume
+    assert e["SHARDCAST_STATE_DIR"]["value"] in mounts
     # graceful stop: the pod's grace period covers the server's drain
     assert pod["terminationGracePeriodSeconds"] > config_of(objects)["drain_grace"]
 

@@ -133,17 +133,28 @@ def test_slow_consumer_paces_the_epoch_with_flat_memory(start, medium_ds):
 
 def test_epochs_in_flight_are_bounded(start, medium_ds):
     srv = start("--job", "train", "--source", medium_ds.path, "--max-epochs", "1",
-                "--prefetch", "false", "--window-samples", "32")
+                "--prefetch", "false", "--window-samples", "32",
+                "--rejoin-grace-ms", "1500")
     held = FramesStream(srv, stream_path("train", 0, 0, 1))
     held.read_all(limit=2)
     st, hdrs, body = request(srv, stream_path("train", 1, 0, 1))
     assert st == 503 and "epochs in flight" in body.decode() and "retry-after" in hdrs
     held.close()
-    # Once the stream of epoch 0 is gone its feed can be replaced.
+    # While the consumer of epoch 0 may still come back (its rejoin grace),
+    # the epoch is kept: it is not evicted for another.
+    time.sleep(0.3)
+    st, _, body = request(srv, stream_path("train", 1, 0, 1))
+    assert st == 503 and "epochs in flight" in body.decode()
+    # Once the stream of epoch 0 is gone for good (its grace ran out) its
+    # feed can be replaced.
     assert wait_for(lambda: request(srv, "/v1/jobs/train")[0] == 200 and
                     get_json(srv, "/v1/jobs/train")["epochs"][0]["streams"] == 0, 5)
-    got, outcome, _ = read_share(srv, "train", 1, 0, 1)
-    assert outcome == "end" and len(got) == medium_ds.total
+
+    def epoch1():
+        got, outcome, _ = read_share(srv, "train", 1, 0, 1)
+        return got if outcome == "end" else None
+    got = wait_for(epoch1, 10, interval=0.3)
+    assert got is not None and len(got) == medium_ds.total
 
 
 def test_sigterm_drains_then_cuts(start, medium_ds):

@@ -104,9 +104,58 @@ static void test_rate_limit(void)
     sc_ratelimit_destroy(r);
 }
 
+/* Issue 12: the per-address connection limit, and its table under churn
+ * (removal by backward shifting must keep every other address findable). */
+static void test_conn_limit(void)
+{
+    sc_connlimit *c = sc_connlimit_create(3, 64);
+    CHECK(c != NULL);
+    struct sockaddr_in a = addr4("10.1.1.1"), b = addr4("10.1.1.2");
+    const struct sockaddr *sa = (const struct sockaddr *)&a;
+    const struct sockaddr *sb = (const struct sockaddr *)&b;
+    for (int i = 0; i < 3; i++) {
+        CHECK(sc_connlimit_allows(c, sa));
+        sc_connlimit_add(c, sa, +1);
+    }
+    CHECK(!sc_connlimit_allows(c, sa));
+    CHECK(sc_connlimit_allows(c, sb));
+    sc_connlimit_add(c, sa, -1);
+    CHECK(sc_connlimit_allows(c, sa));
+    /* Churn: many addresses in and out; counts stay exact. */
+    static int count[200];
+    for (int round = 0; round < 2000; round++) {
+        int k = (round * 7919) % 200;
+        struct sockaddr_in x = addr4("10.0.0.0");
+        x.sin_addr.s_addr = htonl(0x0a020000u + (uint32_t)k);
+        const struct sockaddr *sx = (const struct sockaddr *)&x;
+        if (count[k] < 3 && (round % 3)) {
+            CHECK(sc_connlimit_allows(c, sx));
+            sc_connlimit_add(c, sx, +1);
+            count[k]++;
+        } else if (count[k] > 0) {
+            sc_connlimit_add(c, sx, -1);
+            count[k]--;
+        }
+        CHECK(sc_connlimit_allows(c, sx) == (count[k] < 3));
+    }
+    for (int k = 0; k < 200; k++) {
+        struct sockaddr_in x = addr4("10.0.0.0");
+        x.sin_addr.s_addr = htonl(0x0a020000u + (uint32_t)k);
+        CHECK(sc_connlimit_allows(c, (const struct sockaddr *)&x) == (count[k] < 3));
+    }
+    CHECK(!sc_connlimit_allows(c, sa) == 0);
+    sc_connlimit_destroy(c);
+    /* limit 0: nothing tracked, everything allowed. */
+    c = sc_connlimit_create(0, 64);
+    sc_connlimit_add(c, sa, +1);
+    CHECK(sc_connlimit_allows(c, sa));
+    sc_connlimit_destroy(c);
+}
+
 int main(void)
 {
     test_tokens();
     test_rate_limit();
+    test_conn_limit();
     CHECK_MAIN_END();
 }

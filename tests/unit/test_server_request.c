@@ -62,20 +62,40 @@ static void test_valid(void)
     CHECK_STR(req.fields[1], "cls");
     CHECK_STR(req.fields[2], "txt.gz");
 
-    /* Percent-encoding anywhere, '+' in the query, unknown and empty
-     * parameters ignored. */
+    /* Percent-encoding anywhere, '+' in the query, empty parameters
+     * ignored. */
     CHECK_EQ_U64(parse("/v1/jobs/train%2D1/epochs/%31%38/stream?%72ank=%30"
-                       "&world=2&&x=1&flag&fields=a%2Cb"),
+                       "&world=2&&fields=a%2Cb"),
                  200);
     CHECK_EQ_U64(req.epoch, 18);
     CHECK_EQ_U64(req.rank, 0);
     CHECK_EQ_U64(req.nfields, 2);
     CHECK_STR(req.fields[1], "b");
-    CHECK_EQ_U64(parse(S "?rank=0&world=1&epoch=99999999999999999999999"), 200);
+    /* Issue 12: an unknown parameter is a 400 that names it (it used to be
+     * ignored, so "globalstart=" streamed from the start). */
+    CHECK_EQ_U64(parse(S "?rank=0&world=1&epoch=99999999999999999999999"), 400);
+    CHECK_STR(reason, "unknown parameter epoch");
+    CHECK_EQ_U64(parse(S "?rank=0&world=1&globalstart=5"), 400);
+    CHECK_STR(reason, "unknown parameter globalstart");
+    CHECK_EQ_U64(parse(S "?rank=0&world=1&fl%0Aag"), 400);
+    CHECK_STR(reason, "unknown parameter fl?ag");
+    /* Issue 12: epoch, start and global_start above 2^63-1 are 400 for
+     * every format (frames refused them, tar accepted them). */
     CHECK_EQ_U64(parse("/v1/jobs/train-1/epochs/18446744073709551615/stream"
                        "?rank=0&world=1"),
+                 400);
+    CHECK_EQ_U64(parse("/v1/jobs/train-1/epochs/9223372036854775808/stream"
+                       "?rank=0&world=1&format=tar"),
+                 400);
+    CHECK_EQ_U64(parse("/v1/jobs/train-1/epochs/9223372036854775807/stream"
+                       "?rank=0&world=1&format=tar"),
                  200);
-    CHECK_EQ_U64(req.epoch, UINT64_MAX);
+    CHECK_EQ_U64(req.epoch, INT64_MAX);
+    CHECK_EQ_U64(parse(S "?rank=0&world=1&format=tar&start=9223372036854775808"),
+                 400);
+    CHECK_EQ_U64(parse(S "?rank=0&world=1&format=tar"
+                         "&global_start=9223372036854775808"),
+                 400);
     CHECK_EQ_U64(parse("/v1/jobs/train-1/epochs/007/stream?rank=0&world=1"),
                  200);
     CHECK_EQ_U64(req.epoch, 7);
@@ -109,12 +129,12 @@ static void test_bad_params(void)
     CHECK_EQ_U64(parse(S "?rank=4294967296&world=2"), 400);
     /* Overflow: one past UINT64_MAX, and many digits. */
     CHECK_EQ_U64(parse(S "?rank=0&world=1&start=18446744073709551616"), 400);
-    CHECK_STR(reason, "start must be a non-negative integer");
+    CHECK_STR(reason, "start must be an integer in 0..2^63-1");
     CHECK_EQ_U64(parse(S "?rank=0&world=1&start=000000000000000000001"), 400);
     CHECK_EQ_U64(parse(S "?rank=0&world=1&start=-0"), 400);
 
     CHECK_EQ_U64(parse("/v1/jobs/train-1/epochs/-1/stream?rank=0&world=1"), 400);
-    CHECK_STR(reason, "epoch must be a non-negative integer");
+    CHECK_STR(reason, "epoch must be an integer in 0..2^63-1");
     CHECK_EQ_U64(parse("/v1/jobs/train-1/epochs//stream?rank=0&world=1"), 400);
     CHECK_EQ_U64(parse("/v1/jobs/train-1/epochs/18446744073709551616/stream"
                        "?rank=0&world=1"),
@@ -224,7 +244,7 @@ static void test_v1_params(void)
     CHECK(req.format == SC_FORMAT_FRAMES);
     CHECK(!req.has_fields);
     CHECK_EQ_U64(parse(S "?rank=0&world=2&global_start=x"), 400);
-    CHECK_STR(reason, "global_start must be a non-negative integer");
+    CHECK_STR(reason, "global_start must be an integer in 0..2^63-1");
     CHECK_EQ_U64(parse(S "?rank=0&world=2&global_start=1&global_start=1"),
                  400);
     CHECK_EQ_U64(parse(S "?rank=0&world=2&format=frames&format=tar"), 400);
@@ -281,8 +301,9 @@ static void test_v1_routes(void)
     CHECK_EQ_U64(parse("/v1/topology?world=8"), 200);
     CHECK_EQ_U64(req.world, 8);
     CHECK_EQ_U64(parse("/v1/topology?world=0"), 400);
-    /* Parameters of other routes are ignored there. */
-    CHECK_EQ_U64(parse("/v1/topology?rank=zz"), 200);
+    /* A parameter of another route is unknown on topology. */
+    CHECK_EQ_U64(parse("/v1/topology?rank=zz"), 400);
+    CHECK_STR(reason, "unknown parameter rank");
     CHECK_EQ_U64(parse("/v1/jobs?world=zz"), 200);
     CHECK_EQ_U64(parse("/v1/jobs/"), 404);
     CHECK_EQ_U64(parse("/v1"), 404);

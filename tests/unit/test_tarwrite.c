@@ -525,6 +525,75 @@ static void test_names(void)
     CHECK(fits && memcmp(blk, n, 100) == 0 && blk[100] == '0');
 }
 
+/* Regression (issue 12): a key like "../../x" used to become the member
+ * "000000000001/../../x.jpg", so an unfiltered `tar -x` of a stream wrote
+ * outside its directory. Member names are now sanitised; the key travels
+ * unchanged in SHARDCAST.key, and the shard URL is redacted. */
+static void sanitized(const char *key, const char *want)
+{
+    sio_wbuf b;
+    sio_wbuf_init(&b, 1u << 16);
+    CHECK(sio_tar_key_sanitize(key, strlen(key), &b) == SIO_OK);
+    CHECK(sio_wbuf_append(&b, "", 1) == SIO_OK);
+    CHECK_STR((const char *)b.data, want);
+    sio_wbuf_free(&b);
+}
+
+static void test_hostile_keys(void)
+{
+    sanitized("plain/key", "plain/key");
+    sanitized("../../x", "__/__/x");
+    sanitized("/etc/passwd", "etc/passwd");
+    sanitized("a//./b/..", "a/b/__");
+    sanitized("..", "__");
+    sanitized("/", "_");
+    sanitized("", "_");
+    sanitized("..\\..\\w", ".._.._w");
+    sanitized("a\001b", "a_b");
+    sanitized("..a/b..", "..a/b..");
+
+    static const char *const keys[] = {"../../x", "/abs/p", "a/./../b"};
+    sio_field f[] = {{"jpg", (const unsigned char *)"J", 1}};
+    sio_wbuf out;
+    sio_wbuf_init(&out, 1u << 20);
+    sio_tarw *w = NULL;
+    CHECK(sio_tarw_create(NULL, 0, sio_wbuf_append, &out, &w, NULL) == SIO_OK);
+    for (size_t i = 0; i < 3; i++) {
+        sio_sample s = {keys[i],
+                        "https://AKIA:pw@h/s.tar?X-Amz-Signature=SECRETSIG&v=1",
+                        0, 0, i, 1, f, 1};
+        CHECK(sio_tarw_sample(w, &s, i) == SIO_OK);
+    }
+    sio_tarw_destroy(w);
+    CHECK(memmem(out.data, out.len, "SECRETSIG", 9) == NULL);
+    CHECK(memmem(out.data, out.len, "AKIA:pw", 7) == NULL);
+    listing la;
+    read_libarchive(out.data, out.len, &la);
+    CHECK_EQ_U64(la.n, 3);
+    for (size_t i = 0; i < la.n && i < 3; i++) {
+        const char *nm = la.e[i].name;
+        CHECK(nm[0] != '/');
+        CHECK(strstr(nm, "..") == NULL);
+    }
+    if (la.n == 3) {
+        CHECK_STR(la.e[0].name, "000000000000/__/__/x.jpg");
+        CHECK_STR(la.e[1].name, "000000000001/abs/p.jpg");
+        CHECK_STR(la.e[2].name, "000000000002/a/__/b.jpg");
+    }
+    listing_free(&la);
+    listing raw;
+    read_raw(out.data, out.len, &raw);
+    CHECK(raw.n >= 2);
+    if (raw.n >= 2) {
+        CHECK(rec(&raw.e[0], "SHARDCAST.key") &&
+              strcmp(rec(&raw.e[0], "SHARDCAST.key"), "../../x") == 0);
+        CHECK(rec(&raw.e[0], "SHARDCAST.shard") &&
+              strcmp(rec(&raw.e[0], "SHARDCAST.shard"),
+                     "https://***@h/s.tar?X-Amz-Signature=***&v=1") == 0);
+    }
+    sio_wbuf_free(&out);
+}
+
 int main(void)
 {
     /* libarchive converts UTF-8 pathnames to the locale's charset. */
@@ -536,5 +605,6 @@ int main(void)
     test_sink_errors();
     test_sizes();
     test_names();
+    test_hostile_keys();
     CHECK_MAIN_END();
 }
