@@ -145,6 +145,12 @@ void sio_index_offer(sio_index_entry *e, uint64_t g, const sio_index_group *grp,
  * entry is complete (when every group was recorded) and is persisted. */
 void sio_index_finish(sio_index_entry *e, uint64_t ngroups);
 
+/* Read shard `url` (number `index` of its list) once, streaming, so that
+ * entry e gets every group: the index built ahead of time. */
+sio_code sio_index_build(sio_io *io, const char *url, uint32_t index,
+                         const sio_shard_limits *limits, sio_index_entry *e,
+                         sio_error *err);
+
 /* Path of the entry's persisted file (valid while the index lives), or
  * NULL when memory only or not complete yet. */
 const char *sio_index_entry_path(sio_index_entry *e);

@@ -1347,32 +1347,6 @@ sio_code sio_epoch_order(sio_io *io, const sio_shardlist *list,
     return rc;
 }
 
-/* Complete the index of shard idx by reading it (mu NOT held). */
-static sio_code index_shard(sio_epoch *ep, uint32_t idx, sio_error *err)
-{
-    sio_shard *sh = NULL;
-    sio_shard_at at = {.end = UINT64_MAX, .ix = shard_ix(ep, idx)};
-    sio_code rc = sio_shard_open_at(ep->io, sio_shardlist_url(ep->list, idx),
-                                    idx, &ep->cfg.limits, &at, &sh, err);
-    while (rc == SIO_OK) {
-        const sio_sample *s = NULL;
-        rc = sio_shard_next(sh, &s);
-        if (rc == SIO_ERR_SAMPLE) {
-            rc = SIO_OK;
-            continue;
-        }
-        if (rc) {
-            sio_seterr(err, rc, "%s", sio_shard_errmsg(sh));
-            break;
-        }
-        if (!s)
-            break;
-        sio_sample_unref(s);
-    }
-    sio_shard_close(sh);
-    return rc;
-}
-
 sio_code sio_epoch_open_sample(sio_io *io, const sio_shardlist *list,
                                const sio_epoch_config *cfg, uint64_t i,
                                sio_epoch **out, sio_error *err)
@@ -1401,7 +1375,8 @@ sio_code sio_epoch_open_sample(sio_io *io, const sio_shardlist *list,
         }
         sio_index_get_info(e, &info);
         if (!info.complete) {
-            rc = index_shard(ep, idx, err);
+            rc = sio_index_build(ep->io, sio_shardlist_url(ep->list, idx), idx,
+                                 &ep->cfg.limits, e, err);
             if (rc)
                 goto out;
             sio_index_get_info(e, &info);

@@ -462,28 +462,24 @@ static void force_slide(sio_feed *f)
     wake(f, 1);
 }
 
-static void *producer_main(void *arg)
+/*
+ * Open f's epoch on its producer thread: a sample feed's one sample; a
+ * lazy main feed's epoch once a cursor reads it; a seek's epoch at its
+ * base from the indexes, else a replay from the start. Returns SIO_OK, or
+ * an error with the feed failed (and its waiters woken), or
+ * SIO_ERR_CANCELED when the feed stopped first.
+ */
+static sio_code open_epoch(sio_feed *f)
 {
-    sio_feed *f = arg;
     pthread_mutex_t *mu = &f->fam->mu;
+    sio_epoch *ep = NULL;
     sio_error e;
-    sio_code rc = SIO_OK;
+    sio_code rc;
+    int replay = 0;
 
     if (f->sample_mode) {
-        sio_epoch *ep = NULL;
         rc = sio_epoch_open_sample(f->io, f->list, &f->ecfg, f->base, &ep, &e);
-        pthread_mutex_lock(mu);
-        f->ep = ep;
-        if (rc) {
-            f->failed = f->ended = 1;
-            f->fail_rc = rc;
-            snprintf(f->errmsg, sizeof f->errmsg, "%s", e.msg);
-            wake(f, 1);
-            pthread_mutex_unlock(mu);
-            return NULL;
-        }
-        pthread_mutex_unlock(mu);
-    } else if (f == f->root && !f->ep) {
+    } else if (f == f->root) {
         /* Lazy: read nothing until a cursor reads this feed itself (the
          * first one may go to a seek instead). */
         pthread_mutex_lock(mu);
@@ -491,44 +487,43 @@ static void *producer_main(void *arg)
             pthread_cond_wait(&f->room, mu);
         pthread_mutex_unlock(mu);
         if (f->stop)
-            return NULL;
-        sio_epoch *ep = NULL;
+            return SIO_ERR_CANCELED;
         rc = sio_epoch_open(f->io, f->list, &f->ecfg, &ep, &e);
-        pthread_mutex_lock(mu);
-        f->ep = ep;
-        if (rc) {
-            f->failed = f->ended = 1;
-            f->fail_rc = rc;
-            snprintf(f->errmsg, sizeof f->errmsg, "%s", e.msg);
-            wake(f, 1);
-            pthread_mutex_unlock(mu);
-            return NULL;
-        }
-        pthread_mutex_unlock(mu);
-    } else if (f != f->root) {
-        /* A seek: the epoch at base from the indexes, else a replay. */
-        sio_epoch *ep = NULL;
+    } else {
         rc = sio_epoch_open_at(f->io, f->list, &f->ecfg, f->base, &ep, &e);
         if (rc == SIO_ERR_AGAIN || rc == SIO_ERR_UNSUPPORTED) {
             rc = sio_epoch_open(f->io, f->list, &f->ecfg, &ep, &e);
-            pthread_mutex_lock(mu);
-            f->replay = 1;
-            f->lo = f->hi = 0;
-            if (!f->stop) /* a stopped child may outlive its root */
-                f->root->seek.replays++;
-            pthread_mutex_unlock(mu);
+            replay = 1;
         }
-        pthread_mutex_lock(mu);
-        f->ep = ep;
-        if (rc) {
-            f->failed = f->ended = 1;
-            f->fail_rc = rc;
-            snprintf(f->errmsg, sizeof f->errmsg, "seek: %s", e.msg);
-            wake(f, 1);
-            pthread_mutex_unlock(mu);
+    }
+    pthread_mutex_lock(mu);
+    f->ep = ep;
+    if (replay) {
+        f->replay = 1;
+        f->lo = f->hi = 0;
+        if (!f->stop) /* a stopped child may outlive its root */
+            f->root->seek.replays++;
+    }
+    if (rc) {
+        f->failed = f->ended = 1;
+        f->fail_rc = rc;
+        snprintf(f->errmsg, sizeof f->errmsg, "%s%s",
+                 f != f->root ? "seek: " : "", e.msg);
+        wake(f, 1);
+    }
+    pthread_mutex_unlock(mu);
+    return rc;
+}
+
+static void *producer_main(void *arg)
+{
+    sio_feed *f = arg;
+    pthread_mutex_t *mu = &f->fam->mu;
+    sio_code rc = SIO_OK;
+
+    if (f->sample_mode || f != f->root || !f->ep) {
+        if (open_epoch(f) != SIO_OK)
             return NULL;
-        }
-        pthread_mutex_unlock(mu);
     }
     pthread_mutex_lock(mu);
     while (!f->stop) {

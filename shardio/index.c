@@ -791,6 +791,32 @@ void sio_index_finish(sio_index_entry *e, uint64_t ngroups)
     pthread_mutex_unlock(&x->mu);
 }
 
+sio_code sio_index_build(sio_io *io, const char *url, uint32_t index,
+                         const sio_shard_limits *limits, sio_index_entry *e,
+                         sio_error *err)
+{
+    sio_shard *sh = NULL;
+    sio_shard_at at = {.end = UINT64_MAX, .ix = e};
+    sio_code rc = sio_shard_open_at(io, url, index, limits, &at, &sh, err);
+    while (rc == SIO_OK) {
+        const sio_sample *s = NULL;
+        rc = sio_shard_next(sh, &s);
+        if (rc == SIO_ERR_SAMPLE) { /* bad groups are indexed as bad */
+            rc = SIO_OK;
+            continue;
+        }
+        if (rc) {
+            sio_seterr(err, rc, "%s", sio_shard_errmsg(sh));
+            break;
+        }
+        if (!s)
+            break;
+        sio_sample_unref(s);
+    }
+    sio_shard_close(sh);
+    return rc;
+}
+
 void sio_index_get_stats(sio_index *x, sio_index_stats *st)
 {
     pthread_mutex_lock(&x->mu);

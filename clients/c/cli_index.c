@@ -155,25 +155,7 @@ int cli_index(int argc, char **argv)
         }
         sio_index_get_info(e, &info);
         if (!info.complete) {
-            /* Read the shard once; its reader offers every group. */
-            sio_shard *sh = NULL;
-            sio_shard_at at = {.end = UINT64_MAX, .ix = e};
-            sio_code rc = sio_shard_open_at(io, url, (uint32_t)i, NULL, &at,
-                                            &sh, &err);
-            while (rc == SIO_OK) {
-                const sio_sample *s = NULL;
-                rc = sio_shard_next(sh, &s);
-                if (rc == SIO_ERR_SAMPLE) {
-                    rc = SIO_OK;
-                    continue;
-                }
-                if (rc || !s)
-                    break;
-                sio_sample_unref(s);
-            }
-            if (rc && sh)
-                snprintf(err.msg, sizeof err.msg, "%s", sio_shard_errmsg(sh));
-            sio_shard_close(sh);
+            sio_code rc = sio_index_build(io, url, (uint32_t)i, NULL, e, &err);
             if (rc) {
                 fprintf(stderr, "shardcast index: %s: %s\n", shown, err.msg);
                 ret = CLI_EXIT_FAIL;
