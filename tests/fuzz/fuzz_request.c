@@ -31,16 +31,32 @@ static sio_io *fz_io;
 static sio_shardlist *fz_list;
 static sio_index *fz_index;
 static sio_feed *fz_feed[3]; /* one per partition policy */
+static char fz_dir[] = "/tmp/shardcast-fuzzreq-XXXXXX";
+
+/* At exit: close the feeds and remove the dataset. */
+static void feed_fini(void)
+{
+    char cmd[128];
+    for (int p = 0; p < 3; p++)
+        sio_feed_close(fz_feed[p]);
+    sio_index_close(fz_index);
+    sio_shardlist_free(fz_list);
+    sio_io_destroy(fz_io);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", fz_dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "fuzz_request: cannot remove %s\n", fz_dir);
+}
 
 static int feed_init(void)
 {
     static int done;
-    char dir[] = "/tmp/shardcast-fuzzreq-XXXXXX";
+    char *dir = fz_dir;
     if (done)
         return fz_feed[0] != NULL;
     done = 1;
-    if (!mkdtemp(dir))
+    if (!mkdtemp(fz_dir))
         return 0;
+    atexit(feed_fini);
     for (int s = 0; s < 3; s++) {
         tar_member m[20];
         char names[20][32], path[128];
