@@ -435,3 +435,31 @@ def test_skipped_shards_stay_skipped_across_a_restart(start, workdir):
     assert [s["key"] for s in mid] == [s["key"] for s in y0[len(y0) // 2:]]
     fresh, outcome, _ = read_share(srv, "train", 1, 0, 1)
     assert outcome == "end" and len(fresh) == 800
+
+
+def test_sidecars_from_shardcast_index(start, server_binary, workdir):
+    """`shardcast index --sidecar` writes <shard>.scidx next to local
+    shards; a server with no state_dir reads them: the epoch's length is
+    known before anything is streamed, and a resume far into the epoch is
+    a seek, not a replay."""
+    d = os.path.join(workdir, "sidecar-ds")
+    make_dataset(d, shards=6, per_shard=300, size=1500, seed=12)
+    cli = os.path.join(os.path.dirname(server_binary), "shardcast")
+    state = os.path.join(workdir, "sidecar-cli-state")
+    out = subprocess.run([cli, "index", "--sidecar", "--state-dir", state, d],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("built") == 6 and "300 samples" in out.stdout
+    assert len(glob.glob(os.path.join(d, "*.tar.scidx"))) == 6
+    srv = start("--job", "train", "--source", d, "--prefetch", "false")
+    # nothing streamed yet, the shard list has no .scidx names in it
+    st = get_json(srv, "/v1/jobs/train")
+    assert st["shards"] == 6
+    got, outcome, _ = read_share(srv, "train", 4, 0, 1, start=1500)
+    assert outcome == "end" and len(got) == 300
+    ep = [e for e in get_json(srv, "/v1/jobs/train")["epochs"] if e["epoch"] == 4][0]
+    assert ep["seeks"]["opened"] == 1 and ep["seeks"]["replays"] == 0
+    st, _, body = request(srv, "/metrics")
+    loaded = [l for l in body.decode().splitlines()
+              if l.startswith("shardcast_index_loaded_total")]
+    assert loaded and int(loaded[0].split()[-1]) == 6
