@@ -1,0 +1,191 @@
+"""A restart of shardcastd under its consumers: every consumer resumes by
+itself and together they get their epoch exactly once.
+
+One epoch of a small local dataset is dealt to W = 4 consumers: a PyTorch
+DataLoader with 2 workers over ShardcastDataset (consumers 0 and 1) and
+two `shardcast cat` processes, the C client library (consumer 2 reading
+frames, consumer 3 reading tar). Mid-epoch the server is restarted on the
+same port: by SIGTERM (it drains for --drain-grace, then ends the open
+streams with the retryable error trailer, exits, and a new server takes the
+port), or by SIGKILL (the streams are cut). A small window ties the
+consumers together, so the Python consumers' per-sample pause (what is
+needed to be mid-epoch at the restart) paces the C consumers too. No
+consumer is told about the restart: each resumes within its default retry
+budget, and the union of what they delivered is the whole epoch, with no
+sample twice and none missing.
+"""
+
+import os
+import re
+import signal
+import subprocess
+import tarfile
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from server_testlib import Dataset, FramesStream, Server, make_dataset, stream_path
+
+torch_data = pytest.importorskip("torch.utils.data")
+
+from shardcast import ShardcastDataset  # noqa: E402
+
+W = 4            # consumers: 2 DataLoader workers + 2 shardcast cat
+PER = 150        # samples per consumer
+PY_PAUSE = 0.02  # seconds per sample in the DataLoader workers
+RESTART_AT = 30  # restart once the DataLoader has delivered this many
+
+
+@pytest.fixture(scope="module")
+def restart_ds(workdir):
+    """4 shards x 150 samples of ~100 KB (60 MB): 150 samples, 15 MB per
+    consumer, several times what the socket buffers and the clients'
+    read-ahead hold, so the paced DataLoader paces everyone."""
+    d = os.path.join(workdir, "restart")
+    return Dataset(d, make_dataset(d, shards=W, per_shard=PER, size=100000, seed=11))
+
+
+@pytest.fixture
+def cli_binary(server_binary):
+    d = os.environ.get("SHARDCAST_BUILD") or os.path.dirname(server_binary)
+    b = os.path.join(d, "shardcast")
+    if not os.access(b, os.X_OK):
+        pytest.fail("the shardcast command is not at %s: build it" % b, pytrace=False)
+    return b
+
+
+def _paced(sample):
+    time.sleep(PY_PAUSE)
+    return sample
+
+
+def _server_args(ds, port, grace):
+    # A window of 16 samples keeps the four consumers within a few samples
+    # of each other; --port comes after the harness's "--port 0".
+    return ["--port", str(port), "--job", "train", "--source", ds.path, "--seed", "5",
+            "--shuffle-buffer", "50", "--window-samples", "16",
+            "--drain-grace", str(grace)]
+
+
+class PyConsumers(threading.Thread):
+    """The DataLoader (2 workers = consumers 0 and 1 of 4) in a thread."""
+
+    def __init__(self, url, fmt):
+        super().__init__(daemon=True)
+        self.keys = []
+        self.error = None
+        self.ds = ShardcastDataset(url, "train", rank=0, world=2, format=fmt, map=_paced)
+
+    def run(self):
+        try:
+            loader = torch_data.DataLoader(self.ds, num_workers=2, batch_size=None)
+            for s in loader:
+                self.keys.append(s["__key__"])
+        except Exception as e:  # reported by the test
+            self.error = e
+
+
+def _tar_keys(path):
+    """(keys of the samples in a `shardcast cat` output, clean end?)."""
+    keys, end = [], False
+    with tarfile.open(path, mode="r|") as tf:
+        for ti in tf:
+            if ti.name == "__shardcast_end__":
+                end = True
+            elif "SHARDCAST.key" in ti.pax_headers:
+                keys.append(ti.pax_headers["SHARDCAST.key"])
+    return keys, end
+
+
+@pytest.mark.parametrize("how,pyfmt", [("sigterm", "frames"), ("sigterm", "tar"),
+                                       ("sigkill", "frames")])
+def test_consumers_resume_across_a_restart(server_binary, cli_binary, workdir, restart_ds,
+                                           how, pyfmt, tmp_path):
+    grace = 1 if how == "sigterm" else 30
+    servers = [Server(server_binary, _server_args(restart_ds, 0, grace), workdir)]
+    url, port = servers[0].url, servers[0].port
+    cats = []
+    try:
+        py = PyConsumers(url, pyfmt)
+        py.start()
+        for rank, fmt in ((2, "frames"), (3, "tar")):
+            out = tmp_path / ("cat-%d.tar" % rank)
+            err = open(tmp_path / ("cat-%d.err" % rank), "wb")
+            p = subprocess.Popen([cli_binary, "cat", "--server", url, "--job", "train",
+                                  "--rank", str(rank), "--world", str(W), "--format", fmt,
+                                  "-o", str(out)], stdout=subprocess.DEVNULL, stderr=err)
+            cats.append((p, out, err))
+
+        t0 = time.monotonic()
+        deadline = t0 + 30
+        while len(py.keys) < RESTART_AT and py.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        delivered_before = len(py.keys)
+        waited = time.monotonic() - t0
+        assert delivered_before >= RESTART_AT, ("no progress before the restart", py.error)
+
+        old = servers[0]
+        old.proc.send_signal(signal.SIGTERM if how == "sigterm" else signal.SIGKILL)
+        rc = old.proc.wait(30)
+        assert rc == (0 if how == "sigterm" else -signal.SIGKILL), old.log()
+        if how == "sigterm":
+            # The drain cut the streams with the retryable trailer.
+            assert "event=drain" in old.log()
+        # Mid-epoch: the consumers had not got everything yet.
+        assert delivered_before < PER, (delivered_before, len(py.keys), waited, old.log())
+        servers.append(Server(server_binary, _server_args(restart_ds, port, grace), workdir))
+        assert servers[-1].port == port
+
+        py.join(60)
+        assert not py.is_alive(), "the DataLoader did not finish"
+        assert py.error is None, repr(py.error)
+        cat_keys = []
+        for p, out, err in cats:
+            assert p.wait(60) == 0, (out, open(err.name, "rb").read()[-2000:])
+            err.close()
+            keys, end = _tar_keys(out)
+            assert end, out
+            cat_keys += keys
+            # The C client resumed by itself (and said so).
+            assert b"reconnects=0 " not in open(err.name, "rb").read()
+    finally:
+        for p, _, err in cats:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            err.close()
+        for s in servers:
+            s.stop()
+
+    everything = py.keys + cat_keys
+    dup = [k for k, n in Counter(everything).items() if n > 1]
+    assert not dup, "delivered twice: %s" % dup[:10]
+    assert set(everything) == set(restart_ds.by_key), \
+        "missing: %s" % sorted(set(restart_ds.by_key) - set(everything))[:10]
+    assert len(py.keys) == 2 * PER and len(cat_keys) == 2 * PER
+    # The restarted server saw all four consumers come back mid-share.
+    resumed = re.findall(r"event=request .* world=%d start=[1-9]" % W,
+                         servers[-1].log(full=True))
+    assert len(resumed) >= W, servers[-1].log()
+
+
+def test_drain_trailer_asks_to_come_back(server_binary, workdir, medium_ds):
+    """The wire form of the drain's cut, read raw: retryable, with advice.
+    (26 MB of samples: more than the socket buffers hold, so the stream is
+    still running when the drain cuts it.)"""
+    srv = Server(server_binary, _server_args(medium_ds, 0, 0), workdir)
+    try:
+        s = FramesStream(srv, stream_path("train", 0, 0, 1))
+        got = s.read_all(limit=5)
+        srv.proc.send_signal(signal.SIGTERM)
+        got += s.read_all()
+        s.close()
+        assert s.outcome == "error", s.outcome
+        assert s.trailer == {"status": "error", "reason": "server shutting down",
+                             "retryable": True, "retry_after_ms": 2000}
+        assert [x["position"] for x in got] == list(range(len(got)))
+        assert srv.proc.wait(30) == 0
+    finally:
+        srv.stop()
