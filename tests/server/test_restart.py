@@ -13,6 +13,11 @@ needed to be mid-epoch at the restart) paces the C consumers too. No
 consumer is told about the restart: each resumes within its default retry
 budget, and the union of what they delivered is the whole epoch, with no
 sample twice and none missing.
+
+Regression: the drain used to end the streams with a final error trailer;
+ShardcastDataset raised ShardcastStreamError on it (the DataLoader died)
+and `shardcast cat` exited 5, so the restarted server saw no consumer come
+back. A SIGKILL was resumed, a clean rolling restart was not.
 """
 
 import os
