@@ -7,8 +7,9 @@
  * include/shardio_wire.h) and hands out samples without copying them: the
  * bytes of a sample are views into the stream's receive buffer, valid until
  * the next call on that stream. It tells a complete share (the server's
- * clean end) from a cut one and, when the connection breaks, reconnects
- * with start = the position reached, a bounded number of times, so the
+ * clean end) from a cut one and, when the connection breaks or the server
+ * says to come back (a retryable error trailer, a 5xx), reconnects with
+ * start = the position reached within a retry budget (below), so the
  * caller sees every sample of its share once.
  *
  * Threading: a stream is used by one thread at a time; distinct streams are
@@ -44,9 +45,10 @@ typedef enum scc_code {
     SCC_ERR_NOTFOUND = 5,  /* 404: unknown job or path */
     SCC_ERR_AUTH = 6,      /* 401/403: token missing or refused */
     SCC_ERR_SERVER = 7,    /* the stream ended with the server's error
-                              trailer (reason in the detail text) */
+                              trailer: final, or retryable and the retry
+                              budget ran out (reason in the detail text) */
     SCC_ERR_CUT = 8,       /* the stream broke and could not be resumed
-                              within the allowed reconnects */
+                              within the retry budget */
     SCC_ERR_PROTOCOL = 9,  /* the bytes violate the wire format */
     SCC_ERR_TIMEOUT = 10,  /* no byte for idle_timeout_ms */
     SCC_ERR_LIMIT = 11     /* a sample or response above a client limit */
@@ -96,13 +98,36 @@ typedef struct scc_options {
     uint32_t connect_timeout_ms; /* default 10000 */
     uint32_t idle_timeout_ms;    /* no byte for this long: a broken
                                     connection (default 60000) */
-    uint32_t max_reconnects;     /* reconnects after a break, per stream
-                                    (default 5; 0: none) */
+    uint32_t max_reconnects;     /* reconnect attempts in a row, i.e.
+                                    without a sample in between (default
+                                    SCC_RECONNECTS_DEFAULT; 0: none) */
     uint32_t reconnect_delay_ms; /* first backoff, doubled per attempt,
-                                    at most 5 s (default 200) */
+                                    at most 5 s unless the server advises
+                                    a longer wait (default 200) */
     uint64_t max_sample_bytes;   /* largest sample accepted (default
                                     SCC_SAMPLE_MAX_DEFAULT) */
+    uint32_t retry_budget_ms;    /* time a streak of reconnects may take,
+                                    from its first failure; an attempt
+                                    that would start later is not made
+                                    (default SCC_RETRY_BUDGET_DEFAULT_MS;
+                                    0: attempts only) */
 } scc_options;
+
+/*
+ * The retry budget. Once a stream has been opened, a connection that
+ * breaks (reset, cut, idle timeout), a 5xx answer to a reconnect, and an
+ * error trailer the server marks retryable (it drains for a restart) are
+ * retried with start = the position reached, so the caller sees every
+ * sample once. The pause doubles from reconnect_delay_ms up to 5 s, and is
+ * never shorter than the server's advice (the trailer's retry_after_ms, a
+ * Retry-After header in seconds; at most 10 minutes). The
+ * defaults, 30 attempts within 120 s, ride out a rolling restart of the
+ * server of a minute or so. A sample handed out starts a new budget.
+ * scc_stream_open itself does not retry: a server that cannot be reached
+ * or refuses at the start is reported at once.
+ */
+#define SCC_RECONNECTS_DEFAULT 30u
+#define SCC_RETRY_BUDGET_DEFAULT_MS 120000u
 
 void scc_options_init(scc_options *o);
 
@@ -156,8 +181,9 @@ scc_code scc_stream_open(const scc_options *opts, scc_stream **out);
 /*
  * Next sample. SCC_OK with *out set, or *out == NULL at the clean end of
  * the share (then scc_stream_summary() holds the server's summary). Errors
- * end the stream: SCC_ERR_SERVER (error trailer), SCC_ERR_CUT (broken, and
- * reconnects exhausted or not allowed), SCC_ERR_PROTOCOL, SCC_ERR_TIMEOUT,
+ * end the stream: SCC_ERR_SERVER (a final error trailer, or a retryable
+ * one and the retry budget spent), SCC_ERR_CUT (broken, and the retry
+ * budget spent or no reconnect allowed), SCC_ERR_PROTOCOL, SCC_ERR_TIMEOUT,
  * SCC_ERR_LIMIT, SCC_ERR_NOMEM, and on a failed reconnect the codes of
  * scc_stream_open. The sample's views are valid until the next call.
  */

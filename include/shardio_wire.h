@@ -22,9 +22,9 @@
  *
  * A clean end is a top-level member "__shardcast_end__" holding the JSON
  * summary, then two zero blocks. A failure after streaming began is a member
- * "__shardcast_error__" holding {"status":"error","reason":...} and NO zero
- * blocks: the transport is then cut, so no tar reader mistakes a broken
- * stream for a complete one.
+ * "__shardcast_error__" holding the error trailer JSON (below: status,
+ * reason, retryable, retry_after_ms) and NO zero blocks: the transport is
+ * then cut, so no tar reader mistakes a broken stream for a complete one.
  *
  * Threading: a sio_tarw is used by one thread at a time; distinct writers
  * are independent. A sio_wbuf likewise. Nothing here has global state.
@@ -88,6 +88,52 @@ void sio_wbuf_init(sio_wbuf *b, size_t max);
 sio_code sio_wbuf_append(void *b, const void *data, size_t len);
 /* Free the storage; the buffer is empty afterwards and can be reused. */
 void sio_wbuf_free(sio_wbuf *b);
+
+/* ------------------------------------------------------------------ */
+/* The error trailer, shared by both formats                            */
+
+/*
+ * The "__shardcast_error__" member and the ERROR frame carry one UTF-8 JSON
+ * object, in this key order:
+ *   {"status":"error","reason":"<text>","retryable":false}
+ *   {"status":"error","reason":"<text>","retryable":true,"retry_after_ms":N}
+ * retryable true: the failure is a transient state of the server (it is
+ * draining for a restart, say), not of the share; the consumer should open
+ * the stream again, no sooner than N ms from now, with start= the position
+ * it reached, and will get the rest of its share exactly once.
+ * retryable false: the share failed (corrupt data with on_error=fail, the
+ * job was deleted, ...). A reader treats a trailer without "retryable" (a
+ * server that predates the key) as false, ignores retry_after_ms when it
+ * is false, and clamps N to SIO_RETRY_AFTER_MAX_MS. Unknown keys are
+ * ignored.
+ */
+
+/* Bytes of reason text the encoders write and the parser keeps. */
+#define SIO_WIRE_REASON_MAX 1024u
+/* The longest retry advice honoured (10 minutes): a restart takes seconds
+ * to minutes, and a corrupt or hostile value must not park a consumer. */
+#define SIO_RETRY_AFTER_MAX_MS 600000u
+
+/* A decoded error trailer. */
+typedef struct sio_wire_error {
+    char reason[SIO_WIRE_REASON_MAX + 1]; /* NUL-terminated */
+    int retryable;
+    uint32_t retry_after_ms; /* 0 unless retryable */
+} sio_wire_error;
+
+/* Encode the trailer JSON. On SIO_OK *out is a malloc'd NUL-terminated
+ * string the caller frees; SIO_ERR_NOMEM otherwise (*out NULL). reason is
+ * treated as by sio_tarw_error; retry_after_ms is written only when
+ * retryable, clamped to SIO_RETRY_AFTER_MAX_MS. */
+sio_code sio_wire_error_json(const char *reason, int retryable,
+                             uint32_t retry_after_ms, char **out);
+
+/* Parse a trailer of len bytes (not NUL-terminated) into *out. Errors (err
+ * may be NULL): SIO_ERR_LIMIT (above SIO_FRAMES_JSON_MAX bytes),
+ * SIO_ERR_FORMAT (not a JSON object, status not "error", no string reason,
+ * retryable not a boolean, retry_after_ms not a non-negative integer). */
+sio_code sio_wire_error_parse(const void *json, size_t len,
+                              sio_wire_error *out, sio_error *err);
 
 /* ------------------------------------------------------------------ */
 /* Low-level: one ustar header block                                    */
@@ -157,11 +203,19 @@ typedef struct sio_tarw_summary {
  * summary, then two zero blocks. */
 sio_code sio_tarw_end(sio_tarw *w, const sio_tarw_summary *sum);
 
-/* Write the error trailer: the "__shardcast_error__" member with
- * {"status":"error","reason":reason}. No zero blocks follow; the caller cuts
- * the transport after it. reason is any NUL-terminated text (escaped as JSON;
+/* Write the error trailer of a final failure: the "__shardcast_error__"
+ * member with {"status":"error","reason":reason,"retryable":false}. No zero
+ * blocks follow; the caller cuts the transport after it. reason is any
+ * NUL-terminated text (cut to SIO_WIRE_REASON_MAX bytes, escaped as JSON;
  * invalid UTF-8 is replaced). */
 sio_code sio_tarw_error(sio_tarw *w, const char *reason);
+
+/* The same trailer for a transient condition the consumer should come back
+ * from (the server drains for a restart, ...): {"status":"error","reason":
+ * reason,"retryable":true,"retry_after_ms":retry_after_ms}; retry_after_ms
+ * above SIO_RETRY_AFTER_MAX_MS is written as that maximum. */
+sio_code sio_tarw_error_retry(sio_tarw *w, const char *reason,
+                              uint32_t retry_after_ms);
 
 /* Bytes handed to the sink so far. */
 uint64_t sio_tarw_bytes(const sio_tarw *w);
@@ -194,8 +248,8 @@ void sio_tarw_destroy(sio_tarw *w);
  *             so positions stay dense: start, start+1, ...
  *   END     (0x04, last frame on success): JSON {"status":"ok","epoch":E,
  *             "rank":R,"world":W,"start":S,"samples":N,"position":P}
- *   ERROR   (0x05, last frame on failure): JSON {"status":"error",
- *             "reason":".."}; the transport is cut after it.
+ *   ERROR   (0x05, last frame on failure): the error trailer JSON
+ *             (below); the transport is cut after it.
  * Types >= 0x80 are extensions a reader skips; any other unknown type is an
  * error. A stream that stops without END or ERROR is a cut stream, never a
  * complete epoch.
@@ -292,10 +346,16 @@ sio_code sio_framew_sample(sio_framew *w, const sio_sample *s,
  * normally). */
 sio_code sio_framew_end(sio_framew *w, const sio_tarw_summary *sum);
 
-/* Write the ERROR frame {"status":"error","reason":reason}; reason is cut
- * to 1 KiB and invalid UTF-8 is replaced. The caller cuts the transport
- * after it. */
+/* Write the ERROR frame of a final failure {"status":"error","reason":
+ * reason,"retryable":false}; reason is cut to SIO_WIRE_REASON_MAX bytes and
+ * invalid UTF-8 is replaced. The caller cuts the transport after it. */
 sio_code sio_framew_error(sio_framew *w, const char *reason);
+
+/* The ERROR frame of a transient condition: "retryable":true and
+ * "retry_after_ms" (clamped to SIO_RETRY_AFTER_MAX_MS), as for
+ * sio_tarw_error_retry. */
+sio_code sio_framew_error_retry(sio_framew *w, const char *reason,
+                                uint32_t retry_after_ms);
 
 /* Bytes handed to the sink so far (magic and HEADER included). */
 uint64_t sio_framew_bytes(const sio_framew *w);
@@ -373,6 +433,8 @@ typedef struct sio_frame_event {
 
     /* ERROR (decoder until the decoder is destroyed) */
     const char *reason;
+    int retryable;           /* the server asks the consumer to come back */
+    uint32_t retry_after_ms; /* no sooner than this (0 unless retryable) */
 } sio_frame_event;
 
 /* State of a decoder (sio_framer_state). */

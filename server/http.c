@@ -47,6 +47,13 @@
 #define REASON_MAX 512u
 /* After the drain's cut, how long streams get to send their trailer. */
 #define CUT_WAIT_MS 5000u
+/* The retry advice in the drain's error trailer: this process exits
+ * within CUT_WAIT_MS of the cut, and its replacement (a restart on the same
+ * address, or another replica behind the Service) needs a moment to listen
+ * and resolve its jobs; coming back earlier only meets refused
+ * connections, later wastes training time. Clients back off further on
+ * their own while nothing listens. */
+#define DRAIN_RETRY_AFTER_MS 2000u
 /* Largest /metrics body. */
 #define METRICS_MAX (4u << 20)
 
@@ -882,7 +889,8 @@ size_t sc_server_drain(sc_server *srv, uint32_t grace_s)
     SC_LOG(SIO_LOG_INFO, "event=drain streams_left=%zu grace_s=%u", left,
            grace_s);
     if (left) {
-        sc_jobs_cut_all(srv->jobs, "server shutting down");
+        sc_jobs_cut_all(srv->jobs, "server shutting down",
+                        DRAIN_RETRY_AFTER_MS);
         left = sc_jobs_wait_streams(srv->jobs, CUT_WAIT_MS);
     }
     return left;
@@ -904,7 +912,7 @@ void sc_server_stop(sc_server *srv)
     /* MHD must not be stopped with suspended connections: a cut stream
      * is resumed and never suspends again, and no stream can be bound any
      * more (draining is set under srv->mu). */
-    sc_jobs_cut_all(srv->jobs, "server shutting down");
+    sc_jobs_cut_all(srv->jobs, "server shutting down", DRAIN_RETRY_AFTER_MS);
     MHD_stop_daemon(srv->d);
     if (srv->lsock != MHD_INVALID_SOCKET)
         close(srv->lsock);

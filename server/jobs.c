@@ -1104,14 +1104,14 @@ void sc_jobs_release(sc_jobs *j, sc_binding *b)
     pthread_mutex_unlock(&j->mu);
 }
 
-void sc_jobs_cut_all(sc_jobs *j, const char *reason)
+void sc_jobs_cut_all(sc_jobs *j, const char *reason, uint32_t retry_after_ms)
 {
     pthread_mutex_lock(&j->mu);
     for (size_t i = 0; i < j->njobs; i++) {
         sc_job *job = j->jobs[i];
         pthread_mutex_lock(&job->mu);
         for (sc_binding *b = job->bindings; b; b = b->next)
-            sc_stream_cut(b->s, reason);
+            sc_stream_cut_retry(b->s, reason, retry_after_ms);
         pthread_mutex_unlock(&job->mu);
     }
     pthread_mutex_unlock(&j->mu);

@@ -113,8 +113,9 @@ unsigned sc_jobs_open_stream(sc_jobs *j, const sc_request *req,
  * frees the stream. */
 void sc_jobs_release(sc_jobs *j, sc_binding *b);
 
-/* Cut every stream (drain) with the error trailer and `reason`. */
-void sc_jobs_cut_all(sc_jobs *j, const char *reason);
+/* Cut every stream (drain) with the error trailer and `reason`, marked
+ * retryable: consumers come back after retry_after_ms and resume. */
+void sc_jobs_cut_all(sc_jobs *j, const char *reason, uint32_t retry_after_ms);
 
 /* Streams bound and not yet freed by the manager. */
 size_t sc_jobs_streams(sc_jobs *j);

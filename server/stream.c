@@ -47,6 +47,8 @@ struct sc_stream {
     int cut;       /* (mu) */
     int gone;      /* the request completed (mu) */
     char cut_reason[REASON_MAX]; /* (mu) */
+    int cut_retryable;           /* (mu) */
+    uint32_t cut_retry_after_ms; /* (mu) */
 
     /* Reader state. */
     sio_cursor *cursor;
@@ -187,13 +189,24 @@ static size_t drain(sc_stream *s, char *buf, size_t max)
     return n;
 }
 
+/* A stream cut because the seek limits were reached comes back after
+ * this long (the advice in its retryable trailer). */
+#define SEEK_BUSY_RETRY_MS 2000u
+
 /* Encode the error trailer (segments must be empty) and end. */
-static void write_error(sc_stream *s, const char *reason,
-                        sc_stream_outcome outcome)
+static void write_error_retry(sc_stream *s, const char *reason,
+                              sc_stream_outcome outcome, int retryable,
+                              uint32_t retry_after_ms)
 {
-    sio_code rc = s->format == SC_FORMAT_FRAMES
-                      ? sio_framew_error(s->framew, reason)
-                      : sio_tarw_error(s->tarw, reason);
+    sio_code rc;
+    if (retryable)
+        rc = s->format == SC_FORMAT_FRAMES
+                 ? sio_framew_error_retry(s->framew, reason, retry_after_ms)
+                 : sio_tarw_error_retry(s->tarw, reason, retry_after_ms);
+    else
+        rc = s->format == SC_FORMAT_FRAMES
+                 ? sio_framew_error(s->framew, reason)
+                 : sio_tarw_error(s->tarw, reason);
     if (rc != SIO_OK) {
         /* Nothing better to send: the cut connection says it all. */
         s->nseg = s->segi = s->segoff = 0;
@@ -202,6 +215,12 @@ static void write_error(sc_stream *s, const char *reason,
     s->state = ST_END_ERROR;
     s->outcome = outcome;
     snprintf(s->error, sizeof s->error, "%s", reason);
+}
+
+static void write_error(sc_stream *s, const char *reason,
+                        sc_stream_outcome outcome)
+{
+    write_error_retry(s, reason, outcome, 0, 0);
 }
 
 sio_code sc_stream_create(const sc_stream_params *p, sc_stream **out,
@@ -269,15 +288,29 @@ void sc_stream_notify(void *stream)
     pthread_mutex_unlock(&s->mu);
 }
 
-void sc_stream_cut(sc_stream *s, const char *reason)
+static void cut(sc_stream *s, const char *reason, int retryable,
+                uint32_t retry_after_ms)
 {
     pthread_mutex_lock(&s->mu);
     if (!s->cut) {
         s->cut = 1;
         snprintf(s->cut_reason, sizeof s->cut_reason, "%s", reason);
+        s->cut_retryable = retryable;
+        s->cut_retry_after_ms = retry_after_ms;
     }
     resume_locked(s);
     pthread_mutex_unlock(&s->mu);
+}
+
+void sc_stream_cut(sc_stream *s, const char *reason)
+{
+    cut(s, reason, 0, 0);
+}
+
+void sc_stream_cut_retry(sc_stream *s, const char *reason,
+                         uint32_t retry_after_ms)
+{
+    cut(s, reason, 1, retry_after_ms);
 }
 
 void sc_stream_gone(sc_stream *s, int completed_ok)
@@ -351,7 +384,14 @@ static int advance(sc_stream *s)
                  sio_cursor_errmsg(s->cursor));
         SC_LOG(SIO_LOG_WARN, "event=stream_failed id=%s code=%d", s->id,
                (int)rc);
-        write_error(s, reason, SC_STREAM_ERROR);
+        /* The seek limits were reached (the consumer fell behind the
+         * window, or needs the even-pad tail): it comes back shortly and
+         * resumes where it is. */
+        if (rc == SIO_ERR_BUSY)
+            write_error_retry(s, reason, SC_STREAM_CUT, 1,
+                              SEEK_BUSY_RETRY_MS);
+        else
+            write_error(s, reason, SC_STREAM_ERROR);
         return 1;
     }
     if (!smp) {
@@ -431,13 +471,15 @@ ssize_t sc_stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
             break;
         }
         pthread_mutex_lock(&s->mu);
-        int cut = s->cut;
+        int was_cut = s->cut, retryable = s->cut_retryable;
+        uint32_t retry_after_ms = s->cut_retry_after_ms;
         char reason[REASON_MAX];
-        if (cut)
+        if (was_cut)
             snprintf(reason, sizeof reason, "%s", s->cut_reason);
         pthread_mutex_unlock(&s->mu);
-        if (cut) {
-            write_error(s, reason, SC_STREAM_CUT);
+        if (was_cut) {
+            write_error_retry(s, reason, SC_STREAM_CUT, retryable,
+                              retry_after_ms);
             continue;
         }
         if (advance(s))

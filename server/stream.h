@@ -102,9 +102,16 @@ void sc_stream_notify(void *stream);
 ssize_t sc_stream_reader(void *cls, uint64_t pos, char *buf, size_t max);
 
 /* Ask the stream to end (any thread): after the sample being sent, the
- * error trailer with `reason`, then the connection is cut. Resumes a
- * suspended connection. Idempotent (the first reason wins). */
+ * error trailer with `reason` (not retryable: the share is over for this
+ * consumer), then the connection is cut. Resumes a suspended connection.
+ * Idempotent (the first cut wins). */
 void sc_stream_cut(sc_stream *s, const char *reason);
+
+/* The same for a transient condition (a drain before a restart): the
+ * trailer is marked retryable and asks the consumer to come back after
+ * retry_after_ms and resume where it stopped (shardio_wire.h). */
+void sc_stream_cut_retry(sc_stream *s, const char *reason,
+                         uint32_t retry_after_ms);
 
 /* The request completed (MHD's completion callback; completed_ok: MHD
  * sent the whole response): MHD will never call the reader again and the

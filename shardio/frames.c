@@ -11,9 +11,10 @@
  * sink straight from the sample. The decoder owns the partial-frame buffer
  * (grown only as bytes arrive, bounded by payload_max), the field view
  * array (bounded by fields_max), the table of announced shard URLs
- * (bounded by shards_max and shard_bytes_max) and copies of the HEADER
- * strings and the ERROR reason. Views it hands out point into the caller's
- * input or into that partial-frame buffer.
+ * (bounded by shards_max and shard_bytes_max), copies of the HEADER
+ * strings and the decoded ERROR trailer (reason cut to
+ * SIO_WIRE_REASON_MAX). Views it hands out point into the caller's input
+ * or into that partial-frame buffer.
  */
 #include "shardio_wire.h"
 
@@ -26,9 +27,6 @@
 
 #include "backend.h"
 #include "url.h"
-
-/* The reason of an ERROR frame is cut to this many bytes (as for tar). */
-#define ERROR_REASON_MAX 1024u
 
 /* The encoder's header buffer: a frame head plus the fixed part of a
  * SAMPLE, or one field head, fit with room to spare; keys and names that
@@ -462,35 +460,31 @@ out:
     return rc;
 }
 
+static sio_code error_frame(sio_framew *w, const char *reason, int retryable,
+                            uint32_t retry_after_ms)
+{
+    char *text = NULL;
+    sio_code rc =
+        sio_wire_error_json(reason, retryable, retry_after_ms, &text);
+    if (rc == SIO_OK) {
+        /* Whatever a failed sample left in the header buffer is dropped:
+         * the trailer follows the last byte that reached the sink. */
+        w->hlen = 0;
+        rc = emit_frame(w, SIO_FRAME_ERROR, text, strlen(text));
+    }
+    free(text);
+    return rc;
+}
+
 sio_code sio_framew_error(sio_framew *w, const char *reason)
 {
-    sio_code rc = SIO_OK;
-    char buf[ERROR_REASON_MAX + 1];
-    json_t *str = NULL;
+    return error_frame(w, reason, 0, 0);
+}
 
-    /* Every URL in the reason in its redacted form; cut to
-     * ERROR_REASON_MAX. */
-    sio_redact_text(reason ? reason : "", buf, sizeof buf);
-    size_t n = strlen(buf);
-    str = json_stringn(buf, n);
-    if (!str) {
-        /* Not valid UTF-8 (or cut inside a character): keep ASCII only. */
-        for (size_t i = 0; i < n; i++)
-            if ((unsigned char)buf[i] >= 0x80)
-                buf[i] = '?';
-        str = json_stringn(buf, n);
-    }
-    if (!str) {
-        rc = SIO_ERR_NOMEM;
-        goto out;
-    }
-    w->hlen = 0;
-    rc = emit_json(w, SIO_FRAME_ERROR,
-                   json_pack("{s:s,s:o}", "status", "error", "reason", str));
-    str = NULL; /* json_pack's "o" took it, even on failure */
-out:
-    json_decref(str);
-    return rc;
+sio_code sio_framew_error_retry(sio_framew *w, const char *reason,
+                                uint32_t retry_after_ms)
+{
+    return error_frame(w, reason, 1, retry_after_ms);
 }
 
 uint64_t sio_framew_bytes(const sio_framew *w)
@@ -554,7 +548,7 @@ struct sio_framer {
     size_t nfields;
     int has_fields;
     sio_frames_header header;
-    char *reason;
+    sio_wire_error werr; /* the ERROR frame, once decoded */
 
     uint64_t bytes;   /* consumed */
     uint64_t samples; /* SAMPLE frames decoded */
@@ -623,7 +617,6 @@ void sio_framer_destroy(sio_framer *f)
         free(f->fields[i]);
     free(f->fields);
     free(f->job);
-    free(f->reason);
     free(f->buf);
     free(f->fv);
     free(f);
@@ -1027,32 +1020,22 @@ static sio_code decode_error(sio_framer *f, const unsigned char *p,
                              size_t len, sio_frame_event *ev)
 {
     sio_code rc = SIO_OK;
-    json_t *obj = parse_json(f, p, len, "ERROR");
+    sio_error err = {SIO_OK, ""};
 
-    if (!obj) {
-        rc = f->rc;
-        goto out;
-    }
-    json_t *r = json_object_get(obj, "reason");
-    const char *status = json_string_value(json_object_get(obj, "status"));
-    if (!status || strcmp(status, "error") != 0 || !json_is_string(r)) {
-        rc = fail(f, SIO_ERR_FORMAT, "frames: ERROR lacks status error or "
-                  "a reason");
-        goto out;
-    }
-    /* The reason is shown to people: keep what precedes a NUL. */
-    f->reason = strdup(json_string_value(r));
-    if (!f->reason) {
-        rc = fail(f, SIO_ERR_NOMEM, "frames: out of memory");
+    rc = sio_wire_error_parse(p, len, &f->werr, &err);
+    if (rc != SIO_OK) {
+        rc = fail(f, rc, "frames: ERROR: %s", err.msg);
         goto out;
     }
     f->st = D_DONE;
     f->status = SIO_FRAMER_FAILED;
-    snprintf(f->errmsg, sizeof f->errmsg, "server error: %s", f->reason);
+    snprintf(f->errmsg, sizeof f->errmsg, "server error: %.400s%s",
+             f->werr.reason, f->werr.retryable ? " (retryable)" : "");
     ev->type = SIO_FRAMER_ERROR;
-    ev->reason = f->reason;
+    ev->reason = f->werr.reason;
+    ev->retryable = f->werr.retryable;
+    ev->retry_after_ms = f->werr.retry_after_ms;
 out:
-    json_decref(obj);
     return rc;
 }
 

@@ -41,11 +41,6 @@
 /* 8^11: the first size that no longer fits 11 octal digits (8 GiB). */
 #define OCTAL_SIZE_LIMIT (UINT64_C(1) << 33)
 
-/* The reason text of an error trailer is cut to this many bytes: it comes
- * from library error messages, which are bounded already, but the trailer
- * must stay small whatever the cause. */
-#define ERROR_REASON_MAX 1024u
-
 /* Scratch buffers: the longest name is "<G>/" + key + "." + ext, each
  * bounded by SIO_TARW_NAME_MAX; a pax header holds five records. */
 #define NAME_BUF_MAX (3u * SIO_TARW_NAME_MAX)
@@ -495,44 +490,28 @@ out:
     return rc;
 }
 
+static sio_code error_member(sio_tarw *w, const char *reason, int retryable,
+                             uint32_t retry_after_ms)
+{
+    char *text = NULL;
+    sio_code rc =
+        sio_wire_error_json(reason, retryable, retry_after_ms, &text);
+    if (rc == SIO_OK)
+        rc = emit_member(w, SIO_TARW_ERROR_NAME, strlen(SIO_TARW_ERROR_NAME),
+                         '0', text, strlen(text));
+    free(text);
+    return rc;
+}
+
 sio_code sio_tarw_error(sio_tarw *w, const char *reason)
 {
-    sio_code rc = SIO_OK;
-    char buf[ERROR_REASON_MAX + 1];
-    json_t *obj = NULL, *str = NULL;
-    char *text = NULL;
+    return error_member(w, reason, 0, 0);
+}
 
-    /* Every URL in the reason in its redacted form (the trailer reaches
-     * every consumer); cut to ERROR_REASON_MAX. */
-    sio_redact_text(reason ? reason : "", buf, sizeof buf);
-    size_t n = strlen(buf);
-    str = json_stringn(buf, n);
-    if (!str) {
-        /* Not valid UTF-8 (or cut inside a character): keep ASCII only. */
-        for (size_t i = 0; i < n; i++)
-            if ((unsigned char)buf[i] >= 0x80)
-                buf[i] = '?';
-        str = json_stringn(buf, n);
-    }
-    obj = json_object();
-    if (!str || !obj || json_object_set_new(obj, "status",
-                                            json_string("error")) != 0 ||
-        json_object_set(obj, "reason", str) != 0) {
-        rc = SIO_ERR_NOMEM;
-        goto out;
-    }
-    text = json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    if (!text) {
-        rc = SIO_ERR_NOMEM;
-        goto out;
-    }
-    rc = emit_member(w, SIO_TARW_ERROR_NAME, strlen(SIO_TARW_ERROR_NAME), '0',
-                     text, strlen(text));
-out:
-    free(text);
-    json_decref(str);
-    json_decref(obj);
-    return rc;
+sio_code sio_tarw_error_retry(sio_tarw *w, const char *reason,
+                              uint32_t retry_after_ms)
+{
+    return error_member(w, reason, 1, retry_after_ms);
 }
 
 uint64_t sio_tarw_bytes(const sio_tarw *w)

@@ -46,6 +46,7 @@ typedef struct cli_conn {
     scc_format format;
     char *token;            /* from --token-file or $SHARDCAST_TOKEN */
     uint32_t connect_timeout_ms, idle_timeout_ms, reconnects;
+    uint32_t retry_budget_ms;
 } cli_conn;
 
 /* Long options every stream subcommand takes (values >= 1000), and the
@@ -54,7 +55,7 @@ enum {
     OPT_SERVER = 1000, OPT_JOB, OPT_EPOCH, OPT_RANK, OPT_WORLD, OPT_START,
     OPT_GLOBAL_START, OPT_FIELDS, OPT_FORMAT, OPT_TOKEN_FILE,
     OPT_CONNECT_TIMEOUT, OPT_IDLE_TIMEOUT, OPT_RECONNECTS,
-    OPT_CONN_END
+    OPT_RETRY_BUDGET, OPT_CONN_END
 };
 #define CLI_CONN_OPTIONS                                                    \
     {"server", required_argument, 0, OPT_SERVER},                           \
@@ -69,7 +70,8 @@ enum {
     {"token-file", required_argument, 0, OPT_TOKEN_FILE},                   \
     {"connect-timeout", required_argument, 0, OPT_CONNECT_TIMEOUT},         \
     {"idle-timeout", required_argument, 0, OPT_IDLE_TIMEOUT},               \
-    {"reconnects", required_argument, 0, OPT_RECONNECTS}
+    {"reconnects", required_argument, 0, OPT_RECONNECTS},                   \
+    {"retry-budget", required_argument, 0, OPT_RETRY_BUDGET}
 
 /* Help text of those options. */
 extern const char cli_conn_help[];

@@ -66,8 +66,15 @@ const char cli_conn_help[] =
     "  --connect-timeout MS  (default 10000)\n"
     "  --idle-timeout MS     no byte for this long: reconnect (default "
     "60000)\n"
-    "  --reconnects N        resume a broken stream at most N times "
-    "(default 5)\n";
+    "  --reconnects N        reconnect attempts in a row (no sample in\n"
+    "                        between) before giving up (default 30)\n"
+    "  --retry-budget MS     time such a streak may take (default 120000;\n"
+    "                        0: attempts only)\n"
+    "A stream that breaks, a 5xx while reconnecting, or a retryable error\n"
+    "from the server (a drain before a restart) is resumed at the position\n"
+    "reached, after a backoff of 0.2 s doubling to 5 s or the server's\n"
+    "retry advice when longer: the defaults ride out a restart of about a\n"
+    "minute.\n";
 
 int cli_exit_for(scc_code rc)
 {
@@ -119,7 +126,8 @@ void cli_conn_init(cli_conn *c)
     c->format = SCC_FORMAT_FRAMES;
     c->connect_timeout_ms = 10000;
     c->idle_timeout_ms = 60000;
-    c->reconnects = 5;
+    c->reconnects = SCC_RECONNECTS_DEFAULT;
+    c->retry_budget_ms = SCC_RETRY_BUDGET_DEFAULT_MS;
 }
 
 static char *read_token_file(const char *path, const char *cmd)
@@ -228,6 +236,12 @@ int cli_conn_option(cli_conn *c, int opt, const char *arg, const char *cmd)
         else
             c->reconnects = (uint32_t)v;
         break;
+    case OPT_RETRY_BUDGET:
+        if (cli_parse_u64(arg, 86400000, &v) != 0)
+            what = "--retry-budget";
+        else
+            c->retry_budget_ms = (uint32_t)v;
+        break;
     default:
         return 0;
     }
@@ -280,6 +294,7 @@ void cli_conn_options(const cli_conn *c, scc_options *o)
     o->connect_timeout_ms = c->connect_timeout_ms;
     o->idle_timeout_ms = c->idle_timeout_ms;
     o->max_reconnects = c->reconnects;
+    o->retry_budget_ms = c->retry_budget_ms;
 }
 
 void cli_conn_free(cli_conn *c)

@@ -15,10 +15,14 @@
  * tail, so compaction costs O(1) per byte.
  *
  * Resume: the stream counts the position reached. When a connection ends
- * without the server's END/ERROR (reset, cut, idle timeout), it reconnects
- * with start = that position, at most max_reconnects times per stream,
- * with a doubling backoff; samples before the position are never handed
- * out twice.
+ * without the server's END (reset, cut, idle timeout, or an ERROR trailer
+ * the server marked retryable, e.g. a drain before a restart), it
+ * reconnects with start = that position, with a doubling backoff that
+ * honours the server's retry advice (the trailer's retry_after_ms, a
+ * Retry-After header on a 5xx), within a budget per failure streak:
+ * max_reconnects attempts and retry_budget_ms of time, both counted from
+ * the last sample handed out. Samples before the position are never
+ * handed out twice.
  *
  * Threading: a stream is used by one thread at a time; streams share
  * nothing. Ownership: the stream owns its copies of the options, the curl
@@ -47,7 +51,8 @@
 /* Slack for headers around the largest sample: frame/field heads, tar
  * headers, pax records, padding. */
 #define RX_SLACK (4u << 20)
-/* The longest backoff between reconnects. */
+/* The longest backoff between reconnects (the server's retry advice may
+ * ask for more, up to SIO_RETRY_AFTER_MAX_MS). */
 #define RECONNECT_DELAY_MAX_MS 5000u
 /* curl's receive chunk (CURLOPT_BUFFERSIZE); at most CURL_MAX_READ_SIZE. */
 #define CURL_CHUNK (256L * 1024L)
@@ -94,8 +99,9 @@ void scc_options_init(scc_options *o)
     o->format = SCC_FORMAT_FRAMES;
     o->connect_timeout_ms = 10000;
     o->idle_timeout_ms = 60000;
-    o->max_reconnects = 5;
+    o->max_reconnects = SCC_RECONNECTS_DEFAULT;
     o->reconnect_delay_ms = 200;
+    o->retry_budget_ms = SCC_RETRY_BUDGET_DEFAULT_MS;
     o->max_sample_bytes = SCC_SAMPLE_MAX_DEFAULT;
 }
 
@@ -129,6 +135,7 @@ struct scc_stream {
     CURLcode result;
     int head_done;        /* response headers complete */
     long status;
+    uint32_t hdr_retry_after_ms; /* Retry-After of this response, or 0 */
     char ctype[128];
     scc_format fmt;
 
@@ -151,6 +158,10 @@ struct scc_stream {
     scc_tar_result *tar;
 
     uint32_t reconnects;
+    uint32_t streak;          /* reconnects since the last sample */
+    uint64_t streak_start_ms; /* when that streak's first failure came */
+    int retryable;            /* the last failure asks to come back ... */
+    uint32_t retry_after_ms;  /* ... no sooner than this */
     uint64_t bytes;
     int finished;         /* clean end reached */
     scc_code failed;      /* sticky error once the stream is over */
@@ -175,12 +186,29 @@ static size_t on_header(char *buf, size_t size, size_t n, void *ud)
     scc_stream *s = ud;
     size_t len = size * n;
     static const char ct[] = "content-type:";
+    static const char ra[] = "retry-after:";
 
     s->last_byte_ms = now_ms();
     if (len >= 5 && strncmp(buf, "HTTP/", 5) == 0) {
         /* A new response (after a 1xx): forget the previous one. */
         s->ctype[0] = '\0';
+        s->hdr_retry_after_ms = 0;
         s->head_done = 0;
+    } else if (len > sizeof ra - 1 &&
+               strncasecmp(buf, ra, sizeof ra - 1) == 0) {
+        /* Delay-seconds only; an HTTP-date is ignored (the backoff
+         * applies). Bounded like the trailer's advice. */
+        unsigned long long v = 0;
+        size_t i = sizeof ra - 1;
+        while (i < len && (buf[i] == ' ' || buf[i] == '\t'))
+            i++;
+        while (i < len && buf[i] >= '0' && buf[i] <= '9' &&
+               v <= SIO_RETRY_AFTER_MAX_MS)
+            v = v * 10 + (unsigned)(buf[i++] - '0');
+        v *= 1000u;
+        s->hdr_retry_after_ms = v > SIO_RETRY_AFTER_MAX_MS
+                                    ? SIO_RETRY_AFTER_MAX_MS
+                                    : (uint32_t)v;
     } else if (len > sizeof ct - 1 && strncasecmp(buf, ct, sizeof ct - 1) == 0) {
         size_t i = sizeof ct - 1, j = 0;
         while (i < len && (buf[i] == ' ' || buf[i] == '\t'))
@@ -273,6 +301,7 @@ static void drop_transfer(scc_stream *s)
     s->head_done = 0;
     s->paused = 0;
     s->status = 0;
+    s->hdr_retry_after_ms = 0;
     s->elen = 0;
     s->ebody[0] = '\0';
     s->ctype[0] = '\0';
@@ -643,23 +672,50 @@ out:
     return rc;
 }
 
-/* The connection ended without END/ERROR: reconnect and resume, or give
- * up. `why` says what happened. */
+/* The pause before the next attempt of a streak: the doubling backoff,
+ * or the server's advice when that is longer. */
+static uint32_t retry_delay(const scc_stream *s, uint32_t advice_ms)
+{
+    uint32_t delay = s->o.reconnect_delay_ms;
+    for (uint32_t i = 0; i < s->streak && delay < RECONNECT_DELAY_MAX_MS; i++)
+        delay *= 2;
+    if (delay > RECONNECT_DELAY_MAX_MS)
+        delay = RECONNECT_DELAY_MAX_MS;
+    return advice_ms > delay ? advice_ms : delay;
+}
+
+/*
+ * The connection ended without END (cut, stalled, or a retryable ERROR
+ * trailer): reconnect and resume at the position reached, or give up once
+ * the streak's budget (max_reconnects attempts, retry_budget_ms since the
+ * streak's first failure) would be exceeded. `why` says what happened;
+ * why_code is SCC_ERR_CUT, SCC_ERR_TIMEOUT or SCC_ERR_SERVER, and is the
+ * code returned when the budget runs out.
+ */
 static scc_code resume(scc_stream *s, scc_code why_code, const char *why)
 {
     scc_code rc = why_code;
     char reason[sizeof s->errmsg];
+    uint32_t advice = s->retryable ? s->retry_after_ms : 0;
+    const char *spent = "attempts";
 
     snprintf(reason, sizeof reason, "%s", why);
-    while (s->reconnects < s->o.max_reconnects) {
-        uint32_t delay = s->o.reconnect_delay_ms;
-        for (uint32_t i = 0; i < s->reconnects && delay < RECONNECT_DELAY_MAX_MS;
-             i++)
-            delay *= 2;
-        if (delay > RECONNECT_DELAY_MAX_MS)
-            delay = RECONNECT_DELAY_MAX_MS;
+    if (s->streak == 0)
+        s->streak_start_ms = now_ms();
+    s->retryable = 0;
+    s->retry_after_ms = 0;
+    for (;;) {
+        if (s->streak >= s->o.max_reconnects)
+            break;
+        uint32_t delay = retry_delay(s, advice);
+        if (s->o.retry_budget_ms &&
+            now_ms() + delay - s->streak_start_ms > s->o.retry_budget_ms) {
+            spent = "time";
+            break;
+        }
         drop_transfer(s);
         sleep_ms(delay);
+        s->streak++;
         s->reconnects++;
         rc = request(s);
         if (rc == SCC_OK)
@@ -671,12 +727,23 @@ static scc_code resume(scc_stream *s, scc_code why_code, const char *why)
             rc == SCC_ERR_INVALID || rc == SCC_ERR_NOMEM ||
             rc == SCC_ERR_PROTOCOL || (rc == SCC_ERR_HTTP && s->status < 500))
             return rc;
+        advice = s->hdr_retry_after_ms;
         snprintf(reason, sizeof reason, "%s", s->errmsg);
     }
+    unsigned long long took =
+        (unsigned long long)(now_ms() - s->streak_start_ms);
+    if (why_code == SCC_ERR_SERVER)
+        return seterr(s, SCC_ERR_SERVER,
+                      "%s; gave up at position %llu after %u reconnect(s) in "
+                      "%llu ms (retry budget: %u attempts, %u ms; %s spent)",
+                      reason, (unsigned long long)s->next_pos, s->streak,
+                      took, s->o.max_reconnects, s->o.retry_budget_ms, spent);
     return seterr(s, why_code == SCC_ERR_TIMEOUT ? SCC_ERR_TIMEOUT
                                                    : SCC_ERR_CUT,
-                  "stream cut at position %llu after %u reconnect(s): %s",
-                  (unsigned long long)s->next_pos, s->reconnects, reason);
+                  "stream cut at position %llu after %u reconnect(s) in "
+                  "%llu ms (retry budget: %u attempts, %u ms; %s spent): %s",
+                  (unsigned long long)s->next_pos, s->streak, took,
+                  s->o.max_reconnects, s->o.retry_budget_ms, spent, reason);
 }
 
 /*
@@ -718,6 +785,20 @@ static scc_code map_sio(scc_stream *s, sio_code c)
     if (c == SIO_ERR_NOMEM)
         return seterr(s, SCC_ERR_NOMEM, "%s", m);
     return seterr(s, SCC_ERR_PROTOCOL, "%s", m);
+}
+
+/* The server's error trailer: final, or (retryable) a reason to resume
+ * after the advised delay. */
+static scc_code server_error(scc_stream *s, const char *reason, int retryable,
+                             uint32_t retry_after_ms)
+{
+    s->retryable = retryable;
+    s->retry_after_ms = retryable ? retry_after_ms : 0;
+    if (retryable)
+        return seterr(s, SCC_ERR_SERVER,
+                      "server error: %s (retryable, retry after %u ms)",
+                      reason, retry_after_ms);
+    return seterr(s, SCC_ERR_SERVER, "server error: %s", reason);
 }
 
 /* One step of the frames parser: SCC_OK with *got set when a sample (or
@@ -791,6 +872,7 @@ static scc_code step_frames(scc_stream *s, const scc_sample **out, int *got)
         c2->fields = s->fields;
         c2->bytes = ev.sample_bytes;
         s->next_pos = ev.position + 1;
+        s->streak = 0;
         *out = c2;
         *got = 1;
         break;
@@ -808,7 +890,7 @@ static scc_code step_frames(scc_stream *s, const scc_sample **out, int *got)
         *got = 1;
         break;
     case SIO_FRAMER_ERROR:
-        rc = seterr(s, SCC_ERR_SERVER, "server error: %s", ev.reason);
+        rc = server_error(s, ev.reason, ev.retryable, ev.retry_after_ms);
         break;
     default:
         break;
@@ -846,6 +928,7 @@ static scc_code step_tar(scc_stream *s, const scc_sample **out, int *got)
         s->cur = r->sample;
         s->rpos += r->consumed;
         s->next_pos = r->sample.position + 1;
+        s->streak = 0;
         *out = &s->cur;
         *got = 1;
         break;
@@ -858,7 +941,7 @@ static scc_code step_tar(scc_stream *s, const scc_sample **out, int *got)
         *got = 1;
         break;
     case SCC_TAR_ERROR:
-        rc = seterr(s, SCC_ERR_SERVER, "server error: %s", r->reason);
+        rc = server_error(s, r->reason, r->retryable, r->retry_after_ms);
         break;
     }
 out:
@@ -884,7 +967,8 @@ scc_code scc_stream_next(scc_stream *s, const scc_sample **out)
     while (!got) {
         rc = s->fmt == SCC_FORMAT_FRAMES ? step_frames(s, out, &got)
                                          : step_tar(s, out, &got);
-        if (rc == SCC_ERR_CUT || rc == SCC_ERR_TIMEOUT) {
+        if (rc == SCC_ERR_CUT || rc == SCC_ERR_TIMEOUT ||
+            (rc == SCC_ERR_SERVER && s->retryable)) {
             char why[1024];
             snprintf(why, sizeof why, "%s", s->errmsg);
             rc = resume(s, rc, why);

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "shardcast_client.h"
+#include "shardio_wire.h"
 
 /* What one call of scc_tar_parse found. */
 typedef enum scc_tar_kind {
@@ -34,7 +35,9 @@ typedef struct scc_tar_result {
     scc_sample sample; /* SAMPLE: views into the input; fields in the
                           caller's array */
     scc_summary summary; /* END */
-    char reason[1024];   /* ERROR */
+    char reason[SIO_WIRE_REASON_MAX + 1]; /* ERROR: the server's reason */
+    int retryable;       /* ERROR: the server asks to come back ... */
+    uint32_t retry_after_ms; /* ... no sooner than this (0: no advice) */
 } scc_tar_result;
 
 /*

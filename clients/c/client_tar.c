@@ -220,9 +220,17 @@ static scc_code parse_trailer(const unsigned char *d, size_t n, int is_end,
         r->summary.position = (uint64_t)json_integer_value(v[5]);
         r->kind = SCC_TAR_END;
     } else {
-        const char *reason = json_string_value(json_object_get(o, "reason"));
+        /* The error trailer has one parser for both formats. */
+        sio_wire_error we;
+        sio_error e = {SIO_OK, ""};
+        if (sio_wire_error_parse(d, n, &we, &e) != SIO_OK) {
+            rc = perr(err, errlen, SCC_ERR_PROTOCOL, "tar: %s", e.msg);
+            goto out;
+        }
         snprintf(r->reason, sizeof r->reason, "%s",
-                 reason ? reason : "(no reason given)");
+                 we.reason[0] ? we.reason : "(no reason given)");
+        r->retryable = we.retryable;
+        r->retry_after_ms = we.retry_after_ms;
         r->kind = SCC_TAR_ERROR;
     }
 out:

@@ -186,7 +186,10 @@ def test_sigterm_drains_then_cuts(start, medium_ds):
     assert srv.proc.wait(30) == 0, srv.log()
     for name, (outcome, trailer, when) in outcomes.items():
         assert outcome == "error", (name, outcome, trailer)
-        assert trailer == {"status": "error", "reason": "server shutting down"}
+        # Retryable: consumers come back to the restarted server and resume
+        # (tests/server/test_restart.py).
+        assert trailer == {"status": "error", "reason": "server shutting down",
+                           "retryable": True, "retry_after_ms": 2000}
         assert 1.5 < when < 12, (name, when)
     assert "event=drain" in srv.log()
 

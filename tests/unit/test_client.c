@@ -4,7 +4,9 @@
  * serves streams made by libshardio's own encoders (sio_framew, sio_tarw)
  * in chunked encoding, and misbehaves on request: both formats and the
  * field filter; resume after a cut mid-frame and after a stall; an error
- * trailer; reconnects running out; 404/401 with the server's reason; a
+ * trailer; a retryable error trailer (a drain) and a 503 with Retry-After
+ * resumed after the advised wait; the retry budget (attempts, time)
+ * running out; reconnects running out; 404/401 with the server's reason; a
  * wrong Content-Type; connection refused; the tar reader on hostile bytes;
  * the content hash.
  */
@@ -141,6 +143,13 @@ static int handler(void *ud, int fd, const thttp_req *r)
         return 0;
     }
 
+    if (strcmp(job, "busy") == 0 && nreq == 1) {
+        /* The restarted server is not ready yet. */
+        static const char b[] = "error: job busy is not ready: loading\n";
+        thttp_respond(fd, 503, "Retry-After: 1\r\n", b, sizeof b - 1);
+        return 0;
+    }
+
     int frames = strcmp(fmt, "frames") == 0;
     char head[256];
     int hl = snprintf(head, sizeof head,
@@ -187,6 +196,23 @@ static int handler(void *ud, int fd, const thttp_req *r)
                 sio_framew_error(fw, why);
             else
                 sio_tarw_error(tw, why);
+            rc = SIO_ERR_IO;
+            break;
+        }
+        /* "drain": the first response ends after 5 samples with the
+         * retryable trailer of a drain (come back in 300 ms); "busy": after
+         * 3 samples, no advice (the second request gets a 503);
+         * "alwaysdrain": every response ends so at once. */
+        uint32_t after = 0;
+        int drain = (strcmp(job, "drain") == 0 && nreq == 0 && i == 5 &&
+                     (after = 300) != 0) ||
+                    (strcmp(job, "busy") == 0 && nreq == 0 && i == 3) ||
+                    (strcmp(job, "alwaysdrain") == 0 && (after = 50) != 0);
+        if (drain) {
+            if (frames)
+                sio_framew_error_retry(fw, "server shutting down", after);
+            else
+                sio_tarw_error_retry(tw, "server shutting down", after);
             rc = SIO_ERR_IO;
             break;
         }
@@ -374,6 +400,77 @@ static void test_resume(fake *fk)
     scc_stream_close(s);
 }
 
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* A server that drains for a restart: its retryable trailer and a 503
+ * with Retry-After are resumed after the advised wait, exactly once; a
+ * final trailer is not (test_errors); the budget runs out as documented. */
+static void test_retryable(fake *fk)
+{
+    scc_format fmts[2] = {SCC_FORMAT_FRAMES, SCC_FORMAT_TAR};
+    for (int i = 0; i < 2; i++) {
+        scc_options o;
+        scc_stream *s = NULL;
+        uint64_t n;
+
+        atomic_store(&fk->requests, 0);
+        opts_for(&o, "drain", fmts[i]);
+        uint64_t t0 = mono_ms();
+        CHECK(scc_stream_open(&o, &s) == SCC_OK);
+        CHECK(read_all(s, 0, 0, &n) == SCC_OK);
+        CHECK_EQ_U64(n, NSAMPLES);
+        CHECK_EQ_U64(scc_stream_reconnects(s), 1);
+        CHECK(mono_ms() - t0 >= 300); /* the advice, not the 10 ms backoff */
+        pthread_mutex_lock(&fk->mu);
+        CHECK_STR(fk->starts[1], "5");
+        pthread_mutex_unlock(&fk->mu);
+        scc_stream_close(s);
+
+        /* Trailer without advice, then a 503 with Retry-After: 1. */
+        atomic_store(&fk->requests, 0);
+        opts_for(&o, "busy", fmts[i]);
+        t0 = mono_ms();
+        CHECK(scc_stream_open(&o, &s) == SCC_OK);
+        CHECK(read_all(s, 0, 0, &n) == SCC_OK);
+        CHECK_EQ_U64(n, NSAMPLES);
+        CHECK_EQ_U64(scc_stream_reconnects(s), 2);
+        CHECK(mono_ms() - t0 >= 1000);
+        pthread_mutex_lock(&fk->mu);
+        CHECK_STR(fk->starts[1], "3");
+        CHECK_STR(fk->starts[2], "3");
+        pthread_mutex_unlock(&fk->mu);
+        scc_stream_close(s);
+
+        /* The attempts run out: the server's reason and the budget are in
+         * the message, the code is the server's. */
+        opts_for(&o, "alwaysdrain", fmts[i]);
+        o.max_reconnects = 3;
+        CHECK(scc_stream_open(&o, &s) == SCC_OK);
+        CHECK(read_all(s, 0, 0, &n) == SCC_ERR_SERVER);
+        CHECK_EQ_U64(n, 0);
+        CHECK_EQ_U64(scc_stream_reconnects(s), 3);
+        CHECK(strstr(scc_stream_errmsg(s), "server shutting down") != NULL);
+        CHECK(strstr(scc_stream_errmsg(s), "attempts spent") != NULL);
+        scc_stream_close(s);
+
+        /* The time runs out first: 50 ms advice, 120 ms budget. */
+        opts_for(&o, "alwaysdrain", fmts[i]);
+        o.retry_budget_ms = 120;
+        t0 = mono_ms();
+        CHECK(scc_stream_open(&o, &s) == SCC_OK);
+        CHECK(read_all(s, 0, 0, &n) == SCC_ERR_SERVER);
+        CHECK(scc_stream_reconnects(s) >= 1 && scc_stream_reconnects(s) <= 3);
+        CHECK(strstr(scc_stream_errmsg(s), "time spent") != NULL);
+        CHECK(mono_ms() - t0 < 2000);
+        scc_stream_close(s);
+    }
+}
+
 static void test_errors(void)
 {
     scc_options o;
@@ -504,6 +601,43 @@ static void test_tar_reader(void)
     CHECK(scc_tar_parse(zeros, sizeof zeros, fields, 4, 1 << 20, &r, err,
                         sizeof err) == SCC_ERR_PROTOCOL);
     sio_wbuf_free(&b);
+
+    /* Error trailers: final, retryable with advice, malformed advice. */
+    for (int k = 0; k < 3; k++) {
+        sio_wbuf_init(&b, 1 << 20);
+        CHECK(sio_tarw_create(NULL, 0, sio_wbuf_append, &b, &w, &e) ==
+              SIO_OK);
+        if (k == 0) {
+            sio_tarw_error(w, "corrupt");
+        } else if (k == 1) {
+            sio_tarw_error_retry(w, "server shutting down", 1500);
+        } else {
+            /* A member with that name and a bad retryable value. */
+            static const char j[] =
+                "{\"status\":\"error\",\"reason\":\"x\",\"retryable\":\"y\"}";
+            unsigned char blk[SIO_TAR_BLOCK * 2];
+            int fits;
+            memset(blk, 0, sizeof blk);
+            sio_tar_header(blk, SIO_TARW_ERROR_NAME,
+                           strlen(SIO_TARW_ERROR_NAME), '0', sizeof j - 1,
+                           &fits);
+            memcpy(blk + SIO_TAR_BLOCK, j, sizeof j - 1);
+            sio_wbuf_append(&b, blk, sizeof blk);
+        }
+        sio_tarw_destroy(w);
+        scc_code rc = scc_tar_parse(b.data, b.len, fields, 4, 1 << 20, &r,
+                                    err, sizeof err);
+        if (k == 2) {
+            CHECK(rc == SCC_ERR_PROTOCOL);
+            CHECK(strstr(err, "retryable is not a boolean") != NULL);
+        } else {
+            CHECK(rc == SCC_OK && r.kind == SCC_TAR_ERROR);
+            CHECK(r.retryable == k);
+            CHECK_EQ_U64(r.retry_after_ms, k ? 1500 : 0);
+            CHECK_STR(r.reason, k ? "server shutting down" : "corrupt");
+        }
+        sio_wbuf_free(&b);
+    }
 }
 
 static void test_hash(void)
@@ -540,6 +674,7 @@ int main(void)
     test_formats();
     test_url_form();
     test_resume(&fk);
+    test_retryable(&fk);
     test_errors();
     test_tar_reader();
     test_hash();

@@ -108,6 +108,8 @@ typedef struct result {
     sio_code rc;       /* first error of feed, else finish() */
     sio_framer_status status;
     size_t headers, shards, samples, ends, errors;
+    int retryable;           /* of the ERROR event */
+    uint32_t retry_after_ms; /* of the ERROR event */
     char errmsg[512];
 } result;
 
@@ -160,7 +162,9 @@ static void record(result *r, const sio_frame_event *ev)
         break;
     case SIO_FRAMER_ERROR:
         r->errors++;
-        tr(r, "X %s\n", ev->reason);
+        r->retryable = ev->retryable;
+        r->retry_after_ms = ev->retry_after_ms;
+        tr(r, "X %s %d %u\n", ev->reason, ev->retryable, ev->retry_after_ms);
         break;
     default:
         break;
@@ -858,6 +862,115 @@ static void test_hostile(void)
     }
 }
 
+/* The ERROR frame's JSON bytes of a stream built by the encoder. */
+static int error_payload(const sio_wbuf *s, char *out, size_t outlen)
+{
+    size_t off = SIO_FRAMES_MAGIC_LEN;
+    while (off + SIO_FRAME_HEAD_LEN <= s->len) {
+        const unsigned char *h = s->data + off;
+        size_t len = (size_t)h[4] | ((size_t)h[5] << 8) |
+                     ((size_t)h[6] << 16) | ((size_t)h[7] << 24);
+        if (h[0] == SIO_FRAME_ERROR && len < outlen) {
+            memcpy(out, h + SIO_FRAME_HEAD_LEN, len);
+            out[len] = '\0';
+            return 0;
+        }
+        off += SIO_FRAME_HEAD_LEN + len;
+    }
+    return -1;
+}
+
+/* Retry advice in the ERROR frame: written by sio_framew_error_retry,
+ * "retryable":false by sio_framew_error, and decoded into the event; a
+ * trailer from a server without the key reads as not retryable. */
+static void test_error_trailer_retry(void)
+{
+    sio_wbuf s;
+    result r;
+    char json[256];
+
+    /* The drain's trailer, after two samples. */
+    sio_framew *w = NULL;
+    sio_error err;
+    sio_frames_header h = hdr("train-1", 0);
+    sio_wbuf_init(&s, 1u << 20);
+    CHECK(sio_framew_create(&h, NULL, 0, sio_wbuf_append, &s, &w, &err) ==
+          SIO_OK);
+    CHECK(sio_framew_error_retry(w, "server shutting down", 2000) == SIO_OK);
+    sio_framew_destroy(w);
+    CHECK(error_payload(&s, json, sizeof json) == 0);
+    CHECK_STR(json, "{\"status\":\"error\",\"reason\":\"server shutting "
+                    "down\",\"retryable\":true,\"retry_after_ms\":2000}");
+    decode_whole(&r, s.data, s.len);
+    CHECK(r.rc == SIO_ERR_IO);
+    CHECK(r.status == SIO_FRAMER_FAILED);
+    CHECK_EQ_U64(r.errors, 1);
+    CHECK(r.retryable == 1);
+    CHECK_EQ_U64(r.retry_after_ms, 2000);
+    CHECK_STR(r.errmsg, "server error: server shutting down (retryable)");
+    sio_wbuf_free(&r.t);
+    sio_wbuf_free(&s);
+
+    /* A final error says so. */
+    build_stream(&s, 1, 0, 0, NULL, 0, "corrupt");
+    CHECK(error_payload(&s, json, sizeof json) == 0);
+    CHECK_STR(json, "{\"status\":\"error\",\"reason\":\"corrupt\","
+                    "\"retryable\":false}");
+    decode_whole(&r, s.data, s.len);
+    CHECK(r.retryable == 0 && r.retry_after_ms == 0);
+    sio_wbuf_free(&r.t);
+    sio_wbuf_free(&s);
+
+    /* Hand-made trailers: what readers accept and what they refuse. */
+    static const struct {
+        const char *json;
+        sio_code rc;
+        int retryable;
+        uint32_t after;
+    } cases[] = {
+        /* a server that predates the key */
+        {"{\"status\":\"error\",\"reason\":\"old\"}", SIO_ERR_IO, 0, 0},
+        /* advice without retryable is ignored */
+        {"{\"status\":\"error\",\"reason\":\"x\",\"retryable\":false,"
+         "\"retry_after_ms\":500}", SIO_ERR_IO, 0, 0},
+        /* retryable without advice: the client's own backoff */
+        {"{\"status\":\"error\",\"reason\":\"x\",\"retryable\":true}",
+         SIO_ERR_IO, 1, 0},
+        /* advice above the maximum is clamped */
+        {"{\"status\":\"error\",\"reason\":\"x\",\"retryable\":true,"
+         "\"retry_after_ms\":99999999999}", SIO_ERR_IO, 1,
+         SIO_RETRY_AFTER_MAX_MS},
+        /* unknown keys are ignored */
+        {"{\"status\":\"error\",\"reason\":\"x\",\"retryable\":true,"
+         "\"retry_after_ms\":7,\"hint\":[1]}", SIO_ERR_IO, 1, 7},
+        /* malformed advice breaks the stream */
+        {"{\"status\":\"error\",\"reason\":\"x\",\"retryable\":1}",
+         SIO_ERR_FORMAT, 0, 0},
+        {"{\"status\":\"error\",\"reason\":\"x\",\"retryable\":true,"
+         "\"retry_after_ms\":-1}", SIO_ERR_FORMAT, 0, 0},
+        {"{\"status\":\"error\",\"reason\":\"x\",\"retryable\":true,"
+         "\"retry_after_ms\":\"2s\"}", SIO_ERR_FORMAT, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sio_wbuf b;
+        start_stream(&b);
+        put_json(&b, SIO_FRAME_ERROR, cases[i].json);
+        decode_whole(&r, b.data, b.len);
+        if (r.rc != cases[i].rc)
+            fprintf(stderr, "case %zu: got %d (%s)\n", i, r.rc, r.errmsg);
+        CHECK(r.rc == cases[i].rc);
+        if (cases[i].rc == SIO_ERR_IO) {
+            CHECK(r.status == SIO_FRAMER_FAILED);
+            CHECK(r.retryable == cases[i].retryable);
+            CHECK_EQ_U64(r.retry_after_ms, cases[i].after);
+        } else {
+            CHECK(r.status == SIO_FRAMER_BROKEN);
+        }
+        sio_wbuf_free(&r.t);
+        sio_wbuf_free(&b);
+    }
+}
+
 int main(void)
 {
     test_round_trip_every_split();
@@ -867,6 +980,7 @@ int main(void)
     test_fields_filter();
     test_shard_announcements();
     test_error_trailer();
+    test_error_trailer_retry();
     test_truncation();
     test_encoder_limits();
     test_hostile();

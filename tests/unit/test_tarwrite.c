@@ -417,13 +417,55 @@ static void test_error_trailer(void)
     CHECK_EQ_U64(la.n, 2);
     if (la.n == 2) {
         const char *want = "{\"status\":\"error\",\"reason\":"
-                           "\"shard \\\"x\\\"\\\\ failed\\n?\"}";
+                           "\"shard \\\"x\\\"\\\\ failed\\n?\","
+                           "\"retryable\":false}";
         CHECK_STR(la.e[1].name, SIO_TARW_ERROR_NAME);
         CHECK_EQ_U64(la.e[1].size, strlen(want));
         CHECK(memcmp(la.e[1].data, want, strlen(want)) == 0);
     }
     listing_free(&la);
     sio_wbuf_free(&out);
+}
+
+/* The retryable trailer of a drain: same member, retry advice in the JSON
+ * (clamped to the format's maximum), and it reads back through the shared
+ * parser. */
+static void test_error_trailer_retry(void)
+{
+    static const struct {
+        uint32_t ms, want_ms;
+    } cases[] = {{2000, 2000}, {0, 0}, {UINT32_MAX, SIO_RETRY_AFTER_MAX_MS}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sio_wbuf out;
+        sio_wbuf_init(&out, 1u << 20);
+        sio_tarw *w = NULL;
+        CHECK(sio_tarw_create(NULL, 0, sio_wbuf_append, &out, &w, NULL) ==
+              SIO_OK);
+        CHECK(sio_tarw_error_retry(w, "server shutting down",
+                                   cases[i].ms) == SIO_OK);
+        sio_tarw_destroy(w);
+        listing la;
+        read_libarchive(out.data, out.len, &la);
+        CHECK_EQ_U64(la.n, 1);
+        if (la.n == 1) {
+            char want[160];
+            snprintf(want, sizeof want,
+                     "{\"status\":\"error\",\"reason\":\"server shutting "
+                     "down\",\"retryable\":true,\"retry_after_ms\":%u}",
+                     cases[i].want_ms);
+            CHECK_STR(la.e[0].name, SIO_TARW_ERROR_NAME);
+            CHECK_EQ_U64(la.e[0].size, strlen(want));
+            CHECK(memcmp(la.e[0].data, want, strlen(want)) == 0);
+            sio_wire_error we;
+            CHECK(sio_wire_error_parse(la.e[0].data, la.e[0].size, &we,
+                                       NULL) == SIO_OK);
+            CHECK(we.retryable == 1);
+            CHECK_EQ_U64(we.retry_after_ms, cases[i].want_ms);
+            CHECK_STR(we.reason, "server shutting down");
+        }
+        listing_free(&la);
+        sio_wbuf_free(&out);
+    }
 }
 
 /* Sink that fails after a number of bytes: the code must come back. */
@@ -602,6 +644,7 @@ int main(void)
     test_samples();
     test_filter();
     test_error_trailer();
+    test_error_trailer_retry();
     test_sink_errors();
     test_sizes();
     test_names();

@@ -22,7 +22,7 @@ import time
 
 from .decode import make_decoder
 from .errors import (ShardcastConnectionError, ShardcastError, ShardcastHTTPError,
-                     ShardcastIncompleteError)
+                     ShardcastIncompleteError, ShardcastStreamError)
 from .frames import FramesReader
 from .state import (global_cursor, loader_positions, make_state, normalize_state,
                     worker_order)
@@ -39,8 +39,16 @@ except ImportError:
 # HTTP statuses worth another attempt: the server or a proxy in front of it
 # is overloaded or restarting. Every other status is final.
 RETRY_STATUSES = (502, 503, 504)
-# Upper bound of the pause between two attempts, seconds.
-MAX_BACKOFF = 30.0
+# Upper bound of the backoff between two attempts, seconds: short enough
+# that a restarted server is found within seconds of listening again. The
+# server's own retry advice (retry_after_ms, Retry-After) may ask for more.
+MAX_BACKOFF = 5.0
+# The retry budget of a streak of failures (no sample in between): attempts
+# and seconds. Together they ride out a rolling restart of the server of a
+# minute or so (drain, exit, start, resolve the jobs): with the default
+# backoff the 30 attempts span about 130 s, the time bound stops at 120 s.
+DEFAULT_RETRIES = 30
+DEFAULT_RETRY_TIMEOUT = 120.0
 
 
 def _env_int(name):
@@ -77,7 +85,14 @@ def _worker_info():
 def _retryable(err):
     if isinstance(err, (ShardcastIncompleteError, ShardcastConnectionError)):
         return True
+    if isinstance(err, ShardcastStreamError):
+        return err.retryable
     return isinstance(err, ShardcastHTTPError) and err.status in RETRY_STATUSES
+
+
+def _retry_after(err):
+    """The server's advice on when to come back (seconds), or None."""
+    return getattr(err, "retry_after", None)
 
 
 class ShardcastDataset(_Base):
@@ -98,12 +113,22 @@ class ShardcastDataset(_Base):
              is what the iteration yields
     timeout  seconds any single socket operation may take (connect, or a
              wait for more data); a stalled stream counts as broken
-    retries  how many times in a row a broken connection is retried
-             (reconnect with start = the position reached, so no sample
-             is lost or delivered twice); the count restarts whenever a
-             sample arrives. 0: fail at the first break
+    retries  how many attempts in a row (no sample in between) a failure
+             worth retrying gets: a broken or refused connection, a stalled
+             stream, HTTP 502/503/504, and an error trailer the server
+             marks retryable (it drains for a restart). Each attempt
+             reconnects with start = the position reached, so no sample is
+             lost or delivered twice; the count restarts whenever a sample
+             arrives. 0: fail at the first failure. Default 30
+    retry_timeout
+             seconds such a streak may take from its first failure; an
+             attempt that could not start within it is not made. None: no
+             time bound. Default 120, which with retries=30 rides out a
+             rolling restart of the server of a minute or so
     backoff  seconds before the first retry; doubled on each further one
-             (with +-25% jitter, at most MAX_BACKOFF)
+             (with +-25% jitter, at most MAX_BACKOFF = 5 s); never shorter
+             than the server's advice (retry_after_ms in the error trailer,
+             Retry-After on a 503), plus up to 25% jitter
     epoch    the epoch to stream; change it with set_epoch() before each
              epoch (with persistent_workers=True the workers keep the value
              they were started with)
@@ -111,11 +136,15 @@ class ShardcastDataset(_Base):
     Yields dicts {"__key__", "__shard__", "__index__", "__position__",
     "<ext>": bytes or decoded value, ...} (or what map returns); raises a
     ShardcastError subclass naming the server's reason on any failure, and
-    never ends quietly on a cut stream.
+    never ends quietly on a cut stream. When the retry budget is spent the
+    last failure is raised (its status / reason / retryable attributes
+    kept) with "gave up after N attempts in T s" added to its message and
+    the attempts in its `attempts` attribute.
     """
 
     def __init__(self, url, job, *, rank=None, world=None, fields=None, format="frames",
-                 decode=False, map=None, timeout=60, retries=5, backoff=0.25, epoch=0,
+                 decode=False, map=None, timeout=60, retries=DEFAULT_RETRIES,
+                 retry_timeout=DEFAULT_RETRY_TIMEOUT, backoff=0.25, epoch=0,
                  topology=None, token=None):
         super().__init__()
         if not isinstance(job, str) or not job:
@@ -132,6 +161,8 @@ class ShardcastDataset(_Base):
             raise ValueError("retries must be a non-negative int")
         if backoff < 0 or timeout is None or timeout <= 0:
             raise ValueError("timeout must be > 0 and backoff >= 0")
+        if retry_timeout is not None and not retry_timeout > 0:
+            raise ValueError("retry_timeout must be > 0 seconds, or None")
         self.url = url
         # Scale-out: consumer c of W is served by replica c mod R (see
         # topology.py); one replica unless SHARDCAST_URLS or
@@ -150,6 +181,7 @@ class ShardcastDataset(_Base):
         self.map = map
         self.timeout = timeout
         self.retries = retries
+        self.retry_timeout = retry_timeout
         self.backoff = backoff
         self.epoch = 0
         self._resume = None      # normalized state loaded by load_state_dict
@@ -268,7 +300,8 @@ class ShardcastDataset(_Base):
 
     def _iterate(self, c, w, start, gs):
         position = start
-        failures = 0
+        failures = 0         # failed attempts since the last sample
+        streak_start = None  # time.monotonic() of the streak's first failure
         decoder, fn = self._decoder, self.map
         while True:
             reader = self._open(c, w, position, gs)
@@ -278,6 +311,7 @@ class ShardcastDataset(_Base):
                     # caller has it, it counts as delivered.
                     position = sample["__position__"] + 1
                     failures = 0
+                    streak_start = None
                     self._progress = (c, w, gs, position)
                     self._items += 1
                     if decoder is not None:
@@ -287,18 +321,42 @@ class ShardcastDataset(_Base):
             except ShardcastError as e:
                 if not _retryable(e):
                     raise
+                now = time.monotonic()
+                if streak_start is None:
+                    streak_start = now
                 failures += 1
+                delay = self._retry_delay(failures, _retry_after(e))
+                spent = None
                 if failures > self.retries:
+                    spent = "attempts"
+                elif self.retry_timeout is not None and \
+                        now + delay - streak_start > self.retry_timeout:
+                    spent = "time"
+                if spent is not None:
                     if self.retries:
-                        e.args = ("%s (gave up after %d attempts)"
-                                  % (e.args[0] if e.args else e, failures),) + e.args[1:]
+                        e.args = ("%s (gave up after %d attempts in %.1f s at position "
+                                  "%d: retry budget of %d attempts / %s s spent on %s)"
+                                  % (e.args[0] if e.args else e, failures,
+                                     now - streak_start, position, self.retries,
+                                     self.retry_timeout, spent),) + e.args[1:]
+                    e.attempts = failures
                     raise
                 e.__traceback__ = None
             finally:
                 reader.close()
             self.reconnects += 1
-            delay = min(MAX_BACKOFF, self.backoff * (2 ** (failures - 1)))
-            time.sleep(delay * random.uniform(0.75, 1.25))
+            time.sleep(delay)
+
+    def _retry_delay(self, failures, advice):
+        """Seconds to wait before attempt `failures` + 1: the jittered
+        doubling backoff, or the server's advice (seconds) plus up to 25%
+        jitter when that is longer, so that the consumers of a restarted
+        server do not all come back in the same instant."""
+        delay = min(MAX_BACKOFF, self.backoff * (2 ** (failures - 1)))
+        delay *= random.uniform(0.75, 1.25)
+        if advice is not None and advice > delay:
+            delay = advice * random.uniform(1.0, 1.25)
+        return delay
 
     # -- resume state ------------------------------------------------------
 

@@ -19,23 +19,34 @@ class ShardcastHTTPError(ShardcastError):
     """The server answered with an HTTP error status instead of a stream.
 
     Attributes: status (int), reason (the server's one-line `error:` text,
-    or the HTTP reason phrase when the body had none), url.
+    or the HTTP reason phrase when the body had none), url, retry_after
+    (seconds from a Retry-After header in delay-seconds form, else None).
     """
 
-    def __init__(self, message, *, status=None, reason=None, url=None):
+    def __init__(self, message, *, status=None, reason=None, url=None,
+                 retry_after=None):
         super().__init__(message)
         self.status = status
         self.reason = reason
         self.url = url
+        self.retry_after = retry_after
 
 
 class ShardcastStreamError(ShardcastError):
     """The server reported an error after the stream had started (an
-    `__shardcast_error__` member). Attribute: reason (the server's text)."""
+    `__shardcast_error__` member or an ERROR frame).
 
-    def __init__(self, message, *, reason=None):
+    Attributes: reason (the server's text); retryable (True when the server
+    asks the consumer to come back and resume, e.g. it is draining for a
+    restart; ShardcastDataset then retries within its budget); retry_after
+    (seconds the server asks to wait before coming back, or None).
+    """
+
+    def __init__(self, message, *, reason=None, retryable=False, retry_after=None):
         super().__init__(message)
         self.reason = reason
+        self.retryable = retryable
+        self.retry_after = retry_after
 
 
 class ShardcastIncompleteError(ShardcastError):

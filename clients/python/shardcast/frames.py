@@ -16,8 +16,10 @@ The format, all integers little-endian:
     0x04 END     JSON {"status": "ok", "epoch", "rank", "world", "start",
                  "samples", "position"}: the last frame of a complete share;
                  the HTTP body then ends normally
-    0x05 ERROR   JSON {"status": "error", "reason"}: the last frame of a failed
-                 share; the connection is then closed
+    0x05 ERROR   JSON {"status": "error", "reason", "retryable",
+                 "retry_after_ms"}: the last frame of a failed share; the
+                 connection is then closed. retryable: come back after
+                 retry_after_ms and resume (see stream.error_from_trailer)
     types >= 0x80 are extensions a reader skips; other unknown types are
     errors. A body that ends without END or ERROR is a cut stream.
 
@@ -34,7 +36,7 @@ import urllib.parse
 
 from .errors import (ShardcastError, ShardcastIncompleteError, ShardcastProtocolError,
                      ShardcastStreamError)
-from .stream import FRAMES_CONTENT_TYPE, _BodyReader, open_raw
+from .stream import FRAMES_CONTENT_TYPE, _BodyReader, error_from_trailer, open_raw
 
 MAGIC = b"SCF1"
 VERSION = 1
@@ -279,9 +281,7 @@ class FramesReader:
                 return
             elif ftype == ERROR:
                 info = self._json(buf, p, end, ftype)
-                reason = str(info.get("reason", "unspecified error"))
-                raise ShardcastStreamError("shardcast server aborted stream %s: %s"
-                                           % (self.url, reason), reason=reason)
+                raise error_from_trailer(self.url, info, self._bad)
             else:
                 raise self._bad("unknown frame type 0x%02x" % ftype)
             if self.header is None:

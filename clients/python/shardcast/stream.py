@@ -10,6 +10,12 @@ member "__shardcast_error__" (JSON with a reason) followed by a closed
 connection. Before streaming, errors are 4xx/5xx with a body
 "error: <reason>\\n".
 
+The error trailer (both formats) is {"status": "error", "reason": ...,
+"retryable": bool, "retry_after_ms": N}: retryable means the server asks
+the consumer to come back after N ms and resume where it stopped (a drain
+before a restart); a trailer without "retryable" (an older server) is
+final. error_from_trailer() turns it into a ShardcastStreamError.
+
 The `frames` format is read by shardcast/frames.py; stream_url() and
 open_raw() here serve both formats. This module only uses the standard
 library (http.client, tarfile). One StreamReader owns one HTTP connection
@@ -42,6 +48,10 @@ MAX_ERROR_BODY = 4096
 MAX_TAIL = 1 << 20
 # Width of the global-index directory in member names.
 INDEX_DIGITS = 12
+# The longest retry advice honoured, seconds (libshardio's
+# SIO_RETRY_AFTER_MAX_MS): a corrupt or hostile value must not park a
+# consumer.
+MAX_RETRY_AFTER = 600.0
 
 # Wire formats of the stream endpoint and their Content-Types.
 TAR_CONTENT_TYPE = "application/x-tar"
@@ -107,6 +117,37 @@ def _error_line(body):
     return first[:200] or None
 
 
+def _retry_after_header(value):
+    """Seconds of a Retry-After header in delay-seconds form, else None
+    (an HTTP-date is ignored: the client's own backoff applies)."""
+    if value is None:
+        return None
+    value = value.strip()
+    if not value.isdigit():
+        return None
+    return min(float(int(value)), MAX_RETRY_AFTER)
+
+
+def error_from_trailer(url, info, bad):
+    """The ShardcastStreamError of an error trailer (a dict). bad(text)
+    builds the ShardcastProtocolError raised for malformed retry fields."""
+    reason = str(info.get("reason", "unspecified error"))
+    retryable = info.get("retryable", False)
+    if not isinstance(retryable, bool):
+        raise bad("error trailer: retryable is not a boolean: %r" % (retryable,))
+    after = info.get("retry_after_ms")
+    if after is not None and (not isinstance(after, int) or isinstance(after, bool)
+                              or after < 0):
+        raise bad("error trailer: retry_after_ms is not a non-negative integer: %r"
+                  % (after,))
+    retry_after = min(after / 1000.0, MAX_RETRY_AFTER) \
+        if retryable and after is not None else None
+    return ShardcastStreamError(
+        "shardcast server aborted stream %s: %s%s"
+        % (url, reason, " (retryable)" if retryable else ""),
+        reason=reason, retryable=retryable, retry_after=retry_after)
+
+
 def open_raw(url, *, timeout=60.0, headers=None, content_type=TAR_CONTENT_TYPE):
     """GET a stream URL and return the http.client.HTTPResponse positioned
     at the start of the body (for the tar format e.g. for
@@ -154,7 +195,9 @@ def open_raw(url, *, timeout=60.0, headers=None, content_type=TAR_CONTENT_TYPE):
         reason = _error_line(body) or resp.reason
         raise ShardcastHTTPError("shardcast server answered HTTP %d for %s: %s"
                                  % (resp.status, url, reason),
-                                 status=resp.status, reason=reason, url=url)
+                                 status=resp.status, reason=reason, url=url,
+                                 retry_after=_retry_after_header(
+                                     resp.getheader("Retry-After")))
     ctype = resp.getheader("Content-Type", "")
     if ctype.split(";")[0].strip() != content_type:
         resp.close()
@@ -307,9 +350,9 @@ class StreamReader:
             name = ti.name
             if name == ERROR_MEMBER:
                 info = self._json_member(tf, ti)
-                reason = str(info.get("reason", "unspecified error"))
-                raise ShardcastStreamError("shardcast server aborted stream %s: %s"
-                                           % (self.url, reason), reason=reason)
+                raise error_from_trailer(
+                    self.url, info,
+                    lambda what: ShardcastProtocolError("stream %s: %s" % (self.url, what)))
             if name == END_MEMBER:
                 self.trailer = self._json_member(tf, ti)
                 if cur is not None:

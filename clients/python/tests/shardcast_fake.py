@@ -57,8 +57,30 @@ def end_frame(samples, position, epoch=0, rank=0, world=1, start=0):
                           "start": start, "samples": samples, "position": position})
 
 
-def error_frame(reason):
-    return json_frame(5, {"status": "error", "reason": reason})
+def error_trailer(reason, retryable=None, retry_after_ms=None):
+    """The error trailer's JSON object (both formats); retryable None
+    leaves the key out, as a server that predates it did."""
+    t = {"status": "error", "reason": reason}
+    if retryable is not None:
+        t["retryable"] = retryable
+    if retry_after_ms is not None:
+        t["retry_after_ms"] = retry_after_ms
+    return t
+
+
+def error_frame(reason, retryable=None, retry_after_ms=None):
+    return json_frame(5, error_trailer(reason, retryable, retry_after_ms))
+
+
+def error_member(trailer):
+    """The tar format's "__shardcast_error__" member (no end blocks)."""
+    buf = io.BytesIO()
+    tf = tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT)
+    data = json.dumps(trailer).encode()
+    ti = tarfile.TarInfo("__shardcast_error__")
+    ti.size = len(data)
+    tf.addfile(ti, io.BytesIO(data))
+    return buf.getvalue()  # tf is not closed: no end blocks
 
 
 def make_samples(n, shards=5, seed=1):
@@ -83,8 +105,12 @@ class EpochServer:
 
     cuts: a list of dicts {"after": n, "count": k} consumed in order: a
     matching stream request sends n samples, then half of the next
-    sample's bytes, then the connection is reset. requests: the parsed
-    query of every stream request (for assertions)."""
+    sample's bytes, then the connection is reset. With "kind": "error" it
+    sends n samples, then the error trailer (keys "reason", "retryable",
+    "retry_after_ms" as in error_trailer()) and closes the connection, as
+    a draining shardcastd does; with "kind": "503" the request is answered
+    503 (header Retry-After: the dict's "retry_after", if any).
+    requests: the parsed query of every stream request (for assertions)."""
 
     def __init__(self, jobs):
         self.jobs = jobs
@@ -127,9 +153,11 @@ class EpochServer:
                 for p in range(start, n)]
 
     @staticmethod
-    def _error(h, code, reason):
+    def _error(h, code, reason, retry_after=None):
         body = ("error: %s\n" % reason).encode()
         h.send_response(code)
+        if retry_after is not None:
+            h.send_header("Retry-After", str(retry_after))
         h.send_header("Content-Type", "text/plain")
         h.send_header("Content-Length", str(len(body)))
         h.end_headers()
@@ -153,6 +181,8 @@ class EpochServer:
                     self.cuts.pop(0)
         if job not in self.jobs:
             return self._error(h, 404, "unknown job '%s'" % job)
+        if cut is not None and cut.get("kind") == "503":
+            return self._error(h, 503, "server shutting down", cut.get("retry_after"))
         try:
             epoch = int(seg[5])
             c, w = int(q["rank"]), int(q["world"])
@@ -180,6 +210,14 @@ class EpochServer:
         h.close_connection = True
         try:
             for i, data in enumerate(pieces):
+                if cut is not None and cut.get("kind") == "error" and i == cut["after"] + 1:
+                    t = error_trailer(cut.get("reason", "server shutting down"),
+                                      cut.get("retryable"), cut.get("retry_after_ms"))
+                    data = json_frame(5, t) if fmt == "frames" else error_member(t)
+                    h.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                    h.wfile.flush()
+                    h.connection.close()
+                    return
                 if cut is not None and i == cut["after"] + 1:  # pieces[0] is the preamble
                     data = data[:max(1, len(data) // 2)]
                     h.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
