@@ -251,7 +251,10 @@ def batch_samples(batch):
     for k, v in batch.items():
         cols[k] = v.memoryviews() if hasattr(v, "memoryviews") else v
     names = list(cols)
-    return [dict(zip(names, row)) for row in zip(*cols.values())]
+    # None marks a field the sample does not have (the batch holds the
+    # union of its samples' fields).
+    return [{k: v for k, v in zip(names, row) if v is not None}
+            for row in zip(*cols.values())]
 
 
 # -- the run ------------------------------------------------------------------
