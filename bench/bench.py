@@ -167,7 +167,8 @@ import inspect, json, sys
 sys.path.insert(0, sys.argv[1])
 import shardcast
 p = inspect.signature(shardcast.ShardcastDataset.__init__).parameters
-print(json.dumps({"format_kw": "format" in p}))
+print(json.dumps({"format_kw": "format" in p,
+                  "modes": "batch_size" in p and "tensors" in p}))
 """
 
 
@@ -180,7 +181,9 @@ def detect_python_formats():
     if p.returncode != 0:
         why = "import shardcast failed: %s" % p.stderr.decode()[-300:]
         return set(), {"tar": why, "frames": why}, False
-    if json.loads(p.stdout.decode().strip().splitlines()[-1])["format_kw"]:
+    probe = json.loads(p.stdout.decode().strip().splitlines()[-1])
+    detect_python_formats.modes = bool(probe.get("modes"))
+    if probe["format_kw"]:
         return {"tar", "frames"}, {}, True
     return {"tar"}, {"frames": "ShardcastDataset has no format= option "
                                "(tar only)"}, False
@@ -304,6 +307,7 @@ class Ctx:
         self.s3 = None
         self.python_formats, self.python_formats_reason = set(), {}
         self.python_format_kw = False
+        self.python_modes = False
         self.server_formats, self.server_formats_reason = set(), {}
         self.cli_bench, self.cli_bench_reason = None, "not detected"
         self._lock = threading.Lock()
@@ -539,6 +543,7 @@ def main(argv=None):
         # Capabilities of this tree.
         (ctx.python_formats, ctx.python_formats_reason,
          ctx.python_format_kw) = detect_python_formats()
+        ctx.python_modes = getattr(detect_python_formats, "modes", False)
         if ctx.server_bin:
             first = next(iter(datasets.values()))
             ctx.server_formats, ctx.server_formats_reason = detect_server_formats(

@@ -244,6 +244,8 @@ class PythonContender(Contender):
         env["HOME"] = stats_dir
         env["AWS_EC2_METADATA_DISABLED"] = "true"
         env["PYTHONPATH"] = os.path.join(REPO, "clients", "python")
+        # Where the Python client finds its C accelerator (build/python/).
+        env["SHARDCAST_BUILD"] = ctx.build
         # One thread per process for torch's own pools: W workers already
         # share 2 cores.
         env["OMP_NUM_THREADS"] = "1"
@@ -340,27 +342,67 @@ def _server_pass(ctx, ds, source, workers, body):
     return res
 
 
+class DataLoaderCeiling(PythonContender):
+    """The same DataLoader, collate and main loop over samples already in
+    memory (loader_run.py's InMemory)."""
+
+    family = "ceiling"
+    name = "dataloader-ceiling"
+    label = "DataLoader ceiling (samples in memory)"
+    description = ("the same DataLoader (W workers, batch 256, keep-bytes "
+                   "collate) and main loop, fed from samples read into memory "
+                   "before the clock starts: no I/O, no parsing")
+
+    def _spec(self, ctx, ds, workers, stats_dir):
+        return {"kind": "ceiling",
+                "shard_paths": [os.path.join(ds.path, f) for f in ds.files]}
+
+    def run(self, ctx, ds, workers, tag):
+        return self._run_loader(ctx, ds, workers)
+
+
+# Variants of the frames contender: (name suffix, label, spec keys).
+PY_VARIANTS = {
+    "": ("", {}),
+    "purepy": (", pure-Python decoder", {"decoder": "python"}),
+    "batched": (", batched mode", {"mode": "batched"}),
+    "tensor": (", tensor mode", {"mode": "tensor"}),
+}
+
+
 class ShardcastPython(PythonContender):
     family = "shardcast-py"
 
-    def __init__(self, fmt, source="http"):
+    def __init__(self, fmt, source="http", variant=""):
         # fmt "best": frames when both ends speak it, else tar (resolved by
         # available()); used for the S3 source to keep the run short.
         self.fmt = fmt
         self.want = fmt
         self.source = source
-        self.name = "shardcast-py-%s%s" % (fmt, "" if source == "http" else "-s3")
-        self.label = "shardcast, Python %s%s" % (fmt, "" if source == "http"
-                                                 else " (S3 source)")
+        self.variant = variant
+        extra, self.extra_spec = PY_VARIANTS[variant]
+        self.name = "shardcast-py-%s%s%s" % (fmt, "-" + variant if variant else "",
+                                             "" if source == "http" else "-s3")
+        self.label = "shardcast, Python %s%s%s" % (fmt, extra, "" if source == "http"
+                                                   else " (S3 source)")
         self.description = (
             "shardcastd reading the %s source, W DataLoader workers as W "
-            "consumers with shardcast.ShardcastDataset, format=%s"
+            "consumers with shardcast.ShardcastDataset, format=%s%s"
             % ("nginx HTTP" if source == "http" else "s3rver S3",
-               fmt if fmt != "best" else "frames if available, else tar"))
+               fmt if fmt != "best" else "frames if available, else tar",
+               {"": " (C frames decoder when built)",
+                "purepy": ", pure-Python frames decoder",
+                "batched": ", batch_size=256 in the dataset, DataLoader "
+                           "batch_size=None",
+                "tensor": ", batch_size=256 and tensors=True in the dataset "
+                          "(one shared-memory uint8 tensor per field and "
+                          "batch), DataLoader batch_size=None"}[variant]))
 
     def available(self, ctx):
         if not ctx.server_bin:
             return False, "shardcastd is not built"
+        if self.variant and not ctx.python_modes:
+            return False, "the Python client has no batch_size=/tensors= options"
         if self.want == "best":
             self.fmt = "tar"
             if "frames" in ctx.python_formats and "frames" in ctx.server_formats:
@@ -374,8 +416,10 @@ class ShardcastPython(PythonContender):
         return True, ""
 
     def _spec(self, ctx, ds, workers, stats_dir):
-        return {"kind": "shardcast", "server": self._url, "job": JOB,
+        spec = {"kind": "shardcast", "server": self._url, "job": JOB,
                 "format": self.fmt if ctx.python_format_kw else None}
+        spec.update(self.extra_spec)
+        return spec
 
     def run(self, ctx, ds, workers, tag):
         def body(srv):
@@ -437,6 +481,10 @@ class ShardcastC(Contender):
 
 def all_contenders():
     """Every contender, in the default order of a round."""
-    return [CurlCeiling("http"), Baseline("http"), ShardcastPython("tar"),
-            ShardcastPython("frames"), ShardcastC(), CurlCeiling("s3"),
+    return [CurlCeiling("http"), DataLoaderCeiling(), Baseline("http"),
+            ShardcastPython("tar"), ShardcastPython("frames"),
+            ShardcastPython("frames", variant="purepy"),
+            ShardcastPython("frames", variant="batched"),
+            ShardcastPython("frames", variant="tensor"), ShardcastC(),
+            CurlCeiling("s3"),
             Baseline("s3"), ShardcastPython("best", "s3")]

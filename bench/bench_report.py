@@ -25,7 +25,14 @@ TARGETS = {
     "tokens_py_vs_baseline": 20.0,
     "images_py_vs_ceiling": 0.60,
     "images_c_vs_ceiling": 0.80,
+    # Issue 13, Python consumers.
+    "py_vs_dl_ceiling": 0.90,
+    "worker_cpu_vs_baseline": 0.25,
+    "modes_tokens_vs_baseline": 20.0,
+    "modes_images_vs_dl_ceiling": 1.0,
 }
+# The batched and tensor modes of the Python client.
+MODE_CONTENDERS = ("shardcast-py-frames-batched", "shardcast-py-frames-tensor")
 
 
 def _median(vals):
@@ -121,9 +128,70 @@ def summarize(results):
         e["x_ceiling"] = _ratio(e, ceil)
         e["x_nginx_ceiling"] = _ratio(e, nginx)
         e["x_baseline"] = _ratio(e, base)
+        e["x_dl_ceiling"] = _ratio(e, by.get(("dataloader-ceiling", e["shape"],
+                                              e["workers"])))
     results["summary"] = summary
     results["targets"] = _targets(results, by)
     return results
+
+
+def _worker_cpu_us(e):
+    """DataLoader workers' CPU per sample (µs), or None."""
+    if not e or e.get("loader_workers_cpu_s") is None or not e.get("samples"):
+        return None
+    return e["loader_workers_cpu_s"] / e["samples"] * 1e6
+
+
+def _python_targets(results, by):
+    """Issue 13's Python targets: every frames contender >= 0.9x the
+    dataloader-ceiling at every W; its workers' CPU per sample <= 1/4 of the
+    baseline workers'; the batched and tensor modes >= 20x the baseline at
+    1 KiB and above the dataloader-ceiling at 100 KiB."""
+    out = []
+    ws = results["config"]["workers"]
+    py = [c["name"] for c in results["contenders"]
+          if c["family"] == "shardcast-py" and c["source"] == "http"
+          and "frames" in c["name"]]
+    for shape in results["datasets"]:
+        for w in ws:
+            for name in py:
+                e = by.get((name, shape, w))
+                v = e and e.get("x_dl_ceiling")
+                out.append({"id": "py_vs_dl_ceiling", "contender": name, "shape": shape,
+                            "workers": w, "measured": v,
+                            "threshold": TARGETS["py_vs_dl_ceiling"],
+                            "unit": "x dataloader-ceiling samples/s",
+                            "met": _verdict(v, TARGETS["py_vs_dl_ceiling"]),
+                            "note": _why_missing(e)})
+                mine = _worker_cpu_us(e)
+                base = _worker_cpu_us(by.get(("baseline-http", shape, w)))
+                v = mine / base if mine is not None and base else None
+                out.append({"id": "worker_cpu_vs_baseline", "contender": name,
+                            "shape": shape, "workers": w, "measured": v,
+                            "threshold": TARGETS["worker_cpu_vs_baseline"],
+                            "unit": "client worker CPU/sample over the baseline "
+                                    "worker's (%s vs %s µs)" % (
+                                        "%.0f" % mine if mine is not None else "–",
+                                        "%.0f" % base if base is not None else "–"),
+                            "met": _verdict(v, TARGETS["worker_cpu_vs_baseline"],
+                                            higher=False),
+                            "note": _why_missing(e)})
+                if name not in MODE_CONTENDERS:
+                    continue
+                if shape == "tokens":
+                    v = e and e.get("x_baseline")
+                    tid, unit = "modes_tokens_vs_baseline", "x baseline samples/s"
+                else:
+                    v = e and e.get("x_dl_ceiling")
+                    tid, unit = "modes_images_vs_dl_ceiling", \
+                        "x dataloader-ceiling samples/s (must exceed)"
+                met = _verdict(v, TARGETS[tid])
+                if tid == "modes_images_vs_dl_ceiling" and v is not None:
+                    met = v > TARGETS[tid]
+                out.append({"id": tid, "contender": name, "shape": shape,
+                            "workers": w, "measured": v, "threshold": TARGETS[tid],
+                            "unit": unit, "met": met, "note": _why_missing(e)})
+    return out
 
 
 def _ratio(e, ref):
@@ -170,6 +238,7 @@ def _targets(results, by):
                     "unit": "x nginx ceiling samples/s",
                     "met": _verdict(v, TARGETS["images_c_vs_ceiling"]),
                     "note": _why_missing(e)})
+    out += _python_targets(results, by)
     shardcast = [c["name"] for c in results["contenders"]
                  if c["family"] in ("shardcast-py", "shardcast-c")]
     buffer_bytes = _parse_bytes(_server_default_flag(results, "buffer-bytes"))
@@ -297,29 +366,30 @@ def render_markdown(results):
         lines.append("## %s — %s" % (shape, results["datasets"][shape]["shape"]["label"]))
         lines.append("")
         lines.append("| contender | W | samples/s | MB/s | × ceiling | × baseline "
-                     "| TTFS s | CPU s | CPU µs/sample | server RSS MiB "
+                     "| × DL ceiling | worker CPU µs/sample | TTFS s | CPU s | CPU µs/sample | server RSS MiB "
                      "| client RSS max / sum MiB | store GETs | store MB "
                      "| runs ok | exactly-once |")
-        lines.append("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|:-:|")
+        lines.append("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|:-:|")
         for e in results["summary"]:
             if e["shape"] != shape:
                 continue
             if not e["runs_ok"]:
-                lines.append("| %s | %d | %s | | | | | | | | | %s | | 0/%d | |" % (
+                lines.append("| %s | %d | %s | | | | | | | | | | | %s | | 0/%d | |" % (
                     e["contender"], e["workers"],
                     ", ".join(e["statuses"]) + (": " + e["reasons"][0][:80]
                                                  if e["reasons"] else ""),
                     _fmt(e.get("store_gets")), e["runs"]))
                 continue
             eo = {True: "yes", False: "**NO**", None: "–"}[e["exactly_once"]]
-            if e["family"] == "ceiling":
+            if e["contender"].startswith("ceiling-curl"):
                 eo = "bytes"
             lines.append(
-                "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s | %s "
-                "| %s | %d/%d | %s |" % (
+                "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s "
+                "| %s | %s | %d/%d | %s |" % (
                     e["contender"], e["workers"], _fmt(e["samples_per_s"]),
                     _fmt(e["mb_per_s"], "%.1f"), _fmt(e["x_ceiling"], "%.2f"),
-                    _fmt(e["x_baseline"], "%.2f"), _fmt(e["ttfs_s"], "%.2f"),
+                    _fmt(e["x_baseline"], "%.2f"), _fmt(e.get("x_dl_ceiling"), "%.2f"),
+                    _fmt(_worker_cpu_us(e)), _fmt(e["ttfs_s"], "%.2f"),
                     _fmt(e["cpu_s"], "%.1f"), _fmt(e["cpu_us_per_sample"], "%.0f"),
                     _fmt(_mib(e["server_rss_kib"])),
                     _fmt(_mib(e["client_max_rss_kib"])),

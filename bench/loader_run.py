@@ -17,7 +17,17 @@ workers off, default prefetch. What differs is the dataset:
       replaces a random buffered one which is emitted; drain shuffled).
   shardcast: shardcast.ShardcastDataset against the server, one consumer
       per worker (consumer = worker id, world = W), in the requested wire
-      format ("tar" or "frames").
+      format ("tar" or "frames"), with the frames decoder asked for
+      ("decoder": "python" or "c"; default: the C one when built).
+  shardcast "mode": "batched" / "tensor": the dataset collates batches of
+      256 itself (batch_size=256, and tensors=True for "tensor": each field
+      one uint8 tensor in shared memory per batch) and the DataLoader runs
+      with batch_size=None, so it does not collate again.
+  ceiling (dataloader-ceiling): the same DataLoader, collate and main loop
+      fed from samples already in memory: the main process reads every
+      sample of the local shards before the clock starts, the forked
+      workers inherit them and each yields every W-th one. No I/O and no
+      parsing: the most any loader can reach through that DataLoader.
 
 The main process consumes every batch like a training loop would and
 checks the epoch against the dataset's manifest: every sample key known,
@@ -192,15 +202,59 @@ class ShardcastStats(tud.IterableDataset):
         kw = {"epoch": spec["epoch"], "rank": 0, "world": 1, "timeout": 120}
         if spec.get("format"):
             kw["format"] = spec["format"]
+        if spec.get("decoder"):
+            os.environ["SHARDCAST_ACCEL"] = "0" if spec["decoder"] == "python" else "1"
+        if spec.get("mode") in ("batched", "tensor"):
+            kw["batch_size"] = BATCH_SIZE
+            kw["tensors"] = spec["mode"] == "tensor"
         self.inner = shardcast.ShardcastDataset(spec["server"], spec["job"], **kw)
         self.stats_dir = spec["stats_dir"]
 
     def __iter__(self):
         n = 0
+        batched = self.inner.batch_size is not None
         for s in self.inner:
+            n += len(s["__key__"]) if batched else 1
+            yield s
+        write_worker_stats(self.stats_dir, n)
+
+
+class InMemory(tud.IterableDataset):
+    """dataloader-ceiling: samples already in memory (read before the fork)."""
+
+    def __init__(self, spec):
+        super().__init__()
+        self.samples = []
+        for path in spec["shard_paths"]:
+            with open(path, "rb") as f:
+                self.samples.extend(tar_samples(f))
+        self.stats_dir = spec["stats_dir"]
+
+    def __iter__(self):
+        info = tud.get_worker_info()
+        wid, nw = (info.id, info.num_workers) if info else (0, 1)
+        n = 0
+        for s in self.samples[wid::nw]:
             n += 1
             yield s
         write_worker_stats(self.stats_dir, n)
+
+
+def batch_samples(batch):
+    """The samples of one item of the DataLoader: a list of sample dicts
+    (its own collate), or a batch collated by ShardcastDataset (a dict of
+    lists; tensor mode: a shardcast.Ragged per field, read as memoryviews
+    into its shared-memory tensor, no copy)."""
+    if isinstance(batch, list):
+        return batch
+    cols = {}
+    for k, v in batch.items():
+        cols[k] = v.memoryviews() if hasattr(v, "memoryviews") else v
+    names = list(cols)
+    # None marks a field the sample does not have (the batch holds the
+    # union of its samples' fields).
+    return [{k: v for k, v in zip(names, row) if v is not None}
+            for row in zip(*cols.values())]
 
 
 # -- the run ------------------------------------------------------------------
@@ -215,14 +269,21 @@ def main():
     spec = json.loads(sys.argv[1])
     workers = spec["workers"]
     expected = load_expected(spec["manifest"])
+    batched = spec.get("mode") in ("batched", "tensor")
     if spec["kind"] == "baseline":
         ds = BaselineDataset(spec)
+    elif spec["kind"] == "ceiling":
+        ds = InMemory(spec)
     else:
         ds = ShardcastStats(spec)
     if spec["kind"] == "baseline" and spec["source"] == "s3":
         import boto3  # noqa: F401  (imported before the fork, as a user would)
-    loader = tud.DataLoader(ds, num_workers=workers, batch_size=BATCH_SIZE,
-                            collate_fn=keep_bytes, pin_memory=False)
+    if batched:
+        loader = tud.DataLoader(ds, num_workers=workers, batch_size=None,
+                                pin_memory=False)
+    else:
+        loader = tud.DataLoader(ds, num_workers=workers, batch_size=BATCH_SIZE,
+                                collate_fn=keep_bytes, pin_memory=False)
     seen = {}
     bad_hash = unknown = 0
     samples = payload = 0
@@ -234,7 +295,7 @@ def main():
         if first is None:
             first = time.perf_counter() - t0
         tv = time.perf_counter()
-        for s in batch:
+        for s in batch_samples(batch):
             key = s["__key__"]
             fields = {k: v for k, v in s.items()
                       if not (k.startswith("__") and k.endswith("__"))}

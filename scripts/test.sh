@@ -48,7 +48,7 @@ export PYTHONPATH="$ROOT/clients/python${PYTHONPATH:+:$PYTHONPATH}"
 
 echo "== pytest"
 SHARDCAST_BUILD="$ROOT/build" SHARDCAST_BIN="$ROOT/build/shardcastd" \
-  run_pytest "$ROOT/tests" "$ROOT/clients/python/tests"
+  SHARDCAST_REQUIRE_ACCEL=1 run_pytest "$ROOT/tests" "$ROOT/clients/python/tests"
 
 echo "== pytest (server under ASan + UBSan)"
 SHARDCAST_BUILD="$ROOT/build-asan" SHARDCAST_BIN="$ROOT/build-asan/shardcastd" \

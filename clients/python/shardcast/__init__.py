@@ -20,6 +20,7 @@ from .frames import FramesReader  # noqa: E402
 from .decode import Decoder, default_decoders  # noqa: E402
 from .state import global_cursor, loader_positions, merge_state_dicts  # noqa: E402
 from .dataset import ShardcastDataset  # noqa: E402
+from .batch import Ragged  # noqa: E402
 from .topology import Route, Topology  # noqa: E402
 
 
@@ -34,7 +35,7 @@ def open_stream(url, **kwargs):
 
 
 __all__ = [
-    "ShardcastDataset", "Topology", "Route", "StreamReader", "FramesReader", "open_stream", "iter_stream",
+    "ShardcastDataset", "Ragged", "Topology", "Route", "StreamReader", "FramesReader", "open_stream", "iter_stream",
     "open_raw", "stream_url", "sample_hash", "Decoder", "default_decoders",
     "global_cursor", "loader_positions", "merge_state_dicts", "END_MEMBER", "ERROR_MEMBER",
     "FORMATS", "FRAMES_CONTENT_TYPE", "TAR_CONTENT_TYPE", "ShardcastError",

@@ -20,6 +20,7 @@ import os
 import random
 import time
 
+from . import batch as _batch
 from .decode import make_decoder
 from .errors import (ShardcastConnectionError, ShardcastError, ShardcastHTTPError,
                      ShardcastIncompleteError, ShardcastStreamError)
@@ -132,6 +133,15 @@ class ShardcastDataset(_Base):
     epoch    the epoch to stream; change it with set_epoch() before each
              epoch (with persistent_workers=True the workers keep the value
              they were started with)
+    batch_size
+             batched mode: each item is a collated batch of up to this many
+             samples (shardcast.batch.collate: a dict of lists; the last
+             batch of a share may be shorter); use the DataLoader with
+             batch_size=None. None (default): one sample per item
+    tensors  tensor mode: fields that are bytes become torch.uint8 tensors
+             (with batch_size: one shardcast.Ragged per field and batch, in
+             shared memory inside a DataLoader worker, so the DataLoader
+             hands it to the main process without pickling the bytes)
 
     Yields dicts {"__key__", "__shard__", "__index__", "__position__",
     "<ext>": bytes or decoded value, ...} (or what map returns); raises a
@@ -145,7 +155,7 @@ class ShardcastDataset(_Base):
     def __init__(self, url, job, *, rank=None, world=None, fields=None, format="frames",
                  decode=False, map=None, timeout=60, retries=DEFAULT_RETRIES,
                  retry_timeout=DEFAULT_RETRY_TIMEOUT, backoff=0.25, epoch=0,
-                 topology=None, token=None):
+                 topology=None, token=None, batch_size=None, tensors=False):
         super().__init__()
         if not isinstance(job, str) or not job:
             raise ValueError("job must be a non-empty string")
@@ -163,6 +173,13 @@ class ShardcastDataset(_Base):
             raise ValueError("timeout must be > 0 and backoff >= 0")
         if retry_timeout is not None and not retry_timeout > 0:
             raise ValueError("retry_timeout must be > 0 seconds, or None")
+        if batch_size is not None and (not isinstance(batch_size, int)
+                                       or isinstance(batch_size, bool) or batch_size < 1):
+            raise ValueError("batch_size must be a positive int or None")
+        if tensors:
+            import torch  # noqa: F401  (tensor mode needs torch; fail here, not in a worker)
+        self.batch_size = batch_size
+        self.tensors = bool(tensors)
         self.url = url
         # Scale-out: consumer c of W is served by replica c mod R (see
         # topology.py); one replica unless SHARDCAST_URLS or
@@ -289,7 +306,39 @@ class ShardcastDataset(_Base):
         c, w, start, gs = self._plan(worker)
         self._progress = (c, w, gs, start)
         self._items = 0
-        return self._iterate(c, w, start, gs)
+        items = self._iterate(c, w, start, gs)
+        if self.batch_size is not None:
+            return self._deliver_batches(items, c, w, gs)
+        return self._deliver(items, c, w, gs)
+
+    # Progress is recorded when an item is handed out, before the caller
+    # has it: a sample waiting in a partial batch is not delivered yet.
+
+    def _deliver(self, items, c, w, gs):
+        tensors = self.tensors
+        for pos, item in items:
+            self._progress = (c, w, gs, pos + 1)
+            self._items += 1
+            if tensors and type(item) is dict:
+                item = _batch.tensor_fields(item)
+            yield item
+
+    def _deliver_batches(self, items, c, w, gs):
+        b, tensors, collate = self.batch_size, self.tensors, _batch.collate
+        cur, pos = [], None
+        for pos, item in items:
+            cur.append(item)
+            if len(cur) == b:
+                out = collate(cur, tensors)
+                cur = []
+                self._progress = (c, w, gs, pos + 1)
+                self._items += 1
+                yield out
+        if cur:
+            out = collate(cur, tensors)
+            self._progress = (c, w, gs, pos + 1)
+            self._items += 1
+            yield out
 
     def _open(self, c, w, start, gs):
         url = self._url(c, w, start, gs)
@@ -307,16 +356,15 @@ class ShardcastDataset(_Base):
             reader = self._open(c, w, position, gs)
             try:
                 for sample in reader:
-                    # Record progress before handing the sample out: once the
-                    # caller has it, it counts as delivered.
-                    position = sample["__position__"] + 1
+                    # (position of the sample, item); _deliver records the
+                    # progress when the item is handed out.
+                    p = sample["__position__"]
+                    position = p + 1
                     failures = 0
                     streak_start = None
-                    self._progress = (c, w, gs, position)
-                    self._items += 1
                     if decoder is not None:
                         sample = decoder(sample)
-                    yield fn(sample) if fn is not None else sample
+                    yield p, (fn(sample) if fn is not None else sample)
                 return
             except ShardcastError as e:
                 if not _retryable(e):
@@ -387,6 +435,10 @@ class ShardcastDataset(_Base):
                               {"consumer": c, "id": worker[0], "num_workers": worker[1]})
         if loader is not None:
             num_workers, batch_size = loader.num_workers, loader.batch_size
+        if self.batch_size is not None:
+            # Batched mode: each item the DataLoader yields holds
+            # self.batch_size samples (times the loader's own batch size).
+            batch_size = self.batch_size * (batch_size or 1)
         own = None
         if consumed is None:
             if self._items is None or num_workers:
@@ -395,9 +447,10 @@ class ShardcastDataset(_Base):
                     "loop took from the DataLoader) and loader= (or num_workers= and "
                     "batch_size=): the DataLoader workers, not this object, iterate the "
                     "dataset")
-            # This process iterated the dataset itself: one consumer, one
-            # sample per item; its own position is known exactly.
-            consumed, num_workers, batch_size = self._items, 0, None
+            # This process iterated the dataset itself: one consumer; its
+            # own position is known exactly.
+            consumed, num_workers = self._items, 0
+            batch_size = self.batch_size
             own = self._progress
         if not isinstance(consumed, int) or isinstance(consumed, bool) or consumed < 0:
             raise ValueError("consumed must be a non-negative int, not %r" % (consumed,))
@@ -444,8 +497,10 @@ class ShardcastDataset(_Base):
         self._items = None
 
     def __repr__(self):
-        return "ShardcastDataset(url=%r, job=%r, epoch=%d, format=%r)" % (
-            self.url, self.job, self.epoch, self.format)
+        return "ShardcastDataset(url=%r, job=%r, epoch=%d, format=%r%s%s)" % (
+            self.url, self.job, self.epoch, self.format,
+            ", batch_size=%d" % self.batch_size if self.batch_size else "",
+            ", tensors=True" if self.tensors else "")
 
 
 def _check_rank_world(rank, world):

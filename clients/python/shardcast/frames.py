@@ -23,20 +23,32 @@ The format, all integers little-endian:
     types >= 0x80 are extensions a reader skips; other unknown types are
     errors. A body that ends without END or ERROR is a cut stream.
 
-The reader is built for throughput: the body is read in large pieces into
-one bytearray, frames are parsed in place with struct.unpack_from, and the
-only copies are the `bytes` objects handed to the caller (one per field).
-There is no per-byte Python loop. One FramesReader owns one HTTP connection
-and is used by one thread.
+The reader is built for throughput: the body (chunked framing decoded by
+stream._RawBody) is received with recv_into into one reused bytearray,
+frames are parsed in place through a memoryview, and the only copies are
+the `bytes` objects handed to the caller (one per field). The buffer is
+compacted only when a frame does not fit in what is left of it, and grown
+(up to max_frame) only for a frame larger than it. There is no per-byte
+Python loop.
+
+Two decoders sit behind the same reader and pass the same tests: the pure
+Python one below, and the optional C accelerator shardcast._frames (a
+CPython extension over libshardio's sio_framer, the C client's decoder; see
+_accel.py), used when it is built and found. The C decoder makes a run of
+samples per call; the checks against the request and the END/tail checks
+stay here for both. One FramesReader owns one HTTP connection and is used
+by one thread.
 """
 
 import json
+import os
 import struct
 import urllib.parse
 
 from .errors import (ShardcastError, ShardcastIncompleteError, ShardcastProtocolError,
                      ShardcastStreamError)
-from .stream import FRAMES_CONTENT_TYPE, _BodyReader, error_from_trailer, open_raw
+from . import _accel
+from .stream import FRAMES_CONTENT_TYPE, _RawBody, error_from_trailer, open_raw
 
 MAGIC = b"SCF1"
 VERSION = 1
@@ -57,9 +69,19 @@ MAX_JSON_FRAME = 64 * 1024
 # Distinct shards one stream may announce: bounds the shard-URL table even
 # against a server that announces shards without end.
 MAX_SHARDS = 1 << 22
-# Bytes asked of the connection per read: large reads keep the per-call
-# Python overhead small next to the bytes moved.
+# Size of the receive buffer: large reads keep the per-call Python overhead
+# small next to the bytes moved.
 READ_SIZE = 1 << 20
+# Samples the C decoder makes per call before handing them out.
+C_BATCH = 64
+DECODERS = ("auto", "python", "c")
+
+
+def accelerator():
+    """The C accelerator module (shardcast._frames), or None when it is not
+    built, not found or turned off with SHARDCAST_ACCEL=0 (SHARDCAST_ACCEL=1
+    makes readers with decoder="auto" require it)."""
+    return _accel.load()
 # Bytes the reader reads after END looking for unexpected data.
 MAX_TAIL = 1 << 16
 
@@ -92,12 +114,25 @@ class FramesReader:
     after the last sample received: where a resumed request would start),
     bytes_read (body bytes, once the iteration has ended).
     Iterable once; close() (or the context manager) drops the connection.
+
+    decoder: "auto" (the C accelerator when available, else Python),
+    "python" or "c" (ShardcastError when the accelerator is not available);
+    `accelerated` says which one the reader uses.
     """
 
     def __init__(self, url, *, timeout=60.0, headers=None, max_frame=MAX_FRAME,
-                 read_size=READ_SIZE):
+                 read_size=READ_SIZE, decoder="auto"):
         if not 0 < max_frame <= MAX_FRAME:
             raise ValueError("max_frame must be within 1..%d" % MAX_FRAME)
+        if decoder not in DECODERS:
+            raise ValueError("decoder must be one of %s, not %r" % (DECODERS, decoder))
+        if decoder == "auto" and os.environ.get("SHARDCAST_ACCEL", "") == "1":
+            decoder = "c"
+        self._c = accelerator() if decoder != "python" else None
+        if decoder == "c" and self._c is None:
+            raise ShardcastError("the C frames decoder (shardcast._frames) is not "
+                                 "available: build it with CMake (python3-dev)")
+        self.accelerated = self._c is not None
         self.url = url
         self.timeout = timeout
         self.headers = headers
@@ -155,9 +190,12 @@ class FramesReader:
         try:
             self._resp = open_raw(self.url, timeout=self.timeout, headers=self.headers,
                                   content_type=FRAMES_CONTENT_TYPE)
-            body = _BodyReader(self._resp, self.url)
+            body = _RawBody(self._resp, self.url)
             try:
-                yield from self._parse(body)
+                if self._c is not None:
+                    yield from self._parse_c(body)
+                else:
+                    yield from self._parse(body)
             finally:
                 self.bytes_read = body.nread
         finally:
@@ -203,40 +241,53 @@ class FramesReader:
                             % (t.get("position"), self.position))
 
     def _parse(self, body):
-        buf = bytearray()
+        cap = max(self.read_size, 64)
+        buf = bytearray(cap)
+        mv = memoryview(buf)
         pos = 0              # start of the first unparsed byte in buf
+        fill = 0             # end of the bytes received into buf
         need = len(MAGIC)    # bytes that must be buffered from pos to go on
         seen_magic = False
         shards = {}          # shard index -> URL
         max_frame = self.max_frame
         unpack_frame = _FRAME.unpack_from
         while True:
-            # Refill until `need` bytes are buffered. The buffer is compacted
-            # first, so it never holds more than one frame plus one read.
-            if len(buf) - pos < need:
-                if pos:
-                    del buf[:pos]
-                    pos = 0
-                while len(buf) < need:
-                    data = body.read(max(self.read_size, need - len(buf)))
-                    if not data:
+            # Receive until `need` bytes are buffered from pos. The unparsed
+            # bytes move to the front only when the frame would not fit in
+            # the rest of the buffer; a larger buffer is made only for a
+            # frame larger than the whole buffer.
+            if fill - pos < need:
+                if cap - pos < need:
+                    n = fill - pos
+                    if need > cap:
+                        cap = max(need, min(cap * 2, max_frame + _FRAME_SIZE))
+                        nbuf = bytearray(cap)
+                        nbuf[:n] = mv[pos:fill]
+                        mv.release()
+                        buf, mv = nbuf, memoryview(nbuf)
+                    else:
+                        mv[:n] = mv[pos:fill]
+                    pos, fill = 0, n
+                while fill - pos < need:
+                    got = body.readinto(mv[fill:])
+                    if not got:
                         if self.header is None:
                             raise self._cut(body, "before the HEADER frame")
                         raise self._cut(body, "(%d samples)" % self.samples_received)
-                    buf += data
+                    fill += got
             if not seen_magic:
-                if bytes(buf[:4]) != MAGIC:
+                if bytes(mv[pos:pos + 4]) != MAGIC:
                     raise self._bad("does not start with the frames magic %r (got %r)"
-                                    % (MAGIC, bytes(buf[:4])))
+                                    % (MAGIC, bytes(mv[pos:pos + 4])))
                 seen_magic = True
-                pos = 4
+                pos += 4
                 need = _FRAME_SIZE
                 continue
             ftype, flags, reserved, length = unpack_frame(buf, pos)
             if length > max_frame:
                 raise self._bad("frame of type 0x%02x has length %d, over the limit of %d"
                                 % (ftype, length, max_frame))
-            if len(buf) - pos < _FRAME_SIZE + length:
+            if fill - pos < _FRAME_SIZE + length:
                 need = _FRAME_SIZE + length
                 continue
             p = pos + _FRAME_SIZE
@@ -251,7 +302,7 @@ class FramesReader:
             if ftype == SAMPLE:
                 if self.header is None:
                     raise self._bad("SAMPLE frame before the HEADER frame")
-                sample = self._sample(buf, p, end, shards)
+                sample = self._sample(buf, mv, p, end, shards)
                 self.samples_received += 1
                 self.position += 1
                 yield sample
@@ -262,7 +313,7 @@ class FramesReader:
                 if idx not in shards and len(shards) >= MAX_SHARDS:
                     raise self._bad("more than %d shards announced" % MAX_SHARDS)
                 try:
-                    shards[idx] = bytes(buf[p + 4:end]).decode("utf-8")
+                    shards[idx] = str(mv[p + 4:end], "utf-8")
                 except UnicodeDecodeError as e:
                     raise self._bad("SHARD %d URL is not UTF-8" % idx) from e
             elif ftype == HEADER:
@@ -277,7 +328,7 @@ class FramesReader:
                 t = self._json(buf, p, end, ftype)
                 self.trailer = t
                 self._check_end(t)
-                self._check_tail(body, len(buf) - pos)
+                self._check_tail(body, fill - pos, mv)
                 return
             elif ftype == ERROR:
                 info = self._json(buf, p, end, ftype)
@@ -287,7 +338,49 @@ class FramesReader:
             if self.header is None:
                 raise self._bad("the first frame is not a HEADER frame")
 
-    def _sample(self, buf, p, end, shards):
+    def _parse_c(self, body):
+        """The same stream decoded by the C accelerator: it receives into one
+        reused buffer and hands every byte to the decoder, which keeps a
+        frame cut by the end of the buffer itself."""
+        framer = self._c.Framer(self.max_frame)
+        feed = framer.feed
+        frames_error = self._c.FramesError
+        buf = bytearray(max(self.read_size, 64))
+        mv = memoryview(buf)
+        while True:
+            n = body.readinto(mv)
+            if not n:
+                if self.header is None:
+                    raise self._cut(body, "before the HEADER frame")
+                raise self._cut(body, "(%d samples)" % self.samples_received)
+            p = 0
+            while p < n:
+                try:
+                    used, samples, event, value = feed(buf, p, n, C_BATCH)
+                except frames_error as e:
+                    raise self._bad(str(e)) from None
+                p += used
+                if samples:
+                    if self.header is None:  # the decoder checks this itself
+                        raise self._bad("SAMPLE frame before the HEADER frame")
+                    for sample in samples:
+                        self.samples_received += 1
+                        self.position += 1
+                        yield sample
+                if event is None:
+                    continue
+                if event == "header":
+                    self._check_header(value)
+                    self.header = value
+                elif event == "end":
+                    self.trailer = value
+                    self._check_end(value)
+                    self._check_tail(body, n - p, mv)
+                    return
+                else:
+                    raise error_from_trailer(self.url, value, self._bad)
+
+    def _sample(self, buf, mv, p, end, shards):
         if end - p < _SAMPLE_SIZE:
             raise self._bad("SAMPLE frame of %d bytes" % (end - p))
         index, position, shard, klen, nfields = _SAMPLE.unpack_from(buf, p)
@@ -300,39 +393,36 @@ class FramesReader:
         if o + klen > end:
             raise self._bad("SAMPLE key runs past the frame")
         unpack_field = _FIELD.unpack_from
-        # One view for the whole sample; released before the buffer can be
-        # resized again (a bytearray with exports cannot change size).
-        with memoryview(buf) as mv:
+        try:
+            key = str(mv[o:o + klen], "utf-8")
+        except UnicodeDecodeError as e:
+            raise self._bad("SAMPLE key is not UTF-8") from e
+        o += klen
+        sample = {"__key__": key, "__shard__": url, "__index__": index,
+                  "__position__": position}
+        for _ in range(nfields):
+            if o + _FIELD_SIZE > end:
+                raise self._bad("SAMPLE %r: field header runs past the frame" % key)
+            nlen, dlen = unpack_field(buf, o)
+            o += _FIELD_SIZE
+            d = o + nlen
+            o = d + dlen
+            if o > end:
+                raise self._bad("SAMPLE %r: field runs past the frame" % key)
             try:
-                key = str(mv[o:o + klen], "utf-8")
+                name = str(mv[d - nlen:d], "utf-8")
             except UnicodeDecodeError as e:
-                raise self._bad("SAMPLE key is not UTF-8") from e
-            o += klen
-            sample = {"__key__": key, "__shard__": url, "__index__": index,
-                      "__position__": position}
-            for _ in range(nfields):
-                if o + _FIELD_SIZE > end:
-                    raise self._bad("SAMPLE %r: field header runs past the frame" % key)
-                nlen, dlen = unpack_field(buf, o)
-                o += _FIELD_SIZE
-                d = o + nlen
-                o = d + dlen
-                if o > end:
-                    raise self._bad("SAMPLE %r: field runs past the frame" % key)
-                try:
-                    name = str(mv[d - nlen:d], "utf-8")
-                except UnicodeDecodeError as e:
-                    raise self._bad("SAMPLE %r: field name is not UTF-8" % key) from e
-                if not name or name in sample:
-                    raise self._bad("SAMPLE %r: empty or repeated field %r" % (key, name))
-                sample[name] = bytes(mv[d:o])
+                raise self._bad("SAMPLE %r: field name is not UTF-8" % key) from e
+            if not name or name in sample:
+                raise self._bad("SAMPLE %r: empty or repeated field %r" % (key, name))
+            sample[name] = bytes(mv[d:o])
         if o != end:
             raise self._bad("SAMPLE %r: %d bytes after the last field" % (key, end - o))
         return sample
 
-    def _check_tail(self, body, buffered):
+    def _check_tail(self, body, buffered, mv):
         """After END the body must end: anything more means the END frame
         itself may belong to a broken response."""
-        extra = buffered or len(body.read(MAX_TAIL))
+        extra = buffered or body.readinto(mv[:MAX_TAIL])
         if extra:
             raise self._bad("%d bytes after the END frame" % extra)

@@ -247,6 +247,118 @@ class _BodyReader:
         return data
 
 
+# Longest chunk-size line (hex size, extensions, CRLF) and trailer line of a
+# chunked body the raw reader accepts.
+MAX_CHUNK_LINE = 4096
+# Trailer lines after the last chunk the raw reader reads before it gives up.
+MAX_TRAILER_LINES = 64
+
+
+class _RawBody:
+    """The body of an HTTP response read with readinto() into the caller's
+    buffer: the chunked framing is decoded here, and chunk data goes from
+    the socket straight into that buffer (io.BufferedReader.readinto1 does
+    one recv_into for large requests), with no bytes object per read.
+
+    readinto(mv) returns the bytes stored (> 0), or 0 at the clean end of
+    the body; like _BodyReader.read it returns what is available instead of
+    waiting for len(mv) bytes. Failures are remembered in `failure` and
+    raised as ShardcastIncompleteError. Takes over the response's file: the
+    response itself must not be read from afterwards.
+    """
+
+    def __init__(self, resp, url):
+        self.fp = resp.fp
+        self.url = url
+        self.chunked = resp.chunked
+        self.left = None if self.chunked else resp.length  # None: until close
+        self.chunk_left = 0
+        self.crlf = False   # the CRLF after a chunk's data is still to come
+        self.done = False
+        self.failure = None
+        self.nread = 0
+
+    def _fail(self, what, cause=None):
+        self.failure = ShardcastIncompleteError(
+            "stream %s %s after %d bytes" % (self.url, what, self.nread))
+        if cause is not None:
+            raise self.failure from cause
+        raise self.failure
+
+    def _line(self):
+        line = self.fp.readline(MAX_CHUNK_LINE + 1)
+        if not line.endswith(b"\n"):
+            if len(line) > MAX_CHUNK_LINE:
+                raise ShardcastProtocolError("stream %s: chunk line over %d bytes"
+                                             % (self.url, MAX_CHUNK_LINE))
+            self._fail("was cut (connection closed mid-body)")
+        return line
+
+    def readinto(self, mv):
+        if self.failure is not None:
+            raise self.failure
+        if self.done or not len(mv):
+            return 0
+        try:
+            n = self._chunked_into(mv) if self.chunked else self._plain_into(mv)
+        except socket.timeout as e:
+            self._fail("timed out", e)
+        except (OSError, http.client.HTTPException) as e:
+            self.failure = ShardcastIncompleteError(
+                "stream %s broke after %d bytes: %s" % (self.url, self.nread, e))
+            raise self.failure from e
+        self.nread += n
+        return n
+
+    def _plain_into(self, mv):
+        if self.left is not None:
+            if self.left == 0:
+                self.done = True
+                return 0
+            if len(mv) > self.left:
+                mv = mv[:self.left]
+        n = self.fp.readinto1(mv)
+        if not n:
+            if self.left:
+                self._fail("was cut (connection closed mid-body)")
+            self.done = True
+            return 0
+        if self.left is not None:
+            self.left -= n
+        return n
+
+    def _chunked_into(self, mv):
+        if self.chunk_left == 0:
+            if self.crlf:
+                if self._line() not in (b"\r\n", b"\n"):
+                    raise ShardcastProtocolError("stream %s: bad chunk end" % self.url)
+                self.crlf = False
+            line = self._line()
+            try:
+                size = int(line.split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                raise ShardcastProtocolError("stream %s: bad chunk size line %r"
+                                             % (self.url, line[:64])) from None
+            if size < 0:
+                raise ShardcastProtocolError("stream %s: bad chunk size" % self.url)
+            if size == 0:
+                for _ in range(MAX_TRAILER_LINES):
+                    if self._line() in (b"\r\n", b"\n"):
+                        self.done = True
+                        return 0
+                raise ShardcastProtocolError("stream %s: too many trailer lines" % self.url)
+            self.chunk_left = size
+        if len(mv) > self.chunk_left:
+            mv = mv[:self.chunk_left]
+        n = self.fp.readinto1(mv)
+        if not n:
+            self._fail("was cut (connection closed mid-body)")
+        self.chunk_left -= n
+        if self.chunk_left == 0:
+            self.crlf = True
+        return n
+
+
 class StreamReader:
     """Iterate over the samples of one stream URL (see stream_url()).
 

@@ -332,3 +332,108 @@ def test_works_without_torch(server):
     assert r.returncode == 0, r.stderr
     # Other ranks are taken to be in lockstep with this one.
     assert r.stdout.split() == ["6", "{0:", "6,", "1:", "6}", "2"]
+
+
+# --- batched and tensor modes ------------------------------------------------
+
+def batch_samples(b):
+    """The samples of one batch of the batched or tensor mode, fields as
+    bytes."""
+    out = []
+    for i, key in enumerate(b["__key__"]):
+        s = {"__key__": key}
+        for k, v in b.items():
+            if k.startswith("__"):
+                continue
+            if isinstance(v, shardcast.Ragged):
+                s[k] = v.tobytes(i)
+            elif v[i] is not None:
+                s[k] = v[i]
+        out.append(s)
+    return out
+
+
+@pytest.mark.parametrize("tensors", [False, True])
+def test_batched_modes_cover_the_epoch(server, tensors):
+    ds = ShardcastDataset(server.url, "j", rank=0, world=1, epoch=3, batch_size=8,
+                          tensors=tensors)
+    loader = torch.utils.data.DataLoader(ds, num_workers=3, batch_size=None)
+    batches = list(loader)
+    got = [s for b in batches for s in batch_samples(b)]
+    assert sorted(keys(got)) == sorted(epoch_keys(server, 3, 3))
+    # Share 34 = 4 x 8 + 2: every worker ends with a short batch.
+    assert sorted(len(b["__key__"]) for b in batches) == [2] * 3 + [8] * 12
+    want = {k: dict(f) for k, _, f in make_samples(N)}
+    for s in got:
+        assert {k: v for k, v in s.items() if k != "__key__"} == want[s["__key__"]]
+    if tensors:
+        r = next(v for k, v in batches[0].items() if not k.startswith("__"))
+        assert isinstance(r, shardcast.Ragged) and r.data.dtype == torch.uint8
+        assert len(r) == len(batches[0]["__key__"])
+
+
+def test_tensor_mode_per_sample(server):
+    ds = ShardcastDataset(server.url, "small", rank=0, world=1, tensors=True)
+    want = {k: dict(f) for k, _, f in make_samples(12, seed=3)}
+    got = list(torch.utils.data.DataLoader(ds, num_workers=2, batch_size=None))
+    assert len(got) == 12
+    for s in got:
+        fields = {k: v for k, v in s.items() if not k.startswith("__")}
+        assert all(v.dtype == torch.uint8 for v in fields.values())
+        assert {k: v.numpy().tobytes() for k, v in fields.items()} == want[s["__key__"]]
+
+
+@pytest.mark.parametrize("tensors", [False, True])
+@pytest.mark.parametrize("workers, consumed", [(3, 4), (2, 5), (0, 3)])
+def test_batched_modes_resume_from_count(server, tensors, workers, consumed):
+    """Main-process state after `consumed` batches of the dataset's own
+    batching (DataLoader batch_size=None), resumed twice: exactly once."""
+    def loader_for(ds):
+        return torch.utils.data.DataLoader(ds, num_workers=workers, batch_size=None)
+
+    def dataset():
+        return ShardcastDataset(server.url, "j", rank=0, world=1, batch_size=4,
+                                tensors=tensors)
+
+    ds = dataset()
+    ds.set_epoch(5)
+    loader = loader_for(ds)
+    first = []
+    for i, b in enumerate(loader):
+        first += b["__key__"]
+        if i + 1 == consumed:
+            break
+    state = ds.state_dict(consumed=consumed, loader=loader)
+    ds2 = dataset()
+    ds2.load_state_dict(state)
+    loader2 = loader_for(ds2)
+    rest, n2 = [], 0
+    for b in loader2:
+        rest += b["__key__"]
+        n2 += 1
+        if n2 == 2:
+            break
+    state2 = ds2.state_dict(consumed=n2, loader=loader2)
+    ds3 = dataset()
+    ds3.load_state_dict(state2)
+    rest += [k for b in loader_for(ds3) for k in b["__key__"]]
+    assert Counter(first + rest) == Counter(epoch_keys(server, 5, max(1, workers)))
+
+
+def test_batched_mode_worker_state_and_reconnect(server):
+    """Plain iteration with cuts: a partial batch survives a reconnect, and
+    the state after each batch covers exactly the samples handed out."""
+    server.cuts = [{"after": 5, "count": 1}, {"after": 2, "count": 1}]  # at 5 and 7
+    ds = ShardcastDataset(server.url, "j", rank=0, world=1, epoch=2, batch_size=4,
+                          backoff=0.01)
+    first = []
+    for b in ds:
+        first += b["__key__"]
+        if len(first) == 12:
+            break
+    state = ds.state_dict()
+    assert state["positions"] == {0: 12} and ds.reconnects == 2
+    ds2 = ShardcastDataset(server.url, "j", rank=0, world=1, batch_size=4)
+    ds2.load_state_dict(state)
+    rest = [k for b in ds2 for k in b["__key__"]]
+    assert first + rest == epoch_keys(server, 2, 1)

@@ -1,0 +1,57 @@
+"""Finding the optional C accelerator of the frames reader (shardcast._frames,
+built by CMake from clients/python/ext/frames_ext.c over libshardio's frames
+decoder).
+
+Looked for, in order: an installed shardcast/_frames*.so next to this file,
+then <SHARDCAST_BUILD>/python/ and <repo>/build/python/ (a source tree).
+Only a file whose name ends in one of this interpreter's extension suffixes
+is loaded, so a module built for another Python is never tried.
+SHARDCAST_ACCEL=0 turns the accelerator off (the pure-Python reader is then
+used); load() returns None when it is off or not found.
+"""
+
+import importlib.machinery
+import importlib.util
+import os
+import sys
+
+_NAME = "shardcast._frames"
+_cache = []
+
+
+def _candidates():
+    here = os.path.dirname(os.path.abspath(__file__))
+    dirs = [here]
+    build = os.environ.get("SHARDCAST_BUILD")
+    if build:
+        dirs.append(os.path.join(build, "python"))
+    dirs.append(os.path.join(here, "..", "..", "..", "build", "python"))
+    for d in dirs:
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            if suffix == ".so":   # untagged: could be for any Python
+                continue
+            path = os.path.join(d, "_frames" + suffix)
+            if os.path.isfile(path):
+                yield path
+
+
+def load():
+    """The shardcast._frames module, or None."""
+    if os.environ.get("SHARDCAST_ACCEL", "") == "0":
+        return None
+    if _cache:
+        return _cache[0]
+    mod = sys.modules.get(_NAME)
+    if mod is None:
+        for path in _candidates():
+            try:
+                spec = importlib.util.spec_from_file_location(_NAME, path)
+                mod = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(mod)
+            except ImportError:
+                mod = None
+                continue
+            sys.modules[_NAME] = mod
+            break
+    _cache.append(mod)
+    return mod
