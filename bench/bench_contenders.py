@@ -344,9 +344,12 @@ def _server_pass(ctx, ds, source, workers, body):
 
 class DataLoaderCeiling(PythonContender):
     """The same DataLoader, collate and main loop over samples already in
-    memory (loader_run.py's InMemory)."""
+    memory (loader_run.py's InMemory). Its shards are read from the store
+    (nginx, as the HTTP baseline reads them) before the clock starts. Its
+    family is not "ceiling": that one is the machine's I/O ceiling (curl),
+    the reference of x_ceiling; this is the loader's."""
 
-    family = "ceiling"
+    family = "loader-ceiling"
     name = "dataloader-ceiling"
     label = "DataLoader ceiling (samples in memory)"
     description = ("the same DataLoader (W workers, batch 256, keep-bytes "
@@ -355,7 +358,8 @@ class DataLoaderCeiling(PythonContender):
 
     def _spec(self, ctx, ds, workers, stats_dir):
         return {"kind": "ceiling",
-                "shard_paths": [os.path.join(ds.path, f) for f in ds.files]}
+                "shards": ["%s/%s/%s" % (ctx.nginx.url, ds.shape.key(), f)
+                           for f in ds.files]}
 
     def run(self, ctx, ds, workers, tag):
         return self._run_loader(ctx, ds, workers)

@@ -443,8 +443,8 @@ def render_plot(results, path):
     fig, axes = plt.subplots(3, len(shapes), figsize=(6.5 * len(shapes), 13),
                              squeeze=False)
     names = [c["name"] for c in results["contenders"] if c["available"]]
-    styles = {"ceiling": "--", "baseline": ":", "shardcast-py": "-",
-              "shardcast-c": "-."}
+    styles = {"ceiling": "--", "loader-ceiling": (0, (1, 1)), "baseline": ":",
+              "shardcast-py": "-", "shardcast-c": "-."}
     fam = {c["name"]: c["family"] for c in results["contenders"]}
     colors = {n: "C%d" % i for i, n in enumerate(names)}
     rows = [("samples_per_s", "samples/s (median)", True),

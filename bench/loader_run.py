@@ -44,6 +44,7 @@ Usage: loader_run.py SPEC_JSON  (see bench.py's PythonContender for keys)
 """
 
 import hashlib
+import io
 import json
 import os
 import random
@@ -51,6 +52,7 @@ import resource
 import sys
 import tarfile
 import time
+import urllib.request
 
 import torch.utils.data as tud
 
@@ -225,9 +227,9 @@ class InMemory(tud.IterableDataset):
     def __init__(self, spec):
         super().__init__()
         self.samples = []
-        for path in spec["shard_paths"]:
-            with open(path, "rb") as f:
-                self.samples.extend(tar_samples(f))
+        for url in spec["shards"]:
+            with urllib.request.urlopen(url, timeout=120) as f:
+                self.samples.extend(tar_samples(io.BytesIO(f.read())))
         self.stats_dir = spec["stats_dir"]
 
     def __iter__(self):
