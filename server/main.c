@@ -56,7 +56,8 @@ int main(int argc, char **argv)
      * above the buffers (measured: +10-20% on tests/contract/test_memory).
      * Sample allocation is a small share of the work, so one lock is
      * cheaper than the fragmentation. */
-    mallopt(M_ARENA_MAX, 1);
+    if (!getenv("MALLOC_ARENA_MAX")) /* an operator's choice wins */
+        mallopt(M_ARENA_MAX, 1);
     sc_config cfg;
     char msg[600];
     sio_io *io = NULL;

@@ -143,6 +143,11 @@ struct sio_feed {
     uint64_t lo, hi, bytes;
     uint64_t need_hint;     /* a lower bound of the slowest need */
     uint64_t blocked_ms;    /* since when a full window blocks waiters */
+    int woke_blocked;       /* every waiter was woken in this blocked
+                               period */
+    uint64_t resume_at;     /* a blocked producer wants waking once the
+                               slowest need reaches this (a batch past
+                               where it blocked, not every take) */
     int ended, failed, stop;
     uint64_t n_end;         /* at the end: the epoch's length N */
     uint64_t n_known;       /* root: N once any feed of the family ended
@@ -536,8 +541,13 @@ static void *producer_main(void *arg)
             uint64_t now = now_ms();
             int waits = someone_waits(f);
             /* Waiting cursors take what is there (a wake batch may ask
-             * for more than the window will hold). */
-            wake(f, 1);
+             * for more than the window will hold): once per blocked
+             * period, not at every signal, or each take of the slowest
+             * cursor would wake them all again. */
+            if (!f->woke_blocked) {
+                wake(f, 1);
+                f->woke_blocked = 1;
+            }
             if (f->cfg.lag_policy == SIO_FEED_LAG_DETACH && waits) {
                 if (!f->blocked_ms)
                     f->blocked_ms = now;
@@ -554,12 +564,14 @@ static void *producer_main(void *arg)
             ts.tv_nsec += FEED_TICK_MS * 1000000L;
             ts.tv_sec += ts.tv_nsec / 1000000000L;
             ts.tv_nsec %= 1000000000L;
+            f->resume_at = f->need_hint + f->cfg.window_samples / 16 + 1;
             f->producer_waiting = 1;
             pthread_cond_timedwait(&f->room, mu, &ts);
             f->producer_waiting = 0;
             continue;
         }
         f->blocked_ms = 0;
+        f->woke_blocked = 0;
         f->in_read = 1;
         pthread_mutex_unlock(mu);
         const sio_sample *s = NULL;
@@ -1090,7 +1102,10 @@ static void take(sio_cursor *c, uint64_t i, const sio_sample **out)
     c->k++;
     c->pos++;
     c->last_ms = now_ms();
-    if (f->producer_waiting && old <= f->need_hint)
+    /* The slowest cursor moving on may let a blocked producer go on:
+     * wake it once a batch of room is there. */
+    if (f->producer_waiting && old <= f->need_hint &&
+        cursor_need(c) >= f->resume_at)
         pthread_cond_signal(&f->room);
 }
 

@@ -89,7 +89,8 @@ int main(int argc, char **argv)
      * above the buffers (measured: +10-20% on tests/contract/test_memory).
      * Sample allocation is a small share of the work, so one lock is
      * cheaper than the fragmentation. */
-    mallopt(M_ARENA_MAX, 1);
+    if (!getenv("MALLOC_ARENA_MAX")) /* an operator's choice wins */
+        mallopt(M_ARENA_MAX, 1);
     sio_epoch_config ec = {.interleave = 4, .buffer_samples = 1000,
                            .read_threads = 2};
     sio_feed_config fc = {0};
