@@ -12,7 +12,8 @@
  * (which may carry credentials) is written anywhere.
  *
  * Locking: x->mu guards the table; e->mu guards one entry. x->mu may be
- * held while taking e->mu, never the other way round. File I/O of a
+ * held while taking e->mu, never the other way round (the counters are
+ * atomic for that reason). File I/O of a
  * builder runs under e->mu (buffered stdio; the fsync once per shard).
  * Ownership: the store owns its entries until sio_index_close().
  */
@@ -21,6 +22,7 @@
 #include <inttypes.h>
 #include <openssl/evp.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,7 +64,10 @@ struct sio_index {
     sio_logger log;
     sio_index_entry **b;
     size_t nb, n;
-    sio_index_stats st;
+    /* Counters: atomic, so that no entry path takes x->mu (an entry's
+     * lock is never held while taking the store's). */
+    atomic_uint_fast64_t entries, complete, groups, loaded, built, invalid,
+        write_errors;
 };
 
 /* Little-endian encoding ------------------------------------------------ */
@@ -529,23 +534,19 @@ static void entry_load(sio_index_entry *e, sio_io *io)
         SIO_LOG(&x->log, SIO_LOG_WARN,
                 "event=index_invalid what=%s hash=%.16s reason=\"%s\"", what,
                 e->hash, er.msg);
-        pthread_mutex_lock(&x->mu);
-        x->st.invalid++;
-        pthread_mutex_unlock(&x->mu);
+        atomic_fetch_add(&x->invalid, 1);
         free(data);
         return;
     }
     free(data);
     int ok = entry_adopt(e, &f, what);
-    pthread_mutex_lock(&x->mu);
     if (ok) {
-        x->st.loaded++;
-        x->st.complete++;
-        x->st.groups += e->n;
+        atomic_fetch_add(&x->loaded, 1);
+        atomic_fetch_add(&x->complete, 1);
+        atomic_fetch_add(&x->groups, e->n);
     } else {
-        x->st.invalid++;
+        atomic_fetch_add(&x->invalid, 1);
     }
-    pthread_mutex_unlock(&x->mu);
     if (ok && strcmp(what, "state") == 0)
         e->path = strdup(path);
 }
@@ -601,7 +602,7 @@ sio_index_entry *sio_index_get(sio_index *x, sio_io *io, const char *url,
     e->next = x->b[h];
     x->b[h] = e;
     x->n++;
-    x->st.entries++;
+    atomic_fetch_add(&x->entries, 1);
     if (x->n > x->nb * 2)
         rehash(x);
     pthread_mutex_unlock(&x->mu);
@@ -665,9 +666,7 @@ static void tmp_start(sio_index_entry *e)
         SIO_LOG(&x->log, SIO_LOG_WARN,
                 "event=index_write_failed hash=%.16s reason=\"%s\"", e->hash,
                 strerror(errno));
-        pthread_mutex_lock(&x->mu);
-        x->st.write_errors++;
-        pthread_mutex_unlock(&x->mu);
+        atomic_fetch_add(&x->write_errors, 1);
         return;
     }
     e->sum = FNV64_INIT;
@@ -774,9 +773,7 @@ void sio_index_finish(sio_index_entry *e, uint64_t ngroups)
             unlink(tmp);
             SIO_LOG(&x->log, SIO_LOG_WARN,
                     "event=index_write_failed hash=%.16s", e->hash);
-            pthread_mutex_lock(&x->mu);
-            x->st.write_errors++;
-            pthread_mutex_unlock(&x->mu);
+            atomic_fetch_add(&x->write_errors, 1);
         } else {
             free(e->path);
             e->path = strdup(fin);
@@ -784,11 +781,9 @@ void sio_index_finish(sio_index_entry *e, uint64_t ngroups)
     }
     uint64_t n = e->n;
     pthread_mutex_unlock(&e->mu);
-    pthread_mutex_lock(&x->mu);
-    x->st.built++;
-    x->st.complete++;
-    x->st.groups += n;
-    pthread_mutex_unlock(&x->mu);
+    atomic_fetch_add(&x->built, 1);
+    atomic_fetch_add(&x->complete, 1);
+    atomic_fetch_add(&x->groups, n);
 }
 
 sio_code sio_index_build(sio_io *io, const char *url, uint32_t index,
@@ -819,9 +814,13 @@ sio_code sio_index_build(sio_io *io, const char *url, uint32_t index,
 
 void sio_index_get_stats(sio_index *x, sio_index_stats *st)
 {
-    pthread_mutex_lock(&x->mu);
-    *st = x->st;
-    pthread_mutex_unlock(&x->mu);
+    st->entries = atomic_load(&x->entries);
+    st->complete = atomic_load(&x->complete);
+    st->groups = atomic_load(&x->groups);
+    st->loaded = atomic_load(&x->loaded);
+    st->built = atomic_load(&x->built);
+    st->invalid = atomic_load(&x->invalid);
+    st->write_errors = atomic_load(&x->write_errors);
 }
 
 /* Journals ---------------------------------------------------------------- */
