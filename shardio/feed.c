@@ -247,11 +247,14 @@ static void heap_remove(sio_feed *f, sio_cursor *c)
     }
 }
 
+/* Room in f's heap for every cursor of f and one more. */
 static int heap_reserve(sio_feed *f)
 {
-    if (f->ncursors + 1 <= f->heapcap)
+    if (f->ncursors + 1 <= f->heapcap && f->nheap < f->heapcap)
         return 0;
     size_t ncap = f->heapcap ? f->heapcap * 2 : 64;
+    while (ncap < f->ncursors + 1 || ncap <= f->nheap)
+        ncap *= 2;
     sio_cursor **nh = realloc(f->heap, ncap * sizeof *nh);
     if (!nh)
         return -1;
@@ -1226,7 +1229,13 @@ static sio_code cursor_next(sio_cursor *c, const sio_sample **out,
         sio_feed *f = c->src;
         if (rc == SIO_ERR_AGAIN && c->heap_at < 0) {
             /* Wait in the heap: the producer wakes exactly the cursors
-             * whose next sample (or round) it has just produced. */
+             * whose next sample (or round) it has just produced. (A
+             * cursor that moved between feeds may find no room yet.) */
+            if (f->nheap >= f->heapcap && heap_reserve(f) != 0) {
+                rc = SIO_ERR_NOMEM;
+                snprintf(c->err, sizeof c->err, "out of memory");
+                break;
+            }
             f->heap[f->nheap] = c;
             c->heap_at = (int)f->nheap++;
             heap_up(f, (size_t)c->heap_at);
