@@ -113,6 +113,10 @@ void sio_index_close(sio_index *x);
 sio_index_entry *sio_index_get(sio_index *x, sio_io *io, const char *url,
                                uint64_t size);
 
+/* The entry of url if the store holds it already, else NULL: never reads
+ * a file or a sidecar (for callers that must not block). */
+sio_index_entry *sio_index_peek(sio_index *x, const char *url);
+
 /* Group g of the entry: 1 with *out filled when it is known, 0 when not
  * (yet). Thread-safe. */
 int sio_index_group_get(sio_index_entry *e, uint64_t g, sio_index_group *out);

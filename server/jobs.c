@@ -84,6 +84,8 @@ typedef struct job_res {
     } journals[JOURNALS_MAX];
     size_t njournals;
     uint64_t clock;
+    uint64_t samples;          /* the dataset's good samples once every
+                                  shard is indexed (0: not known yet) */
 } job_res;
 
 /* One feed family's hold on the resources and its journal. */
@@ -867,10 +869,39 @@ static int evict_one(sc_job *job)
 
 /* GET /v1/jobs/{job}/samples/{i}: a feed of that one sample, owned by the
  * binding (job->mu held). Returns the HTTP status. */
+/* The dataset's sample count if every shard's index is in memory and
+ * complete, else 0 (job->mu held; reads no file). Cached once known. */
+static uint64_t dataset_samples(sc_jobs *j, sc_job *job)
+{
+    const sio_shardlist *l = job->res->list;
+    uint64_t total = 0;
+    if (job->res->samples || !l)
+        return job->res->samples;
+    for (size_t i = 0; i < sio_shardlist_count(l); i++) {
+        sio_index_entry *e = sio_index_peek(j->index, sio_shardlist_url(l, i));
+        sio_index_info info;
+        if (!e)
+            return 0;
+        sio_index_get_info(e, &info);
+        if (!info.complete)
+            return 0;
+        total += info.good;
+    }
+    job->res->samples = total;
+    return total;
+}
+
 static unsigned open_sample(sc_jobs *j, sc_job *job, const sc_request *req,
                             sc_stream *s, sc_binding *b, sio_error *err,
                             unsigned *retry_after)
 {
+    uint64_t n = dataset_samples(j, job);
+    if (n && req->global_start >= n) {
+        snprintf(err->msg, sizeof err->msg,
+                 "sample %" PRIu64 " is past the dataset's %" PRIu64
+                 " samples", req->global_start, n);
+        return 404;
+    }
     sio_epoch_config ec;
     sio_feed_config fc;
     sio_cursor_config cc;

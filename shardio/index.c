@@ -611,6 +611,18 @@ sio_index_entry *sio_index_get(sio_index *x, sio_io *io, const char *url,
     return e;
 }
 
+sio_index_entry *sio_index_peek(sio_index *x, const char *url)
+{
+    sio_index_entry *e;
+    pthread_mutex_lock(&x->mu);
+    size_t h = (size_t)(str_hash(url) % x->nb);
+    for (e = x->b[h]; e; e = e->next)
+        if (strcmp(e->url, url) == 0)
+            break;
+    pthread_mutex_unlock(&x->mu);
+    return e;
+}
+
 int sio_index_group_get(sio_index_entry *e, uint64_t g, sio_index_group *out)
 {
     int known;
