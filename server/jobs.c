@@ -1918,62 +1918,43 @@ sio_code sc_jobs_metrics(sc_jobs *j, sio_wbuf *out)
                       m[i].cnt.seek.ready_count)))
             goto out;
 
-    {
-        sio_index_stats ix;
-        sio_index_get_stats(j->index, &ix);
-        FAMILY("shardcast_index_shards", "gauge",
-               "Shards with an index, complete or being built.");
-        if ((rc = put(out,
-                      "shardcast_index_shards{state=\"complete\"} %" PRIu64
-                      "\nshardcast_index_shards{state=\"partial\"} %" PRIu64
-                      "\n",
-                      ix.complete, ix.entries - ix.complete)))
-            goto out;
-        FAMILY("shardcast_index_loaded_total", "counter",
-               "Shard indexes read from state_dir or sidecars.");
-        if ((rc = put(out, "shardcast_index_loaded_total %" PRIu64 "\n",
-                      ix.loaded)))
-            goto out;
-        FAMILY("shardcast_index_built_total", "counter",
-               "Shard indexes completed by streaming the shard.");
-        if ((rc = put(out, "shardcast_index_built_total %" PRIu64 "\n",
-                      ix.built)))
-            goto out;
-        FAMILY("shardcast_index_invalid_total", "counter",
-               "Index files refused as stale or corrupt.");
-        if ((rc = put(out, "shardcast_index_invalid_total %" PRIu64 "\n",
-                      ix.invalid)))
-            goto out;
-    }
+    /* Unlabelled series: one family, one line. */
+#define SCALAR(metric, type, help, value)                                  \
+    do {                                                                   \
+        FAMILY(metric, type, help);                                        \
+        if ((rc = put(out, metric " %" PRIu64 "\n", (uint64_t)(value))))   \
+            goto out;                                                      \
+    } while (0)
+    sio_index_stats ix;
+    sio_index_get_stats(j->index, &ix);
+    FAMILY("shardcast_index_shards", "gauge",
+           "Shards with an index, complete or being built.");
+    if ((rc = put(out,
+                  "shardcast_index_shards{state=\"complete\"} %" PRIu64
+                  "\nshardcast_index_shards{state=\"partial\"} %" PRIu64 "\n",
+                  ix.complete, ix.entries - ix.complete)))
+        goto out;
+    SCALAR("shardcast_index_loaded_total", "counter",
+           "Shard indexes read from state_dir or sidecars.", ix.loaded);
+    SCALAR("shardcast_index_built_total", "counter",
+           "Shard indexes completed by streaming the shard.", ix.built);
+    SCALAR("shardcast_index_invalid_total", "counter",
+           "Index files refused as stale or corrupt.", ix.invalid);
     sio_io_get_stats(j->io, &f);
-    FAMILY("shardcast_fetch_requests_total", "counter",
-           "Object-store requests started (attempts).");
-    if ((rc = put(out, "shardcast_fetch_requests_total %" PRIu64 "\n",
-                  f.requests)))
-        goto out;
-    FAMILY("shardcast_fetch_retries_total", "counter",
-           "Object-store attempts that were retries.");
-    if ((rc = put(out, "shardcast_fetch_retries_total %" PRIu64 "\n",
-                  f.retries)))
-        goto out;
-    FAMILY("shardcast_fetch_throttles_total", "counter",
-           "Object-store throttling answers (503, 429, SlowDown).");
-    if ((rc = put(out, "shardcast_fetch_throttles_total %" PRIu64 "\n",
-                  f.throttles)))
-        goto out;
-    FAMILY("shardcast_fetch_errors_total", "counter",
-           "Object-store requests that failed for good.");
-    if ((rc = put(out, "shardcast_fetch_errors_total %" PRIu64 "\n",
-                  f.errors)))
-        goto out;
-    FAMILY("shardcast_fetch_bytes_total", "counter",
-           "Object-store response body bytes received.");
-    if ((rc = put(out, "shardcast_fetch_bytes_total %" PRIu64 "\n", f.bytes)))
-        goto out;
-    FAMILY("shardcast_fetch_inflight", "gauge",
-           "Object-store requests in flight.");
-    if ((rc = put(out, "shardcast_fetch_inflight %" PRIu32 "\n", f.inflight)))
-        goto out;
+    SCALAR("shardcast_fetch_requests_total", "counter",
+           "Object-store requests started (attempts).", f.requests);
+    SCALAR("shardcast_fetch_retries_total", "counter",
+           "Object-store attempts that were retries.", f.retries);
+    SCALAR("shardcast_fetch_throttles_total", "counter",
+           "Object-store throttling answers (503, 429, SlowDown).",
+           f.throttles);
+    SCALAR("shardcast_fetch_errors_total", "counter",
+           "Object-store requests that failed for good.", f.errors);
+    SCALAR("shardcast_fetch_bytes_total", "counter",
+           "Object-store response body bytes received.", f.bytes);
+    SCALAR("shardcast_fetch_inflight", "gauge",
+           "Object-store requests in flight.", f.inflight);
+#undef SCALAR
 #undef FAMILY
 #undef EACH
 out:

@@ -572,15 +572,27 @@ static void rehash(sio_index *x)
     x->nb = nb;
 }
 
-sio_index_entry *sio_index_get(sio_index *x, sio_io *io, const char *url,
-                               uint64_t size)
+/* The entry of url in the table, or NULL; *bucket gets its bucket
+ * (x->mu held). */
+static sio_index_entry *find_locked(sio_index *x, const char *url,
+                                    size_t *bucket)
 {
     sio_index_entry *e;
-    pthread_mutex_lock(&x->mu);
     size_t h = (size_t)(str_hash(url) % x->nb);
     for (e = x->b[h]; e; e = e->next)
         if (strcmp(e->url, url) == 0)
             break;
+    *bucket = h;
+    return e;
+}
+
+sio_index_entry *sio_index_get(sio_index *x, sio_io *io, const char *url,
+                               uint64_t size)
+{
+    sio_index_entry *e;
+    size_t h;
+    pthread_mutex_lock(&x->mu);
+    e = find_locked(x, url, &h);
     if (e) {
         pthread_mutex_unlock(&x->mu);
         return e;
@@ -614,11 +626,9 @@ sio_index_entry *sio_index_get(sio_index *x, sio_io *io, const char *url,
 sio_index_entry *sio_index_peek(sio_index *x, const char *url)
 {
     sio_index_entry *e;
+    size_t h;
     pthread_mutex_lock(&x->mu);
-    size_t h = (size_t)(str_hash(url) % x->nb);
-    for (e = x->b[h]; e; e = e->next)
-        if (strcmp(e->url, url) == 0)
-            break;
+    e = find_locked(x, url, &h);
     pthread_mutex_unlock(&x->mu);
     return e;
 }
