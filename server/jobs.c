@@ -60,6 +60,7 @@ typedef struct fslot {
     int prefetched;       /* opened by prefetch, no stream yet */
     int retired;          /* takes no new stream; closed when streams == 0 */
     sio_journal *journal; /* the epoch's skip decisions (owned by the job) */
+    int fresh_journal;    /* its journal was new to this process */
     int unproven;         /* opened for a resume with no journal to prove
                              the sequence (no state_dir, fresh process) */
     uint64_t count;       /* samples of the epoch, UINT64_MAX: unknown */
@@ -685,10 +686,12 @@ static sio_code slot_open(sc_jobs *j, sc_job *job, uint64_t epoch,
         free(s);
         return SIO_ERR_IO;
     }
-    /* Without a state_dir, a fresh journal in a server that served this
-     * epoch before a restart cannot prove the sequence: resumed streams on
-     * it fail clearly if a shard gets skipped (job_tick). */
-    s->unproven = fresh && !cfg->state_dir;
+    /* Without a state_dir, an epoch whose first stream in this process is
+     * a resume (set by sc_jobs_open_stream) may have been served before a
+     * restart with decisions this journal does not know: resumed streams
+     * on it fail clearly if a shard gets skipped (job_tick). */
+    s->unproven = 0;
+    s->fresh_journal = fresh;
     s->count = UINT64_MAX;
     s->ec = ec;
     s->partition = job->spec.partition;
@@ -1067,6 +1070,9 @@ unsigned sc_jobs_open_stream(sc_jobs *j, const sc_request *req,
         if (j->cfg->max_new_epochs_min)
             job->epoch_tokens -= 1.0; /* checked by feed_admission */
         rc = slot_open(j, job, req->epoch, 0, &slot, &err);
+        if (rc == SIO_OK && !j->cfg->state_dir && slot->fresh_journal &&
+            (req->start > 0 || req->global_start > 0))
+            slot->unproven = 1;
         if (rc) {
             char msg[700];
             snprintf(msg, sizeof msg, "cannot open epoch %" PRIu64 ": %s",

@@ -463,3 +463,31 @@ def test_sidecars_from_shardcast_index(start, server_binary, workdir):
     loaded = [l for l in body.decode().splitlines()
               if l.startswith("shardcast_index_loaded_total")]
     assert loaded and int(loaded[0].split()[-1]) == 6
+
+
+def test_unprovable_resume_without_state_dir(start, workdir):
+    """Without a state_dir, a server that starts an epoch with a resumed
+    stream cannot know what was skipped before its restart: when a shard
+    gets skipped, resumed streams end with a clear error instead of a
+    possibly shifted sequence. A stream from the start is not affected."""
+    d = os.path.join(workdir, "unproven-ds")
+    # ~24 MB: more than socket buffers hold, so the stream is still being
+    # served when the skip happens
+    make_dataset(d, shards=4, per_shard=300, size=20000, seed=13)
+    victim = sorted(glob.glob(os.path.join(d, "*.tar")))[1]
+    good = open(victim, "rb").read()
+    with open(victim, "wb") as f:
+        f.write(good[:len(good) // 3 + 700])
+    srv = start("--job", "train", "--source", d, "--prefetch", "false",
+                "--on-error", "skip", "--window-samples", "64")
+    s = FramesStream(srv, stream_path("train", 0, 0, 1, start=10))
+    n = 0
+    while s.next_sample() is not None:
+        n += 1
+        time.sleep(0.005)  # slow enough to be bound when the skip happens
+    s.close()
+    assert s.outcome == "error", (n, s.trailer)
+    assert "state-dir" in s.trailer["reason"] and s.trailer.get("retryable") is False
+    # from the start: the skip is this server's own decision, no error
+    got, outcome, _ = read_share(srv, "train", 1, 0, 1)
+    assert outcome == "end" and 800 < len(got) < 1200
