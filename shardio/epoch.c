@@ -165,7 +165,9 @@ struct sio_epoch {
     /* Waiters, so that signals are only sent to someone waiting: a
      * wake-up per sample would cost more than decoding the sample. */
     uint32_t workers_idle;
-    int consumer_waiting;
+    int consumer_waiting;   /* the consuming thread waits on `ready` ... */
+    const reader *waiting_for; /* ... for this reader (NULL: for a
+                                  virtual entry, or anything) */
 
     vent *vents;            /* virtual entries (after a seek), sorted */
     size_t nvents;
@@ -484,7 +486,9 @@ static void reader_step(sio_epoch *ep, reader *r)
         r->qbytes += s->bytes;
     }
     r->busy = 0;
-    if (ep->consumer_waiting)
+    /* Wake the consumer only for the reader it waits on: a sample of
+     * another shard would only put it back to sleep. */
+    if (ep->consumer_waiting && (!ep->waiting_for || ep->waiting_for == r))
         pthread_cond_broadcast(&ep->ready);
     pthread_mutex_unlock(&ep->mu);
 }
@@ -897,8 +901,10 @@ static void slot_take(sio_epoch *ep, reader *r, const sio_sample **out,
         if (!r->busy && ep->workers_idle) /* a worker must look at it */
             pthread_cond_signal(&ep->work);
         ep->consumer_waiting = 1;
+        ep->waiting_for = r;
         pthread_cond_wait(&ep->ready, &ep->mu);
         ep->consumer_waiting = 0;
+        ep->waiting_for = NULL;
     }
     if (r->qlen > 0) {
         int was_full = !r->busy && !reader_wants(ep, r);
