@@ -13,7 +13,7 @@
  *       decodes buf[start:end] until `limit` samples were made, a HEADER,
  *       END or ERROR frame was decoded (event "header", "end", "error",
  *       value a dict / the reason; else None), or the bytes are used up.
- *       samples: list of {"__key__", "__shard__", "__index__",
+ *       samples: list of {"__key__", "__url__", "__shard__", "__index__",
  *       "__position__", name: bytes, ...}. Raises FramesError(message) for
  *       bytes that violate the format; the decoder is then unusable.
  *
@@ -33,7 +33,7 @@
 static PyObject *FramesError;
 
 /* Interned dict keys, made once at module init. */
-static PyObject *k_key, *k_shard, *k_index, *k_position;
+static PyObject *k_key, *k_url, *k_shard, *k_index, *k_position;
 
 typedef struct {
     PyObject_HEAD
@@ -144,7 +144,8 @@ static PyObject *sample_dict(Framer *self, const sio_frame_event *ev)
         goto fail;
     }
     d = PyDict_New();
-    if (!d || PyDict_SetItem(d, k_key, key) || PyDict_SetItem(d, k_shard, url))
+    if (!d || PyDict_SetItem(d, k_key, key) || PyDict_SetItem(d, k_url, url) ||
+        PyDict_SetItem(d, k_shard, url))
         goto fail;
     v = PyLong_FromUnsignedLongLong(ev->global_index);
     if (!v || PyDict_SetItem(d, k_index, v))
@@ -339,10 +340,11 @@ PyMODINIT_FUNC PyInit__frames(void)
     FramesError = PyErr_NewException("shardcast._frames.FramesError",
                                      PyExc_ValueError, NULL);
     k_key = PyUnicode_InternFromString("__key__");
+    k_url = PyUnicode_InternFromString("__url__");
     k_shard = PyUnicode_InternFromString("__shard__");
     k_index = PyUnicode_InternFromString("__index__");
     k_position = PyUnicode_InternFromString("__position__");
-    if (!FramesError || !k_key || !k_shard || !k_index || !k_position ||
+    if (!FramesError || !k_key || !k_url || !k_shard || !k_index || !k_position ||
         PyModule_AddObjectRef(m, "FramesError", FramesError) < 0 ||
         PyModule_AddObjectRef(m, "Framer", (PyObject *)&FramerType) < 0 ||
         PyModule_AddIntConstant(m, "MAX_FRAME", SIO_FRAME_PAYLOAD_MAX) < 0) {

@@ -17,9 +17,14 @@ from .hashing import sample_hash  # noqa: E402
 from .stream import (END_MEMBER, ERROR_MEMBER, FORMATS, FRAMES_CONTENT_TYPE,  # noqa: E402
                      TAR_CONTENT_TYPE, StreamReader, iter_stream, open_raw, stream_url)
 from .frames import FramesReader  # noqa: E402
-from .decode import Decoder, default_decoders  # noqa: E402
+from .decode import Decoder, default_decoders, to_tuple  # noqa: E402
 from .state import global_cursor, loader_positions, merge_state_dicts  # noqa: E402
-from .dataset import ShardcastDataset  # noqa: E402
+from .dataset import ShardcastDataset, server_from_env, share_length  # noqa: E402
+from .mapstyle import ShardcastMapDataset  # noqa: E402
+try:  # needs torch
+    from .loader import ShardcastDataLoader  # noqa: E402
+except ImportError:  # pragma: no cover - without torch
+    ShardcastDataLoader = None
 from .batch import Ragged  # noqa: E402
 from .topology import Route, Topology  # noqa: E402
 
@@ -35,8 +40,9 @@ def open_stream(url, **kwargs):
 
 
 __all__ = [
-    "ShardcastDataset", "Ragged", "Topology", "Route", "StreamReader", "FramesReader", "open_stream", "iter_stream",
-    "open_raw", "stream_url", "sample_hash", "Decoder", "default_decoders",
+    "ShardcastDataset", "ShardcastMapDataset", "ShardcastDataLoader", "server_from_env",
+    "share_length", "Ragged", "Topology", "Route", "StreamReader", "FramesReader", "open_stream", "iter_stream",
+    "open_raw", "stream_url", "sample_hash", "Decoder", "default_decoders", "to_tuple",
     "global_cursor", "loader_positions", "merge_state_dicts", "END_MEMBER", "ERROR_MEMBER",
     "FORMATS", "FRAMES_CONTENT_TYPE", "TAR_CONTENT_TYPE", "ShardcastError",
     "ShardcastConnectionError", "ShardcastHTTPError", "ShardcastStreamError",

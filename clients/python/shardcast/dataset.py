@@ -16,9 +16,15 @@ torch is optional: without it ShardcastDataset is a plain iterable that acts
 as consumer rank of world (one worker).
 """
 
+import json
+import multiprocessing
+import multiprocessing.context
 import os
 import random
 import time
+import urllib.error
+import urllib.request
+import warnings
 
 from . import batch as _batch
 from .decode import make_decoder
@@ -60,6 +66,82 @@ def _env_int(name):
         return int(text)
     except ValueError:
         raise ValueError("environment variable %s=%r is not an integer" % (name, text)) from None
+
+
+# The server's root URL when url= is not given: one name for the shardcast
+# CLI, this client and the examples. SHARDCAST_URL is its deprecated alias.
+ENV_SERVER = "SHARDCAST_SERVER"
+ENV_SERVER_DEPRECATED = ("SHARDCAST_URL",)
+
+
+def server_from_env(url=None):
+    """url, else $SHARDCAST_SERVER, else a deprecated alias (a warning);
+    ValueError when none is set."""
+    if url:
+        return url
+    v = os.environ.get(ENV_SERVER)
+    if v:
+        return v
+    for name in ENV_SERVER_DEPRECATED:
+        v = os.environ.get(name)
+        if v:
+            warnings.warn("%s is deprecated: set %s" % (name, ENV_SERVER),
+                          DeprecationWarning, stacklevel=3)
+            return v
+    raise ValueError("no server URL: pass url= or set %s (e.g. http://shardcast:8080)"
+                     % ENV_SERVER)
+
+
+def share_length(n, global_start, consumer, world, partition):
+    """Samples consumer `consumer` of `world` receives of an epoch of n
+    samples from global_start, under the job's partition policy (the
+    server's sio_share_length)."""
+    m = max(0, n - global_start)
+    if partition == "even-pad":
+        return m // world + (m % world != 0)
+    if partition == "none":
+        return m // world + (consumer < m % world)
+    return m // world  # even-drop, the server's default
+
+
+def job_status(url, job, token=None, timeout=30):
+    """GET /v1/jobs/{job}: the job's status JSON."""
+    req = urllib.request.Request("%s/v1/jobs/%s" % (url.rstrip("/"), job))
+    if token:
+        req.add_header("Authorization", "Bearer " + token)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return json.load(resp)
+    except urllib.error.HTTPError as e:
+        body = e.read().decode("utf-8", "replace").strip()
+        raise ShardcastHTTPError("GET %s: HTTP %d %s" % (req.full_url, e.code, body),
+                                 status=e.code, reason=body or e.reason,
+                                 url=req.full_url) from None
+    except OSError as e:
+        raise ShardcastConnectionError("GET %s: %s" % (req.full_url, e)) from None
+
+
+class _SharedEpoch:
+    """The epoch set in the main process, readable by DataLoader workers
+    that were started earlier (persistent_workers=True): one int in shared
+    memory. It crosses into a worker when the worker process is created
+    (fork or spawn); any other copy (pickle, deepcopy) is detached and
+    keeps the epoch it had."""
+
+    def __init__(self, epoch):
+        self._v = multiprocessing.RawValue("q", epoch)
+
+    def get(self, default):
+        return self._v.value if self._v is not None else default
+
+    def set(self, epoch):
+        if self._v is not None:
+            self._v.value = epoch
+
+    def __getstate__(self):
+        if multiprocessing.context.get_spawning_popen() is None:
+            return {"_v": None}
+        return {"_v": self._v}
 
 
 def _distributed_rank_world():
@@ -152,11 +234,12 @@ class ShardcastDataset(_Base):
     the attempts in its `attempts` attribute.
     """
 
-    def __init__(self, url, job, *, rank=None, world=None, fields=None, format="frames",
+    def __init__(self, url=None, job=None, *, rank=None, world=None, fields=None, format="frames",
                  decode=False, map=None, timeout=60, retries=DEFAULT_RETRIES,
                  retry_timeout=DEFAULT_RETRY_TIMEOUT, backoff=0.25, epoch=0,
                  topology=None, token=None, batch_size=None, tensors=False):
         super().__init__()
+        url = server_from_env(url)
         if not isinstance(job, str) or not job:
             raise ValueError("job must be a non-empty string")
         if (rank is None) != (world is None):
@@ -205,15 +288,26 @@ class ShardcastDataset(_Base):
         self._progress = None    # (consumer, world, global_start, position) of this copy
         self._items = None       # items yielded by this copy's current iteration
         self.reconnects = 0      # connections re-opened after a break (this copy)
+        self._shared_epoch = None  # set_epoch's value, seen by persistent workers
+        self._loader = None      # the ShardcastDataLoader iterating this dataset
+        self._status_cache = None  # (samples_total, partition) once known
         self.set_epoch(epoch)
+        self._shared_epoch = _SharedEpoch(self.epoch)
 
     # -- configuration ---------------------------------------------------
 
     def set_epoch(self, epoch):
         """Select the epoch the next iteration streams. A resume state loaded
-        for another epoch is dropped (a new epoch starts at its beginning)."""
+        for another epoch is dropped (a new epoch starts at its beginning).
+        DataLoader workers that already run (persistent_workers=True) see
+        the new epoch at their next iteration."""
         if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
             raise ValueError("epoch must be a non-negative int, not %r" % (epoch,))
+        if self._shared_epoch is not None:
+            self._shared_epoch.set(epoch)
+        self._select_epoch(epoch)
+
+    def _select_epoch(self, epoch):
         if epoch != self.epoch:
             self._progress = None
             self._items = None
@@ -303,6 +397,9 @@ class ShardcastDataset(_Base):
 
     def __iter__(self):
         worker = _worker_info()
+        if self._shared_epoch is not None:
+            # A persistent worker: take the epoch the main process set since.
+            self._select_epoch(self._shared_epoch.get(self.epoch))
         c, w, start, gs = self._plan(worker)
         self._progress = (c, w, gs, start)
         self._items = 0
@@ -433,6 +530,12 @@ class ShardcastDataset(_Base):
                 c, w, pos, gs = self._plan(worker)
             return make_state(self.job, self.epoch, w, gs, {c: pos},
                               {"consumer": c, "id": worker[0], "num_workers": worker[1]})
+        if consumed is None and loader is None and num_workers is None \
+                and self._loader is not None and self._loader() is not None:
+            # Iterated through a ShardcastDataLoader: it counted the items
+            # the training loop took.
+            loader = self._loader()
+            consumed = loader.consumed
         if loader is not None:
             num_workers, batch_size = loader.num_workers, loader.batch_size
         if self.batch_size is not None:
@@ -443,10 +546,10 @@ class ShardcastDataset(_Base):
         if consumed is None:
             if self._items is None or num_workers:
                 raise ValueError(
-                    "state_dict() in the main process needs consumed= (items the training "
-                    "loop took from the DataLoader) and loader= (or num_workers= and "
-                    "batch_size=): the DataLoader workers, not this object, iterate the "
-                    "dataset")
+                    "state_dict() in the main process of a DataLoader with workers: iterate "
+                    "through shardcast.ShardcastDataLoader (it counts what the training "
+                    "loop took), or pass consumed= (items the training loop took from the "
+                    "DataLoader) and loader= (or num_workers= and batch_size=)")
             # This process iterated the dataset itself: one consumer; its
             # own position is known exactly.
             consumed, num_workers = self._items, 0
@@ -495,6 +598,64 @@ class ShardcastDataset(_Base):
         self._resume = st
         self._progress = None
         self._items = None
+
+    # -- length ------------------------------------------------------------
+
+    def samples_total(self, refresh=False):
+        """The number of samples of an epoch (the dataset's length), from the
+        server's status once every shard is indexed (samples_total of an
+        epoch the server has started); None while it is not known yet."""
+        if self._status_cache is None or refresh:
+            st = job_status(self.url, self.job, self.token, self.timeout)
+            part = (st.get("settings") or {}).get("partition", "even-drop")
+            eps = [e for e in st.get("epochs") or [] if isinstance(e, dict)
+                   and e.get("samples_total") is not None]
+            # Every epoch is a permutation of the same samples: the current
+            # epoch's count, else any epoch's.
+            mine = [e for e in eps if e.get("epoch") == self.epoch] or eps
+            if not mine:
+                return None
+            self._status_cache = (int(mine[0]["samples_total"]), part)
+        return self._status_cache[0]
+
+    def __len__(self):
+        """Items this process's next iteration yields (samples, or batches
+        with batch_size): the shares of its consumers (the worker's own one
+        inside a DataLoader worker; in the main process the rank's
+        num_workers consumers, num_workers taken from the ShardcastDataLoader
+        iterating it, else the num_workers attribute, else 1), minus what a
+        loaded resume state already delivered. TypeError while the server
+        does not know the epoch's length yet (no shard indexed fully, or
+        the epoch not started): len() then fails as for an iterable
+        without a length."""
+        try:
+            n = self.samples_total()
+        except ShardcastError as e:
+            # list(ds) asks len() for a hint and passes only TypeError.
+            raise TypeError("the length of job %r is not known: %s" % (self.job, e)) from e
+        if n is None:
+            raise TypeError("the length of epoch %d of job %r is not known yet: the "
+                            "server knows it once every shard is indexed (status "
+                            "samples_total)" % (self.epoch, self.job))
+        part = self._status_cache[1]
+        worker = _worker_info()
+        if worker is not None:
+            plans = [self._plan(worker)]
+        else:
+            ld = self._loader() if self._loader is not None else None
+            k = max(1, ld.num_workers if ld is not None else
+                    (getattr(self, "num_workers", None) or 1))
+            plans = [self._plan((i, k)) for i in range(k)]
+        total = 0
+        for c, w, start, gs in plans:
+            left = max(0, share_length(n, gs, c, w, part) - start)
+            total += -(-left // self.batch_size) if self.batch_size else left
+        return total
+
+    def __getstate__(self):
+        d = self.__dict__.copy()
+        d["_loader"] = None  # a weak reference to the main process's loader
+        return d
 
     def __repr__(self):
         return "ShardcastDataset(url=%r, job=%r, epoch=%d, format=%r%s%s)" % (

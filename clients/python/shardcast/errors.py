@@ -3,11 +3,67 @@
 Every exception takes a single message argument (other details are keyword
 arguments with defaults), so that PyTorch's DataLoader can re-raise it with
 its own type in the main process when it happened in a worker.
+
+The attributes (status, reason, retryable, retry_after, attempts, key,
+field) cross process boundaries too:
+  * pickling keeps the whole __dict__ (multiprocessing, a result queue);
+  * a DataLoader worker does not pickle the exception: torch re-creates it
+    in the main process as `cls(text)` from the formatted traceback. So
+    str() of an exception ends with one line `[shardcast-error {json}]`
+    holding its attributes, and the constructor, given a text that contains
+    such a line, takes the attributes back from the last one.
 """
+
+import json
+
+# The tag of the attribute line in str(exception); see the module doc.
+ATTR_TAG = "[shardcast-error "
+# Attributes carried in that line, when set (not None).
+CARRIED = ("status", "reason", "url", "retry_after", "retryable", "attempts", "key",
+           "field")
+
+
+def _carried_from(text):
+    """{attribute: value} from the last attribute line in text, or {}."""
+    i = text.rfind(ATTR_TAG)
+    if i < 0:
+        return {}
+    try:
+        attrs, _ = json.JSONDecoder().raw_decode(text, i + len(ATTR_TAG))
+    except ValueError:
+        return {}
+    if not isinstance(attrs, dict):
+        return {}
+    return {k: v for k, v in attrs.items() if k in CARRIED}
 
 
 class ShardcastError(Exception):
     """Base class of every error the shardcast client raises."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self._adopt()
+
+    def _adopt(self):
+        """Take the attributes back from a message re-created by a DataLoader."""
+        if self.args and isinstance(self.args[0], str):
+            for k, v in _carried_from(self.args[0]).items():
+                setattr(self, k, v)
+
+    def __str__(self):
+        text = super().__str__()
+        if ATTR_TAG in text:
+            return text
+        attrs = {k: getattr(self, k) for k in CARRIED
+                 if isinstance(getattr(self, k, None), (str, int, float, bool))}
+        if not attrs:
+            return text
+        return "%s\n%s%s]" % (text, ATTR_TAG, json.dumps(attrs, sort_keys=True))
+
+    def __reduce__(self):
+        # (class, args, state): unpickling calls cls(*args) and then
+        # updates __dict__ with state, so every attribute survives.
+        return (self.__class__, self.args, self.__dict__)
 
 
 class ShardcastConnectionError(ShardcastError, ConnectionError):
@@ -30,6 +86,7 @@ class ShardcastHTTPError(ShardcastError):
         self.reason = reason
         self.url = url
         self.retry_after = retry_after
+        self._adopt()
 
 
 class ShardcastStreamError(ShardcastError):
@@ -47,6 +104,7 @@ class ShardcastStreamError(ShardcastError):
         self.reason = reason
         self.retryable = retryable
         self.retry_after = retry_after
+        self._adopt()
 
 
 class ShardcastIncompleteError(ShardcastError):
@@ -69,3 +127,4 @@ class ShardcastDecodeError(ShardcastError, ValueError):
         super().__init__(message)
         self.key = key
         self.field = field
+        self._adopt()

@@ -100,7 +100,8 @@ class FramesReader:
     """Iterate over the samples of one stream URL requested with
     format=frames (see stream_url(..., fmt="frames")).
 
-    Each sample is a dict {"__key__": original key, "__shard__": shard URL,
+    Each sample is a dict {"__key__": original key, "__url__": shard URL,
+    "__shard__": the same (an alias kept for one release),
     "__index__": global index (int), "__position__": position in the share
     (int), "<ext>": bytes, ...} with the fields in shard order. Iteration
     raises ShardcastHTTPError, ShardcastConnectionError,
@@ -398,7 +399,7 @@ class FramesReader:
         except UnicodeDecodeError as e:
             raise self._bad("SAMPLE key is not UTF-8") from e
         o += klen
-        sample = {"__key__": key, "__shard__": url, "__index__": index,
+        sample = {"__key__": key, "__url__": url, "__shard__": url, "__index__": index,
                   "__position__": position}
         for _ in range(nfields):
             if o + _FIELD_SIZE > end:

@@ -362,7 +362,8 @@ class _RawBody:
 class StreamReader:
     """Iterate over the samples of one stream URL (see stream_url()).
 
-    Each sample is a dict {"__key__": original key, "__shard__": shard URL,
+    Each sample is a dict {"__key__": original key, "__url__": shard URL,
+    "__shard__": the same (an alias kept for one release),
     "__index__": global index (int), "__position__": position in the share
     (int), "<ext>": bytes, ...}. Iteration raises ShardcastHTTPError,
     ShardcastConnectionError, ShardcastStreamError (server-side error with
@@ -506,8 +507,8 @@ class StreamReader:
             raise ShardcastProtocolError("stream %s: member %r does not match its "
                                          "SHARDCAST.key %r / index %d"
                                          % (self.url, name, key, index))
-        sample = {"__key__": key, "__shard__": pax.get("SHARDCAST.shard", ""),
-                  "__index__": index}
+        shard = pax.get("SHARDCAST.shard", "")
+        sample = {"__key__": key, "__url__": shard, "__shard__": shard, "__index__": index}
         if position >= 0:
             sample["__position__"] = position
         return sample, prefix
