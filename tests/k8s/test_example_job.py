@@ -36,17 +36,19 @@ def replicas(shardcastd, k8s_workdir):
         assert p.stop() == 0, p.log()
 
 
-def run_ranks(replicas, tmp_path, tag):
+def run_ranks(replicas, tmp_path, tag, extra=None):
     pods, template, _ = replicas
     procs = []
     for rank in range(2):
         env = dict(os.environ)
-        env.update({"SHARDCAST_URL": pods[0].url, "SHARDCAST_URL_TEMPLATE": template,
+        env.update({"SHARDCAST_SERVER": pods[0].url, "SHARDCAST_URL_TEMPLATE": template,
                     "SHARDCAST_JOB": "train", "SHARDCAST_TOKEN": TOKEN,
                     "SHARDCAST_EPOCHS": "1", "SHARDCAST_WORKERS": "2", "RANK": str(rank),
                     "WORLD_SIZE": "2",
                     "SHARDCAST_REPORT": str(tmp_path / ("%s-%d.json" % (tag, rank))),
                     "PYTHONPATH": os.path.join(REPO, "clients", "python")})
+        for k, v in (extra or {}).items():
+            env[k] = v % {"rank": rank}
         procs.append(subprocess.Popen([sys.executable, TRAIN], env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
     reports = []
@@ -68,3 +70,16 @@ def test_training_job_script_reads_every_sample_once(replicas, tmp_path):
     # DataLoader interleaves its workers' samples in a fixed order, so
     # each rank's sequence is reproducible.
     assert [r["epochs"] for r in second] == [r["epochs"] for r in first]
+
+
+def test_training_job_resumes_from_its_checkpoint(replicas, tmp_path):
+    """Preempted after 10 steps per rank (the loader's state_dict saved in
+    the checkpoint), then run again: each rank continues where it stopped;
+    together the two runs are the uninterrupted run's sequences exactly."""
+    whole = run_ranks(replicas, tmp_path, "whole")
+    ckpt = {"SHARDCAST_CHECKPOINT": str(tmp_path / "ckpt-%(rank)d.json"),
+            "SHARDCAST_CHECKPOINT_EVERY": "4"}
+    cut = run_ranks(replicas, tmp_path, "cut", dict(ckpt, SHARDCAST_STOP_AFTER="10"))
+    assert all(len(r["epochs"]["0"]) == 10 for r in cut)
+    resumed = run_ranks(replicas, tmp_path, "cut", ckpt)  # same report files
+    assert [r["epochs"] for r in resumed] == [r["epochs"] for r in whole]

@@ -2,9 +2,15 @@
 """train.py -- example training loop over a shardcast job, one rank.
 
 Run by k8s/examples/training-job (one pod per rank) and by
-tests/k8s/test_example_job.py on loopback. Environment:
+tests/k8s/test_example_job.py on loopback. It uses the client library as a
+training job would: ShardcastDataset (the rank's DataLoader workers are its
+consumers, routed to replicas; cut streams, 503s and a server restart are
+retried and resumed by the dataset itself) and ShardcastDataLoader, whose
+state_dict() is the resume point saved with the model's checkpoint.
+Environment:
 
-  SHARDCAST_URL           a shardcast server or Service (http://shardcast:8080)
+  SHARDCAST_SERVER        a shardcast server or Service (http://shardcast:8080);
+                          SHARDCAST_URL is read too (older name)
   SHARDCAST_URL_TEMPLATE  scale-out: the replicas' URLs with {j}, e.g.
                           http://shardcast-{j}.shardcast-headless:8080
                           (empty: a single replica)
@@ -12,17 +18,22 @@ tests/k8s/test_example_job.py on loopback. Environment:
   SHARDCAST_TOKEN         consumer bearer token (empty: none)
   SHARDCAST_EPOCHS        epochs to run (default 1)
   SHARDCAST_WORKERS       DataLoader workers per rank (default 2)
+  SHARDCAST_CHECKPOINT    optional file: the loader's state_dict() and the
+                          epoch are saved there every SHARDCAST_CHECKPOINT_EVERY
+                          steps (default 100) and at the end of each epoch;
+                          a run that finds it resumes from it
+  SHARDCAST_STOP_AFTER    optional: stop (as if preempted) after this many
+                          steps of this run, after saving a checkpoint
   RANK, WORLD_SIZE        this rank and the number of ranks
   SHARDCAST_REPORT        optional file: JSON {"rank", "world", "workers",
                           "epochs": {E: [content hash of every sample this
-                          rank saw, in order]}} (used by the tests)
+                          rank saw, in order]}} (used by the tests; a resumed
+                          run appends to the report it finds)
 
 Consumer c = RANK * workers + worker_id of W = WORLD_SIZE * workers
 streams from replica c mod R as local rank c div R (shardcast.topology).
-A cut stream (a replica restarting, a network fault) is resumed from the
-number of samples already received (start=), so nothing is lost or
-repeated: the replica's part of the epoch is a pure function of
-(dataset, seed, epoch, replica, replicas).
+The replica's part of an epoch is a pure function of (dataset, seed,
+epoch, replica, replicas), so a resumed run continues the same sequence.
 """
 
 import json
@@ -31,17 +42,9 @@ import sys
 import time
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 import shardcast
 from shardcast.topology import Topology
-
-# Attempts to resume one consumer's stream after it was cut, and the
-# longest pause between two (seconds): together about two minutes, enough
-# for a replica pod to be rescheduled and pass its readiness probe.
-RESUME_ATTEMPTS = 8
-RESUME_PAUSE_MAX = 30.0
-RETRYABLE = (shardcast.ShardcastConnectionError, shardcast.ShardcastIncompleteError)
 
 
 def env_int(name, default):
@@ -49,63 +52,23 @@ def env_int(name, default):
     return int(text) if text else default
 
 
-def stream_share(route, job, epoch, headers, timeout=60.0):
-    """The samples of one consumer's share, resuming a cut stream from the
-    position reached. HTTP 503 (a replica starting or draining) is retried
-    too; any other error is raised."""
-    done, failures = 0, 0
-    while True:
-        url = shardcast.stream_url(route.url, job, epoch, route.local_rank, route.local_world,
-                                   start=done if done else None)
-        try:
-            with shardcast.StreamReader(url, timeout=timeout, headers=headers) as reader:
-                for sample in reader:
-                    done += 1
-                    failures = 0
-                    yield sample
-            return
-        except shardcast.ShardcastHTTPError as e:
-            if e.status != 503:
-                raise
-            err = e
-        except RETRYABLE as e:
-            err = e
-        failures += 1
-        if failures > RESUME_ATTEMPTS:
-            raise err
-        pause = min(RESUME_PAUSE_MAX, 0.25 * 2 ** failures)
-        print("consumer %d/%d of replica %d: %s; resuming at %d in %.1f s"
-              % (route.local_rank, route.local_world, route.replica, err, done, pause),
-              file=sys.stderr, flush=True)
-        time.sleep(pause)
+def keep_label_and_hash(sample):
+    """What the example keeps of a sample (a real loop decodes images here,
+    e.g. decode="pil"): the class and the content hash for the report."""
+    cls = sample.get("cls")
+    return {"label": int(cls) if cls is not None else -1,
+            "hash": shardcast.sample_hash(sample)}
 
 
-class ShardcastShare(IterableDataset):
-    """This rank's DataLoader workers, each one shardcast consumer."""
-
-    def __init__(self, topology, job, rank, world, token):
-        super().__init__()
-        self.topology, self.job, self.rank, self.world = topology, job, rank, world
-        self.headers = {"Authorization": "Bearer " + token} if token else None
-        self.epoch = 0
-
-    def set_epoch(self, epoch):
-        self.epoch = epoch
-
-    def __iter__(self):
-        info = get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info else (0, 1)
-        route = self.topology.route(self.rank * workers + worker, self.world * workers)
-        for sample in stream_share(route, self.job, self.epoch, self.headers):
-            # A real loop decodes images here; the example keeps the class
-            # and the content hash (for the report).
-            cls = sample.get("cls")
-            yield {"label": int(cls) if cls is not None else -1,
-                   "hash": shardcast.sample_hash(sample)}
+def save(path, state):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(state, f)
+    os.replace(tmp, path)  # never a torn checkpoint
 
 
 def main():
-    url = os.environ["SHARDCAST_URL"]
+    url = os.environ.get("SHARDCAST_SERVER") or os.environ["SHARDCAST_URL"]
     template = os.environ.get("SHARDCAST_URL_TEMPLATE") or None
     job = os.environ["SHARDCAST_JOB"]
     token = os.environ.get("SHARDCAST_TOKEN") or None
@@ -113,29 +76,60 @@ def main():
     workers = env_int("SHARDCAST_WORKERS", 2)
     rank, world = env_int("RANK", 0), env_int("WORLD_SIZE", 1)
     report_path = os.environ.get("SHARDCAST_REPORT") or None
+    ckpt_path = os.environ.get("SHARDCAST_CHECKPOINT") or None
+    ckpt_every = env_int("SHARDCAST_CHECKPOINT_EVERY", 100)
+    stop_after = env_int("SHARDCAST_STOP_AFTER", 0)
 
     headers = {"Authorization": "Bearer " + token} if token else None
     topology = Topology.discover(url, template=template, verify=True, headers=headers)
     print("rank %d/%d: %d replica(s) %s, %d worker(s)"
           % (rank, world, topology.replicas, ",".join(topology.urls), workers), flush=True)
 
-    dataset = ShardcastShare(topology, job, rank, world, token)
+    dataset = shardcast.ShardcastDataset(url, job, rank=rank, world=world, token=token,
+                                         topology=topology, map=keep_label_and_hash)
+    loader = shardcast.ShardcastDataLoader(dataset, batch_size=None, num_workers=workers)
+
     report = {"rank": rank, "world": world, "workers": workers, "epochs": {}}
-    for epoch in range(epochs):
+    if report_path and os.path.exists(report_path):
+        with open(report_path) as f:
+            report = json.load(f)
+    first_epoch, resume = 0, None
+    if ckpt_path and os.path.exists(ckpt_path):
+        with open(ckpt_path) as f:
+            ckpt = json.load(f)
+        first_epoch, resume = ckpt["epoch"], ckpt["loader"]
+        print("rank %d: resuming epoch %d from the checkpoint" % (rank, first_epoch),
+              flush=True)
+
+    steps = 0
+    for epoch in range(first_epoch, epochs):
         dataset.set_epoch(epoch)
-        loader = DataLoader(dataset, batch_size=None, num_workers=workers)
-        seen, label_sum = [], 0
+        if resume is not None:
+            loader.load_state_dict(resume)  # the rest of the epoch, exactly once
+            resume = None
+        seen = report["epochs"].setdefault(str(epoch), [])
+        label_sum = 0
         t0 = time.monotonic()
         for item in loader:
             # The training step of a real job goes here.
             label_sum += int(torch.tensor(item["label"]))
             seen.append(item["hash"])
-        report["epochs"][str(epoch)] = seen
+            steps += 1
+            preempted = stop_after and steps >= stop_after
+            if ckpt_path and (steps % ckpt_every == 0 or preempted):
+                save(ckpt_path, {"epoch": epoch, "loader": loader.state_dict()})
+                if report_path:
+                    save(report_path, report)
+            if preempted:
+                print("rank %d: stopping after %d steps (checkpoint saved)" % (rank, steps),
+                      flush=True)
+                return 0
         print("rank %d epoch %d: %d samples in %.1f s (label sum %d)"
               % (rank, epoch, len(seen), time.monotonic() - t0, label_sum), flush=True)
+        if ckpt_path:
+            save(ckpt_path, {"epoch": epoch + 1, "loader": None})
     if report_path:
-        with open(report_path, "w") as f:
-            json.dump(report, f)
+        save(report_path, report)
     return 0
 
 
