@@ -1840,7 +1840,8 @@ sio_code sc_jobs_metrics(sc_jobs *j, sio_wbuf *out)
 #define EACH(metric, expr)                                                 \
     do {                                                                   \
         for (size_t i = 0; i < n; i++)                                     \
-            if ((rc = put(out, metric "{job=\"%s\"} %" PRIu64 "\n",        \
+            if ((rc = put(out, metric "{shardcast_job=\"%s\"} %" PRIu64     \
+                               "\n",                                       \
                           m[i].name, (uint64_t)(expr))))                   \
                 goto out;                                                  \
     } while (0)
@@ -1862,7 +1863,7 @@ sio_code sc_jobs_metrics(sc_jobs *j, sio_wbuf *out)
     for (size_t i = 0; i < n; i++)
         for (int k = SC_STREAM_OK; k <= SC_STREAM_CLIENT_GONE; k++)
             if ((rc = put(out,
-                          "shardcast_streams_closed_total{job=\"%s\","
+                          "shardcast_streams_closed_total{shardcast_job=\"%s\","
                           "outcome=\"%s\"} %" PRIu64 "\n",
                           m[i].name,
                           sc_stream_outcome_name((sc_stream_outcome)k),
@@ -1917,8 +1918,8 @@ sio_code sc_jobs_metrics(sc_jobs *j, sio_wbuf *out)
     FAMILY("shardcast_seek_ready_seconds", "summary",
            "Time from opening a seek feed to its first sample.");
     for (size_t i = 0; i < n; i++)
-        if ((rc = put(out, "shardcast_seek_ready_seconds_sum{job=\"%s\"} "
-                      "%.6f\nshardcast_seek_ready_seconds_count{job=\"%s\"} "
+        if ((rc = put(out, "shardcast_seek_ready_seconds_sum{shardcast_job=\"%s\"} "
+                      "%.6f\nshardcast_seek_ready_seconds_count{shardcast_job=\"%s\"} "
                       "%" PRIu64 "\n", m[i].name,
                       (double)m[i].cnt.seek.ready_us / 1e6, m[i].name,
                       m[i].cnt.seek.ready_count)))

@@ -73,7 +73,7 @@ def test_missing_and_lagging_consumers_are_visible(start, medium_ds):
     assert states[0] in ("streaming", "lagging")
     assert {m["state"] for m in e["missing"]} == {"never-attached"}
     st_, _, metrics = request(srv, "/metrics")
-    assert 'shardcast_consumers_missing{job="train"} 2' in metrics.decode()
+    assert 'shardcast_consumers_missing{shardcast_job="train"} 2' in metrics.decode()
     s.close()
     # Rank 0 went away: within its rejoin grace it is missing too, and
     # status tells a disconnected consumer from one that never came.
@@ -388,9 +388,9 @@ def test_metrics_pass_promtool(start, small_ds):
     p = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True,
                        timeout=30)
     assert p.returncode == 0, p.stdout.decode() + p.stderr.decode()
-    assert 'shardcast_samples_sent_total{job="train"} %d' % (small_ds.total // 2 * 2) in text
-    assert 'shardcast_streams_closed_total{job="train",outcome="ok"} 2' in text or \
-        'shardcast_streams_opened_total{job="train"} 2' in text
+    assert 'shardcast_samples_sent_total{shardcast_job="train"} %d' % (small_ds.total // 2 * 2) in text
+    assert 'shardcast_streams_closed_total{shardcast_job="train",outcome="ok"} 2' in text or \
+        'shardcast_streams_opened_total{shardcast_job="train"} 2' in text
     assert 'shardcast_http_requests_total{route="other",code="404"} 1' in text
     for family in ("shardcast_fetch_retries_total", "shardcast_fetch_throttles_total",
                    "shardcast_shards_skipped_total", "shardcast_consumers_lagging",

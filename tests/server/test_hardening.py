@@ -222,9 +222,9 @@ def test_auth_before_lookup_and_generic_public_routes(start, small_ds, tmp_path)
     st, _, body = request(srv, "/readyz", token=TOKEN)
     assert st == 503 and b"secretjobname" in body
     public = _metrics(srv)
-    assert "secretjobname" not in public and 'job="' not in public
+    assert "secretjobname" not in public and 'shardcast_job="' not in public
     assert "shardcast_epochs_refused_total" in public
-    assert 'job="secretjobname"' in _metrics(srv, token=TOKEN)
+    assert 'shardcast_job="secretjobname"' in _metrics(srv, token=TOKEN)
     healthy.check()
 
 
@@ -364,7 +364,7 @@ def test_large_sample_is_skipped_and_counted(start, tmp_path, small_ds):
     srv = start("--job", "big", "--source", str(d), "--max-sample-bytes", "1MiB")
     samples, outcome, _ = read_share(srv, "big", 0, 0, 1)
     assert outcome == "end" and sorted(s["key"] for s in samples) == ["s0", "s2"]
-    assert _metric(_metrics(srv), "shardcast_samples_skipped_total", '{job="big"}') >= 1
+    assert _metric(_metrics(srv), "shardcast_samples_skipped_total", '{shardcast_job="big"}') >= 1
 
 
 def test_shuffle_buffer_above_epoch_limit_refused_at_start(server_binary, small_ds):
