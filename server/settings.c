@@ -36,7 +36,12 @@ typedef enum stype {
     T_ADDR,   /* an IPv4 or IPv6 literal */
     T_U32,
     T_U64,
-    T_BYTES,  /* integer with optional K/M/G/T (binary) suffix */
+    T_BYTES,  /* integer with optional K/M/G/T (binary) suffix, or a
+                 Kubernetes binary quantity (Ki/Mi/Gi/Ti) */
+    T_MS,     /* a duration in milliseconds (uint32): a bare number is
+                 ms; or with a unit: 500ms, 30s, 5m, 1h */
+    T_SECS,   /* a duration in seconds (uint32): a bare number is s; or
+                 with a unit (whole seconds: 30s, 5m, 1h, 2000ms) */
     T_ENUM,
     T_BOOL,   /* true/false, 1/0, yes/no, on/off */
     T_FIELDS  /* a field filter: comma-separated extensions */
@@ -127,7 +132,7 @@ static const setting settings[] = {
      0, 1000000, NULL,
      "simultaneous connections from one address (0: any); refusals are "
      "counted"},
-    {"header-timeout", NULL, SRV(header_timeout), T_U32, "10", 1, 3600, NULL,
+    {"header-timeout", NULL, SRV(header_timeout), T_SECS, "10", 1, 3600, NULL,
      "seconds a connection that has not started a stream may stay silent "
      "(sending its request, or idle between requests)"},
     {"stream-rate-limit", NULL, SRV(stream_rate_limit), T_U32, "50", 0,
@@ -140,7 +145,7 @@ static const setting settings[] = {
     {"connection-memory", NULL, SRV(connection_memory), T_BYTES, "64KiB",
      16384, 16u << 20, NULL,
      "memory per connection; bounds the request header size"},
-    {"idle-timeout", NULL, SRV(idle_timeout), T_U32, "600", 0, 86400, NULL,
+    {"idle-timeout", NULL, SRV(idle_timeout), T_SECS, "600", 0, 86400, NULL,
      "seconds a connection may make no progress (0: none)"},
     {"token", NULL, SRV(token), T_SECRET, NULL, 1, SC_TOKEN_MAX, NULL,
      "bearer token consumers must send (default: none needed)"},
@@ -194,14 +199,14 @@ static const setting settings[] = {
      "samples of an epoch held for its consumers (the feed window)"},
     {"window-bytes", NULL, SRV(window_bytes), T_BYTES, "256MiB", 1,
      UINT64_C(1) << 40, NULL, "bytes of the feed window"},
-    {"join-timeout-ms", NULL, SRV(join_timeout_ms), T_U32, "30000", 1,
+    {"join-timeout-ms", NULL, SRV(join_timeout_ms), T_MS, "30000", 1,
      86400000, NULL, "how long the window waits for the other ranks"},
-    {"rejoin-grace-ms", NULL, SRV(rejoin_grace_ms), T_U32, "60000", 1,
+    {"rejoin-grace-ms", NULL, SRV(rejoin_grace_ms), T_MS, "60000", 1,
      86400000, NULL,
      "how long a disconnected consumer's place is kept for a resume"},
-    {"feed-idle-ms", NULL, SRV(feed_idle_ms), T_U32, "60000", 0, 86400000,
+    {"feed-idle-ms", NULL, SRV(feed_idle_ms), T_MS, "60000", 0, 86400000,
      NULL, "an epoch with no stream for this long is closed"},
-    {"drain-grace", NULL, SRV(drain_grace), T_U32, "30", 0, 86400, NULL,
+    {"drain-grace", NULL, SRV(drain_grace), T_SECS, "30", 0, 86400, NULL,
      "seconds streams may run after SIGTERM before they are cut"},
     {"lag-samples", NULL, SRV(lag_samples), T_U32, "0", 0,
      WINDOW_SAMPLES_MAX, NULL,
@@ -218,7 +223,7 @@ static const setting settings[] = {
     {"lag-policy", NULL, SRV(lag_policy), T_ENUM, "detach", 0, 0, lag_choices,
      "a consumer that holds a full window back: detach it into a seek "
      "after --lag-grace-ms, or make everyone wait"},
-    {"lag-grace-ms", NULL, SRV(lag_grace_ms), T_U32, "2000", 1, 86400000,
+    {"lag-grace-ms", NULL, SRV(lag_grace_ms), T_MS, "2000", 1, 86400000,
      NULL, "how long a full window may keep other consumers waiting"},
     {"replica", NULL, SRV(replica), T_U32, "0", 0, 65535, NULL,
      "this server's replica number J (scale-out)"},
@@ -246,8 +251,13 @@ static int fail(char *msg, size_t msg_len, const char *fmt, ...)
     return -1;
 }
 
-/* Strict unsigned decimal with an optional binary suffix for T_BYTES. */
-static int parse_number(const char *v, int bytes, uint64_t *out)
+/* What a number's suffix may be (parse_number). */
+enum { NUM_PLAIN = 0, NUM_BYTES = 1, NUM_MS = 2, NUM_SECS = 3 };
+
+/* Strict unsigned decimal with an optional suffix: a binary size for
+ * NUM_BYTES, a duration unit for NUM_MS (result in ms) and NUM_SECS
+ * (result in s; whole seconds only). */
+static int parse_number(const char *v, int kind, uint64_t *out)
 {
     uint64_t x = 0, mult = 1;
     size_t i = 0;
@@ -265,19 +275,37 @@ static int parse_number(const char *v, int bytes, uint64_t *out)
         static const struct {
             const char *s;
             uint64_t m;
-        } sufs[] = {{"b", 1},
-                    {"k", 1ull << 10}, {"kb", 1ull << 10}, {"kib", 1ull << 10},
-                    {"m", 1ull << 20}, {"mb", 1ull << 20}, {"mib", 1ull << 20},
-                    {"g", 1ull << 30}, {"gb", 1ull << 30}, {"gib", 1ull << 30},
-                    {"t", 1ull << 40}, {"tb", 1ull << 40}, {"tib", 1ull << 40}};
-        if (!bytes)
+        } sizes[] = {{"b", 1},
+                     {"k", 1ull << 10}, {"kb", 1ull << 10}, {"kib", 1ull << 10},
+                     {"ki", 1ull << 10},
+                     {"m", 1ull << 20}, {"mb", 1ull << 20}, {"mib", 1ull << 20},
+                     {"mi", 1ull << 20},
+                     {"g", 1ull << 30}, {"gb", 1ull << 30}, {"gib", 1ull << 30},
+                     {"gi", 1ull << 30},
+                     {"t", 1ull << 40}, {"tb", 1ull << 40}, {"tib", 1ull << 40},
+                     {"ti", 1ull << 40}},
+          times[] = {{"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}};
+        if (kind == NUM_PLAIN)
             return -1;
         mult = 0;
-        for (size_t k = 0; k < sizeof sufs / sizeof sufs[0]; k++)
-            if (strcasecmp(suf, sufs[k].s) == 0)
-                mult = sufs[k].m;
+        if (kind == NUM_BYTES) {
+            for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
+                if (strcasecmp(suf, sizes[k].s) == 0)
+                    mult = sizes[k].m;
+        } else {
+            for (size_t k = 0; k < sizeof times / sizeof times[0]; k++)
+                if (strcmp(suf, times[k].s) == 0)
+                    mult = times[k].m;
+        }
         if (mult == 0 || x > UINT64_MAX / mult)
             return -1;
+        x *= mult; /* in ms for durations */
+        if (kind == NUM_SECS) {
+            if (x % 1000)
+                return -1;
+            x /= 1000;
+        }
+        mult = 1;
     }
     *out = x * mult;
     return 0;
@@ -405,16 +433,23 @@ static int set_value(void *base, const setting *st, const char *v,
     case T_U32:
     case T_U64:
     case T_BYTES:
-        if (parse_number(v, st->type == T_BYTES, &x) != 0 || x < st->min ||
-            x > st->max)
+    case T_MS:
+    case T_SECS: {
+        int kind = st->type == T_BYTES ? NUM_BYTES
+                   : st->type == T_MS  ? NUM_MS
+                   : st->type == T_SECS ? NUM_SECS
+                                        : NUM_PLAIN;
+        static const char *const what[] = {
+            "an integer", "a byte count (suffix K/M/G/T or Ki/Mi/Gi/Ti)",
+            "a duration in ms (or with a unit: 500ms, 30s, 5m, 1h)",
+            "a duration in s (or with a unit: 30s, 5m, 1h, 2000ms)"};
+        if (parse_number(v, kind, &x) != 0 || x < st->min || x > st->max)
             return fail(msg, msg_len,
                         "invalid value '%.64s' for %s (%s): expected %s in "
                         "%" PRIu64 "..%" PRIu64,
-                        v, lb, from,
-                        st->type == T_BYTES ? "a byte count (suffix K/M/G/T)"
-                                            : "an integer",
-                        st->min, st->max);
-        if (st->type == T_U32)
+                        v, lb, from, what[kind], st->min, st->max);
+        }
+        if (st->type == T_U32 || st->type == T_MS || st->type == T_SECS)
             *(uint32_t *)(void *)field = (uint32_t)x;
         else
             *(uint64_t *)(void *)field = x;
@@ -1049,6 +1084,8 @@ static json_t *value_of(const sc_config *cfg, const setting *st, char *val,
         return s ? json_string(val) : json_null();
     }
     case T_U32:
+    case T_MS:
+    case T_SECS:
         snprintf(val, len, "%" PRIu32, *(const uint32_t *)(const void *)field);
         return json_integer((json_int_t) * (const uint32_t *)(const void *)field);
     case T_U64:

@@ -67,6 +67,41 @@ static void test_defaults_and_cli(void)
     sc_settings_free(&cfg);
 }
 
+/* Durations take units (bare numbers keep their unit), sizes take
+ * Kubernetes binary quantities. */
+static void test_units(void)
+{
+    CHECK(LOAD("--job", "u", "--source", "/d", "--lag-grace-ms", "3s",
+               "--rejoin-grace-ms", "90000", "--join-timeout-ms", "2m",
+               "--feed-idle-ms", "250ms", "--drain-grace", "1m",
+               "--idle-timeout", "120", "--header-timeout", "2000ms",
+               "--window-bytes", "64Mi", "--buffer-bytes", "2Gi") ==
+          SC_SETTINGS_OK);
+    CHECK_EQ_U64(cfg.lag_grace_ms, 3000);
+    CHECK_EQ_U64(cfg.rejoin_grace_ms, 90000);
+    CHECK_EQ_U64(cfg.join_timeout_ms, 120000);
+    CHECK_EQ_U64(cfg.feed_idle_ms, 250);
+    CHECK_EQ_U64(cfg.drain_grace, 60);
+    CHECK_EQ_U64(cfg.idle_timeout, 120);
+    CHECK_EQ_U64(cfg.header_timeout, 2);
+    CHECK_EQ_U64(cfg.window_bytes, 64ull << 20);
+    CHECK_EQ_U64(cfg.cli_job.buffer_bytes, 2ull << 30);
+    sc_settings_free(&cfg);
+    /* seconds are whole; unknown units and sizes on durations refused */
+    CHECK(LOAD("--job", "u", "--source", "/d", "--drain-grace", "1500ms") ==
+          SC_SETTINGS_ERROR);
+    sc_settings_free(&cfg);
+    CHECK(LOAD("--job", "u", "--source", "/d", "--lag-grace-ms", "3d") ==
+          SC_SETTINGS_ERROR);
+    sc_settings_free(&cfg);
+    CHECK(LOAD("--job", "u", "--source", "/d", "--lag-grace-ms", "3Mi") ==
+          SC_SETTINGS_ERROR);
+    sc_settings_free(&cfg);
+    CHECK(LOAD("--job", "u", "--source", "/d", "--window-bytes", "5h") ==
+          SC_SETTINGS_ERROR);
+    sc_settings_free(&cfg);
+}
+
 static void test_env(void)
 {
     setenv("SHARDCAST_JOB", "from-env", 1);
@@ -314,6 +349,7 @@ static void test_jobspec(void)
 
 int main(void)
 {
+    test_units();
     unsetenv("SHARDCAST_PORT");
     test_defaults_and_cli();
     test_env();
