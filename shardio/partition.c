@@ -49,9 +49,9 @@ int sio_share_validate(uint32_t rank, uint32_t world, uint64_t global_start,
                  rank, world, SIO_WORLD_MAX);
         return -1;
     }
-    if (global_start > SIO_POSITION_MAX) {
+    if (global_start > SIO_POSITION_MAX - rank) {
         snprintf(msg, len, "global_start above %llu",
-                 (unsigned long long)SIO_POSITION_MAX);
+                 (unsigned long long)(SIO_POSITION_MAX - rank));
         return -1;
     }
     /* The first index, G + r + start*W, must stay within the bound. */
@@ -66,7 +66,7 @@ int sio_share_validate(uint32_t rank, uint32_t world, uint64_t global_start,
 int sio_share_index(uint64_t global_start, uint32_t rank, uint32_t world,
                     uint64_t k, uint64_t *index)
 {
-    if (world == 0 || global_start > SIO_POSITION_MAX ||
+    if (world == 0 || global_start > SIO_POSITION_MAX - rank ||
         k > (SIO_POSITION_MAX - global_start - rank) / world)
         return -1;
     *index = global_start + rank + k * world;

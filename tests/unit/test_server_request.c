@@ -266,6 +266,12 @@ static void test_v1_params(void)
     CHECK_EQ_U64(parse(S "?rank=0&world=2&global_start=18446744073709551615"),
                  400);
     CHECK_EQ_U64(parse(S "?rank=0&world=3&start=6148914691236517205"), 400);
+    /* Regression (found by fuzz_request): global_start at the bound with a
+     * rank > 0 underflowed the check of start and let any start pass. */
+    CHECK_EQ_U64(parse(S "?rank=1&world=2&start=1&global_start="
+                         "4611686018427387904"), 400);
+    CHECK_EQ_U64(parse(S "?rank=1&world=2&global_start=4611686018427387903"),
+                 200);
 }
 
 static void test_v1_routes(void)
