@@ -69,6 +69,11 @@ def test_pod_security_and_probes(rendered, k):
                 by_kind(objects, "PodDisruptionBudget")[0]["spec"]["selector"]["matchLabels"]):
         assert sel.items() <= labels.items()
         assert "app.kubernetes.io/name" in sel
+    # The recommended labels, the changing ones outside the selectors.
+    for key in ("app.kubernetes.io/instance", "app.kubernetes.io/version",
+                "app.kubernetes.io/managed-by"):
+        assert key in labels, key
+        assert key not in workload(objects)["spec"]["selector"]["matchLabels"], key
     # Secrets are files, not environment variables.
     e = env_of(c)
     assert "SHARDCAST_TOKEN" not in e and "SHARDCAST_ADMIN_TOKEN" not in e
