@@ -278,6 +278,41 @@ void sio_sample_unref(const sio_sample *s);
 /* Field by name, or NULL. */
 const sio_field *sio_sample_field(const sio_sample *s, const char *name);
 
+/*
+ * Sample memory. A sample is one block: its payload, then its header (the
+ * struct, field table, key, names and URL). Blocks of up to
+ * SIO_POOL_CLASS_MAX bytes come from a process-wide pool in size classes
+ * (four per power of two, so a block is at most 25% above what it holds),
+ * carved from large anonymous slabs, and go back to the pool when the
+ * last reference is dropped. The pool keeps at most `idle_max` bytes of
+ * idle blocks resident (SIO_POOL_IDLE_DEFAULT until configured); the pages
+ * of the others go back to the kernel while their addresses wait for
+ * reuse, so the mapped size is the peak of blocks in use. Larger blocks are
+ * malloc'd and freed. Thread-safe.
+ */
+#define SIO_POOL_CLASS_MAX ((size_t)1 << 26)
+#define SIO_POOL_IDLE_DEFAULT ((size_t)64 << 20)
+
+typedef struct sio_pool_stats {
+    size_t idle_bytes; /* held idle now */
+    size_t idle_max;
+    uint64_t reused;   /* blocks handed out from the pool */
+    uint64_t fresh;    /* blocks that had to be malloc'd */
+    uint64_t released; /* released blocks whose pages went back (pool full) */
+    size_t mapped_bytes; /* slabs mapped (address space) */
+} sio_pool_stats;
+
+/* A block of at least `need` bytes; *cap receives its size. NULL when out
+ * of memory. */
+void *sio_pool_get(size_t need, size_t *cap);
+/* Give a block back (cap as returned by sio_pool_get). */
+void sio_pool_put(void *block, size_t cap);
+/* Set the idle budget; frees idle blocks above it. */
+void sio_pool_configure(size_t idle_max);
+/* Give the pages of every idle block back to the kernel. */
+void sio_pool_trim(void);
+void sio_pool_get_stats(sio_pool_stats *st);
+
 /* ------------------------------------------------------------------ */
 /* Reading one shard                                                   */
 

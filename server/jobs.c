@@ -1961,6 +1961,23 @@ sio_code sc_jobs_metrics(sc_jobs *j, sio_wbuf *out)
            "Object-store response body bytes received.", f.bytes);
     SCALAR("shardcast_fetch_inflight", "gauge",
            "Object-store requests in flight.", f.inflight);
+    sio_pool_stats ps;
+    sio_pool_get_stats(&ps);
+    SCALAR("shardcast_sample_pool_idle_bytes", "gauge",
+           "Sample memory idle in the pool and resident.", ps.idle_bytes);
+    SCALAR("shardcast_sample_pool_mapped_bytes", "gauge",
+           "Address space of the sample pool's slabs (the peak of sample "
+           "memory in use).", ps.mapped_bytes);
+    FAMILY("shardcast_sample_pool_blocks_total", "counter",
+           "Sample memory blocks by what happened: reused from the pool, "
+           "fresh from a slab or malloc, released (pages given back).");
+    if ((rc = put(out,
+                  "shardcast_sample_pool_blocks_total{event=\"reused\"} %"
+                  PRIu64 "\nshardcast_sample_pool_blocks_total{event="
+                  "\"fresh\"} %" PRIu64 "\nshardcast_sample_pool_blocks_"
+                  "total{event=\"released\"} %" PRIu64 "\n",
+                  ps.reused, ps.fresh, ps.released)))
+        goto out;
 #undef SCALAR
 #undef FAMILY
 #undef EACH

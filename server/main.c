@@ -51,11 +51,11 @@ static void raise_nofile(void)
 
 int main(int argc, char **argv)
 {
-    /* One malloc arena: samples are allocated on read-ahead threads and
-     * freed on others; per-thread arenas then fragment, and peak RSS rises
-     * above the buffers (measured: +10-20% on tests/contract/test_memory).
-     * Sample allocation is a small share of the work, so one lock is
-     * cheaper than the fragmentation. */
+    /* One malloc arena: memory allocated on one thread and freed on
+     * another fragments per-thread arenas, and peak RSS rose above the
+     * buffers (measured: +10-20% on tests/contract/test_memory). Sample
+     * memory no longer goes through malloc (the sample pool, shardio.h),
+     * so the arena lock is off the per-sample path. */
     if (!getenv("MALLOC_ARENA_MAX")) /* an operator's choice wins */
         mallopt(M_ARENA_MAX, 1);
     sc_config cfg;
@@ -76,6 +76,7 @@ int main(int argc, char **argv)
         goto out;
     }
     sc_log_init(cfg.log_level);
+    sio_pool_configure((size_t)cfg.sample_pool_idle);
 
     /* Block the stop signals before any thread exists so that every thread
      * inherits the mask and only sigwait below sees them. A client that

@@ -145,6 +145,10 @@ static const setting settings[] = {
     {"connection-memory", NULL, SRV(connection_memory), T_BYTES, "64KiB",
      16384, 16u << 20, NULL,
      "memory per connection; bounds the request header size"},
+    {"sample-pool-idle", NULL, SRV(sample_pool_idle), T_BYTES, "64MiB", 0,
+     1ull << 40, NULL,
+     "idle sample memory kept for reuse (resident); blocks above it give "
+     "their pages back to the kernel"},
     {"idle-timeout", NULL, SRV(idle_timeout), T_SECS, "600", 0, 86400, NULL,
      "seconds a connection may make no progress (0: none)"},
     {"token", NULL, SRV(token), T_SECRET, NULL, 1, SC_TOKEN_MAX, NULL,

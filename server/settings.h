@@ -67,6 +67,7 @@ typedef struct sc_config {
     uint32_t max_url;       /* --max-url: longest request target */
     uint64_t connection_memory; /* --connection-memory: MHD per-connection
                                    pool; bounds the request header size */
+    uint64_t sample_pool_idle; /* --sample-pool-idle: idle pool bytes */
     uint32_t idle_timeout;  /* --idle-timeout: seconds without progress */
     char *token;            /* --token (SHARDCAST_TOKEN): consumers */
     char *token_file;

@@ -1,10 +1,12 @@
 /*
  * sample.c — sample construction and reference counting.
  *
- * Memory: a finished sample is two allocations — the header block (struct,
- * field table, key, names, shard URL) and the payload block taken over from
- * the builder — and nothing is copied per consumer. The reference count is
- * atomic; the last sio_sample_unref() frees both blocks.
+ * Memory: a finished sample is one block from the sample pool (pool.c):
+ * the payload the builder read into it, then, 16-byte aligned, the header
+ * (struct, field table, key, names, shard URL). The builder reserves room
+ * for the header while it reads, so finishing a sample copies no payload;
+ * nothing is copied per consumer either. The reference count is atomic;
+ * the last sio_sample_unref() gives the block back to the pool.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -12,11 +14,16 @@
 
 #include "sample.h"
 
+/* Header room reserved behind the payload while a sample is read. */
+#define HDR_RESERVE 512u
+#define HDR_ALIGN 16u
+
 typedef struct sample_impl {
     sio_sample pub;
     atomic_uint refs;
-    unsigned char *data; /* payload block */
-    sio_field fields[];  /* followed by key, names and URL strings */
+    void *block;        /* the pool block holding payload and header */
+    size_t cap;         /* its size */
+    sio_field fields[]; /* followed by key, names and URL strings */
 } sample_impl;
 
 void sio_sample_ref(const sio_sample *s)
@@ -31,8 +38,9 @@ void sio_sample_unref(const sio_sample *s)
         return;
     sample_impl *si = (sample_impl *)(uintptr_t)s;
     if (atomic_fetch_sub_explicit(&si->refs, 1, memory_order_acq_rel) == 1) {
-        free(si->data);
-        free(si);
+        void *block = si->block;
+        size_t cap = si->cap;
+        sio_pool_put(block, cap); /* si lives in the block */
     }
 }
 
@@ -53,7 +61,7 @@ void sb_init(sample_builder *b, uint64_t data_max, uint32_t fields_max)
 
 void sb_free(sample_builder *b)
 {
-    free(b->data);
+    sio_pool_put(b->data, b->dcap);
     free(b->names);
     free(b->f);
     free(b->key);
@@ -106,6 +114,27 @@ static int grow(void **buf, size_t *cap, size_t need, size_t elem, size_t max)
     return 0;
 }
 
+/* Make room for `more` payload bytes plus the header reserve. The payload
+ * moves to a larger pool block when the current one is too small. */
+static int reserve_data(sample_builder *b, size_t more)
+{
+    size_t need = b->dlen + more + 1 + HDR_RESERVE;
+    if (need <= b->dcap)
+        return 0;
+    if (b->dcap && need < b->dcap + b->dcap / 2)
+        need = b->dcap + b->dcap / 2;
+    size_t cap = 0;
+    unsigned char *nb = sio_pool_get(need, &cap);
+    if (!nb)
+        return -1;
+    if (b->dlen)
+        memcpy(nb, b->data, b->dlen);
+    sio_pool_put(b->data, b->dcap);
+    b->data = nb;
+    b->dcap = cap;
+    return 0;
+}
+
 unsigned char *sb_begin_field(sample_builder *b, const char *name,
                               uint64_t len, sio_code *rc)
 {
@@ -120,8 +149,7 @@ unsigned char *sb_begin_field(sample_builder *b, const char *name,
     }
     if (grow((void **)&b->f, &b->fcap, b->nf + 1, sizeof *b->f, SIZE_MAX) ||
         grow((void **)&b->names, &b->ncap, b->nlen + nl, 1, SIZE_MAX) ||
-        grow((void **)&b->data, &b->dcap, b->dlen + (size_t)len + 1, 1,
-             (size_t)b->data_max + 1)) {
+        reserve_data(b, (size_t)len)) {
         *rc = SIO_ERR_NOMEM;
         return NULL;
     }
@@ -146,12 +174,24 @@ sio_code sb_finish(sample_builder *b, const char *shard_url,
                    const sio_sample **out)
 {
     size_t ul = strlen(shard_url) + 1;
+    size_t hoff = (b->dlen + HDR_ALIGN - 1) & ~(size_t)(HDR_ALIGN - 1);
     size_t hdr = sizeof(sample_impl) + b->nf * sizeof(sio_field);
-    sample_impl *si = malloc(hdr + b->keylen + 1 + b->nlen + ul);
-    char *p;
-    if (!si)
-        return SIO_ERR_NOMEM;
-    p = (char *)si + hdr;
+    size_t total = hoff + hdr + b->keylen + 1 + b->nlen + ul;
+    if (total > b->dcap) {
+        /* The header did not fit the reserve (long key, names or URL). */
+        size_t cap = 0;
+        unsigned char *nb = sio_pool_get(total, &cap);
+        if (!nb)
+            return SIO_ERR_NOMEM;
+        if (b->dlen)
+            memcpy(nb, b->data, b->dlen);
+        sio_pool_put(b->data, b->dcap);
+        b->data = nb;
+        b->dcap = cap;
+    }
+    unsigned char *block = b->data;
+    sample_impl *si = (sample_impl *)(void *)(block + hoff);
+    char *p = (char *)si + hdr;
     memcpy(p, b->key ? b->key : "", b->keylen + 1);
     si->pub.key = p;
     p += b->keylen + 1;
@@ -160,18 +200,13 @@ sio_code sb_finish(sample_builder *b, const char *shard_url,
     p += b->nlen;
     memcpy(p, shard_url, ul);
     si->pub.shard_url = p;
-    /* The payload block moves to the sample; shrink slack over 25%. */
-    si->data = b->data;
-    if (b->dcap > 4096 && b->dcap - b->dlen > b->dcap / 4) {
-        unsigned char *shrunk = realloc(b->data, b->dlen ? b->dlen : 1);
-        if (shrunk)
-            si->data = shrunk;
-    }
+    si->block = block;
+    si->cap = b->dcap;
     b->data = NULL;
     b->dcap = 0;
     for (size_t i = 0; i < b->nf; i++) {
         si->fields[i].name = names + b->f[i].name_off;
-        si->fields[i].data = si->data + b->f[i].data_off;
+        si->fields[i].data = block + b->f[i].data_off;
         si->fields[i].len = b->f[i].len;
     }
     si->pub.fields = si->fields;
