@@ -96,6 +96,10 @@ sio_code sio_shard_open_stream(sio_io *io, sio_stream *stream,
                                const sio_shard_limits *limits,
                                sio_shard **out, sio_error *err);
 
+/* Tests: read every shard through libarchive instead of the plain tar
+ * reader (process-wide; set before opening shards). */
+void sio_shard_force_libarchive(int on);
+
 /* The backend of url and its context, or SIO_ERR_UNSUPPORTED. */
 sio_code sio_io_backend(sio_io *io, const char *url,
                         const sio_backend_ops **ops, void **ctx,

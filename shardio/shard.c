@@ -1,10 +1,20 @@
 /*
  * shard.c — streaming one tar shard into WebDataset samples.
  *
- * libarchive reads the shard through a backend stream (read callback), so
- * only one read buffer and the sample being built are in memory, whatever
- * the shard's size. Compression (gzip, zstd, xz, bzip2) is detected from the
- * bytes. Grouping follows product.md / upstream WebDataset: key = path up to
+ * A shard is read through a backend stream, so only one read buffer and
+ * the sample being built are in memory, whatever the shard's size. Two
+ * readers share the grouping code below:
+ *  - an uncompressed tar (the common case) is parsed here (tarparse.c's
+ *    rules: ustar/GNU/pax headers, GNU long names, pax path and size), and
+ *    member data is read straight from the stream into the sample's pool
+ *    block, with no per-member allocation and no locale conversion of
+ *    member names;
+ *  - compressed shards (gzip, zstd, xz, bzip2, detected from the first
+ *    bytes) and tar entries the plain reader does not take (sparse files,
+ *    multi-volume, hard links with data, ...) go through libarchive. The
+ *    switch happens at a header boundary: the stream is reopened at that
+ *    header's offset (a ranged read) and libarchive continues from there,
+ *    so both readers produce the same groups and offsets. Grouping follows product.md / upstream WebDataset: key = path up to
  * the first dot of the last component, extension = the rest (lowercased);
  * consecutive members with one key form a sample; non-regular members, names
  * without such a split and top-level "__*__" names are skipped; a repeated
@@ -25,9 +35,20 @@
 #include "backend.h"
 #include "sample.h"
 #include "shardio_index.h"
+#include "tarparse.h"
 
-/* Longest member name we accept (PATH_MAX-like; libarchive accepts more). */
-#define SHARD_NAME_MAX 4096
+/* Longest member name we accept (PATH_MAX-like; libarchive accepts more).
+ * The plain reader truncates longer names to this length, so they are
+ * skipped alike. */
+#define SHARD_NAME_MAX SIO_TARP_NAME_MAX
+
+/* Tests: read every shard through libarchive. */
+static int force_libarchive;
+
+void sio_shard_force_libarchive(int on)
+{
+    force_libarchive = on;
+}
 
 struct sio_shard {
     sio_io *io;
@@ -39,8 +60,16 @@ struct sio_shard {
     char stream_err[256];
     unsigned char *rbuf;
     size_t rcap;
-    struct archive *ar;
-    struct archive_entry *pending; /* header read, data not yet consumed */
+    struct archive *ar;      /* libarchive reader (NULL: plain reader) */
+    const sio_backend_ops *ops; /* how to reopen the stream at an offset */
+    void *ctx;               /* (ops NULL: it cannot be reopened) */
+    int plain;               /* the plain reader is in use */
+    sio_tar_plain tp;        /* its state */
+    const unsigned char *handoff; /* bytes libarchive gets first */
+    size_t handoff_len;
+    uint64_t la_base;        /* stream offset where libarchive started */
+    sio_tar_entry cur;       /* the entry whose header was read last */
+    int pending;             /* cur: header read, data not yet consumed */
     int eof;
     int bad;                 /* current sample had a repeated field */
     char bad_reason[320];
@@ -68,6 +97,13 @@ static la_ssize_t read_cb(struct archive *a, void *ud, const void **buf)
 {
     sio_shard *sh = ud;
     size_t got = 0;
+    if (sh->handoff_len) {
+        /* What the plain reader had buffered from la_base on. */
+        *buf = sh->handoff;
+        got = sh->handoff_len;
+        sh->handoff_len = 0;
+        return (la_ssize_t)got;
+    }
     sio_code rc = sh->stream->ops->read(sh->stream, sh->rbuf, sh->rcap, &got);
     if (rc) {
         sh->stream_rc = rc;
@@ -123,6 +159,71 @@ static sio_code shard_open_archive(sio_shard *sh, sio_error *err)
     return SIO_OK;
 }
 
+/* Stream read errors seen by the plain reader become the shard's. */
+static void plain_stream_error(sio_shard *sh)
+{
+    if (sh->tp.rc && !sh->stream_rc) {
+        sh->stream_rc = sh->tp.rc;
+        snprintf(sh->stream_err, sizeof sh->stream_err, "%s", sh->tp.err);
+    }
+}
+
+/* Let libarchive go on from stream offset pos (a header boundary): with
+ * the bytes the plain reader still buffers from there, else by reopening
+ * the stream at pos. */
+static sio_code handover(sio_shard *sh, uint64_t pos, sio_error *err)
+{
+    const unsigned char *p;
+    size_t n;
+    sio_code rc;
+
+    sh->plain = 0;
+    sh->la_base = pos;
+    if (sio_tarp_buffered_from(&sh->tp, pos, &p, &n)) {
+        sh->handoff = p;
+        sh->handoff_len = n;
+    } else if (sh->ops) {
+        sh->stream->ops->close(sh->stream);
+        sh->stream = NULL;
+        if (sh->ops->open_range)
+            rc = sh->ops->open_range(sh->ctx, sh->url, pos, sh->at.end,
+                                     &sh->stream, err);
+        else
+            rc = sh->ops->open(sh->ctx, sh->url, pos, &sh->stream, err);
+        if (rc)
+            return rc;
+    } else {
+        return sio_seterr(err, SIO_ERR_FORMAT,
+                          "url=%s: tar entry at offset %llu needs a reader "
+                          "restart this stream cannot do",
+                          sh->url, (unsigned long long)pos);
+    }
+    return shard_open_archive(sh, err);
+}
+
+/* Choose the reader from the first bytes: the plain one for an
+ * uncompressed tar, libarchive for compressed data (and, when testing,
+ * for everything). */
+static sio_code start_reader(sio_shard *sh, sio_error *err)
+{
+    const unsigned char *p;
+    size_t have = 0;
+    sio_code rc;
+
+    sio_tarp_init(&sh->tp, sh->stream, sh->rbuf, sh->rcap, sh->at.offset);
+    sh->plain = 1;
+    rc = sio_tarp_peek(&sh->tp, 512, &p, &have);
+    if (rc) {
+        plain_stream_error(sh);
+        return sio_seterr(err, sh->stream_rc, "url=%s: %s", sh->url,
+                          sh->stream_err);
+    }
+    if (force_libarchive || sio_tarp_compressed(p, have) ||
+        !sio_tarp_starts_tar(p, have))
+        return handover(sh, sh->at.offset, err);
+    return SIO_OK;
+}
+
 sio_code sio_shard_open(sio_io *io, const char *url, uint32_t index,
                         const sio_shard_limits *limits, sio_shard **out,
                         sio_error *err)
@@ -165,7 +266,9 @@ sio_code sio_shard_open_at(sio_io *io, const char *url, uint32_t index,
         rc = ops->open(ctx, url, sh->at.offset, &sh->stream, err);
     if (rc)
         goto out;
-    rc = shard_open_archive(sh, err);
+    sh->ops = ops;
+    sh->ctx = ctx;
+    rc = start_reader(sh, err);
     if (rc)
         goto out;
     *out = sh;
@@ -193,7 +296,7 @@ sio_code sio_shard_open_stream(sio_io *io, sio_stream *stream,
     rc = shard_start(sh, io, url, index, limits, err);
     if (rc)
         goto out;
-    rc = shard_open_archive(sh, err);
+    rc = start_reader(sh, err);
     if (rc)
         goto out;
     *out = sh;
@@ -278,30 +381,56 @@ static sio_code fail(sio_shard *sh, sio_code rc, const char *what)
     return rc;
 }
 
-/* Read the next header into sh->pending; 0 with pending NULL at the end. */
+/* Read the next header into sh->cur (sh->pending set); pending 0 at the
+ * end. */
 static sio_code next_header(sio_shard *sh)
 {
+    sio_error e2;
+    if (sh->plain) {
+        int what = 0;
+        sio_code rc = sio_tarp_next(&sh->tp, &sh->cur, &what);
+        if (rc) {
+            plain_stream_error(sh);
+            return fail(sh, rc, sh->tp.err);
+        }
+        if (what != SIO_TARP_UNSUPPORTED) {
+            sh->pending = what == SIO_TARP_ENTRY;
+            return SIO_OK;
+        }
+        rc = handover(sh, sh->cur.hdr_pos, &e2);
+        if (rc)
+            return fail(sh, rc, e2.msg);
+    }
     for (;;) {
         struct archive_entry *e;
         int r = archive_read_next_header(sh->ar, &e);
         if (r == ARCHIVE_EOF) {
-            sh->pending = NULL;
+            sh->pending = 0;
             return SIO_OK;
         }
         if (r == ARCHIVE_RETRY)
             continue;
         if (r < ARCHIVE_WARN)
             return fail(sh, SIO_ERR_FORMAT, archive_error_string(sh->ar));
-        sh->pending = e;
+        sh->cur.name = archive_entry_pathname(e);
+        sh->cur.regular = archive_entry_filetype(e) == AE_IFREG;
+        la_int64_t size =
+            archive_entry_size_is_set(e) ? archive_entry_size(e) : 0;
+        sh->cur.size = size < 0 ? UINT64_MAX : (uint64_t)size;
+        sh->cur.hdr_pos =
+            sh->la_base + (uint64_t)archive_read_header_position(sh->ar);
+        if (!sh->filtered && archive_filter_count(sh->ar) > 1)
+            sh->filtered = 1;
+        sh->pending = 1;
         return SIO_OK;
     }
 }
 
 /* Is this member to be skipped entirely (not a regular file, metadata)? */
-static int skip_member(struct archive_entry *e, const char *name,
-                       size_t *keylen)
+static int skip_member(const sio_tar_entry *e, size_t *keylen)
 {
-    if (archive_entry_filetype(e) != AE_IFREG)
+    const char *name = e->name;
+    if (!e->regular)
         return 1;
     if (!name || !*name)
         return 1;
@@ -313,21 +442,22 @@ static int skip_member(struct archive_entry *e, const char *name,
 }
 
 /* Read the pending member's data into the builder as field `ext`. */
-static sio_code read_member(sio_shard *sh, struct archive_entry *e,
+static sio_code read_member(sio_shard *sh, const sio_tar_entry *e,
                             const char *ext)
 {
     sio_code rc;
     if (sh->groups < sh->at.skip_until)
         return SIO_OK; /* read past: the next header read skips the data */
-    la_int64_t size = archive_entry_size_is_set(e) ? archive_entry_size(e) : 0;
-    if (size < 0 || (uint64_t)size > sh->lim.member_max) {
+    uint64_t size = e->size;
+    if (size > sh->lim.member_max) {
         snprintf(sh->bad_reason, sizeof sh->bad_reason,
-                 "member of %lld bytes above member_max=%llu", (long long)size,
+                 "member of %llu bytes above member_max=%llu",
+                 (unsigned long long)size,
                  (unsigned long long)sh->lim.member_max);
         sh->bad = 1;
         return SIO_OK; /* data skipped by the next header read */
     }
-    unsigned char *dst = sb_begin_field(&sh->sb, ext, (uint64_t)size, &rc);
+    unsigned char *dst = sb_begin_field(&sh->sb, ext, size, &rc);
     if (!dst) {
         if (rc == SIO_ERR_NOMEM)
             return fail(sh, rc, "out of memory");
@@ -335,6 +465,16 @@ static sio_code read_member(sio_shard *sh, struct archive_entry *e,
                  "sample above sample_max=%llu bytes or fields_max=%u",
                  (unsigned long long)sh->lim.sample_max, sh->lim.fields_max);
         sh->bad = 1;
+        return SIO_OK;
+    }
+    if (sh->plain) {
+        /* Straight from the stream into the sample's block. */
+        rc = sio_tarp_read(&sh->tp, dst, (size_t)size);
+        if (rc) {
+            plain_stream_error(sh);
+            return fail(sh, rc, sh->tp.err);
+        }
+        sb_end_field(&sh->sb, (size_t)size);
         return SIO_OK;
     }
     size_t got = 0;
@@ -397,24 +537,21 @@ static sio_code read_group(sio_shard *sh, int *open)
             rc = next_header(sh);
             if (rc)
                 return rc;
-            if (sh->pending && !sh->filtered &&
-                archive_filter_count(sh->ar) > 1)
-                sh->filtered = 1;
         }
-        struct archive_entry *e = sh->pending;
-        if (!e) { /* end of the archive */
+        if (!sh->pending) { /* end of the archive */
             sh->eof = 1;
             break;
         }
-        const char *name = archive_entry_pathname(e);
+        const sio_tar_entry *e = &sh->cur;
+        const char *name = e->name;
         size_t keylen = 0;
-        if (skip_member(e, name, &keylen)) {
-            sh->pending = NULL;
+        if (skip_member(e, &keylen)) {
+            sh->pending = 0;
             continue;
         }
         size_t nl = strlen(name);
         if (nl >= SHARD_NAME_MAX) {
-            sh->pending = NULL;
+            sh->pending = 0;
             continue;
         }
         if (*open) {
@@ -428,10 +565,9 @@ static sio_code read_group(sio_shard *sh, int *open)
             if (rc)
                 return fail(sh, rc, "out of memory");
             *open = 1;
-            sh->gstart = sh->at.offset +
-                         (uint64_t)archive_read_header_position(sh->ar);
+            sh->gstart = e->hdr_pos;
         }
-        sh->pending = NULL;
+        sh->pending = 0;
         if (sh->groups < sh->at.skip_until)
             continue; /* read past: no field is kept */
         for (size_t i = keylen + 1; i <= nl; i++)
@@ -468,9 +604,7 @@ sio_code sio_shard_next(sio_shard *sh, const sio_sample **out)
             sio_index_finish(sh->at.ix, sh->groups);
             return SIO_OK; /* *out stays NULL */
         }
-        uint64_t end = sh->eof ? UINT64_MAX
-                               : sh->at.offset +
-                                     (uint64_t)archive_read_header_position(sh->ar);
+        uint64_t end = sh->eof ? UINT64_MAX : sh->cur.hdr_pos;
         uint64_t idx = sh->groups++;
         if (idx < sh->at.skip_until)
             continue;

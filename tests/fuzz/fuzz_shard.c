@@ -4,6 +4,12 @@
  * The input is a shard (any compression libarchive detects). Limits are
  * small so that a hostile size field cannot make the harness allocate
  * more than a few MiB: every allocation must follow the named limits.
+ *
+ * Each input is read twice: by the plain tar reader (the default for an
+ * uncompressed shard) and forced through libarchive. Both must give the
+ * same samples (keys, group numbers, field names, sizes and bytes) and bad
+ * samples up to the first error, and both must end in an error or both
+ * not: a difference traps.
  */
 #include <stdint.h>
 #include <string.h>
@@ -12,24 +18,57 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+/* A running digest of what a reader produced (FNV-1a 64). */
+typedef struct trail {
+    uint64_t h;
+    uint64_t results;
+    int failed;
+} trail;
+
+static void mix(trail *t, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        t->h = (t->h ^ b[i]) * 1099511628211ull;
+}
+
+static void read_shard(const uint8_t *data, size_t size, int force, trail *t)
 {
     sio_stream *st = NULL;
     sio_shard *sh = NULL;
     sio_shard_limits lim = {.member_max = 1u << 20, .sample_max = 4u << 20,
                             .fields_max = 64};
+    t->h = 1469598103934665603ull;
+    t->results = 0;
+    t->failed = 0;
+    sio_shard_force_libarchive(force);
     if (sio_stream_memory(data, size, &st) != SIO_OK)
-        return 0;
+        return;
     if (sio_shard_open_stream(NULL, st, "fuzz://input", 0, &lim, &sh, NULL) !=
-        SIO_OK)
-        return 0;
+        SIO_OK) {
+        t->failed = 1;
+        sio_shard_force_libarchive(0);
+        return;
+    }
     for (int i = 0; i < 100000; i++) {
         const sio_sample *s = NULL;
         sio_code rc = sio_shard_next(sh, &s);
-        if (rc == SIO_ERR_SAMPLE)
+        if (rc == SIO_ERR_SAMPLE) {
+            const char *m = sio_shard_errmsg(sh);
+            mix(t, "bad", 3);
+            mix(t, m, strlen(m));
+            t->results++;
             continue;
-        if (rc != SIO_OK || !s)
+        }
+        if (rc != SIO_OK) {
+            t->failed = 1;
             break;
+        }
+        if (!s)
+            break;
+        t->results++;
+        mix(t, s->key, strlen(s->key) + 1);
+        mix(t, &s->index_in_shard, sizeof s->index_in_shard);
         size_t total = 0;
         for (size_t f = 0; f < s->nfields; f++) {
             total += s->fields[f].len;
@@ -38,13 +77,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             for (size_t b = 0; b < s->fields[f].len; b++)
                 x ^= s->fields[f].data[b];
             (void)x;
-            (void)strlen(s->fields[f].name);
+            mix(t, s->fields[f].name, strlen(s->fields[f].name) + 1);
+            mix(t, &s->fields[f].len, sizeof s->fields[f].len);
+            mix(t, s->fields[f].data, s->fields[f].len);
         }
         if (total != s->bytes || s->bytes > lim.sample_max)
             __builtin_trap();
-        (void)strlen(s->key);
         sio_sample_unref(s);
     }
     sio_shard_close(sh);
+    sio_shard_force_libarchive(0);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    trail plain, la;
+    read_shard(data, size, 0, &plain);
+    read_shard(data, size, 1, &la);
+    /* The same account, also when both stop at an error. */
+    if (plain.failed != la.failed || plain.h != la.h ||
+        plain.results != la.results)
+        __builtin_trap();
     return 0;
 }
