@@ -448,6 +448,71 @@ def figure(rec):
 
 # -- main --------------------------------------------------------------------------
 
+PROFILE_WORKERS = 4
+
+
+def profile_server(ctx, ds, out_dir):
+    """`perf record -g` on shardcastd while `shardcast bench` takes one
+    epoch from it with PROFILE_WORKERS consumers (the shardcast-c contender's
+    setup: HTTP source from nginx, frames), then `perf report` as text into
+    out_dir/profile-<shape>.txt. Returns the file name, or a reason."""
+    perf = shutil.which("perf")
+    if not perf:
+        return None, "perf is not installed (linux-perf)"
+    if not ctx.server_bin or not ctx.cli_bench:
+        return None, "shardcastd or shardcast bench not available"
+    data = os.path.join(ctx.workdir, "perf-%s.data" % ds.shape.name)
+
+    def body(srv):
+        rec = subprocess.Popen([perf, "record", "-g", "-q", "-o", data, "-p",
+                                str(srv.proc.pid)], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+        time.sleep(0.5)
+        fmt = "frames" if "frames" in ctx.server_formats else "tar"
+        args = ctx.cli_bench.command(srv.url, bc.JOB, bc.EPOCH, PROFILE_WORKERS,
+                                     ds.manifest_path, fmt)
+        t0 = time.perf_counter()
+        out = subprocess.run(args, capture_output=True, timeout=ctx.timeout)
+        wall = time.perf_counter() - t0
+        rec.send_signal(2)
+        rec.wait(timeout=60)
+        if out.returncode != 0:
+            raise bc.ContenderError("shardcast bench exit %d" % out.returncode)
+        res = ctx.cli_bench.parse(out.stdout.decode(), wall)
+        res["processes"] = []
+        return res
+
+    try:
+        res = bc._server_pass(ctx, ds, "http", PROFILE_WORKERS, body)
+    except (bc.ContenderError, subprocess.SubprocessError, OSError) as e:
+        return None, "profile run failed: %s" % str(e)[:300]
+    name = "profile-%s.txt" % ds.shape.name
+    srv_cpu = res["processes"][0]["cpu_s"] if res["processes"] else None
+    with open(os.path.join(out_dir, name), "w") as f:
+        f.write("# shardcastd under `perf record -g`, %s: %d consumers "
+                "(shardcast bench, frames, HTTP source from nginx)\n"
+                "# %d samples in %.2f s (%.0f samples/s); server CPU %.2f s"
+                " (%.1f us/sample)\n\n"
+                % (ds.shape.name, PROFILE_WORKERS, res["samples"],
+                   res["elapsed_s"], res["samples"] / res["elapsed_s"],
+                   srv_cpu or 0.0,
+                   (srv_cpu or 0.0) / max(1, res["samples"]) * 1e6))
+        f.flush()
+        for sort, extra in (("dso", ["-g", "none"]),
+                            ("symbol", ["-g", "none", "--percent-limit", "0.3"]),
+                            ("symbol", ["-g", "caller,2,callee,function,percent",
+                                        "--percent-limit", "3"])):
+            f.write("## perf report --no-children --sort %s %s\n\n"
+                    % (sort, " ".join(extra)))
+            f.flush()
+            subprocess.run([perf, "report", "-i", data, "--no-children",
+                            "--stdio", "--sort", sort] + extra,
+                           stdout=f, stderr=subprocess.DEVNULL, timeout=600)
+            f.write("\n")
+    os.unlink(data)
+    return name, ""
+
+
 def parse_args(argv):
     ap = argparse.ArgumentParser(description="shardcast benchmark (issue 7)")
     ap.add_argument("--quick", action="store_true",
@@ -474,6 +539,9 @@ def parse_args(argv):
     ap.add_argument("--server-flags", default="",
                     help="extra shardcastd flags, space-separated (experiments;"
                          " recorded in the results)")
+    ap.add_argument("--profile", choices=("on", "off"), default=None,
+                    help="after the runs, profile shardcastd with perf for "
+                         "each shape (default: on for a full run)")
     ap.add_argument("--command", default=None,
                     help="the command line to record (set by run.sh)")
     a = ap.parse_args(argv)
@@ -600,6 +668,12 @@ def main(argv=None):
                         results["runs"].append(rec)
                         log("run %d %-7s W=%-3d %-24s %s" % (rep, s.name, w, c.name,
                                                               figure(rec)))
+        if (args.profile or ("off" if args.quick else "on")) == "on":
+            results["profiles"] = {}
+            for s in shapes:
+                name, why = profile_server(ctx, datasets[s.name], args.out)
+                results["profiles"][s.name] = name or ("not made: " + why)
+                log("profile %-7s %s" % (s.name, name or why))
     finally:
         if ctx.nginx:
             ctx.nginx.stop()

@@ -30,6 +30,12 @@ TARGETS = {
     "worker_cpu_vs_baseline": 0.25,
     "modes_tokens_vs_baseline": 20.0,
     "modes_images_vs_dl_ceiling": 1.0,
+    # Issue 13, C consumers and the server.
+    "tokens_c_vs_ceiling_w4": 0.60,
+    "tokens_c_samples_per_s_w4": 250000.0,
+    "one_stream_c_vs_curl": 0.60,
+    "server_cpu_s_per_gb_images": 0.5,
+    "server_cpu_us_per_sample_tokens": 5.0,
 }
 # The batched and tensor modes of the Python client.
 MODE_CONTENDERS = ("shardcast-py-frames-batched", "shardcast-py-frames-tensor")
@@ -133,6 +139,74 @@ def summarize(results):
     results["summary"] = summary
     results["targets"] = _targets(results, by)
     return results
+
+
+def _server_cpu_us(e):
+    """shardcastd's CPU per delivered sample (µs), or None."""
+    if not e or e.get("server_cpu_s") is None or not e.get("samples"):
+        return None
+    return e["server_cpu_s"] / e["samples"] * 1e6
+
+
+def _server_cpu_per_gb(e):
+    """shardcastd's core-seconds per GB (10^9 B) of payload delivered."""
+    if not e or e.get("server_cpu_s") is None or not e.get("samples") or \
+            not e.get("samples_per_s") or not e.get("mb_per_s"):
+        return None
+    gb = e["samples"] / e["samples_per_s"] * e["mb_per_s"] / 1e3
+    return e["server_cpu_s"] / gb if gb else None
+
+
+def _server_targets(results, by):
+    """Issue 13's targets for C consumers and the server's CPU."""
+    out = []
+    ws = results["config"]["workers"]
+    e = by.get(("shardcast-c", "tokens", 4))
+    if 4 in ws:
+        v = e and e.get("x_ceiling")
+        out.append({"id": "tokens_c_vs_ceiling_w4", "contender": "shardcast-c",
+                    "shape": "tokens", "workers": 4, "measured": v,
+                    "threshold": TARGETS["tokens_c_vs_ceiling_w4"],
+                    "unit": "x nginx ceiling samples/s",
+                    "met": _verdict(v, TARGETS["tokens_c_vs_ceiling_w4"]),
+                    "note": _why_missing(e)})
+        v = e and e.get("samples_per_s")
+        out.append({"id": "tokens_c_samples_per_s_w4", "contender": "shardcast-c",
+                    "shape": "tokens", "workers": 4, "measured": v,
+                    "threshold": TARGETS["tokens_c_samples_per_s_w4"],
+                    "unit": "samples/s",
+                    "met": _verdict(v, TARGETS["tokens_c_samples_per_s_w4"]),
+                    "note": _why_missing(e)})
+    if 1 in ws:
+        e = by.get(("shardcast-c", "images", 1))
+        v = e and e.get("x_ceiling")
+        out.append({"id": "one_stream_c_vs_curl", "contender": "shardcast-c",
+                    "shape": "images", "workers": 1, "measured": v,
+                    "threshold": TARGETS["one_stream_c_vs_curl"],
+                    "unit": "x one curl from nginx (W=1)",
+                    "met": _verdict(v, TARGETS["one_stream_c_vs_curl"]),
+                    "note": _why_missing(e)})
+    for w in ws:
+        e = by.get(("shardcast-c", "images", w))
+        v = _server_cpu_per_gb(e)
+        out.append({"id": "server_cpu_s_per_gb_images", "contender": "shardcast-c",
+                    "shape": "images", "workers": w, "measured": v,
+                    "threshold": TARGETS["server_cpu_s_per_gb_images"],
+                    "unit": "shardcastd core-seconds per GB delivered",
+                    "met": _verdict(v, TARGETS["server_cpu_s_per_gb_images"],
+                                    higher=False),
+                    "note": _why_missing(e)})
+        e = by.get(("shardcast-c", "tokens", w))
+        v = _server_cpu_us(e)
+        out.append({"id": "server_cpu_us_per_sample_tokens",
+                    "contender": "shardcast-c", "shape": "tokens", "workers": w,
+                    "measured": v,
+                    "threshold": TARGETS["server_cpu_us_per_sample_tokens"],
+                    "unit": "shardcastd CPU µs per 1 KiB sample",
+                    "met": _verdict(v, TARGETS["server_cpu_us_per_sample_tokens"],
+                                    higher=False),
+                    "note": _why_missing(e)})
+    return out
 
 
 def _worker_cpu_us(e):
@@ -239,6 +313,7 @@ def _targets(results, by):
                     "met": _verdict(v, TARGETS["images_c_vs_ceiling"]),
                     "note": _why_missing(e)})
     out += _python_targets(results, by)
+    out += _server_targets(results, by)
     shardcast = [c["name"] for c in results["contenders"]
                  if c["family"] in ("shardcast-py", "shardcast-c")]
     buffer_bytes = _parse_bytes(_server_default_flag(results, "buffer-bytes"))
@@ -366,15 +441,16 @@ def render_markdown(results):
         lines.append("## %s — %s" % (shape, results["datasets"][shape]["shape"]["label"]))
         lines.append("")
         lines.append("| contender | W | samples/s | MB/s | × ceiling | × baseline "
-                     "| × DL ceiling | worker CPU µs/sample | TTFS s | CPU s | CPU µs/sample | server RSS MiB "
+                     "| × DL ceiling | worker CPU µs/sample | TTFS s | CPU s | CPU µs/sample "
+                     "| server CPU µs/sample | server core-s/GB | server RSS MiB "
                      "| client RSS max / sum MiB | store GETs | store MB "
                      "| runs ok | exactly-once |")
-        lines.append("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|:-:|")
+        lines.append("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|:-:|")
         for e in results["summary"]:
             if e["shape"] != shape:
                 continue
             if not e["runs_ok"]:
-                lines.append("| %s | %d | %s | | | | | | | | | | | %s | | 0/%d | |" % (
+                lines.append("| %s | %d | %s | | | | | | | | | | | | | %s | | 0/%d | |" % (
                     e["contender"], e["workers"],
                     ", ".join(e["statuses"]) + (": " + e["reasons"][0][:80]
                                                  if e["reasons"] else ""),
@@ -384,13 +460,15 @@ def render_markdown(results):
             if e["contender"].startswith("ceiling-curl"):
                 eo = "bytes"
             lines.append(
-                "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s "
-                "| %s | %s | %d/%d | %s |" % (
+                "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s "
+                "| %s / %s | %s | %s | %d/%d | %s |" % (
                     e["contender"], e["workers"], _fmt(e["samples_per_s"]),
                     _fmt(e["mb_per_s"], "%.1f"), _fmt(e["x_ceiling"], "%.2f"),
                     _fmt(e["x_baseline"], "%.2f"), _fmt(e.get("x_dl_ceiling"), "%.2f"),
                     _fmt(_worker_cpu_us(e)), _fmt(e["ttfs_s"], "%.2f"),
                     _fmt(e["cpu_s"], "%.1f"), _fmt(e["cpu_us_per_sample"], "%.0f"),
+                    _fmt(_server_cpu_us(e), "%.1f"),
+                    _fmt(_server_cpu_per_gb(e), "%.2f"),
                     _fmt(_mib(e["server_rss_kib"])),
                     _fmt(_mib(e["client_max_rss_kib"])),
                     _fmt(_mib(e["client_sum_rss_kib"])), _fmt(e["store_gets"]),
@@ -419,6 +497,16 @@ def render_markdown(results):
             meas if meas is not None else "–", thr, met,
             " (%s)" % t["note"] if t.get("note") else ""))
     lines.append("")
+    if results.get("profiles"):
+        lines.append("## Server profiles")
+        lines.append("")
+        lines.append("`perf record -g` on shardcastd during one extra "
+                     "shardcast-c epoch per shape (W = 4), after the runs:")
+        lines.append("")
+        for shape, f in results["profiles"].items():
+            lines.append("- %s: %s" % (shape, "[%s](%s)" % (f, f)
+                                        if f.endswith(".txt") else f))
+        lines.append("")
     if results.get("plot"):
         lines.append("![benchmark plot](%s)" % results["plot"])
     elif results.get("plot_error"):

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # bench/deps.sh — Debian packages that only the benchmark needs, on top of
-# scripts/deps.sh (which the test suite runs): matplotlib for the plot.
+# scripts/deps.sh (which the test suite runs): matplotlib for the plot,
+# linux-perf for the server profiles (bench/profile.py).
 # Idempotent and non-interactive; run as root (or with sudo available).
 # Set SHARDCAST_DEPS_SKIP=1 to skip.
 set -euo pipefail
 
 [ "${SHARDCAST_DEPS_SKIP:-0}" = 1 ] && exit 0
 
-PKGS=(python3-matplotlib)
+PKGS=(python3-matplotlib linux-perf)
 
 missing=()
 for p in "${PKGS[@]}"; do
