@@ -716,6 +716,7 @@ typedef struct sio_feed_seek_stats {
     uint64_t window_bytes;  /* bytes held by their windows */
     uint64_t ready_us;      /* opening to first sample, summed over ... */
     uint64_t ready_count;   /* ... this many seek feeds */
+    sio_hist_snap ready;    /* the same times (sio_hist_latency) */
 } sio_feed_seek_stats;
 
 typedef struct sio_feed_stats {

@@ -271,6 +271,7 @@ static void seek_add(sio_feed_seek_stats *a, const sio_feed_seek_stats *b)
     a->window_bytes += b->window_bytes;
     a->ready_us += b->ready_us;
     a->ready_count += b->ready_count;
+    sio_hist_snap_add(&a->ready, &b->ready);
 }
 
 static void slot_close(sc_job *job, fslot *s)
@@ -1915,15 +1916,15 @@ sio_code sc_jobs_metrics(sc_jobs *j, sio_wbuf *out)
     EACH("shardcast_lag_detaches_total", m[i].cnt.seek.lag_detaches);
     FAMILY("shardcast_seeks_active", "gauge", "Seek feeds open now.");
     EACH("shardcast_seeks_active", m[i].cnt.seek.active);
-    FAMILY("shardcast_seek_ready_seconds", "summary",
+    FAMILY("shardcast_seek_ready_seconds", "histogram",
            "Time from opening a seek feed to its first sample.");
-    for (size_t i = 0; i < n; i++)
-        if ((rc = put(out, "shardcast_seek_ready_seconds_sum{shardcast_job=\"%s\"} "
-                      "%.6f\nshardcast_seek_ready_seconds_count{shardcast_job=\"%s\"} "
-                      "%" PRIu64 "\n", m[i].name,
-                      (double)m[i].cnt.seek.ready_us / 1e6, m[i].name,
-                      m[i].cnt.seek.ready_count)))
+    for (size_t i = 0; i < n; i++) {
+        char lab[SC_JOB_NAME_MAX + 32];
+        snprintf(lab, sizeof lab, "shardcast_job=\"%s\"", m[i].name);
+        if ((rc = sio_hist_write(out, "shardcast_seek_ready_seconds", lab,
+                                 &sio_hist_latency, &m[i].cnt.seek.ready)))
             goto out;
+    }
 
     /* Unlabelled series: one family, one line. */
 #define SCALAR(metric, type, help, value)                                  \
