@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "metrics.h"
 #include "shardio_index.h"
 
 /* Manager tick: timers (idle feeds, prefetch, throughput) need no finer
@@ -1799,7 +1800,6 @@ sio_code sc_jobs_metrics(sc_jobs *j, sio_wbuf *out)
     size_t n = 0;
     sio_feed_consumer *cons = malloc(SC_STATUS_CONSUMERS_MAX * sizeof *cons);
     job_metrics *m = calloc(j->cfg->max_jobs, sizeof *m);
-    sio_io_stats f;
 
     if (!cons || !m) {
         rc = SIO_ERR_NOMEM;
@@ -1948,20 +1948,9 @@ sio_code sc_jobs_metrics(sc_jobs *j, sio_wbuf *out)
            "Shard indexes completed by streaming the shard.", ix.built);
     SCALAR("shardcast_index_invalid_total", "counter",
            "Index files refused as stale or corrupt.", ix.invalid);
-    sio_io_get_stats(j->io, &f);
-    SCALAR("shardcast_fetch_requests_total", "counter",
-           "Object-store requests started (attempts).", f.requests);
-    SCALAR("shardcast_fetch_retries_total", "counter",
-           "Object-store attempts that were retries.", f.retries);
-    SCALAR("shardcast_fetch_throttles_total", "counter",
-           "Object-store throttling answers (503, 429, SlowDown).",
-           f.throttles);
-    SCALAR("shardcast_fetch_errors_total", "counter",
-           "Object-store requests that failed for good.", f.errors);
-    SCALAR("shardcast_fetch_bytes_total", "counter",
-           "Object-store response body bytes received.", f.bytes);
-    SCALAR("shardcast_fetch_inflight", "gauge",
-           "Object-store requests in flight.", f.inflight);
+    /* By backend (and latency by operation): metrics.c. */
+    if ((rc = sc_metrics_write_store(j->io, out)))
+        goto out;
 #undef SCALAR
 #undef FAMILY
 #undef EACH
