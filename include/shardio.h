@@ -23,6 +23,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shardio_hist.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -153,8 +155,48 @@ typedef struct sio_io_stats {
 } sio_io_stats;
 
 /* Fill *st with a snapshot of the counters (all zero when io has no
- * engine). Thread-safe. */
+ * engine). Thread-safe. Totals over the engine's backends (http, s3). */
 void sio_io_get_stats(const sio_io *io, sio_io_stats *st);
+
+/* Object-store work by backend and operation (for metrics). */
+typedef enum sio_store_backend {
+    SIO_STORE_HTTP = 0,   /* http(s):// through the fetch engine */
+    SIO_STORE_S3,         /* s3:// (and its credential requests) */
+    SIO_STORE_FILE,       /* local files */
+    SIO_STORE_BACKENDS
+} sio_store_backend;
+
+typedef enum sio_store_op {
+    SIO_STORE_GET = 0,      /* a ranged GET of shard bytes; files: open */
+    SIO_STORE_HEAD,         /* object size (HEAD; files: stat) */
+    SIO_STORE_LIST,         /* a listing page (files: a directory) */
+    SIO_STORE_CREDENTIALS,  /* STS, IMDS, container credentials (s3) */
+    SIO_STORE_OTHER,
+    SIO_STORE_OPS
+} sio_store_op;
+
+/* "http", "s3", "file"; "get", "head", "list", "credentials", "other". */
+const char *sio_store_backend_name(sio_store_backend b);
+const char *sio_store_op_name(sio_store_op op);
+
+typedef struct sio_store_stats {
+    /* Counters of each backend; `concurrency` is the engine's (the same
+     * for http and s3, 0 for files). latency_* are not kept per backend. */
+    sio_io_stats backend[SIO_STORE_BACKENDS];
+    /*
+     * Latency of each request attempt that got an answer (any status),
+     * layout sio_hist_latency: for http and s3 from the attempt's start
+     * (DNS, connect and TLS included; not the time queued behind the
+     * concurrency limit or a retry's backoff) to the first byte of the
+     * answer (libcurl's CURLINFO_STARTTRANSFER_TIME); for files the
+     * open / stat / directory listing system calls.
+     */
+    sio_hist_snap latency[SIO_STORE_BACKENDS][SIO_STORE_OPS];
+} sio_store_stats;
+
+/* Snapshot of the io's object-store counters and latencies (all zero when
+ * io is NULL). Thread-safe. */
+void sio_io_get_store_stats(const sio_io *io, sio_store_stats *st);
 
 /* Work that still uses io after its owner let go (a feed closed while its
  * producer was inside object-store I/O is freed by a closer thread):
@@ -709,6 +751,7 @@ typedef struct sio_feed_seek_stats {
     uint64_t window_bytes;  /* bytes held by their windows */
     uint64_t ready_us;      /* opening to first sample, summed over ... */
     uint64_t ready_count;   /* ... this many seek feeds */
+    sio_hist_snap ready;    /* the same times (sio_hist_latency) */
 } sio_feed_seek_stats;
 
 typedef struct sio_feed_stats {

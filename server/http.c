@@ -36,6 +36,7 @@
 
 #include "auth.h"
 #include "log.h"
+#include "metrics.h"
 #include "request.h"
 #include "stream.h"
 
@@ -278,6 +279,7 @@ static enum MHD_Result start_stream(req_ctx *ctx, struct MHD_Connection *conn)
                status);
         return reply_error_ra(ctx, conn, status, reason, retry_after);
     }
+    sc_stream_set_arrival(ctx->stream, &ctx->t0, ctx->req.route);
     struct MHD_Response *r = MHD_create_response_from_callback(
         MHD_SIZE_UNKNOWN, STREAM_BLOCK, sc_stream_reader, ctx->stream, NULL);
     if (!r) {
@@ -420,6 +422,10 @@ static enum MHD_Result answer_metrics(req_ctx *ctx,
         "log queue was full.\n# TYPE shardcast_log_dropped_total counter\n"
         "shardcast_log_dropped_total %" PRIu64 "\n",
         sc_log_dropped());
+    if (rc == SIO_OK)
+        rc = sc_metrics_write_http(&b, route_names, NROUTES);
+    if (rc == SIO_OK)
+        rc = sc_metrics_write_process(&b);
     if (rc == SIO_OK)
         rc = sc_jobs_limits_metrics(srv->jobs, &b);
     /* Per-job series name the jobs: only for authorised callers. */
@@ -709,6 +715,7 @@ static void request_completed(void *cls, struct MHD_Connection *conn,
     if (!ctx)
         return;
     *req_cls = NULL;
+    sc_metrics_http_done(ctx->req.route, ctx->method, &ctx->t0);
     if (toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED)
         atomic_fetch_add(&srv->timeouts, 1);
     else if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && ctx->binding)

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "metrics.h"
 #include "shardio_index.h"
 
 /* Manager tick: timers (idle feeds, prefetch, throughput) need no finer
@@ -271,6 +272,7 @@ static void seek_add(sio_feed_seek_stats *a, const sio_feed_seek_stats *b)
     a->window_bytes += b->window_bytes;
     a->ready_us += b->ready_us;
     a->ready_count += b->ready_count;
+    sio_hist_snap_add(&a->ready, &b->ready);
 }
 
 static void slot_close(sc_job *job, fslot *s)
@@ -1798,7 +1800,6 @@ sio_code sc_jobs_metrics(sc_jobs *j, sio_wbuf *out)
     size_t n = 0;
     sio_feed_consumer *cons = malloc(SC_STATUS_CONSUMERS_MAX * sizeof *cons);
     job_metrics *m = calloc(j->cfg->max_jobs, sizeof *m);
-    sio_io_stats f;
 
     if (!cons || !m) {
         rc = SIO_ERR_NOMEM;
@@ -1915,15 +1916,15 @@ sio_code sc_jobs_metrics(sc_jobs *j, sio_wbuf *out)
     EACH("shardcast_lag_detaches_total", m[i].cnt.seek.lag_detaches);
     FAMILY("shardcast_seeks_active", "gauge", "Seek feeds open now.");
     EACH("shardcast_seeks_active", m[i].cnt.seek.active);
-    FAMILY("shardcast_seek_ready_seconds", "summary",
+    FAMILY("shardcast_seek_ready_seconds", "histogram",
            "Time from opening a seek feed to its first sample.");
-    for (size_t i = 0; i < n; i++)
-        if ((rc = put(out, "shardcast_seek_ready_seconds_sum{shardcast_job=\"%s\"} "
-                      "%.6f\nshardcast_seek_ready_seconds_count{shardcast_job=\"%s\"} "
-                      "%" PRIu64 "\n", m[i].name,
-                      (double)m[i].cnt.seek.ready_us / 1e6, m[i].name,
-                      m[i].cnt.seek.ready_count)))
+    for (size_t i = 0; i < n; i++) {
+        char lab[SC_JOB_NAME_MAX + 32];
+        snprintf(lab, sizeof lab, "shardcast_job=\"%s\"", m[i].name);
+        if ((rc = sio_hist_write(out, "shardcast_seek_ready_seconds", lab,
+                                 &sio_hist_latency, &m[i].cnt.seek.ready)))
             goto out;
+    }
 
     /* Unlabelled series: one family, one line. */
 #define SCALAR(metric, type, help, value)                                  \
@@ -1947,20 +1948,9 @@ sio_code sc_jobs_metrics(sc_jobs *j, sio_wbuf *out)
            "Shard indexes completed by streaming the shard.", ix.built);
     SCALAR("shardcast_index_invalid_total", "counter",
            "Index files refused as stale or corrupt.", ix.invalid);
-    sio_io_get_stats(j->io, &f);
-    SCALAR("shardcast_fetch_requests_total", "counter",
-           "Object-store requests started (attempts).", f.requests);
-    SCALAR("shardcast_fetch_retries_total", "counter",
-           "Object-store attempts that were retries.", f.retries);
-    SCALAR("shardcast_fetch_throttles_total", "counter",
-           "Object-store throttling answers (503, 429, SlowDown).",
-           f.throttles);
-    SCALAR("shardcast_fetch_errors_total", "counter",
-           "Object-store requests that failed for good.", f.errors);
-    SCALAR("shardcast_fetch_bytes_total", "counter",
-           "Object-store response body bytes received.", f.bytes);
-    SCALAR("shardcast_fetch_inflight", "gauge",
-           "Object-store requests in flight.", f.inflight);
+    /* By backend (and latency by operation): metrics.c. */
+    if ((rc = sc_metrics_write_store(j->io, out)))
+        goto out;
     sio_pool_stats ps;
     sio_pool_get_stats(&ps);
     SCALAR("shardcast_sample_pool_idle_bytes", "gauge",

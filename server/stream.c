@@ -24,6 +24,7 @@
 #include <sys/socket.h>
 
 #include "log.h"
+#include "metrics.h"
 #include "shardio_wire.h"
 
 #define REASON_MAX 512
@@ -69,6 +70,8 @@ struct sc_stream {
     sc_stream_counters *counters;
     char id[40];
     char error[256]; /* reason of an ERROR trailer */
+    struct timespec arrival; /* of the request (first-sample metric) */
+    sc_route route;          /* 0: no arrival set, nothing timed */
 };
 
 static sio_code stream_err(sio_error *err, sio_code code, const char *fmt,
@@ -262,6 +265,13 @@ out:
     return rc;
 }
 
+void sc_stream_set_arrival(sc_stream *s, const struct timespec *t0,
+                           sc_route route)
+{
+    s->arrival = *t0;
+    s->route = route;
+}
+
 void sc_stream_bind(sc_stream *s, sio_cursor *c, struct MHD_Connection *conn)
 {
     s->cursor = c;
@@ -435,6 +445,8 @@ static int advance(sc_stream *s)
     s->position = pos + 1;
     if (s->counters)
         atomic_fetch_add(&s->counters->samples, 1);
+    if (s->samples == 1 && s->route)
+        sc_metrics_first_sample(s->route, &s->arrival);
     if (s->nseg == 0)
         segments_done(s); /* a tar sample with no kept field */
     return 1;

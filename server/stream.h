@@ -43,6 +43,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "request.h"
 #include "shardio.h"
@@ -97,6 +98,11 @@ void sc_stream_bind(sc_stream *s, sio_cursor *c, struct MHD_Connection *conn);
 
 /* The sio_notify_fn of the stream's cursor (any thread, feed lock held). */
 void sc_stream_notify(void *stream);
+
+/* The request's arrival (CLOCK_MONOTONIC) and route, before the response
+ * is queued: the first sample queued is timed from it (metrics.h). */
+void sc_stream_set_arrival(sc_stream *s, const struct timespec *t0,
+                           sc_route route);
 
 /* The MHD content reader; cls is the sc_stream. MHD thread only. */
 ssize_t sc_stream_reader(void *cls, uint64_t pos, char *buf, size_t max);

@@ -1,7 +1,9 @@
 /*
  * backend_file.c — the local file backend: plain paths and file:// URLs.
  *
- * Threading: stateless backend (no context); each stream is one fd used by
+ * Threading: the context is the io's object-store stats (storestats.h:
+ * atomics; NULL without an io), to which open, stat and list add a request
+ * and its latency, and reads their bytes; each stream is one fd used by
  * one thread. Ownership: a stream owns its fd and closes it.
  */
 #include <dirent.h>
@@ -11,15 +13,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend.h"
+#include "storestats.h"
 
 /* Longest path we accept (PATH_MAX on Linux). */
 #define FILE_PATH_MAX 4096
 
 typedef struct file_stream {
     sio_stream base;
+    sio_storestats *st; /* may be NULL */
     int fd;
     uint64_t left; /* bytes the range still allows (UINT64_MAX: all) */
     char err[256];
@@ -81,6 +86,35 @@ static sio_code to_path(const char *url, char *buf, size_t len, sio_error *err)
     return SIO_OK;
 }
 
+/* A request of the file backend starts: counted, timed by its caller. */
+static void req_start(sio_storestats *st, struct timespec *t0)
+{
+    if (!st)
+        return;
+    atomic_fetch_add(&st->b[SIO_STORE_FILE].requests, 1);
+    atomic_fetch_add(&st->b[SIO_STORE_FILE].inflight, 1);
+    clock_gettime(CLOCK_MONOTONIC, t0);
+}
+
+static sio_code req_end(sio_storestats *st, const struct timespec *t0,
+                        sio_store_op op, sio_code rc)
+{
+    if (!st)
+        return rc;
+    sio_hist_observe(&st->latency[SIO_STORE_FILE][op], &sio_hist_latency,
+                     sio_hist_ns_since(t0));
+    atomic_fetch_sub(&st->b[SIO_STORE_FILE].inflight, 1);
+    if (rc != SIO_OK)
+        atomic_fetch_add(&st->b[SIO_STORE_FILE].errors, 1);
+    return rc;
+}
+
+static sio_code file_create(sio_io *io, void **ctx, sio_error *err)
+{
+    *ctx = sio_io_storestats(io);
+    return SIO_OK;
+}
+
 static sio_code errno_code(int e)
 {
     switch (e) {
@@ -98,17 +132,20 @@ static sio_code file_stat(void *ctx, const char *url, uint64_t *size,
 {
     char path[FILE_PATH_MAX];
     struct stat st;
+    struct timespec t0 = {0, 0};
     sio_code rc = to_path(url, path, sizeof path, err);
     if (rc)
         return rc;
+    req_start(ctx, &t0);
     if (stat(path, &st) != 0)
-        return sio_seterr(err, errno_code(errno), "stat url=%s: %s", url,
-                          strerror(errno));
-    if (!S_ISREG(st.st_mode))
-        return sio_seterr(err, SIO_ERR_INVALID, "not a regular file url=%s",
-                          url);
-    *size = (uint64_t)st.st_size;
-    return SIO_OK;
+        rc = sio_seterr(err, errno_code(errno), "stat url=%s: %s", url,
+                        strerror(errno));
+    else if (!S_ISREG(st.st_mode))
+        rc = sio_seterr(err, SIO_ERR_INVALID, "not a regular file url=%s",
+                        url);
+    else
+        *size = (uint64_t)st.st_size;
+    return req_end(ctx, &t0, SIO_STORE_HEAD, rc);
 }
 
 static int file_is_container(void *ctx, const char *url)
@@ -129,8 +166,10 @@ static sio_code file_list(void *ctx, const char *url, sio_objlist *out,
     struct dirent *e;
     size_t ul = strlen(url);
     const char *sep = (ul && url[ul - 1] == '/') ? "" : "/";
+    struct timespec t0 = {0, 0};
     if (rc)
-        goto out;
+        return rc;
+    req_start(ctx, &t0);
     d = opendir(path);
     if (!d) {
         rc = sio_seterr(err, errno_code(errno), "opendir url=%s: %s", url,
@@ -158,7 +197,7 @@ static sio_code file_list(void *ctx, const char *url, sio_objlist *out,
 out:
     if (d)
         closedir(d);
-    return rc;
+    return req_end(ctx, &t0, SIO_STORE_LIST, rc);
 }
 
 static sio_code fs_read(sio_stream *s, void *buf, size_t cap, size_t *got)
@@ -175,6 +214,9 @@ static sio_code fs_read(sio_stream *s, void *buf, size_t cap, size_t *got)
         if (r >= 0) {
             *got = (size_t)r;
             fs->left -= (uint64_t)r;
+            if (fs->st && r > 0)
+                atomic_fetch_add(&fs->st->b[SIO_STORE_FILE].bytes,
+                                 (uint64_t)r);
             return SIO_OK;
         }
         if (errno == EINTR)
@@ -207,13 +249,16 @@ static sio_code file_open_range(void *ctx, const char *url, uint64_t offset,
     char path[FILE_PATH_MAX];
     file_stream *fs = NULL;
     struct stat st;
+    struct timespec t0 = {0, 0};
     sio_code rc = to_path(url, path, sizeof path, err);
     if (rc)
         return rc;
     fs = calloc(1, sizeof *fs);
     if (!fs)
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    req_start(ctx, &t0);
     fs->base.ops = &file_stream_ops;
+    fs->st = ctx;
     fs->left = end > offset ? end - offset : 0;
     fs->fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fs->fd < 0) {
@@ -237,7 +282,7 @@ static sio_code file_open_range(void *ctx, const char *url, uint64_t offset,
 out:
     if (fs)
         fs_close(&fs->base);
-    return rc;
+    return req_end(ctx, &t0, SIO_STORE_GET, rc);
 }
 
 static sio_code file_open(void *ctx, const char *url, uint64_t offset,
@@ -254,5 +299,6 @@ const sio_backend_ops sio_backend_file = {
     .is_container = file_is_container,
     .open = file_open,
     .destroy = NULL,
+    .create = file_create,
     .open_range = file_open_range,
 };

@@ -105,6 +105,7 @@ static sio_code http_stat(void *ctx, const char *url, uint64_t *size,
     req.prepare = http_prepare;
     req.ctx = t;
     req.max_retries = -1;
+    req.backend = SIO_STORE_HTTP;
     rc = sio_fetch_perform(ctx, &req, &resp, err);
     if (rc)
         goto out;
@@ -131,6 +132,7 @@ static sio_code http_open_range(void *ctx, const char *url, uint64_t offset,
     ft.prepare = http_prepare;
     ft.ctx = t;
     ft.ctx_free = target_free;
+    ft.backend = SIO_STORE_HTTP;
     return sio_fetch_open_range(ctx, &ft, offset, end, out, err);
 }
 

@@ -288,6 +288,7 @@ static sio_code s3_stat(void *ctx, const char *url, uint64_t *size,
     req.prepare = s3_prepare;
     req.ctx = &t;
     req.max_retries = -1;
+    req.backend = SIO_STORE_S3;
     rc = sio_fetch_perform(s3->f, &req, &resp, err);
     if (rc)
         goto out;
@@ -325,6 +326,7 @@ static sio_code s3_open_range(void *ctx, const char *url, uint64_t offset,
     ft.prepare = s3_prepare;
     ft.ctx = t;
     ft.ctx_free = target_free;
+    ft.backend = SIO_STORE_S3;
     return sio_fetch_open_range(s3->f, &ft, offset, end, out, err);
 }
 
@@ -412,6 +414,8 @@ static sio_code list_prefix(list_job *j, const char *prefix, sio_error *err)
         req.ctx = &t;
         req.body_max = SIO_S3XML_DOC_MAX;
         req.max_retries = -1;
+        req.backend = SIO_STORE_S3;
+        req.list = 1;
         rc = sio_fetch_perform(j->s3->f, &req, &resp, err);
         if (rc) {
             sio_fetch_response_free(&resp);

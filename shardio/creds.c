@@ -413,6 +413,8 @@ static sio_code http_do(sio_creds *c, const char *method, const char *url,
      * sources: IMDS and container credentials live at link-local
      * addresses. */
     req.trusted_endpoint = 1;
+    /* Counted as the s3 backend's "credentials" operation. */
+    req.backend = SIO_STORE_S3;
     if (local) {
         req.timeout_ms = c->imds_timeout_ms;
         req.connect_timeout_ms = c->imds_timeout_ms;

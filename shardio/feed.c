@@ -606,6 +606,8 @@ static void *producer_main(void *arg)
                               (uint64_t)ts.tv_nsec / 1000u;
                 f->root->seek.ready_us += us - f->started_us;
                 f->root->seek.ready_count++;
+                sio_hist_snap_observe(&f->root->seek.ready, &sio_hist_latency,
+                                      (us - f->started_us) * 1000u);
                 f->started_us = 0;
             }
             if (f->hi == f->lo && f->replay)

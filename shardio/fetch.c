@@ -37,6 +37,7 @@
 
 #include "fetch.h"
 #include "s3xml.h"
+#include "storestats.h"
 
 /* Defaults; see sio_io_config. part_size and parts_per_stream: reading a
  * 1 GiB object from nginx on loopback (2 cores) gave 0.8-1.6 GB/s for one
@@ -85,6 +86,8 @@ struct xfer {
     xfer *unext;       /* unpause queue link */
     int unpause_queued;
     int kind;
+    sio_store_backend backend; /* metrics labels */
+    sio_store_op op;
     CURL *h;
     struct curl_slist *hdrs;
     char *url;
@@ -132,6 +135,7 @@ struct fstream {
     sio_fetch_prepare_fn prepare;
     void *ctx;
     void (*ctx_free)(void *);
+    sio_store_backend backend;
     uint64_t offset;
     uint64_t total; /* object size, UINT64_MAX unknown */
     uint64_t end_limit; /* read nothing at or past this (UINT64_MAX) */
@@ -181,11 +185,15 @@ struct sio_fetch {
     double limit;
     uint64_t last_decrease_ms;
     uint64_t rng;
-    /* counters */
-    _Atomic uint64_t n_requests, n_retries, n_throttles, n_errors, n_bytes,
-        lat_sum, lat_count;
-    _Atomic uint32_t n_inflight, n_limit;
+    /* counters: per backend in *st (the io's, or own); these are the
+     * engine's */
+    sio_storestats own, *st;
+    _Atomic uint64_t lat_sum, lat_count;
+    _Atomic uint32_t n_limit;
 };
+
+/* The counters of x's backend. */
+#define BSTAT(f, x) (&(f)->st->b[(x)->backend])
 
 static uint64_t now_ms(void)
 {
@@ -265,7 +273,7 @@ static void detach(sio_fetch *f, xfer *x)
     xlist *l = list_of(f, x);
     if (x->list == L_ACTIVE) {
         curl_multi_remove_handle(f->multi, x->h);
-        atomic_fetch_sub(&f->n_inflight, 1);
+        atomic_fetch_sub(&BSTAT(f, x)->inflight, 1);
     }
     if (l)
         list_remove(l, x);
@@ -345,14 +353,18 @@ void sio_fetch_get_stats(const sio_fetch *f, sio_io_stats *st)
     memset(st, 0, sizeof *st);
     if (!f)
         return;
-    st->requests = atomic_load(&m->n_requests);
-    st->retries = atomic_load(&m->n_retries);
-    st->throttles = atomic_load(&m->n_throttles);
-    st->errors = atomic_load(&m->n_errors);
-    st->bytes = atomic_load(&m->n_bytes);
+    /* The engine's backends only (files have no engine). */
+    for (int b = SIO_STORE_HTTP; b <= SIO_STORE_S3; b++) {
+        sio_storestats_backend *c = &m->st->b[b];
+        st->requests += atomic_load(&c->requests);
+        st->retries += atomic_load(&c->retries);
+        st->throttles += atomic_load(&c->throttles);
+        st->errors += atomic_load(&c->errors);
+        st->bytes += atomic_load(&c->bytes);
+        st->inflight += atomic_load(&c->inflight);
+    }
     st->latency_us_sum = atomic_load(&m->lat_sum);
     st->latency_count = atomic_load(&m->lat_count);
-    st->inflight = atomic_load(&m->n_inflight);
     st->concurrency = atomic_load(&m->n_limit);
 }
 
@@ -665,7 +677,7 @@ static size_t write_call(xfer *x, const char *ptr, size_t n)
     memcpy(c->body + c->len, ptr, n);
     c->len += n;
     c->body[c->len] = '\0';
-    atomic_fetch_add(&x->f->n_bytes, n);
+    atomic_fetch_add(&BSTAT(x->f, x)->bytes, n);
     return n;
 }
 
@@ -715,7 +727,7 @@ static size_t write_part(xfer *x, const char *ptr, size_t n)
     memcpy(p->buf + p->wpos, ptr + drop, rest);
     p->wpos += rest;
     p->got += rest;
-    atomic_fetch_add(&x->f->n_bytes, rest);
+    atomic_fetch_add(&BSTAT(x->f, x)->bytes, rest);
     if (rest)
         pthread_cond_broadcast(&s->cv);
     if (complete) {
@@ -939,8 +951,8 @@ static sio_code start_attempt(sio_fetch *f, xfer *x)
     if (curl_multi_add_handle(f->multi, x->h) != CURLM_OK)
         goto nomem;
     list_push(&f->active, x, L_ACTIVE);
-    atomic_fetch_add(&f->n_inflight, 1);
-    atomic_fetch_add(&f->n_requests, 1);
+    atomic_fetch_add(&BSTAT(f, x)->inflight, 1);
+    atomic_fetch_add(&BSTAT(f, x)->requests, 1);
     return SIO_OK;
 nomem:
     finish(f, x, SIO_ERR_NOMEM, "out of memory starting a request");
@@ -952,7 +964,7 @@ static void finish(sio_fetch *f, xfer *x, sio_code rc, const char *msg)
 {
     detach(f, x);
     if (rc && rc != SIO_ERR_CANCELED)
-        atomic_fetch_add(&f->n_errors, 1);
+        atomic_fetch_add(&BSTAT(f, x)->errors, 1);
     if (x->kind == K_PART) {
         fstream *s = x->s;
         pthread_mutex_lock(&s->mu);
@@ -1014,10 +1026,10 @@ static unsigned x_max_retries(sio_fetch *f, xfer *x)
     return f->cfg.max_retries;
 }
 
-static void aimd_throttle(sio_fetch *f)
+static void aimd_throttle(sio_fetch *f, xfer *x)
 {
     uint64_t now = now_ms();
-    atomic_fetch_add(&f->n_throttles, 1);
+    atomic_fetch_add(&BSTAT(f, x)->throttles, 1);
     if (now - f->last_decrease_ms < AIMD_DECREASE_GAP_MS)
         return;
     f->last_decrease_ms = now;
@@ -1059,7 +1071,7 @@ static void retry(sio_fetch *f, xfer *x, const char *why)
     uint64_t delay = cap ? rng_next(f) % (cap + 1) : 0; /* full jitter */
     x->attempt++;
     x->due_ms = now_ms() + delay;
-    atomic_fetch_add(&f->n_retries, 1);
+    atomic_fetch_add(&BSTAT(f, x)->retries, 1);
     SIO_LOG(&f->cfg.log, SIO_LOG_INFO,
             "event=retry method=%s url=%s attempt=%u delay_ms=%" PRIu64
             " reason=\"%s\"",
@@ -1086,6 +1098,8 @@ static void on_done(sio_fetch *f, xfer *x, CURLcode res)
         curl_easy_getinfo(x->h, CURLINFO_STARTTRANSFER_TIME_T, &ttfb) == CURLE_OK) {
         atomic_fetch_add(&f->lat_sum, (uint64_t)ttfb);
         atomic_fetch_add(&f->lat_count, 1);
+        sio_hist_observe(&f->st->latency[x->backend][x->op],
+                         &sio_hist_latency, (uint64_t)ttfb * 1000u);
     }
     if (x->fatal) {
         char msg[512];
@@ -1155,7 +1169,7 @@ static void on_done(sio_fetch *f, xfer *x, CURLcode res)
         if (code[0] && s3_code_retryable(code, &throttle))
             transient = 1;
         if (throttle)
-            aimd_throttle(f);
+            aimd_throttle(f, x);
         if (transient) {
             if (code[0])
                 snprintf(why, sizeof why, "status=%ld code=%s", x->status,
@@ -1334,6 +1348,7 @@ sio_code sio_fetch_create(const sio_fetch_config *cfg, sio_fetch **out,
     }
     f->cfg = c;
     f->cfg.ca_file = NULL;
+    f->st = c.stats ? c.stats : &f->own;
     if (c.ca_file) {
         f->ca_file = strdup(c.ca_file);
         if (!f->ca_file) {
@@ -1437,6 +1452,18 @@ sio_code sio_fetch_perform(sio_fetch *f, const sio_fetch_request *req,
     if (!x)
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
     x->c = &c;
+    x->backend = (unsigned)req->backend < SIO_STORE_BACKENDS ? req->backend
+                                                             : SIO_STORE_HTTP;
+    if (req->trusted_endpoint)
+        x->op = SIO_STORE_CREDENTIALS;
+    else if (req->list)
+        x->op = SIO_STORE_LIST;
+    else if (strcmp(req->method, "GET") == 0)
+        x->op = SIO_STORE_GET;
+    else if (strcmp(req->method, "HEAD") == 0)
+        x->op = SIO_STORE_HEAD;
+    else
+        x->op = SIO_STORE_OTHER;
     pthread_mutex_init(&c.mu, NULL);
     pthread_cond_init(&c.cv, NULL);
     submit(f, x);
@@ -1491,6 +1518,8 @@ static sio_code add_part(fstream *s, uint64_t start, uint64_t len, size_t cap)
     p->x = x;
     x->s = s;
     x->pi = idx;
+    x->backend = s->backend;
+    x->op = SIO_STORE_GET;
     s->nparts++;
     s->live++;
     submit(s->f, x);
@@ -1650,6 +1679,8 @@ sio_code sio_fetch_open_range(sio_fetch *f, const sio_fetch_target *t,
     s->prepare = t->prepare;
     s->ctx = t->ctx;
     s->ctx_free = t->ctx_free;
+    s->backend = (unsigned)t->backend < SIO_STORE_BACKENDS ? t->backend
+                                                           : SIO_STORE_HTTP;
     s->offset = offset;
     s->total = UINT64_MAX;
     s->end_limit = end > offset ? end : offset + 1;

@@ -76,6 +76,9 @@ typedef struct sio_fetch_config {
     const char *ca_file;         /* NULL: libcurl's default; copied */
     sio_logger log;              /* copied */
     int allow_link_local;        /* see sio_io_config */
+    struct sio_storestats *stats; /* counters and latencies go here (must
+                                     outlive the engine); NULL: the
+                                     engine's own */
 } sio_fetch_config;
 
 /* Start an engine and its thread. On SIO_OK *out is owned by the caller. */
@@ -127,7 +130,10 @@ typedef struct sio_fetch_request {
     uint32_t timeout_ms;         /* whole attempt (0: no limit but stalls) */
     uint32_t connect_timeout_ms; /* 0: the engine's setting */
     int trusted_endpoint;        /* a credential endpoint: may be
-                                    link-local (IMDS) */
+                                    link-local (IMDS); counted as
+                                    SIO_STORE_CREDENTIALS */
+    sio_store_backend backend;   /* metrics label (0: http) */
+    int list;                    /* a listing page (metrics: op list) */
 } sio_fetch_request;
 
 /* Is the socket address link-local or an instance-metadata address
@@ -166,6 +172,7 @@ typedef struct sio_fetch_target {
     void *ctx;                /* owned by the stream from the call on */
     void (*ctx_free)(void *ctx); /* frees ctx when the stream goes (may be
                                     NULL) */
+    sio_store_backend backend;   /* metrics label */
 } sio_fetch_target;
 
 /*

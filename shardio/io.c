@@ -12,6 +12,7 @@
 
 #include "backend.h"
 #include "fetch.h"
+#include "storestats.h"
 
 #define IO_READ_BUFFER_DEFAULT (256u * 1024u)
 #define IO_READ_BUFFER_MAX (64u * 1024u * 1024u)
@@ -36,6 +37,7 @@ struct sio_io {
     void *extra_ctx[IO_EXTRA_BACKENDS_MAX];
     size_t nextra;
     atomic_int busy; /* closers still using the io (sio_io_busy) */
+    sio_storestats stats; /* object-store metrics (engine, file backend) */
 };
 
 sio_code sio_io_create(const sio_io_config *cfg, sio_io **out, sio_error *err)
@@ -66,6 +68,7 @@ sio_code sio_io_create(const sio_io_config *cfg, sio_io **out, sio_error *err)
             .ca_file = io->cfg.ca_file,
             .log = io->cfg.log,
             .allow_link_local = io->cfg.allow_link_local,
+            .stats = &io->stats,
         };
         sio_code rc = sio_fetch_create(&fc, &io->fetch, err);
         for (size_t i = 0; rc == SIO_OK && i < NBACKENDS; i++)
@@ -93,6 +96,20 @@ const sio_io_config *sio_io_get_config(const sio_io *io)
 void sio_io_get_stats(const sio_io *io, sio_io_stats *st)
 {
     sio_fetch_get_stats(io ? io->fetch : NULL, st);
+}
+
+void sio_io_get_store_stats(const sio_io *io, sio_store_stats *st)
+{
+    sio_io_stats eng;
+    sio_storestats_snapshot(io ? &io->stats : NULL, st);
+    sio_fetch_get_stats(io ? io->fetch : NULL, &eng);
+    st->backend[SIO_STORE_HTTP].concurrency = eng.concurrency;
+    st->backend[SIO_STORE_S3].concurrency = eng.concurrency;
+}
+
+sio_storestats *sio_io_storestats(sio_io *io)
+{
+    return io ? &io->stats : NULL;
 }
 
 int sio_io_busy(const sio_io *io)

@@ -5,10 +5,14 @@
  * stream), resets and truncation resumed with Range + If-Match, 503
  * SlowDown retried and counted as throttling (AIMD), an object that
  * changes mid-read, 404/403 with S3 error codes, exhausted retries, an
- * empty object, and the body limit of a perform.
+ * empty object, and the body limit of a perform. The counters and latency
+ * histograms by backend and operation (sio_store_stats), for the http
+ * backend, requests labelled s3 (listing, credentials) and local files.
  */
 #include <inttypes.h>
 #include <stdatomic.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "fetch.h"
@@ -117,7 +121,11 @@ typedef struct run {
     int equal;
     char err[600];
     sio_io_stats st;
+    sio_store_stats ss;
 } run;
+
+/* Observations of one latency histogram. */
+#define LAT(ss, b, op) sio_hist_snap_count(&(ss).latency[SIO_STORE_##b][SIO_STORE_##op])
 
 static void read_all(store *st, thttp *srv, int mode, int faults,
                      const sio_io_config *cfg, const char *path, run *out)
@@ -159,6 +167,7 @@ static void read_all(store *st, thttp *srv, int mode, int faults,
         s->ops->close(s);
     }
     sio_io_get_stats(io, &out->st);
+    sio_io_get_store_stats(io, &out->ss);
     sio_io_destroy(io);
     free(buf);
 }
@@ -205,6 +214,16 @@ int main(void)
     CHECK_EQ_U64(r.st.retries, 0);
     CHECK_EQ_U64(r.st.bytes, OBJ_SIZE);
     CHECK(r.st.latency_count == r.st.requests);
+    /* By backend: all of it is http; every part's GET answered. */
+    CHECK_EQ_U64(r.ss.backend[SIO_STORE_HTTP].requests, r.st.requests);
+    CHECK_EQ_U64(r.ss.backend[SIO_STORE_HTTP].bytes, OBJ_SIZE);
+    CHECK_EQ_U64(r.ss.backend[SIO_STORE_HTTP].inflight, 0);
+    CHECK_EQ_U64(r.ss.backend[SIO_STORE_S3].requests, 0);
+    CHECK_EQ_U64(r.ss.backend[SIO_STORE_FILE].requests, 0);
+    CHECK_EQ_U64(LAT(r.ss, HTTP, GET), r.st.requests);
+    CHECK_EQ_U64(LAT(r.ss, HTTP, HEAD), 0);
+    CHECK(r.ss.latency[SIO_STORE_HTTP][SIO_STORE_GET].sum_ns > 0);
+    CHECK(r.ss.backend[SIO_STORE_HTTP].concurrency > 0);
 
     /* Range ignored: one body through a 64 KiB buffer (pauses). */
     read_all(&st, &srv, M_NORANGE, 0, &c, "/obj", &r);
@@ -238,6 +257,8 @@ int main(void)
     CHECK(r.read_rc == SIO_OK && r.equal);
     CHECK_EQ_U64(r.st.throttles, 5);
     CHECK_EQ_U64(r.st.retries, 5);
+    CHECK_EQ_U64(r.ss.backend[SIO_STORE_HTTP].throttles, 5);
+    CHECK_EQ_U64(r.ss.backend[SIO_STORE_HTTP].retries, 5);
     CHECK(r.st.concurrency < 64);
 
     /* The object changes between parts: an error, not a mix; permanent
@@ -265,6 +286,9 @@ int main(void)
         CHECK(strstr(r.err, "gave up after 3 attempts") != NULL);
         CHECK_EQ_U64(r.st.requests, 3);
         CHECK_EQ_U64(r.st.errors, 1);
+        CHECK_EQ_U64(r.ss.backend[SIO_STORE_HTTP].errors, 1);
+        /* Each attempt got an answer (500): each is timed. */
+        CHECK_EQ_U64(LAT(r.ss, HTTP, GET), 3);
     }
 
     /* An empty object (416 to the first Range) reads as empty. */
@@ -290,7 +314,114 @@ int main(void)
         snprintf(url, sizeof url, "http://127.0.0.1:%d/missing", srv.port);
         CHECK(ops->stat(ctx, url, &size, &e) == SIO_ERR_NOTFOUND);
         CHECK(ops->list(ctx, url, NULL, &e) == SIO_ERR_UNSUPPORTED);
+        {
+            sio_store_stats *ss = malloc(sizeof *ss);
+            sio_io_get_store_stats(io, ss);
+            CHECK_EQ_U64(LAT(*ss, HTTP, HEAD), 2);
+            CHECK_EQ_U64(LAT(*ss, HTTP, GET), 0);
+            CHECK_EQ_U64(ss->backend[SIO_STORE_HTTP].requests, 2);
+            CHECK_EQ_U64(ss->backend[SIO_STORE_HTTP].errors, 1);
+            free(ss);
+        }
         sio_io_destroy(io);
+    }
+    {
+        /* Requests labelled s3 (a listing page, a credential call) and
+         * an unlabelled one (http, op from the method). */
+        sio_io *io;
+        sio_error e;
+        sio_fetch_response resp;
+        sio_fetch_request req;
+        sio_io_stats tot;
+        sio_store_stats *ss = malloc(sizeof *ss);
+        st.mode = M_NORMAL;
+        CHECK(sio_io_create(&c, &io, &e) == SIO_OK);
+        snprintf(perform_url, sizeof perform_url, "http://127.0.0.1:%d/obj",
+                 srv.port);
+        memset(&req, 0, sizeof req);
+        req.method = "HEAD";
+        req.display_url = "test";
+        req.max_retries = -1;
+        req.prepare = url_prepare;
+        req.ctx = perform_url;
+        req.backend = SIO_STORE_S3;
+        req.list = 1;
+        CHECK(sio_fetch_perform(sio_io_fetch(io), &req, &resp, &e) == SIO_OK);
+        sio_fetch_response_free(&resp);
+        req.list = 0;
+        req.trusted_endpoint = 1;
+        CHECK(sio_fetch_perform(sio_io_fetch(io), &req, &resp, &e) == SIO_OK);
+        sio_fetch_response_free(&resp);
+        req.trusted_endpoint = 0;
+        req.backend = SIO_STORE_HTTP;
+        CHECK(sio_fetch_perform(sio_io_fetch(io), &req, &resp, &e) == SIO_OK);
+        sio_fetch_response_free(&resp);
+        sio_io_get_store_stats(io, ss);
+        sio_io_get_stats(io, &tot);
+        CHECK_EQ_U64(ss->backend[SIO_STORE_S3].requests, 2);
+        CHECK_EQ_U64(ss->backend[SIO_STORE_HTTP].requests, 1);
+        CHECK_EQ_U64(tot.requests, 3); /* totals over http and s3 */
+        CHECK_EQ_U64(LAT(*ss, S3, LIST), 1);
+        CHECK_EQ_U64(LAT(*ss, S3, CREDENTIALS), 1);
+        CHECK_EQ_U64(LAT(*ss, HTTP, HEAD), 1);
+        CHECK_EQ_U64(LAT(*ss, S3, GET), 0);
+        CHECK_STR(sio_store_backend_name(SIO_STORE_S3), "s3");
+        CHECK_STR(sio_store_op_name(SIO_STORE_CREDENTIALS), "credentials");
+        free(ss);
+        sio_io_destroy(io);
+    }
+    {
+        /* Local files: open (get), stat (head), a directory (list), bytes
+         * read; a missing file is an error. Not in the engine's totals. */
+        sio_io *io;
+        sio_error e;
+        const sio_backend_ops *ops;
+        void *ctx;
+        sio_stream *s = NULL;
+        sio_objlist l;
+        sio_io_stats tot;
+        uint64_t size = 0;
+        char dir[] = "/tmp/test_fetch_XXXXXX", path[128], missing[160];
+        unsigned char buf[4096];
+        sio_store_stats *ss = malloc(sizeof *ss);
+        CHECK(mkdtemp(dir) != NULL);
+        snprintf(path, sizeof path, "%s/a.tar", dir);
+        snprintf(missing, sizeof missing, "%s/missing.tar", dir);
+        FILE *f = fopen(path, "wb");
+        CHECK(f != NULL);
+        CHECK(fwrite(st.obj, 1, 10000, f) == 10000);
+        fclose(f);
+        CHECK(sio_io_create(&c, &io, &e) == SIO_OK);
+        CHECK(sio_io_backend(io, path, &ops, &ctx, &e) == SIO_OK);
+        CHECK(ops->open(ctx, path, 0, &s, &e) == SIO_OK);
+        for (size_t got = 1, n = 0; got; n += got) {
+            got = 0;
+            CHECK(s->ops->read(s, buf, sizeof buf, &got) == SIO_OK);
+            if (!got)
+                CHECK_EQ_U64(n, 10000);
+        }
+        s->ops->close(s);
+        CHECK(ops->stat(ctx, path, &size, &e) == SIO_OK);
+        CHECK(ops->open(ctx, missing, 0, &s, &e) == SIO_ERR_NOTFOUND);
+        sio_objlist_init(&l, 0);
+        CHECK(ops->list(ctx, dir, &l, &e) == SIO_OK);
+        CHECK_EQ_U64(l.n, 1);
+        sio_objlist_free(&l);
+        sio_io_get_store_stats(io, ss);
+        sio_io_get_stats(io, &tot);
+        CHECK_EQ_U64(ss->backend[SIO_STORE_FILE].requests, 4);
+        CHECK_EQ_U64(ss->backend[SIO_STORE_FILE].errors, 1);
+        CHECK_EQ_U64(ss->backend[SIO_STORE_FILE].bytes, 10000);
+        CHECK_EQ_U64(ss->backend[SIO_STORE_FILE].inflight, 0);
+        CHECK_EQ_U64(LAT(*ss, FILE, GET), 2);
+        CHECK_EQ_U64(LAT(*ss, FILE, HEAD), 1);
+        CHECK_EQ_U64(LAT(*ss, FILE, LIST), 1);
+        CHECK_EQ_U64(ss->backend[SIO_STORE_HTTP].requests, 0);
+        CHECK_EQ_U64(tot.requests, 0);
+        free(ss);
+        sio_io_destroy(io);
+        unlink(path);
+        rmdir(dir);
     }
     {
         sio_fetch *f;
