@@ -368,3 +368,30 @@ def test_network_policy_is_documented():
         assert 'shardcast.io/client: "true"' in text, doc
         assert "monitoring" in text and "app.kubernetes.io/name: prometheus" in text, doc
 
+
+# -- scale-out placement --------------------------------------------------------
+
+def test_scale_out_replicas_prefer_separate_nodes(rendered):
+    """The replicas exist for more NICs than one: each is steered to its
+    own node (spread and anti-affinity by host name), as a preference so a
+    small cluster still runs all of them."""
+    sts = by_kind(rendered["overlays/scale-out"][0], "StatefulSet", "shardcast")[0]
+    pod = sts["spec"]["template"]["spec"]
+    own = sts["spec"]["template"]["metadata"]["labels"]
+    spread = pod["topologySpreadConstraints"]
+    host = [c for c in spread if c["topologyKey"] == "kubernetes.io/hostname"]
+    assert len(host) == 1
+    assert host[0]["maxSkew"] == 1 and host[0]["whenUnsatisfiable"] == "ScheduleAnyway"
+    assert selector_matches(host[0]["labelSelector"], own)
+    anti = pod["affinity"]["podAntiAffinity"]
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in anti
+    pref = anti["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert len(pref) == 1 and pref[0]["weight"] == 100
+    term = pref[0]["podAffinityTerm"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert selector_matches(term["labelSelector"], own)
+    # ... and only shardcast's server pods repel each other.
+    assert not selector_matches(term["labelSelector"], {"app": "trainer"})
+    # The single-replica base has no such rule.
+    base = workload(rendered["base"][0])["spec"]["template"]["spec"]
+    assert "affinity" not in base and "topologySpreadConstraints" not in base
