@@ -27,6 +27,7 @@
 #include "log.h"
 #include "request.h"
 #include "shardio.h"
+#include "shardio_units.h"
 
 typedef enum stype {
     T_STRING, /* free text of min..max bytes */
@@ -251,66 +252,6 @@ static int fail(char *msg, size_t msg_len, const char *fmt, ...)
     return -1;
 }
 
-/* What a number's suffix may be (parse_number). */
-enum { NUM_PLAIN = 0, NUM_BYTES = 1, NUM_MS = 2, NUM_SECS = 3 };
-
-/* Strict unsigned decimal with an optional suffix: a binary size for
- * NUM_BYTES, a duration unit for NUM_MS (result in ms) and NUM_SECS
- * (result in s; whole seconds only). */
-static int parse_number(const char *v, int kind, uint64_t *out)
-{
-    uint64_t x = 0, mult = 1;
-    size_t i = 0;
-
-    if (!isdigit((unsigned char)v[0]))
-        return -1;
-    for (; isdigit((unsigned char)v[i]); i++) {
-        unsigned d = (unsigned)(v[i] - '0');
-        if (x > (UINT64_MAX - d) / 10)
-            return -1;
-        x = x * 10 + d;
-    }
-    const char *suf = v + i;
-    if (*suf) {
-        static const struct {
-            const char *s;
-            uint64_t m;
-        } sizes[] = {{"b", 1},
-                     {"k", 1ull << 10}, {"kb", 1ull << 10}, {"kib", 1ull << 10},
-                     {"ki", 1ull << 10},
-                     {"m", 1ull << 20}, {"mb", 1ull << 20}, {"mib", 1ull << 20},
-                     {"mi", 1ull << 20},
-                     {"g", 1ull << 30}, {"gb", 1ull << 30}, {"gib", 1ull << 30},
-                     {"gi", 1ull << 30},
-                     {"t", 1ull << 40}, {"tb", 1ull << 40}, {"tib", 1ull << 40},
-                     {"ti", 1ull << 40}},
-          times[] = {{"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}};
-        if (kind == NUM_PLAIN)
-            return -1;
-        mult = 0;
-        if (kind == NUM_BYTES) {
-            for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
-                if (strcasecmp(suf, sizes[k].s) == 0)
-                    mult = sizes[k].m;
-        } else {
-            for (size_t k = 0; k < sizeof times / sizeof times[0]; k++)
-                if (strcmp(suf, times[k].s) == 0)
-                    mult = times[k].m;
-        }
-        if (mult == 0 || x > UINT64_MAX / mult)
-            return -1;
-        x *= mult; /* in ms for durations */
-        if (kind == NUM_SECS) {
-            if (x % 1000)
-                return -1;
-            x /= 1000;
-        }
-        mult = 1;
-    }
-    *out = x * mult;
-    return 0;
-}
-
 int sc_fields_split(const char *list,
                     char names[][SIO_TARW_FIELD_NAME_MAX + 1], size_t *n)
 {
@@ -435,19 +376,19 @@ static int set_value(void *base, const setting *st, const char *v,
     case T_BYTES:
     case T_MS:
     case T_SECS: {
-        int kind = st->type == T_BYTES ? NUM_BYTES
-                   : st->type == T_MS  ? NUM_MS
-                   : st->type == T_SECS ? NUM_SECS
-                                        : NUM_PLAIN;
-        static const char *const what[] = {
-            "an integer", "a byte count (suffix K/M/G/T or Ki/Mi/Gi/Ti)",
-            "a duration in ms (or with a unit: 500ms, 30s, 5m, 1h)",
-            "a duration in s (or with a unit: 30s, 5m, 1h, 2000ms)"};
-        if (parse_number(v, kind, &x) != 0 || x < st->min || x > st->max)
+        /* libshardio's one parser of sizes and durations, which the
+         * shardcast command uses too. */
+        sio_unit_kind kind = st->type == T_BYTES ? SIO_UNIT_BYTES
+                             : st->type == T_MS   ? SIO_UNIT_MS
+                             : st->type == T_SECS ? SIO_UNIT_SECS
+                                                  : SIO_UNIT_COUNT;
+        if (sio_parse_units(v, kind, &x, NULL) != 0 || x < st->min ||
+            x > st->max)
             return fail(msg, msg_len,
                         "invalid value '%.64s' for %s (%s): expected %s in "
                         "%" PRIu64 "..%" PRIu64,
-                        v, lb, from, what[kind], st->min, st->max);
+                        v, lb, from, sio_units_describe(kind), st->min,
+                        st->max);
         }
         if (st->type == T_U32 || st->type == T_MS || st->type == T_SECS)
             *(uint32_t *)(void *)field = (uint32_t)x;
