@@ -101,7 +101,7 @@ static const setting settings[] = {
      "shuffle seed; with the epoch it fixes the order"},
     {"shuffle-buffer", "shuffle_buffer", JOB(shuffle_buffer), T_U32, "1000",
      1, SIO_EPOCH_BUFFER_MAX, NULL, "samples in the shuffle buffer (1: no shuffle)"},
-    {"buffer-bytes", "shuffle_buffer_bytes", JOB(buffer_bytes), T_BYTES,
+    {"shuffle-buffer-bytes", "shuffle_buffer_bytes", JOB(buffer_bytes), T_BYTES,
      "256MiB", 0, UINT64_C(1) << 40, NULL,
      "byte cap of the shuffle buffer (0: no cap)"},
     {"interleave", "interleave", JOB(interleave), T_U32, "4", 1, 4096, NULL,
@@ -234,6 +234,26 @@ static const setting settings[] = {
 #undef SRV
 #undef JOB
 #define NSETTINGS (sizeof settings / sizeof settings[0])
+
+/*
+ * Old spellings, kept working and deprecated: as a flag (--old) and an
+ * environment variable (SHARDCAST_OLD). Every name of the table is its
+ * flag, its environment variable and (with '_') its config-file or job
+ * key; the one exception is the job's name, --job / "name". A use is
+ * logged as event=deprecated_setting when the log starts
+ * (sc_settings_log); the canonical spelling wins when both are given in
+ * the environment.
+ */
+typedef struct alias {
+    const char *old;  /* deprecated flag name */
+    const char *name; /* the setting it means */
+} alias;
+static const alias aliases[] = {
+    /* the flag did not match its key shuffle_buffer_bytes */
+    {"buffer-bytes", "shuffle-buffer-bytes"},
+};
+#define NALIASES (sizeof aliases / sizeof aliases[0])
+_Static_assert(NALIASES <= 32, "sc_config.deprecated_used has 32 bits");
 
 static int fail(char *msg, size_t msg_len, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -440,6 +460,31 @@ static const setting *find(const char *name, size_t len)
     return NULL;
 }
 
+/* find(), or the setting an alias names; *alias_index is the alias
+ * used, or -1. */
+static const setting *find_any(const char *name, size_t len,
+                               int *alias_index)
+{
+    const setting *st = find(name, len);
+    *alias_index = -1;
+    if (st)
+        return st;
+    for (size_t i = 0; i < NALIASES; i++) {
+        const char *a = aliases[i].old;
+        if (strlen(a) != len)
+            continue;
+        size_t k = 0;
+        for (; k < len; k++)
+            if (a[k] != name[k] && !(a[k] == '-' && name[k] == '_'))
+                break;
+        if (k == len) {
+            *alias_index = (int)i;
+            return find(aliases[i].name, strlen(aliases[i].name));
+        }
+    }
+    return NULL;
+}
+
 static const setting *find_key(const char *key)
 {
     for (size_t i = 0; i < NSETTINGS; i++)
@@ -448,12 +493,17 @@ static const setting *find_key(const char *key)
     return NULL;
 }
 
-static void env_name(const setting *st, char *buf, size_t len)
+static void env_of_name(const char *name, char *buf, size_t len)
 {
     size_t o = (size_t)snprintf(buf, len, "SHARDCAST_");
-    for (const char *p = st->name; *p && o + 1 < len; p++)
+    for (const char *p = name; *p && o + 1 < len; p++)
         buf[o++] = *p == '-' ? '_' : (char)toupper((unsigned char)*p);
     buf[o] = '\0';
+}
+
+static void env_name(const setting *st, char *buf, size_t len)
+{
+    env_of_name(st->name, buf, len);
 }
 
 void sc_settings_usage(FILE *f, const char *prog)
@@ -486,9 +536,22 @@ void sc_settings_usage(FILE *f, const char *prog)
                                        st->type == T_STRING)
                         ? "(required)"
                         : "(unset)";
-            fprintf(f, "  %-34s %s\n  %-34s default: %s; env %s\n", head,
-                    st->help, "", d, env);
+            if (strlen(head) > 34) /* too wide for the column */
+                fprintf(f, "  %s\n  %-34s %s\n  %-34s default: %s; env %s\n",
+                        head, "", st->help, "", d, env);
+            else
+                fprintf(f, "  %-34s %s\n  %-34s default: %s; env %s\n",
+                        head, st->help, "", d, env);
         }
+    }
+    fprintf(f, "\nDeprecated spellings (still accepted; the log names each "
+               "use):\n");
+    for (size_t i = 0; i < NALIASES; i++) {
+        char old_env[64];
+        env_of_name(aliases[i].old, old_env, sizeof old_env);
+        env_of_name(aliases[i].name, env, sizeof env);
+        fprintf(f, "  --%s, %s: use --%s, %s\n", aliases[i].old, old_env,
+                aliases[i].name, env);
     }
 }
 
@@ -748,7 +811,8 @@ static int load_config_file(sc_config *cfg, const char *path, char *msg,
             }
             continue;
         }
-        const setting *st = find(k, strlen(k));
+        int ai;
+        const setting *st = find_any(k, strlen(k), &ai);
         const char *textv;
         if (!st || st->scope != S_SERVER || st->offset == offsetof(sc_config,
                                                                    config)) {
@@ -767,6 +831,8 @@ static int load_config_file(sc_config *cfg, const char *path, char *msg,
         }
         if (set_value(cfg, st, textv, from, 0, msg, msg_len) != 0)
             goto out;
+        if (ai >= 0)
+            cfg->deprecated_used |= 1u << ai;
     }
     rc = 0;
 out:
@@ -906,6 +972,19 @@ sc_settings_result sc_settings_load(sc_config *cfg, int argc,
     if (path && *path && load_config_file(cfg, path, msg, msg_len) != 0)
         return SC_SETTINGS_ERROR;
 
+    /* Deprecated names first, so that the canonical one wins. */
+    for (size_t i = 0; i < NALIASES; i++) {
+        env_of_name(aliases[i].old, env, sizeof env);
+        const char *v = getenv(env);
+        if (!v)
+            continue;
+        const setting *st = find(aliases[i].name, strlen(aliases[i].name));
+        snprintf(from, sizeof from, "from %s", env);
+        void *base = st->scope == S_JOB ? (void *)&cfg->cli_job : (void *)cfg;
+        if (set_value(base, st, v, from, 0, msg, msg_len) != 0)
+            return SC_SETTINGS_ERROR;
+        cfg->deprecated_used |= 1u << i;
+    }
     for (size_t i = 0; i < NSETTINGS; i++) {
         const setting *st = &settings[i];
         env_name(st, env, sizeof env);
@@ -925,7 +1004,8 @@ sc_settings_result sc_settings_load(sc_config *cfg, int argc,
         }
         const char *eq = strchr(a + 2, '=');
         size_t nlen = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
-        const setting *st = find(a + 2, nlen);
+        int ai;
+        const setting *st = find_any(a + 2, nlen, &ai);
         if (!st) {
             fail(msg, msg_len, "unknown option '--%.*s' (see --help)",
                  (int)(nlen > 64 ? 64 : nlen), a + 2);
@@ -943,6 +1023,8 @@ sc_settings_result sc_settings_load(sc_config *cfg, int argc,
         if (set_value(base, st, v, "from the command line", 0, msg,
                       msg_len) != 0)
             return SC_SETTINGS_ERROR;
+        if (ai >= 0)
+            cfg->deprecated_used |= 1u << ai;
     }
     if (check_config(cfg, msg, msg_len) != 0)
         return SC_SETTINGS_ERROR;
@@ -1056,6 +1138,11 @@ static json_t *value_of(const sc_config *cfg, const setting *st, char *val,
 void sc_settings_log(const sc_config *cfg)
 {
     char val[1024], q[1100];
+    for (size_t i = 0; i < NALIASES; i++)
+        if (cfg->deprecated_used & (1u << i))
+            SC_LOG(SIO_LOG_WARN,
+                   "event=deprecated_setting name=%s use=%s", aliases[i].old,
+                   aliases[i].name);
     for (size_t i = 0; i < NSETTINGS; i++) {
         const setting *st = &settings[i];
         if (st->scope != S_SERVER)
