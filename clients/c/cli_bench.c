@@ -38,7 +38,7 @@ static const char bench_help_head[] =
     "--world, default ranks 0..N-1 of N) and report samples/s, MB/s\n"
     "(payload bytes, 10^6), time to first sample and the per-consumer\n"
     "spread (min/median/max samples and MB/s). A progress line is drawn on\n"
-    "stderr when it is a terminal, else a plain line every --interval s.\n"
+    "stderr when it is a terminal, else a plain line every --interval.\n"
     "\n"
     "  -n, --consumers N     concurrent consumers (default 4, at most 1024)\n"
     "  --first-rank R        rank of the first consumer (default 0)\n"
@@ -55,7 +55,8 @@ static const char bench_help_head[] =
     "                        the data (shardcast.sample_hash in Python; the\n"
     "                        test generator tests/tools/mkwds.py writes one)\n"
     "  --json                print the summary as JSON on stdout\n"
-    "  --interval S          seconds between plain progress lines (default 5)\n"
+    "  --interval D          time between plain progress lines (default 5s;\n"
+    "                        whole seconds, a bare number is seconds)\n"
     "  --help                this text\n";
 
 typedef struct manifest {
@@ -335,7 +336,8 @@ int cli_bench(int argc, char **argv)
         case OPT_VERIFY: verify = optarg; break;
         case OPT_JSON: json = 1; break;
         case OPT_INTERVAL:
-            bad = cli_parse_u64(optarg, 3600, &interval) != 0 || !interval;
+            bad = cli_parse_units(optarg, SIO_UNIT_SECS, 3600, &interval) != 0 ||
+                  !interval;
             break;
         case 'h':
             fputs(bench_help_head, stdout);

@@ -12,9 +12,11 @@ import os
 import shutil
 import socket
 import struct
+import re
 import subprocess
 import tarfile
 import threading
+import time
 import urllib.request
 
 import pytest
@@ -335,3 +337,111 @@ def test_bench_errors(cli, cli_server, tmp_path):
     p = run(cli, "bench", "--server", cli_server.url, "--job", "train", "-n", "2",
             "--interval", "1", "--limit", "5", check_rc=EXIT_OK)
     assert b"\033[" not in p.stderr
+
+
+# --------------------------------------------------------------------------
+# durations, units and deprecated spellings
+
+
+@pytest.fixture
+def silent_server():
+    """A port that accepts connections (the kernel's backlog) and never
+    answers."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(64)
+    yield "http://127.0.0.1:%d" % s.getsockname()[1]
+    s.close()
+
+
+def timed(cli, *args, check_rc):
+    t = time.monotonic()
+    p = run(cli, *args, check_rc=check_rc)
+    return p, time.monotonic() - t
+
+
+@pytest.mark.parametrize("args", [
+    ["--connect-timeout-ms", "1s", "--idle-timeout-ms", "300ms"],
+    ["--connect-timeout-ms", "1000", "--idle-timeout-ms", "300"],   # bare: ms
+    ["--connect-timeout", "1s", "--idle-timeout", "300ms"],         # old names, units
+])
+def test_duration_options_take_units(cli, silent_server, args):
+    """Durations read like shardcastd's: a unit, or a bare number in the
+    option's unit (ms for -ms options). A server that never answers: the
+    request gives up after the connect timeout (default 10 s), and the
+    message names the idle timeout in ms."""
+    p, took = timed(cli, "cat", "--server", silent_server, "--job", "x", "--reconnects", "0",
+                    "-o", os.devnull, *args, check_rc=EXIT_CONNECT)
+    assert b"within 300 ms" in p.stderr
+    assert b"warning" not in p.stderr
+    assert took < 6, took
+
+
+def test_deprecated_duration_spellings_still_mean_ms(cli, silent_server):
+    p, took = timed(cli, "cat", "--server", silent_server, "--job", "x", "--reconnects", "0",
+                    "-o", os.devnull, "--connect-timeout", "1000", "--idle-timeout", "300",
+                    check_rc=EXIT_CONNECT)
+    assert b"within 300 ms" in p.stderr and took < 6
+    err = p.stderr.decode()
+    assert ("--idle-timeout 300: a bare number is read as milliseconds here (deprecated)"
+            in err and "use --idle-timeout-ms" in err)
+    assert "use --connect-timeout-ms" in err
+    # stat: --timeout-ms and the old --timeout
+    p, took = timed(cli, "stat", "--server", silent_server, "--timeout-ms", "1s", "x",
+                    check_rc=EXIT_CONNECT)
+    assert took < 6 and b"warning" not in p.stderr
+    p, took = timed(cli, "stat", "--server", silent_server, "--timeout", "1000", "x",
+                    check_rc=EXIT_CONNECT)
+    assert took < 6 and b"--timeout 1000: a bare number is read as milliseconds" in p.stderr
+    p, took = timed(cli, "stat", "--server", silent_server, "--timeout", "1s", "x",
+                    check_rc=EXIT_CONNECT)
+    assert took < 6 and b"warning" not in p.stderr
+
+
+def test_duration_and_size_errors(cli, cli_server):
+    base = ["cat", "--server", cli_server.url, "--job", "train", "-o", os.devnull]
+    for opt, val in (("--idle-timeout-ms", "5q"), ("--idle-timeout-ms", "3Mi"),
+                     ("--idle-timeout-ms", "0"), ("--idle-timeout-ms", "25h"),
+                     ("--connect-timeout-ms", "1.5s"), ("--retry-budget-ms", "-1"),
+                     ("--idle-timeout", "3Mi"), ("--reconnects", "3s")):
+        p = run(cli, *base, opt, val, check_rc=EXIT_USAGE)
+        assert b"bad value" in p.stderr, (opt, val)
+    # bench --interval is in seconds (whole), as shardcastd's second-valued
+    # settings
+    bench = ["bench", "--server", cli_server.url, "--job", "train", "-n", "1", "--limit", "2"]
+    run(cli, *bench, "--interval", "500ms", check_rc=EXIT_USAGE)
+    run(cli, *bench, "--interval", "1s", check_rc=EXIT_OK)
+    run(cli, *bench, "--interval", "2000ms", check_rc=EXIT_OK)
+    run(cli, *bench, "--interval", "1", check_rc=EXIT_OK)
+    p = run(cli, *base, "--retry-budget-ms", "2m", "--idle-timeout-ms", "1m",
+            "--connect-timeout-ms", "5s", check_rc=EXIT_OK)
+    assert b"warning" not in p.stderr
+
+
+def option_names(text):
+    """Options a --help text describes: those that start a line, and those
+    of its "Deprecated:" lines."""
+    names = set(re.findall(r"(?m)^\s+(?:-\w, )?--([a-z][a-z0-9-]*)", text))
+    for line in re.findall(r"(?m)^\s*Deprecated\b.*$", text):
+        names |= set(re.findall(r"--([a-z][a-z0-9-]*)", line))
+    return names
+
+
+def test_options_shared_with_shardcastd_read_the_same(cli):
+    """An option spelled the same in shardcastd and shardcast means the same
+    thing in the same units. The overlap is pinned here so that a new one
+    gets looked at; --idle-timeout is the one duration among them."""
+    from shardcast_testlib import find_server_binary
+    srv = subprocess.run([find_server_binary(), "--help"], capture_output=True, text=True,
+                         timeout=TIMEOUT).stdout
+    server = option_names(srv)
+    client = set()
+    for cmd in ("ls", "index", "cat", "stat", "bench"):
+        client |= option_names(run(cli, cmd, "--help", check_rc=EXIT_OK).stdout.decode())
+    assert server & client == {"job", "fields", "state-dir", "token-file", "idle-timeout"}, \
+        server & client
+    assert re.search(r"--idle-timeout\s.*seconds", srv)
+    # shardcastd reads "--idle-timeout 5m" as 300 s; shardcast reads it as
+    # 5 minutes too (and no warning: a unit is unambiguous).
+    p = run(cli, "cat", "--help", check_rc=EXIT_OK)
+    assert b"--idle-timeout-ms" in p.stdout and b"Deprecated" in p.stdout
