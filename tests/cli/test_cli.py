@@ -152,6 +152,84 @@ def test_ls_brace_pattern_and_missing(cli, cli_wds, tmp_path):
         assert p.stdout.decode().splitlines()[-1].startswith("0 shards")
 
 
+def test_ls_lists_only_shards_and_all_lists_everything(cli, cli_wds, tmp_path):
+    """A directory holds more than shards (the manifest, index sidecars,
+    notes, compressed shards under every accepted name, a subdirectory):
+    ls shows exactly what a job with that source reads, --all everything
+    with its kind."""
+    d = tmp_path / "mixed"
+    d.mkdir()
+    src = os.path.join(cli_wds.path, cli_wds.manifest["shards"][0]["file"])
+    raw = open(src, "rb").read()
+    import gzip
+    for name in ("a.tar", "b.tar.gz", "c.tgz", "D.TAR", "e.Tar.Gz"):
+        (d / name).write_bytes(gzip.compress(raw) if ".gz" in name.lower() or
+                               name.endswith(".tgz") else raw)
+    if shutil.which("zstd"):
+        subprocess.run(["zstd", "-q", "-o", str(d / "f.tar.zst"), src], check=True)
+    shards = sorted(n.name for n in d.iterdir())
+    for name in ("manifest.json", "README", "a.tar.scidx", "a.tar.partial", "tar",
+                 "notes.txt", "g.tar.bz2"):
+        (d / name).write_bytes(b"not a shard")
+    (d / "sub").mkdir()
+    (d / "sub" / "h.tar").write_bytes(raw)
+    others = ["README", "a.tar.partial", "a.tar.scidx", "g.tar.bz2", "manifest.json",
+              "notes.txt", "tar"]
+
+    p = run(cli, "ls", str(d), check_rc=EXIT_OK)
+    lines = p.stdout.decode().splitlines()
+    assert lines[0].split() == ["SIZE", "URL"]
+    assert [os.path.basename(l.split()[1]) for l in lines[1:-1]] == sorted(shards, key=str.encode)
+    assert lines[-1].startswith("%d shards, " % len(shards))
+    # The server reads the same list: its status counts the same shards.
+    p = run(cli, "ls", "--json", str(d), check_rc=EXIT_OK)
+    doc = json.loads(p.stdout)
+    assert doc["count"] == len(shards) == len(doc["shards"])
+    assert "shard" not in doc["shards"][0]
+
+    p = run(cli, "ls", "--all", str(d), check_rc=EXIT_OK)
+    lines = p.stdout.decode().splitlines()
+    assert lines[0].split() == ["SIZE", "KIND", "URL"]
+    rows = {os.path.basename(l.split()[2]): l.split()[1] for l in lines[1:-1]}
+    assert rows == dict({n: "shard" for n in shards}, **{n: "other" for n in others})
+    assert lines[-1].startswith("%d shards, " % len(shards))
+    assert lines[-1].endswith("; %d other objects, not read by a job" % len(others))
+    # --count reads only the shards; --json marks each object.
+    p = run(cli, "ls", "--all", "--count", "--json", str(d), check_rc=EXIT_OK)
+    doc = json.loads(p.stdout)
+    assert doc["count"] == len(shards) and doc["other_objects"] == len(others)
+    assert doc["total_samples"] == 21 * len(shards)
+    kinds = {os.path.basename(o["url"]): o for o in doc["objects"]}
+    assert all(kinds[n]["shard"] and kinds[n]["samples"] == 21 for n in shards)
+    assert all(kinds[n]["shard"] is False and "samples" not in kinds[n] for n in others)
+    # A directory with no shard at all: not a source; --all still lists it.
+    e = tmp_path / "noshards"
+    e.mkdir()
+    (e / "manifest.json").write_text("{}")
+    run(cli, "ls", str(e), check_rc=EXIT_NOTFOUND)
+    p = run(cli, "ls", "--all", str(e), check_rc=EXIT_OK)
+    assert p.stdout.decode().splitlines()[-1].startswith("0 shards")
+
+
+def test_ls_matches_what_the_server_serves(cli, cli_server_factory, cli_wds, tmp_path):
+    d = tmp_path / "served"
+    d.mkdir()
+    for s in cli_wds.manifest["shards"][:2]:
+        shutil.copy(os.path.join(cli_wds.path, s["file"]), d / s["file"])
+    shutil.copy(os.path.join(cli_wds.path, "manifest.json"), d / "manifest.json")
+    (d / "x.tar.scidx").write_bytes(b"junk")
+    listed = json.loads(run(cli, "ls", "--json", str(d), check_rc=EXIT_OK).stdout)
+    server = cli_server_factory(str(d), job="served")
+    deadline = time.monotonic() + TIMEOUT
+    while True:  # the job's source is resolved in the background
+        with urllib.request.urlopen(server.url + "/v1/jobs/served", timeout=TIMEOUT) as r:
+            status = json.load(r)
+        if status["shards"] is not None or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert listed["count"] == status["shards"] == 2, status.get("shards")
+
+
 def test_ls_http(cli, cli_wds):
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *a):
