@@ -400,6 +400,96 @@ def test_bench_verify_detects_wrong_content(cli, cli_server, cli_wds, tmp_path):
     assert "content hash differs" in text and "not in the manifest" in text
 
 
+def field_list(cli_wds, field, path, mangle=None):
+    """A plain --verify list: "key sha256(field)" lines, with a comment, a
+    blank line and CRLF endings, as people write them."""
+    lines = ["# key, sha256 of the %s field" % field, ""]
+    for s in cli_wds.manifest["samples"]:
+        h = s["fields"][field]["sha256"]
+        if mangle:
+            h = mangle(s["key"], h)
+        if h is not None:
+            lines.append("%s  %s" % (s["key"], h))
+    path.write_bytes(("\r\n".join(lines) + "\r\n").encode())
+    return str(path)
+
+
+def test_bench_verify_plain_field_list(cli, cli_server, cli_wds, tmp_path):
+    lst = field_list(cli_wds, "cls", tmp_path / "cls.txt")
+    base = ["bench", "--server", cli_server.url, "--job", "train", "-n", "4", "--epoch", "3"]
+    p = run(cli, *base, "--verify", lst, "--verify-field", "cls", check_rc=EXIT_OK)
+    assert ("verify           ok: 0 unknown, 0 hash mismatches, 1 missing (expected 1)"
+            in p.stdout.decode())
+    # The field may be the only one streamed; the JSON says which form ran.
+    p = run(cli, *base, "--verify", lst, "--verify-field", "CLS", "--fields", "cls",
+            "--json", check_rc=EXIT_OK)
+    v = json.loads(p.stdout)["verify"]
+    assert v["ok"] and v["union_checked"] and v["format"] == "list" and v["field"] == "cls"
+    # The manifest form with --verify-field takes the field's sha256 from it.
+    manifest = os.path.join(cli_wds.path, "manifest.json")
+    p = run(cli, *base, "--verify", manifest, "--verify-field", "json", "--json",
+            check_rc=EXIT_OK)
+    v = json.loads(p.stdout)["verify"]
+    assert v["ok"] and v["format"] == "manifest" and v["field"] == "json"
+    p = run(cli, *base, "--verify", manifest, "--json", check_rc=EXIT_OK)
+    v = json.loads(p.stdout)["verify"]
+    assert v["ok"] and v["format"] == "manifest" and v["field"] is None
+
+
+def test_bench_verify_plain_list_reports_mismatches(cli, cli_server, cli_wds, tmp_path):
+    samples = cli_wds.manifest["samples"]
+    wrong, dropped = samples[5]["key"], samples[6]["key"]
+
+    def mangle(key, h):
+        if key == wrong:
+            return hashlib.sha256(b"something else").hexdigest()
+        return None if key == dropped else h
+
+    lst = field_list(cli_wds, "cls", tmp_path / "bad.txt", mangle)
+    p = run(cli, "bench", "--server", cli_server.url, "--job", "train", "-n", "1",
+            "--verify", lst, "--verify-field", "cls", check_rc=EXIT_VERIFY)
+    text = p.stdout.decode()
+    assert "FAILED: 1 unknown, 1 hash mismatches" in text
+    assert "key %s" % wrong in text and "sha256 of field cls differs" in text
+    assert "key %s" % dropped in text and "not in the manifest" in text
+    # A hash of another field than the one named: every sample differs.
+    lst = field_list(cli_wds, "json", tmp_path / "json.txt")
+    p = run(cli, "bench", "--server", cli_server.url, "--job", "train", "-n", "1",
+            "--verify", lst, "--verify-field", "cls", "--json", check_rc=EXIT_VERIFY)
+    assert json.loads(p.stdout)["verify"]["hash_mismatches"] == cli_wds.total
+    # A field the samples do not have.
+    p = run(cli, "bench", "--server", cli_server.url, "--job", "train", "-n", "1",
+            "--limit", "3", "--verify", lst, "--verify-field", "png", check_rc=EXIT_VERIFY)
+    assert "has no field png" in p.stdout.decode()
+
+
+def test_bench_verify_usage_errors(cli, cli_server, cli_wds, tmp_path):
+    base = ["bench", "--server", cli_server.url, "--job", "train", "-n", "1"]
+    lst = field_list(cli_wds, "cls", tmp_path / "cls.txt")
+    p = run(cli, *base, "--verify", lst, check_rc=EXIT_USAGE)
+    assert b"--verify-field" in p.stderr
+    p = run(cli, *base, "--verify-field", "cls", check_rc=EXIT_USAGE)
+    assert b"needs --verify" in p.stderr
+    p = run(cli, *base, "--verify", lst, "--verify-field", "cls", "--fields", "json",
+            check_rc=EXIT_USAGE)
+    manifest = os.path.join(cli_wds.path, "manifest.json")
+    run(cli, *base, "--verify", manifest, "--fields", "cls", check_rc=EXIT_USAGE)
+    # a manifest without per-field hashes for the field asked
+    p = run(cli, *base, "--verify", manifest, "--verify-field", "png", check_rc=EXIT_USAGE)
+    assert b"fields.png.sha256" in p.stderr
+    for bad in ("cat/1 abc\n", "onlyonetoken\n", "k %s\nk %s\n" % ("0" * 64, "1" * 64),
+                "k %s\n" % ("g" * 64)):
+        f = tmp_path / "bad.txt"
+        f.write_text(bad)
+        run(cli, *base, "--verify", str(f), "--verify-field", "cls", check_rc=EXIT_USAGE)
+    # keys with spaces: the hash is the last word of the line
+    f = tmp_path / "spaces.txt"
+    f.write_text("a key with spaces %s\n" % ("0" * 64))
+    p = run(cli, *base, "--limit", "1", "--verify", str(f), "--verify-field", "cls",
+            check_rc=EXIT_VERIFY)
+    assert "1 unknown" in p.stdout.decode()
+
+
 def test_bench_errors(cli, cli_server, tmp_path):
     p = run(cli, "bench", "--server", cli_server.url, "--job", "nope", "-n", "2",
             check_rc=EXIT_NOTFOUND)
