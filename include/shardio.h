@@ -214,10 +214,6 @@ sio_code sio_shardlist_resolve_ex(sio_io *io, const char *source,
                                   unsigned flags, sio_shardlist **out,
                                   sio_error *err);
 
-/* Is url (a URL or path) a shard name as listings take them: ends in
- * .tar, .tar.gz, .tgz or .tar.zst, ASCII case-insensitive? Pure. */
-int sio_is_shard_name(const char *url);
-
 /* Build a shard list from explicit URLs/paths, taken in order (copied). */
 sio_code sio_shardlist_from_urls(const char *const *urls, size_t n,
                                  sio_shardlist **out, sio_error *err);

@@ -43,7 +43,8 @@ void sio_shardlist_free(sio_shardlist *l)
     free(l);
 }
 
-int sio_is_shard_name(const char *url)
+/* Does the name look like a shard (.tar, .tar.gz, .tgz, .tar.zst)? */
+static int is_shard_name(const char *url)
 {
     static const char *const ext[] = {".tar", ".tar.gz", ".tgz", ".tar.zst"};
     size_t ul = strlen(url);
@@ -103,7 +104,7 @@ static sio_code add_spec(sio_io *io, const char *spec, unsigned flags,
         sio_objlist_sort(&dir);
         for (i = 0; i < dir.n; i++) {
             if (!(flags & SIO_RESOLVE_ALL_OBJECTS) &&
-                !sio_is_shard_name(dir.v[i].url))
+                !is_shard_name(dir.v[i].url))
                 continue;
             rc = sio_objlist_add(out, dir.v[i].url, dir.v[i].size);
             if (rc) {

@@ -5,8 +5,9 @@
  * with --count the number of samples of each shard (each shard is read
  * once, streaming, holding one sample at a time). The list is exactly
  * what a job with that source serves: a directory or prefix contributes
- * its shard names only (sio_is_shard_name); --all shows every object of
- * the listing, marking the ones a job would not read.
+ * its shard names only; --all shows every object of the listings, marking
+ * the ones a job would not read (the source is resolved both ways and the
+ * served list, a subsequence of the full one, picks the shards).
  *
  * Threading: main thread only; the sio_io's fetch engine runs its own
  * threads. Ownership: everything is freed before returning.
@@ -110,7 +111,7 @@ int cli_ls(int argc, char **argv)
         {0, 0, 0, 0}};
     int count = 0, all = 0, json = 0, verbose = 0, c, ret = CLI_EXIT_OK;
     sio_io *io = NULL;
-    sio_shardlist *l = NULL;
+    sio_shardlist *l = NULL, *served = NULL;
     sio_error err = {SIO_OK, ""};
     sio_io_config cfg;
     json_t *jarr = NULL;
@@ -142,13 +143,19 @@ int cli_ls(int argc, char **argv)
         rc = sio_shardlist_resolve_ex(io, source,
                                       all ? SIO_RESOLVE_ALL_OBJECTS : 0, &l,
                                       &err);
+    if (rc == SIO_OK && all) {
+        /* What a job reads; none at all is not an error here. */
+        rc = sio_shardlist_resolve(io, source, &served, &err);
+        if (rc == SIO_ERR_NOTFOUND && sio_shardlist_count(l) > 0)
+            rc = SIO_OK;
+    }
     if (rc != SIO_OK) {
         fprintf(stderr, "shardcast ls: %s\n", err.msg);
         ret = exit_for_sio(rc);
         goto out;
     }
 
-    size_t n = sio_shardlist_count(l), shards = 0;
+    size_t n = sio_shardlist_count(l), shards = 0, next_served = 0;
     uint64_t total_size = 0, total_samples = 0, total_bad = 0;
     int size_known = 1;
     const char *kind_head = all ? "KIND   " : "";
@@ -163,10 +170,16 @@ int cli_ls(int argc, char **argv)
         uint64_t size = sio_shardlist_size(l, i);
         uint64_t samples = 0, bad = 0;
         char sz[32], cnt[32];
-        /* Without --all every entry is a shard (a named path counts as
-         * one whatever its name, as for a job); with --all the listing's
-         * non-shard names are shown but neither read nor totalled. */
-        int shard = !all || sio_is_shard_name(url);
+        /* Without --all every entry is a shard. With --all an entry is
+         * one when it is the next of the served list (which keeps the
+         * full list's order); the others are shown but neither read nor
+         * totalled. */
+        int shard = !all;
+        if (all && next_served < sio_shardlist_count(served) &&
+            strcmp(sio_shardlist_url(served, next_served), url) == 0) {
+            shard = 1;
+            next_served++;
+        }
         const char *kind = !all ? "" : shard ? "shard  " : "other  ";
         snprintf(sz, sizeof sz, size == UINT64_MAX ? "-" : "%" PRIu64, size);
         if (!shard) {
@@ -258,6 +271,7 @@ int cli_ls(int argc, char **argv)
 out:
     json_decref(jarr);
     sio_shardlist_free(l);
+    sio_shardlist_free(served);
     sio_io_destroy(io);
     return ret;
 }

@@ -202,6 +202,12 @@ def test_ls_lists_only_shards_and_all_lists_everything(cli, cli_wds, tmp_path):
     kinds = {os.path.basename(o["url"]): o for o in doc["objects"]}
     assert all(kinds[n]["shard"] and kinds[n]["samples"] == 21 for n in shards)
     assert all(kinds[n]["shard"] is False and "samples" not in kinds[n] for n in others)
+    # --all marks what a job reads, whatever the name: a file named on its
+    # own is read as a shard (and fails there if it is none), as by a job.
+    p = run(cli, "ls", "--all", str(d / "notes.txt") + "::" + str(d), check_rc=EXIT_OK)
+    lines = p.stdout.decode().splitlines()
+    assert lines[1].split()[1:] == ["shard", str(d / "notes.txt")]
+    assert sum(1 for l in lines[2:-1] if l.split()[1] == "shard") == len(shards)
     # A directory with no shard at all: not a source; --all still lists it.
     e = tmp_path / "noshards"
     e.mkdir()
