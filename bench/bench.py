@@ -300,7 +300,7 @@ class Ctx:
         sb = os.path.join(args.build, "shardcastd")
         self.server_bin = sb if os.access(sb, os.X_OK) else None
         self.server_flags = ["--shuffle-buffer", str(SHUFFLE_BUFFER),
-                             "--buffer-bytes", SERVER_BUFFER_BYTES] + \
+                             "--shuffle-buffer-bytes", SERVER_BUFFER_BYTES] + \
             args.server_flags.split()
         self.curl = shutil.which("curl")
         self.nginx = None

@@ -244,6 +244,18 @@ typedef struct sio_shardlist sio_shardlist;
 sio_code sio_shardlist_resolve(sio_io *io, const char *source,
                                sio_shardlist **out, sio_error *err);
 
+/* Flags of sio_shardlist_resolve_ex. */
+enum {
+    /* Keep every object a directory or prefix listing holds, not only the
+     * shard names (for `shardcast ls --all`); such a list is not a
+     * dataset: never serve it. */
+    SIO_RESOLVE_ALL_OBJECTS = 1u
+};
+/* sio_shardlist_resolve with flags (0: the same). */
+sio_code sio_shardlist_resolve_ex(sio_io *io, const char *source,
+                                  unsigned flags, sio_shardlist **out,
+                                  sio_error *err);
+
 /* Build a shard list from explicit URLs/paths, taken in order (copied). */
 sio_code sio_shardlist_from_urls(const char *const *urls, size_t n,
                                  sio_shardlist **out, sio_error *err);

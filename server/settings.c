@@ -27,6 +27,7 @@
 #include "log.h"
 #include "request.h"
 #include "shardio.h"
+#include "shardio_units.h"
 
 typedef enum stype {
     T_STRING, /* free text of min..max bytes */
@@ -100,7 +101,7 @@ static const setting settings[] = {
      "shuffle seed; with the epoch it fixes the order"},
     {"shuffle-buffer", "shuffle_buffer", JOB(shuffle_buffer), T_U32, "1000",
      1, SIO_EPOCH_BUFFER_MAX, NULL, "samples in the shuffle buffer (1: no shuffle)"},
-    {"buffer-bytes", "shuffle_buffer_bytes", JOB(buffer_bytes), T_BYTES,
+    {"shuffle-buffer-bytes", "shuffle_buffer_bytes", JOB(buffer_bytes), T_BYTES,
      "256MiB", 0, UINT64_C(1) << 40, NULL,
      "byte cap of the shuffle buffer (0: no cap)"},
     {"interleave", "interleave", JOB(interleave), T_U32, "4", 1, 4096, NULL,
@@ -238,6 +239,26 @@ static const setting settings[] = {
 #undef JOB
 #define NSETTINGS (sizeof settings / sizeof settings[0])
 
+/*
+ * Old spellings, kept working and deprecated: as a flag (--old) and an
+ * environment variable (SHARDCAST_OLD). Every name of the table is its
+ * flag, its environment variable and (with '_') its config-file or job
+ * key; the one exception is the job's name, --job / "name". A use is
+ * logged as event=deprecated_setting when the log starts
+ * (sc_settings_log); the canonical spelling wins when both are given in
+ * the environment.
+ */
+typedef struct alias {
+    const char *old;  /* deprecated flag name */
+    const char *name; /* the setting it means */
+} alias;
+static const alias aliases[] = {
+    /* the flag did not match its key shuffle_buffer_bytes */
+    {"buffer-bytes", "shuffle-buffer-bytes"},
+};
+#define NALIASES (sizeof aliases / sizeof aliases[0])
+_Static_assert(NALIASES <= 32, "sc_config.deprecated_used has 32 bits");
+
 static int fail(char *msg, size_t msg_len, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
@@ -253,66 +274,6 @@ static int fail(char *msg, size_t msg_len, const char *fmt, ...)
     vsnprintf(msg, msg_len, fmt, ap);
     va_end(ap);
     return -1;
-}
-
-/* What a number's suffix may be (parse_number). */
-enum { NUM_PLAIN = 0, NUM_BYTES = 1, NUM_MS = 2, NUM_SECS = 3 };
-
-/* Strict unsigned decimal with an optional suffix: a binary size for
- * NUM_BYTES, a duration unit for NUM_MS (result in ms) and NUM_SECS
- * (result in s; whole seconds only). */
-static int parse_number(const char *v, int kind, uint64_t *out)
-{
-    uint64_t x = 0, mult = 1;
-    size_t i = 0;
-
-    if (!isdigit((unsigned char)v[0]))
-        return -1;
-    for (; isdigit((unsigned char)v[i]); i++) {
-        unsigned d = (unsigned)(v[i] - '0');
-        if (x > (UINT64_MAX - d) / 10)
-            return -1;
-        x = x * 10 + d;
-    }
-    const char *suf = v + i;
-    if (*suf) {
-        static const struct {
-            const char *s;
-            uint64_t m;
-        } sizes[] = {{"b", 1},
-                     {"k", 1ull << 10}, {"kb", 1ull << 10}, {"kib", 1ull << 10},
-                     {"ki", 1ull << 10},
-                     {"m", 1ull << 20}, {"mb", 1ull << 20}, {"mib", 1ull << 20},
-                     {"mi", 1ull << 20},
-                     {"g", 1ull << 30}, {"gb", 1ull << 30}, {"gib", 1ull << 30},
-                     {"gi", 1ull << 30},
-                     {"t", 1ull << 40}, {"tb", 1ull << 40}, {"tib", 1ull << 40},
-                     {"ti", 1ull << 40}},
-          times[] = {{"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}};
-        if (kind == NUM_PLAIN)
-            return -1;
-        mult = 0;
-        if (kind == NUM_BYTES) {
-            for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
-                if (strcasecmp(suf, sizes[k].s) == 0)
-                    mult = sizes[k].m;
-        } else {
-            for (size_t k = 0; k < sizeof times / sizeof times[0]; k++)
-                if (strcmp(suf, times[k].s) == 0)
-                    mult = times[k].m;
-        }
-        if (mult == 0 || x > UINT64_MAX / mult)
-            return -1;
-        x *= mult; /* in ms for durations */
-        if (kind == NUM_SECS) {
-            if (x % 1000)
-                return -1;
-            x /= 1000;
-        }
-        mult = 1;
-    }
-    *out = x * mult;
-    return 0;
 }
 
 int sc_fields_split(const char *list,
@@ -439,19 +400,19 @@ static int set_value(void *base, const setting *st, const char *v,
     case T_BYTES:
     case T_MS:
     case T_SECS: {
-        int kind = st->type == T_BYTES ? NUM_BYTES
-                   : st->type == T_MS  ? NUM_MS
-                   : st->type == T_SECS ? NUM_SECS
-                                        : NUM_PLAIN;
-        static const char *const what[] = {
-            "an integer", "a byte count (suffix K/M/G/T or Ki/Mi/Gi/Ti)",
-            "a duration in ms (or with a unit: 500ms, 30s, 5m, 1h)",
-            "a duration in s (or with a unit: 30s, 5m, 1h, 2000ms)"};
-        if (parse_number(v, kind, &x) != 0 || x < st->min || x > st->max)
+        /* libshardio's one parser of sizes and durations, which the
+         * shardcast command uses too. */
+        sio_unit_kind kind = st->type == T_BYTES ? SIO_UNIT_BYTES
+                             : st->type == T_MS   ? SIO_UNIT_MS
+                             : st->type == T_SECS ? SIO_UNIT_SECS
+                                                  : SIO_UNIT_COUNT;
+        if (sio_parse_units(v, kind, &x, NULL) != 0 || x < st->min ||
+            x > st->max)
             return fail(msg, msg_len,
                         "invalid value '%.64s' for %s (%s): expected %s in "
                         "%" PRIu64 "..%" PRIu64,
-                        v, lb, from, what[kind], st->min, st->max);
+                        v, lb, from, sio_units_describe(kind), st->min,
+                        st->max);
         }
         if (st->type == T_U32 || st->type == T_MS || st->type == T_SECS)
             *(uint32_t *)(void *)field = (uint32_t)x;
@@ -503,6 +464,31 @@ static const setting *find(const char *name, size_t len)
     return NULL;
 }
 
+/* find(), or the setting an alias names; *alias_index is the alias
+ * used, or -1. */
+static const setting *find_any(const char *name, size_t len,
+                               int *alias_index)
+{
+    const setting *st = find(name, len);
+    *alias_index = -1;
+    if (st)
+        return st;
+    for (size_t i = 0; i < NALIASES; i++) {
+        const char *a = aliases[i].old;
+        if (strlen(a) != len)
+            continue;
+        size_t k = 0;
+        for (; k < len; k++)
+            if (a[k] != name[k] && !(a[k] == '-' && name[k] == '_'))
+                break;
+        if (k == len) {
+            *alias_index = (int)i;
+            return find(aliases[i].name, strlen(aliases[i].name));
+        }
+    }
+    return NULL;
+}
+
 static const setting *find_key(const char *key)
 {
     for (size_t i = 0; i < NSETTINGS; i++)
@@ -511,12 +497,17 @@ static const setting *find_key(const char *key)
     return NULL;
 }
 
-static void env_name(const setting *st, char *buf, size_t len)
+static void env_of_name(const char *name, char *buf, size_t len)
 {
     size_t o = (size_t)snprintf(buf, len, "SHARDCAST_");
-    for (const char *p = st->name; *p && o + 1 < len; p++)
+    for (const char *p = name; *p && o + 1 < len; p++)
         buf[o++] = *p == '-' ? '_' : (char)toupper((unsigned char)*p);
     buf[o] = '\0';
+}
+
+static void env_name(const setting *st, char *buf, size_t len)
+{
+    env_of_name(st->name, buf, len);
 }
 
 void sc_settings_usage(FILE *f, const char *prog)
@@ -549,9 +540,22 @@ void sc_settings_usage(FILE *f, const char *prog)
                                        st->type == T_STRING)
                         ? "(required)"
                         : "(unset)";
-            fprintf(f, "  %-34s %s\n  %-34s default: %s; env %s\n", head,
-                    st->help, "", d, env);
+            if (strlen(head) > 34) /* too wide for the column */
+                fprintf(f, "  %s\n  %-34s %s\n  %-34s default: %s; env %s\n",
+                        head, "", st->help, "", d, env);
+            else
+                fprintf(f, "  %-34s %s\n  %-34s default: %s; env %s\n",
+                        head, st->help, "", d, env);
         }
+    }
+    fprintf(f, "\nDeprecated spellings (still accepted; the log names each "
+               "use):\n");
+    for (size_t i = 0; i < NALIASES; i++) {
+        char old_env[64];
+        env_of_name(aliases[i].old, old_env, sizeof old_env);
+        env_of_name(aliases[i].name, env, sizeof env);
+        fprintf(f, "  --%s, %s: use --%s, %s\n", aliases[i].old, old_env,
+                aliases[i].name, env);
     }
 }
 
@@ -811,7 +815,8 @@ static int load_config_file(sc_config *cfg, const char *path, char *msg,
             }
             continue;
         }
-        const setting *st = find(k, strlen(k));
+        int ai;
+        const setting *st = find_any(k, strlen(k), &ai);
         const char *textv;
         if (!st || st->scope != S_SERVER || st->offset == offsetof(sc_config,
                                                                    config)) {
@@ -830,6 +835,8 @@ static int load_config_file(sc_config *cfg, const char *path, char *msg,
         }
         if (set_value(cfg, st, textv, from, 0, msg, msg_len) != 0)
             goto out;
+        if (ai >= 0)
+            cfg->deprecated_used |= 1u << ai;
     }
     rc = 0;
 out:
@@ -969,6 +976,19 @@ sc_settings_result sc_settings_load(sc_config *cfg, int argc,
     if (path && *path && load_config_file(cfg, path, msg, msg_len) != 0)
         return SC_SETTINGS_ERROR;
 
+    /* Deprecated names first, so that the canonical one wins. */
+    for (size_t i = 0; i < NALIASES; i++) {
+        env_of_name(aliases[i].old, env, sizeof env);
+        const char *v = getenv(env);
+        if (!v)
+            continue;
+        const setting *st = find(aliases[i].name, strlen(aliases[i].name));
+        snprintf(from, sizeof from, "from %s", env);
+        void *base = st->scope == S_JOB ? (void *)&cfg->cli_job : (void *)cfg;
+        if (set_value(base, st, v, from, 0, msg, msg_len) != 0)
+            return SC_SETTINGS_ERROR;
+        cfg->deprecated_used |= 1u << i;
+    }
     for (size_t i = 0; i < NSETTINGS; i++) {
         const setting *st = &settings[i];
         env_name(st, env, sizeof env);
@@ -988,7 +1008,8 @@ sc_settings_result sc_settings_load(sc_config *cfg, int argc,
         }
         const char *eq = strchr(a + 2, '=');
         size_t nlen = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
-        const setting *st = find(a + 2, nlen);
+        int ai;
+        const setting *st = find_any(a + 2, nlen, &ai);
         if (!st) {
             fail(msg, msg_len, "unknown option '--%.*s' (see --help)",
                  (int)(nlen > 64 ? 64 : nlen), a + 2);
@@ -1006,6 +1027,8 @@ sc_settings_result sc_settings_load(sc_config *cfg, int argc,
         if (set_value(base, st, v, "from the command line", 0, msg,
                       msg_len) != 0)
             return SC_SETTINGS_ERROR;
+        if (ai >= 0)
+            cfg->deprecated_used |= 1u << ai;
     }
     if (check_config(cfg, msg, msg_len) != 0)
         return SC_SETTINGS_ERROR;
@@ -1119,6 +1142,11 @@ static json_t *value_of(const sc_config *cfg, const setting *st, char *val,
 void sc_settings_log(const sc_config *cfg)
 {
     char val[1024], q[1100];
+    for (size_t i = 0; i < NALIASES; i++)
+        if (cfg->deprecated_used & (1u << i))
+            SC_LOG(SIO_LOG_WARN,
+                   "event=deprecated_setting name=%s use=%s", aliases[i].old,
+                   aliases[i].name);
     for (size_t i = 0; i < NSETTINGS; i++) {
         const setting *st = &settings[i];
         if (st->scope != S_SERVER)

@@ -5,6 +5,11 @@
  * the JSON config file (--config; the Kubernetes ConfigMap) and the jobs API
  * (PUT /v1/jobs/{job}) all go through.
  *
+ * Each setting has one name: its flag (--shuffle-buffer-bytes), its
+ * environment variable (SHARDCAST_SHUFFLE_BUFFER_BYTES) and its config-file
+ * or job key (shuffle_buffer_bytes); the job's name is --job / "name".
+ * Older spellings are accepted as deprecated aliases (settings.c).
+ *
  * Server settings apply to the process. Job settings describe one job; on
  * the command line they define the single job of the --job/--source form,
  * in the config file and the API they are the keys of a job object
@@ -106,6 +111,9 @@ typedef struct sc_config {
     uint64_t max_field_bytes;    /* --max-field-bytes (0: derived) */
     int allow_link_local;        /* --allow-link-local-sources */
     uint64_t log_queue_bytes;    /* --log-queue-bytes */
+    /* Deprecated spellings used (bit i: alias i of settings.c), logged by
+     * sc_settings_log. */
+    uint32_t deprecated_used;
 
     /* The job of the command-line form (cli_job.name NULL: none). */
     sc_jobspec cli_job;
@@ -138,7 +146,8 @@ void sc_settings_free(sc_config *cfg);
 void sc_settings_usage(FILE *f, const char *prog);
 
 /* Log the values in effect, one line per server setting (level info);
- * secrets are shown as "<set>" or "<unset>". */
+ * secrets are shown as "<set>" or "<unset>". A deprecated spelling that
+ * was used is logged first (level warn, event=deprecated_setting). */
 void sc_settings_log(const sc_config *cfg);
 
 /* The server settings in effect as a JSON object text (malloc'd, caller

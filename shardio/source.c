@@ -63,8 +63,8 @@ static int has_brace_group(const char *s)
 }
 
 /* Add one spec (directory/prefix, brace pattern or single object). */
-static sio_code add_spec(sio_io *io, const char *spec, sio_objlist *out,
-                         sio_error *err)
+static sio_code add_spec(sio_io *io, const char *spec, unsigned flags,
+                         sio_objlist *out, sio_error *err)
 {
     const sio_backend_ops *ops;
     void *ctx;
@@ -103,7 +103,8 @@ static sio_code add_spec(sio_io *io, const char *spec, sio_objlist *out,
             goto out;
         sio_objlist_sort(&dir);
         for (i = 0; i < dir.n; i++) {
-            if (!is_shard_name(dir.v[i].url))
+            if (!(flags & SIO_RESOLVE_ALL_OBJECTS) &&
+                !is_shard_name(dir.v[i].url))
                 continue;
             rc = sio_objlist_add(out, dir.v[i].url, dir.v[i].size);
             if (rc) {
@@ -128,6 +129,13 @@ out:
 
 sio_code sio_shardlist_resolve(sio_io *io, const char *source,
                                sio_shardlist **out, sio_error *err)
+{
+    return sio_shardlist_resolve_ex(io, source, 0, out, err);
+}
+
+sio_code sio_shardlist_resolve_ex(sio_io *io, const char *source,
+                                  unsigned flags, sio_shardlist **out,
+                                  sio_error *err)
 {
     sio_shardlist *l = NULL;
     char spec[SOURCE_SPEC_MAX];
@@ -165,7 +173,7 @@ sio_code sio_shardlist_resolve(sio_io *io, const char *source,
         memcpy(spec, p, len);
         spec[len] = '\0';
         p += len;
-        rc = add_spec(io, spec, &l->objs, err);
+        rc = add_spec(io, spec, flags, &l->objs, err);
         if (rc)
             goto out;
     }

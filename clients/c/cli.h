@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "shardcast_client.h"
+#include "shardio_units.h"
 
 /* Exit codes (documented in `shardcast --help`). */
 enum {
@@ -54,8 +55,10 @@ typedef struct cli_conn {
 enum {
     OPT_SERVER = 1000, OPT_JOB, OPT_EPOCH, OPT_RANK, OPT_WORLD, OPT_START,
     OPT_GLOBAL_START, OPT_FIELDS, OPT_FORMAT, OPT_TOKEN_FILE,
-    OPT_CONNECT_TIMEOUT, OPT_IDLE_TIMEOUT, OPT_RECONNECTS,
-    OPT_RETRY_BUDGET, OPT_CONN_END
+    OPT_CONNECT_TIMEOUT_MS, OPT_IDLE_TIMEOUT_MS, OPT_RECONNECTS,
+    OPT_RETRY_BUDGET_MS,
+    /* deprecated spellings of the three durations (bare number: ms) */
+    OPT_CONNECT_TIMEOUT, OPT_IDLE_TIMEOUT, OPT_RETRY_BUDGET, OPT_CONN_END
 };
 #define CLI_CONN_OPTIONS                                                    \
     {"server", required_argument, 0, OPT_SERVER},                           \
@@ -68,9 +71,12 @@ enum {
     {"fields", required_argument, 0, OPT_FIELDS},                           \
     {"format", required_argument, 0, OPT_FORMAT},                           \
     {"token-file", required_argument, 0, OPT_TOKEN_FILE},                   \
+    {"connect-timeout-ms", required_argument, 0, OPT_CONNECT_TIMEOUT_MS},   \
+    {"idle-timeout-ms", required_argument, 0, OPT_IDLE_TIMEOUT_MS},         \
+    {"reconnects", required_argument, 0, OPT_RECONNECTS},                   \
+    {"retry-budget-ms", required_argument, 0, OPT_RETRY_BUDGET_MS},         \
     {"connect-timeout", required_argument, 0, OPT_CONNECT_TIMEOUT},         \
     {"idle-timeout", required_argument, 0, OPT_IDLE_TIMEOUT},               \
-    {"reconnects", required_argument, 0, OPT_RECONNECTS},                   \
     {"retry-budget", required_argument, 0, OPT_RETRY_BUDGET}
 
 /* Help text of those options. */
@@ -89,6 +95,25 @@ void cli_conn_free(cli_conn *c);
 
 /* Parse a non-negative decimal integer <= max; -1 when malformed. */
 int cli_parse_u64(const char *s, uint64_t max, uint64_t *out);
+
+/*
+ * Numbers with units, read by libshardio's parser exactly as shardcastd
+ * reads its settings (shardio_units.h): kind SIO_UNIT_MS for options named
+ * "--*-ms" (a bare number is ms), SIO_UNIT_SECS for other durations (a bare
+ * number is s), SIO_UNIT_BYTES for sizes. 0 ok (value <= max), -1 when
+ * malformed or too large.
+ */
+int cli_parse_units(const char *s, sio_unit_kind kind, uint64_t max,
+                    uint64_t *out);
+
+/*
+ * A deprecated duration option that predates the unit rule: its bare
+ * number is still read as ms (what it always meant), with a warning on
+ * stderr naming the option to use; with a unit it reads like shardcastd.
+ * opt is the old name without "--", repl the new one.
+ */
+int cli_parse_legacy_ms(const char *s, uint64_t max, uint64_t *out,
+                        const char *cmd, const char *opt, const char *repl);
 
 /* "12.3 MB" style, for tables. */
 void cli_human_bytes(double bytes, char *buf, size_t len);

@@ -2,7 +2,8 @@
  * cli_bench.c — `shardcast bench`: N concurrent consumers of one epoch
  * against a server, with a live progress line and a summary (samples/s,
  * MB/s, time to first sample, per-consumer spread), optionally as JSON,
- * and optionally an exactly-once check against a mkwds manifest.
+ * and optionally an exactly-once check against a mkwds manifest or a
+ * plain list of per-sample hashes ("key sha256" lines).
  *
  * Threading: one thread per consumer, each owning its stream; the main
  * thread prints progress from atomic counters. The --verify tables are
@@ -10,14 +11,18 @@
  * the per-sample delivery counters, which are atomics.
  * Ownership: main owns every consumer record and the manifest.
  */
+#include <ctype.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
+#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -28,6 +33,10 @@
 /* Samples a manifest may describe (bounded so a bad file cannot make the
  * key table huge). */
 #define MANIFEST_SAMPLES_MAX 50000000u
+/* Largest --verify file read into memory: 50 M lines of a 64-digit hash
+ * and a key of ~20 bytes fit (a JSON manifest of that many samples is
+ * larger per sample but holds far fewer in practice). */
+#define MANIFEST_FILE_MAX (UINT64_C(4) << 30)
 /* Problems listed in detail by --verify (the counts are always complete). */
 #define VERIFY_SHOWN 10
 
@@ -38,30 +47,50 @@ static const char bench_help_head[] =
     "--world, default ranks 0..N-1 of N) and report samples/s, MB/s\n"
     "(payload bytes, 10^6), time to first sample and the per-consumer\n"
     "spread (min/median/max samples and MB/s). A progress line is drawn on\n"
-    "stderr when it is a terminal, else a plain line every --interval s.\n"
+    "stderr when it is a terminal, else a plain line every --interval.\n"
     "\n"
     "  -n, --consumers N     concurrent consumers (default 4, at most 1024)\n"
     "  --first-rank R        rank of the first consumer (default 0)\n"
     "  --limit N             stop each consumer after N samples\n"
-    "  --verify MANIFEST     check every sample against a manifest: content\n"
-    "                        hash, and (when the consumers are the whole world\n"
-    "                        and run to the end) that together they got every\n"
+    "  --verify FILE         check every sample against FILE: content hash,\n"
+    "                        and (when the consumers are the whole world and\n"
+    "                        run to the end) that together they got every\n"
     "                        sample exactly once (as the partition policy\n"
-    "                        allows). MANIFEST is JSON {\"samples\": [{\"key\":\n"
-    "                        K, \"hash\": H}, ...]} (other keys ignored), K the\n"
-    "                        sample's WebDataset key, H the hex sha256 over its\n"
-    "                        fields sorted by name, each as the name (UTF-8),\n"
-    "                        a 0 byte, the length as 8 bytes little-endian and\n"
-    "                        the data (shardcast.sample_hash in Python; the\n"
-    "                        test generator tests/tools/mkwds.py writes one)\n"
+    "                        allows). FILE is one of\n"
+    "                        - a JSON manifest {\"samples\": [{\"key\": K,\n"
+    "                          \"hash\": H}, ...]} (other keys ignored), K the\n"
+    "                          sample's WebDataset key, H the hex sha256 over\n"
+    "                          its fields sorted by name, each as the name\n"
+    "                          (UTF-8), a 0 byte, the length as 8 bytes\n"
+    "                          little-endian and the data\n"
+    "                          (shardcast.sample_hash in Python; the test\n"
+    "                          generator tests/tools/mkwds.py writes one);\n"
+    "                        - a plain list, one line per sample: the key,\n"
+    "                          white space, the hex sha256 of ONE field's\n"
+    "                          bytes, the field named by --verify-field\n"
+    "                          (e.g. \"cat/0001 9f86d0...\"; blank lines and\n"
+    "                          lines starting with # are skipped; the hash is\n"
+    "                          the last word, so keys may hold spaces).\n"
+    "                        A file starting with '{' is a manifest.\n"
+    "  --verify-field NAME   the hashes of --verify are sha256 of field NAME\n"
+    "                        (required for a plain list; with a manifest they\n"
+    "                        come from samples[].fields[NAME].sha256, which\n"
+    "                        mkwds.py writes). A sample without the field is\n"
+    "                        a mismatch. --fields may then name NAME\n"
     "  --json                print the summary as JSON on stdout\n"
-    "  --interval S          seconds between plain progress lines (default 5)\n"
+    "  --interval D          time between plain progress lines (default 5s;\n"
+    "                        whole seconds, a bare number is seconds)\n"
     "  --help                this text\n";
 
 typedef struct manifest {
-    json_t *root;
+    json_t *root;                /* a JSON manifest, or NULL */
+    char *text;                  /* the file's bytes (a plain list's keys
+                                    point into it, NUL-terminated) */
+    const char *field;           /* --verify-field (lowercased), or NULL:
+                                    the whole-sample content hash */
+    int plain;                   /* a plain list */
     size_t n;
-    const char **keys;           /* views into root */
+    const char **keys;           /* views into root or text */
     unsigned char (*hash)[32];
     size_t *table;               /* open addressing: index + 1, 0 empty */
     size_t cap;
@@ -132,6 +161,7 @@ static int hexval(char c)
 static void mf_free(manifest *m)
 {
     json_decref(m->root);
+    free(m->text);
     free(m->keys);
     free(m->hash);
     free(m->table);
@@ -139,22 +169,47 @@ static void mf_free(manifest *m)
     memset(m, 0, sizeof *m);
 }
 
-static int mf_load(manifest *m, const char *path)
+/* Parse 64 hex digits into out; -1 when malformed. */
+static int parse_hash(const char *hx, size_t len, unsigned char out[32])
 {
-    json_error_t jerr;
-    memset(m, 0, sizeof *m);
-    m->root = json_load_file(path, 0, &jerr);
-    json_t *samples = json_object_get(m->root, "samples");
-    if (!json_is_array(samples)) {
-        fprintf(stderr, "shardcast bench: %s: not a mkwds manifest (%s)\n",
-                path, m->root ? "no samples list" : jerr.text);
-        goto fail;
+    if (len != 64)
+        return -1;
+    for (size_t k = 0; k < 32; k++) {
+        int hi = hexval(hx[2 * k]), lo = hexval(hx[2 * k + 1]);
+        if (hi < 0 || lo < 0)
+            return -1;
+        out[k] = (unsigned char)(hi << 4 | lo);
     }
-    m->n = json_array_size(samples);
+    return 0;
+}
+
+/* Add sample i (key, hash text) to the tables; -1 with a message. */
+static int mf_add(manifest *m, size_t i, const char *key, const char *hx,
+                  size_t hxlen, const char *path, const char *where)
+{
+    if (parse_hash(hx, hxlen, m->hash[i]) != 0) {
+        fprintf(stderr, "shardcast bench: %s: %s: bad hash (64 hex "
+                "digits)\n", path, where);
+        return -1;
+    }
+    if (mf_find(m, key, strlen(key)) >= 0) {
+        fprintf(stderr, "shardcast bench: %s: key %s twice\n", path, key);
+        return -1;
+    }
+    m->keys[i] = key;
+    size_t h = (size_t)fnv(key, strlen(key)) & (m->cap - 1);
+    while (m->table[h])
+        h = (h + 1) & (m->cap - 1);
+    m->table[h] = i + 1;
+    return 0;
+}
+
+static int mf_alloc(manifest *m, const char *path)
+{
     if (m->n > MANIFEST_SAMPLES_MAX) {
         fprintf(stderr, "shardcast bench: %s: more than %u samples\n", path,
                 MANIFEST_SAMPLES_MAX);
-        goto fail;
+        return -1;
     }
     m->cap = 16;
     while (m->cap < 2 * m->n)
@@ -165,35 +220,158 @@ static int mf_load(manifest *m, const char *path)
     m->seen = calloc(m->n ? m->n : 1, sizeof *m->seen);
     if (!m->keys || !m->hash || !m->table || !m->seen) {
         fprintf(stderr, "shardcast bench: out of memory for the manifest\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* The whole file into m->text (NUL-terminated); -1 with a message. */
+static int mf_read(manifest *m, const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    size_t cap = 1 << 16, n = 0;
+    if (!f) {
+        fprintf(stderr, "shardcast bench: cannot open %s: %s\n", path,
+                strerror(errno));
+        return -1;
+    }
+    m->text = malloc(cap + 1);
+    while (m->text) {
+        n += fread(m->text + n, 1, cap - n, f);
+        if (n < cap)
+            break;
+        if ((uint64_t)cap * 2 > MANIFEST_FILE_MAX) {
+            fprintf(stderr, "shardcast bench: %s: larger than %" PRIu64
+                    " bytes\n", path, MANIFEST_FILE_MAX);
+            fclose(f);
+            return -1;
+        }
+        char *t = realloc(m->text, cap * 2 + 1);
+        if (!t)
+            break;
+        m->text = t;
+        cap *= 2;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!m->text || bad) {
+        fprintf(stderr, "shardcast bench: cannot read %s: %s\n", path,
+                m->text ? "read error" : "out of memory");
+        return -1;
+    }
+    m->text[n] = '\0';
+    *len = n;
+    return 0;
+}
+
+/* A plain list: "key<white space>hash" lines. Keys become NUL-terminated
+ * views into m->text. */
+static int mf_load_list(manifest *m, const char *path, size_t len)
+{
+    char *p, *end = m->text + len;
+    m->n = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        size_t i = 0, lineno = 0;
+        if (pass == 1 && mf_alloc(m, path) != 0)
+            return -1;
+        for (p = m->text; p < end;) {
+            char *nl = memchr(p, '\n', (size_t)(end - p));
+            char *le = nl ? nl : end, *next = nl ? nl + 1 : end;
+            lineno++;
+            /* trim (also a CR before the newline) */
+            while (p < le && isspace((unsigned char)*p))
+                p++;
+            while (le > p && isspace((unsigned char)le[-1]))
+                le--;
+            if (p == le || *p == '#') {
+                p = next;
+                continue;
+            }
+            if (memchr(p, '\0', (size_t)(le - p))) {
+                fprintf(stderr, "shardcast bench: %s: line %zu holds a NUL "
+                        "byte\n", path, lineno);
+                return -1;
+            }
+            char *h = le;
+            while (h > p && !isspace((unsigned char)h[-1]))
+                h--;
+            char *ke = h;
+            while (ke > p && isspace((unsigned char)ke[-1]))
+                ke--;
+            if (ke == p) {
+                fprintf(stderr, "shardcast bench: %s: line %zu: expected "
+                        "\"KEY SHA256\"\n", path, lineno);
+                return -1;
+            }
+            if (pass == 1) {
+                char where[48];
+                snprintf(where, sizeof where, "line %zu", lineno);
+                *ke = '\0';
+                if (mf_add(m, i, p, h, (size_t)(le - h), path, where) != 0)
+                    return -1;
+            }
+            i++;
+            if (pass == 0 && i > MANIFEST_SAMPLES_MAX)
+                break;
+            p = next;
+        }
+        m->n = i;
+    }
+    return 0;
+}
+
+static int mf_load(manifest *m, const char *path, const char *field)
+{
+    json_error_t jerr;
+    size_t len = 0;
+    memset(m, 0, sizeof *m);
+    m->field = field;
+    if (mf_read(m, path, &len) != 0)
+        goto fail;
+    const char *q = m->text;
+    while (isspace((unsigned char)*q))
+        q++;
+    if (*q != '{') {
+        m->plain = 1;
+        if (!field) {
+            fprintf(stderr, "shardcast bench: %s is a plain list (not a JSON "
+                    "manifest): give --verify-field NAME, the field its "
+                    "hashes are of\n", path);
+            goto fail;
+        }
+        if (mf_load_list(m, path, len) != 0)
+            goto fail;
+        return 0;
+    }
+    m->root = json_loadb(m->text, len, 0, &jerr);
+    json_t *samples = json_object_get(m->root, "samples");
+    if (!json_is_array(samples)) {
+        fprintf(stderr, "shardcast bench: %s: not a mkwds manifest (%s)\n",
+                path, m->root ? "no samples list" : jerr.text);
         goto fail;
     }
+    m->n = json_array_size(samples);
+    if (mf_alloc(m, path) != 0)
+        goto fail;
     for (size_t i = 0; i < m->n; i++) {
         json_t *s = json_array_get(samples, i);
         const char *key = json_string_value(json_object_get(s, "key"));
-        const char *hx = json_string_value(json_object_get(s, "hash"));
-        if (!key || !hx || strlen(hx) != 64) {
+        json_t *hv = field ? json_object_get(
+                                 json_object_get(json_object_get(s, "fields"),
+                                                 field),
+                                 "sha256")
+                           : json_object_get(s, "hash");
+        const char *hx = json_string_value(hv);
+        char where[64];
+        if (!key || !hx) {
             fprintf(stderr, "shardcast bench: %s: sample %zu lacks key or "
-                    "hash\n", path, i);
+                    "%s%s%s\n", path, i, field ? "fields." : "hash",
+                    field ? field : "", field ? ".sha256" : "");
             goto fail;
         }
-        for (size_t k = 0; k < 32; k++) {
-            int hi = hexval(hx[2 * k]), lo = hexval(hx[2 * k + 1]);
-            if (hi < 0 || lo < 0) {
-                fprintf(stderr, "shardcast bench: %s: sample %zu: bad hash\n",
-                        path, i);
-                goto fail;
-            }
-            m->hash[i][k] = (unsigned char)(hi << 4 | lo);
-        }
-        if (mf_find(m, key, strlen(key)) >= 0) {
-            fprintf(stderr, "shardcast bench: %s: key %s twice\n", path, key);
+        snprintf(where, sizeof where, "sample %zu", i);
+        if (mf_add(m, i, key, hx, strlen(hx), path, where) != 0)
             goto fail;
-        }
-        m->keys[i] = key;
-        size_t h = (size_t)fnv(key, strlen(key)) & (m->cap - 1);
-        while (m->table[h])
-            h = (h + 1) & (m->cap - 1);
-        m->table[h] = i + 1;
     }
     return 0;
 fail:
@@ -213,14 +391,29 @@ static void problem(consumer *c, const char *what, const scc_sample *s)
 static void check_sample(consumer *c, const scc_sample *s)
 {
     unsigned char h[32];
+    const char *field = c->mf->field;
     long idx = mf_find(c->mf, s->key, s->key_len);
     if (idx < 0) {
         c->unknown++;
         problem(c, "not in the manifest", s);
         return;
     }
-    if (scc_sample_hash(s, h) != SCC_OK ||
-        memcmp(h, c->mf->hash[idx], 32) != 0) {
+    if (field) {
+        const scc_field *f = scc_sample_field(s, field);
+        char what[96];
+        if (!f) {
+            c->mismatched++;
+            snprintf(what, sizeof what, "has no field %s", field);
+            problem(c, what, s);
+        } else if (EVP_Digest(f->data, f->len, h, NULL, EVP_sha256(),
+                              NULL) != 1 ||
+                   memcmp(h, c->mf->hash[idx], 32) != 0) {
+            c->mismatched++;
+            snprintf(what, sizeof what, "sha256 of field %s differs", field);
+            problem(c, what, s);
+        }
+    } else if (scc_sample_hash(s, h) != SCC_OK ||
+               memcmp(h, c->mf->hash[idx], 32) != 0) {
         c->mismatched++;
         problem(c, "content hash differs", s);
     }
@@ -296,12 +489,13 @@ static json_t *spread_json(const double s[3])
 int cli_bench(int argc, char **argv)
 {
     enum { OPT_FIRST = OPT_CONN_END + 1, OPT_LIMIT, OPT_VERIFY, OPT_JSON,
-           OPT_INTERVAL };
+           OPT_INTERVAL, OPT_VERIFY_FIELD };
     static const struct option opts[] = {
         {"consumers", required_argument, 0, 'n'},
         {"first-rank", required_argument, 0, OPT_FIRST},
         {"limit", required_argument, 0, OPT_LIMIT},
         {"verify", required_argument, 0, OPT_VERIFY},
+        {"verify-field", required_argument, 0, OPT_VERIFY_FIELD},
         {"json", no_argument, 0, OPT_JSON},
         {"interval", required_argument, 0, OPT_INTERVAL},
         {"help", no_argument, 0, 'h'},
@@ -311,6 +505,7 @@ int cli_bench(int argc, char **argv)
     int c, ret = CLI_EXIT_OK, json = 0, world_given = 0;
     uint64_t n = 4, first = 0, limit = 0, interval = 5;
     const char *verify = NULL;
+    char verify_field[SCC_FIELD_NAME_MAX + 1] = "";
     manifest mf;
     consumer *cs = NULL;
     pthread_t *th = NULL;
@@ -333,9 +528,18 @@ int cli_bench(int argc, char **argv)
             bad = cli_parse_u64(optarg, UINT64_MAX - 1, &limit) != 0 || !limit;
             break;
         case OPT_VERIFY: verify = optarg; break;
+        case OPT_VERIFY_FIELD: {
+            /* Field names are the lowercased extensions (WebDataset). */
+            size_t fl = strlen(optarg);
+            bad = fl == 0 || fl > SCC_FIELD_NAME_MAX || strchr(optarg, ',');
+            for (size_t i = 0; !bad && i <= fl; i++)
+                verify_field[i] = (char)tolower((unsigned char)optarg[i]);
+            break;
+        }
         case OPT_JSON: json = 1; break;
         case OPT_INTERVAL:
-            bad = cli_parse_u64(optarg, 3600, &interval) != 0 || !interval;
+            bad = cli_parse_units(optarg, SIO_UNIT_SECS, 3600, &interval) != 0 ||
+                  !interval;
             break;
         case 'h':
             fputs(bench_help_head, stdout);
@@ -378,13 +582,27 @@ int cli_bench(int argc, char **argv)
         ret = CLI_EXIT_USAGE;
         goto out;
     }
-    if (verify && cc.nfields) {
-        fprintf(stderr, "shardcast bench: --verify needs every field "
-                "(the content hash covers them all): drop --fields\n");
+    if (verify_field[0] && !verify) {
+        fprintf(stderr, "shardcast bench: --verify-field needs --verify\n");
         ret = CLI_EXIT_USAGE;
         goto out;
     }
-    if (verify && mf_load(&mf, verify) != 0) {
+    if (verify && cc.nfields) {
+        int has = 0;
+        for (size_t i = 0; i < cc.nfields; i++)
+            has |= strcasecmp(cc.fields[i], verify_field) == 0;
+        if (!verify_field[0] || !has) {
+            fprintf(stderr, "shardcast bench: --verify needs %s: %s\n",
+                    verify_field[0] ? "the --verify-field among --fields"
+                                    : "every field (the content hash "
+                                      "covers them all)",
+                    verify_field[0] ? "add it" : "drop --fields");
+            ret = CLI_EXIT_USAGE;
+            goto out;
+        }
+    }
+    if (verify && mf_load(&mf, verify,
+                          verify_field[0] ? verify_field : NULL) != 0) {
         ret = CLI_EXIT_USAGE;
         goto out;
     }
@@ -509,7 +727,7 @@ int cli_bench(int argc, char **argv)
         }
         int union_checked = complete == n && first == 0 && n == cc.world &&
                             cc.start == 0 && cc.global_start == 0 &&
-                            !limit && cc.nfields == 0;
+                            !limit && (cc.nfields == 0 || mf.field);
         const char *part = cs[0].partition;
         uint64_t rem = mf.n % cc.world;
         uint64_t want_missing = 0, want_dup = 0;
@@ -538,8 +756,12 @@ int cli_bench(int argc, char **argv)
         for (size_t i = 0; i < n; i++)
             for (size_t p = 0; p < cs[i].nproblems; p++)
                 json_array_append_new(probs, json_string(cs[i].problems[p]));
-        jv = json_pack("{s:b, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:o}",
-                       "ok", verify_ok, "union_checked", union_checked,
+        jv = json_pack("{s:b, s:s, s:o, s:b, s:I, s:I, s:I, s:I, s:I, s:I, "
+                       "s:s, s:o}",
+                       "ok", verify_ok, "format",
+                       mf.plain ? "list" : "manifest", "field",
+                       mf.field ? json_string(mf.field) : json_null(),
+                       "union_checked", union_checked,
                        "manifest_samples", (json_int_t)mf.n, "unknown",
                        (json_int_t)unknown, "hash_mismatches",
                        (json_int_t)mismatched, "missing", (json_int_t)missing,

@@ -61,15 +61,19 @@ const char cli_conn_help[] =
     "  --global-start G      elastic resume base\n"
     "  --fields a,b          send only these fields\n"
     "  --format frames|tar   wire format to request\n"
-    "Connection:\n"
-    "  --token-file FILE     bearer token (else $SHARDCAST_TOKEN)\n"
-    "  --connect-timeout MS  (default 10000)\n"
-    "  --idle-timeout MS     no byte for this long: reconnect (default "
-    "60000)\n"
-    "  --reconnects N        reconnect attempts in a row (no sample in\n"
-    "                        between) before giving up (default 30)\n"
-    "  --retry-budget MS     time such a streak may take (default 120000;\n"
-    "                        0: attempts only)\n"
+    "Connection (durations take a unit, 500ms, 30s, 5m, 1h, as shardcastd's\n"
+    "settings do; a bare number is ms for options named -ms):\n"
+    "  --token-file FILE       bearer token (else $SHARDCAST_TOKEN)\n"
+    "  --connect-timeout-ms D  (default 10s)\n"
+    "  --idle-timeout-ms D     no byte for this long: reconnect (default\n"
+    "                          60s)\n"
+    "  --reconnects N          reconnect attempts in a row (no sample in\n"
+    "                          between) before giving up (default 30)\n"
+    "  --retry-budget-ms D     time such a streak may take (default 120s;\n"
+    "                          0: attempts only)\n"
+    "  Deprecated: --connect-timeout, --idle-timeout, --retry-budget D: the\n"
+    "  same with a unit; a bare number is still read as ms (warning), while\n"
+    "  shardcastd reads a bare --idle-timeout in seconds.\n"
     "A stream that breaks, a 5xx while reconnecting, or a retryable error\n"
     "from the server (a drain before a restart) is resumed at the position\n"
     "reached, after a backoff of 0.2 s doubling to 5 s or the server's\n"
@@ -97,13 +101,30 @@ int cli_exit_for(scc_code rc)
 
 int cli_parse_u64(const char *s, uint64_t max, uint64_t *out)
 {
-    char *end;
-    if (!s || *s < '0' || *s > '9')
+    return cli_parse_units(s, SIO_UNIT_COUNT, max, out);
+}
+
+int cli_parse_units(const char *s, sio_unit_kind kind, uint64_t max,
+                    uint64_t *out)
+{
+    uint64_t v;
+    if (sio_parse_units(s, kind, &v, NULL) != 0 || v > max)
         return -1;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end || v > max)
+    *out = v;
+    return 0;
+}
+
+int cli_parse_legacy_ms(const char *s, uint64_t max, uint64_t *out,
+                        const char *cmd, const char *opt, const char *repl)
+{
+    uint64_t v;
+    int had_unit = 0;
+    if (sio_parse_units(s, SIO_UNIT_MS, &v, &had_unit) != 0 || v > max)
         return -1;
+    if (!had_unit)
+        fprintf(stderr, "shardcast %s: warning: --%s %s: a bare number is "
+                "read as milliseconds here (deprecated); give a unit "
+                "(500ms, 30s, 5m) or use --%s\n", cmd, opt, s, repl);
     *out = v;
     return 0;
 }
@@ -218,15 +239,26 @@ int cli_conn_option(cli_conn *c, int opt, const char *arg, const char *cmd)
         if (!c->token)
             return -1;
         break;
+    case OPT_CONNECT_TIMEOUT_MS:
     case OPT_CONNECT_TIMEOUT:
-        if (cli_parse_u64(arg, 3600000, &v) != 0 || v == 0)
-            what = "--connect-timeout";
+        if ((opt == OPT_CONNECT_TIMEOUT
+                 ? cli_parse_legacy_ms(arg, 3600000, &v, cmd,
+                                       "connect-timeout",
+                                       "connect-timeout-ms")
+                 : cli_parse_units(arg, SIO_UNIT_MS, 3600000, &v)) != 0 ||
+            v == 0)
+            what = "--connect-timeout-ms (a duration, 1ms..1h)";
         else
             c->connect_timeout_ms = (uint32_t)v;
         break;
+    case OPT_IDLE_TIMEOUT_MS:
     case OPT_IDLE_TIMEOUT:
-        if (cli_parse_u64(arg, 86400000, &v) != 0 || v == 0)
-            what = "--idle-timeout";
+        if ((opt == OPT_IDLE_TIMEOUT
+                 ? cli_parse_legacy_ms(arg, 86400000, &v, cmd, "idle-timeout",
+                                       "idle-timeout-ms")
+                 : cli_parse_units(arg, SIO_UNIT_MS, 86400000, &v)) != 0 ||
+            v == 0)
+            what = "--idle-timeout-ms (a duration, 1ms..24h)";
         else
             c->idle_timeout_ms = (uint32_t)v;
         break;
@@ -236,9 +268,13 @@ int cli_conn_option(cli_conn *c, int opt, const char *arg, const char *cmd)
         else
             c->reconnects = (uint32_t)v;
         break;
+    case OPT_RETRY_BUDGET_MS:
     case OPT_RETRY_BUDGET:
-        if (cli_parse_u64(arg, 86400000, &v) != 0)
-            what = "--retry-budget";
+        if ((opt == OPT_RETRY_BUDGET
+                 ? cli_parse_legacy_ms(arg, 86400000, &v, cmd, "retry-budget",
+                                       "retry-budget-ms")
+                 : cli_parse_units(arg, SIO_UNIT_MS, 86400000, &v)) != 0)
+            what = "--retry-budget-ms (a duration, 0..24h)";
         else
             c->retry_budget_ms = (uint32_t)v;
         break;

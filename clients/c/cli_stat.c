@@ -34,9 +34,12 @@ static const char stat_help[] =
     "  --server URL       server root (default $SHARDCAST_SERVER)\n"
     "  --job NAME         same as the JOB argument\n"
     "  --token-file FILE  bearer token (else $SHARDCAST_TOKEN)\n"
-    "  --timeout MS       for the request (default 10000)\n"
+    "  --timeout-ms D     for the request (default 10s; a duration with a\n"
+    "                     unit, 500ms, 30s, 1m, or a bare number of ms)\n"
     "  --json             print the server's JSON as it is\n"
-    "  --help             this text\n";
+    "  --help             this text\n"
+    "Deprecated: --timeout D, the same with a unit; a bare number is still\n"
+    "read as ms (with a warning).\n";
 
 /* Text of a member: a string as is, a number formatted, else "-". */
 static const char *txt(json_t *o, const char *name, char *buf, size_t len)
@@ -217,7 +220,8 @@ int cli_stat(int argc, char **argv)
         {"server", required_argument, 0, 's'},
         {"job", required_argument, 0, 'j'},
         {"token-file", required_argument, 0, OPT_TOKEN_FILE},
-        {"timeout", required_argument, 0, 't'},
+        {"timeout-ms", required_argument, 0, 'T'},
+        {"timeout", required_argument, 0, 't'}, /* deprecated */
         {"json", no_argument, 0, 'J'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
@@ -236,9 +240,16 @@ int cli_stat(int argc, char **argv)
         case 's': cc.server = optarg; break;
         case 'j': cc.job = optarg; break;
         case 'J': json = 1; break;
+        case 'T':
         case 't':
-            if (cli_parse_u64(optarg, 3600000, &timeout) != 0 || !timeout) {
-                fprintf(stderr, "shardcast stat: bad --timeout %s\n", optarg);
+            if ((c == 't' ? cli_parse_legacy_ms(optarg, 3600000, &timeout,
+                                                "stat", "timeout",
+                                                "timeout-ms")
+                          : cli_parse_units(optarg, SIO_UNIT_MS, 3600000,
+                                            &timeout)) != 0 ||
+                !timeout) {
+                fprintf(stderr, "shardcast stat: bad --timeout-ms %s (a "
+                        "duration, 1ms..1h)\n", optarg);
                 ret = CLI_EXIT_USAGE;
                 goto out;
             }

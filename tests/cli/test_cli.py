@@ -12,9 +12,11 @@ import os
 import shutil
 import socket
 import struct
+import re
 import subprocess
 import tarfile
 import threading
+import time
 import urllib.request
 
 import pytest
@@ -148,6 +150,90 @@ def test_ls_brace_pattern_and_missing(cli, cli_wds, tmp_path):
     assert p.returncode in (EXIT_OK, EXIT_NOTFOUND)
     if p.returncode == EXIT_OK:
         assert p.stdout.decode().splitlines()[-1].startswith("0 shards")
+
+
+def test_ls_lists_only_shards_and_all_lists_everything(cli, cli_wds, tmp_path):
+    """A directory holds more than shards (the manifest, index sidecars,
+    notes, compressed shards under every accepted name, a subdirectory):
+    ls shows exactly what a job with that source reads, --all everything
+    with its kind."""
+    d = tmp_path / "mixed"
+    d.mkdir()
+    src = os.path.join(cli_wds.path, cli_wds.manifest["shards"][0]["file"])
+    raw = open(src, "rb").read()
+    import gzip
+    for name in ("a.tar", "b.tar.gz", "c.tgz", "D.TAR", "e.Tar.Gz"):
+        (d / name).write_bytes(gzip.compress(raw) if ".gz" in name.lower() or
+                               name.endswith(".tgz") else raw)
+    if shutil.which("zstd"):
+        subprocess.run(["zstd", "-q", "-o", str(d / "f.tar.zst"), src], check=True)
+    shards = sorted(n.name for n in d.iterdir())
+    for name in ("manifest.json", "README", "a.tar.scidx", "a.tar.partial", "tar",
+                 "notes.txt", "g.tar.bz2"):
+        (d / name).write_bytes(b"not a shard")
+    (d / "sub").mkdir()
+    (d / "sub" / "h.tar").write_bytes(raw)
+    others = ["README", "a.tar.partial", "a.tar.scidx", "g.tar.bz2", "manifest.json",
+              "notes.txt", "tar"]
+
+    p = run(cli, "ls", str(d), check_rc=EXIT_OK)
+    lines = p.stdout.decode().splitlines()
+    assert lines[0].split() == ["SIZE", "URL"]
+    assert [os.path.basename(l.split()[1]) for l in lines[1:-1]] == sorted(shards, key=str.encode)
+    assert lines[-1].startswith("%d shards, " % len(shards))
+    # The server reads the same list: its status counts the same shards.
+    p = run(cli, "ls", "--json", str(d), check_rc=EXIT_OK)
+    doc = json.loads(p.stdout)
+    assert doc["count"] == len(shards) == len(doc["shards"])
+    assert "shard" not in doc["shards"][0]
+
+    p = run(cli, "ls", "--all", str(d), check_rc=EXIT_OK)
+    lines = p.stdout.decode().splitlines()
+    assert lines[0].split() == ["SIZE", "KIND", "URL"]
+    rows = {os.path.basename(l.split()[2]): l.split()[1] for l in lines[1:-1]}
+    assert rows == dict({n: "shard" for n in shards}, **{n: "other" for n in others})
+    assert lines[-1].startswith("%d shards, " % len(shards))
+    assert lines[-1].endswith("; %d other objects, not read by a job" % len(others))
+    # --count reads only the shards; --json marks each object.
+    p = run(cli, "ls", "--all", "--count", "--json", str(d), check_rc=EXIT_OK)
+    doc = json.loads(p.stdout)
+    assert doc["count"] == len(shards) and doc["other_objects"] == len(others)
+    assert doc["total_samples"] == 21 * len(shards)
+    kinds = {os.path.basename(o["url"]): o for o in doc["objects"]}
+    assert all(kinds[n]["shard"] and kinds[n]["samples"] == 21 for n in shards)
+    assert all(kinds[n]["shard"] is False and "samples" not in kinds[n] for n in others)
+    # --all marks what a job reads, whatever the name: a file named on its
+    # own is read as a shard (and fails there if it is none), as by a job.
+    p = run(cli, "ls", "--all", str(d / "notes.txt") + "::" + str(d), check_rc=EXIT_OK)
+    lines = p.stdout.decode().splitlines()
+    assert lines[1].split()[1:] == ["shard", str(d / "notes.txt")]
+    assert sum(1 for l in lines[2:-1] if l.split()[1] == "shard") == len(shards)
+    # A directory with no shard at all: not a source; --all still lists it.
+    e = tmp_path / "noshards"
+    e.mkdir()
+    (e / "manifest.json").write_text("{}")
+    run(cli, "ls", str(e), check_rc=EXIT_NOTFOUND)
+    p = run(cli, "ls", "--all", str(e), check_rc=EXIT_OK)
+    assert p.stdout.decode().splitlines()[-1].startswith("0 shards")
+
+
+def test_ls_matches_what_the_server_serves(cli, cli_server_factory, cli_wds, tmp_path):
+    d = tmp_path / "served"
+    d.mkdir()
+    for s in cli_wds.manifest["shards"][:2]:
+        shutil.copy(os.path.join(cli_wds.path, s["file"]), d / s["file"])
+    shutil.copy(os.path.join(cli_wds.path, "manifest.json"), d / "manifest.json")
+    (d / "x.tar.scidx").write_bytes(b"junk")
+    listed = json.loads(run(cli, "ls", "--json", str(d), check_rc=EXIT_OK).stdout)
+    server = cli_server_factory(str(d), job="served")
+    deadline = time.monotonic() + TIMEOUT
+    while True:  # the job's source is resolved in the background
+        with urllib.request.urlopen(server.url + "/v1/jobs/served", timeout=TIMEOUT) as r:
+            status = json.load(r)
+        if status["shards"] is not None or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert listed["count"] == status["shards"] == 2, status.get("shards")
 
 
 def test_ls_http(cli, cli_wds):
@@ -320,6 +406,96 @@ def test_bench_verify_detects_wrong_content(cli, cli_server, cli_wds, tmp_path):
     assert "content hash differs" in text and "not in the manifest" in text
 
 
+def field_list(cli_wds, field, path, mangle=None):
+    """A plain --verify list: "key sha256(field)" lines, with a comment, a
+    blank line and CRLF endings, as people write them."""
+    lines = ["# key, sha256 of the %s field" % field, ""]
+    for s in cli_wds.manifest["samples"]:
+        h = s["fields"][field]["sha256"]
+        if mangle:
+            h = mangle(s["key"], h)
+        if h is not None:
+            lines.append("%s  %s" % (s["key"], h))
+    path.write_bytes(("\r\n".join(lines) + "\r\n").encode())
+    return str(path)
+
+
+def test_bench_verify_plain_field_list(cli, cli_server, cli_wds, tmp_path):
+    lst = field_list(cli_wds, "cls", tmp_path / "cls.txt")
+    base = ["bench", "--server", cli_server.url, "--job", "train", "-n", "4", "--epoch", "3"]
+    p = run(cli, *base, "--verify", lst, "--verify-field", "cls", check_rc=EXIT_OK)
+    assert ("verify           ok: 0 unknown, 0 hash mismatches, 1 missing (expected 1)"
+            in p.stdout.decode())
+    # The field may be the only one streamed; the JSON says which form ran.
+    p = run(cli, *base, "--verify", lst, "--verify-field", "CLS", "--fields", "cls",
+            "--json", check_rc=EXIT_OK)
+    v = json.loads(p.stdout)["verify"]
+    assert v["ok"] and v["union_checked"] and v["format"] == "list" and v["field"] == "cls"
+    # The manifest form with --verify-field takes the field's sha256 from it.
+    manifest = os.path.join(cli_wds.path, "manifest.json")
+    p = run(cli, *base, "--verify", manifest, "--verify-field", "json", "--json",
+            check_rc=EXIT_OK)
+    v = json.loads(p.stdout)["verify"]
+    assert v["ok"] and v["format"] == "manifest" and v["field"] == "json"
+    p = run(cli, *base, "--verify", manifest, "--json", check_rc=EXIT_OK)
+    v = json.loads(p.stdout)["verify"]
+    assert v["ok"] and v["format"] == "manifest" and v["field"] is None
+
+
+def test_bench_verify_plain_list_reports_mismatches(cli, cli_server, cli_wds, tmp_path):
+    samples = cli_wds.manifest["samples"]
+    wrong, dropped = samples[5]["key"], samples[6]["key"]
+
+    def mangle(key, h):
+        if key == wrong:
+            return hashlib.sha256(b"something else").hexdigest()
+        return None if key == dropped else h
+
+    lst = field_list(cli_wds, "cls", tmp_path / "bad.txt", mangle)
+    p = run(cli, "bench", "--server", cli_server.url, "--job", "train", "-n", "1",
+            "--verify", lst, "--verify-field", "cls", check_rc=EXIT_VERIFY)
+    text = p.stdout.decode()
+    assert "FAILED: 1 unknown, 1 hash mismatches" in text
+    assert "key %s" % wrong in text and "sha256 of field cls differs" in text
+    assert "key %s" % dropped in text and "not in the manifest" in text
+    # A hash of another field than the one named: every sample differs.
+    lst = field_list(cli_wds, "json", tmp_path / "json.txt")
+    p = run(cli, "bench", "--server", cli_server.url, "--job", "train", "-n", "1",
+            "--verify", lst, "--verify-field", "cls", "--json", check_rc=EXIT_VERIFY)
+    assert json.loads(p.stdout)["verify"]["hash_mismatches"] == cli_wds.total
+    # A field the samples do not have.
+    p = run(cli, "bench", "--server", cli_server.url, "--job", "train", "-n", "1",
+            "--limit", "3", "--verify", lst, "--verify-field", "png", check_rc=EXIT_VERIFY)
+    assert "has no field png" in p.stdout.decode()
+
+
+def test_bench_verify_usage_errors(cli, cli_server, cli_wds, tmp_path):
+    base = ["bench", "--server", cli_server.url, "--job", "train", "-n", "1"]
+    lst = field_list(cli_wds, "cls", tmp_path / "cls.txt")
+    p = run(cli, *base, "--verify", lst, check_rc=EXIT_USAGE)
+    assert b"--verify-field" in p.stderr
+    p = run(cli, *base, "--verify-field", "cls", check_rc=EXIT_USAGE)
+    assert b"needs --verify" in p.stderr
+    p = run(cli, *base, "--verify", lst, "--verify-field", "cls", "--fields", "json",
+            check_rc=EXIT_USAGE)
+    manifest = os.path.join(cli_wds.path, "manifest.json")
+    run(cli, *base, "--verify", manifest, "--fields", "cls", check_rc=EXIT_USAGE)
+    # a manifest without per-field hashes for the field asked
+    p = run(cli, *base, "--verify", manifest, "--verify-field", "png", check_rc=EXIT_USAGE)
+    assert b"fields.png.sha256" in p.stderr
+    for bad in ("cat/1 abc\n", "onlyonetoken\n", "k %s\nk %s\n" % ("0" * 64, "1" * 64),
+                "k %s\n" % ("g" * 64)):
+        f = tmp_path / "bad.txt"
+        f.write_text(bad)
+        run(cli, *base, "--verify", str(f), "--verify-field", "cls", check_rc=EXIT_USAGE)
+    # keys with spaces: the hash is the last word of the line
+    f = tmp_path / "spaces.txt"
+    f.write_text("a key with spaces %s\n" % ("0" * 64))
+    p = run(cli, *base, "--limit", "1", "--verify", str(f), "--verify-field", "cls",
+            check_rc=EXIT_VERIFY)
+    assert "1 unknown" in p.stdout.decode()
+
+
 def test_bench_errors(cli, cli_server, tmp_path):
     p = run(cli, "bench", "--server", cli_server.url, "--job", "nope", "-n", "2",
             check_rc=EXIT_NOTFOUND)
@@ -335,3 +511,111 @@ def test_bench_errors(cli, cli_server, tmp_path):
     p = run(cli, "bench", "--server", cli_server.url, "--job", "train", "-n", "2",
             "--interval", "1", "--limit", "5", check_rc=EXIT_OK)
     assert b"\033[" not in p.stderr
+
+
+# --------------------------------------------------------------------------
+# durations, units and deprecated spellings
+
+
+@pytest.fixture
+def silent_server():
+    """A port that accepts connections (the kernel's backlog) and never
+    answers."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(64)
+    yield "http://127.0.0.1:%d" % s.getsockname()[1]
+    s.close()
+
+
+def timed(cli, *args, check_rc):
+    t = time.monotonic()
+    p = run(cli, *args, check_rc=check_rc)
+    return p, time.monotonic() - t
+
+
+@pytest.mark.parametrize("args", [
+    ["--connect-timeout-ms", "1s", "--idle-timeout-ms", "300ms"],
+    ["--connect-timeout-ms", "1000", "--idle-timeout-ms", "300"],   # bare: ms
+    ["--connect-timeout", "1s", "--idle-timeout", "300ms"],         # old names, units
+])
+def test_duration_options_take_units(cli, silent_server, args):
+    """Durations read like shardcastd's: a unit, or a bare number in the
+    option's unit (ms for -ms options). A server that never answers: the
+    request gives up after the connect timeout (default 10 s), and the
+    message names the idle timeout in ms."""
+    p, took = timed(cli, "cat", "--server", silent_server, "--job", "x", "--reconnects", "0",
+                    "-o", os.devnull, *args, check_rc=EXIT_CONNECT)
+    assert b"within 300 ms" in p.stderr
+    assert b"warning" not in p.stderr
+    assert took < 6, took
+
+
+def test_deprecated_duration_spellings_still_mean_ms(cli, silent_server):
+    p, took = timed(cli, "cat", "--server", silent_server, "--job", "x", "--reconnects", "0",
+                    "-o", os.devnull, "--connect-timeout", "1000", "--idle-timeout", "300",
+                    check_rc=EXIT_CONNECT)
+    assert b"within 300 ms" in p.stderr and took < 6
+    err = p.stderr.decode()
+    assert ("--idle-timeout 300: a bare number is read as milliseconds here (deprecated)"
+            in err and "use --idle-timeout-ms" in err)
+    assert "use --connect-timeout-ms" in err
+    # stat: --timeout-ms and the old --timeout
+    p, took = timed(cli, "stat", "--server", silent_server, "--timeout-ms", "1s", "x",
+                    check_rc=EXIT_CONNECT)
+    assert took < 6 and b"warning" not in p.stderr
+    p, took = timed(cli, "stat", "--server", silent_server, "--timeout", "1000", "x",
+                    check_rc=EXIT_CONNECT)
+    assert took < 6 and b"--timeout 1000: a bare number is read as milliseconds" in p.stderr
+    p, took = timed(cli, "stat", "--server", silent_server, "--timeout", "1s", "x",
+                    check_rc=EXIT_CONNECT)
+    assert took < 6 and b"warning" not in p.stderr
+
+
+def test_duration_and_size_errors(cli, cli_server):
+    base = ["cat", "--server", cli_server.url, "--job", "train", "-o", os.devnull]
+    for opt, val in (("--idle-timeout-ms", "5q"), ("--idle-timeout-ms", "3Mi"),
+                     ("--idle-timeout-ms", "0"), ("--idle-timeout-ms", "25h"),
+                     ("--connect-timeout-ms", "1.5s"), ("--retry-budget-ms", "-1"),
+                     ("--idle-timeout", "3Mi"), ("--reconnects", "3s")):
+        p = run(cli, *base, opt, val, check_rc=EXIT_USAGE)
+        assert b"bad value" in p.stderr, (opt, val)
+    # bench --interval is in seconds (whole), as shardcastd's second-valued
+    # settings
+    bench = ["bench", "--server", cli_server.url, "--job", "train", "-n", "1", "--limit", "2"]
+    run(cli, *bench, "--interval", "500ms", check_rc=EXIT_USAGE)
+    run(cli, *bench, "--interval", "1s", check_rc=EXIT_OK)
+    run(cli, *bench, "--interval", "2000ms", check_rc=EXIT_OK)
+    run(cli, *bench, "--interval", "1", check_rc=EXIT_OK)
+    p = run(cli, *base, "--retry-budget-ms", "2m", "--idle-timeout-ms", "1m",
+            "--connect-timeout-ms", "5s", check_rc=EXIT_OK)
+    assert b"warning" not in p.stderr
+
+
+def option_names(text):
+    """Options a --help text describes: those that start a line, and those
+    of its "Deprecated:" lines."""
+    names = set(re.findall(r"(?m)^\s+(?:-\w, )?--([a-z][a-z0-9-]*)", text))
+    for line in re.findall(r"(?m)^\s*Deprecated\b.*$", text):
+        names |= set(re.findall(r"--([a-z][a-z0-9-]*)", line))
+    return names
+
+
+def test_options_shared_with_shardcastd_read_the_same(cli):
+    """An option spelled the same in shardcastd and shardcast means the same
+    thing in the same units. The overlap is pinned here so that a new one
+    gets looked at; --idle-timeout is the one duration among them."""
+    from shardcast_testlib import find_server_binary
+    srv = subprocess.run([find_server_binary(), "--help"], capture_output=True, text=True,
+                         timeout=TIMEOUT).stdout
+    server = option_names(srv)
+    client = set()
+    for cmd in ("ls", "index", "cat", "stat", "bench"):
+        client |= option_names(run(cli, cmd, "--help", check_rc=EXIT_OK).stdout.decode())
+    assert server & client == {"job", "fields", "state-dir", "token-file", "idle-timeout"}, \
+        server & client
+    assert re.search(r"--idle-timeout\s.*seconds", srv)
+    # shardcastd reads "--idle-timeout 5m" as 300 s; shardcast reads it as
+    # 5 minutes too (and no warning: a unit is unambiguous).
+    p = run(cli, "cat", "--help", check_rc=EXIT_OK)
+    assert b"--idle-timeout-ms" in p.stdout and b"Deprecated" in p.stdout

@@ -6,6 +6,7 @@ environment and must become ready)."""
 import json
 import os
 import re
+import secrets
 import subprocess
 import time
 import urllib.request
@@ -180,8 +181,10 @@ def test_env_names_are_server_settings(rendered, shardcastd, k):
 def test_server_accepts_rendered_config(rendered, shardcastd, k, k8s_workdir, tmp_path):
     """Start the real shardcastd (through the entrypoint) with the rendered
     ConfigMap (source pointed at a local dataset), the rendered environment
-    (paths mapped into a temporary directory) and the Secret's token: it
-    must start, answer /healthz and /readyz, and report its topology."""
+    (paths mapped into a temporary directory) and tokens made as the
+    README's `kubectl create secret` command makes them, under the keys the
+    pod reads: it must start, answer /healthz and /readyz, and report its
+    topology."""
     from shardcast_testlib import make_dataset
     objects = rendered[k][0]
     ds = os.path.join(k8s_workdir, "render-ds")
@@ -192,8 +195,12 @@ def test_server_accepts_rendered_config(rendered, shardcastd, k, k8s_workdir, tm
         job["source"] = ds
     cfg_path = tmp_path / "shardcast.json"
     cfg_path.write_text(json.dumps(cfg))
-    secret = by_kind(objects, "Secret", "shardcast-tokens")[0]["stringData"]
     c = container(objects)
+    # The Secret is the user's (never rendered): the keys are the files the
+    # pod is told to read from the mounted Secret.
+    secret = {os.path.basename(env_of(c)[v]["value"]): secrets.token_hex(32)
+              for v in ("SHARDCAST_TOKEN_FILE", "SHARDCAST_ADMIN_TOKEN_FILE")}
+    assert sorted(secret) == ["admin-token", "token"]
     env = {}
     for name, e in env_of(c).items():
         if "value" in e:
@@ -231,3 +238,160 @@ def test_server_accepts_rendered_config(rendered, shardcastd, k, k8s_workdir, tm
     finally:
         assert pod.stop() == 0, pod.log()
     assert secret["token"] not in pod.log() and secret["admin-token"] not in pod.log()
+
+
+# -- tokens: never a placeholder ----------------------------------------------
+
+@pytest.mark.parametrize("k", KUSTOMIZATIONS)
+def test_no_placeholder_secret_is_rendered(rendered, k):
+    """`kubectl apply -k` of any kustomization must not deploy a Secret
+    with placeholder values (it used to carry replace-me tokens): the
+    tokens and S3 keys are Secrets the user creates."""
+    objects, text = rendered[k]
+    assert "replace-me" not in text
+    assert not by_kind(objects, "Secret"), [o["metadata"]["name"]
+                                            for o in by_kind(objects, "Secret")]
+
+
+@pytest.mark.parametrize("k", SERVER_KUSTOMIZATIONS)
+def test_pod_mounts_the_user_created_secret(rendered, k):
+    pod = workload(rendered[k][0])["spec"]["template"]["spec"]
+    vols = {v["name"]: v for v in pod["volumes"]}
+    assert vols["tokens"]["secret"]["secretName"] == "shardcast-tokens"
+    # not optional: without the Secret the pod waits instead of running
+    # without tokens
+    assert not vols["tokens"]["secret"].get("optional", False)
+
+
+def test_readme_says_how_to_create_the_secrets():
+    here = os.path.dirname(os.path.abspath(__file__))
+    k8s = os.path.join(here, "..", "..", "k8s")
+    text = open(os.path.join(k8s, "README.md")).read()
+    base = open(os.path.join(k8s, "base", "kustomization.yaml")).read()
+    for doc in (text, base):
+        assert "kubectl create secret generic shardcast-tokens" in doc
+        assert "--from-literal=token=" in doc and "--from-literal=admin-token=" in doc
+    assert "kubectl create secret generic shardcast-s3" in text
+
+
+# -- NetworkPolicy ------------------------------------------------------------
+
+def selector_matches(sel, labels):
+    """A Kubernetes label selector (matchLabels, matchExpressions) applied
+    to a label set; an empty selector matches everything."""
+    for key, val in (sel.get("matchLabels") or {}).items():
+        if labels.get(key) != val:
+            return False
+    for e in sel.get("matchExpressions") or []:
+        op, key, vals = e["operator"], e["key"], e.get("values") or []
+        if op == "In" and labels.get(key) not in vals:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in vals:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
+def admitted(policy, pod_labels, ns_labels, same_namespace, port):
+    """Does the policy's ingress admit a pod (its labels, its namespace's
+    labels) to `port` (a container port name)?"""
+    for rule in policy["spec"].get("ingress", []):
+        ports = rule.get("ports")
+        if ports and not any(p.get("port") == port for p in ports):
+            continue
+        for peer in rule.get("from", []):
+            ns_sel, pod_sel = peer.get("namespaceSelector"), peer.get("podSelector")
+            if ns_sel is None and not same_namespace:
+                continue
+            if ns_sel is not None and not selector_matches(ns_sel, ns_labels):
+                continue
+            if pod_sel is not None and not selector_matches(pod_sel, pod_labels):
+                continue
+            if ns_sel is None and pod_sel is None:
+                continue  # an ipBlock peer: not a pod of the cluster
+            return True
+    return False
+
+
+CLIENT_LABEL = {"shardcast.io/client": "true"}
+MONITORING_NS = {"kubernetes.io/metadata.name": "monitoring"}
+PROMETHEUS = {"app.kubernetes.io/name": "prometheus"}
+
+
+@pytest.mark.parametrize("k", SERVER_KUSTOMIZATIONS)
+def test_network_policy_admits_only_training_pods_and_prometheus(rendered, k):
+    objects = rendered[k][0]
+    pols = by_kind(objects, "NetworkPolicy")
+    assert len(pols) == 1, pols
+    pol = pols[0]
+    pod_labels = workload(objects)["spec"]["template"]["metadata"]["labels"]
+    assert selector_matches(pol["spec"]["podSelector"], pod_labels)
+    assert "app.kubernetes.io/name" in pol["spec"]["podSelector"]["matchLabels"]
+    # Ingress is restricted; egress is left open (the object store).
+    assert pol["spec"]["policyTypes"] == ["Ingress"]
+    port = container(objects)["ports"][0]["name"]
+    other_ns = {"kubernetes.io/metadata.name": "elsewhere"}
+    # Training pods of the namespace, by the documented label.
+    assert admitted(pol, dict(CLIENT_LABEL, app="trainer"), other_ns, True, port)
+    # Prometheus, by namespace and pod label.
+    assert admitted(pol, PROMETHEUS, MONITORING_NS, False, port)
+    # Nobody else: unlabelled pods, shardcast's own pods, a labelled pod
+    # of another namespace, Prometheus-looking pods outside monitoring, any
+    # pod of the monitoring namespace, other ports.
+    assert not admitted(pol, {"app": "trainer"}, other_ns, True, port)
+    assert not admitted(pol, pod_labels, other_ns, True, port)
+    assert not admitted(pol, dict(CLIENT_LABEL, **{"shardcast.io/client": "false"}),
+                        other_ns, True, port)
+    assert not admitted(pol, CLIENT_LABEL, other_ns, False, port)
+    assert not admitted(pol, PROMETHEUS, other_ns, False, port)
+    assert not admitted(pol, PROMETHEUS, other_ns, True, port)
+    assert not admitted(pol, {"app": "grafana"}, MONITORING_NS, False, port)
+    assert not admitted(pol, CLIENT_LABEL, other_ns, True, "admin")
+
+
+def test_example_job_is_admitted(rendered):
+    pol = by_kind(rendered["base"][0], "NetworkPolicy")[0]
+    job = by_kind(rendered["examples/training-job"][0], "Job")[0]
+    labels = job["spec"]["template"]["metadata"]["labels"]
+    port = container(rendered["base"][0])["ports"][0]["name"]
+    assert admitted(pol, labels, {}, True, port)
+
+
+def test_network_policy_is_documented():
+    here = os.path.dirname(os.path.abspath(__file__))
+    k8s = os.path.join(here, "..", "..", "k8s")
+    for doc in ("README.md", os.path.join("base", "networkpolicy.yaml")):
+        text = open(os.path.join(k8s, doc)).read()
+        assert 'shardcast.io/client: "true"' in text, doc
+        assert "monitoring" in text and "app.kubernetes.io/name: prometheus" in text, doc
+
+
+# -- scale-out placement --------------------------------------------------------
+
+def test_scale_out_replicas_prefer_separate_nodes(rendered):
+    """The replicas exist for more NICs than one: each is steered to its
+    own node (spread and anti-affinity by host name), as a preference so a
+    small cluster still runs all of them."""
+    sts = by_kind(rendered["overlays/scale-out"][0], "StatefulSet", "shardcast")[0]
+    pod = sts["spec"]["template"]["spec"]
+    own = sts["spec"]["template"]["metadata"]["labels"]
+    spread = pod["topologySpreadConstraints"]
+    host = [c for c in spread if c["topologyKey"] == "kubernetes.io/hostname"]
+    assert len(host) == 1
+    assert host[0]["maxSkew"] == 1 and host[0]["whenUnsatisfiable"] == "ScheduleAnyway"
+    assert selector_matches(host[0]["labelSelector"], own)
+    anti = pod["affinity"]["podAntiAffinity"]
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in anti
+    pref = anti["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert len(pref) == 1 and pref[0]["weight"] == 100
+    term = pref[0]["podAffinityTerm"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert selector_matches(term["labelSelector"], own)
+    # ... and only shardcast's server pods repel each other.
+    assert not selector_matches(term["labelSelector"], {"app": "trainer"})
+    # The single-replica base has no such rule.
+    base = workload(rendered["base"][0])["spec"]["template"]["spec"]
+    assert "affinity" not in base and "topologySpreadConstraints" not in base

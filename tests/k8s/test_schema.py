@@ -34,7 +34,8 @@ def test_every_rendered_object_is_valid(rendered, node_validator, tmp_path):
     kinds = {(o["apiVersion"], o["kind"]) for o in objects}
     # What the issue asks of the base and the overlays is all there.
     for want in [("apps/v1", "Deployment"), ("apps/v1", "StatefulSet"), ("v1", "Service"),
-                 ("v1", "ConfigMap"), ("v1", "Secret"), ("v1", "ServiceAccount"),
+                 ("v1", "ConfigMap"), ("v1", "ServiceAccount"),
+                 ("networking.k8s.io/v1", "NetworkPolicy"),
                  ("policy/v1", "PodDisruptionBudget"), ("batch/v1", "Job"),
                  ("monitoring.coreos.com/v1", "ServiceMonitor")]:
         assert want in kinds, "no %s/%s rendered" % want

@@ -45,7 +45,7 @@ static void test_defaults_and_cli(void)
     sc_settings_free(&cfg);
 
     CHECK(LOAD("--job=j2", "--source=a::b", "--seed", "18446744073709551615",
-               "--shuffle-buffer=1", "--buffer-bytes", "1g",
+               "--shuffle-buffer=1", "--shuffle-buffer-bytes", "1g",
                "--interleave=16", "--partition", "even-pad", "--on-error=fail",
                "--listen", "::1", "--port=0", "--log-level", "debug",
                "--window-bytes=64KiB", "--fields", "JPG,cls",
@@ -75,7 +75,7 @@ static void test_units(void)
                "--rejoin-grace-ms", "90000", "--join-timeout-ms", "2m",
                "--feed-idle-ms", "250ms", "--drain-grace", "1m",
                "--idle-timeout", "120", "--header-timeout", "2000ms",
-               "--window-bytes", "64Mi", "--buffer-bytes", "2Gi") ==
+               "--window-bytes", "64Mi", "--shuffle-buffer-bytes", "2Gi") ==
           SC_SETTINGS_OK);
     CHECK_EQ_U64(cfg.lag_grace_ms, 3000);
     CHECK_EQ_U64(cfg.rejoin_grace_ms, 90000);
@@ -100,6 +100,94 @@ static void test_units(void)
     CHECK(LOAD("--job", "u", "--source", "/d", "--window-bytes", "5h") ==
           SC_SETTINGS_ERROR);
     sc_settings_free(&cfg);
+}
+
+/* Every setting has one name: flag, environment variable and key agree
+ * (the job's name, --job / "name", is the one exception). Read from the
+ * help text, which prints each job setting as "--flag [key]". */
+static void test_names_match(void)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    sc_settings_usage(f, "shardcastd");
+    fclose(f);
+    size_t jobs = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        char flag[80], key[80];
+        if (sscanf(line, " --%79[a-z0-9-] [%79[a-z0-9_]]", flag, key) != 2)
+            continue;
+        jobs++;
+        for (char *p = flag; *p; p++)
+            if (*p == '-')
+                *p = '_';
+        if (strcmp(flag, "job") == 0) {
+            CHECK_STR(key, "name");
+            continue;
+        }
+        CHECK_STR(flag, key);
+    }
+    CHECK_EQ_U64(jobs, 10);
+    free(text);
+}
+
+/* Old spellings still work, mean the same setting, lose to the canonical
+ * spelling in the environment, are listed in --help and are remembered
+ * for the deprecation line of the log. */
+static void test_deprecated_aliases(void)
+{
+    CHECK(LOAD("--job", "a", "--source", "/d", "--buffer-bytes", "3Mi") ==
+          SC_SETTINGS_OK);
+    CHECK_EQ_U64(cfg.cli_job.buffer_bytes, 3ull << 20);
+    CHECK(cfg.deprecated_used == 1);
+    sc_settings_free(&cfg);
+    CHECK(LOAD("--job", "a", "--source", "/d", "--buffer_bytes=5Mi") ==
+          SC_SETTINGS_OK);
+    CHECK_EQ_U64(cfg.cli_job.buffer_bytes, 5ull << 20);
+    sc_settings_free(&cfg);
+    CHECK(LOAD("--job", "a", "--source", "/d", "--shuffle-buffer-bytes",
+               "7Mi") == SC_SETTINGS_OK);
+    CHECK_EQ_U64(cfg.cli_job.buffer_bytes, 7ull << 20);
+    CHECK(cfg.deprecated_used == 0);
+    sc_settings_free(&cfg);
+
+    setenv("SHARDCAST_BUFFER_BYTES", "1Mi", 1);
+    CHECK(LOAD("--job", "a", "--source", "/d") == SC_SETTINGS_OK);
+    CHECK_EQ_U64(cfg.cli_job.buffer_bytes, 1ull << 20);
+    CHECK(cfg.deprecated_used == 1);
+    sc_settings_free(&cfg);
+    setenv("SHARDCAST_SHUFFLE_BUFFER_BYTES", "2Mi", 1);
+    CHECK(LOAD("--job", "a", "--source", "/d") == SC_SETTINGS_OK);
+    CHECK_EQ_U64(cfg.cli_job.buffer_bytes, 2ull << 20); /* canonical wins */
+    sc_settings_free(&cfg);
+    /* ... and the command line wins over both */
+    CHECK(LOAD("--job", "a", "--source", "/d", "--buffer-bytes", "4Mi") ==
+          SC_SETTINGS_OK);
+    CHECK_EQ_U64(cfg.cli_job.buffer_bytes, 4ull << 20);
+    sc_settings_free(&cfg);
+    setenv("SHARDCAST_BUFFER_BYTES", "lots", 1);
+    CHECK(LOAD("--job", "a", "--source", "/d") == SC_SETTINGS_ERROR);
+    CHECK(strstr(msg, "SHARDCAST_BUFFER_BYTES") != NULL);
+    sc_settings_free(&cfg);
+    unsetenv("SHARDCAST_BUFFER_BYTES");
+    unsetenv("SHARDCAST_SHUFFLE_BUFFER_BYTES");
+
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    sc_settings_usage(f, "shardcastd");
+    fclose(f);
+    CHECK(strstr(text, "--shuffle-buffer-bytes [shuffle_buffer_bytes]") != NULL);
+    CHECK(strstr(text, "env SHARDCAST_SHUFFLE_BUFFER_BYTES") != NULL);
+    CHECK(strstr(text, "--buffer-bytes, SHARDCAST_BUFFER_BYTES: use "
+                       "--shuffle-buffer-bytes") != NULL);
+    free(text);
 }
 
 static void test_env(void)
@@ -135,9 +223,12 @@ static void test_rejections(void)
         {"--seed", "18446744073709551616", "--seed"},
         {"--shuffle-buffer", "0", "--shuffle-buffer"},
         {"--interleave", "", "--interleave"},
-        {"--buffer-bytes", "12q", "--buffer-bytes"},
-        {"--buffer-bytes", "99999999999999999999", "--buffer-bytes"},
-        {"--buffer-bytes", "20000000T", "--buffer-bytes"},
+        {"--shuffle-buffer-bytes", "12q", "--shuffle-buffer-bytes"},
+        {"--shuffle-buffer-bytes", "99999999999999999999",
+         "--shuffle-buffer-bytes"},
+        {"--shuffle-buffer-bytes", "20000000T", "--shuffle-buffer-bytes"},
+        /* the deprecated spelling is checked as the setting it means */
+        {"--buffer-bytes", "12q", "--shuffle-buffer-bytes"},
         {"--partition", "random", "--partition"},
         {"--on-error", "retry", "--on-error"},
         {"--log-level", "trace", "--log-level"},
@@ -353,6 +444,8 @@ int main(void)
     unsetenv("SHARDCAST_PORT");
     test_defaults_and_cli();
     test_env();
+    test_names_match();
+    test_deprecated_aliases();
     test_rejections();
     test_config_file();
     test_tokens_and_rules();

@@ -6,7 +6,8 @@ has been delivered:
     {"shardcast_state": 1, "job": str, "epoch": E,
      "world": W,                 # consumers of the run (ranks x workers)
      "global_start": G0,         # global cursor the run's shares start from
-     "positions": {c: p, ...},   # consumer c has delivered positions 0..p-1
+     "positions": {"c": p, ...}, # consumer c (decimal string) has delivered
+                                 # positions 0..p-1
      "worker": {"consumer": c, "id": i, "num_workers": K}}   # worker form only
 
 Consumer c of W with global cursor G0 receives the samples Y[G0 + c + W*p],
@@ -25,8 +26,12 @@ Two ways to resume from a state:
     resumed with a different W without delivering a sample twice or losing
     one, and is refused with ValueError.
 
-Only plain data (ints, strs, dicts) is stored, so a state goes through
-torch.save, json and pickle alike; dict keys may come back as strings.
+Only plain data is stored: dicts with string keys at every depth, ints and
+strs. A state therefore goes through torch.save, pickle, json (unchanged:
+json.loads(json.dumps(s)) == s) and checkpointers that flatten nested
+dicts into string paths, as torch.distributed.checkpoint does. States
+written before the keys of "positions" were strings (int keys) are still
+accepted; normalize_state() gives the internal form with int keys.
 """
 
 STATE_VERSION = 1
@@ -48,17 +53,27 @@ def _nonneg_int(name, v):
 
 
 def make_state(job, epoch, world, global_start, positions, worker=None):
-    """A state dict (see the module doc) from its parts."""
+    """A state dict (see the module doc) from its parts; positions maps
+    consumer indices (ints, or their decimal strings) to positions, and is
+    stored with string keys."""
     st = {"shardcast_state": STATE_VERSION, "job": job, "epoch": epoch, "world": world,
-          "global_start": global_start, "positions": dict(positions)}
+          "global_start": global_start,
+          "positions": {str(int(c)): p for c, p in positions.items()}}
     if worker is not None:
         st["worker"] = dict(worker)
     return st
 
 
+def _int_positions(positions):
+    """{consumer: position} with int keys, from string or int keys."""
+    return {_nonneg_int("consumer index", c): p for c, p in positions.items()}
+
+
 def normalize_state(state):
-    """A checked copy of a state dict with int keys and values; raises
-    ValueError naming what is wrong."""
+    """A checked copy of a state dict in the internal form: "positions"
+    with int keys (given as decimal strings, or as ints by older
+    versions), ints throughout; raises ValueError naming what is wrong.
+    Not a state to save: make_state() / state_dict() give that form."""
     if not isinstance(state, dict):
         raise ValueError("shardcast state must be a dict, not %s" % type(state).__name__)
     if state.get("shardcast_state") != STATE_VERSION:
@@ -78,6 +93,8 @@ def normalize_state(state):
     positions = {}
     for c, p in raw.items():
         c = _nonneg_int("consumer index", c)
+        if c in positions:  # e.g. 3 and "3", or "3" and "03"
+            raise ValueError("shardcast state: consumer %d is given twice" % c)
         if c >= world:
             raise ValueError("shardcast state: consumer %d is not below world %d" % (c, world))
         positions[c] = _nonneg_int("position of consumer %d" % c, p)
@@ -89,7 +106,11 @@ def normalize_state(state):
                   for k in ("consumer", "id", "num_workers")}
         if worker["consumer"] not in positions:
             raise ValueError("shardcast state: the worker's consumer has no position")
-    return make_state(job, epoch, world, gs, positions, worker)
+    st = {"shardcast_state": STATE_VERSION, "job": job, "epoch": epoch, "world": world,
+          "global_start": gs, "positions": positions}
+    if worker is not None:
+        st["worker"] = worker
+    return st
 
 
 def worker_order(starts):
@@ -136,10 +157,12 @@ def global_cursor(world, global_start, positions):
     """The global cursor G such that the samples delivered by consumers
     0..world-1 at these positions are exactly Y[global_start .. G).
 
-    positions: a dict {consumer: position} or a list, for every consumer.
-    Raises ValueError when a consumer is missing, or when the delivered
-    set is not a prefix of the global sequence (see the module doc)."""
+    positions: a dict {consumer: position} (keys ints or decimal strings,
+    as in a state) or a list, for every consumer. Raises ValueError when a
+    consumer is missing, or when the delivered set is not a prefix of the
+    global sequence (see the module doc)."""
     if isinstance(positions, dict):
+        positions = _int_positions(positions)
         missing = [c for c in range(world) if c not in positions]
         if missing:
             raise ValueError(
