@@ -16,7 +16,7 @@ wds, which stay an optional conformance layer): the same shapes, written here.
   gnu-dirs.tar     GNU tar: a directory member "compressed/" and keys with
                    directories and a multi-dot extension
                    ("compressed/0001.txt.gz", zcat -> "hello\\n"); nested
-                   directories ("a/b/c.jpg", "a/b/c.seg.json"), an upper-case
+                   directories ("a/b/c.png", "a/b/c.seg.json"), an upper-case
                    extension (lowercased), a dot in a directory name, a name
                    longer than 100 bytes (a GNU ././@LongLink 'L' header),
                    top-level "__*__" members and names without a dot (skipped),
@@ -39,6 +39,10 @@ Manifest (manifest.json):
                 "hash": content hash (shardcast.sample_hash)}, ...]}
 Samples are listed in shard order, then in their order inside the shard.
 Field names are the lowercased extensions.
+
+Every field decodes with the Python client's default decoders (cls, txt,
+json, valid PNGs, gzip of those; "dat" and "bin" stay bytes), so the decoder
+tests can read the whole corpus.
 
 Determinism: the bytes are a pure function of this file (and the zlib
 library's output for a given input and level): pseudo-random choices come from
@@ -177,11 +181,11 @@ def gnu_dirs():
     sh.skip("README", b"no dot in the name", "no dot")
     sh.dir("a/")
     sh.dir("a/b/")
-    sh.sample("a/b/c", [("jpg", b"\xff\xd8\xff\xe0" + _bytes("abc/jpg", 300) + b"\xff\xd9"),
+    sh.sample("a/b/c", [("png", png_gray(4, 4, _bytes("abc/png", 16))),
                         ("seg.json", b'{"segments": [1, 2, 3]}'),
                         ("TXT", b"upper-case extension")])
     sh.skip("__index__.json__", b"{}", "top-level __*__ name")
-    sh.sample("x.y/z", [("jpg", _bytes("xyz/jpg", 64)), ("cls", b"3")])
+    sh.sample("x.y/z", [("dat", _bytes("xyz/dat", 64)), ("cls", b"3")])
     sh.skip("a/b/noext", b"no dot in the last component", "no dot")
     sh.sample("d/__x__", [("cls", b"5")])
     sh.sample(LONG_DIR + "/k9", [("json", b'{"long": true}'), ("x.seg.json", b"[]")])
@@ -202,11 +206,12 @@ def pax():
 def pax_names():
     sh = Shard("pax-names.tar.gz", "pax", "gzip")
     sh.dir("données/")
-    sh.sample("données/été", [("jpg", _bytes("ete/jpg", 100)), ("cls", b"1")])
+    sh.sample("données/été", [("bin", _bytes("ete/bin", 100)), ("cls", b"1")])
     sh.sample("日本語/キー", [("txt", "テキスト\n".encode())])
     sh.skip("__key__", b"metadata", "top-level __*__ name")
-    sh.sample("with space/k 1", [("cls", b"0"), ("seg.png", _bytes("space/png", 50))])
-    sh.sample(LONG_DIR + "/" + "n" * 120, [("JPG", _bytes("longpax/jpg", 80)),
+    sh.sample("with space/k 1", [("cls", b"0"),
+                                 ("seg.png", png_gray(2, 3, _bytes("space/png", 6)))])
+    sh.sample(LONG_DIR + "/" + "n" * 120, [("JSON", b'{"upper": true}'),
                                            ("meta.json.gz", _gzip(b'{"a": 1}'))])
     sh.sample("plain", [("cls", b"9")])
     return sh
