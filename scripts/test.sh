@@ -24,7 +24,7 @@ JOBS="$(nproc)"
 
 export SHARED_DIR="${SHARED_DIR:-$ROOT/../shared}"
 export PYTHONPATH="$ROOT/clients/python${PYTHONPATH:+:$PYTHONPATH}"
-UPSTREAM="$(cd "$SHARED_DIR" 2>/dev/null && pwd || echo "$SHARED_DIR")/testdata"
+UPSTREAM="$(realpath -m "$SHARED_DIR")/testdata"
 missing=()
 for corpus in wds sigv4; do
   [ -d "$UPSTREAM/$corpus" ] || missing+=("$UPSTREAM/$corpus")
