@@ -5,37 +5,77 @@
 #  2. builds with warnings as errors into build/ and runs ctest;
 #  3. builds with AddressSanitizer + UBSan into build-asan/ and runs ctest;
 #  4. runs the Python suites with pytest against the build/ binaries, and
-#     the server integration suite again against the sanitizer build.
+#     the server integration suite again against the sanitizer build;
+#  5. the upstream conformance layer: the tests that read the upstream
+#     corpora of $SHARED_DIR/testdata (default ../shared beside the
+#     repository: webdataset's test shards, Amazon's SigV4 test suites),
+#     with both builds, when they are there. Without them it does not run,
+#     and the summary says so and why.
+# Everything else needs nothing beside the repository: the tests generate
+# their fixtures (tests/tools/mkfixtures.py, tests/tools/mksigv4.py).
 # Exit status is non-zero when anything fails, including a pytest run that
-# collected no tests (pytest exit code 5).
+# collected no tests (pytest exit code 5). A summary of every stage is
+# printed at the end, also when a stage fails.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 PY=/usr/bin/python3
 JOBS="$(nproc)"
 
-"$ROOT/scripts/deps.sh"
-"$ROOT/scripts/s3rver-install.sh" >/dev/null
-# npm tools of the Kubernetes manifest tests (schema validator, TypeScript)
-"$ROOT/tests/k8s/install.sh" >/dev/null
+export SHARED_DIR="${SHARED_DIR:-$ROOT/../shared}"
+export PYTHONPATH="$ROOT/clients/python${PYTHONPATH:+:$PYTHONPATH}"
+UPSTREAM="$(realpath -m "$SHARED_DIR")/testdata"
+missing=()
+for corpus in wds sigv4; do
+  [ -d "$UPSTREAM/$corpus" ] || missing+=("$UPSTREAM/$corpus")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  CONFORMANCE="not reached (an earlier stage failed)"
+else
+  CONFORMANCE="NOT RUN: ${missing[*]} not found (the upstream corpora are \
+not beside this clone; set SHARED_DIR to a folder holding testdata/wds and \
+testdata/sigv4 to run it). Everything else ran on generated fixtures."
+fi
 
-echo "== build (warnings as errors)"
-"$ROOT/scripts/build.sh" "$ROOT/build" -DSHARDCAST_WERROR=ON
-echo "== ctest"
-(cd "$ROOT/build" && ctest --output-on-failure -j"$JOBS")
+SUMMARY=()
+finish() {
+  local rc=$?
+  echo "== summary"
+  local line
+  for line in "${SUMMARY[@]}"; do
+    echo "   $line"
+  done
+  echo "   upstream conformance layer: $CONFORMANCE"
+  if [ "$rc" -eq 0 ]; then
+    echo "== all tests passed in ${SECONDS} s"
+  else
+    echo "== FAILED (exit status $rc) after ${SECONDS} s"
+  fi
+}
+trap finish EXIT
 
-echo "== build (ASan + UBSan)"
-"$ROOT/scripts/build.sh" "$ROOT/build-asan" -DSHARDCAST_WERROR=ON \
-  -DSHARDCAST_SANITIZE=ON
-echo "== ctest (ASan + UBSan)"
-(cd "$ROOT/build-asan" && \
-  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --output-on-failure -j"$JOBS")
+# run_ctest LABEL DIR [ctest options]: ctest in DIR; its result line goes
+# into the summary.
+run_ctest() {
+  local label="$1" dir="$2" log rc=0
+  shift 2
+  log="$(mktemp)"
+  (cd "$dir" && ctest --output-on-failure -j"$JOBS" "$@") 2>&1 | tee "$log" || rc=$?
+  SUMMARY+=("$label: $(grep -E 'tests passed|tests failed' "$log" | tail -n 1 || true)$(
+    grep -q 'did not run' "$log" && echo " (some skipped, see above)" || true)")
+  rm -f "$log"
+  return "$rc"
+}
 
+# run_pytest LABEL [pytest arguments]: its result line goes into the
+# summary; exit code 5 (nothing collected) is a failure.
 run_pytest() {
-  local rc=0
-  "$PY" -m pytest -q -p no:cacheprovider "$@" || rc=$?
+  local label="$1" log rc=0
+  shift
+  log="$(mktemp)"
+  "$PY" -m pytest -q -p no:cacheprovider "$@" 2>&1 | tee "$log" || rc=$?
+  SUMMARY+=("$label: $(tail -n 1 "$log")")
+  rm -f "$log"
   if [ "$rc" -eq 5 ]; then
     echo "pytest collected no tests: $*" >&2
     return 1
@@ -43,16 +83,61 @@ run_pytest() {
   return "$rc"
 }
 
-export SHARED_DIR="${SHARED_DIR:-$ROOT/../shared}"
-export PYTHONPATH="$ROOT/clients/python${PYTHONPATH:+:$PYTHONPATH}"
+"$ROOT/scripts/deps.sh"
+"$ROOT/scripts/s3rver-install.sh" >/dev/null
+# npm tools of the Kubernetes manifest tests (schema validator, TypeScript)
+"$ROOT/tests/k8s/install.sh" >/dev/null
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "== upstream conformance layer: $UPSTREAM (runs after the other stages)"
+else
+  echo "== upstream conformance layer: $CONFORMANCE"
+fi
+
+echo "== build (warnings as errors)"
+"$ROOT/scripts/build.sh" "$ROOT/build" -DSHARDCAST_WERROR=ON \
+  -DSHARED_DIR="$SHARED_DIR"
+echo "== ctest"
+run_ctest "ctest" "$ROOT/build" -LE conformance
+
+echo "== build (ASan + UBSan)"
+"$ROOT/scripts/build.sh" "$ROOT/build-asan" -DSHARDCAST_WERROR=ON \
+  -DSHARDCAST_SANITIZE=ON -DSHARED_DIR="$SHARED_DIR"
+echo "== ctest (ASan + UBSan)"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  run_ctest "ctest (ASan + UBSan)" "$ROOT/build-asan" -LE conformance
 
 echo "== pytest"
 SHARDCAST_BUILD="$ROOT/build" SHARDCAST_BIN="$ROOT/build/shardcastd" \
-  SHARDCAST_REQUIRE_ACCEL=1 run_pytest "$ROOT/tests" "$ROOT/clients/python/tests"
+  SHARDCAST_REQUIRE_ACCEL=1 run_pytest "pytest" -m "not conformance" \
+  "$ROOT/tests" "$ROOT/clients/python/tests"
 
 echo "== pytest (server under ASan + UBSan)"
 SHARDCAST_BUILD="$ROOT/build-asan" SHARDCAST_BIN="$ROOT/build-asan/shardcastd" \
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  run_pytest "$ROOT/tests/integration" "$ROOT/tests/server/test_seek.py"
+  run_pytest "pytest (server under ASan + UBSan)" -m "not conformance" \
+  "$ROOT/tests/integration" "$ROOT/tests/server/test_seek.py"
 
-echo "== all tests passed"
+if [ ${#missing[@]} -eq 0 ]; then
+  # The corpora are here: a conformance test that cannot find them fails
+  # instead of skipping.
+  export SHARDCAST_CONFORMANCE=require
+  CONFORMANCE="FAILED on $UPSTREAM (see the conformance lines above)"
+  echo "== upstream conformance layer: ctest"
+  run_ctest "conformance ctest" "$ROOT/build" -L conformance
+  echo "== upstream conformance layer: ctest (ASan + UBSan)"
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    run_ctest "conformance ctest (ASan + UBSan)" "$ROOT/build-asan" -L conformance
+  echo "== upstream conformance layer: pytest"
+  SHARDCAST_BUILD="$ROOT/build" SHARDCAST_BIN="$ROOT/build/shardcastd" \
+    SHARDCAST_REQUIRE_ACCEL=1 run_pytest "conformance pytest" -m conformance \
+    "$ROOT/tests" "$ROOT/clients/python/tests"
+  echo "== upstream conformance layer: pytest (server under ASan + UBSan)"
+  SHARDCAST_BUILD="$ROOT/build-asan" SHARDCAST_BIN="$ROOT/build-asan/shardcastd" \
+    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    run_pytest "conformance pytest (server under ASan + UBSan)" -m conformance \
+    "$ROOT/tests/integration"
+  CONFORMANCE="ran on $UPSTREAM (the conformance lines above)"
+fi

@@ -1,10 +1,13 @@
 """Fixtures of shardcast's integration tests: the real `shardcastd` binary on
-a free port of 127.0.0.1, datasets made by tests/tools/mkwds.py, and the
+a free port of 127.0.0.1, datasets made by tests/tools/mkwds.py, the
+WebDataset format corpus made by tests/tools/mkfixtures.py, and the
 upstream WebDataset shards of the shared test data.
 
 Nothing is built here. The server binary is $SHARDCAST_BIN, else the first
 existing of build/shardcastd and build-*/shardcastd under the repository
-root. The shared test data is $SHARED_DIR, else ../shared beside the repo.
+root. The shared test data is $SHARED_DIR, else ../shared beside the repo;
+the tests that read it are marked `conformance` and are skipped when it is
+absent (scripts/test.sh runs them as the conformance layer).
 
 Run: /usr/bin/python3 -m pytest tests/integration
 """
@@ -15,7 +18,14 @@ import tempfile
 
 import pytest
 
-from shardcast_testlib import Dataset, Server, find_server_binary, make_dataset, shared_dir
+from shardcast_testlib import (Dataset, Server, find_server_binary, make_dataset,
+                               make_fixture_corpus, upstream_corpus)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "conformance: reads the upstream corpora of ../shared/testdata "
+        "(the conformance layer); skipped when they are absent")
 
 
 @pytest.fixture(scope="session")
@@ -78,8 +88,15 @@ def small_server(start_server, small_wds):
 
 
 @pytest.fixture(scope="session")
+def generated_wds(workdir):
+    """The WebDataset format corpus of tests/tools/mkfixtures.py (GNU, pax
+    and gzip tars, directory keys, multi-dot extensions, long and UTF-8
+    names, __*__ members) and its manifest."""
+    d = os.path.join(workdir, "fixtures-wds")
+    return Dataset(d, make_fixture_corpus(d))
+
+
+@pytest.fixture(scope="session")
 def upstream_wds():
-    d = os.path.join(shared_dir(), "testdata", "wds")
-    if not os.path.isdir(d):
-        pytest.fail("shared test data not found at %s (set SHARED_DIR)" % d, pytrace=False)
-    return d
+    """The upstream webdataset test shards (tests marked conformance)."""
+    return upstream_corpus("wds")

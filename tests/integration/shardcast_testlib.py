@@ -15,10 +15,13 @@ import sys
 import tarfile
 import threading
 
+import pytest
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 if os.path.join(REPO, "clients", "python") not in sys.path:
     sys.path.insert(0, os.path.join(REPO, "clients", "python"))
 MKWDS = os.path.join(REPO, "tests", "tools", "mkwds.py")
+MKFIXTURES = os.path.join(REPO, "tests", "tools", "mkfixtures.py")
 
 import shardcast  # noqa: E402
 
@@ -43,6 +46,21 @@ def find_server_binary():
 def shared_dir():
     d = os.environ.get("SHARED_DIR") or os.path.join(REPO, "..", "shared")
     return os.path.abspath(d)
+
+
+def upstream_corpus(name):
+    """$SHARED_DIR/testdata/<name>, the upstream corpus of a conformance
+    test. When it is absent the test is skipped with the reason, or fails
+    when SHARDCAST_CONFORMANCE=require (scripts/test.sh sets it when the
+    corpora are present, so they cannot silently drop out)."""
+    d = os.path.join(shared_dir(), "testdata", name)
+    if os.path.isdir(d):
+        return d
+    msg = ("upstream corpus not found at %s (set SHARED_DIR): conformance test "
+           "not run" % d)
+    if os.environ.get("SHARDCAST_CONFORMANCE") == "require":
+        pytest.fail(msg, pytrace=False)
+    pytest.skip(msg)
 
 
 class Server:
@@ -144,6 +162,15 @@ def make_dataset(out, *, shards, per_shard, size, seed=0, compress="none", prefi
         return json.load(f)
 
 
+def make_fixture_corpus(out):
+    """Run mkfixtures.py wds (the WebDataset format corpus) and return its
+    manifest."""
+    subprocess.run([sys.executable, MKFIXTURES, "wds", "--out", out],
+                   check=True, capture_output=True)
+    with open(os.path.join(out, "manifest.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
 class Dataset:
     def __init__(self, path, manifest):
         self.path = path
@@ -223,18 +250,22 @@ def wds_split(name):
 
 def wds_samples(path):
     """The samples of a shard by the WebDataset rule: a list of
-    (key, {ext: bytes}) in shard order (Python's tarfile reads gzip too)."""
+    (key, {ext: bytes}) in shard order (Python's tarfile reads gzip too).
+    Top-level names of the form __*__ are metadata ("__key__",
+    "__a.b__"); "__meta__.json" is not such a name and is a sample."""
     samples = []
     with tarfile.open(path, "r:*") as tf:
         for ti in tf:
             if not ti.isreg():
                 continue
-            kx = wds_split(ti.name)
+            name = ti.name
+            if "/" not in name and len(name) >= 4 and name.startswith("__") \
+                    and name.endswith("__"):
+                continue
+            kx = wds_split(name)
             if kx is None:
                 continue
             key, ext = kx
-            if "/" not in key and key.startswith("__") and key.endswith("__"):
-                continue
             data = tf.extractfile(ti).read()
             if samples and samples[-1][0] == key:
                 assert ext not in samples[-1][1], "repeated field in fixture"

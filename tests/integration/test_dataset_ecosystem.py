@@ -3,7 +3,8 @@ against the real shardcastd: state_dict() with no arguments through
 ShardcastDataLoader (resumed in a new process, exactly once), set_epoch
 reaching persistent workers, len() from the server's status, the
 map-style ShardcastMapDataset under DistributedSampler, and the
-webdataset-style decoders on the upstream webdataset test shards."""
+webdataset-style decoders on the generated WebDataset corpus (and on the
+upstream webdataset test shards: the conformance layer)."""
 
 import io
 import json
@@ -19,7 +20,7 @@ import torch.utils.data
 import shardcast
 from shardcast import ShardcastDataLoader, ShardcastDataset, ShardcastMapDataset
 
-from shardcast_testlib import REPO, field_dict, read_samples, shared_dir, wds_samples
+from shardcast_testlib import REPO, field_dict, read_samples, wds_samples
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 JOB = "train"
@@ -163,26 +164,20 @@ def test_map_dataset_under_distributed_sampler_covers_the_dataset_once(small_ser
     assert mds[-1]["__index__"] == n - 1
 
 
-# -- decoders on the upstream webdataset shards -------------------------------
+# -- decoders on the WebDataset format corpora ----------------------------------
 
-@pytest.fixture(scope="module")
-def wds_server(start_server):
-    d = os.path.join(shared_dir(), "testdata", "wds")
-    if not os.path.isdir(d):
-        pytest.skip("upstream webdataset test shards not found at %s (set SHARED_DIR); "
-                    "the decoders are not checked against them" % d)
-    expected = {}
-    for f in sorted(os.listdir(d)):
-        if f.endswith((".tar", ".tgz")):
-            for key, fields in wds_samples(os.path.join(d, f)):
-                expected[key] = fields
-    return start_server(d, job="wds", seed=1), expected
-
-
-def test_decoders_on_upstream_shards(wds_server):
+def check_decoders(start_server, d, images):
+    """The webdataset-style decoders over every sample of the shards in d,
+    and to_tuple over `images`, a shard of 90 samples {cls, png}. Returns
+    the samples decoded with PIL by key and the number of images."""
     import numpy
     import PIL.Image
-    srv, expected = wds_server
+    expected = {}
+    for f in sorted(os.listdir(d)):
+        if f.endswith((".tar", ".tgz", ".tar.gz")):
+            for key, fields in wds_samples(os.path.join(d, f)):
+                expected[key] = fields
+    srv = start_server(d, job="wds", seed=1)
     by = {}
     for mode in ("pil", "rgb8", "torchrgb"):
         ds = ShardcastDataset(srv.url, "wds", rank=0, world=1, decode=mode)
@@ -190,30 +185,54 @@ def test_decoders_on_upstream_shards(wds_server):
     assert set(by["pil"]) == set(expected)
     n_img = 0
     for key, raw in expected.items():
-        if "png" not in raw:
-            continue
-        n_img += 1
-        want = numpy.asarray(PIL.Image.open(io.BytesIO(raw["png"])).convert("RGB"))
-        assert isinstance(by["pil"][key]["png"], PIL.Image.Image)
-        assert numpy.array_equal(numpy.asarray(by["pil"][key]["png"].convert("RGB")), want)
-        rgb8 = by["rgb8"][key]["png"]
-        assert rgb8.dtype == numpy.uint8 and numpy.array_equal(rgb8, want)
-        t = by["torchrgb"][key]["png"]
-        assert t.dtype == torch.float32 and tuple(t.shape) == (3,) + want.shape[:2]
-        assert torch.allclose(t, torch.from_numpy(want.copy()).permute(2, 0, 1).float() / 255)
-        assert by["pil"][key]["cls"] == int(raw["cls"].decode())
-    assert n_img == 90
+        for name, data in raw.items():
+            if name.rpartition(".")[2] != "png":
+                continue
+            n_img += 1
+            want = numpy.asarray(PIL.Image.open(io.BytesIO(data)).convert("RGB"))
+            assert isinstance(by["pil"][key][name], PIL.Image.Image)
+            assert numpy.array_equal(numpy.asarray(by["pil"][key][name].convert("RGB")),
+                                     want)
+            rgb8 = by["rgb8"][key][name]
+            assert rgb8.dtype == numpy.uint8 and numpy.array_equal(rgb8, want)
+            t = by["torchrgb"][key][name]
+            assert t.dtype == torch.float32 and tuple(t.shape) == (3,) + want.shape[:2]
+            assert torch.allclose(t, torch.from_numpy(want.copy()).permute(2, 0, 1).float()
+                                  / 255)
+        if "cls" in raw:
+            assert by["pil"][key]["cls"] == int(raw["cls"].decode())
     # .gz fields: gunzipped, then decoded by the inner extension.
     assert by["pil"]["compressed/0001"]["txt.gz"] == "hello\n"
     # to_tuple, as webdataset's .to_tuple("png;jpg", "cls").
     # (The tar format leaves out samples with none of the fields; frames
     # sends them without fields.)
-    ds = ShardcastDataset(srv.url, "wds", rank=0, world=1, fields="png,cls", format="tar",
-                          decode="rgb8",
+    srv = start_server(os.path.join(d, images), job="images", seed=1)
+    ds = ShardcastDataset(srv.url, "images", rank=0, world=1, fields="png,cls",
+                          format="tar", decode="rgb8",
                           map=shardcast.to_tuple("png;jpg", "cls"))
     tuples = list(ds)
     assert len(tuples) == 90
     assert all(isinstance(a, numpy.ndarray) and isinstance(b, int) for a, b in tuples)
+    return by["pil"], n_img
+
+
+def test_decoders_on_generated_shards(start_server, generated_wds):
+    got, n_img = check_decoders(start_server, generated_wds.path, "gnu-gzip.tgz")
+    assert n_img == 90 + 2  # and a/b/c.png, "with space/k 1.seg.png"
+    # Multi-dot names decode by their last extension, .gz by the inner one.
+    assert got["a/b/c"]["seg.json"] == {"segments": [1, 2, 3]}
+    assert got["a/b/c"]["txt"] == "upper-case extension"
+    assert got["with space/k 1"]["seg.png"].size == (2, 3)
+    long_key = next(k for k in got if len(k) > 100 and "meta.json.gz" in got[k])
+    assert got[long_key]["meta.json.gz"] == {"a": 1}
+    assert got[long_key]["json"] == {"upper": True}
+    assert isinstance(got["x.y/z"]["dat"], bytes)  # no decoder: bytes
+
+
+@pytest.mark.conformance
+def test_decoders_on_upstream_shards(start_server, upstream_wds):
+    _, n_img = check_decoders(start_server, upstream_wds, "sample.tgz")
+    assert n_img == 90
 
 
 def test_json_and_npy_decoders():

@@ -274,28 +274,61 @@ def test_fields_filter(small_server, small_wds):
     assert trailer["position"] == small_wds.total
 
 
-# --- upstream WebDataset shards ------------------------------------------------
+# --- the WebDataset format corpora ---------------------------------------------
 
-def test_upstream_webdataset_shards(start_server, upstream_wds):
-    shards = sorted(f for f in os.listdir(upstream_wds)
+def serve_corpus(start_server, d, job):
+    """Serve the shards of d and read one epoch: every sample the WebDataset
+    rule (wds_samples) finds in them arrives once, byte for byte, from its
+    shard, and nothing else. Returns ({key: sample}, {key: (shard, hash)})."""
+    shards = sorted(f for f in os.listdir(d)
                     if f.endswith((".tar", ".tgz", ".tar.gz", ".tar.zst")))
     expected = {}
     for f in shards:
-        for key, fields in wds_samples(os.path.join(upstream_wds, f)):
+        for key, fields in wds_samples(os.path.join(d, f)):
             assert key not in expected
             expected[key] = (f, shardcast.sample_hash(fields))
-    assert len(expected) == 90 + 3 + 1000  # the README's counts
-
-    srv = start_server(upstream_wds, job="wds", seed=1)
-    samples, trailer = read_samples(srv, "wds", 0, 0, 1)
+    srv = start_server(d, job=job, seed=1)
+    samples, trailer = read_samples(srv, job, 0, 0, 1)
     assert trailer["samples"] == len(samples) == len(expected)
     got = {s["__key__"]: s for s in samples}
     assert set(got) == set(expected)
-    assert not any("PaxHeader" in k for k in got)
+    assert not any("PaxHeader" in k or "@LongLink" in k for k in got)
     for key, s in got.items():
         shard, h = expected[key]
         assert s["__shard__"].endswith("/" + shard)
         assert shardcast.sample_hash(s) == h, key
+    return got, expected
+
+
+def test_generated_webdataset_shards(start_server, generated_wds):
+    got, expected = serve_corpus(start_server, generated_wds.path, "gen")
+    # The manifest (what the generator meant to write) agrees with the rule.
+    m = generated_wds.manifest
+    assert {s["key"]: (s["shard"], s["hash"]) for s in m["samples"]} == expected
+    assert len(got) == m["total_samples"] == 8 + 90 + 1000 + 5
+    fmt = {s["file"]: (s["tar"], s["filter"]) for s in m["shards"]}
+    assert set(fmt.values()) == {("gnu", "gzip"), ("gnu", "none"), ("pax", "none"),
+                                 ("pax", "gzip")}
+    # Directories in keys, multi-dot and upper-case extensions.
+    assert set(field_dict(got["compressed/0001"])) == {"txt.gz"}
+    assert gzip.decompress(got["compressed/0001"]["txt.gz"]) == b"hello\n"
+    assert set(field_dict(got["a/b/c"])) == {"png", "seg.json", "txt"}
+    assert set(field_dict(got["x.y/z"])) == {"dat", "cls"}
+    assert set(field_dict(got["10"])) == {"cls", "png"}
+    long_keys = [k for k in got if len(k) > 100]
+    assert len(long_keys) == 2  # a GNU ././@LongLink name and a pax path record
+    assert {"json", "x.seg.json"} in [set(field_dict(got[k])) for k in long_keys]
+    assert "données/été" in got and "日本語/キー" in got and "with space/k 1" in got
+    # Top-level __*__ names are skipped; "__x__" below a directory is a key.
+    assert "d/__x__" in got
+    assert not any(k.startswith("__") for k in got)
+    assert got["k2"]["txt"] == b""
+
+
+@pytest.mark.conformance
+def test_upstream_webdataset_shards(start_server, upstream_wds):
+    got, expected = serve_corpus(start_server, upstream_wds, "wds")
+    assert len(expected) == 90 + 3 + 1000  # the README's counts
     assert set(field_dict(got["compressed/0001"])) == {"txt.gz"}
     assert gzip.decompress(got["compressed/0001"]["txt.gz"]) == b"hello\n"
     assert set(field_dict(got["10"])) == {"cls", "png"}

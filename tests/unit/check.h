@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Atomic: some tests check from several threads. */
 static _Atomic int check_failures;
@@ -49,12 +50,67 @@ static _Atomic int check_count;
         }                                                                  \
     } while (0)
 
-/* Path of a file under ../shared/ (env SHARED_DIR set by ctest). */
+/* Path of a file under ../shared/ (env SHARED_DIR set by ctest): the
+ * upstream corpora of the conformance layer. */
 static inline const char *shared_path(char *buf, size_t len, const char *rel)
 {
     const char *d = getenv("SHARED_DIR");
     snprintf(buf, len, "%s/%s", d ? d : "../shared", rel);
     return buf;
+}
+
+/* Path of a generated fixture (env SHARDCAST_FIXTURES set by ctest, whose
+ * fixtures_* setup tests write them with tests/tools/mkfixtures.py and
+ * mksigv4.py); exits when they are not there. */
+static inline const char *fixture_path(char *buf, size_t len, const char *rel)
+{
+    const char *d = getenv("SHARDCAST_FIXTURES");
+    if (!d || !*d) {
+        fprintf(stderr, "SHARDCAST_FIXTURES is not set: run this test through "
+                        "ctest, which generates the fixtures first\n");
+        exit(1);
+    }
+    snprintf(buf, len, "%s/%s", d, rel);
+    return buf;
+}
+
+/* Is this run the conformance test (`--upstream`) of a program that also
+ * has one? Exits with a usage message on any other argument. */
+static inline int check_upstream_arg(int argc, char **argv)
+{
+    if (argc == 1)
+        return 0;
+    if (argc == 2 && strcmp(argv[1], "--upstream") == 0)
+        return 1;
+    fprintf(stderr, "usage: %s [--upstream]\n", argv[0]);
+    exit(2);
+}
+
+/* The exit status that makes ctest report a test as skipped
+ * (SKIP_RETURN_CODE). */
+#define CHECK_SKIPPED 77
+
+/*
+ * The upstream corpora under ../shared/testdata are an optional
+ * conformance layer on top of the generated fixtures. When `path` (one of
+ * them) is missing, a conformance test reports it and returns
+ * CHECK_SKIPPED, or 1 when SHARDCAST_CONFORMANCE=require (scripts/test.sh
+ * sets it when the corpora are present, so they cannot silently vanish).
+ * Returns 0 when the path exists.
+ */
+static inline int conformance_missing(const char *path)
+{
+    const char *req = getenv("SHARDCAST_CONFORMANCE");
+    if (access(path, R_OK) == 0)
+        return 0;
+    if (req && strcmp(req, "require") == 0) {
+        fprintf(stderr, "upstream corpus not found at %s "
+                        "(SHARDCAST_CONFORMANCE=require)\n", path);
+        return 1;
+    }
+    printf("upstream corpus not found at %s (set SHARED_DIR): "
+           "conformance test not run\n", path);
+    return CHECK_SKIPPED;
 }
 
 #define CHECK_MAIN_END()                                                   \

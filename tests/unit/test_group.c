@@ -1,9 +1,18 @@
 /*
  * test_group.c — tar reading and WebDataset grouping (shardio/shard.c) on
- * the upstream shards in ../shared/testdata/wds and on small fixtures.
+ * the generated corpus (tests/tools/mkfixtures.py: GNU, pax and gzip tars,
+ * directory keys, multi-dot extensions, long and UTF-8 names, "__*__"
+ * members), checked sample by sample against its manifest, and on small
+ * fixtures written here.
+ *
+ * `test_group --upstream` is the conformance test on the upstream
+ * webdataset shards in ../shared/testdata/wds (skipped when absent).
  */
 #include <stdint.h>
 #include <unistd.h>
+
+#include <jansson.h>
+#include <openssl/evp.h>
 
 #include "check.h"
 #include "shardio.h"
@@ -176,6 +185,164 @@ static void test_testgz_pax(void)
     release(v, n, 1100);
 }
 
+/* ------------------------------------------------------------------ */
+/* The generated corpus against its manifest                           */
+
+static void sha256_hex(const void *p, size_t n, char out[65])
+{
+    unsigned char md[32];
+    unsigned int mdlen = 0;
+    out[0] = '\0';
+    if (EVP_Digest(p, n, md, &mdlen, EVP_sha256(), NULL) != 1 || mdlen != 32)
+        return;
+    for (int i = 0; i < 32; i++)
+        snprintf(out + 2 * i, 3, "%02x", md[i]);
+}
+
+static const sio_sample *find_key(const sio_sample **v, size_t n,
+                                  const char *key)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(v[i]->key, key) == 0)
+            return v[i];
+    return NULL;
+}
+
+#define GEN_MAX 1100
+
+/* One shard: every sample the manifest lists, in order, byte for byte;
+ * the members it says are skipped never become a key. Returns the count. */
+static size_t check_generated_shard(const char *dir, json_t *shard,
+                                    json_t *samples, const sio_sample **v)
+{
+    const char *file = json_string_value(json_object_get(shard, "file"));
+    char path[4096];
+    int bad;
+    sio_code rc;
+    snprintf(path, sizeof path, "%s/%s", dir, file ? file : "?");
+    size_t n = read_all(path, v, GEN_MAX, &bad, &rc);
+    CHECK(rc == SIO_OK);
+    CHECK_EQ_U64(bad, 0);
+    CHECK_EQ_U64(n, json_integer_value(json_object_get(shard, "samples")));
+    size_t i = 0, j;
+    json_t *want;
+    json_array_foreach(samples, j, want) {
+        const char *wshard = json_string_value(json_object_get(want, "shard"));
+        if (!wshard || !file || strcmp(wshard, file) != 0)
+            continue;
+        if (i >= n || i >= GEN_MAX) {
+            i++;
+            continue;
+        }
+        const sio_sample *s = v[i];
+        json_t *fields = json_object_get(want, "fields"), *f;
+        size_t k;
+        uint64_t bytes = 0;
+        CHECK_STR(s->key, json_string_value(json_object_get(want, "key")));
+        CHECK_EQ_U64(s->index_in_shard,
+                     json_integer_value(json_object_get(want, "index_in_shard")));
+        CHECK_EQ_U64(s->nfields, json_array_size(fields));
+        json_array_foreach(fields, k, f) {
+            if (k >= s->nfields)
+                break;
+            char hex[65];
+            sha256_hex(s->fields[k].data, s->fields[k].len, hex);
+            CHECK_STR(s->fields[k].name,
+                      json_string_value(json_object_get(f, "name")));
+            CHECK_EQ_U64(s->fields[k].len,
+                         json_integer_value(json_object_get(f, "size")));
+            CHECK_STR(hex, json_string_value(json_object_get(f, "sha256")));
+            bytes += s->fields[k].len;
+        }
+        CHECK_EQ_U64(s->bytes, bytes);
+        i++;
+    }
+    CHECK_EQ_U64(i, n);
+    json_t *skipped = json_object_get(shard, "skipped"), *m;
+    json_array_foreach(skipped, j, m) {
+        const char *name = json_string_value(json_object_get(m, "member"));
+        size_t keylen;
+        char key[1024];
+        /* neither the member nor what its key would be is a sample key */
+        snprintf(key, sizeof key, "%s", name ? name : "");
+        if (sio_split_key(key, &keylen) == 0)
+            key[keylen] = '\0';
+        for (size_t x = 0; x < n && x < GEN_MAX; x++) {
+            CHECK(strcmp(v[x]->key, name ? name : "") != 0);
+            CHECK(strcmp(v[x]->key, key) != 0);
+        }
+    }
+    for (size_t x = 0; x < n && x < GEN_MAX; x++)
+        CHECK(strstr(v[x]->key, "PaxHeader") == NULL &&
+              strstr(v[x]->key, "@LongLink") == NULL);
+    return n;
+}
+
+static void test_generated_corpus(void)
+{
+    char dir[2048], path[2100];
+    static const sio_sample *v[GEN_MAX];
+    json_error_t jerr;
+    fixture_path(dir, sizeof dir, "wds");
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    json_t *man = json_load_file(path, 0, &jerr);
+    CHECK(man != NULL);
+    if (!man) {
+        fprintf(stderr, "%s: %s\n", path, jerr.text);
+        return;
+    }
+    json_t *shards = json_object_get(man, "shards");
+    json_t *samples = json_object_get(man, "samples"), *shard;
+    size_t i, total = 0;
+    CHECK_EQ_U64(json_array_size(shards), 4);
+    json_array_foreach(shards, i, shard) {
+        const char *file = json_string_value(json_object_get(shard, "file"));
+        size_t n = check_generated_shard(dir, shard, samples, v);
+        total += n;
+        /* What each flavour is there for, independently of the manifest. */
+        if (file && strcmp(file, "gnu-gzip.tgz") == 0) {
+            CHECK_EQ_U64(n, 90);
+            for (size_t k = 0; k < n; k++) {
+                char want[8];
+                snprintf(want, sizeof want, "%zu", k + 10);
+                CHECK_STR(v[k]->key, want);
+                CHECK_EQ_U64(v[k]->nfields, 2);
+                CHECK_STR(v[k]->fields[0].name, "cls");
+                CHECK_STR(v[k]->fields[1].name, "png");
+                CHECK_EQ_U64(v[k]->fields[0].len, 1);
+                CHECK(memcmp(v[k]->fields[1].data, "\x89PNG", 4) == 0);
+            }
+        } else if (file && strcmp(file, "gnu-dirs.tar") == 0) {
+            const sio_sample *c = find_key(v, n, "compressed/0001");
+            CHECK(c && c->nfields == 1 && strcmp(c->fields[0].name, "txt.gz") == 0 &&
+                  c->fields[0].data[0] == 0x1f && c->fields[0].data[1] == 0x8b);
+            c = find_key(v, n, "a/b/c");
+            CHECK(c && c->nfields == 3 && sio_sample_field(c, "seg.json") &&
+                  sio_sample_field(c, "txt")); /* "c.TXT" lowercased */
+            CHECK(find_key(v, n, "x.y/z") != NULL);
+            CHECK(find_key(v, n, "d/__x__") != NULL);
+            int longkey = 0;
+            for (size_t k = 0; k < n; k++)
+                if (strlen(v[k]->key) > 100 &&
+                    sio_sample_field(v[k], "x.seg.json"))
+                    longkey = 1; /* a GNU ././@LongLink name */
+            CHECK(longkey);
+        } else if (file && strcmp(file, "pax.tar") == 0) {
+            CHECK_EQ_U64(n, 1000);
+            for (size_t k = 0; k < n; k++)
+                CHECK(strlen(v[k]->key) == 32 && v[k]->nfields == 1 &&
+                      strcmp(v[k]->fields[0].name, "txt.gz") == 0);
+        } else if (file && strcmp(file, "pax-names.tar.gz") == 0) {
+            CHECK(find_key(v, n, "donn\xc3\xa9" "es/\xc3\xa9t\xc3\xa9") != NULL);
+            CHECK(find_key(v, n, "with space/k 1") != NULL);
+        }
+        release(v, n, GEN_MAX);
+    }
+    CHECK_EQ_U64(total, json_integer_value(json_object_get(man, "total_samples")));
+    CHECK(total > 1000);
+    json_decref(man);
+}
+
 /* Grouping rules on a fixture written in each tar flavour and filter. */
 static void test_rules(const char *filter, const char *format)
 {
@@ -318,20 +485,40 @@ static void test_missing(void)
     CHECK(sh == NULL);
 }
 
-int main(void)
+/* The conformance test on the upstream shards (../shared/testdata/wds). */
+static int run_upstream(void)
 {
-    CHECK(sio_io_create(NULL, &io, NULL) == SIO_OK);
-    test_split_key();
+    char p[4096];
+    int rc = conformance_missing(shared_path(p, sizeof p, "testdata/wds"));
+    if (rc)
+        return rc;
     test_sample_tgz();
     test_compressed_tar();
     test_testgz_pax();
-    test_rules("none", "pax");
-    test_rules("gzip", "gnu");
-    test_rules("zstd", "pax");
-    test_rules("none", "ustar");
-    test_truncated();
-    test_limits();
-    test_missing();
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    int upstream = check_upstream_arg(argc, argv);
+    CHECK(sio_io_create(NULL, &io, NULL) == SIO_OK);
+    if (upstream) {
+        int rc = run_upstream();
+        if (rc) {
+            sio_io_destroy(io);
+            return rc;
+        }
+    } else {
+        test_split_key();
+        test_generated_corpus();
+        test_rules("none", "pax");
+        test_rules("gzip", "gnu");
+        test_rules("zstd", "pax");
+        test_rules("none", "ustar");
+        test_truncated();
+        test_limits();
+        test_missing();
+    }
     sio_io_destroy(io);
     CHECK_MAIN_END();
 }

@@ -1,10 +1,15 @@
 /*
- * test_sigv4.c — SigV4 signing against Amazon's two public test suites
- * (shared/testdata/sigv4/, see its README.md) and against S3-specific rules
- * the suites do not cover (UNSIGNED-PAYLOAD, x-amz-content-sha256, S3 key
- * encoding without normalisation, the wire path, input checks and limits).
+ * test_sigv4.c — SigV4 signing against vectors botocore computes at test
+ * time (tests/tools/mksigv4.py, in the layout of Amazon's
+ * aws-signing-test-suite/v4) and against S3-specific rules the AWS suites do
+ * not cover (UNSIGNED-PAYLOAD, x-amz-content-sha256, S3 key encoding without
+ * normalisation, the wire path, input checks and limits).
  *
- * The suites describe generic AWS services: the request line carries the
+ * `test_sigv4 --upstream` is the conformance test on Amazon's two public
+ * test suites (../shared/testdata/sigv4/, see its README.md; skipped when
+ * absent).
+ *
+ * Those vectors describe generic AWS services: the request line carries the
  * path as sent, which the canonical request encodes again, and most cases
  * normalise the path. They are run with SIO_SIGV4_PATH_ENCODED and, where the
  * case asks for it, SIO_SIGV4_NORMALIZE_PATH. Every case of both suites
@@ -547,7 +552,13 @@ static int run_v4_case(const char *dir, const char *name)
     req.flags = SIO_SIGV4_PATH_ENCODED;
     if (json_is_true(json_object_get(ctx, "normalize")))
         req.flags |= SIO_SIGV4_NORMALIZE_PATH;
-    if (!json_is_true(json_object_get(ctx, "sign_body")))
+    /* Beyond the AWS layout (mksigv4.py): UNSIGNED-PAYLOAD, sent and signed
+     * as x-amz-content-sha256, and cases without query signing. */
+    int unsigned_payload = json_is_true(json_object_get(ctx, "unsigned_payload"));
+    int query_signing = !json_is_false(json_object_get(ctx, "query_signing"));
+    if (unsigned_payload)
+        req.payload_hash = NULL;
+    if (!json_is_true(json_object_get(ctx, "sign_body")) && !unsigned_payload)
         req.flags |= SIO_SIGV4_NO_CONTENT_SHA256;
     if (json_is_true(json_object_get(ctx, "omit_session_token")))
         req.flags |= SIO_SIGV4_TOKEN_AFTER;
@@ -582,6 +593,8 @@ static int run_v4_case(const char *dir, const char *name)
     }
 
     /* Query-string (presigned URL) signing. */
+    if (!query_signing)
+        goto done;
     req.flags |= SIO_SIGV4_PRESIGN;
     req.expires = (uint32_t)json_integer_value(
         json_object_get(ctx, "expiration_in_seconds"));
@@ -632,12 +645,14 @@ static int run_v4_case(const char *dir, const char *name)
         fprintf(stderr, "%s (query): %s\n", name, err.msg);
         ok = 0;
     }
+done:
     rawreq_free(&r);
     json_decref(ctx);
     return ok;
 }
 
-static void walk_v4(const char *dir, suite_stats *st)
+/* label names the vector set in messages. */
+static void walk_v4(const char *dir, const char *label, suite_stats *st)
 {
     DIR *d = opendir(dir);
     struct dirent *e;
@@ -655,7 +670,7 @@ static void walk_v4(const char *dir, suite_stats *st)
             continue;
         const char *why = skip_reason(e->d_name);
         if (why) {
-            printf("skip aws-signing-test-suite/v4/%s: %s\n", e->d_name, why);
+            printf("skip %s/%s: %s\n", label, e->d_name, why);
             st->skipped++;
             continue;
         }
@@ -663,7 +678,7 @@ static void walk_v4(const char *dir, suite_stats *st)
         if (run_v4_case(sub, e->d_name))
             st->passed++;
         else
-            fprintf(stderr, "FAIL aws-signing-test-suite/v4/%s\n", e->d_name);
+            fprintf(stderr, "FAIL %s/%s\n", label, e->d_name);
     }
     closedir(d);
 }
@@ -1115,26 +1130,42 @@ static void test_errors(void)
     sio_sigv4_result_free(&res);
 }
 
-int main(void)
+/* The vectors botocore made (mksigv4.py): every case listed in its
+ * cases.json runs and passes. */
+static void test_botocore_vectors(void)
+{
+    char dir[2048], path[2100];
+    json_error_t jerr;
+    suite_stats st = {0};
+    fixture_path(dir, sizeof dir, "sigv4");
+    snprintf(path, sizeof path, "%s/cases.json", dir);
+    json_t *index = json_load_file(path, 0, &jerr);
+    CHECK(index != NULL);
+    size_t listed = json_array_size(json_object_get(index, "cases"));
+    snprintf(path, sizeof path, "%s/v4", dir);
+    walk_v4(path, "botocore vectors", &st);
+    printf("botocore %s vectors: %d ran, %d passed, %d skipped\n",
+           json_string_value(json_object_get(index, "botocore")), st.ran,
+           st.passed, st.skipped);
+    CHECK(listed >= 40);
+    CHECK_EQ_U64(st.ran, listed);
+    CHECK_EQ_U64(st.passed, st.ran);
+    json_decref(index);
+}
+
+/* The conformance test on Amazon's suites (../shared/testdata/sigv4). */
+static int run_upstream(void)
 {
     char dir[1024];
     suite_stats classic = {0}, v4 = {0};
-
-    test_uri_encode();
-    test_sha256();
-    test_s3_object_request();
-    test_s3_list_request();
-    test_s3_presign();
-    test_s3_docs_examples();
-    test_headers();
-    test_generic_path();
-    test_errors();
-
+    int rc = conformance_missing(shared_path(dir, sizeof dir, "testdata/sigv4"));
+    if (rc)
+        return rc;
     walk_classic(shared_path(dir, sizeof dir, "testdata/sigv4/aws4_testsuite"),
                  "", &classic);
     walk_v4(shared_path(dir, sizeof dir,
                         "testdata/sigv4/aws-signing-test-suite/v4"),
-            &v4);
+            "aws-signing-test-suite/v4", &v4);
     printf("aws4_testsuite: %d ran, %d passed, %d skipped\n", classic.ran,
            classic.passed, classic.skipped);
     printf("aws-signing-test-suite/v4: %d ran, %d passed, %d skipped\n",
@@ -1144,5 +1175,27 @@ int main(void)
     CHECK(v4.ran >= 38);
     CHECK_EQ_U64(classic.passed, classic.ran);
     CHECK_EQ_U64(v4.passed, v4.ran);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    int upstream = check_upstream_arg(argc, argv);
+    if (upstream) {
+        int rc = run_upstream();
+        if (rc)
+            return rc;
+        CHECK_MAIN_END();
+    }
+    test_uri_encode();
+    test_sha256();
+    test_s3_object_request();
+    test_s3_list_request();
+    test_s3_presign();
+    test_s3_docs_examples();
+    test_headers();
+    test_generic_path();
+    test_errors();
+    test_botocore_vectors();
     CHECK_MAIN_END();
 }
