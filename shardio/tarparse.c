@@ -218,13 +218,22 @@ static int64_t field_num(const unsigned char *f, size_t n)
     uint64_t v = 0;
     while (i < n && (f[i] == ' ' || f[i] == '\t'))
         i++;
-    for (; i < n && f[i] >= '0' && f[i] <= '7'; i++)
+    if (i < n && f[i] == '-')
+        return -1; /* negative: libarchive's error */
+    for (; i < n && f[i] >= '0' && f[i] <= '7'; i++) {
+        if (v > (UINT64_C(1) << 58))
+            return -1; /* overflow: libarchive's error */
         v = (v << 3) | (uint64_t)(f[i] - '0');
+    }
     return (int64_t)v;
 }
 
 static int checksum_ok(const unsigned char *h)
 {
+    /* The field holds an octal number: digits, spaces and NULs only. */
+    for (size_t i = 148; i < 156; i++)
+        if (h[i] != ' ' && h[i] != '\0' && (h[i] < '0' || h[i] > '7'))
+            return 0;
     int64_t want = field_num(h + 148, 8);
     if (want < 0)
         return 0;
@@ -289,8 +298,8 @@ static int pax_parse(const char *p, size_t n, int global, char *path,
         size_t len = 0, j = i;
         while (j < n && p[j] >= '0' && p[j] <= '9') {
             len = len * 10 + (size_t)(p[j] - '0');
-            if (len > n)
-                return -1;
+            if (len > 999999 || len > n)
+                return -1; /* libarchive rejects records over 1 MB */
             j++;
         }
         if (j == i || j >= n || p[j] != ' ' || len > n - i || len < 5 ||
@@ -298,7 +307,7 @@ static int pax_parse(const char *p, size_t n, int global, char *path,
             return -1;
         const char *kv = p + j + 1, *end = p + i + len - 1;
         const char *eq = memchr(kv, '=', (size_t)(end - kv));
-        if (!eq)
+        if (!eq || eq == kv || memchr(kv, '\0', (size_t)(eq - kv)))
             return -1;
         size_t kl = (size_t)(eq - kv), vl = (size_t)(end - eq - 1);
         const char *v = eq + 1;
@@ -312,7 +321,9 @@ static int pax_parse(const char *p, size_t n, int global, char *path,
                     return -1; /* locale conversion: libarchive's call */
             memcpy(path, v, vl);
             path[vl] = '\0';
-            *has_path = 1;
+            /* The last path record wins; an empty one leaves the
+             * header's name in force (libarchive). */
+            *has_path = vl > 0;
         } else if (kl == 4 && memcmp(kv, "size", 4) == 0) {
             if (global || vl == 0 || vl > 18)
                 return -1;
@@ -323,9 +334,10 @@ static int pax_parse(const char *p, size_t n, int global, char *path,
                 s = s * 10 + (v[k] - '0');
             }
             *size = s;
-        } else if ((kl >= 11 && memcmp(kv, "GNU.sparse.", 11) == 0) ||
-                   (kl == 10 && memcmp(kv, "hdrcharset", 10) == 0)) {
-            return -1;
+        } else if ((kl >= 10 && memcmp(kv, "GNU.sparse", 10) == 0) ||
+                   (kl == 10 && memcmp(kv, "hdrcharset", 10) == 0) ||
+                   (kl == 15 && memcmp(kv, "SCHILY.realsize", 15) == 0)) {
+            return -1; /* sparse files, other sizes, other charsets */
         }
         i += len;
     }
@@ -336,7 +348,7 @@ sio_code sio_tarp_next(sio_tar_plain *t, sio_tar_entry *e, int *what)
 {
     sio_code rc;
     char *ext = NULL;
-    int has_path = 0, has_long = 0;
+    int has_path = 0, has_long = 0, depth = 0;
     int64_t pax_size = -1;
 
     /* What is left of the previous entry. */
@@ -379,7 +391,12 @@ sio_code sio_tarp_next(sio_tar_plain *t, sio_tar_entry *e, int *what)
         int64_t size = field_num(h + 124, 12);
         if (size < 0)
             goto unsupported;
-        int posix = memcmp(h + 257, "ustar\0", 6) == 0;
+        int gnu = memcmp(h + 257, "ustar  \0", 8) == 0;
+        int posix = !gnu && memcmp(h + 257, "ustar", 5) == 0;
+        if (gnu && (h[386] || h[483]))
+            goto unsupported; /* GNU sparse map or real size */
+        if (++depth > 32)
+            goto unsupported; /* libarchive: too many special headers */
         if (type == 'x' || type == 'g' || type == 'L' || type == 'K') {
             if ((uint64_t)size > SIO_TARP_EXT_MAX)
                 goto unsupported;
@@ -409,7 +426,8 @@ sio_code sio_tarp_next(sio_tar_plain *t, sio_tar_entry *e, int *what)
             size_t n = 0;
             if (posix && h[345]) {
                 n = field_str(t->name, h + 345, 155);
-                t->name[n++] = '/';
+                if (t->name[n - 1] != '/')
+                    t->name[n++] = '/';
             }
             field_str(t->name + n, h, 100);
         }
