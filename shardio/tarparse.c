@@ -185,9 +185,57 @@ int sio_tarp_compressed(const unsigned char *p, size_t n)
 static int checksum_ok(const unsigned char *h);
 static int all_zero(const unsigned char *h);
 
+/* libarchive's validate_number_field: base-256, or blanks, octal digits
+ * and then only blanks and NULs. */
+static int number_field_ok(const unsigned char *f, size_t n)
+{
+    if (f[0] == 128 || f[0] == 255 || f[0] == 0)
+        return 1;
+    size_t i = 0;
+    while (i < n && f[i] == ' ')
+        i++;
+    while (i < n && f[i] >= '0' && f[i] <= '7')
+        i++;
+    for (; i < n; i++)
+        if (f[i] != ' ' && f[i] != 0)
+            return 0;
+    return 1;
+}
+
+/* libarchive's tar bid on a header block (not all zero). */
+static int bid_score(const unsigned char *h)
+{
+    int bid = 0;
+    if (!checksum_ok(h))
+        return 0;
+    bid += 48;
+    if (memcmp(h + 257, "ustar\0", 6) == 0 && memcmp(h + 263, "00", 2) == 0)
+        bid += 56;
+    if (memcmp(h + 257, "ustar ", 6) == 0 && memcmp(h + 263, " \0", 2) == 0)
+        bid += 56;
+    unsigned char t = h[156];
+    if (t != 0 && !(t >= '0' && t <= '9') && !(t >= 'A' && t <= 'Z') &&
+        !(t >= 'a' && t <= 'z'))
+        return 0;
+    bid += 2;
+    static const struct { unsigned short off, len; } fields[] = {
+        {100, 8}, {108, 8}, {116, 8}, {136, 12}, {124, 12}, {329, 8},
+        {337, 8}};
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        if (!number_field_ok(h + fields[i].off, fields[i].len))
+            return 0;
+    return bid;
+}
+
+/* Would libarchive's tar bid take this block as the start of a tar? */
+static int bid_ok(const unsigned char *h)
+{
+    return all_zero(h) || bid_score(h) > 0;
+}
+
 int sio_tarp_starts_tar(const unsigned char *p, size_t n)
 {
-    return n == 0 || (n >= BLOCK && (all_zero(p) || checksum_ok(p)));
+    return n == 0 || (n >= BLOCK && bid_ok(p));
 }
 
 static int all_zero(const unsigned char *h)
@@ -288,68 +336,136 @@ static sio_code read_ext(sio_tar_plain *t, uint64_t n, char **out)
     return SIO_OK;
 }
 
-/* Parse pax records. Returns 0 when taken (path/size filled where
- * present), -1 when the records need libarchive. */
-static int pax_parse(const char *p, size_t n, int global, char *path,
-                     int *has_path, int64_t *size)
+/* What reading one pax record set said. */
+enum { PAX_DONE = 0, PAX_STOPPED = 1, PAX_FATAL = 2, PAX_OTHER = 3 };
+
+/* A decimal value as libarchive's tar_atol10 reads it (leading blanks,
+ * digits up to the first other byte); -1 for a negative value or an
+ * overflow (libarchive refuses both). */
+static int64_t dec_value(const char *v)
 {
-    size_t i = 0;
-    while (i < n) {
-        size_t len = 0, j = i;
-        while (j < n && p[j] >= '0' && p[j] <= '9') {
-            len = len * 10 + (size_t)(p[j] - '0');
-            if (len > 999999 || len > n)
-                return -1; /* libarchive rejects records over 1 MB */
-            j++;
-        }
-        if (j == i || j >= n || p[j] != ' ' || len > n - i || len < 5 ||
-            p[i + len - 1] != '\n')
+    while (*v == ' ' || *v == '\t')
+        v++;
+    if (*v == '-')
+        return -1;
+    int64_t x = 0;
+    for (; *v >= '0' && *v <= '9'; v++) {
+        if (x > (INT64_MAX - 9) / 10)
             return -1;
-        const char *kv = p + j + 1, *end = p + i + len - 1;
-        const char *eq = memchr(kv, '=', (size_t)(end - kv));
-        if (!eq || eq == kv || memchr(kv, '\0', (size_t)(eq - kv)))
-            return -1;
-        size_t kl = (size_t)(eq - kv), vl = (size_t)(end - eq - 1);
-        const char *v = eq + 1;
-        if (kl == 4 && memcmp(kv, "path", 4) == 0) {
-            if (global)
-                return -1;
-            if (vl > SIO_TARP_NAME_MAX)
-                vl = SIO_TARP_NAME_MAX; /* the caller skips such names */
-            for (size_t k = 0; k < vl; k++)
-                if ((unsigned char)v[k] >= 0x80 || v[k] == '\0')
-                    return -1; /* locale conversion: libarchive's call */
-            memcpy(path, v, vl);
-            path[vl] = '\0';
-            /* The last path record wins; an empty one leaves the
-             * header's name in force (libarchive). */
-            *has_path = vl > 0;
-        } else if (kl == 4 && memcmp(kv, "size", 4) == 0) {
-            if (global || vl == 0 || vl > 18)
-                return -1;
-            int64_t s = 0;
-            for (size_t k = 0; k < vl; k++) {
-                if (v[k] < '0' || v[k] > '9')
-                    return -1;
-                s = s * 10 + (v[k] - '0');
-            }
-            *size = s;
-        } else if ((kl >= 10 && memcmp(kv, "GNU.sparse", 10) == 0) ||
-                   (kl == 10 && memcmp(kv, "hdrcharset", 10) == 0) ||
-                   (kl == 15 && memcmp(kv, "SCHILY.realsize", 15) == 0)) {
-            return -1; /* sparse files, other sizes, other charsets */
-        }
-        i += len;
+        x = x * 10 + (*v - '0');
     }
-    return 0;
+    return x;
 }
 
-sio_code sio_tarp_next(sio_tar_plain *t, sio_tar_entry *e, int *what)
+/*
+ * Parse the records of a pax header as libarchive 3.6 does (p is modified:
+ * line ends become NULs). Returns PAX_DONE when every record was read
+ * (*path set when the header names a non-empty one), PAX_STOPPED when a
+ * malformed record ended the reading (libarchive warns; sizes read before
+ * it stay, the path does not apply), PAX_FATAL for what libarchive refuses
+ * (a key starting with '=', a negative or overflowing size), PAX_OTHER
+ * for what only libarchive interprets (sparse files, other sizes,
+ * charsets, non-ASCII paths).
+ */
+static int pax_parse(char *p, size_t n, int global, char *path,
+                     int *has_path, int64_t *size)
+{
+    char *attr = p;
+    size_t left = n;
+    int got_path = 0;
+    while (left > 0) {
+        size_t len = 0, l = left;
+        char *q = attr;
+        while (l > 0) {
+            if (*q == ' ') {
+                q++;
+                l--;
+                break;
+            }
+            if (*q < '0' || *q > '9')
+                return PAX_STOPPED;
+            len = len * 10 + (size_t)(*q - '0');
+            if (len > 999999)
+                return PAX_STOPPED;
+            q++;
+            l--;
+        }
+        if (len > left || len < 1 || attr[len - 1] != '\n')
+            return PAX_STOPPED;
+        attr[len - 1] = '\0';
+        char *key = q;
+        if (key[0] == '=')
+            return PAX_FATAL;
+        while (*q && *q != '=')
+            q++;
+        if (*q == '\0')
+            return PAX_STOPPED;
+        *q = '\0';
+        const char *v = q + 1;
+        if (strcmp(key, "path") == 0) {
+            size_t vl = strlen(v); /* strcpy: up to a NUL */
+            for (size_t k = 0; k < vl; k++)
+                if ((unsigned char)v[k] >= 0x80)
+                    return PAX_OTHER; /* locale conversion */
+            if (!global) {
+                if (vl > SIO_TARP_NAME_MAX)
+                    vl = SIO_TARP_NAME_MAX; /* the caller skips it */
+                memcpy(path, v, vl);
+                path[vl] = '\0';
+                got_path = vl > 0; /* the last record wins */
+            }
+        } else if (strcmp(key, "size") == 0) {
+            if (!global) {
+                int64_t x = dec_value(v);
+                if (x < 0)
+                    return PAX_FATAL;
+                *size = x;
+            }
+        } else if (strncmp(key, "GNU.sparse", 10) == 0 ||
+                   strcmp(key, "hdrcharset") == 0 ||
+                   strcmp(key, "SCHILY.realsize") == 0) {
+            if (!global)
+                return PAX_OTHER;
+        }
+        attr += len;
+        left -= len;
+    }
+    *has_path = got_path;
+    return PAX_DONE;
+}
+
+static sio_code damaged(sio_tar_plain *t, const char *why)
+{
+    snprintf(t->err, sizeof t->err, "%s at offset %llu", why,
+             (unsigned long long)t->off);
+    return SIO_ERR_FORMAT;
+}
+
+/* The file type bits of a mode field (libarchive takes them from it for
+ * hard links and 'M' entries). */
+static int mode_is_regular(const unsigned char *h)
+{
+    int64_t m = field_num(h + 100, 8);
+    return m >= 0 && (m & 0170000) == 0100000;
+}
+
+static sio_code next_entry(sio_tar_plain *t, sio_tar_entry *e, int *what,
+                           char **paxp)
 {
     sio_code rc;
     char *ext = NULL;
-    int has_path = 0, has_long = 0, depth = 0;
+    /* The chain of extension headers before the entry. libarchive keeps
+     * one buffer for the long name ('L') and one for the pax header ('x'),
+     * so the last of each is what counts; every 'L' frame then applies the
+     * long name and every 'x' frame the pax path (when its records were
+     * all read and it names one), innermost first: the outermost of the
+     * two kinds wins. The pax size is the last pax header's. */
+    int nexts = 0, only_global = 1, has_long = 0, first_long = -1;
+    char *pax = NULL; /* the last pax header's records (also in *paxp, so
+                         the caller frees it on every return) */
+    size_t pax_len = 0;
     int64_t pax_size = -1;
+    int name_set = 0;
 
     /* What is left of the previous entry. */
     rc = skip(t, t->data_left + t->pad);
@@ -363,66 +479,112 @@ sio_code sio_tarp_next(sio_tar_plain *t, sio_tar_entry *e, int *what)
         if (rc)
             return rc;
         size_t have = t->len - t->pos;
-        if (have == 0 && !has_path && !has_long && e->hdr_pos == t->off) {
-            *what = SIO_TARP_END; /* the stream ends at a header boundary */
+        if (have == 0 || (have >= BLOCK && all_zero(t->buf + t->pos))) {
+            /* The end of the archive: clean at a header boundary or after
+             * global headers only; after other extension headers
+             * libarchive calls the archive damaged. */
+            if (nexts && !only_global)
+                return damaged(t, "damaged tar archive (no entry after an "
+                                  "extension header)");
+            *what = SIO_TARP_END;
             return SIO_OK;
         }
         if (have < BLOCK)
             return truncated(t);
         const unsigned char *h = t->buf + t->pos;
-        if (all_zero(h)) {
-            if (e->hdr_pos != t->off)
-                goto unsupported; /* extension headers, then the end */
-            *what = SIO_TARP_END;
-            return SIO_OK;
-        }
         if (!checksum_ok(h)) {
-            /* A lone damaged header: libarchive drops the block and tries
-             * the next one as a header (resynchronising). At the archive's
-             * start, or after extension headers, libarchive's own rules
-             * apply: it takes over at the entry's first header. */
-            if (t->off == t->start || t->off != e->hdr_pos)
+            /* At the archive's start the format is not recognised
+             * (libarchive's call). After extension headers libarchive
+             * fails the archive. A lone damaged header: the block is
+             * dropped and the next one tried as a header
+             * (libarchive resynchronises). */
+            if (t->off == t->start)
                 goto unsupported;
+            if (nexts)
+                return damaged(t, "damaged tar archive (bad header checksum "
+                                  "after an extension header)");
             consume(t, BLOCK);
             e->hdr_pos = t->off;
             continue;
         }
+        if (nexts >= 32)
+            goto unsupported; /* libarchive: too many special headers */
         char type = (char)h[156];
-        int64_t size = field_num(h + 124, 12);
-        if (size < 0)
-            goto unsupported;
         int gnu = memcmp(h + 257, "ustar  \0", 8) == 0;
         int posix = !gnu && memcmp(h + 257, "ustar", 5) == 0;
-        if (gnu && (h[386] || h[483]))
-            goto unsupported; /* GNU sparse map or real size */
-        if (++depth > 32)
-            goto unsupported; /* libarchive: too many special headers */
+        /* libarchive's format state (it decides hard links' sizes). */
+        if (type == 'x' || type == 'g')
+            t->fmt = FMT_PAX;
+        else if (type != 'L' && type != 'K') {
+            if (gnu)
+                t->fmt = FMT_GNU;
+            else if (posix) {
+                if (t->fmt != FMT_PAX)
+                    t->fmt = FMT_USTAR;
+            } else
+                t->fmt = FMT_OLD;
+        }
         if (type == 'x' || type == 'g' || type == 'L' || type == 'K') {
-            if ((uint64_t)size > SIO_TARP_EXT_MAX)
-                goto unsupported;
+            int64_t size = field_num(h + 124, 12);
+            if (size < 0 || (uint64_t)size > SIO_TARP_EXT_MAX)
+                return damaged(t, "tar extension header too large");
             consume(t, BLOCK);
             rc = read_ext(t, (uint64_t)size, &ext);
             if (rc)
                 return rc;
-            if (type == 'x' || type == 'g') {
-                if (pax_parse(ext, (size_t)size, type == 'g', t->name,
-                              &has_path, &pax_size) != 0)
-                    goto unsupported;
-            } else if (type == 'L' && !has_path) {
+            nexts++;
+            if (type != 'g')
+                only_global = 0;
+            if (type == 'x') {
+                free(pax);
+                pax = *paxp = ext; /* the last one is what counts */
+                pax_len = (size_t)size;
+                ext = NULL;
+                if (first_long < 0)
+                    first_long = 0;
+            } else if (type == 'L') {
                 size_t n = strnlen(ext, (size_t)size);
                 if (n > SIO_TARP_NAME_MAX)
                     n = SIO_TARP_NAME_MAX;
-                memcpy(t->name, ext, n);
-                t->name[n] = '\0';
+                memcpy(t->lname, ext, n);
+                t->lname[n] = '\0';
                 has_long = 1;
+                if (first_long < 0)
+                    first_long = 1;
             }
+            /* 'g' (global pax) and 'K' (long link) change nothing here. */
             free(ext);
             ext = NULL;
             continue;
         }
+        if (pax) {
+            char path[SIO_TARP_NAME_MAX + 1];
+            int has_path = 0;
+            int r = pax_parse(pax, pax_len, 0, path, &has_path, &pax_size);
+            free(pax);
+            pax = *paxp = NULL;
+            if (r == PAX_OTHER)
+                goto unsupported;
+            if (r == PAX_FATAL)
+                return damaged(t, "tar pax header refused");
+            if (r == PAX_DONE && has_path && !(has_long && first_long)) {
+                memcpy(t->name, path, strlen(path) + 1);
+                name_set = 1;
+            }
+        }
+        if (has_long && !name_set) {
+            memcpy(t->name, t->lname, strlen(t->lname) + 1);
+            name_set = 1;
+        }
+        if (gnu && (h[386] || h[483]))
+            goto unsupported; /* GNU sparse map or real size */
+        int64_t size = field_num(h + 124, 12);
+        if (size < 0)
+            return damaged(t, "tar entry with a negative or overflowing "
+                              "size");
         if (pax_size >= 0)
             size = pax_size;
-        if (!has_path && !has_long) {
+        if (!name_set) {
             size_t n = 0;
             if (posix && h[345]) {
                 n = field_str(t->name, h + 345, 155);
@@ -431,33 +593,64 @@ sio_code sio_tarp_next(sio_tar_plain *t, sio_tar_entry *e, int *what)
             }
             field_str(t->name + n, h, 100);
         }
-        size_t nl = strlen(t->name);
+        /* The entry's type and the data that follows, by libarchive's
+         * header_common. */
+        int regular;
+        uint64_t data = (uint64_t)size;
         switch (type) {
-        case '0':
-        case '7':
-        case '\0':
-            if (nl > 0 && t->name[nl - 1] == '/')
-                goto unsupported; /* libarchive: a directory, no data */
-            e->regular = 1;
+        case '1': {
+            /* A hard link: a regular file when its header size is not 0
+             * (else its mode says); whether data follows is libarchive's
+             * heuristic: pax archives obey the size, GNU and old ones
+             * ignore it, ustar ones ignore it when the header bids as
+             * ustar (above 50). A pax size is applied after that. */
+            int64_t hsize = field_num(h + 124, 12);
+            regular = hsize > 0 ? 1 : mode_is_regular(h);
+            data = 0;
+            if (hsize > 0 && (t->fmt == FMT_PAX ||
+                              (t->fmt == FMT_USTAR && bid_score(h) <= 50)))
+                data = (uint64_t)hsize;
+            if (pax_size >= 0)
+                data = (uint64_t)pax_size;
             break;
+        }
         case '2':
         case '3':
         case '4':
         case '5':
         case '6':
-            if (size != 0)
-                goto unsupported;
-            e->regular = 0;
+            regular = 0;
+            /* No data follows, whatever the header's size says; a pax
+             * size is applied after that and stands. */
+            data = pax_size >= 0 ? (uint64_t)pax_size : 0;
             break;
-        default:
-            goto unsupported; /* hard links, sparse, volumes, vendors */
+        case 'D': /* GNU incremental directory: data skipped */
+            regular = 0;
+            break;
+        case 'M': /* multi-volume continuation: type from the mode */
+            regular = mode_is_regular(h);
+            break;
+        case 'A':
+        case 'S':
+        case 'V':
+        case 'X':
+            goto unsupported; /* ACLs, sparse files, volume labels */
+        default: /* '0', '7', NUL and any other type: a regular file */
+            regular = 1;
+            break;
+        }
+        size_t nl = strlen(t->name);
+        if (regular && nl > 0 && t->name[nl - 1] == '/') {
+            regular = 0; /* libarchive: a directory, and no data */
+            data = 0;
         }
         consume(t, BLOCK);
-        if (e->regular)
-            t->large = (uint64_t)size >= LARGE_ENTRY;
-        e->size = (uint64_t)size;
-        t->data_left = (uint64_t)size;
-        t->pad = (BLOCK - (uint64_t)size % BLOCK) % BLOCK;
+        e->regular = regular;
+        if (regular)
+            t->large = data >= LARGE_ENTRY;
+        e->size = data;
+        t->data_left = data;
+        t->pad = (BLOCK - data % BLOCK) % BLOCK;
         *what = SIO_TARP_ENTRY;
         return SIO_OK;
     }
@@ -465,4 +658,12 @@ unsupported:
     free(ext);
     *what = SIO_TARP_UNSUPPORTED;
     return SIO_OK;
+}
+
+sio_code sio_tarp_next(sio_tar_plain *t, sio_tar_entry *e, int *what)
+{
+    char *pax = NULL;
+    sio_code rc = next_entry(t, e, what, &pax);
+    free(pax);
+    return rc;
 }

@@ -2,14 +2,15 @@
  * tarparse.h — the plain tar reader (internal).
  *
  * Reads an uncompressed tar from a sio_stream: ustar, GNU and pax headers,
- * GNU long names ('L'), pax `path` and `size`. It takes the entries a
- * WebDataset shard is made of and says "unsupported" for the rest (sparse
- * files, multi-volume, vendor types, hard links, links or directories
- * with data,
- * non-ASCII pax paths, global pax headers that set path or size, regular
- * entries whose name ends in '/'), so the caller can hand that entry to
- * libarchive, whose rules then apply. Where it takes an entry it gives the
- * same name, size, type and header offset as libarchive's tar reader.
+ * GNU long names ('L'), pax `path` and `size`, following libarchive 3.6's
+ * tar reader rule for rule where it takes an entry: the same names, sizes,
+ * types, data lengths, header offsets, end of archive, resynchronisation
+ * after a damaged lone header, and errors (damaged or truncated archives,
+ * refused sizes). It says "unsupported" for what only libarchive
+ * interprets (sparse files, ACL and volume headers, pax charsets and
+ * non-ASCII paths, more than 32 extension headers
+ * in a row, a first block that is not a tar header), so the caller hands
+ * that entry to libarchive, from the entry's first header.
  *
  * Member data can be read straight into the caller's memory: bytes already
  * buffered are copied, the rest is read from the stream into the
@@ -46,12 +47,16 @@ typedef struct sio_tar_plain {
     uint64_t start;     /* where the stream started */
     int seof;           /* the stream ended */
     int large;          /* the last regular entry was large */
+    int fmt;            /* libarchive's idea of the format (FMT_*) */
     uint64_t data_left; /* unread data of the current entry */
     uint64_t pad;       /* padding after it */
     sio_code rc;        /* the stream's error (when a call failed) */
     char name[SIO_TARP_NAME_MAX + 1];
+    char lname[SIO_TARP_NAME_MAX + 1]; /* the last GNU long name read */
     char err[256];
 } sio_tar_plain;
+
+enum { FMT_NONE = 0, FMT_PAX, FMT_USTAR, FMT_GNU, FMT_OLD };
 
 enum {
     SIO_TARP_ENTRY = 0,      /* *e is the next entry */

@@ -5,7 +5,8 @@
  * directories, symlinks, hard links, non-ASCII names, empty and large
  * members, members larger than the read buffer, metadata members,
  * repeated fields), plus damaged copies (bytes flipped in a header,
- * truncated at random points, garbage appended), are read through
+ * truncated at random points, garbage appended, a header's type or size
+ * changed with a valid checksum), are read through
  * sio_shard_open_at twice: with the plain reader (the default) and with
  * every shard forced through libarchive. For intact shards both must give
  * the same samples (key, group number, fields, payload hash), the same
@@ -239,6 +240,26 @@ static size_t prefix_len(const account *ac)
     return e ? (size_t)(e - ac->s) : ac->len;
 }
 
+/* Is this 512-byte block a tar header (valid checksum)? */
+static int is_header(const unsigned char *b)
+{
+    unsigned sum = 0, want = 0;
+    for (int i = 0; i < 512; i++)
+        sum += (i >= 148 && i < 156) ? ' ' : b[i];
+    for (int i = 148; i < 156 && b[i] >= '0' && b[i] <= '7'; i++)
+        want = want * 8 + (unsigned)(b[i] - '0');
+    return sum == want && sum != 8 * ' ';
+}
+
+static void fix_checksum(unsigned char *b)
+{
+    unsigned sum = 0;
+    for (int i = 0; i < 512; i++)
+        sum += (i >= 148 && i < 156) ? ' ' : b[i];
+    snprintf((char *)b + 148, 8, "%06o", sum);
+    b[155] = ' ';
+}
+
 static void damage(const char *src, const char *dst, int how)
 {
     FILE *f = fopen(src, "rb");
@@ -255,6 +276,29 @@ static void damage(const char *src, const char *dst, int how)
         size_t blk = below(len / 512) * 512;
         for (int k = 0; k < 3; k++)
             b[blk + below(512)] ^= (unsigned char)(1 + below(255));
+    } else if (how == 3 || how == 4) {
+        /* A valid header changed: another type (3) or size (4), with a
+         * correct checksum, so both readers take it as a header. */
+        size_t hdrs[4096], nh = 0;
+        for (size_t off = 0; off + 512 <= len && nh < 4096; off += 512)
+            if (is_header(b + off))
+                hdrs[nh++] = off;
+        for (int k = 0; nh && k < 2; k++) {
+            unsigned char *h = b + hdrs[below(nh)];
+            if (how == 3) {
+                static const char types[] = "0127345689DMNSVAXZxgLK\001 ";
+                h[156] = (unsigned char)types[below(sizeof types - 1)];
+                if (below(2))
+                    snprintf((char *)h + 100, 8, "%07o",
+                             below(2) ? 0100644u : 0644u);
+            } else {
+                static const char *sizes[] = {"00000000000", "00000001000",
+                                              "-0000000001", "77777777777",
+                                              "0000001 0x0", "00000000777"};
+                memcpy(h + 124, sizes[below(6)], 11);
+            }
+            fix_checksum(h);
+        }
     } else { /* garbage after the end */
         for (size_t i = 0; i < 4096; i++)
             b[len + i] = (unsigned char)rnd();
@@ -296,7 +340,7 @@ int main(void)
         intact++;
         free(a.s);
         free(b.s);
-        for (int how = 0; how < 3; how++) {
+        for (int how = 0; how < 5; how++) {
             snprintf(bad, sizeof bad, "%s/bad%d_%d.tar", dir, v, how);
             damage(path, bad, how);
             account c = {0}, d = {0};
