@@ -112,6 +112,9 @@ int cli_parse_units(const char *s, sio_unit_kind kind, uint64_t max,
  * stderr naming the option to use; with a unit it reads like shardcastd.
  * opt is the old name without "--", repl the new one.
  */
+/* --idle-timeout: a duration; a bare number is seconds (shardcastd's
+ * unit for its setting of that name). Result in ms. */
+int cli_parse_idle_timeout(const char *s, uint64_t *out_ms, const char *cmd);
 int cli_parse_legacy_ms(const char *s, uint64_t max, uint64_t *out,
                         const char *cmd, const char *opt, const char *repl);
 

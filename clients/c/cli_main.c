@@ -71,9 +71,10 @@ const char cli_conn_help[] =
     "                          between) before giving up (default 30)\n"
     "  --retry-budget-ms D     time such a streak may take (default 120s;\n"
     "                          0: attempts only)\n"
-    "  Deprecated: --connect-timeout, --idle-timeout, --retry-budget D: the\n"
-    "  same with a unit; a bare number is still read as ms (warning), while\n"
-    "  shardcastd reads a bare --idle-timeout in seconds.\n"
+    "  --idle-timeout D        the same; a bare number is seconds, as for\n"
+    "                          shardcastd's --idle-timeout\n"
+    "  Deprecated: --connect-timeout, --retry-budget D: the same with a\n"
+    "  unit; a bare number is still read as ms (warning).\n"
     "A stream that breaks, a 5xx while reconnecting, or a retryable error\n"
     "from the server (a drain before a restart) is resumed at the position\n"
     "reached, after a backoff of 0.2 s doubling to 5 s or the server's\n"
@@ -126,6 +127,30 @@ int cli_parse_legacy_ms(const char *s, uint64_t max, uint64_t *out,
                 "read as milliseconds here (deprecated); give a unit "
                 "(500ms, 30s, 5m) or use --%s\n", cmd, opt, s, repl);
     *out = v;
+    return 0;
+}
+
+int cli_parse_idle_timeout(const char *s, uint64_t *out_ms, const char *cmd)
+{
+    uint64_t v;
+    int had_unit = 0;
+    /* In ms with an explicit unit; a bare number is seconds. */
+    if (sio_parse_units(s, SIO_UNIT_MS, &v, &had_unit) != 0)
+        return -1;
+    if (!had_unit) {
+        if (v > 86400)
+            return -1;
+        if (v >= 1000)
+            fprintf(stderr, "shardcast %s: warning: --idle-timeout %s is "
+                    "%llu seconds (a bare number is seconds, as in "
+                    "shardcastd; it was milliseconds before): write 500ms "
+                    "or use --idle-timeout-ms for milliseconds\n", cmd, s,
+                    (unsigned long long)v);
+        v *= 1000;
+    }
+    if (v > 86400000)
+        return -1;
+    *out_ms = v;
     return 0;
 }
 
@@ -253,12 +278,15 @@ int cli_conn_option(cli_conn *c, int opt, const char *arg, const char *cmd)
         break;
     case OPT_IDLE_TIMEOUT_MS:
     case OPT_IDLE_TIMEOUT:
+        /* --idle-timeout is also a shardcastd setting, where a bare
+         * number is seconds: the same here (issue: one name, one unit). */
         if ((opt == OPT_IDLE_TIMEOUT
-                 ? cli_parse_legacy_ms(arg, 86400000, &v, cmd, "idle-timeout",
-                                       "idle-timeout-ms")
+                 ? cli_parse_idle_timeout(arg, &v, cmd)
                  : cli_parse_units(arg, SIO_UNIT_MS, 86400000, &v)) != 0 ||
             v == 0)
-            what = "--idle-timeout-ms (a duration, 1ms..24h)";
+            what = opt == OPT_IDLE_TIMEOUT
+                       ? "--idle-timeout (a duration, 1ms..24h; bare: s)"
+                       : "--idle-timeout-ms (a duration, 1ms..24h)";
         else
             c->idle_timeout_ms = (uint32_t)v;
         break;

@@ -553,13 +553,30 @@ def test_duration_options_take_units(cli, silent_server, args):
 
 def test_deprecated_duration_spellings_still_mean_ms(cli, silent_server):
     p, took = timed(cli, "cat", "--server", silent_server, "--job", "x", "--reconnects", "0",
-                    "-o", os.devnull, "--connect-timeout", "1000", "--idle-timeout", "300",
+                    "-o", os.devnull, "--connect-timeout", "1000", "--idle-timeout", "300ms",
                     check_rc=EXIT_CONNECT)
     assert b"within 300 ms" in p.stderr and took < 6
     err = p.stderr.decode()
-    assert ("--idle-timeout 300: a bare number is read as milliseconds here (deprecated)"
-            in err and "use --idle-timeout-ms" in err)
     assert "use --connect-timeout-ms" in err
+
+
+def test_idle_timeout_bare_number_is_seconds_as_in_shardcastd(cli, silent_server):
+    """--idle-timeout names a shardcastd setting too, whose bare number is
+    seconds: the CLI reads it the same way (and warns when a bare number
+    looks like the old milliseconds)."""
+    p, took = timed(cli, "cat", "--server", silent_server, "--job", "x", "--reconnects", "0",
+                    "-o", os.devnull, "--connect-timeout-ms", "1s", "--idle-timeout", "1",
+                    check_rc=EXIT_CONNECT)
+    assert b"within 1000 ms" in p.stderr and took < 6, (p.stderr, took)
+    assert b"warning" not in p.stderr
+    p = run(cli, "cat", "--server", silent_server, "--job", "x", "--reconnects", "0",
+            "-o", os.devnull, "--idle-timeout", "90000", check_rc=EXIT_USAGE)
+    assert b"--idle-timeout" in p.stderr
+    # A bare number that looks like the old milliseconds is warned about
+    # (nothing listens on port 1: the connection fails at once).
+    p = run(cli, "cat", "--server", "http://127.0.0.1:1", "--job", "x",
+            "--reconnects", "0", "-o", os.devnull, "--idle-timeout", "3000")
+    assert b"--idle-timeout 3000 is 3000 seconds" in p.stderr, p.stderr
     # stat: --timeout-ms and the old --timeout
     p, took = timed(cli, "stat", "--server", silent_server, "--timeout-ms", "1s", "x",
                     check_rc=EXIT_CONNECT)
