@@ -332,7 +332,7 @@ class Ctx:
 
     def over_limit(self, total_kib):
         self._abort = ("aborted: the contender's processes held %.1f GiB "
-                       "(limit %.1f GiB)" % (total_kib / 1048576,
+                       "(PSS; limit %.1f GiB)" % (total_kib / 1048576,
                                              self.rss_limit_kib / 1048576))
         bench_proc.kill_tree(self.tracked())
 
@@ -387,6 +387,7 @@ def measure(ctx, contender, ds, workers, rep):
                     else store.count())
     rec["store"]["cpu_s"] = store_cpu(ctx, contender.source) - cpu0
     rec["sampler_max_total_rss_kib"] = sampler.max_total_rss_kib
+    rec["sampler_max_total_pss_kib"] = sampler.max_total_pss_kib
     if res is None:
         return rec
     rec.update(res)

@@ -150,11 +150,27 @@ def self_usage():
     return {"maxrss_kib": ru.ru_maxrss, "cpu_s": ru.ru_utime + ru.ru_stime}
 
 
+def read_pss_kib(pid):
+    """Proportional set size (KiB) of a live pid: its private pages plus
+    its share of pages it shares (forked DataLoader workers share what the
+    parent read before the fork), or None."""
+    try:
+        with open("/proc/%d/smaps_rollup" % pid) as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 class Sampler:
     """Polls the process trees under `roots()` (a callable returning pids)
     until stop(). Keeps, per pid, the highest VmHWM and CPU seconds seen and
-    the process name; sums VmRSS over the trees on every poll and calls
-    on_over(total_kib) once when the sum exceeds limit_kib."""
+    the process name; sums VmRSS over the trees on every poll (reported),
+    and calls on_over(total_kib) once when the memory the trees hold exceeds
+    limit_kib: the sum of PSS where /proc has it (pages shared by forked
+    workers count once), else of VmRSS."""
 
     def __init__(self, roots, limit_kib=None, on_over=None):
         self._roots = roots
@@ -164,6 +180,7 @@ class Sampler:
         self._thread = None
         self.peaks = {}   # pid -> {"name", "hwm_kib", "cpu_s"}
         self.max_total_rss_kib = 0
+        self.max_total_pss_kib = 0
         self.over = None  # total KiB that tripped the limit
 
     def start(self):
@@ -174,23 +191,27 @@ class Sampler:
 
     def _poll(self):
         total = 0
+        held = 0
         for pid in descendants(self._roots()):
             st = read_status(pid)
             if st is None or "VmRSS" not in st:
                 continue  # exited, or a kernel thread / zombie
             cpu = cpu_seconds(pid)
             total += st["VmRSS"]
+            pss = read_pss_kib(pid)
+            held += pss if pss is not None else st["VmRSS"]
             e = self.peaks.setdefault(pid, {"name": st.get("Name", "?"),
                                             "hwm_kib": 0, "cpu_s": 0.0})
             e["hwm_kib"] = max(e["hwm_kib"], st.get("VmHWM", 0))
             if cpu is not None:
                 e["cpu_s"] = max(e["cpu_s"], cpu)
         self.max_total_rss_kib = max(self.max_total_rss_kib, total)
+        self.max_total_pss_kib = max(self.max_total_pss_kib, held)
         if (self._limit is not None and self.over is None
-                and total > self._limit):
-            self.over = total
+                and held > self._limit):
+            self.over = held
             if self._on_over is not None:
-                self._on_over(total)
+                self._on_over(held)
 
     def _run(self):
         while not self._stop.is_set():
