@@ -556,9 +556,10 @@ def render_plot(results, path):
                                 marker=".", alpha=0.6, color=colors[name])
                 if not pts:
                     continue
+                # A dash tuple is a linestyle, not a format string.
                 ax.plot([p[0] for p in pts], [p[1] for p in pts],
-                        styles.get(fam.get(name), "-"), marker="o", label=name,
-                        color=colors[name])
+                        linestyle=styles.get(fam.get(name), "-"), marker="o",
+                        label=name, color=colors[name])
             ax.set_xscale("log", base=2)
             if logy:
                 ax.set_yscale("log")
