@@ -4,7 +4,7 @@
 #   bench/run.sh            full run: two dataset shapes, W = 1, 4, 16, 64,
 #                           every contender, 3 alternating runs; results in
 #                           bench/results/<date>/ and a copy in
-#                           bench/results/latest/ (about 15 minutes on 2 cores)
+#                           bench/results/latest/ (about 25 minutes on 2 cores)
 #   bench/run.sh --quick    tiny datasets, W = 2, one run (under a minute);
 #                           results in build/bench-quick/<date>/
 #

@@ -10,11 +10,13 @@
  *    block, with no per-member allocation and no locale conversion of
  *    member names;
  *  - compressed shards (gzip, zstd, xz, bzip2, detected from the first
- *    bytes) and tar entries the plain reader does not take (sparse files,
- *    multi-volume, hard links with data, ...) go through libarchive. The
- *    switch happens at a header boundary: the stream is reopened at that
- *    header's offset (a ranged read) and libarchive continues from there,
- *    so both readers produce the same groups and offsets. Grouping follows product.md / upstream WebDataset: key = path up to
+ *    bytes) and tar entries only libarchive interprets (sparse files, ACL
+ *    and volume headers, pax charsets, ...) go through libarchive. The
+ *    switch happens at a header boundary: libarchive gets the bytes still
+ *    buffered from that header on, or the stream is reopened at its offset
+ *    (a ranged read), so both readers produce the same groups and offsets
+ *    (tests/unit/test_tarparse.c, fuzz_shard).
+ * Grouping follows product.md / upstream WebDataset: key = path up to
  * the first dot of the last component, extension = the rest (lowercased);
  * consecutive members with one key form a sample; non-regular members, names
  * without such a split and top-level "__*__" names are skipped; a repeated

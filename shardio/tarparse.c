@@ -1,16 +1,27 @@
 /*
  * tarparse.c — the plain tar reader (contract in tarparse.h).
  *
- * The rules follow libarchive's tar reader where an entry is taken: a
- * header whose checksum matches (unsigned or signed byte sum) starts an
- * entry; an all-zero block, or the stream ending at a header boundary,
- * ends the archive; a partial header or partial data is a truncated
- * archive; a lone header block whose checksum does not match is dropped
- * and the next block is tried, as libarchive resynchronises. Names: pax `path`, else a GNU long name, else the ustar
- * prefix "/" name (POSIX magic only), else the name field. Sizes: pax
- * `size`, else the octal or base-256 size field. Anything else libarchive
- * would interpret (see the list in tarparse.h) is "unsupported" and left
- * to it, at the offset of the entry's first header.
+ * The rules are libarchive 3.6.2's tar reader's (archive_read_support_
+ * format_tar.c), taken one by one where an entry is read here:
+ *  - a block is a header when its checksum field holds octal digits and
+ *    matches the unsigned or signed byte sum; an all-zero block, or the
+ *    stream ending at a header boundary, ends the archive (after extension
+ *    headers other than global ones that is a damaged archive); a partial
+ *    header or partial data is a truncated archive; a lone header whose
+ *    checksum does not match is dropped and the next block tried
+ *    (libarchive resynchronises), after an extension header it is fatal;
+ *  - names: the GNU long name and the pax path of the last 'L' and the
+ *    last 'x' of the chain (libarchive keeps one buffer for each), the
+ *    outermost kind winning; else the ustar prefix "/" name (POSIX magic),
+ *    else the name field; sizes: the last pax size, else the octal or
+ *    base-256 field (negative or overflowing: fatal);
+ *  - types: what libarchive does not special-case is a regular file;
+ *    links, devices, directories and FIFOs carry no data whatever their
+ *    size says; hard links and 'M' entries take their type from the mode,
+ *    and a hard link's data follows libarchive's format heuristic;
+ *  - the first block must pass libarchive's tar bid.
+ * What only libarchive interprets (tarparse.h) is "unsupported" and left
+ * to it, from the offset of the entry's first header.
  */
 #include "tarparse.h"
 
