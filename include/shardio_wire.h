@@ -86,6 +86,13 @@ void sio_wbuf_init(sio_wbuf *b, size_t max);
 /* Append len bytes. SIO_ERR_LIMIT beyond b->max, SIO_ERR_NOMEM. Has the
  * signature of sio_tarw_write_fn with userdata = the sio_wbuf. */
 sio_code sio_wbuf_append(void *b, const void *data, size_t len);
+/* Append printf-style text, whole or not at all (a metrics line is never
+ * cut). Errors as sio_wbuf_append; SIO_ERR_INVALID for a bad format. */
+sio_code sio_wbuf_printf(sio_wbuf *b, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
 /* Free the storage; the buffer is empty afterwards and can be reused. */
 void sio_wbuf_free(sio_wbuf *b);
 

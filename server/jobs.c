@@ -1765,25 +1765,8 @@ out:
 
 /* Metrics ---------------------------------------------------------------- */
 
-static sio_code put(sio_wbuf *out, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-
-static sio_code put(sio_wbuf *out, const char *fmt, ...)
-{
-    char line[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return SIO_ERR_INVALID;
-    return sio_wbuf_append(out, line,
-                           (size_t)n < sizeof line ? (size_t)n
-                                                   : sizeof line - 1);
-}
+/* One whole exposition line (never cut). */
+#define put(out, ...) sio_wbuf_printf((out), __VA_ARGS__)
 
 typedef struct job_metrics {
     char name[SC_JOB_NAME_MAX + 1];

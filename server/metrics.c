@@ -56,23 +56,8 @@ void sc_metrics_first_sample(sc_route route, const struct timespec *t0)
                      &sio_hist_latency, sio_hist_ns_since(t0));
 }
 
-static sio_code put(sio_wbuf *out, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-
-static sio_code put(sio_wbuf *out, const char *fmt, ...)
-{
-    char line[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= sizeof line)
-        return SIO_ERR_LIMIT;
-    return sio_wbuf_append(out, line, (size_t)n);
-}
+/* One whole exposition line (never cut). */
+#define put(out, ...) sio_wbuf_printf((out), __VA_ARGS__)
 
 #define FAMILY(name, type, help)                                           \
     do {                                                                   \

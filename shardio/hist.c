@@ -97,23 +97,8 @@ uint64_t sio_hist_ns_since(const struct timespec *t0)
     return ns > 0 ? (uint64_t)ns : 0;
 }
 
-static int put(sio_wbuf *out, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-
-static int put(sio_wbuf *out, const char *fmt, ...)
-{
-    char line[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= sizeof line)
-        return SIO_ERR_LIMIT; /* never cut a series line */
-    return sio_wbuf_append(out, line, (size_t)n);
-}
+/* One whole exposition line (never cut). */
+#define put(out, ...) sio_wbuf_printf((out), __VA_ARGS__)
 
 int sio_hist_write(struct sio_wbuf *out, const char *name, const char *labels,
                    const sio_hist_layout *l, const sio_hist_snap *s)

@@ -15,6 +15,7 @@
 
 #include <inttypes.h>
 #include <jansson.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +95,30 @@ sio_code sio_wbuf_append(void *vb, const void *data, size_t len)
         memcpy(b->data + b->len, data, len);
     b->len += len;
 out:
+    return rc;
+}
+
+sio_code sio_wbuf_printf(sio_wbuf *b, const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return SIO_ERR_INVALID;
+    if ((size_t)n < sizeof line)
+        return sio_wbuf_append(b, line, (size_t)n);
+    if ((size_t)n > b->max)
+        return SIO_ERR_LIMIT;
+    char *big = malloc((size_t)n + 1);
+    if (!big)
+        return SIO_ERR_NOMEM;
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    sio_code rc = sio_wbuf_append(b, big, (size_t)n);
+    free(big);
     return rc;
 }
 
