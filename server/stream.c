@@ -358,27 +358,27 @@ static int peer_gone(sc_stream *s)
  * A sample whose headers do not fit the stream's bounds (pending bytes or
  * segments: a huge key repeated over many fields) used to fail the stream
  * at its position, and so every resume at the same place. It is now sent
- * as a stub at its position instead: key SC_STREAM_SKIPPED_KEY and no
+ * as a placeholder at its position instead: key SC_STREAM_SKIPPED_KEY and no
  * field (frames: a SAMPLE with 0 fields, positions stay dense; tar:
  * nothing, as for a sample the field filter empties), and logged.
  */
 static sio_code encode_skipped(sc_stream *s, const sio_sample *smp,
                                uint64_t pos)
 {
-    sio_sample stub = *smp;
+    sio_sample empty = *smp;
     s->nseg = s->segi = s->segoff = 0;
     s->pending.len = 0;
-    stub.key = SC_STREAM_SKIPPED_KEY;
-    stub.nfields = 0;
-    stub.fields = NULL;
-    stub.bytes = 0;
+    empty.key = SC_STREAM_SKIPPED_KEY;
+    empty.nfields = 0;
+    empty.fields = NULL;
+    empty.bytes = 0;
     SC_LOG(SIO_LOG_WARN,
            "event=sample_skipped id=%s index=%" PRIu64 " position=%" PRIu64
            " reason=\"sample headers above the stream's bounds\"",
            s->id, smp->global_index, pos);
     return s->format == SC_FORMAT_FRAMES
-               ? sio_framew_sample(s->framew, &stub, pos)
-               : sio_tarw_sample(s->tarw, &stub, pos);
+               ? sio_framew_sample(s->framew, &empty, pos)
+               : sio_tarw_sample(s->tarw, &empty, pos);
 }
 
 static int advance(sc_stream *s)
