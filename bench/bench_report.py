@@ -157,55 +157,39 @@ def _server_cpu_per_gb(e):
     return e["server_cpu_s"] / gb if gb else None
 
 
+def _target(tid, contender, shape, w, e, measured, unit, higher=True):
+    """One row of the targets table for TARGETS[tid]."""
+    return {"id": tid, "contender": contender, "shape": shape, "workers": w,
+            "measured": measured, "threshold": TARGETS[tid], "unit": unit,
+            "met": _verdict(measured, TARGETS[tid], higher=higher),
+            "note": _why_missing(e)}
+
+
 def _server_targets(results, by):
     """Issue 13's targets for C consumers and the server's CPU."""
     out = []
     ws = results["config"]["workers"]
-    e = by.get(("shardcast-c", "tokens", 4))
+    c = "shardcast-c"
     if 4 in ws:
-        v = e and e.get("x_ceiling")
-        out.append({"id": "tokens_c_vs_ceiling_w4", "contender": "shardcast-c",
-                    "shape": "tokens", "workers": 4, "measured": v,
-                    "threshold": TARGETS["tokens_c_vs_ceiling_w4"],
-                    "unit": "x nginx ceiling samples/s",
-                    "met": _verdict(v, TARGETS["tokens_c_vs_ceiling_w4"]),
-                    "note": _why_missing(e)})
-        v = e and e.get("samples_per_s")
-        out.append({"id": "tokens_c_samples_per_s_w4", "contender": "shardcast-c",
-                    "shape": "tokens", "workers": 4, "measured": v,
-                    "threshold": TARGETS["tokens_c_samples_per_s_w4"],
-                    "unit": "samples/s",
-                    "met": _verdict(v, TARGETS["tokens_c_samples_per_s_w4"]),
-                    "note": _why_missing(e)})
+        e = by.get((c, "tokens", 4))
+        out.append(_target("tokens_c_vs_ceiling_w4", c, "tokens", 4, e,
+                           e and e.get("x_ceiling"), "x nginx ceiling samples/s"))
+        out.append(_target("tokens_c_samples_per_s_w4", c, "tokens", 4, e,
+                           e and e.get("samples_per_s"), "samples/s"))
     if 1 in ws:
-        e = by.get(("shardcast-c", "images", 1))
-        v = e and e.get("x_ceiling")
-        out.append({"id": "one_stream_c_vs_curl", "contender": "shardcast-c",
-                    "shape": "images", "workers": 1, "measured": v,
-                    "threshold": TARGETS["one_stream_c_vs_curl"],
-                    "unit": "x one curl from nginx (W=1)",
-                    "met": _verdict(v, TARGETS["one_stream_c_vs_curl"]),
-                    "note": _why_missing(e)})
+        e = by.get((c, "images", 1))
+        out.append(_target("one_stream_c_vs_curl", c, "images", 1, e,
+                           e and e.get("x_ceiling"), "x one curl from nginx (W=1)"))
     for w in ws:
-        e = by.get(("shardcast-c", "images", w))
-        v = _server_cpu_per_gb(e)
-        out.append({"id": "server_cpu_s_per_gb_images", "contender": "shardcast-c",
-                    "shape": "images", "workers": w, "measured": v,
-                    "threshold": TARGETS["server_cpu_s_per_gb_images"],
-                    "unit": "shardcastd core-seconds per GB delivered",
-                    "met": _verdict(v, TARGETS["server_cpu_s_per_gb_images"],
-                                    higher=False),
-                    "note": _why_missing(e)})
-        e = by.get(("shardcast-c", "tokens", w))
-        v = _server_cpu_us(e)
-        out.append({"id": "server_cpu_us_per_sample_tokens",
-                    "contender": "shardcast-c", "shape": "tokens", "workers": w,
-                    "measured": v,
-                    "threshold": TARGETS["server_cpu_us_per_sample_tokens"],
-                    "unit": "shardcastd CPU µs per 1 KiB sample",
-                    "met": _verdict(v, TARGETS["server_cpu_us_per_sample_tokens"],
-                                    higher=False),
-                    "note": _why_missing(e)})
+        e = by.get((c, "images", w))
+        out.append(_target("server_cpu_s_per_gb_images", c, "images", w, e,
+                           _server_cpu_per_gb(e),
+                           "shardcastd core-seconds per GB delivered",
+                           higher=False))
+        e = by.get((c, "tokens", w))
+        out.append(_target("server_cpu_us_per_sample_tokens", c, "tokens", w, e,
+                           _server_cpu_us(e),
+                           "shardcastd CPU µs per 1 KiB sample", higher=False))
     return out
 
 
