@@ -159,6 +159,7 @@ class Server:
             json.dump({"jobs": jobs}, f)
         args = [ctx.server_bin, "--config", conf, "--listen", "127.0.0.1",
                 "--port", "0", "--log-level", "warn", "--prefetch", "false"]
+        args += ctx.args.server_flags.split()
         if cache_bytes:
             args += ["--cache-bytes", str(cache_bytes),
                      "--cache-dir", os.path.join(workdir, "cache")]
@@ -623,6 +624,9 @@ def parse_args(argv):
                     help="the baseline's botocore retry mode")
     ap.add_argument("--max-attempts", type=int, default=10,
                     help="the baseline's botocore max_attempts")
+    ap.add_argument("--server-flags", default="",
+                    help="more shardcastd flags for every shardcast run, e.g. "
+                         "'--index-sidecars false'")
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
     ap.add_argument("--data", default=os.path.join(REPO, "build", "throttle-data"))
     ap.add_argument("--out", default=None)
@@ -724,6 +728,7 @@ def main(argv=None):
                    "batch_size": BATCH_SIZE, "shuffle_buffer": SHUFFLE_BUFFER,
                    "seed": SEED, "baseline_retry_mode": a.retry_mode,
                    "baseline_max_attempts": a.max_attempts,
+                   "server_flags": a.server_flags,
                    "quick": a.quick},
         "dataset": ctx.ds.to_dict(),
         "available": {c: {"ok": ok, "reason": why} for c, (ok, why) in avail.items()},
