@@ -331,12 +331,16 @@ class Node:
         except OSError:
             return ""
 
-    def stop(self):
+    def quit(self):
+        """Ask the node to end (stop() waits for it)."""
         try:
             self.send("quit")
             self.proc.stdin.close()
         except (OSError, ValueError):
             pass
+
+    def stop(self):
+        self.quit()
         try:
             self.proc.wait(30)
         except subprocess.TimeoutExpired:
@@ -476,6 +480,7 @@ def run_one(ctx, contender, workload, rnd, rate=None):
             line = nd.expect(deadline)
             if line != "ready":
                 raise RunError("node said %r" % line)
+        rec["nodes_ready_s"] = time.monotonic() - t_run
         snap = ctx.store.counters()
         # The server's counters of the first epoch include its start-up
         # (the listing), as the store's do.
@@ -538,6 +543,9 @@ def run_one(ctx, contender, workload, rnd, rate=None):
         rec["error"] = str(e)
         log("  %s %s r%d FAILED: %s" % (workload, contender, rnd, str(e)[:500]))
     finally:
+        t_stop = time.monotonic()
+        for nd in all_nodes:  # all at once: each takes a moment to exit
+            nd.quit()
         for nd in all_nodes:
             nd.stop()
         if srv is not None:
@@ -550,6 +558,7 @@ def run_one(ctx, contender, workload, rnd, rate=None):
         final = ctx.store.counters()
         rec["store_total"] = store_delta(snap0, final) if snap0 else None
         rec["timeline"] = final.get("throttle", {}).get("timeline")
+        rec["stop_s"] = time.monotonic() - t_stop
         rec["run_s"] = time.monotonic() - t_run
         if not ctx.args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -613,7 +622,7 @@ def parse_args(argv):
     ap.add_argument("--sweep-contenders", default=None,
                     help="contenders of the rates workload (default "
                          "baseline,shardcast,shardcast-cache; --quick: "
-                         "baseline,shardcast)")
+                         "shardcast)")
     ap.add_argument("--conn-bps", type=float, default=0,
                     help="bytes/s per store connection (0: no cap)")
     ap.add_argument("--shards", type=int, default=None)
@@ -643,7 +652,7 @@ def parse_args(argv):
             "job_nodes": 1 if q else 2, "job_workers": 2 if q else 8,
             "rate": 30.0 if q else 20.0,
             "sweep": "10" if q else "0,100,50,20,10",
-            "sweep_contenders": "baseline,shardcast" if q else
+            "sweep_contenders": "shardcast" if q else
             "baseline,shardcast,shardcast-cache",
             "shards": 16 if q else 100, "per_shard": 16 if q else 40,
             "size": 16384 if q else 102400, "timeout": 120.0 if q else 900.0}
