@@ -475,6 +475,9 @@ typedef struct sio_epoch_config {
      * skipped without a record, and a seek cannot follow it). Shared by
      * every reader of this (job, epoch); must outlive the epoch. */
     sio_journal *journal;
+    /* The job's view of the shard cache (shardio_cache.h; NULL: shards
+     * are read from the store). Must outlive the epoch. */
+    struct sio_cache_user *cache;
 } sio_epoch_config;
 
 /* Samples one shard reader may hold ahead of the interleave. */

@@ -193,6 +193,10 @@ typedef struct sio_shard_at {
                              kept, nothing returned) */
     sio_index_entry *ix;  /* offered every group read (may be NULL): this
                              is how an index is built */
+    struct sio_cache_user *cache; /* read through this job's view of the
+                             shard cache (NULL: the store directly) */
+    uint64_t size_hint;   /* the object's size from the listing (0:
+                             unknown) */
 } sio_shard_at;
 
 /* Open a shard at a group (at NULL: from the start, as sio_shard_open).

@@ -31,6 +31,7 @@
 
 #include "log.h"
 #include "metrics.h"
+#include "shardio_cache.h"
 #include "shardio_index.h"
 
 /* Manager tick: timers (idle feeds, prefetch, throughput) need no finer
@@ -88,6 +89,8 @@ typedef struct job_res {
     uint64_t clock;
     uint64_t samples;          /* the dataset's good samples once every
                                   shard is indexed (0: not known yet) */
+    sio_cache_user *cache;     /* the job's view of the shard cache (NULL:
+                                  no cache, or cache=off) */
 } job_res;
 
 /* One feed family's hold on the resources and its journal. */
@@ -103,6 +106,7 @@ static void res_unref(job_res *r)
     for (size_t i = 0; i < r->njournals; i++)
         sio_journal_close(r->journals[i].j);
     sio_shardlist_free(r->list);
+    sio_cache_user_destroy(r->cache);
     pthread_mutex_destroy(&r->mu);
     free(r);
 }
@@ -161,6 +165,7 @@ struct sc_jobs {
     const sc_config *cfg;
     sio_io *io;
     sio_index *index;        /* shard indexes of every job */
+    sio_cache *cache;        /* the shard cache (NULL: none) */
     _Atomic uint32_t seeks;  /* seek feeds open in the server */
     pthread_mutex_t mu;
     pthread_cond_t work;     /* manager: something queued, or stop */
@@ -323,6 +328,13 @@ static sc_job *job_new(sc_jobs *j, const sc_jobspec *spec)
     }
     job->res = calloc(1, sizeof *job->res);
     if (!job->res) {
+        sc_jobspec_free(&job->spec);
+        free(job);
+        return NULL;
+    }
+    if (j->cache && spec->cache &&
+        sio_cache_user_create(j->cache, &job->res->cache) != SIO_OK) {
+        free(job->res);
         sc_jobspec_free(&job->spec);
         free(job);
         return NULL;
@@ -682,6 +694,7 @@ static sio_code slot_open(sc_jobs *j, sc_job *job, uint64_t epoch,
     ec.limits.sample_max = sc_config_sample_max(cfg);
     ec.limits.member_max = sc_config_field_max(cfg);
     ec.index = j->index;
+    ec.cache = job->res->cache;
     int fresh = 0;
     ec.journal = s->journal = job_journal(j, job, epoch, &fresh, err);
     if (!ec.journal) {
@@ -920,6 +933,7 @@ static unsigned open_sample(sc_jobs *j, sc_job *job, const sc_request *req,
     ec.interleave = 1;
     ec.buffer_samples = 1;
     ec.index = j->index;
+    ec.cache = job->res->cache;
     ec.limits = (sio_shard_limits){0};
     ec.log.fn = sc_log_sio;
     ec.log.level = sc_log_level();
@@ -1402,6 +1416,30 @@ sio_code sc_jobs_create(const sc_config *cfg, sio_io *io, sc_jobs **out,
                 return SIO_ERR_IO;
             }
         }
+        if (cfg->cache_bytes) {
+            /* The shard cache: cache_dir, state_dir/cache, or memory. */
+            sio_cache_config cc = {0};
+            cc.budget = cfg->cache_bytes;
+            cc.idle_s = cfg->cache_idle;
+            cc.log.fn = sc_log_sio;
+            cc.log.level = sc_log_level();
+            if (cfg->cache_dir) {
+                cc.dir = cfg->cache_dir;
+            } else if (cfg->state_dir) {
+                snprintf(dir, sizeof dir, "%s/cache", cfg->state_dir);
+                cc.dir = dir;
+            }
+            if (sio_cache_create(&cc, &j->cache, &e) != SIO_OK) {
+                fail(msg, msg_len, "cache: %s", e.msg);
+                sio_index_close(j->index);
+                free(j->jobs);
+                free(j);
+                return SIO_ERR_IO;
+            }
+            SC_LOG(SIO_LOG_INFO,
+                   "event=cache_open where=%s budget=%" PRIu64,
+                   cc.dir ? cc.dir : "memory", cfg->cache_bytes);
+        }
     }
     pthread_mutex_init(&j->mu, NULL);
     pthread_condattr_init(&ca);
@@ -1477,6 +1515,7 @@ int sc_jobs_destroy(sc_jobs *j)
         return -1;
     }
     sio_index_close(j->index);
+    sio_cache_destroy(j->cache); /* after every job: their views are gone */
     /* Without a manager thread (start-up failure) nothing is queued. */
     pthread_cond_destroy(&j->drained);
     pthread_cond_destroy(&j->resolved);
@@ -1657,6 +1696,49 @@ static json_t *fetch_json(sio_io *io)
                      (json_int_t)f.concurrency);
 }
 
+static const char *list_url_at(const void *ctx, size_t i)
+{
+    return sio_shardlist_url(ctx, i);
+}
+
+/* The job's use of the shard cache: its opens and bytes, and how many of
+ * its shards the cache holds (job->mu held; the list is immutable). */
+static json_t *job_cache_json(sc_jobs *j, sc_job *job)
+{
+    sio_cache_user_stats us;
+    uint64_t held = 0, held_bytes = 0;
+    sio_cache_user_get_stats(job->res->cache, &us);
+    if (job->res->cache && job->res->list)
+        sio_cache_held(j->cache, list_url_at, job->res->list,
+                       sio_shardlist_count(job->res->list), &held,
+                       &held_bytes);
+    return json_pack("{s:b, s:o, s:o, s:o, s:o, s:o, s:o}", "enabled",
+                     job->res->cache != NULL, "entries", jint(held), "bytes",
+                     jint(held_bytes), "hits", jint(us.hits), "misses",
+                     jint(us.misses), "hit_bytes", jint(us.hit_bytes),
+                     "miss_bytes", jint(us.miss_bytes));
+}
+
+/* The server's shard cache (null without one). */
+static json_t *cache_json(sc_jobs *j)
+{
+    sio_cache_stats cs;
+    if (!j->cache)
+        return json_null();
+    sio_cache_get_stats(j->cache, &cs);
+    return json_pack(
+        "{s:o, s:o, s:o, s:o, s:o, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
+        "s:o, s:o}",
+        "budget_bytes", jint(cs.budget), "used_bytes", jint(cs.used_bytes),
+        "data_bytes", jint(cs.data_bytes), "entries", jint(cs.entries),
+        "complete", jint(cs.complete), "fills", (json_int_t)cs.fills, "hits",
+        jint(cs.hits), "misses", jint(cs.misses), "hit_bytes",
+        jint(cs.hit_bytes), "miss_bytes", jint(cs.miss_bytes), "store_bytes",
+        jint(cs.store_bytes), "evictions", jint(cs.evictions), "stale",
+        jint(cs.stale), "rejected", jint(cs.rejected), "validations",
+        jint(cs.validations));
+}
+
 static json_t *job_json(sc_jobs *j, sc_job *job, sio_feed_consumer *cons,
                         int detail)
 {
@@ -1676,7 +1758,7 @@ static json_t *job_json(sc_jobs *j, sc_job *job, sio_feed_consumer *cons,
     throughput(job, &sps, &mbps, &secs);
     sc_redact_source(job->spec.source, src, sizeof src);
     json_t *settings = json_pack(
-        "{s:o, s:I, s:o, s:I, s:s, s:s, s:I, s:o}", "seed",
+        "{s:o, s:I, s:o, s:I, s:s, s:s, s:I, s:o, s:b}", "seed",
         jint(job->spec.seed), "shuffle_buffer",
         (json_int_t)job->spec.shuffle_buffer, "shuffle_buffer_bytes",
         jint(job->spec.buffer_bytes), "interleave",
@@ -1684,7 +1766,8 @@ static json_t *job_json(sc_jobs *j, sc_job *job, sio_feed_consumer *cons,
         partition_name(job->spec.partition), "on_error",
         job->spec.on_error == SIO_ON_ERROR_FAIL ? "fail" : "skip",
         "read_threads", (json_int_t)job->spec.read_threads, "fields",
-        job->spec.fields ? json_string(job->spec.fields) : json_null());
+        job->spec.fields ? json_string(job->spec.fields) : json_null(),
+        "cache", job->spec.cache);
     json_t *o = json_pack(
         "{s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:I, s:I, s:I, s:{s:f, s:f, "
         "s:f}, s:{s:o, s:o, s:o, s:o, s:o, s:o, s:o}, s:{s:o, s:o}}",
@@ -1725,6 +1808,8 @@ static json_t *job_json(sc_jobs *j, sc_job *job, sio_feed_consumer *cons,
         json_object_set_new(
             o, "lag_threshold_samples", jint(lag_threshold(j->cfg)));
     }
+    if (o)
+        json_object_set_new(o, "cache", job_cache_json(j, job));
     pthread_mutex_unlock(&job->mu);
     return o;
 }
@@ -1752,8 +1837,8 @@ char *sc_jobs_status(sc_jobs *j, const char *name, int *missing)
         for (size_t i = 0; i < j->njobs; i++)
             json_array_append_new(list, job_json(j, j->jobs[i], cons, 0));
         pthread_mutex_unlock(&j->mu);
-        root = json_pack("{s:o, s:o}", "jobs", list, "fetch",
-                         fetch_json(j->io));
+        root = json_pack("{s:o, s:o, s:o}", "jobs", list, "fetch",
+                         fetch_json(j->io), "cache", cache_json(j));
     }
     if (root)
         text = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
@@ -1934,6 +2019,60 @@ sio_code sc_jobs_metrics(sc_jobs *j, sio_wbuf *out)
     /* By backend (and latency by operation): metrics.c. */
     if ((rc = sc_metrics_write_store(j->io, out)))
         goto out;
+    if (j->cache) {
+        sio_cache_stats cs;
+        sio_cache_get_stats(j->cache, &cs);
+        FAMILY("shardcast_cache_requests_total", "counter",
+               "Shard opens through the cache: hit (the entry was complete "
+               "and valid) or miss.");
+        if ((rc = put(out,
+                      "shardcast_cache_requests_total{result=\"hit\"} %"
+                      PRIu64 "\nshardcast_cache_requests_total{result="
+                      "\"miss\"} %" PRIu64 "\n", cs.hits, cs.misses)))
+            goto out;
+        FAMILY("shardcast_cache_bytes_total", "counter",
+               "Bytes delivered to shard readers, by the result of their "
+               "open.");
+        if ((rc = put(out,
+                      "shardcast_cache_bytes_total{result=\"hit\"} %" PRIu64
+                      "\nshardcast_cache_bytes_total{result=\"miss\"} %"
+                      PRIu64 "\n", cs.hit_bytes, cs.miss_bytes)))
+            goto out;
+        SCALAR("shardcast_cache_store_bytes_total", "counter",
+               "Object bytes read from the store into the cache.",
+               cs.store_bytes);
+        SCALAR("shardcast_cache_evictions_total", "counter",
+               "Entries evicted to make room.", cs.evictions);
+        SCALAR("shardcast_cache_evicted_bytes_total", "counter",
+               "Object bytes of the evicted entries.", cs.evicted_bytes);
+        SCALAR("shardcast_cache_stale_total", "counter",
+               "Entries dropped because the object changed in the store.",
+               cs.stale);
+        SCALAR("shardcast_cache_rejected_total", "counter",
+               "Misses not admitted (the policy, or every fill busy): read "
+               "straight from the store.", cs.rejected);
+        SCALAR("shardcast_cache_validations_total", "counter",
+               "HEAD requests made to check an entry against the store.",
+               cs.validations);
+        SCALAR("shardcast_cache_errors_total", "counter",
+               "Cache storage failures (the entry is dropped, readers go to "
+               "the store).", cs.write_errors);
+        FAMILY("shardcast_cache_fills_total", "counter",
+               "Background fills by how they ended.");
+        if ((rc = put(out,
+                      "shardcast_cache_fills_total{result=\"done\"} %" PRIu64
+                      "\nshardcast_cache_fills_total{result=\"failed\"} %"
+                      PRIu64 "\n", cs.fills_done, cs.fills_failed)))
+            goto out;
+        SCALAR("shardcast_cache_fills_active", "gauge",
+               "Fills running now.", cs.fills);
+        SCALAR("shardcast_cache_entries", "gauge",
+               "Entries held, complete or partial.", cs.entries);
+        SCALAR("shardcast_cache_used_bytes", "gauge",
+               "Bytes charged against the budget.", cs.used_bytes);
+        SCALAR("shardcast_cache_budget_bytes", "gauge",
+               "The cache budget.", cs.budget);
+    }
     sio_pool_stats ps;
     sio_pool_get_stats(&ps);
     SCALAR("shardcast_sample_pool_idle_bytes", "gauge",

@@ -115,6 +115,9 @@ static const setting settings[] = {
     {"read-threads", "read_threads", JOB(read_threads), T_U32, "2", 0,
      READ_THREADS_MAX, NULL,
      "threads decoding shards ahead of each epoch (0: none)"},
+    {"cache", "cache", JOB(cache), T_BOOL, "true", 0, 0, NULL,
+     "read this job's shards through the server's shard cache (when "
+     "--cache-bytes is set): on | off"},
 
     /* ---- the server ---- */
     {"config", NULL, SRV(config), T_PATH, NULL, 1, 4096, NULL,
@@ -219,6 +222,17 @@ static const setting settings[] = {
     {"state-dir", NULL, SRV(state_dir), T_PATH, NULL, 1, 3000, NULL,
      "directory kept across restarts: shard indexes (index/) and epoch "
      "journals (journal/); none: in memory only"},
+    {"cache-bytes", NULL, SRV(cache_bytes), T_BYTES, "0", 0,
+     UINT64_C(1) << 50, NULL,
+     "shard cache budget: shards read from http(s)/s3 are kept (whole) "
+     "under --cache-dir and read from there by every epoch, job and seek "
+     "(0: no cache)"},
+    {"cache-dir", NULL, SRV(cache_dir), T_PATH, NULL, 1, 3000, NULL,
+     "shard cache directory (default: <state-dir>/cache; with no "
+     "state-dir the cache is held in memory)"},
+    {"cache-idle", NULL, SRV(cache_idle), T_SECS, "86400", 1, 31536000, NULL,
+     "a cache entry unused for this many seconds is evicted before any "
+     "other"},
     {"index-sidecars", NULL, SRV(index_sidecars), T_BOOL, "true", 0, 0, NULL,
      "read a shard's index from \"<shard URL>.scidx\" when it exists"},
     {"max-seeks", NULL, SRV(max_seeks), T_U32, "4", 1, 256, NULL,
@@ -604,7 +618,7 @@ int sc_jobspec_equal(const sc_jobspec *a, const sc_jobspec *b)
            a->buffer_bytes == b->buffer_bytes &&
            a->interleave == b->interleave && a->partition == b->partition &&
            a->on_error == b->on_error && a->read_threads == b->read_threads &&
-           str_eq(a->fields, b->fields);
+           a->cache == b->cache && str_eq(a->fields, b->fields);
 }
 
 /* The text form of a JSON value for set_value; -1 when the type does not
@@ -1052,6 +1066,7 @@ void sc_settings_free(sc_config *cfg)
     wipe_free(cfg->admin_token);
     free(cfg->admin_token_file);
     free(cfg->state_dir);
+    free(cfg->cache_dir);
     sc_jobspec_free(&cfg->cli_job);
     for (size_t i = 0; i < cfg->njobs; i++)
         sc_jobspec_free(&cfg->jobs[i]);

@@ -14,7 +14,8 @@
  * the command line they define the single job of the --job/--source form,
  * in the config file and the API they are the keys of a job object
  * ({"name", "source", "seed", "shuffle_buffer", "shuffle_buffer_bytes",
- * "interleave", "partition", "fields", "on_error", "read_threads"}) and the
+ * "interleave", "partition", "fields", "on_error", "read_threads",
+ * "cache"}) and the
  * table's defaults are the job defaults.
  * Precedence of server settings: command line > environment > config file >
  * default. Bad values are rejected with a message naming the setting and
@@ -58,6 +59,8 @@ typedef struct sc_jobspec {
     uint32_t read_threads;    /* read-ahead threads of each epoch */
     char *fields;             /* default field filter: "a,b" lowercased, or
                                  NULL for every field */
+    int cache;                /* read shards through the server's shard
+                                 cache (when it has one) */
 } sc_jobspec;
 
 typedef struct sc_config {
@@ -94,6 +97,12 @@ typedef struct sc_config {
                                  the window) */
     uint32_t replica, replicas; /* --replica J --replicas R */
     char *state_dir;          /* --state-dir: indexes, journals (NULL) */
+    uint64_t cache_bytes;     /* --cache-bytes: shard cache budget (0: no
+                                 cache) */
+    char *cache_dir;          /* --cache-dir (NULL: state_dir/cache, or in
+                                 memory without a state_dir) */
+    uint32_t cache_idle;      /* --cache-idle: seconds after which an unused
+                                 entry is evicted first */
     int index_sidecars;       /* --index-sidecars */
     uint32_t max_seeks;       /* --max-seeks: per epoch */
     uint32_t max_seeks_total; /* --max-seeks-total: per server */

@@ -40,6 +40,18 @@ void sio_objlist_sort(sio_objlist *l);
 
 typedef struct sio_stream sio_stream;
 
+/* Longest validator kept (an ETag of SIO_FETCH_ETAG_MAX, or "lm:" and a
+ * Last-Modified date). */
+#define SIO_VALIDATOR_MAX 160u
+
+/* What is known about the object behind a stream or a HEAD. */
+typedef struct sio_objinfo {
+    uint64_t size;                      /* UINT64_MAX: unknown */
+    char validator[SIO_VALIDATOR_MAX];  /* the ETag as sent, else "lm:" and
+                                           the Last-Modified date; "" when
+                                           the store gave neither */
+} sio_objinfo;
+
 typedef struct sio_stream_ops {
     /* Read up to cap bytes into buf. *got == 0 with SIO_OK means the end of
      * the object. Blocks until at least one byte, the end or an error. */
@@ -47,6 +59,10 @@ typedef struct sio_stream_ops {
     /* Detail of the last error; valid until the next call on s. */
     const char *(*errmsg)(const sio_stream *s);
     void (*close)(sio_stream *s);
+    /* The object's size and validator as the store told them, once the
+     * first read has returned (NULL, or size UINT64_MAX and validator "":
+     * not known). */
+    void (*info)(sio_stream *s, sio_objinfo *out);
 } sio_stream_ops;
 
 /* Every backend's stream struct starts with this. */
@@ -80,11 +96,25 @@ typedef struct sio_backend_ops {
      * it. NULL: open() is used and the reader stops by itself. */
     sio_code (*open_range)(void *ctx, const char *url, uint64_t offset,
                            uint64_t end, sio_stream **out, sio_error *err);
+    /* Size and validator of one object (a HEAD); NULL: the backend cannot
+     * tell a validator (its objects are not cached). */
+    sio_code (*head)(void *ctx, const char *url, sio_objinfo *out,
+                     sio_error *err);
 } sio_backend_ops;
 
 extern const sio_backend_ops sio_backend_file;
 extern const sio_backend_ops sio_backend_http;
 extern const sio_backend_ops sio_backend_s3;
+
+/* Open bytes [offset, end) of url through the shard cache for job u
+ * (shardio_cache.h); size_hint is the object's size when the listing told
+ * it (UINT64_MAX: unknown). Objects of backends without head() are opened
+ * directly. */
+struct sio_cache_user;
+sio_code sio_cache_open(struct sio_cache_user *u, const sio_backend_ops *ops,
+                        void *ctx, const char *url, uint64_t size_hint,
+                        uint64_t offset, uint64_t end, sio_stream **out,
+                        sio_error *err);
 
 /* A stream over bytes in memory (not copied: data must outlive it). */
 sio_code sio_stream_memory(const void *data, size_t len, sio_stream **out);

@@ -86,7 +86,7 @@ static sio_code make_target(const char *url, http_target **out, sio_error *err)
     return SIO_OK;
 }
 
-static sio_code http_stat(void *ctx, const char *url, uint64_t *size,
+static sio_code http_head(void *ctx, const char *url, sio_objinfo *out,
                           sio_error *err)
 {
     char shown[512];
@@ -109,10 +109,22 @@ static sio_code http_stat(void *ctx, const char *url, uint64_t *size,
     rc = sio_fetch_perform(ctx, &req, &resp, err);
     if (rc)
         goto out;
-    *size = resp.content_length;
+    out->size = resp.content_length;
+    sio_fetch_validator(resp.etag, resp.last_modified, out->validator,
+                        sizeof out->validator);
 out:
     sio_fetch_response_free(&resp);
     target_free(t);
+    return rc;
+}
+
+static sio_code http_stat(void *ctx, const char *url, uint64_t *size,
+                          sio_error *err)
+{
+    sio_objinfo oi;
+    sio_code rc = http_head(ctx, url, &oi, err);
+    if (rc == SIO_OK)
+        *size = oi.size;
     return rc;
 }
 
@@ -152,4 +164,5 @@ const sio_backend_ops sio_backend_http = {
     .destroy = NULL,
     .create = http_create,
     .open_range = http_open_range,
+    .head = http_head,
 };

@@ -264,7 +264,7 @@ static int s3_is_container(void *ctx, const char *url)
     return slash == NULL; /* "s3://bucket" */
 }
 
-static sio_code s3_stat(void *ctx, const char *url, uint64_t *size,
+static sio_code s3_head(void *ctx, const char *url, sio_objinfo *out,
                         sio_error *err)
 {
     s3_ctx *s3 = ctx;
@@ -292,11 +292,23 @@ static sio_code s3_stat(void *ctx, const char *url, uint64_t *size,
     rc = sio_fetch_perform(s3->f, &req, &resp, err);
     if (rc)
         goto out;
-    *size = resp.content_length;
+    out->size = resp.content_length;
+    sio_fetch_validator(resp.etag, resp.last_modified, out->validator,
+                        sizeof out->validator);
 out:
     sio_fetch_response_free(&resp);
     free(t.bucket);
     free(t.key);
+    return rc;
+}
+
+static sio_code s3_stat(void *ctx, const char *url, uint64_t *size,
+                        sio_error *err)
+{
+    sio_objinfo oi;
+    sio_code rc = s3_head(ctx, url, &oi, err);
+    if (rc == SIO_OK)
+        *size = oi.size;
     return rc;
 }
 
@@ -660,6 +672,7 @@ const sio_backend_ops sio_backend_s3 = {
     .is_container = s3_is_container,
     .open = s3_open,
     .open_range = s3_open_range,
+    .head = s3_head,
     .destroy = s3_destroy,
     .create = s3_create,
 };

@@ -303,6 +303,14 @@ static int backoff(sio_epoch *ep, unsigned attempt)
  * group before it (then read forward), else the start. A compressed shard
  * always starts at 0.
  */
+/* The cache view and listed size of shard idx into at. */
+static void cache_at(const sio_epoch *ep, uint32_t idx, sio_shard_at *at)
+{
+    uint64_t size = sio_shardlist_size(ep->list, idx);
+    at->cache = ep->cfg.cache;
+    at->size_hint = size == UINT64_MAX ? 0 : size;
+}
+
 static void place_at(sio_epoch *ep, uint32_t idx, uint64_t g, sio_shard_at *at)
 {
     sio_index_entry *e = shard_ix(ep, idx);
@@ -312,6 +320,7 @@ static void place_at(sio_epoch *ep, uint32_t idx, uint64_t g, sio_shard_at *at)
     at->end = UINT64_MAX;
     at->skip_until = g;
     at->ix = e;
+    cache_at(ep, idx, at);
     if (!e || g == 0)
         return;
     sio_index_get_info(e, &info);
@@ -589,6 +598,7 @@ static void vfetch(sio_epoch *ep, size_t i)
         sio_error er;
         memset(&at, 0, sizeof at);
         at.end = UINT64_MAX;
+        cache_at(ep, shard, &at);
         if (info.stream_only) {
             at.skip_until = v[want[got]].group;
         } else {

@@ -99,6 +99,7 @@ struct xfer {
     int headers_done;
     int early_complete; /* a 200 (Range ignored) gave the whole part */
     char etag[SIO_FETCH_ETAG_MAX];
+    char lastmod[SIO_FETCH_LASTMOD_MAX];
     char crange[CRANGE_MAX];
     uint64_t clen;
     char *errbody;
@@ -145,6 +146,7 @@ struct fstream {
     int probed;     /* the first answer told size and Range support */
     int single;     /* Range ignored: one part, the whole body */
     char etag[SIO_FETCH_ETAG_MAX];
+    char lastmod[SIO_FETCH_LASTMOD_MAX]; /* of the first answer */
     part parts[SIO_FETCH_PARTS_MAX];
     unsigned head, nparts;
     uint64_t next_start;
@@ -167,6 +169,7 @@ struct call {
     long status;
     uint64_t clen;
     char etag[SIO_FETCH_ETAG_MAX];
+    char lastmod[SIO_FETCH_LASTMOD_MAX];
 };
 
 struct sio_fetch {
@@ -449,7 +452,7 @@ static size_t header_cb(char *buf, size_t sz, size_t nm, void *ud)
     const char *colon;
     if (n >= 5 && memcmp(buf, "HTTP/", 5) == 0) {
         /* A new response (after 100 Continue, say): forget earlier ones. */
-        x->etag[0] = x->crange[0] = '\0';
+        x->etag[0] = x->crange[0] = x->lastmod[0] = '\0';
         x->clen = UINT64_MAX;
         return n;
     }
@@ -459,6 +462,8 @@ static size_t header_cb(char *buf, size_t sz, size_t nm, void *ud)
     size_t nl = (size_t)(colon - buf), vl = n - nl - 1;
     if (nl == 4 && strncasecmp(buf, "etag", 4) == 0) {
         trim_copy(x->etag, sizeof x->etag, colon + 1, vl);
+    } else if (nl == 13 && strncasecmp(buf, "last-modified", 13) == 0) {
+        trim_copy(x->lastmod, sizeof x->lastmod, colon + 1, vl);
     } else if (nl == 13 && strncasecmp(buf, "content-range", 13) == 0) {
         trim_copy(x->crange, sizeof x->crange, colon + 1, vl);
     } else if (nl == 14 && strncasecmp(buf, "content-length", 14) == 0) {
@@ -531,6 +536,8 @@ static int parse_crange(const char *v, uint64_t *a, uint64_t *b, uint64_t *t)
 /* Check and remember the ETag of a successful answer (stream lock held). */
 static void check_etag(xfer *x, fstream *s)
 {
+    if (!s->probed)
+        snprintf(s->lastmod, sizeof s->lastmod, "%s", x->lastmod);
     if (!x->etag[0])
         return;
     if (!s->etag[0]) {
@@ -992,6 +999,7 @@ static void finish(sio_fetch *f, xfer *x, sio_code rc, const char *msg)
         c->status = x->status;
         c->clen = x->clen;
         snprintf(c->etag, sizeof c->etag, "%s", x->etag);
+        snprintf(c->lastmod, sizeof c->lastmod, "%s", x->lastmod);
         if (rc) {
             sio_seterr(&c->err, rc, "%s", msg);
             if (x->errbody && x->errlen) {
@@ -1483,6 +1491,8 @@ sio_code sio_fetch_perform(sio_fetch *f, const sio_fetch_request *req,
     }
     resp->content_length = c.clen;
     snprintf(resp->etag, sizeof resp->etag, "%s", c.etag);
+    snprintf(resp->last_modified, sizeof resp->last_modified, "%s",
+             c.lastmod);
     if (rc && err)
         *err = c.err;
     return rc;
@@ -1651,7 +1661,32 @@ static void fs_close(sio_stream *st)
     fstream_free(s);
 }
 
-static const sio_stream_ops fetch_stream_ops = {fs_read, fs_errmsg, fs_close};
+void sio_fetch_validator(const char *etag, const char *last_modified,
+                         char *out, size_t cap)
+{
+    if (etag && etag[0])
+        snprintf(out, cap, "%s", etag);
+    else if (last_modified && last_modified[0])
+        snprintf(out, cap, "lm:%s", last_modified);
+    else if (cap)
+        out[0] = '\0';
+}
+
+static void fs_info(sio_stream *st, sio_objinfo *out)
+{
+    fstream *s = (fstream *)st;
+    pthread_mutex_lock(&s->mu);
+    out->size = s->probed ? s->total : UINT64_MAX;
+    if (s->probed)
+        sio_fetch_validator(s->etag, s->lastmod, out->validator,
+                            sizeof out->validator);
+    else
+        out->validator[0] = '\0';
+    pthread_mutex_unlock(&s->mu);
+}
+
+static const sio_stream_ops fetch_stream_ops = {fs_read, fs_errmsg, fs_close,
+                                                fs_info};
 
 sio_code sio_fetch_open(sio_fetch *f, const sio_fetch_target *t,
                         uint64_t offset, sio_stream **out, sio_error *err)

@@ -62,6 +62,13 @@ typedef struct sio_fetch sio_fetch;
 #define SIO_FETCH_ERRBODY_MAX (64u * 1024u)
 /* Longest ETag kept (S3 ETags are 34-45 bytes with quotes). */
 #define SIO_FETCH_ETAG_MAX 128u
+/* Longest Last-Modified kept (an HTTP date is 29 bytes). */
+#define SIO_FETCH_LASTMOD_MAX 30u
+
+/* The validator of an answer (sio_objinfo.validator): the ETag, else "lm:"
+ * and the Last-Modified date, else "". */
+void sio_fetch_validator(const char *etag, const char *last_modified,
+                         char *out, size_t cap);
 
 typedef struct sio_fetch_config {
     uint32_t max_inflight;       /* 0: 64 */
@@ -148,6 +155,7 @@ typedef struct sio_fetch_response {
     size_t body_len;
     uint64_t content_length;     /* Content-Length, UINT64_MAX unknown */
     char etag[SIO_FETCH_ETAG_MAX];
+    char last_modified[SIO_FETCH_LASTMOD_MAX]; /* "" when absent */
 } sio_fetch_response;
 
 /*

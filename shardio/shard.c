@@ -170,6 +170,21 @@ static void plain_stream_error(sio_shard *sh)
     }
 }
 
+/* Open sh's object from byte pos to sh->at.end: through the job's cache
+ * when it has one, else from the store. */
+static sio_code open_stream(sio_shard *sh, uint64_t pos, sio_error *err)
+{
+    if (sh->at.cache)
+        return sio_cache_open(sh->at.cache, sh->ops, sh->ctx, sh->url,
+                              sh->at.size_hint ? sh->at.size_hint
+                                               : UINT64_MAX,
+                              pos, sh->at.end, &sh->stream, err);
+    if (sh->ops->open_range && (pos || sh->at.end != UINT64_MAX))
+        return sh->ops->open_range(sh->ctx, sh->url, pos, sh->at.end,
+                                   &sh->stream, err);
+    return sh->ops->open(sh->ctx, sh->url, pos, &sh->stream, err);
+}
+
 /* Let libarchive go on from stream offset pos (a header boundary): with
  * the bytes the plain reader still buffers from there, else by reopening
  * the stream at pos. */
@@ -187,11 +202,7 @@ static sio_code handover(sio_shard *sh, uint64_t pos, sio_error *err)
     } else if (sh->ops) {
         sh->stream->ops->close(sh->stream);
         sh->stream = NULL;
-        if (sh->ops->open_range)
-            rc = sh->ops->open_range(sh->ctx, sh->url, pos, sh->at.end,
-                                     &sh->stream, err);
-        else
-            rc = sh->ops->open(sh->ctx, sh->url, pos, &sh->stream, err);
+        rc = open_stream(sh, pos, err);
         if (rc)
             return rc;
     } else {
@@ -261,15 +272,11 @@ sio_code sio_shard_open_at(sio_io *io, const char *url, uint32_t index,
     rc = sio_io_backend(io, url, &ops, &ctx, err);
     if (rc)
         goto out;
-    if (ops->open_range && (sh->at.offset || sh->at.end != UINT64_MAX))
-        rc = ops->open_range(ctx, url, sh->at.offset, sh->at.end, &sh->stream,
-                             err);
-    else
-        rc = ops->open(ctx, url, sh->at.offset, &sh->stream, err);
-    if (rc)
-        goto out;
     sh->ops = ops;
     sh->ctx = ctx;
+    rc = open_stream(sh, sh->at.offset, err);
+    if (rc)
+        goto out;
     rc = start_reader(sh, err);
     if (rc)
         goto out;
@@ -339,7 +346,7 @@ static void mem_close(sio_stream *s)
 }
 
 static const sio_stream_ops mem_stream_ops = {mem_read, mem_errmsg,
-                                              mem_close};
+                                              mem_close, NULL};
 
 sio_code sio_stream_memory(const void *data, size_t len, sio_stream **out)
 {
