@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 
 from k8s_testlib import (KUSTOMIZATIONS, Replica, by_kind, free_port, host_of, memory_bound,
-                         memory_limit, parse_quantity)
+                         memory_limit, parse_bytes, parse_quantity)
 
 # Variables the entrypoint reads, not shardcastd settings.
 ENTRYPOINT_VARS = {"SHARDCAST_POD_NAME", "SHARDCAST_DAEMON"}
@@ -252,10 +252,21 @@ def test_server_accepts_rendered_config(rendered, shardcastd, k, k8s_workdir, tm
         assert (doc["replica"], doc["replicas"]) == (replicas - 1, replicas)
         with urllib.request.urlopen(pod.url + "/metrics", timeout=5) as r:
             assert b"# TYPE" in r.read()
+        # The shard cache runs with the rendered budget (its series are
+        # among those shown to token holders).
+        req = urllib.request.Request(pod.url + "/metrics",
+                                     headers={"Authorization": "Bearer " + secret["token"]})
+        with urllib.request.urlopen(req, timeout=5) as r:
+            metrics = r.read().decode()
+        budget = re.search(r"(?m)^shardcast_cache_budget_bytes ([0-9]+)$", metrics)
+        assert budget, "no shardcast_cache_budget_bytes in /metrics"
+        assert int(budget.group(1)) == parse_bytes(env["SHARDCAST_CACHE_BYTES"]), budget.group(0)
     finally:
         assert pod.stop() == 0, pod.log()
-    # state_dir was used where the volume is: the journals are there.
+    # state_dir was used where the volume is: the journals are there, and
+    # the cache in its default directory under it.
     assert os.path.isdir(os.path.join(state_dir, "journal")), os.listdir(state_dir)
+    assert os.path.isdir(os.path.join(state_dir, "cache")), os.listdir(state_dir)
     assert secret["token"] not in pod.log() and secret["admin-token"] not in pod.log()
 
 
