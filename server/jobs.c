@@ -1514,8 +1514,10 @@ int sc_jobs_destroy(sc_jobs *j)
                sio_io_busy(j->io));
         return -1;
     }
+    /* After every job (their views are gone), before the io. */
+    if (sio_cache_destroy(j->cache) != 0)
+        return -1;
     sio_index_close(j->index);
-    sio_cache_destroy(j->cache); /* after every job: their views are gone */
     /* Without a manager thread (start-up failure) nothing is queued. */
     pthread_cond_destroy(&j->drained);
     pthread_cond_destroy(&j->resolved);
