@@ -436,3 +436,32 @@ def test_half_the_dataset_cached_keeps_a_stable_half(tmp_path):
     # same amount.
     assert per_epoch[2] == per_epoch[3], per_epoch
     assert st["entries"] >= 8
+
+
+def test_fills_through_store_faults(s3, dataset, tmp_path):
+    """SlowDown bursts, resets, truncated bodies, stalls and 503s while the
+    cache fills: every sample intact, and the next epoch reads nothing."""
+    manifest = json.loads((Path(dataset) / "manifest.json").read_text())
+    rules = [Rule.slowdown(count=4), Rule.reset(after_bytes=30000, count=3),
+             Rule.truncate(after_bytes=20000, count=2),
+             Rule.stall(seconds=1.5, count=1), Rule.error(503, count=2)]
+    with FaultProxy(upstream=s3.endpoint, rules=rules) as proxy:
+        env = clean_env({"AWS_ACCESS_KEY_ID": "S3RVER",
+                         "AWS_SECRET_ACCESS_KEY": "S3RVER",
+                         "AWS_REGION": "us-east-1",
+                         "AWS_ENDPOINT_URL_S3": proxy.url})
+        srv = Server("s3://data/train/", ["--cache-bytes", "512MiB",
+                                          "--state-dir",
+                                          str(tmp_path / "state")], env)
+        try:
+            e0 = read_epoch(srv.url, "train", 0)
+            check_once(e0, manifest)
+            fired = [r["fired"] for r in proxy.rules()]
+            proxy.reset_counters()
+            check_once(read_epoch(srv.url, "train", 1), manifest)
+            assert shard_bytes(proxy) == 0
+            server = srv.json("/v1/jobs")["cache"]
+            assert server["entries"] == len(manifest["shards"])
+        finally:
+            srv.stop()
+    assert fired == [4, 3, 2, 1, 2], fired
