@@ -1361,6 +1361,7 @@ static sio_code materialize(sio_epoch *ep, stub *st, const sio_sample **out)
         *out = v->real;
         v->real = NULL;
         ((sio_sample *)(uintptr_t)*out)->global_index = st->pub.global_index;
+        ((sio_sample *)(uintptr_t)*out)->source = st->pub.source;
     } else {
         snprintf(ep->err, sizeof ep->err, "seek: %s", ep->vmsg);
         rc = SIO_ERR_IO;
@@ -1634,6 +1635,11 @@ sio_code sio_epoch_open_sample(sio_io *io, const sio_shardlist *list,
             ep->nvents = 1;
             st->vi = 0;
             st->pub.global_index = i;
+            /* a mixed job's sample names its source (its part of the list) */
+            for (uint32_t m = 0; m < cfg->nmix && cfg->mix; m++)
+                if (idx >= cfg->mix[m].first &&
+                    idx - cfg->mix[m].first < cfg->mix[m].count)
+                    st->pub.source = m;
             ep->outq[0] = &st->pub;
             ep->qhead = 0;
             ep->qlen = 1;
