@@ -214,3 +214,21 @@ def test_weights_without_epoch_size_fail_the_job_clearly(start, sources):
                        if get_json(srv, "/v1/jobs/w")["state"] == "failed"
                        else None, 30)
     assert st_json and "epoch_size" in st_json["reason"]
+
+
+def test_an_unmixed_job_names_no_source(start, sources):
+    """Version 1 streams are unchanged: no "sources" in the frames HEADER,
+    no SHARDCAST.source pax record, no __source__."""
+    import io
+    import tarfile
+    srv = start("--job", "plain", "--source", sources["web"][0], "--seed", "3")
+    url = stream_url(srv.url, "plain", 0, 0, 1, fmt="frames")
+    with FramesReader(url, decoder="python") as r:
+        got = list(r)
+        assert "sources" not in r.header
+    assert got and all("__source__" not in s for s in got)
+    st, _, body = request(srv, stream_path("plain", 0, 0, 1, fmt="tar"))
+    assert st == 200
+    with tarfile.open(fileobj=io.BytesIO(body)) as tf:
+        for m in tf:
+            assert "SHARDCAST.source" not in m.pax_headers
