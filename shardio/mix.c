@@ -14,6 +14,7 @@
 
 /* 2^53: counts and products beyond it are not exact in a double. */
 #define MIX_EXACT_MAX 9007199254740992.0
+#define MIX_COUNT_MAX (UINT64_C(1) << 53)
 
 sio_code sio_mix_quotas(const sio_mix_spec *specs, size_t n,
                         uint64_t epoch_size, const uint64_t *counts,
@@ -26,14 +27,14 @@ sio_code sio_mix_quotas(const sio_mix_spec *specs, size_t n,
     if (n == 0 || n > SIO_MIX_SOURCES_MAX)
         return sio_seterr(err, SIO_ERR_INVALID, "1..%u sources",
                           SIO_MIX_SOURCES_MAX);
-    if ((double)epoch_size > MIX_EXACT_MAX)
+    if (epoch_size > MIX_COUNT_MAX)
         return sio_seterr(err, SIO_ERR_INVALID, "epoch_size too large");
     for (size_t i = 0; i < n; i++) {
         const sio_mix_spec *sp = &specs[i];
         quotas[i] = 0;
         switch (sp->kind) {
         case SIO_MIX_CHOOSE:
-            if ((double)sp->choose > MIX_EXACT_MAX)
+            if (sp->choose > MIX_COUNT_MAX)
                 return sio_seterr(err, SIO_ERR_INVALID,
                                   "source %zu: choose too large", i);
             quotas[i] = sp->choose;
