@@ -72,8 +72,11 @@ static sio_code add_spec(sio_io *io, const char *spec, unsigned flags,
     size_t nnames = 0, i;
     sio_objlist dir;
     uint64_t size;
-    sio_code rc = sio_io_backend(io, spec, &ops, &ctx, err);
+    sio_code rc;
 
+    if (sio_objset_spec(spec))
+        return sio_objset_resolve(io, spec, out, err);
+    rc = sio_io_backend(io, spec, &ops, &ctx, err);
     sio_objlist_init(&dir, out->max);
     if (rc)
         goto out;
