@@ -215,6 +215,8 @@ def test_epochs_and_a_second_job_read_nothing_from_the_store(http_store,
         check_once(e0, manifest)
         assert e0 == reference, "the cache changed the order"
         assert shard_bytes(proxy) == total
+        # a whole shard (under part_size) in one request
+        assert shard_gets(proxy) == 8
         for epoch in (1, 2):
             proxy.reset_counters()
             got = read_epoch(srv.url, "train", epoch)
@@ -417,10 +419,13 @@ def test_half_the_dataset_cached_keeps_a_stable_half(tmp_path):
                           "--state-dir", str(state)])
             try:
                 per_epoch = []
+                sidecar_gets = []
                 for epoch in range(4):
                     proxy.reset_counters()
                     check_once(read_epoch(srv.url, "train", epoch), manifest)
                     per_epoch.append(shard_bytes(proxy))
+                    sidecar_gets.append(proxy.count(method="GET",
+                                                    path=r"\.scidx$"))
                     server = srv.json("/v1/jobs")["cache"]
                     assert server["used_bytes"] <= budget
                     assert cache_files(state / "cache")[0] <= budget
@@ -428,6 +433,8 @@ def test_half_the_dataset_cached_keeps_a_stable_half(tmp_path):
             finally:
                 srv.stop()
     assert per_epoch[0] == total
+    # no sidecar in this directory: the server stops asking after 8
+    assert sidecar_gets[0] <= 8, sidecar_gets
     for b in per_epoch[1:]:
         assert b <= 0.55 * total, (per_epoch, total)
         assert b >= 0.40 * total, (per_epoch, total)
