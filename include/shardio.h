@@ -260,6 +260,11 @@ sio_code sio_shardlist_resolve_ex(sio_io *io, const char *source,
 sio_code sio_shardlist_from_urls(const char *const *urls, size_t n,
                                  sio_shardlist **out, sio_error *err);
 
+/* One list of the n lists' shards, in order (copied): a mixed job's
+ * sources are its consecutive parts. */
+sio_code sio_shardlist_concat(const sio_shardlist *const *parts, size_t n,
+                              sio_shardlist **out, sio_error *err);
+
 size_t sio_shardlist_count(const sio_shardlist *l);
 /* URL of shard i, valid as long as the list lives. */
 const char *sio_shardlist_url(const sio_shardlist *l, size_t i);
@@ -323,6 +328,8 @@ typedef struct sio_sample {
     size_t nfields;
     const sio_field *fields; /* in tar order */
     size_t bytes;            /* sum of field lengths */
+    uint32_t source;         /* a mixed epoch's source it came from
+                                (sio_mix_source order; 0 unmixed) */
 } sio_sample;
 
 /* Take / drop a reference. Thread-safe. The last unref frees the sample. */
@@ -422,7 +429,9 @@ typedef struct sio_rng {
 } sio_rng;
 
 /* Stream identifiers used in the contract. */
-enum { SIO_RNG_SHARDS = 1, SIO_RNG_BUFFER = 2 };
+enum { SIO_RNG_SHARDS = 1, SIO_RNG_BUFFER = 2, SIO_RNG_MIX = 3 };
+/* The stream of pass k of source s of a mixed epoch (README "Mixing"). */
+#define SIO_RNG_PASS(s, k) ((((uint64_t)(s) + 1) << 32) | (uint32_t)(k))
 
 /* Seed xoshiro256** from (seed, epoch, stream) through SplitMix64. */
 void sio_rng_seed(sio_rng *r, uint64_t seed, uint64_t epoch, uint64_t stream);
@@ -442,6 +451,49 @@ typedef struct sio_index sio_index;
 typedef struct sio_journal sio_journal;
 /* Largest shuffle buffer in samples an epoch accepts (buffer_samples). */
 #define SIO_EPOCH_BUFFER_MAX (64u * 1024u * 1024u)
+
+/* ------------------------------------------------------------------ */
+/* Mixing (contract version 2; README "Mixing datasets")               */
+
+/* How a source's samples per epoch (its quota) are set. */
+typedef enum sio_mix_kind {
+    SIO_MIX_REPEAT = 0, /* value passes of the source: round(value * N) */
+    SIO_MIX_WEIGHT = 1, /* a proportion of epoch_size */
+    SIO_MIX_CHOOSE = 2  /* exactly `choose` samples */
+} sio_mix_kind;
+
+/* Limits: sources of one job, and passes of one source in one epoch. */
+#define SIO_MIX_SOURCES_MAX 256u
+#define SIO_MIX_PASSES_MAX (1u << 20)
+/* Bounds of a weight (and of repeat's upper end). */
+#define SIO_MIX_WEIGHT_MIN (1.0 / 1048576.0)
+#define SIO_MIX_WEIGHT_MAX 1048576.0
+
+typedef struct sio_mix_spec {
+    sio_mix_kind kind;
+    double value;     /* repeat: passes (>= 0); weight: > 0 */
+    uint64_t choose;  /* SIO_MIX_CHOOSE */
+} sio_mix_spec;
+
+/*
+ * Quotas of an epoch: choose -> choose; repeat r -> floor(r * N + 0.5)
+ * with N = counts[s] (the source's good samples; UINT64_MAX: unknown ->
+ * SIO_ERR_AGAIN); weights share epoch_size minus the other quotas by the
+ * largest-remainder rule on integer weights floor(w * 2^32 + 0.5) (ties
+ * to the lower source). Weights need an epoch_size; with an epoch_size
+ * and no weighted source the quotas must add up to it. SIO_ERR_INVALID
+ * with err's reason otherwise.
+ */
+sio_code sio_mix_quotas(const sio_mix_spec *specs, size_t n,
+                        uint64_t epoch_size, const uint64_t *counts,
+                        uint64_t *quotas, sio_error *err);
+
+/* One source of a mixed epoch: a part of the shard list. */
+typedef struct sio_mix_source {
+    uint32_t first, count; /* shard list indices [first, first + count) */
+    uint64_t quota;        /* samples this epoch */
+    int resample;          /* shards drawn with replacement */
+} sio_mix_source;
 
 typedef struct sio_epoch_config {
     uint64_t seed;
@@ -478,6 +530,17 @@ typedef struct sio_epoch_config {
     /* The job's view of the shard cache (shardio_cache.h; NULL: shards
      * are read from the store). Must outlive the epoch. */
     struct sio_cache_user *cache;
+    /* The part of the list this epoch reads: indices [range_first,
+     * range_first + range_count) (range_count 0: all), in an order drawn
+     * with stream order_stream (0: SIO_RNG_SHARDS): a permutation, or
+     * with resample n draws below(n) (with replacement). */
+    uint32_t range_first, range_count;
+    uint64_t order_stream;
+    int resample;
+    /* A mixed epoch (nmix > 0; contract version 2): its sources, each a
+     * part of the list with its quota. Copied. Needs replicas <= 1. */
+    const sio_mix_source *mix;
+    uint32_t nmix;
 } sio_epoch_config;
 
 /* Samples one shard reader may hold ahead of the interleave. */
@@ -548,6 +611,9 @@ sio_code sio_epoch_next(sio_epoch *ep, const sio_sample **out);
 const char *sio_epoch_errmsg(const sio_epoch *ep);
 
 /* Counters of an epoch so far. */
+/* Samples a mixed epoch took from source s so far (0 unmixed). */
+uint64_t sio_epoch_source_samples(const sio_epoch *ep, uint32_t s);
+
 typedef struct sio_epoch_stats {
     uint64_t samples;        /* emitted */
     uint64_t bytes;          /* payload bytes emitted */

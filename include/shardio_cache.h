@@ -68,9 +68,13 @@ typedef struct sio_cache_config {
  * durable length, broken ones removed). */
 sio_code sio_cache_create(const sio_cache_config *cfg, sio_cache **out,
                           sio_error *err);
-/* Stop the fills (they keep their partial entries), wait for them, free.
- * Every user and stream must be gone. NULL is fine. */
-void sio_cache_destroy(sio_cache *c);
+/* Stop the fills (they keep their partial entries), wait for them (at
+ * most SIO_CACHE_STOP_WAIT_S) and free: 0. -1 when a fill is still inside
+ * a store read (a stalled store): nothing is freed, the backends' io must
+ * stay, and the caller should exit. Every user and stream must be gone.
+ * NULL is fine. */
+#define SIO_CACHE_STOP_WAIT_S 10
+int sio_cache_destroy(sio_cache *c);
 
 typedef struct sio_cache_stats {
     uint64_t budget;

@@ -8,6 +8,7 @@
  * by a pax extended header (typeflag 'x', name "<G>/PaxHeader") carrying
  *   SHARDCAST.key=<original key>      SHARDCAST.shard=<redacted shard URL>
  *   SHARDCAST.index=<G>               SHARDCAST.position=<position in share>
+ * and, for a mixed job (sio_tarw_set_sources), SHARDCAST.source=<name>
  * and a "path=" record when the member name does not fit the ustar
  * name/prefix fields; later members of the sample get a pax header only when
  * they need "path=".
@@ -224,6 +225,10 @@ sio_code sio_tarw_error(sio_tarw *w, const char *reason);
 sio_code sio_tarw_error_retry(sio_tarw *w, const char *reason,
                               uint32_t retry_after_ms);
 
+/* A mixed job's source names, by sio_sample.source: each sample's pax
+ * header then carries SHARDCAST.source. names must outlive the encoder. */
+void sio_tarw_set_sources(sio_tarw *w, const char *const *names, size_t n);
+
 /* Bytes handed to the sink so far. */
 uint64_t sio_tarw_bytes(const sio_tarw *w);
 
@@ -244,7 +249,9 @@ void sio_tarw_destroy(sio_tarw *w);
  *   HEADER  (0x01, first frame, exactly once): UTF-8 JSON
  *             {"version":1,"job":..,"epoch":E,"rank":R,"world":W,"start":S,
  *              "global_start":G,"partition":"even-drop"|"even-pad"|"none",
- *              "fields":[..] or null}
+ *              "fields":[..] or null}, and for a mixed job
+ *              "sources":[{"name":..,"first":F,"count":C},...] (readers
+ *              ignore keys they do not know)
  *   SHARD   (0x02): u32 shard index, then the shard URL (rest of payload).
  *             Sent once per shard, before the first SAMPLE that refers to it.
  *   SAMPLE  (0x03): u64 global index, u64 position (in the consumer's
@@ -304,6 +311,15 @@ typedef enum sio_frame_type {
     SIO_FRAME_EXT_MIN = 0x80 /* types from here on are skippable */
 } sio_frame_type;
 
+/* Longest source name a decoder accepts. */
+#define SIO_FRAMES_SOURCE_NAME_MAX 64u
+
+/* A mixed job's source: its name and its part of the shard list. */
+typedef struct sio_frames_source {
+    const char *name;
+    uint32_t first, count; /* shard indices [first, first + count) */
+} sio_frames_source;
+
 /* What a stream is: the HEADER frame's content. Strings are not owned. */
 typedef struct sio_frames_header {
     const char *job;
@@ -312,6 +328,11 @@ typedef struct sio_frames_header {
     uint64_t start;        /* position within the share of the first sample */
     uint64_t global_start; /* elastic resume base (0: none) */
     sio_partition partition;
+    /* A mixed job's sources (nsources 0: none, and no "sources" key):
+     * HEADER gets "sources":[{"name":..,"first":F,"count":C},...], so a
+     * sample's source is the one whose part holds its shard index. */
+    const sio_frames_source *sources;
+    size_t nsources;
 } sio_frames_header;
 
 /* ------------------------------------------------------------------ */
@@ -434,6 +455,9 @@ typedef struct sio_frame_event {
     size_t nsample_fields;
     const sio_frame_field *sample_fields;
     size_t sample_bytes;        /* sum of field data lengths */
+    uint32_t source;            /* a mixed job's source of the sample
+                                   (header.sources index), UINT32_MAX
+                                   when the stream names none */
 
     /* END */
     sio_tarw_summary summary;

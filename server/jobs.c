@@ -91,6 +91,15 @@ typedef struct job_res {
                                   shard is indexed (0: not known yet) */
     sio_cache_user *cache;     /* the job's view of the shard cache (NULL:
                                   no cache, or cache=off) */
+    /* A mixed job (or one with an epoch_size): its sources as parts of
+     * the list with their quotas, set with the list. */
+    sio_mix_source *mix;
+    uint32_t nmix;
+    char (*mix_names)[SC_MIX_NAME_MAX + 1];
+    _Atomic uint64_t *mix_sent; /* samples sent, per source */
+    /* provenance on the wire (a job with "sources"; NULL otherwise) */
+    sio_frames_source *mix_frames;
+    const char **mix_name_ptrs;
 } job_res;
 
 /* One feed family's hold on the resources and its journal. */
@@ -106,6 +115,11 @@ static void res_unref(job_res *r)
     for (size_t i = 0; i < r->njournals; i++)
         sio_journal_close(r->journals[i].j);
     sio_shardlist_free(r->list);
+    free(r->mix);
+    free(r->mix_names);
+    free((void *)r->mix_sent);
+    free(r->mix_frames);
+    free(r->mix_name_ptrs);
     sio_cache_user_destroy(r->cache);
     pthread_mutex_destroy(&r->mu);
     free(r);
@@ -465,6 +479,199 @@ unsigned sc_jobs_delete(sc_jobs *j, const char *name, char *reason,
 
 /* Resolver ----------------------------------------------------------- */
 
+/* Set err to code and a message; returns code. */
+static sio_code jerr(sio_error *err, sio_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static sio_code jerr(sio_error *err, sio_code code, const char *fmt, ...)
+{
+    va_list ap;
+    err->code = code;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+/* A mixed job's sources while they are resolved. */
+typedef struct job_mix {
+    sio_mix_source *src;
+    uint32_t n;
+    char (*names)[SC_MIX_NAME_MAX + 1];
+    _Atomic uint64_t *sent;
+    sio_frames_source *frames;
+    const char **name_ptrs;
+} job_mix;
+
+static void job_mix_free(job_mix *m)
+{
+    free(m->src);
+    free(m->names);
+    free((void *)m->sent);
+    free(m->frames);
+    free(m->name_ptrs);
+    memset(m, 0, sizeof *m);
+}
+
+/* Good samples of shards [first, first + count) of list, indexing those
+ * not indexed yet (a repeat quota needs the count before the epoch). */
+static sio_code count_part(sc_jobs *j, sc_job *job, const sio_shardlist *list,
+                           uint32_t first, uint32_t count, uint64_t *n,
+                           sio_error *err)
+{
+    sio_epoch_config ec;
+    sio_shard_limits lim = {0};
+    lim.sample_max = sc_config_sample_max(j->cfg);
+    lim.member_max = sc_config_field_max(j->cfg);
+    for (uint32_t k = 0; k < count; k++) {
+        uint32_t idx = first + k;
+        const char *u = sio_shardlist_url(list, idx);
+        sio_index_entry *e = sio_index_get(j->index, j->io, u,
+                                           sio_shardlist_size(list, idx));
+        sio_index_info info;
+        if (!e)
+            return jerr(err, SIO_ERR_NOMEM, "out of memory");
+        sio_index_get_info(e, &info);
+        if (info.complete)
+            continue;
+        pthread_mutex_lock(&job->mu);
+        snprintf(job->reason, sizeof job->reason,
+                 "indexing a source with a repeat quota (%u of %u shards)",
+                 k, count);
+        pthread_mutex_unlock(&job->mu);
+        sio_code rc = sio_index_build(j->io, u, idx, &lim, e, err);
+        if (rc)
+            return rc;
+    }
+    memset(&ec, 0, sizeof ec);
+    ec.interleave = 1;
+    ec.buffer_samples = 1;
+    ec.index = j->index;
+    ec.range_first = first;
+    ec.range_count = count;
+    if (sio_epoch_count(j->io, list, &ec, n) != SIO_OK)
+        return jerr(err, SIO_ERR_IO, "no sample count for a source");
+    return SIO_OK;
+}
+
+/* Resolve a job's source, or each of its sources into one list with the
+ * quotas of a mixed epoch (an epoch_size alone makes one source). */
+static sio_code resolve_job(sc_jobs *j, sc_job *job, sio_shardlist **out,
+                            job_mix *mix, sio_error *err)
+{
+    const sc_jobspec *sp = &job->spec;
+    sc_mixsrc *ms = NULL;
+    size_t n = 0;
+    sio_shardlist **parts = NULL;
+    sio_mix_spec *specs = NULL;
+    uint64_t *counts = NULL, *quotas = NULL;
+    char msg[300];
+    sio_code rc = SIO_OK;
+
+    *out = NULL;
+    if (!sp->sources && !sp->epoch_size)
+        return sio_shardlist_resolve(j->io, sp->source, out, err);
+    if (sp->sources) {
+        if (sc_mix_parse(sp->sources, &ms, &n, msg, sizeof msg) != 0)
+            return jerr(err, SIO_ERR_INVALID, "%s", msg);
+    } else {
+        /* epoch_size over one source: a mix of one, by weight */
+        ms = calloc(1, sizeof *ms);
+        if (!ms || !(ms->source = strdup(sp->source))) {
+            free(ms);
+            return jerr(err, SIO_ERR_NOMEM, "out of memory");
+        }
+        snprintf(ms->name, sizeof ms->name, "%.*s", (int)SC_MIX_NAME_MAX,
+                 sp->name);
+        ms->kind = SIO_MIX_WEIGHT;
+        ms->value = 1;
+        n = 1;
+    }
+    parts = calloc(n, sizeof *parts);
+    specs = calloc(n, sizeof *specs);
+    counts = calloc(n, sizeof *counts);
+    quotas = calloc(n, sizeof *quotas);
+    mix->src = calloc(n, sizeof *mix->src);
+    mix->names = calloc(n, sizeof *mix->names);
+    mix->sent = calloc(n, sizeof *mix->sent);
+    if (!parts || !specs || !counts || !quotas || !mix->src || !mix->names ||
+        !mix->sent) {
+        rc = jerr(err, SIO_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    mix->n = (uint32_t)n;
+    uint64_t first = 0;
+    for (size_t i = 0; i < n; i++) {
+        rc = sio_shardlist_resolve(j->io, ms[i].source, &parts[i], err);
+        if (rc == SIO_OK && sio_shardlist_count(parts[i]) == 0)
+            rc = jerr(err, SIO_ERR_NOTFOUND, "no shards");
+        if (rc) {
+            char m2[sizeof err->msg];
+            snprintf(m2, sizeof m2, "source \"%s\": %s", ms[i].name,
+                     err->msg);
+            snprintf(err->msg, sizeof err->msg, "%s", m2);
+            goto out;
+        }
+        mix->src[i].first = (uint32_t)first;
+        mix->src[i].count = (uint32_t)sio_shardlist_count(parts[i]);
+        mix->src[i].resample = ms[i].resample;
+        first += mix->src[i].count;
+        if (first > UINT32_MAX) { /* the concatenation refuses sooner */
+            rc = jerr(err, SIO_ERR_LIMIT, "too many shards");
+            goto out;
+        }
+        snprintf(mix->names[i], sizeof mix->names[i], "%s", ms[i].name);
+        specs[i].kind = (sio_mix_kind)ms[i].kind;
+        specs[i].value = ms[i].value;
+        specs[i].choose = ms[i].choose;
+        counts[i] = UINT64_MAX;
+    }
+    rc = sio_shardlist_concat((const sio_shardlist *const *)parts, n, out,
+                              err);
+    if (rc)
+        goto out;
+    for (size_t i = 0; i < n; i++)
+        if (specs[i].kind == SIO_MIX_REPEAT) {
+            rc = count_part(j, job, *out, mix->src[i].first,
+                            mix->src[i].count, &counts[i], err);
+            if (rc)
+                goto out;
+        }
+    rc = sio_mix_quotas(specs, n, sp->epoch_size, counts, quotas, err);
+    if (rc)
+        goto out;
+    for (size_t i = 0; i < n; i++)
+        mix->src[i].quota = quotas[i];
+    if (sp->sources) {
+        /* provenance: each sample's source on the wire */
+        mix->frames = calloc(n, sizeof *mix->frames);
+        mix->name_ptrs = calloc(n, sizeof *mix->name_ptrs);
+        if (!mix->frames || !mix->name_ptrs) {
+            rc = jerr(err, SIO_ERR_NOMEM, "out of memory");
+            goto out;
+        }
+        for (size_t i = 0; i < n; i++) {
+            mix->name_ptrs[i] = mix->names[i];
+            mix->frames[i].name = mix->names[i];
+            mix->frames[i].first = mix->src[i].first;
+            mix->frames[i].count = mix->src[i].count;
+        }
+    }
+out:
+    for (size_t i = 0; parts && i < n; i++)
+        sio_shardlist_free(parts[i]);
+    free(parts);
+    free(specs);
+    free(counts);
+    free(quotas);
+    sc_mix_free(ms, n);
+    if (rc) {
+        sio_shardlist_free(*out);
+        *out = NULL;
+        job_mix_free(mix);
+    }
+    return rc;
+}
+
 static void *resolver_main(void *arg)
 {
     sc_jobs *j = arg;
@@ -498,8 +705,9 @@ static void *resolver_main(void *arg)
         sio_shardlist *list = NULL;
         sio_error err = {SIO_OK, ""};
         char src[256], msg[600];
-        sio_code rc = sio_shardlist_resolve(j->io, todo->spec.source, &list,
-                                            &err);
+        job_mix mix;
+        memset(&mix, 0, sizeof mix);
+        sio_code rc = resolve_job(j, todo, &list, &mix, &err);
         if (rc == SIO_OK && sio_shardlist_count(list) == 0) {
             rc = SIO_ERR_NOTFOUND;
             snprintf(err.msg, sizeof err.msg, "the source has no shards");
@@ -510,6 +718,13 @@ static void *resolver_main(void *arg)
         if (rc == SIO_OK) {
             todo->res->list = list;
             list = NULL;
+            todo->res->mix = mix.src;
+            todo->res->nmix = mix.n;
+            todo->res->mix_names = mix.names;
+            todo->res->mix_sent = mix.sent;
+            todo->res->mix_frames = mix.frames;
+            todo->res->mix_name_ptrs = mix.name_ptrs;
+            memset(&mix, 0, sizeof mix);
             todo->state = JOB_READY;
             todo->reason[0] = '\0';
             SC_LOG(SIO_LOG_INFO, "event=job_ready job=%s shards=%zu",
@@ -532,6 +747,7 @@ static void *resolver_main(void *arg)
         }
         pthread_mutex_unlock(&todo->mu);
         sio_shardlist_free(list);
+        job_mix_free(&mix);
         job_unref(todo);
         pthread_mutex_lock(&j->mu);
         pthread_cond_broadcast(&j->resolved);
@@ -695,6 +911,8 @@ static sio_code slot_open(sc_jobs *j, sc_job *job, uint64_t epoch,
     ec.limits.member_max = sc_config_field_max(cfg);
     ec.index = j->index;
     ec.cache = job->res->cache;
+    ec.mix = job->res->mix;
+    ec.nmix = job->res->nmix;
     int fresh = 0;
     ec.journal = s->journal = job_journal(j, job, epoch, &fresh, err);
     if (!ec.journal) {
@@ -1032,7 +1250,11 @@ unsigned sc_jobs_open_stream(sc_jobs *j, const sc_request *req,
                           fields,
                           nfields,
                           id,
-                          &job->ctr};
+                          &job->ctr,
+                          job->res->mix_frames,
+                          (const char *const *)job->res->mix_name_ptrs,
+                          job->res->mix_frames ? job->res->nmix : 0,
+                          job->res->mix_sent};
     rc = sc_stream_create(&p, &s, &err);
     if (rc) {
         fail(reason, reason_len, "%s", err.msg);
@@ -1514,8 +1736,10 @@ int sc_jobs_destroy(sc_jobs *j)
                sio_io_busy(j->io));
         return -1;
     }
+    /* After every job (their views are gone), before the io. */
+    if (sio_cache_destroy(j->cache) != 0)
+        return -1;
     sio_index_close(j->index);
-    sio_cache_destroy(j->cache); /* after every job: their views are gone */
     /* Without a manager thread (start-up failure) nothing is queued. */
     pthread_cond_destroy(&j->drained);
     pthread_cond_destroy(&j->resolved);
@@ -1719,6 +1943,38 @@ static json_t *job_cache_json(sc_jobs *j, sc_job *job)
                      "miss_bytes", jint(us.miss_bytes));
 }
 
+/* A mixed job's sources: configured and realized proportions (of the
+ * samples sent to consumers so far). job->mu held; the mix is immutable. */
+static json_t *job_mix_json(sc_job *job)
+{
+    const job_res *r = job->res;
+    uint64_t quota_sum = 0, sent_sum = 0;
+    json_t *arr = json_array();
+    for (uint32_t i = 0; i < r->nmix; i++) {
+        quota_sum += r->mix[i].quota;
+        sent_sum += atomic_load(&r->mix_sent[i]);
+    }
+    for (uint32_t i = 0; arr && i < r->nmix; i++) {
+        uint64_t sent = atomic_load(&r->mix_sent[i]);
+        json_array_append_new(
+            arr, json_pack("{s:s, s:I, s:o, s:o, s:f, s:o, s:f}", "name",
+                           r->mix_names[i], "shards",
+                           (json_int_t)r->mix[i].count, "quota",
+                           jint(r->mix[i].quota), "sampling",
+                           r->mix[i].resample
+                               ? json_string("with_replacement")
+                               : json_string("without_replacement"),
+                           "proportion_configured",
+                           quota_sum ? (double)r->mix[i].quota /
+                                           (double)quota_sum
+                                     : 0.0,
+                           "samples_sent", jint(sent),
+                           "proportion_realized",
+                           sent_sum ? (double)sent / (double)sent_sum : 0.0));
+    }
+    return arr;
+}
+
 /* The server's shard cache (null without one). */
 static json_t *cache_json(sc_jobs *j)
 {
@@ -1768,6 +2024,12 @@ static json_t *job_json(sc_jobs *j, sc_job *job, sio_feed_consumer *cons,
         "read_threads", (json_int_t)job->spec.read_threads, "fields",
         job->spec.fields ? json_string(job->spec.fields) : json_null(),
         "cache", job->spec.cache);
+    if (settings) {
+        json_object_set_new(settings, "epoch_size", jint(job->spec.epoch_size));
+        if (job->spec.sources)
+            json_object_set_new(settings, "sources",
+                                json_loads(job->spec.sources, 0, NULL));
+    }
     json_t *o = json_pack(
         "{s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:I, s:I, s:I, s:{s:f, s:f, "
         "s:f}, s:{s:o, s:o, s:o, s:o, s:o, s:o, s:o}, s:{s:o, s:o}}",
@@ -1810,6 +2072,8 @@ static json_t *job_json(sc_jobs *j, sc_job *job, sio_feed_consumer *cons,
     }
     if (o)
         json_object_set_new(o, "cache", job_cache_json(j, job));
+    if (o && job->res->nmix)
+        json_object_set_new(o, "mix", job_mix_json(job));
     pthread_mutex_unlock(&job->mu);
     return o;
 }
@@ -1861,6 +2125,45 @@ typedef struct job_metrics {
     epoch_counts cnt;
     uint64_t shards_skipped, samples_skipped;
 } job_metrics;
+
+/* The per-source series of mixed jobs: samples sent (what 0) or the
+ * proportions (what 1). */
+static sio_code mix_metrics(sc_jobs *j, sio_wbuf *out, int what)
+{
+    sio_code rc = SIO_OK;
+    pthread_mutex_lock(&j->mu);
+    for (size_t k = 0; rc == SIO_OK && k < j->njobs; k++) {
+        sc_job *job = j->jobs[k];
+        pthread_mutex_lock(&job->mu);
+        const job_res *r = job->res;
+        uint64_t qsum = 0, ssum = 0;
+        for (uint32_t i = 0; i < r->nmix; i++) {
+            qsum += r->mix[i].quota;
+            ssum += atomic_load(&r->mix_sent[i]);
+        }
+        for (uint32_t i = 0; rc == SIO_OK && i < r->nmix; i++) {
+            uint64_t sent = atomic_load(&r->mix_sent[i]);
+            if (what == 0)
+                rc = put(out,
+                         "shardcast_mix_samples_sent_total{shardcast_job="
+                         "\"%s\",source=\"%s\"} %" PRIu64 "\n",
+                         job->spec.name, r->mix_names[i], sent);
+            else
+                rc = put(out,
+                         "shardcast_mix_proportion{shardcast_job=\"%s\","
+                         "source=\"%s\",kind=\"configured\"} %.6f\n"
+                         "shardcast_mix_proportion{shardcast_job=\"%s\","
+                         "source=\"%s\",kind=\"realized\"} %.6f\n",
+                         job->spec.name, r->mix_names[i],
+                         qsum ? (double)r->mix[i].quota / (double)qsum : 0.0,
+                         job->spec.name, r->mix_names[i],
+                         ssum ? (double)sent / (double)ssum : 0.0);
+        }
+        pthread_mutex_unlock(&job->mu);
+    }
+    pthread_mutex_unlock(&j->mu);
+    return rc;
+}
 
 sio_code sc_jobs_metrics(sc_jobs *j, sio_wbuf *out)
 {
@@ -1984,6 +2287,17 @@ sio_code sc_jobs_metrics(sc_jobs *j, sio_wbuf *out)
     EACH("shardcast_lag_detaches_total", m[i].cnt.seek.lag_detaches);
     FAMILY("shardcast_seeks_active", "gauge", "Seek feeds open now.");
     EACH("shardcast_seeks_active", m[i].cnt.seek.active);
+    /* Mixed jobs, per source. The job registry's lock keeps the jobs
+     * (and their immutable mixes) alive; counters are atomics. */
+    FAMILY("shardcast_mix_samples_sent_total", "counter",
+           "Samples of a mixed job sent to consumers, by source.");
+    if ((rc = mix_metrics(j, out, 0)))
+        goto out;
+    FAMILY("shardcast_mix_proportion", "gauge",
+           "A mixed job's share of each source: configured (its quota over "
+           "the epoch's) and realized (its samples sent over all sent).");
+    if ((rc = mix_metrics(j, out, 1)))
+        goto out;
     FAMILY("shardcast_seek_ready_seconds", "histogram",
            "Time from opening a seek feed to its first sample.");
     for (size_t i = 0; i < n; i++) {

@@ -115,6 +115,10 @@ static const setting settings[] = {
     {"read-threads", "read_threads", JOB(read_threads), T_U32, "2", 0,
      READ_THREADS_MAX, NULL,
      "threads decoding shards ahead of each epoch (0: none)"},
+    {"epoch-size", "epoch_size", JOB(epoch_size), T_U64, "0", 0,
+     UINT64_C(1) << 53, NULL,
+     "samples per epoch: passes wrap or stop there (0: one pass over the "
+     "source, or the sum of the sources' quotas)"},
     {"cache", "cache", JOB(cache), T_BOOL, "true", 0, 0, NULL,
      "read this job's shards through the server's shard cache (when "
      "--cache-bytes is set): on | off"},
@@ -589,6 +593,7 @@ void sc_jobspec_free(sc_jobspec *s)
     free(s->name);
     free(s->source);
     free(s->fields);
+    free(s->sources);
     memset(s, 0, sizeof *s);
 }
 
@@ -598,8 +603,9 @@ int sc_jobspec_copy(sc_jobspec *dst, const sc_jobspec *src)
     dst->name = src->name ? strdup(src->name) : NULL;
     dst->source = src->source ? strdup(src->source) : NULL;
     dst->fields = src->fields ? strdup(src->fields) : NULL;
+    dst->sources = src->sources ? strdup(src->sources) : NULL;
     if ((src->name && !dst->name) || (src->source && !dst->source) ||
-        (src->fields && !dst->fields)) {
+        (src->fields && !dst->fields) || (src->sources && !dst->sources)) {
         sc_jobspec_free(dst);
         return -1;
     }
@@ -618,7 +624,8 @@ int sc_jobspec_equal(const sc_jobspec *a, const sc_jobspec *b)
            a->buffer_bytes == b->buffer_bytes &&
            a->interleave == b->interleave && a->partition == b->partition &&
            a->on_error == b->on_error && a->read_threads == b->read_threads &&
-           a->cache == b->cache && str_eq(a->fields, b->fields);
+           a->cache == b->cache && str_eq(a->fields, b->fields) &&
+           a->epoch_size == b->epoch_size && str_eq(a->sources, b->sources);
 }
 
 /* The text form of a JSON value for set_value; -1 when the type does not
@@ -664,6 +671,146 @@ static int json_text(const json_t *v, const setting *st, char *buf,
     return -1;
 }
 
+/* ---- mixed jobs: the "sources" array ---- */
+
+static int mix_name_ok(const char *n)
+{
+    size_t l = strlen(n);
+    if (l == 0 || l > SC_MIX_NAME_MAX)
+        return 0;
+    for (; *n; n++)
+        if (!isalnum((unsigned char)*n) && *n != '.' && *n != '_' &&
+            *n != '-')
+            return 0;
+    return 1;
+}
+
+void sc_mix_free(sc_mixsrc *v, size_t n)
+{
+    for (size_t i = 0; v && i < n; i++)
+        free(v[i].source);
+    free(v);
+}
+
+/* Check one source object and fill *m (m->source malloc'd). */
+static int mix_entry(const json_t *o, size_t i, sc_mixsrc *m, char *msg,
+                     size_t msg_len)
+{
+    const char *k;
+    json_t *v;
+    int kinds = 0;
+    memset(m, 0, sizeof *m);
+    m->kind = SIO_MIX_REPEAT;
+    m->value = 1;
+    if (!json_is_object(o))
+        return fail(msg, msg_len, "sources[%zu] must be an object", i);
+    json_object_foreach((json_t *)o, k, v)
+    {
+        if (!strcmp(k, "name")) {
+            if (!json_is_string(v) || !mix_name_ok(json_string_value(v)))
+                return fail(msg, msg_len,
+                            "sources[%zu].name: 1..%u of [A-Za-z0-9._-]", i,
+                            SC_MIX_NAME_MAX);
+            snprintf(m->name, sizeof m->name, "%s", json_string_value(v));
+        } else if (!strcmp(k, "source")) {
+            if (!json_is_string(v) || json_string_length(v) == 0 ||
+                json_string_length(v) > SC_SOURCE_MAX ||
+                strlen(json_string_value(v)) != json_string_length(v))
+                return fail(msg, msg_len,
+                            "sources[%zu].source: a source string of 1..%u "
+                            "bytes", i, SC_SOURCE_MAX);
+            free(m->source);
+            m->source = strdup(json_string_value(v));
+            if (!m->source)
+                return fail(msg, msg_len, "out of memory");
+        } else if (!strcmp(k, "weight") || !strcmp(k, "repeat")) {
+            double d = json_number_value(v);
+            int w = k[0] == 'w';
+            kinds++;
+            if (!json_is_number(v) ||
+                (w ? !(d >= SIO_MIX_WEIGHT_MIN && d <= SIO_MIX_WEIGHT_MAX)
+                   : !(d >= 0 && d <= SIO_MIX_WEIGHT_MAX)))
+                return fail(msg, msg_len,
+                            "sources[%zu].%s: a number in %s", i, k,
+                            w ? "[2^-20, 2^20]" : "[0, 2^20]");
+            m->kind = w ? SIO_MIX_WEIGHT : SIO_MIX_REPEAT;
+            m->value = d;
+        } else if (!strcmp(k, "choose")) {
+            kinds++;
+            if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+                json_integer_value(v) > ((json_int_t)1 << 53))
+                return fail(msg, msg_len,
+                            "sources[%zu].choose: an integer in 0..2^53", i);
+            m->kind = SIO_MIX_CHOOSE;
+            m->choose = (uint64_t)json_integer_value(v);
+        } else if (!strcmp(k, "sampling")) {
+            const char *sv = json_is_string(v) ? json_string_value(v) : "";
+            if (!strcmp(sv, "with_replacement"))
+                m->resample = 1;
+            else if (strcmp(sv, "without_replacement") != 0)
+                return fail(msg, msg_len,
+                            "sources[%zu].sampling: without_replacement or "
+                            "with_replacement", i);
+        } else {
+            return fail(msg, msg_len, "unknown key \"%.64s\" in sources[%zu]",
+                        k, i);
+        }
+    }
+    if (!m->name[0])
+        return fail(msg, msg_len, "sources[%zu] has no name", i);
+    if (!m->source)
+        return fail(msg, msg_len, "sources[%zu] has no source", i);
+    if (kinds > 1)
+        return fail(msg, msg_len,
+                    "sources[%zu]: at most one of weight, repeat, choose", i);
+    return 0;
+}
+
+static int mix_array(const json_t *arr, sc_mixsrc **out, size_t *n,
+                     char *msg, size_t msg_len)
+{
+    size_t cnt = json_is_array(arr) ? json_array_size(arr) : 0;
+    sc_mixsrc *v;
+    *out = NULL;
+    *n = 0;
+    if (!json_is_array(arr) || cnt == 0 || cnt > SIO_MIX_SOURCES_MAX)
+        return fail(msg, msg_len,
+                    "\"sources\" must be an array of 1..%u source objects",
+                    SIO_MIX_SOURCES_MAX);
+    v = calloc(cnt, sizeof *v);
+    if (!v)
+        return fail(msg, msg_len, "out of memory");
+    for (size_t i = 0; i < cnt; i++) {
+        if (mix_entry(json_array_get(arr, i), i, &v[i], msg, msg_len) != 0) {
+            sc_mix_free(v, i + 1);
+            return -1;
+        }
+        for (size_t k = 0; k < i; k++)
+            if (!strcmp(v[k].name, v[i].name)) {
+                fail(msg, msg_len, "sources[%zu]: name \"%s\" used twice", i,
+                     v[i].name);
+                sc_mix_free(v, i + 1);
+                return -1;
+            }
+    }
+    *out = v;
+    *n = cnt;
+    return 0;
+}
+
+int sc_mix_parse(const char *json, sc_mixsrc **out, size_t *n, char *msg,
+                 size_t msg_len)
+{
+    json_error_t je;
+    json_t *root = json_loads(json, JSON_REJECT_DUPLICATES, &je);
+    int rc;
+    if (!root)
+        return fail(msg, msg_len, "sources: invalid JSON");
+    rc = mix_array(root, out, n, msg, msg_len);
+    json_decref(root);
+    return rc;
+}
+
 /* Fill *out from a job object (defaults for absent keys). `where` names
  * the object in messages ("job 2 of the config file", "the job"). */
 static int jobspec_from_json(const json_t *obj, const char *url_name,
@@ -684,6 +831,20 @@ static int jobspec_from_json(const json_t *obj, const char *url_name,
     {
         const setting *st = find_key(k);
         const char *text;
+        if (!strcmp(k, "sources")) {
+            sc_mixsrc *mv;
+            size_t mn;
+            if (mix_array(v, &mv, &mn, msg, msg_len) != 0)
+                goto bad;
+            sc_mix_free(mv, mn);
+            /* Kept as canonical JSON: compared and copied as a string. */
+            out->sources = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS);
+            if (!out->sources) {
+                fail(msg, msg_len, "out of memory");
+                goto bad;
+            }
+            continue;
+        }
         if (!st) {
             fail(msg, msg_len, "unknown key \"%.64s\" %s", k, from);
             goto bad;
@@ -710,8 +871,9 @@ static int jobspec_from_json(const json_t *obj, const char *url_name,
         fail(msg, msg_len, "missing \"name\" %s", from);
         goto bad;
     }
-    if (!out->source) {
-        fail(msg, msg_len, "missing \"source\" %s", from);
+    if (!out->source == !out->sources) {
+        fail(msg, msg_len, "%s \"source\" or \"sources\" %s",
+             out->source ? "both" : "missing", from);
         goto bad;
     }
     return 0;

@@ -15,7 +15,8 @@
  * in the config file and the API they are the keys of a job object
  * ({"name", "source", "seed", "shuffle_buffer", "shuffle_buffer_bytes",
  * "interleave", "partition", "fields", "on_error", "read_threads",
- * "cache"}) and the
+ * "cache", "epoch_size"}, or "sources" instead of "source": an array of
+ * {"name", "source", "weight" | "repeat" | "choose", "sampling"}) and the
  * table's defaults are the job defaults.
  * Precedence of server settings: command line > environment > config file >
  * default. Bad values are rejected with a message naming the setting and
@@ -61,7 +62,29 @@ typedef struct sc_jobspec {
                                  NULL for every field */
     int cache;                /* read shards through the server's shard
                                  cache (when it has one) */
+    uint64_t epoch_size;      /* samples per epoch (0: one pass, or the
+                                 sources' quotas) */
+    char *sources;            /* a mixed job's sources: canonical JSON
+                                 array (sc_mix_parse), or NULL */
 } sc_jobspec;
+
+/* One source of a mixed job (README "Mixing datasets"). */
+#define SC_MIX_NAME_MAX 64u
+typedef struct sc_mixsrc {
+    char name[SC_MIX_NAME_MAX + 1];
+    char *source;             /* malloc'd */
+    int kind;                 /* sio_mix_kind */
+    double value;             /* weight or repeat */
+    uint64_t choose;
+    int resample;             /* sampling=with_replacement */
+} sc_mixsrc;
+
+/* Parse the canonical sources JSON of a spec into *out (n entries, free
+ * with sc_mix_free). -1 with msg on error (cannot happen for a spec that
+ * sc_jobspec_parse accepted, except out of memory). */
+int sc_mix_parse(const char *json, sc_mixsrc **out, size_t *n, char *msg,
+                 size_t msg_len);
+void sc_mix_free(sc_mixsrc *v, size_t n);
 
 typedef struct sc_config {
     /* Server settings. */

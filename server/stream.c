@@ -51,6 +51,10 @@ struct sc_stream {
     int cut_retryable;           /* (mu) */
     uint32_t cut_retry_after_ms; /* (mu) */
 
+    /* A mixed job's samples sent per source (the job's counters). */
+    _Atomic uint64_t *source_sent;
+    size_t nsources;
+
     /* Reader state. */
     sio_cursor *cursor;
     sc_format format;
@@ -249,13 +253,18 @@ sio_code sc_stream_create(const sc_stream_params *p, sc_stream **out,
     s->counters = p->counters;
     snprintf(s->id, sizeof s->id, "%s", p->id ? p->id : "-");
     if (p->format == SC_FORMAT_FRAMES) {
-        sio_frames_header h = {p->job,   p->epoch, p->rank,        p->world,
-                               p->start, p->global_start, p->partition};
+        sio_frames_header h = {p->job,      p->epoch,        p->rank,
+                               p->world,    p->start,        p->global_start,
+                               p->partition, p->sources,     p->nsources};
         rc = sio_framew_create(&h, p->fields, p->nfields, sink, s,
                                &s->framew, err);
     } else {
         rc = sio_tarw_create(p->fields, p->nfields, sink, s, &s->tarw, err);
+        if (rc == SIO_OK && p->nsources)
+            sio_tarw_set_sources(s->tarw, p->source_names, p->nsources);
     }
+    s->source_sent = p->source_sent;
+    s->nsources = p->nsources;
     if (rc)
         goto out;
     *out = s;
@@ -445,6 +454,8 @@ static int advance(sc_stream *s)
     s->position = pos + 1;
     if (s->counters)
         atomic_fetch_add(&s->counters->samples, 1);
+    if (s->source_sent && smp->source < s->nsources)
+        atomic_fetch_add(&s->source_sent[smp->source], 1);
     if (s->samples == 1 && s->route)
         sc_metrics_first_sample(s->route, &s->arrival);
     if (s->nseg == 0)

@@ -80,6 +80,14 @@ typedef struct sc_stream_params {
     size_t nfields;
     const char *id;              /* request id for log lines (copied) */
     sc_stream_counters *counters; /* may be NULL */
+    /* A mixed job's sources (nsources 0: none): announced in the frames
+     * HEADER, named in tar pax headers, and samples sent counted per
+     * source in source_sent[]. All owned by the job, which outlives the
+     * stream. */
+    const sio_frames_source *sources;
+    const char *const *source_names;
+    size_t nsources;
+    _Atomic uint64_t *source_sent;
 } sc_stream_params;
 
 /*

@@ -102,9 +102,19 @@ typedef struct sio_backend_ops {
                      sio_error *err);
 } sio_backend_ops;
 
+extern const sio_backend_ops sio_backend_objset;
 extern const sio_backend_ops sio_backend_file;
 extern const sio_backend_ops sio_backend_http;
 extern const sio_backend_ops sio_backend_s3;
+
+/* Object-set sources (objset.c): is spec "<prefix>?objects[=N]"? Then
+ * resolve it into virtual shards appended to out (the set is registered
+ * in io for the objset backend). */
+int sio_objset_spec(const char *spec);
+sio_code sio_objset_resolve(sio_io *io, const char *spec, sio_objlist *out,
+                            sio_error *err);
+/* The context io made for a built-in backend (NULL: none). */
+void *sio_io_backend_ctx(sio_io *io, const sio_backend_ops *ops);
 
 /* Open bytes [offset, end) of url through the shard cache for job u
  * (shardio_cache.h); size_hint is the object's size when the listing told

@@ -761,17 +761,29 @@ sio_code sio_cache_create(const sio_cache_config *cfg, sio_cache **out,
     return SIO_OK;
 }
 
-void sio_cache_destroy(sio_cache *c)
+int sio_cache_destroy(sio_cache *c)
 {
+    struct timespec dl;
     if (!c)
-        return;
+        return 0;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += SIO_CACHE_STOP_WAIT_S;
     pthread_mutex_lock(&c->mu);
     c->stopping = 1;
     for (size_t i = 0; i < c->tab_cap; i++)
         for (entry *e = c->tab[i]; e; e = e->next)
             pthread_cond_broadcast(&e->cv);
-    while (c->fills > 0)
-        pthread_cond_wait(&c->cv, &c->mu);
+    while (c->fills > 0 &&
+           pthread_cond_timedwait(&c->cv, &c->mu, &dl) == 0)
+        ;
+    if (c->fills > 0) {
+        /* A fill is inside a store read that outlives the wait (a stalled
+         * store, retries): it still uses the cache, which stays. */
+        SIO_LOG(&c->log, SIO_LOG_WARN,
+                "event=cache_stop_incomplete fills=%u", c->fills);
+        pthread_mutex_unlock(&c->mu);
+        return -1;
+    }
     for (size_t i = 0; i < c->tab_cap; i++) {
         entry *e = c->tab[i];
         while (e) {
@@ -786,6 +798,7 @@ void sio_cache_destroy(sio_cache *c)
     pthread_mutex_destroy(&c->mu);
     free(c->dir);
     free(c);
+    return 0;
 }
 
 void sio_cache_get_stats(const sio_cache *cc, sio_cache_stats *st)

@@ -186,7 +186,25 @@ struct sio_epoch {
     uint64_t emitted;
     sio_epoch_stats st;
     char err[768];
+
+    /* A mixed epoch (cfg.nmix > 0): the sources, each read pass after
+     * pass by a sub-epoch (no buffer) over its part of the list; the draw
+     * of each next sample's source with stream SIO_RNG_MIX. */
+    struct mixsrc *msrc;
+    uint32_t nmsrc;
+    uint32_t sub_threads;   /* read_threads of each sub-epoch */
+    sio_rng mrng;
 };
+
+typedef struct mixsrc {
+    sio_mix_source def;
+    uint64_t left;          /* quota left */
+    uint32_t pass;          /* the pass being read */
+    uint64_t pass_taken;    /* samples taken from it */
+    sio_epoch *sub;         /* its sub-epoch (ep->mu guards the pointer) */
+    int dry;                /* a pass gave nothing: the source ended */
+    uint64_t taken;         /* samples taken this epoch */
+} mixsrc;
 
 const char *sio_epoch_errmsg(const sio_epoch *ep)
 {
@@ -744,6 +762,28 @@ static sio_code epoch_new(sio_io *io, const sio_shardlist *list,
         return sio_seterr(err, SIO_ERR_INVALID,
                           "readahead_shards %u above %u",
                           cfg->readahead_shards, EPOCH_READAHEAD_SHARDS_MAX);
+    total = sio_shardlist_count(list);
+    if (cfg->range_count &&
+        ((uint64_t)cfg->range_first + cfg->range_count > total))
+        return sio_seterr(err, SIO_ERR_INVALID,
+                          "shard range %u+%u past the list's %zu",
+                          cfg->range_first, cfg->range_count, total);
+    if (cfg->nmix) {
+        if (cfg->nmix > SIO_MIX_SOURCES_MAX || !cfg->mix)
+            return sio_seterr(err, SIO_ERR_INVALID,
+                              "mixed epoch: 1..%u sources",
+                              SIO_MIX_SOURCES_MAX);
+        if (cfg->replicas > 1)
+            return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                              "a mixed epoch cannot be split over replicas");
+        for (uint32_t i = 0; i < cfg->nmix; i++)
+            if (!cfg->mix[i].count ||
+                (uint64_t)cfg->mix[i].first + cfg->mix[i].count > total)
+                return sio_seterr(err, SIO_ERR_INVALID,
+                                  "mixed source %u: shard range %u+%u not "
+                                  "in the list's %zu", i, cfg->mix[i].first,
+                                  cfg->mix[i].count, total);
+    }
     ep = calloc(1, sizeof *ep);
     if (!ep)
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
@@ -755,8 +795,24 @@ static sio_code epoch_new(sio_io *io, const sio_shardlist *list,
     ep->cfg = *cfg;
     if (!ep->cfg.readahead_bytes)
         ep->cfg.readahead_bytes = SIO_READAHEAD_BYTES_DEFAULT;
-    total = sio_shardlist_count(list);
-    ep->nshards = total;
+    ep->nshards = cfg->nmix ? 0 : cfg->range_count ? cfg->range_count : total;
+    if (cfg->nmix) {
+        /* The sources read; this epoch only mixes and shuffles. */
+        ep->sub_threads = cfg->read_threads;
+        ep->cfg.read_threads = 0;
+        ep->cfg.mix = NULL;
+        ep->msrc = calloc(cfg->nmix, sizeof *ep->msrc);
+        if (!ep->msrc) {
+            sio_epoch_close(ep);
+            return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+        }
+        ep->nmsrc = cfg->nmix;
+        for (uint32_t i = 0; i < cfg->nmix; i++) {
+            ep->msrc[i].def = cfg->mix[i];
+            ep->msrc[i].left = cfg->mix[i].quota;
+        }
+        sio_rng_seed(&ep->mrng, cfg->seed, cfg->epoch, SIO_RNG_MIX);
+    }
     /* Readers alive at once: K in slots + the look-ahead window. */
     ep->rcap = (size_t)cfg->interleave + cfg->readahead_shards + 1;
     ep->perm = malloc((ep->nshards ? ep->nshards : 1) * sizeof *ep->perm);
@@ -774,8 +830,17 @@ static sio_code epoch_new(sio_io *io, const sio_shardlist *list,
         sio_epoch_close(ep);
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
     }
-    sio_rng_seed(&srng, cfg->seed, cfg->epoch, SIO_RNG_SHARDS);
-    sio_permute(&srng, ep->perm, ep->nshards);
+    sio_rng_seed(&srng, cfg->seed, cfg->epoch,
+                 cfg->order_stream ? cfg->order_stream : SIO_RNG_SHARDS);
+    if (cfg->resample) {
+        for (size_t i = 0; i < ep->nshards; i++)
+            ep->perm[i] = (uint32_t)sio_rng_below(&srng, ep->nshards);
+    } else {
+        sio_permute(&srng, ep->perm, ep->nshards);
+    }
+    if (cfg->range_count)
+        for (size_t i = 0; i < ep->nshards; i++)
+            ep->perm[i] += cfg->range_first;
     if (cfg->replicas > 1) {
         /* This replica's shards: permuted positions j, j+R, j+2R, ... */
         size_t n = 0;
@@ -809,7 +874,14 @@ void sio_epoch_cancel(sio_epoch *ep)
     ep->stop = 1;
     pthread_cond_broadcast(&ep->work);
     pthread_cond_broadcast(&ep->ready);
+    for (uint32_t i = 0; i < ep->nmsrc; i++)
+        sio_epoch_cancel(ep->msrc[i].sub);
     pthread_mutex_unlock(&ep->mu);
+}
+
+uint64_t sio_epoch_source_samples(const sio_epoch *ep, uint32_t s)
+{
+    return ep && s < ep->nmsrc ? ep->msrc[s].taken : 0;
 }
 
 void sio_epoch_close(sio_epoch *ep)
@@ -822,6 +894,9 @@ void sio_epoch_close(sio_epoch *ep)
     pthread_mutex_unlock(&ep->mu);
     for (uint32_t i = 0; i < ep->nthreads; i++)
         pthread_join(ep->threads[i], NULL);
+    for (uint32_t i = 0; i < ep->nmsrc; i++)
+        sio_epoch_close(ep->msrc[i].sub);
+    free(ep->msrc);
     for (size_t i = 0; ep->readers && i < ep->nreaders; i++)
         reader_free(ep->readers[i]);
     if (ep->meta)
@@ -982,11 +1057,135 @@ static sio_code meta_take(sio_epoch *ep, reader *r, const sio_sample **out,
     }
 }
 
+/* The configuration of pass k of mixed source i: the version-1
+ * interleave (no buffer) over the source's part of the list, its order
+ * drawn with stream SIO_RNG_PASS(i, k). */
+static void pass_config(const sio_epoch *ep, uint32_t i, uint32_t k,
+                        sio_epoch_config *c)
+{
+    *c = ep->cfg;
+    c->nmix = 0;
+    c->mix = NULL;
+    c->buffer_samples = 1;
+    c->buffer_bytes = 0;
+    c->replica = c->replicas = 0;
+    c->read_threads = ep->sub_threads;
+    c->range_first = ep->msrc[i].def.first;
+    c->range_count = ep->msrc[i].def.count;
+    c->resample = ep->msrc[i].def.resample;
+    c->order_stream = SIO_RNG_PASS(i, k);
+}
+
+/* The next sample of mixed source i's sequence of passes: *out, or NULL
+ * when a pass gave nothing (the source is dry). */
+static sio_code source_take(sio_epoch *ep, uint32_t i,
+                            const sio_sample **out)
+{
+    mixsrc *m = &ep->msrc[i];
+    sio_error e;
+    sio_code rc;
+    *out = NULL;
+    for (;;) {
+        if (!m->sub) {
+            sio_epoch_config c;
+            sio_epoch *sub = NULL;
+            if (m->pass >= SIO_MIX_PASSES_MAX) {
+                snprintf(ep->err, sizeof ep->err,
+                         "mixed source %u: more than %u passes in one epoch",
+                         i, SIO_MIX_PASSES_MAX);
+                ep->failed = 1;
+                return SIO_ERR_LIMIT;
+            }
+            pass_config(ep, i, m->pass, &c);
+            e.msg[0] = '\0';
+            rc = sio_epoch_open(ep->io, ep->list, &c, &sub, &e);
+            if (rc) {
+                snprintf(ep->err, sizeof ep->err, "mixed source %u: %s", i,
+                         e.msg);
+                ep->failed = 1;
+                return rc;
+            }
+            pthread_mutex_lock(&ep->mu);
+            m->sub = sub;
+            if (ep->stop)
+                sio_epoch_cancel(sub);
+            pthread_mutex_unlock(&ep->mu);
+            m->pass_taken = 0;
+        }
+        rc = sio_epoch_next(m->sub, out);
+        if (rc) {
+            snprintf(ep->err, sizeof ep->err, "%s", sio_epoch_errmsg(m->sub));
+            ep->failed = 1;
+            return rc;
+        }
+        if (*out) {
+            m->pass_taken++;
+            return SIO_OK;
+        }
+        /* The pass ended: its counters join the epoch's. */
+        sio_epoch_stats st;
+        sio_epoch_get_stats(m->sub, &st);
+        ep->st.shards_done += st.shards_done;
+        ep->st.shards_skipped += st.shards_skipped;
+        ep->st.samples_skipped += st.samples_skipped;
+        pthread_mutex_lock(&ep->mu);
+        sio_epoch *done = m->sub;
+        m->sub = NULL;
+        pthread_mutex_unlock(&ep->mu);
+        sio_epoch_close(done);
+        if (m->pass_taken == 0) {
+            m->dry = 1;
+            return SIO_OK;
+        }
+        m->pass++;
+    }
+}
+
+/* Next sample of a mixed epoch's input: draw its source by the quotas
+ * left (below(sum), the first source whose running sum passes the draw),
+ * take that source's next sample. A dry source's quota is dropped and
+ * the draw repeated. */
+static sio_code mix_next(sio_epoch *ep, const sio_sample **out)
+{
+    *out = NULL;
+    for (;;) {
+        uint64_t total = 0;
+        for (uint32_t i = 0; i < ep->nmsrc; i++)
+            total += ep->msrc[i].left;
+        if (total == 0)
+            return SIO_OK;
+        uint64_t x = sio_rng_below(&ep->mrng, total);
+        uint32_t i = 0;
+        while (x >= ep->msrc[i].left) {
+            x -= ep->msrc[i].left;
+            i++;
+        }
+        const sio_sample *smp = NULL;
+        sio_code rc = source_take(ep, i, &smp);
+        if (rc)
+            return rc;
+        if (!smp) {
+            SIO_LOG(&ep->cfg.log, SIO_LOG_WARN,
+                    "event=mix_source_dry source=%u quota_left=%" PRIu64, i,
+                    ep->msrc[i].left);
+            ep->msrc[i].left = 0;
+            continue;
+        }
+        ep->msrc[i].left--;
+        ep->msrc[i].taken++;
+        ((sio_sample *)(uintptr_t)smp)->source = i;
+        *out = smp;
+        return SIO_OK;
+    }
+}
+
 /* Next sample of the interleaved sequence, or NULL when all are done. */
 static sio_code interleave_next(sio_epoch *ep, const sio_sample **out)
 {
     sio_code rc;
     *out = NULL;
+    if (ep->nmsrc)
+        return mix_next(ep, out);
     if (!ep->started) {
         ep->started = 1;
         for (uint32_t i = 0; i < ep->cfg.interleave; i++) {
@@ -1162,6 +1361,7 @@ static sio_code materialize(sio_epoch *ep, stub *st, const sio_sample **out)
         *out = v->real;
         v->real = NULL;
         ((sio_sample *)(uintptr_t)*out)->global_index = st->pub.global_index;
+        ((sio_sample *)(uintptr_t)*out)->source = st->pub.source;
     } else {
         snprintf(ep->err, sizeof ep->err, "seek: %s", ep->vmsg);
         rc = SIO_ERR_IO;
@@ -1286,6 +1486,9 @@ sio_code sio_epoch_open_at(sio_io *io, const sio_shardlist *list,
     sio_epoch *ep = NULL;
     sio_code rc;
     *out = NULL;
+    if (pos > 0 && cfg->nmix)
+        return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                          "a mixed epoch is replayed to a position");
     if (pos > 0 && !cfg->index)
         return sio_seterr(err, SIO_ERR_UNSUPPORTED,
                           "a seek needs shard indexes");
@@ -1332,6 +1535,10 @@ sio_code sio_epoch_order(sio_io *io, const sio_shardlist *list,
     *n = 0;
     if (!cfg->index)
         return sio_seterr(err, SIO_ERR_UNSUPPORTED, "no shard indexes");
+    if (cfg->nmix)
+        return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                          "the order of a mixed epoch is not computed from "
+                          "indexes");
     c.read_threads = 0;
     rc = epoch_new(io, list, &c, &ep, err);
     if (rc)
@@ -1378,6 +1585,10 @@ sio_code sio_epoch_open_sample(sio_io *io, const sio_shardlist *list,
     c.interleave = 1;
     c.buffer_samples = 1;
     c.replica = c.replicas = 0;
+    c.nmix = 0;
+    c.mix = NULL;
+    c.range_first = c.range_count = 0;
+    c.resample = 0;
     rc = epoch_new(io, list, &c, &ep, err);
     if (rc)
         return rc;
@@ -1424,6 +1635,11 @@ sio_code sio_epoch_open_sample(sio_io *io, const sio_shardlist *list,
             ep->nvents = 1;
             st->vi = 0;
             st->pub.global_index = i;
+            /* a mixed job's sample names its source (its part of the list) */
+            for (uint32_t m = 0; m < cfg->nmix && cfg->mix; m++)
+                if (idx >= cfg->mix[m].first &&
+                    idx - cfg->mix[m].first < cfg->mix[m].count)
+                    st->pub.source = m;
             ep->outq[0] = &st->pub;
             ep->qhead = 0;
             ep->qlen = 1;
@@ -1443,43 +1659,95 @@ out:
     return rc;
 }
 
+/* Good samples of shard idx by its complete index, after the journal's
+ * cut: SIO_OK, or SIO_ERR_AGAIN while the index is not complete. */
+static sio_code shard_good(sio_epoch *ep, uint32_t idx, uint64_t *good)
+{
+    sio_index_entry *e = shard_ix(ep, idx);
+    sio_index_info info;
+    uint64_t cut;
+    *good = 0;
+    if (!e)
+        return SIO_ERR_AGAIN;
+    sio_index_get_info(e, &info);
+    if (!info.complete)
+        return SIO_ERR_AGAIN;
+    if (ep->cfg.journal && sio_journal_cut(ep->cfg.journal, idx, &cut) &&
+        cut < info.known) {
+        for (uint64_t g = 0; g < cut; g++) {
+            sio_index_group gr;
+            if (sio_index_group_get(e, g, &gr) &&
+                !(gr.flags & SIO_INDEX_GROUP_BAD))
+                (*good)++;
+        }
+    } else {
+        *good = info.good;
+    }
+    return SIO_OK;
+}
+
+/* Samples mixed source i gives: its quota, unless a pass gives nothing
+ * (every pass of a permuted source holds the same shards; a resampled
+ * one's passes are drawn here as the epoch draws them). */
+static sio_code source_count(sio_epoch *ep, uint32_t i, uint64_t *count)
+{
+    const sio_mix_source *m = &ep->msrc[i].def;
+    uint64_t taken = 0;
+    sio_code rc = SIO_OK;
+    *count = 0;
+    if (m->quota == 0)
+        return SIO_OK;
+    if (!m->resample) {
+        uint64_t n = 0, g;
+        for (uint32_t k = 0; k < m->count && rc == SIO_OK; k++) {
+            rc = shard_good(ep, m->first + k, &g);
+            n += g;
+        }
+        if (rc == SIO_OK)
+            *count = n ? m->quota : 0;
+        return rc;
+    }
+    for (uint32_t pass = 0; taken < m->quota; pass++) {
+        sio_rng r;
+        uint64_t n = 0, g;
+        if (pass >= SIO_MIX_PASSES_MAX)
+            return SIO_ERR_LIMIT;
+        sio_rng_seed(&r, ep->cfg.seed, ep->cfg.epoch, SIO_RNG_PASS(i, pass));
+        for (uint32_t k = 0; k < m->count; k++) {
+            rc = shard_good(ep, m->first +
+                                    (uint32_t)sio_rng_below(&r, m->count),
+                            &g);
+            if (rc)
+                return rc;
+            n += g;
+        }
+        if (n == 0)
+            break; /* dry */
+        taken += n;
+    }
+    *count = taken < m->quota ? taken : m->quota;
+    return SIO_OK;
+}
+
 sio_code sio_epoch_count(sio_io *io, const sio_shardlist *list,
                          const sio_epoch_config *cfg, uint64_t *count)
 {
     sio_epoch *ep = NULL;
     sio_code rc;
-    uint64_t total = 0;
+    uint64_t total = 0, good;
     *count = UINT64_MAX;
     if (!cfg->index)
         return SIO_ERR_UNSUPPORTED;
     rc = epoch_new(io, list, cfg, &ep, NULL);
     if (rc)
         return rc;
+    for (uint32_t i = 0; i < ep->nmsrc && rc == SIO_OK; i++) {
+        rc = source_count(ep, i, &good);
+        total += good;
+    }
     for (size_t p = 0; p < ep->nshards && rc == SIO_OK; p++) {
-        uint32_t idx = ep->perm[p];
-        sio_index_entry *e = shard_ix(ep, idx);
-        sio_index_info info;
-        uint64_t cut;
-        if (!e) {
-            rc = SIO_ERR_AGAIN;
-            break;
-        }
-        sio_index_get_info(e, &info);
-        if (!info.complete) {
-            rc = SIO_ERR_AGAIN;
-            break;
-        }
-        if (cfg->journal && sio_journal_cut(cfg->journal, idx, &cut) &&
-            cut < info.known) {
-            for (uint64_t g = 0; g < cut; g++) {
-                sio_index_group gr;
-                if (sio_index_group_get(e, g, &gr) &&
-                    !(gr.flags & SIO_INDEX_GROUP_BAD))
-                    total++;
-            }
-        } else {
-            total += info.good;
-        }
+        rc = shard_good(ep, ep->perm[p], &good);
+        total += good;
     }
     sio_epoch_close(ep);
     if (rc == SIO_OK)

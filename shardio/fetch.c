@@ -141,8 +141,9 @@ struct fstream {
     uint64_t total; /* object size, UINT64_MAX unknown */
     uint64_t end_limit; /* read nothing at or past this (UINT64_MAX) */
     uint64_t next_len;  /* size of the next ranged part: parts start at
-                           FETCH_FIRST_PART and double up to part_size,
-                           so a short read fetches little */
+                           FETCH_FIRST_PART (part_size for a whole-object
+                           read) and double up to part_size, so a short
+                           read fetches little */
     int probed;     /* the first answer told size and Range support */
     int single;     /* Range ignored: one part, the whole body */
     char etag[SIO_FETCH_ETAG_MAX];
@@ -1719,8 +1720,13 @@ sio_code sio_fetch_open_range(sio_fetch *f, const sio_fetch_target *t,
     s->offset = offset;
     s->total = UINT64_MAX;
     s->end_limit = end > offset ? end : offset + 1;
-    s->next_len = f->cfg.part_size < FETCH_FIRST_PART ? f->cfg.part_size
-                                                      : FETCH_FIRST_PART;
+    /* A read of the whole object (from byte 0, no end) asks for a whole
+     * part at once: one request per object up to part_size (a throttled
+     * store counts requests). A read from an offset (a seek) starts small
+     * and doubles, so a short read fetches little. */
+    s->next_len = offset == 0 && end == UINT64_MAX ? f->cfg.part_size
+                  : f->cfg.part_size < FETCH_FIRST_PART ? f->cfg.part_size
+                                                        : FETCH_FIRST_PART;
     s->next_start = offset;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);

@@ -255,6 +255,12 @@ sio_code sio_framew_create(const sio_frames_header *h,
         rc = sio_seterr(err, SIO_ERR_INVALID, "framew: job must be UTF-8");
         goto out;
     }
+    if (h->nsources > SIO_MIX_SOURCES_MAX) {
+        json_decref(farr);
+        json_decref(job);
+        rc = sio_seterr(err, SIO_ERR_INVALID, "framew: too many sources");
+        goto out;
+    }
     obj = json_pack("{s:i,s:o,s:I,s:I,s:I,s:I,s:I,s:s,s:o}", "version",
                     SIO_FRAMES_VERSION, "job", job, "epoch",
                     (json_int_t)h->epoch, "rank", (json_int_t)h->rank,
@@ -265,6 +271,25 @@ sio_code sio_framew_create(const sio_frames_header *h,
     if (!obj) {
         rc = sio_seterr(err, SIO_ERR_NOMEM, "framew: out of memory");
         goto out;
+    }
+    if (h->nsources) {
+        json_t *arr = json_array();
+        for (size_t i = 0; arr && i < h->nsources; i++) {
+            json_t *one = json_pack(
+                "{s:s,s:I,s:I}", "name",
+                h->sources[i].name ? h->sources[i].name : "", "first",
+                (json_int_t)h->sources[i].first, "count",
+                (json_int_t)h->sources[i].count);
+            if (!one || json_array_append_new(arr, one) != 0) {
+                json_decref(arr);
+                arr = NULL;
+            }
+        }
+        if (!arr || json_object_set_new(obj, "sources", arr) != 0) {
+            rc = sio_seterr(err, SIO_ERR_INVALID,
+                            "framew: source names must be UTF-8");
+            goto out;
+        }
     }
     rc = put(w, SIO_FRAMES_MAGIC, SIO_FRAMES_MAGIC_LEN);
     if (rc == SIO_OK)
@@ -544,6 +569,9 @@ struct sio_framer {
 
     int got_header;
     char *job;
+    sio_frames_source *srcs; /* a mixed job's sources (HEADER) */
+    char (*srcnames)[SIO_FRAMES_SOURCE_NAME_MAX + 1];
+    size_t nsrcs;
     char **fields;
     size_t nfields;
     int has_fields;
@@ -617,6 +645,8 @@ void sio_framer_destroy(sio_framer *f)
         free(f->fields[i]);
     free(f->fields);
     free(f->job);
+    free(f->srcs);
+    free(f->srcnames);
     free(f->buf);
     free(f->fv);
     free(f);
@@ -798,6 +828,40 @@ static sio_code decode_header(sio_framer *f, const unsigned char *p,
         goto out;
     }
     h->job = f->job;
+    json_t *sv = json_object_get(obj, "sources");
+    if (sv) {
+        size_t n = json_is_array(sv) ? json_array_size(sv) : 0;
+        if (!json_is_array(sv) || n == 0 || n > SIO_MIX_SOURCES_MAX) {
+            rc = fail(f, SIO_ERR_FORMAT, "frames: HEADER sources must be an "
+                      "array of 1..%u sources", SIO_MIX_SOURCES_MAX);
+            goto out;
+        }
+        f->srcs = calloc(n, sizeof *f->srcs);
+        f->srcnames = calloc(n, sizeof *f->srcnames);
+        if (!f->srcs || !f->srcnames) {
+            rc = fail(f, SIO_ERR_NOMEM, "frames: out of memory");
+            goto out;
+        }
+        for (size_t i = 0; i < n; i++) {
+            json_t *e = json_array_get(sv, i), *nm = json_object_get(e, "name");
+            size_t nl = json_string_length(nm);
+            if (!json_is_object(e) || !json_is_string(nm) || nl == 0 ||
+                nl > SIO_FRAMES_SOURCE_NAME_MAX ||
+                strlen(json_string_value(nm)) != nl ||
+                json_u32(e, "first", &f->srcs[i].first) != 0 ||
+                json_u32(e, "count", &f->srcs[i].count) != 0) {
+                rc = fail(f, SIO_ERR_FORMAT,
+                          "frames: HEADER source %zu is not {name, first, "
+                          "count}", i);
+                goto out;
+            }
+            memcpy(f->srcnames[i], json_string_value(nm), nl + 1);
+            f->srcs[i].name = f->srcnames[i];
+        }
+        f->nsrcs = n;
+        h->sources = f->srcs;
+        h->nsources = n;
+    }
     json_t *fl = json_object_get(obj, "fields");
     if (json_is_array(fl)) {
         size_t n = json_array_size(fl);
@@ -965,6 +1029,12 @@ static sio_code decode_sample(sio_framer *f, const unsigned char *p,
     ev->global_index = g;
     ev->position = pos;
     ev->shard_index = idx;
+    ev->source = UINT32_MAX;
+    for (size_t i = 0; i < f->nsrcs; i++)
+        if (idx >= f->srcs[i].first && idx - f->srcs[i].first < f->srcs[i].count) {
+            ev->source = (uint32_t)i;
+            break;
+        }
     ev->shard_url = s->url;
     ev->shard_url_len = s->len;
     ev->nsample_fields = nf;

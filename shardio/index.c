@@ -36,6 +36,10 @@
 #define INDEX_MAGIC "SCIDX\0\1\0"
 #define INDEX_HEADER_LEN (8 + 4 + 4 + 8 + 8)
 #define INDEX_TRAILER_LEN (1 + 8 + 8)
+/* Remote directories remembered, and the misses after which one with no
+ * sidecar is not asked again. */
+#define SIDECAR_DIRS 64
+#define SIDECAR_GIVE_UP 8u
 /* A sidecar larger than this is ignored (it would be read into memory). */
 #define INDEX_SIDECAR_MAX (256ull << 20)
 #define INDEX_BUCKETS_MIN 1024u
@@ -68,6 +72,16 @@ struct sio_index {
      * lock is never held while taking the store's). */
     atomic_uint_fast64_t entries, complete, groups, loaded, built, invalid,
         write_errors;
+    /* Remote directories whose sidecars keep being absent: after
+     * SIDECAR_GIVE_UP misses and no hit, a directory is not asked again
+     * (each ask is a request to the store, which may throttle). sidemu
+     * is taken with an entry's lock held, never the other way round. */
+    pthread_mutex_t sidemu;
+    struct side_dir {
+        uint64_t h;          /* hash of the directory URL (0: free) */
+        uint32_t misses, hits;
+    } side[SIDECAR_DIRS];
+    size_t side_next;
 };
 
 /* Little-endian encoding ------------------------------------------------ */
@@ -323,6 +337,7 @@ sio_code sio_index_open(const sio_index_config *cfg, sio_index **out,
     if (!x)
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&x->mu, NULL);
+    pthread_mutex_init(&x->sidemu, NULL);
     x->nb = INDEX_BUCKETS_MIN;
     x->b = calloc(x->nb, sizeof *x->b);
     if (!x->b) {
@@ -384,6 +399,7 @@ void sio_index_close(sio_index *x)
     free(x->b);
     free(x->dir);
     pthread_mutex_destroy(&x->mu);
+    pthread_mutex_destroy(&x->sidemu);
     free(x);
 }
 
@@ -500,6 +516,61 @@ fail:
     return NULL;
 }
 
+/* The remembered state of url's directory, for a remote url (NULL for a
+ * local file: asking costs a stat). sidemu held. */
+static struct side_dir *side_dir(sio_index *x, sio_io *io, const char *url,
+                                 int create)
+{
+    const sio_backend_ops *ops;
+    void *ctx;
+    const char *slash = strrchr(url, '/');
+    uint64_t h = 1469598103934665603ull;
+    if (!slash || sio_io_backend(io, url, &ops, &ctx, NULL) != SIO_OK ||
+        ops == &sio_backend_file)
+        return NULL;
+    for (const char *p = url; p < slash; p++) {
+        h ^= (unsigned char)*p;
+        h *= 1099511628211ull;
+    }
+    h |= 1; /* never 0 */
+    for (size_t i = 0; i < SIDECAR_DIRS; i++)
+        if (x->side[i].h == h)
+            return &x->side[i];
+    if (!create)
+        return NULL;
+    struct side_dir *d = &x->side[x->side_next++ % SIDECAR_DIRS];
+    d->h = h;
+    d->misses = d->hits = 0;
+    return d;
+}
+
+/* Ask for url's sidecar? Not in a remote directory where SIDECAR_GIVE_UP
+ * asks found none. */
+static int side_ask(sio_index *x, sio_io *io, const char *url)
+{
+    pthread_mutex_lock(&x->sidemu);
+    struct side_dir *d = side_dir(x, io, url, 0);
+    int ask = !d || d->hits > 0 || d->misses < SIDECAR_GIVE_UP;
+    pthread_mutex_unlock(&x->sidemu);
+    return ask;
+}
+
+static void side_result(sio_index *x, sio_io *io, const char *url, int hit)
+{
+    pthread_mutex_lock(&x->sidemu);
+    struct side_dir *d = side_dir(x, io, url, 1);
+    if (d) {
+        if (hit)
+            d->hits++;
+        else if (++d->misses == SIDECAR_GIVE_UP && d->hits == 0)
+            SIO_LOG(&x->log, SIO_LOG_INFO,
+                    "event=index_sidecars_absent misses=%u: the store is not "
+                    "asked for more sidecars in this directory",
+                    d->misses);
+    }
+    pthread_mutex_unlock(&x->sidemu);
+}
+
 /* Try the persisted file, then a sidecar (e->mu held, x->mu not held). */
 static void entry_load(sio_index_entry *e, sio_io *io)
 {
@@ -516,7 +587,7 @@ static void entry_load(sio_index_entry *e, sio_io *io)
                  SIO_INDEX_SUFFIX) < (int)sizeof path &&
         (data = read_file(path, SIO_INDEX_FILE_MAX, &len)) != NULL)
         what = "state";
-    if (!data && io && x->sidecars) {
+    if (!data && io && x->sidecars && side_ask(x, io, e->url)) {
         size_t ul = strlen(e->url);
         char *side = malloc(ul + sizeof SIO_INDEX_SUFFIX);
         if (side) {
@@ -526,6 +597,7 @@ static void entry_load(sio_index_entry *e, sio_io *io)
             free(side);
             if (data)
                 what = "sidecar";
+            side_result(x, io, e->url, data != NULL);
         }
     }
     if (!data)

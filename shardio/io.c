@@ -19,6 +19,7 @@
 
 /* Backends in the order they are asked; the first that matches serves. */
 static const sio_backend_ops *const backends[] = {
+    &sio_backend_objset, /* before file: its URLs are paths with a query */
     &sio_backend_file,
     &sio_backend_http,
     &sio_backend_s3,
@@ -156,6 +157,14 @@ sio_code sio_io_backend(sio_io *io, const char *url,
         }
     }
     return sio_seterr(err, SIO_ERR_UNSUPPORTED, "no backend for url=%s", url);
+}
+
+void *sio_io_backend_ctx(sio_io *io, const sio_backend_ops *ops)
+{
+    for (size_t i = 0; io && i < NBACKENDS; i++)
+        if (backends[i] == ops)
+            return io->ctx[i];
+    return NULL;
 }
 
 sio_code sio_io_register_backend(sio_io *io, const sio_backend_ops *ops,

@@ -72,8 +72,11 @@ static sio_code add_spec(sio_io *io, const char *spec, unsigned flags,
     size_t nnames = 0, i;
     sio_objlist dir;
     uint64_t size;
-    sio_code rc = sio_io_backend(io, spec, &ops, &ctx, err);
+    sio_code rc;
 
+    if (sio_objset_spec(spec))
+        return sio_objset_resolve(io, spec, out, err);
+    rc = sio_io_backend(io, spec, &ops, &ctx, err);
     sio_objlist_init(&dir, out->max);
     if (rc)
         goto out;
@@ -205,6 +208,33 @@ sio_code sio_shardlist_from_urls(const char *const *urls, size_t n,
             sio_shardlist_free(l);
             return rc;
         }
+    }
+    *out = l;
+    return SIO_OK;
+}
+
+sio_code sio_shardlist_concat(const sio_shardlist *const *parts, size_t n,
+                              sio_shardlist **out, sio_error *err)
+{
+    sio_shardlist *l = calloc(1, sizeof *l);
+    sio_code rc = SIO_OK;
+    *out = NULL;
+    if (!l)
+        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    sio_objlist_init(&l->objs, SIO_SHARDS_MAX);
+    for (size_t p = 0; p < n && rc == SIO_OK; p++)
+        for (size_t i = 0; parts[p] && i < parts[p]->objs.n; i++) {
+            rc = sio_objlist_add(&l->objs, parts[p]->objs.v[i].url,
+                                 parts[p]->objs.v[i].size);
+            if (rc) {
+                sio_seterr(err, rc, "too many shards (max %u)",
+                           SIO_SHARDS_MAX);
+                break;
+            }
+        }
+    if (rc) {
+        sio_shardlist_free(l);
+        return rc;
     }
     *out = l;
     return SIO_OK;

@@ -57,7 +57,15 @@ struct sio_tarw {
     char filter[SIO_TARW_FILTER_MAX][SIO_TARW_FIELD_NAME_MAX + 1];
     sio_wbuf name; /* member name being built */
     sio_wbuf pax;  /* pax records being built */
+    const char *const *sources; /* a mixed job's source names */
+    size_t nsources;
 };
+
+void sio_tarw_set_sources(sio_tarw *w, const char *const *names, size_t n)
+{
+    w->sources = names;
+    w->nsources = n;
+}
 
 /* ------------------------------------------------------------------ */
 /* sio_wbuf                                                             */
@@ -475,6 +483,10 @@ sio_code sio_tarw_sample(sio_tarw *w, const sio_sample *s, uint64_t position)
                 if (rc == SIO_OK)
                     rc = pax_record(&w->pax, "SHARDCAST.position", num,
                                     (size_t)n);
+                if (rc == SIO_OK && s->source < w->nsources)
+                    rc = pax_record(&w->pax, "SHARDCAST.source",
+                                    w->sources[s->source],
+                                    strlen(w->sources[s->source]));
             }
             if (rc != SIO_OK)
                 goto out;

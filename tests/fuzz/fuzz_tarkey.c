@@ -58,7 +58,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     key[size] = '\0';
     if (key[0]) {
         sio_field f = {"jpg", (const unsigned char *)"x", 1};
-        sio_sample s = {key, "http://u:p@h/s.tar?sig=x", 0, 0, 7, 1, &f, 1};
+        sio_sample s = {key, "http://u:p@h/s.tar?sig=x", 0, 0, 7, 1, &f, 1, 0};
         sio_wbuf out;
         sio_tarw *w = NULL;
         sio_wbuf_init(&out, 4u << 20);

@@ -4,13 +4,16 @@ shardcastd replicas started through the image's entrypoint on loopback.
 The module name is unique so it cannot clash with other test helpers."""
 
 import json
+import math
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import urllib.request
+from fractions import Fraction
 
 import yaml
 
@@ -33,10 +36,10 @@ STARTUP_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
 
 
-def render(kustomization):
+def render(kustomization, root=K8S):
     """The objects `kubectl kustomize k8s/<kustomization>` renders, and the
-    YAML text."""
-    proc = subprocess.run(["kubectl", "kustomize", os.path.join(K8S, kustomization)],
+    YAML text; `root` is another copy of k8s/."""
+    proc = subprocess.run(["kubectl", "kustomize", os.path.join(root, kustomization)],
                           capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
         raise AssertionError("kubectl kustomize k8s/%s failed:\n%s" % (kustomization, proc.stderr))
@@ -49,8 +52,9 @@ def by_kind(objects, kind, name=None):
 
 
 def parse_bytes(v):
-    """A byte count as shardcastd reads it: an integer, or a string with an
-    optional binary suffix (K/KB/KiB, M..., G..., T...)."""
+    """A byte count as shardcastd reads it (libshardio's sio_parse_units):
+    an integer, or a string with an optional binary suffix, any case
+    (B, K/KB/KiB/Ki, M..., G..., T...)."""
     if isinstance(v, int):
         return v
     text = str(v).strip().lower()
@@ -58,18 +62,40 @@ def parse_bytes(v):
     n, suf = int(text[:digits]), text[digits:]
     mult = {"": 1, "b": 1}
     for i, p in enumerate("kmgt"):
-        for s in (p, p + "b", p + "ib"):
+        for s in (p, p + "b", p + "ib", p + "i"):
             mult[s] = 1 << (10 * (i + 1))
     return n * mult[suf]
 
 
+GIB = 1 << 30
+
+# Kubernetes resource.Quantity suffixes: binary (Ki = 2^10 ...) and decimal
+# SI (k = 10^3, M = 10^6, G = 10^9 ...). "G" is 10^9 bytes to Kubernetes and
+# 2^30 to shardcastd (parse_bytes), so the two are parsed apart.
+_QUANTITY = re.compile(r"^([+-]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+                       r"(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$")
+_QUANTITY_SUFFIX = {"Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50,
+                    "Ei": 2 ** 60, "n": Fraction(1, 10 ** 9), "u": Fraction(1, 10 ** 6),
+                    "m": Fraction(1, 1000), "k": 10 ** 3, "M": 10 ** 6, "G": 10 ** 9,
+                    "T": 10 ** 12, "P": 10 ** 15, "E": 10 ** 18, None: 1}
+
+
 def parse_quantity(q):
-    """A Kubernetes memory quantity (Ki/Mi/Gi/Ti or a plain byte count)."""
-    q = str(q)
-    for suf, m in (("Ki", KIB), ("Mi", MIB), ("Gi", 1 << 30), ("Ti", 1 << 40)):
-        if q.endswith(suf):
-            return int(q[:-len(suf)]) * m
-    return int(q)
+    """A Kubernetes quantity (resource.Quantity: "20Gi", "21474836480",
+    "20G", "1.5Ti", "2e9") as a whole number of bytes, rounded up as
+    Kubernetes rounds a quantity's value."""
+    m = _QUANTITY.match(str(q))
+    if not m:
+        raise ValueError("not a Kubernetes quantity: %r" % (q,))
+    sign, num, suf = m.groups()
+    if suf and suf[0] in "eE" and suf not in _QUANTITY_SUFFIX:
+        mult = Fraction(10) ** int(suf[1:])
+    else:
+        mult = _QUANTITY_SUFFIX[suf]
+    v = Fraction(num) * mult
+    if sign == "-":
+        v = -v
+    return math.ceil(v)
 
 
 # The memory rule of the manifests (documented in k8s/base/deployment.yaml

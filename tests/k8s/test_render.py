@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 
 from k8s_testlib import (KUSTOMIZATIONS, Replica, by_kind, free_port, host_of, memory_bound,
-                         memory_limit, parse_quantity)
+                         memory_limit, parse_bytes, parse_quantity)
 
 # Variables the entrypoint reads, not shardcastd settings.
 ENTRYPOINT_VARS = {"SHARDCAST_POD_NAME", "SHARDCAST_DAEMON"}
@@ -137,12 +137,19 @@ def test_scale_out_wiring(rendered):
     assert e["SHARDCAST_POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert "SHARDCAST_REPLICA" not in e  # from the ordinal, by the entrypoint
     assert sts["spec"]["podManagementPolicy"] == "Parallel"
-    # The pod template is the base's (only env was added).
+    # The pod template is the base's (env was added, and the data volume
+    # became a claim: the ephemeral storage no longer holds it;
+    # test_storage.py checks the sizes).
+    def but_ephemeral_storage(res):
+        return {kind: {n: q for n, q in v.items() if n != "ephemeral-storage"}
+                for kind, v in res.items()}
+
     base_c = container(rendered["base"][0])
     c = container(objects)
-    for key in ("image", "args", "resources", "securityContext", "livenessProbe",
-                "readinessProbe", "volumeMounts"):
+    for key in ("image", "args", "securityContext", "livenessProbe", "readinessProbe",
+                "volumeMounts"):
         assert c[key] == base_c[key], key
+    assert but_ephemeral_storage(c["resources"]) == but_ephemeral_storage(base_c["resources"])
 
 
 def test_example_job(rendered):
@@ -205,6 +212,16 @@ def test_server_accepts_rendered_config(rendered, shardcastd, k, k8s_workdir, tm
     for name, e in env_of(c).items():
         if "value" in e:
             env[name] = e["value"]
+    # The pod's writable volumes (state_dir and the cache under it) map
+    # into the test's directory, never onto this machine's own paths.
+    writable = [m["mountPath"] for m in c["volumeMounts"]
+                if not m.get("readOnly", False) and m["mountPath"] != "/tmp"]
+    assert env["SHARDCAST_STATE_DIR"] in writable
+    for name, value in env.items():
+        if any(value == mp or value.startswith(mp + "/") for mp in writable):
+            env[name] = str(tmp_path / "volumes") + value
+    state_dir = env["SHARDCAST_STATE_DIR"]
+    os.makedirs(state_dir)
     token_dir = tmp_path / "secrets"
     token_dir.mkdir()
     for key, val in secret.items():
@@ -235,8 +252,21 @@ def test_server_accepts_rendered_config(rendered, shardcastd, k, k8s_workdir, tm
         assert (doc["replica"], doc["replicas"]) == (replicas - 1, replicas)
         with urllib.request.urlopen(pod.url + "/metrics", timeout=5) as r:
             assert b"# TYPE" in r.read()
+        # The shard cache runs with the rendered budget (its series are
+        # among those shown to token holders).
+        req = urllib.request.Request(pod.url + "/metrics",
+                                     headers={"Authorization": "Bearer " + secret["token"]})
+        with urllib.request.urlopen(req, timeout=5) as r:
+            metrics = r.read().decode()
+        budget = re.search(r"(?m)^shardcast_cache_budget_bytes ([0-9]+)$", metrics)
+        assert budget, "no shardcast_cache_budget_bytes in /metrics"
+        assert int(budget.group(1)) == parse_bytes(env["SHARDCAST_CACHE_BYTES"]), budget.group(0)
     finally:
         assert pod.stop() == 0, pod.log()
+    # state_dir was used where the volume is: the journals are there, and
+    # the cache in its default directory under it.
+    assert os.path.isdir(os.path.join(state_dir, "journal")), os.listdir(state_dir)
+    assert os.path.isdir(os.path.join(state_dir, "cache")), os.listdir(state_dir)
     assert secret["token"] not in pod.log() and secret["admin-token"] not in pod.log()
 
 

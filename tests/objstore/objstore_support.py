@@ -7,6 +7,7 @@ gets a clean AWS environment (no ~/.aws, IMDS disabled) so that nothing
 leaves 127.0.0.1.
 """
 
+import contextlib
 import os
 import shutil
 import socket
@@ -107,13 +108,14 @@ def free_port():
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def nginx(dataset, tmp_path_factory):
-    """nginx (Debian's) serving the dataset directory on 127.0.0.1."""
+@contextlib.contextmanager
+def serve_nginx(directory, root):
+    """nginx (Debian's) serving `directory` on 127.0.0.1, its files under
+    `root`; yields the base URL."""
     exe = shutil.which("nginx") or "/usr/sbin/nginx"
     if not os.access(exe, os.X_OK):
         pytest.fail("nginx not installed (apt-get install nginx-light)")
-    root = tmp_path_factory.mktemp("nginx")
+    root = Path(root)
     port = free_port()
     conf = root / "nginx.conf"
     tmp = {k: root / k for k in ("body", "proxy", "fcgi", "uwsgi", "scgi")}
@@ -136,7 +138,7 @@ http {
   keepalive_requests 100000;
   server { listen 127.0.0.1:%(port)d; root %(data)s; }
 }
-""" % dict(root=root, port=port, data=dataset, **tmp))
+""" % dict(root=root, port=port, data=directory, **tmp))
     proc = subprocess.Popen([exe, "-c", str(conf), "-p", str(root)],
                             stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL,
@@ -152,13 +154,22 @@ http {
                 pytest.fail("nginx did not start: %s" %
                             (root / "error.log").read_text())
             time.sleep(0.05)
-    yield "http://127.0.0.1:%d" % port
-    proc.terminate()
     try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        yield "http://127.0.0.1:%d" % port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="session")
+def nginx(dataset, tmp_path_factory):
+    """nginx (Debian's) serving the dataset directory on 127.0.0.1."""
+    with serve_nginx(dataset, tmp_path_factory.mktemp("nginx")) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

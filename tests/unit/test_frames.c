@@ -43,7 +43,7 @@ static void mk_sample(tsample *t, const char *key, const char *url,
 
 static sio_frames_header hdr(const char *job, uint64_t start)
 {
-    sio_frames_header h = {job, 3, 1, 4, start, 0, SIO_PARTITION_EVEN_DROP};
+    sio_frames_header h = {job, 3, 1, 4, start, 0, SIO_PARTITION_EVEN_DROP, NULL, 0};
     return h;
 }
 

@@ -130,7 +130,7 @@ static void test_names_match(void)
         }
         CHECK_STR(flag, key);
     }
-    CHECK_EQ_U64(jobs, 11);
+    CHECK_EQ_U64(jobs, 12);
     free(text);
 }
 

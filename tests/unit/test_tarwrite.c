@@ -202,10 +202,10 @@ static void test_samples(void)
     /* 1: a short key with an empty field. */
     sio_field f1[] = {{"jpg", big, 1000}, {"cls", (const unsigned char *)"7", 1},
                       {"txt", (const unsigned char *)"", 0}};
-    sio_sample s1 = {"000123", "file:///data/a.tar", 0, 3, 5, 3, f1, 1001};
+    sio_sample s1 = {"000123", "file:///data/a.tar", 0, 3, 5, 3, f1, 1001, 0};
     /* 2: a key with directories and a dotted extension. */
     sio_field f2[] = {{"txt.gz", big + 10, 35}};
-    sio_sample s2 = {"compressed/0001", "file:///data/b.tar", 1, 0, 42, 1, f2, 35};
+    sio_sample s2 = {"compressed/0001", "file:///data/b.tar", 1, 0, 42, 1, f2, 35, 0};
     /* 3: a 120-byte key without a slash: "<G>/<key>.<ext>" cannot be split
      * into prefix/name, so every member needs pax path=. */
     char k3[121];
@@ -213,7 +213,7 @@ static void test_samples(void)
     k3[120] = 0;
     sio_field f3[] = {{"json", (const unsigned char *)"{}", 2},
                       {"png", big, 513}};
-    sio_sample s3 = {k3, "file:///data/c.tar", 2, 1, 7, 2, f3, 515};
+    sio_sample s3 = {k3, "file:///data/c.tar", 2, 1, 7, 2, f3, 515, 0};
     /* 4: a 180-byte key with a slash at 120: the 197-byte name splits into
      * prefix (133 bytes) + name (63), so no path= is needed. */
     char k4[181];
@@ -221,14 +221,14 @@ static void test_samples(void)
     k4[120] = '/';
     k4[180] = 0;
     sio_field f4[] = {{"cls", (const unsigned char *)"1", 1}};
-    sio_sample s4 = {k4, "file:///data/c.tar", 2, 2, 8, 1, f4, 1};
+    sio_sample s4 = {k4, "file:///data/c.tar", 2, 2, 8, 1, f4, 1, 0};
     /* 5: a UTF-8 key long enough to need path= and to be cut in the
      * placeholder name (each character is 2 or 3 bytes). */
     char k5[400] = ""; /* 20 x 11 bytes */
     for (int i = 0; i < 20; i++)
         strcat(k5, "ключ画");
     sio_field f5[] = {{"txt", (const unsigned char *)"utf", 3}};
-    sio_sample s5 = {k5, "s3://bucket/ü.tar", 3, 0, 123456789012ull, 1, f5, 3};
+    sio_sample s5 = {k5, "s3://bucket/ü.tar", 3, 0, 123456789012ull, 1, f5, 3, 0};
 
     const sio_sample *all[] = {&s1, &s2, &s3, &s4, &s5};
     sio_wbuf out;
@@ -345,12 +345,12 @@ static void test_samples(void)
 static void test_filter(void)
 {
     sio_field fa[] = {{"jpg", big, 600}, {"cls", (const unsigned char *)"3", 1}};
-    sio_sample a = {"a", "u", 0, 0, 1, 2, fa, 601};
+    sio_sample a = {"a", "u", 0, 0, 1, 2, fa, 601, 0};
     sio_field fb[] = {{"jpg", big, 10}}; /* no kept field */
-    sio_sample b = {"b", "u", 0, 1, 2, 1, fb, 10};
+    sio_sample b = {"b", "u", 0, 1, 2, 1, fb, 10, 0};
     sio_field fc[] = {{"txt", (const unsigned char *)"x", 1},
                       {"cls", (const unsigned char *)"4", 1}};
-    sio_sample c = {"c", "u", 0, 2, 3, 2, fc, 2};
+    sio_sample c = {"c", "u", 0, 2, 3, 2, fc, 2, 0};
     const char *keep[] = {"cls", "txt"};
 
     sio_wbuf out;
@@ -399,7 +399,7 @@ static void test_filter(void)
 static void test_error_trailer(void)
 {
     sio_field fa[] = {{"cls", (const unsigned char *)"3", 1}};
-    sio_sample a = {"a", "u", 0, 0, 1, 1, fa, 1};
+    sio_sample a = {"a", "u", 0, 0, 1, 1, fa, 1, 0};
     sio_wbuf out;
     sio_wbuf_init(&out, 1u << 20);
     sio_tarw *w = NULL;
@@ -486,7 +486,7 @@ static sio_code failing_write(void *ud, const void *data, size_t len)
 static void test_sink_errors(void)
 {
     sio_field fa[] = {{"bin", big, 2000}};
-    sio_sample a = {"a", "u", 0, 0, 1, 1, fa, 2000};
+    sio_sample a = {"a", "u", 0, 0, 1, 1, fa, 2000, 0};
     failing f = {1024 + 100};
     sio_tarw *w = NULL;
     CHECK(sio_tarw_create(NULL, 0, failing_write, &f, &w, NULL) == SIO_OK);
@@ -504,7 +504,7 @@ static void test_sink_errors(void)
     sio_wbuf_free(&b);
 
     /* An empty key is refused rather than producing "<G>/.ext". */
-    sio_sample e = {"", "u", 0, 0, 1, 1, fa, 2000};
+    sio_sample e = {"", "u", 0, 0, 1, 1, fa, 2000, 0};
     sio_wbuf_init(&b, 1u << 20);
     CHECK(sio_tarw_create(NULL, 0, sio_wbuf_append, &b, &w, NULL) == SIO_OK);
     CHECK(sio_tarw_sample(w, &e, 0) == SIO_ERR_INVALID);
@@ -603,7 +603,7 @@ static void test_hostile_keys(void)
     for (size_t i = 0; i < 3; i++) {
         sio_sample s = {keys[i],
                         "https://AKIA:pw@h/s.tar?X-Amz-Signature=SECRETSIG&v=1",
-                        0, 0, i, 1, f, 1};
+                        0, 0, i, 1, f, 1, 0};
         CHECK(sio_tarw_sample(w, &s, i) == SIO_OK);
     }
     sio_tarw_destroy(w);

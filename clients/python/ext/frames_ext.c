@@ -33,7 +33,7 @@
 static PyObject *FramesError;
 
 /* Interned dict keys, made once at module init. */
-static PyObject *k_key, *k_url, *k_shard, *k_index, *k_position;
+static PyObject *k_key, *k_url, *k_shard, *k_index, *k_position, *k_source;
 
 typedef struct {
     PyObject_HEAD
@@ -41,6 +41,9 @@ typedef struct {
     /* Shard URLs as str, by shard index, made when a SHARD frame arrives so
      * that every sample of a shard shares one object. */
     PyObject *shards; /* dict int -> str */
+    /* A mixed job's source names (from HEADER), by source index: every
+     * sample of a source shares one object. NULL: the stream names none. */
+    PyObject *sources; /* list of str */
 } Framer;
 
 static int framer_init(Framer *self, PyObject *args, PyObject *kw)
@@ -67,6 +70,7 @@ static int framer_init(Framer *self, PyObject *args, PyObject *kw)
         return -1;
     }
     Py_XDECREF(self->shards);
+    Py_CLEAR(self->sources);
     self->shards = PyDict_New();
     return self->shards ? 0 : -1;
 }
@@ -75,6 +79,7 @@ static void framer_dealloc(Framer *self)
 {
     sio_framer_destroy(self->f);
     Py_XDECREF(self->shards);
+    Py_XDECREF(self->sources);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -100,14 +105,35 @@ static PyObject *header_dict(const sio_frame_event *ev)
     } else {
         fields = Py_NewRef(Py_None);
     }
-    return Py_BuildValue("{s:i,s:s,s:K,s:k,s:k,s:K,s:K,s:s,s:N}", "version",
-                         SIO_FRAMES_VERSION, "job", h->job, "epoch",
-                         (unsigned long long)h->epoch, "rank",
-                         (unsigned long)h->rank, "world",
-                         (unsigned long)h->world, "start",
-                         (unsigned long long)h->start, "global_start",
-                         (unsigned long long)h->global_start, "partition",
-                         part, "fields", fields);
+    PyObject *d = Py_BuildValue(
+        "{s:i,s:s,s:K,s:k,s:k,s:K,s:K,s:s,s:N}", "version",
+        SIO_FRAMES_VERSION, "job", h->job, "epoch",
+        (unsigned long long)h->epoch, "rank", (unsigned long)h->rank,
+        "world", (unsigned long)h->world, "start",
+        (unsigned long long)h->start, "global_start",
+        (unsigned long long)h->global_start, "partition", part, "fields",
+        fields);
+    if (d && h->nsources) {
+        PyObject *srcs = PyList_New((Py_ssize_t)h->nsources);
+        for (size_t i = 0; srcs && i < h->nsources; i++) {
+            PyObject *one = Py_BuildValue(
+                "{s:s,s:k,s:k}", "name", h->sources[i].name, "first",
+                (unsigned long)h->sources[i].first, "count",
+                (unsigned long)h->sources[i].count);
+            if (!one) {
+                Py_CLEAR(srcs);
+                break;
+            }
+            PyList_SET_ITEM(srcs, (Py_ssize_t)i, one);
+        }
+        if (!srcs || PyDict_SetItemString(d, "sources", srcs)) {
+            Py_XDECREF(srcs);
+            Py_DECREF(d);
+            return NULL;
+        }
+        Py_DECREF(srcs);
+    }
+    return d;
 }
 
 static PyObject *end_dict(const sio_frame_event *ev)
@@ -155,6 +181,11 @@ static PyObject *sample_dict(Framer *self, const sio_frame_event *ev)
     if (!v || PyDict_SetItem(d, k_position, v))
         goto fail;
     Py_CLEAR(v);
+    if (self->sources && ev->source != UINT32_MAX &&
+        (Py_ssize_t)ev->source < PyList_GET_SIZE(self->sources) &&
+        PyDict_SetItem(d, k_source,
+                       PyList_GET_ITEM(self->sources, ev->source)))
+        goto fail;
     for (size_t i = 0; i < ev->nsample_fields; i++) {
         const sio_frame_field *fl = &ev->sample_fields[i];
         PyObject *name = PyUnicode_DecodeUTF8(fl->name,
@@ -258,6 +289,22 @@ static PyObject *framer_feed(Framer *self, PyObject *args)
         case SIO_FRAMER_HEADER:
             event = "header";
             value = header_dict(&ev);
+            if (value && ev.header.nsources) {
+                Py_CLEAR(self->sources);
+                self->sources = PyList_New((Py_ssize_t)ev.header.nsources);
+                for (size_t i = 0; self->sources && i < ev.header.nsources;
+                     i++) {
+                    PyObject *nm = PyUnicode_InternFromString(
+                        ev.header.sources[i].name);
+                    if (!nm) {
+                        Py_CLEAR(self->sources);
+                        break;
+                    }
+                    PyList_SET_ITEM(self->sources, (Py_ssize_t)i, nm);
+                }
+                if (!self->sources)
+                    Py_CLEAR(value);
+            }
             if (!value)
                 goto out;
             break;
@@ -342,9 +389,11 @@ PyMODINIT_FUNC PyInit__frames(void)
     k_key = PyUnicode_InternFromString("__key__");
     k_url = PyUnicode_InternFromString("__url__");
     k_shard = PyUnicode_InternFromString("__shard__");
+    k_source = PyUnicode_InternFromString("__source__");
     k_index = PyUnicode_InternFromString("__index__");
     k_position = PyUnicode_InternFromString("__position__");
     if (!FramesError || !k_key || !k_url || !k_shard || !k_index || !k_position ||
+        !k_source ||
         PyModule_AddObjectRef(m, "FramesError", FramesError) < 0 ||
         PyModule_AddObjectRef(m, "Framer", (PyObject *)&FramerType) < 0 ||
         PyModule_AddIntConstant(m, "MAX_FRAME", SIO_FRAME_PAYLOAD_MAX) < 0) {

@@ -103,7 +103,8 @@ class FramesReader:
     Each sample is a dict {"__key__": original key, "__url__": shard URL,
     "__shard__": the same (an alias kept for one release),
     "__index__": global index (int), "__position__": position in the share
-    (int), "<ext>": bytes, ...} with the fields in shard order. Iteration
+    (int), "__source__": a mixed job's source name (only for mixed jobs),
+    "<ext>": bytes, ...} with the fields in shard order. Iteration
     raises ShardcastHTTPError, ShardcastConnectionError,
     ShardcastStreamError (an ERROR frame: the server's reason),
     ShardcastIncompleteError (the body ended or broke before END) or
@@ -148,6 +149,7 @@ class FramesReader:
                 except ValueError:
                     pass  # the server will reject the request itself
         self.header = None
+        self._sources = None
         self.trailer = None
         self.samples_received = 0
         self.bytes_read = 0  # body bytes read, once the iteration has ended
@@ -216,6 +218,15 @@ class FramesReader:
         return obj
 
     def _check_header(self, h):
+        sources = h.get("sources")
+        if sources is not None:
+            # A mixed job: a sample's source is the one whose part of the
+            # shard list holds its shard index.
+            try:
+                self._sources = [(int(x["first"]), int(x["count"]), str(x["name"]))
+                                 for x in sources]
+            except (TypeError, KeyError, ValueError) as e:
+                raise self._bad("HEADER has bad sources %r" % (sources,)) from e
         if h.get("version") != VERSION:
             raise self._bad("unsupported frames version %r (this client reads %d)"
                             % (h.get("version"), VERSION))
@@ -401,6 +412,11 @@ class FramesReader:
         o += klen
         sample = {"__key__": key, "__url__": url, "__shard__": url, "__index__": index,
                   "__position__": position}
+        if self._sources:
+            for first, count, name in self._sources:
+                if first <= shard < first + count:
+                    sample["__source__"] = name
+                    break
         for _ in range(nfields):
             if o + _FIELD_SIZE > end:
                 raise self._bad("SAMPLE %r: field header runs past the frame" % key)

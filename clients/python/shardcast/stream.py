@@ -511,6 +511,8 @@ class StreamReader:
         sample = {"__key__": key, "__url__": shard, "__shard__": shard, "__index__": index}
         if position >= 0:
             sample["__position__"] = position
+        if "SHARDCAST.source" in pax:  # a mixed job's source
+            sample["__source__"] = pax["SHARDCAST.source"]
         return sample, prefix
 
     def _json_member(self, tf, ti):
