@@ -689,6 +689,8 @@ def main(argv=None):
         else tempfile.mkdtemp(prefix="shardcast-throttle-")
     shape = Shape("images", a.shards, a.per_shard, a.size, 3,
                   "~%d KiB samples" % (a.size // 1024))
+    from bench import machine_description, tree_state
+    machine = machine_description()  # the load average at the start
     t_session = time.monotonic()
     ctx.ds = ensure_dataset(a.data, shape, log)
     with open(ctx.ds.manifest_path) as f:
@@ -724,7 +726,7 @@ def main(argv=None):
         ctx.store.stop()
         if not a.keep:
             shutil.rmtree(ctx.workdir, ignore_errors=True)
-    from bench import machine_description, tree_state
+    machine["loadavg_end"] = list(os.getloadavg())
     results = {
         "format": FORMAT, "date": stamp,
         "command": a.command or "bench/throttle/throttle.py " + " ".join(argv or sys.argv[1:]),
@@ -741,7 +743,7 @@ def main(argv=None):
                    "quick": a.quick},
         "dataset": ctx.ds.to_dict(),
         "available": {c: {"ok": ok, "reason": why} for c, (ok, why) in avail.items()},
-        "machine": machine_description(), "tree": tree_state(),
+        "machine": machine, "tree": tree_state(),
         "runs": runs,
     }
     import throttle_report

@@ -187,9 +187,10 @@ def render(results):
         " (uncommitted: %s)" % ", ".join(results["tree"]["uncommitted"])
         if results["tree"].get("uncommitted") else ""))
     m = results.get("machine", {})
-    L.append("Machine: %s cores, %s; load average at start %s.\n" % (
+    L.append("Machine: %s cores, %s; load average at start %s, at the end %s.\n" % (
         m.get("nproc", "?"), m.get("cpu_model", "?"),
-        ", ".join("%.2f" % x for x in m.get("loadavg_start", []))))
+        ", ".join("%.2f" % x for x in m.get("loadavg_start", [])),
+        ", ".join("%.2f" % x for x in m.get("loadavg_end", [])) or "?"))
     L.append("Store: s3rver behind the token-bucket proxy, %g requests/s "
              "(burst %g), %s per connection; 503 SlowDown above. Dataset: %d "
              "shards x %d samples of ~%d KiB = %d samples, %.0f MB. Baseline "
