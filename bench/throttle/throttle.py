@@ -440,7 +440,8 @@ def run_one(ctx, contender, workload, rnd, rate=None):
            "nodes": nodes, "workers": workers, "jobs": [j for j, _ in jobs],
            "rate": a.rate if rate is None else rate,
            "burst": a.burst if rate is None else rate,
-           "epochs": [], "ok": False, "error": None}
+           "epochs": [], "ok": False, "error": None,
+           "loadavg_1m": os.getloadavg()[0]}
     ctx.store.rearm(rate)
     t_run = time.monotonic()
     srv = None

@@ -191,6 +191,11 @@ def render(results):
         m.get("nproc", "?"), m.get("cpu_model", "?"),
         ", ".join("%.2f" % x for x in m.get("loadavg_start", [])),
         ", ".join("%.2f" % x for x in m.get("loadavg_end", [])) or "?"))
+    loads = sorted(r["loadavg_1m"] for r in results["runs"] if "loadavg_1m" in r)
+    if loads:
+        L.append("Load average (1 min) when the runs started: %.1f to %.1f, "
+                 "median %.1f (other work shares the machine).\n"
+                 % (loads[0], loads[-1], median(loads)))
     L.append("Store: s3rver behind the token-bucket proxy, %g requests/s "
              "(burst %g), %s per connection; 503 SlowDown above. Dataset: %d "
              "shards x %d samples of ~%d KiB = %d samples, %.0f MB. Baseline "
