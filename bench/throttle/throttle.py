@@ -568,6 +568,22 @@ def run_one(ctx, contender, workload, rnd, rate=None):
 
 # -- the session -------------------------------------------------------------
 
+def tree_state():
+    """The commit measured, and files changed from it (results excluded)."""
+    def git(*args):
+        try:
+            return subprocess.run(["git", "-C", REPO] + list(args),
+                                  capture_output=True, text=True,
+                                  timeout=20).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+    changed = [l[3:] for l in git("status", "--porcelain").splitlines()
+               if len(l) > 3 and not l[3:].startswith("bench/results/")]
+    return {"commit": git("rev-parse", "HEAD").strip(),
+            "subject": git("log", "-1", "--format=%s").strip(),
+            "uncommitted": changed}
+
+
 class Ctx:
     pass
 
@@ -690,7 +706,7 @@ def main(argv=None):
         else tempfile.mkdtemp(prefix="shardcast-throttle-")
     shape = Shape("images", a.shards, a.per_shard, a.size, 3,
                   "~%d KiB samples" % (a.size // 1024))
-    from bench import machine_description, tree_state
+    from bench import machine_description
     machine = machine_description()  # the load average at the start
     t_session = time.monotonic()
     ctx.ds = ensure_dataset(a.data, shape, log)
