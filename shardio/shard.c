@@ -723,6 +723,12 @@ static sio_code next_header(sio_shard *sh)
                 return fail(sh, SIO_ERR_UNSUPPORTED,
                             "zip with encrypted metadata (strong "
                             "encryption): cannot be read");
+            /* The streamable zip reader says nothing when the data ends
+             * where a local header or the central directory should be. */
+            if (sh->zip && !archive_error_string(sh->ar))
+                return fail(sh, SIO_ERR_FORMAT,
+                            "zip data ends without a central directory "
+                            "(truncated?)");
             return fail(sh, SIO_ERR_FORMAT, la_error(sh));
         }
         if (sh->zip) {
