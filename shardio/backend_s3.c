@@ -368,9 +368,10 @@ static sio_code s3_open(void *ctx, const char *url, uint64_t offset,
  * a new level. A lister that has just read a page while threads sit idle
  * and the queue is empty splits the rest of its range (last entry seen,
  * hi] at points between the two and queues the upper pieces; it keeps the
- * lowest. Entries outside (lo, hi] and entries not above the last one seen
- * by the range (a store that repeats a CommonPrefix) are dropped, so the
- * ranges of a level partition its entries whatever a page holds.
+ * lowest. Entries outside (lo, hi] and repeats (a key not above the
+ * largest key the range has had, a CommonPrefix that was on its previous
+ * page) are dropped, so the ranges of a level partition its entries
+ * whatever a page holds.
  *
  * Split points contain no '/': for any CommonPrefix C, C and every key
  * under C then compare alike with a point, so a sub-prefix belongs to
@@ -1060,11 +1061,84 @@ static const char *relative(const list_level *lv, const char *key)
     return strncmp(key, lv->prefix, lv->plen) == 0 ? key + lv->plen : NULL;
 }
 
-/* List one range of one level, every page. */
+/* Sorted copies of a page's CommonPrefixes (relative), to recognise the
+ * ones a store sends again on the next page. */
+typedef struct prefix_set {
+    char **v;
+    size_t n;
+} prefix_set;
+
+static int cmp_strp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void prefix_set_free(prefix_set *s)
+{
+    for (size_t i = 0; i < s->n; i++)
+        free(s->v[i]);
+    free(s->v);
+    s->v = NULL;
+    s->n = 0;
+}
+
+static int prefix_set_has(const prefix_set *s, const char *p)
+{
+    return s->n && bsearch(&p, s->v, s->n, sizeof *s->v, cmp_strp) != NULL;
+}
+
+/* The page's prefixes under lv into *s (replacing it). */
+static sio_code prefix_set_load(prefix_set *s, const list_level *lv,
+                                const sio_s3_list_page *page)
+{
+    prefix_set_free(s);
+    if (!page->nprefixes)
+        return SIO_OK;
+    s->v = malloc(page->nprefixes * sizeof *s->v);
+    if (!s->v)
+        return SIO_ERR_NOMEM;
+    for (size_t i = 0; i < page->nprefixes; i++) {
+        const char *r = relative(lv, page->prefixes[i]);
+        if (!r)
+            continue;
+        s->v[s->n] = strdup(r);
+        if (!s->v[s->n])
+            return SIO_ERR_NOMEM;
+        s->n++;
+    }
+    qsort(s->v, s->n, sizeof *s->v, cmp_strp);
+    return SIO_OK;
+}
+
+/* Replace *dst by a copy of src when src is larger (or *dst is NULL). */
+static sio_code raise_mark(char **dst, const char *src)
+{
+    char *c;
+    if (!src || (*dst && strcmp(src, *dst) <= 0))
+        return SIO_OK;
+    c = strdup(src);
+    if (!c)
+        return SIO_ERR_NOMEM;
+    free(*dst);
+    *dst = c;
+    return SIO_OK;
+}
+
+/*
+ * List one range of one level, every page. Repeats are dropped: a key not
+ * above the largest key this range has had (pages follow each other in key
+ * order), a CommonPrefix that was on the previous page (s3rver sends a
+ * prefix again when its page ended before the objects that sort after the
+ * prefix's directory). Nothing else is assumed of the order within a page.
+ */
 static sio_code list_range(list_job *j, list_item *it, sio_error *err)
 {
     list_level *lv = it->lv;
-    char *token = NULL, *seen = NULL, *start = NULL;
+    char *token = NULL, *start = NULL;
+    char *seen = NULL;     /* the largest entry had: what the range has
+                              consumed, where a split may start */
+    char *seen_key = NULL; /* the largest key had */
+    prefix_set prev = {NULL, 0};
     char shown[600];
     sio_code rc = SIO_OK;
     s3_target t = {j->s3, (char *)(uintptr_t)j->bucket, NULL, NULL, 0};
@@ -1089,7 +1163,8 @@ static sio_code list_range(list_job *j, list_item *it, sio_error *err)
         sio_s3_list_page page;
         const char *top = NULL;    /* the largest entry of the page */
         const char *bottom = NULL; /* and the smallest */
-        int beyond = 0, below = 0, handed_back = 0, advanced;
+        const char *top_key = NULL;
+        int beyond = 0, below = 0, handed_back = 0, advanced = 0, kept = 0;
 
         q[nq].name = "list-type";
         q[nq++].value = "2";
@@ -1129,11 +1204,11 @@ static sio_code list_range(list_job *j, list_item *it, sio_error *err)
         if (rc)
             break;
 
-        /* The page's largest entry, and whether the store went below the
-         * start-after it was given. */
+        /* What the page spans, whether it brings anything new, and whether
+         * the store went below the start-after it was given. */
         for (size_t i = 0; i < page.n + page.nprefixes; i++) {
-            const char *e = i < page.n ? page.keys[i]
-                                       : page.prefixes[i - page.n];
+            int is_key = i < page.n;
+            const char *e = is_key ? page.keys[i] : page.prefixes[i - page.n];
             const char *r = relative(lv, e);
             if (!r)
                 continue;
@@ -1141,6 +1216,11 @@ static sio_code list_range(list_job *j, list_item *it, sio_error *err)
                 top = r;
             if (!bottom || strcmp(r, bottom) < 0)
                 bottom = r;
+            if (is_key && (!top_key || strcmp(r, top_key) > 0))
+                top_key = r;
+            if (is_key ? !seen_key || strcmp(r, seen_key) > 0
+                       : !prefix_set_has(&prev, r))
+                advanced = 1;
             if (start && strcmp(r, it->lo) <= 0)
                 below = 1;
         }
@@ -1177,19 +1257,21 @@ static sio_code list_range(list_job *j, list_item *it, sio_error *err)
                     "event=s3_list_serial bucket=%s reason=start-after "
                     "ignored", j->bucket);
         }
-        advanced = top && (!seen || strcmp(top, seen) > 0);
         for (size_t i = 0; !handed_back && i < page.n + page.nprefixes;
              i++) {
             int is_key = i < page.n;
             const char *e = is_key ? page.keys[i] : page.prefixes[i - page.n];
             const char *r = relative(lv, e);
-            if (!r || strcmp(r, it->lo) <= 0 ||
-                (seen && strcmp(r, seen) <= 0))
-                continue; /* not ours, or already listed */
+            if (!r || strcmp(r, it->lo) <= 0)
+                continue; /* not this range's */
+            if (is_key ? seen_key && strcmp(r, seen_key) <= 0
+                       : prefix_set_has(&prev, r))
+                continue; /* had it already */
             if (it->hi && strcmp(r, it->hi) > 0) {
-                beyond = 1;
+                beyond |= is_key ? 2 : 1;
                 continue;
             }
+            kept = 1;
             level_learn(lv, r);
             if (!is_key) {
                 /* S3 never returns the prefix itself; a server that does
@@ -1219,15 +1301,18 @@ static sio_code list_range(list_job *j, list_item *it, sio_error *err)
                 break;
             }
         }
-        if (rc == SIO_OK && advanced) {
-            char *s = strdup(top);
-            if (!s) {
-                rc = sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
-            } else {
-                free(seen);
-                seen = s;
-            }
-        }
+        if (rc == SIO_OK &&
+            (raise_mark(&seen, top) || raise_mark(&seen_key, top_key) ||
+             prefix_set_load(&prev, lv, &page)))
+            rc = sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+        /* Past hi: a key above it ends the range (keys come in order); a
+         * CommonPrefix above it only with nothing of the range beside it
+         * (s3rver sends a prefix early when its directory's name is a
+         * prefix of file names that sort before it as keys). */
+        if (beyond & 2 || (beyond && !kept))
+            beyond = 1;
+        else
+            beyond = 0;
         if (rc == SIO_OK && !handed_back && page.truncated && !beyond) {
             if (!page.next_token || !page.next_token[0]) {
                 rc = sio_seterr(err, SIO_ERR_FORMAT, "listing %s: truncated "
@@ -1269,6 +1354,8 @@ static sio_code list_range(list_job *j, list_item *it, sio_error *err)
     }
     free(token);
     free(seen);
+    free(seen_key);
+    prefix_set_free(&prev);
     free(start);
     return rc;
 }
