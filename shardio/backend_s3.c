@@ -746,8 +746,12 @@ static size_t split_points(const list_level *lv, const char *first,
                 sizeof *al);
     if (!lo || !fb || !ca || !cf || !ch || !al)
         goto out;
-    if (strcmp(fb, lo) > 0)
-        strcpy(fb, lo); /* fb is at least as long */
+    if (strcmp(fb, lo) > 0) {
+        free(fb);
+        fb = strdup(lo);
+        if (!fb)
+            goto out;
+    }
     if (hi && strcmp(lo, hi) >= 0)
         goto out;
     na = utf8_decode_all(lo, ca, S3_LIST_DIGITS_MAX);
