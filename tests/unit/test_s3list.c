@@ -309,8 +309,19 @@ static int fake_handler(void *ud, int fd, const thttp_req *r)
         free(tv);
     }
     atomic_fetch_sub(&f->inflight, 1);
-    if (thttp_respond(fd, 200, "Content-Type: application/xml\r\n", b.p, b.n))
-        ret = 0;
+    {
+        /* Head and body in one write: two small writes would wait for the
+         * client's delayed ACK (Nagle). */
+        tbuf w = {0};
+        char head[128];
+        snprintf(head, sizeof head, "HTTP/1.1 200 OK\r\nContent-Type: "
+                 "application/xml\r\nContent-Length: %zu\r\n\r\n", b.n);
+        tb_str(&w, head);
+        tb_put(&w, b.p, b.n);
+        if (thttp_write(fd, w.p, w.n))
+            ret = 0;
+        free(w.p);
+    }
     free(b.p);
     return ret;
 }
@@ -539,14 +550,18 @@ static void test_flat_100k(void)
     CHECK(par_reqs >= 101 && par_reqs <= 180);
     CHECK(par_max >= 4 && par_max <= 8);
     CHECK(atomic_load(&f.sa_reqs) > 0);
-    /* Time: the machines that run this are shared and sometimes sanitized,
-     * so only "faster" is checked here; tests/objstore/test_listing.py
-     * measures the speed-up. */
+    /* Time: only "faster" is checked here, and not in sanitizer builds,
+     * whose parsing costs more than the pages wait (the machines that run
+     * this are shared); tests/objstore/test_listing.py measures the
+     * speed-up. */
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
     CHECK(par.secs < serial.secs * 0.8);
+#endif
     printf("flat 100k keys, %d ms per page: serial %.3f s (%d pages), "
            "ranges %.3f s (%d pages, %d ranges at once at most)\n",
            f.latency_ms, serial.secs, serial_reqs, par.secs, par_reqs,
            par_max);
+    sio_objlist_free(&par.got);
     fake_reset(&f);
 
     /* One listing thread: serial whatever SPLIT says. */
