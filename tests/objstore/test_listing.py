@@ -60,23 +60,23 @@ def awkward_keys(n, seed=7):
         if not name or name in (".", ".."):
             continue
         # A fixed tail keeps every key from being a prefix of another.
-        keys.add("awk/%s~%04d.bin" % (name, len(keys) % 10000))
+        keys.add("awk/%s~%04d.tar" % (name, len(keys) % 10000))
     for d in ("sub", "sub two", "\u00e9t\u00e9", "z~"):
         for i in range(40):
-            keys.add("awk/%s/n-%03d.bin" % (d, i))
-    keys.add("awk/sub/deeper/x-0.bin")
+            keys.add("awk/%s/n-%03d.tar" % (d, i))
+    keys.add("awk/sub/deeper/x-0.tar")
     return sorted(keys, key=lambda k: k.encode())
 
 
 def quirk_keys():
     """A directory whose name begins file names that sort before it as keys
-    ("sub!0001.bin" < "sub/" but the file "sub!0001.bin._S3rver_object"
+    ("sub!0001.tar" < "sub/" but the file "sub!0001.tar._S3rver_object"
     comes after the directory "sub"): s3rver then sends the CommonPrefix
     "quirk/sub/" before those keys, on every page until they are listed."""
-    keys = ["quirk/sua%04d.bin" % i for i in range(500)]
-    keys += ["quirk/sub/n-%03d.bin" % i for i in range(5)]
-    keys += ["quirk/sub!%04d.bin" % i for i in range(2000)]
-    keys += ["quirk/zz%04d.bin" % i for i in range(300)]
+    keys = ["quirk/sua%04d.tar" % i for i in range(500)]
+    keys += ["quirk/sub/n-%03d.tar" % i for i in range(5)]
+    keys += ["quirk/sub!%04d.tar" % i for i in range(2000)]
+    keys += ["quirk/zz%04d.tar" % i for i in range(300)]
     return sorted(keys, key=lambda k: k.encode())
 
 
@@ -101,7 +101,7 @@ def test_stub_answers_like_s3rver(s3awk):
     with continuation tokens."""
     srv, keys = s3awk
     picks = [keys[len(keys) // 2], keys[-1], "awk/\u00e9", "awk/sub",
-             "awk/sub/n-010.bin"]
+             "awk/sub/n-010.tar"]
 
     def pages(client, **kw):
         got, token = [], None
@@ -125,7 +125,7 @@ def test_stub_answers_like_s3rver(s3awk):
     with ListStub(keys + quirk_keys()) as stub:
         client = srv.client(endpoint=stub.url)
         for prefix, starts in (("awk/", picks),
-                               ("quirk/", ["quirk/sub!0700.bin", "quirk/sub0"])):
+                               ("quirk/", ["quirk/sub!0700.tar", "quirk/sub0"])):
             for sa, mk in [(None, 1000)] + [(sa, 1000) for sa in starts]:
                 kw = {"Prefix": prefix, "MaxKeys": mk, "Delimiter": "/"}
                 if sa:
@@ -135,13 +135,11 @@ def test_stub_answers_like_s3rver(s3awk):
 
 def test_s3rver_awkward_keys_as_ranges(s3awk):
     srv, keys = s3awk
-    serial, _, _ = run_list("s3://data/awk/", srv.endpoint, all_objects=True,
-                            split=False)
+    serial, _, _ = run_list("s3://data/awk/", srv.endpoint, split=False)
     assert serial == urls(keys)
     for workers in (None, 16):
         got, _, err = run_list("s3://data/awk/", srv.endpoint,
-                               all_objects=True, workers=workers,
-                               extra=("-v",))
+                               workers=workers, extra=("-v",))
         assert got == urls(keys)
         assert "start_after=ok" in err
 
@@ -152,8 +150,7 @@ def test_s3rver_prefix_sent_early(s3awk):
     srv, _ = s3awk
     want = urls(quirk_keys())
     for split in (False, True):
-        got, _, _ = run_list("s3://data/quirk/", srv.endpoint,
-                             all_objects=True, split=split)
+        got, _, _ = run_list("s3://data/quirk/", srv.endpoint, split=split)
         assert got == want
 
 
@@ -164,8 +161,7 @@ def test_s3rver_listing_through_faults(s3awk):
              Rule.reset(after_bytes=3000, count=2, query="list-type"),
              Rule.reset(after_bytes=-1, count=2, query="start-after")]
     with FaultProxy(upstream=srv.endpoint, rules=rules) as proxy:
-        got, _, err = run_list("s3://data/awk/", proxy.url, all_objects=True,
-                               extra=("-v",))
+        got, _, err = run_list("s3://data/awk/", proxy.url, extra=("-v",))
         fired = [r["fired"] for r in proxy.rules()]
         starts = proxy.count(status=200)
     assert got == urls(keys)
