@@ -344,6 +344,11 @@ class Shardcast:
         self.label = "shardcast, ?objects=%d" % per_shard
         self.per_w = True
 
+    def consume(self, ctx, srv, workers):
+        spec = {"kind": "shardcast", "server": srv.url, "job": JOB,
+                "format": "frames"}
+        return run_loader(ctx, spec, workers)
+
     def run(self, ctx, workers, rep, perf_out=None):
         srv = Server(ctx, self.per_shard, ctx.server_flags)
         try:
@@ -358,9 +363,7 @@ class Shardcast:
                 time.sleep(0.5)
             poll = InflightPoller(srv.url)
             meter = Meter(ctx.store.pid()).start()
-            spec = {"kind": "shardcast", "server": srv.url, "job": JOB,
-                    "format": "frames"}
-            res = run_loader(ctx, spec, workers)
+            res = self.consume(ctx, srv, workers)
             srv_cpu = proc_cpu_s(srv.proc.pid) - cpu0
             m = meter.stop(res["loader_cpu_s"] + srv_cpu)
             inflight = poll.stop()
@@ -387,6 +390,40 @@ class Shardcast:
                     server_ready_s=srv.ready_s, virtual_shards=srv.shards,
                     server_warnings=srv.log_events()[-20:],
                     verify=res["verify"])
+
+
+class ShardcastC(Shardcast):
+    """The same server read by `shardcast bench` (W consumer threads in one
+    C process, --verify against the manifest): what the server delivers
+    when the consumers cost next to no CPU."""
+
+    family = "shardcast-c"
+
+    def __init__(self, per_shard):
+        super().__init__(per_shard)
+        self.name = "shardcast-c-n%d" % per_shard
+        self.label = "shardcast, ?objects=%d, C consumers" % per_shard
+
+    def consume(self, ctx, srv, workers):
+        args = [os.path.join(ctx.build, "shardcast"), "bench", "--server",
+                srv.url, "--job", JOB, "-n", str(workers), "--format", "frames",
+                "--verify", ctx.ds.manifest_path, "--json"]
+        t0 = time.perf_counter()
+        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             stdin=subprocess.DEVNULL)
+        rc, ru, out, err = communicate_rusage(p, ctx.timeout)
+        wall = time.perf_counter() - t0
+        if ru["killed"]:
+            raise RunError("timeout after %.0f s" % ctx.timeout)
+        if rc != 0:
+            raise RunError("shardcast bench exit %d: %s" % (rc, err.decode()[-800:]))
+        b = json.loads(out.decode())
+        return {"samples": b["samples"], "payload_bytes": b["bytes"],
+                "elapsed_s": b["seconds"], "first_batch_s": b["ttfs_s"]["min"],
+                "loader_cpu_s": ru["cpu_s"], "workers_cpu_s": ru["cpu_s"],
+                "main_epoch_cpu_s": None, "wall_s": wall,
+                "workers": [{"reconnects": b.get("reconnects", 0)}],
+                "verify": b["verify"]}
 
 
 # -- the harness ------------------------------------------------------------------------
@@ -444,17 +481,30 @@ def med(xs):
     return statistics.median(xs) if xs else None
 
 
+def client_cpu_s(r):
+    """CPU of everything on the reading side of a cell: shardcastd during
+    the epoch plus its consumers, the boto3 loader, or curl."""
+    c = r["cpu"]
+    return (c.get("server_epoch") or 0.0) + c.get("loader", c.get("curl", 0.0))
+
+
 def summarize(records, contenders, workers):
+    """Rows of the table: medians per (contender, W) over the runs that
+    passed, ratios of medians, and the paired ratio (the median over
+    repetitions of this cell's samples/s over the baseline's in the same
+    repetition at the same W: the two ran minutes apart, so slow drifts of
+    the machine's load cancel better)."""
     rows = []
     ceil = med([r["samples_per_s"] for r in records
                 if r["contender"] == "ceiling-curl" and r["ok"]])
     for c in contenders:
-        for w in (workers if c.per_w else [None]):
-            rs = [r for r in records if r["contender"] == c.name
-                  and (w is None or r["workers"] == w)]
+        for w in (workers if c["per_w"] else [None]):
+            rs = [r for r in records if r["contender"] == c["name"]
+                  and r["rep"] >= 0 and (w is None or r["workers"] == w)]
             ok = [r for r in rs if r["ok"]]
-            row = {"contender": c.name, "label": c.label, "family": c.family,
-                   "workers": w, "runs": len(rs), "runs_ok": len(ok)}
+            row = {"contender": c["name"], "label": c["label"],
+                   "family": c["family"], "workers": w, "runs": len(rs),
+                   "runs_ok": len(ok)}
             if ok:
                 def m(f):
                     return med([f(r) for r in ok])
@@ -472,8 +522,26 @@ def summarize(records, contenders, workers):
                     "consumer_cpu_s": m(lambda r: r["cpu"].get("loader",
                                                                r["cpu"].get("curl"))),
                     "store_cpu_s": m(lambda r: r["store_cpu_s"]),
+                    "store_ms_per_sample": m(lambda r: 1e3 * r["store_cpu_s"]
+                                             / r["samples"]),
+                    "client_ms_per_sample": m(lambda r: 1e3 * client_cpu_s(r)
+                                              / r["samples"]),
+                    "samples_per_store_cpu_s": m(lambda r: r["samples"]
+                                                 / r["store_cpu_s"]
+                                                 if r["store_cpu_s"] else None),
                     "inflight_mean": m(lambda r: (r.get("inflight") or {}).get("mean")),
                 })
+                if w is not None:
+                    pairs = []
+                    for r in ok:
+                        b = next((x for x in records if x["ok"]
+                                  and x["contender"] == "baseline-boto3"
+                                  and x["workers"] == w and x["rep"] == r["rep"]),
+                                 None)
+                        if b:
+                            pairs.append(r["samples_per_s"] / b["samples_per_s"])
+                    row["x_baseline_paired"] = med(pairs)
+                    row["x_baseline_paired_all"] = [round(x, 2) for x in pairs]
             rows.append(row)
     for row in rows:
         if row.get("samples_per_s") is None:
@@ -517,30 +585,42 @@ def markdown(results):
                 " ".join("%.1f" % x for x in r["machine"].get("loadavg_end", []))),
              "- runs: %d per cell, alternating; medians over runs that passed "
              "the exactly-once check" % r["runs"], "",
-             "| contender | W | runs ok | samples/s | MB/s | × loader | × ceiling "
-             "| TTFS s | store cores | other cores | server CPU s | consumer CPU s "
-             "| GETs | retries | in flight |",
-             "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+             "| contender | W | runs ok | samples/s | MB/s | × loader | × loader, "
+             "paired | × ceiling | TTFS s | store cores | other cores "
+             "| store CPU ms/sample | reader CPU ms/sample | server CPU s "
+             "| consumer CPU s | GETs | retries | in flight |",
+             "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:"
+             "|--:|--:|"]
     for row in r["rows"]:
         lines.append("| %s | %s | %d/%d | %s | %s | %s | %s | %s | %s | %s | %s "
-                     "| %s | %s | %s | %s |" % (
+                     "| %s | %s | %s | %s | %s | %s | %s |" % (
                          row["label"], row["workers"] or "–", row["runs_ok"],
                          row["runs"], fmt(row.get("samples_per_s")),
                          fmt(row.get("mb_per_s"), "%.1f"),
                          fmt(row.get("x_baseline"), "%.2f"),
+                         fmt(row.get("x_baseline_paired"), "%.2f"),
                          fmt(row.get("x_ceiling"), "%.2f"),
                          fmt(row.get("ttfs_s"), "%.1f"),
                          fmt(row.get("store_cores"), "%.2f"),
                          fmt(row.get("other_cores"), "%.2f"),
+                         fmt(row.get("store_ms_per_sample"), "%.2f"),
+                         fmt(row.get("client_ms_per_sample"), "%.2f"),
                          fmt(row.get("server_cpu_s"), "%.1f"),
                          fmt(row.get("consumer_cpu_s"), "%.1f"),
                          fmt(row.get("gets")), fmt(row.get("retries")),
                          fmt(row.get("inflight_mean"), "%.1f")))
     lines += ["", "Columns: samples/s and MB/s (payload, 10^6 B) over the "
               "epoch's wall time, medians; × loader divides by "
-              "`baseline-boto3` at the same W, × ceiling by the curl "
-              "ceiling; TTFS: first batch of 256; store cores: s3rver's CPU "
-              "seconds / wall time; server CPU: shardcastd during the epoch; "
+              "`baseline-boto3` at the same W; × loader, paired: the median "
+              "over repetitions of the ratio to the baseline's run of the "
+              "same repetition; × ceiling divides by the curl "
+              "ceiling; TTFS: first batch of 256 (first sample for the C "
+              "consumers); store cores: s3rver's CPU "
+              "seconds / wall time; store CPU ms/sample: s3rver's CPU per "
+              "sample (two GETs); reader CPU ms/sample: everything on the "
+              "reading side per sample (shardcastd during the epoch plus its "
+              "consumers, the boto3 loader, or curl); server CPU: shardcastd "
+              "during the epoch; "
               "consumer CPU: the DataLoader process and its workers (whole "
               "lifetimes, torch import included) or curl; GETs and retries "
               "as counted by the contender itself (shardcastd's "
@@ -583,8 +663,13 @@ def verdict(rows, workers):
             continue
         x = best["samples_per_s"] / base["samples_per_s"]
         met = met and x >= 3.0
-        parts.append("W=%d: best shardcast (%s) %.2fx, %.2fx the ceiling"
-                     % (w, best["contender"], x, best.get("x_ceiling") or 0))
+        parts.append("W=%d: best shardcast with Python consumers (%s) %.2fx "
+                     "the loader (paired %.2fx), %.2fx the ceiling; the "
+                     "ceiling is %.2fx the loader"
+                     % (w, best["contender"], x,
+                        best.get("x_baseline_paired") or 0,
+                        best.get("x_ceiling") or 0,
+                        1 / base["x_ceiling"] if base.get("x_ceiling") else 0))
     return {"met": met, "verdict": ("MET" if met else "NOT MET") + " — "
             + "; ".join(parts)}
 
@@ -658,7 +743,8 @@ def parse_args(argv):
                     help="GETs in flight per worker of baseline-boto3-tT "
                          "(0: no such contender)")
     ap.add_argument("--curl-parallel", type=int, default=64)
-    ap.add_argument("--contenders", default="ceiling,baseline,threads,shardcast")
+    ap.add_argument("--contenders",
+                    default="ceiling,baseline,threads,shardcast,shardcast-c")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=900.0,
                     help="seconds per cell")
@@ -686,7 +772,27 @@ def parse_args(argv):
     return a
 
 
+def rerender(path):
+    """Recompute the table and verdict of a results.json and write it back
+    with its results.md."""
+    with open(path) as f:
+        results = json.load(f)
+    results["rows"] = summarize(results["records"], results["contenders"],
+                                results["workers"])
+    if results.get("target") is not None:
+        results["target"] = verdict(results["rows"], results["workers"])
+    with open(path, "w") as f:
+        json.dump(results, f, indent=1)
+    with open(os.path.join(os.path.dirname(path), "results.md"), "w") as f:
+        f.write(markdown(results))
+    sys.stdout.write(markdown(results))
+    return 0
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--report"]:
+        return rerender(argv[1])
     args = parse_args(argv)
     t_start = time.monotonic()
     date = datetime.date.today().isoformat()
@@ -715,6 +821,8 @@ def main(argv=None):
         contenders.append(Baseline(args.threads))
     if "shardcast" in args.contenders:
         contenders += [Shardcast(n) for n in args.per_shard]
+    if "shardcast-c" in args.contenders:
+        contenders.append(ShardcastC(args.per_shard[0]))
     records = []
     prof = None
     try:
@@ -737,7 +845,9 @@ def main(argv=None):
             prof = profile(ctx, out_dir, args.per_shard[0], args.workers[0])
     finally:
         store.stop()
-    rows = summarize(records, contenders, args.workers)
+    meta = [{"name": c.name, "label": c.label, "family": c.family,
+             "per_w": c.per_w} for c in contenders]
+    rows = summarize(records, meta, args.workers)
     s3rver_version = ""
     try:
         from support.s3rver import find_s3rver
@@ -752,14 +862,14 @@ def main(argv=None):
     mach["loadavg_end"] = list(os.getloadavg())
     results = {
         "format": "objbench-results/1", "date": date,
-        "command": args.command or " ".join(["bench/objects.py"] + (argv or sys.argv[1:])),
+        "command": args.command or " ".join(["bench/objects.py"] + argv),
         "tree": tree_state(), "machine": mach,
         "versions": {"s3rver": s3rver_version},
         "dataset": dict(ds.info, prefix=ds.prefix, name=ds.name),
         "listing_s": listing_s,
         "server_ready_s_median": med([r.get("server_ready_s") for r in records]),
         "runs": args.runs, "workers": args.workers, "per_shard": args.per_shard,
-        "rows": rows, "records": records,
+        "contenders": meta, "rows": rows, "records": records,
         "target": verdict(rows, args.workers) if "baseline" in args.contenders
         and "shardcast" in args.contenders else None,
         "profile": prof[0] if prof else None,
