@@ -235,7 +235,7 @@ typedef struct sio_shardlist sio_shardlist;
  * A source is one or more specs separated by "::" (as in WebDataset) or by
  * whitespace, each one of:
  *   - a directory (local path or file:// URL): its regular files whose names
- *     end in .tar, .tar.gz, .tgz or .tar.zst, sorted bytewise (no recursion);
+ *     end in .tar, .tar.gz, .tgz, .tar.zst or .zip, sorted bytewise (no recursion);
  *   - a brace pattern or a plain path to one shard (file:// or local path).
  * Specs are concatenated in written order; a directory's listing is sorted.
  * Every shard must exist (SIO_ERR_NOTFOUND names it).
@@ -392,8 +392,8 @@ typedef struct sio_shard sio_shard;
 
 /*
  * Open shard number `index` of `url` for streaming (tar, tar.gz/tgz,
- * tar.zst; ustar, GNU and pax headers; compression is detected from the
- * bytes). Nothing but the current sample is held in memory. limits may be
+ * tar.zst, zip; ustar, GNU and pax headers; the format is detected from
+ * the bytes). Nothing but the current sample is held in memory. limits may be
  * NULL. The url is copied; io must outlive the shard.
  */
 sio_code sio_shard_open(sio_io *io, const char *url, uint32_t index,

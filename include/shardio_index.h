@@ -17,7 +17,7 @@
  * of time (`shardcast index SOURCE`) or read from a sidecar file next to
  * the shard ("<shard URL>.scidx").
  *
- * Compressed shards (.tar.gz, .tar.zst) are indexed too (counts, sizes,
+ * Compressed and zip shards (.tar.gz, .tar.zst, .zip) are indexed too (counts, sizes,
  * validity: enough for the order), but their offsets are positions in the
  * decompressed stream, so a seek into one re-reads it from its start and
  * skips to the group it needs ("stream-only").

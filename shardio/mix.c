@@ -21,7 +21,6 @@ sio_code sio_mix_quotas(const sio_mix_spec *specs, size_t n,
                         uint64_t *quotas, sio_error *err)
 {
     uint64_t fixed = 0;
-    double wsum = 0;
     size_t nweighted = 0;
 
     if (n == 0 || n > SIO_MIX_SOURCES_MAX)
@@ -62,7 +61,6 @@ sio_code sio_mix_quotas(const sio_mix_spec *specs, size_t n,
                 return sio_seterr(err, SIO_ERR_INVALID,
                                   "source %zu: weight must be in [2^-20, "
                                   "2^20]", i);
-            wsum += sp->value;
             nweighted++;
             continue;
         default:

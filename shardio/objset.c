@@ -31,8 +31,10 @@
  * Threading: the registry has its own lock; sets are immutable once
  * registered and live as long as the io. A stream is used by one thread.
  */
+#include <dirent.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +56,8 @@ typedef struct objset {
     struct objset *next;
     char *prefix;          /* ends with '/' */
     uint32_t per;
+    int folders;           /* pair=folders: the first path component is
+                              not part of a member's name */
     char digest[17];
     size_t nobj;
     char **urls;           /* full object URLs (as listed) */
@@ -505,6 +509,67 @@ static int cmp_obj(const void *a, const void *b)
     return strcmp(x->url, y->url);
 }
 
+/* pair=folders: the member name of url below the prefix (after its
+ * first path component), or NULL when it has none. */
+/* The prefix length while sorting (qsort has no context argument;
+ * resolutions on other threads have their own). */
+static __thread size_t tls_pl;
+
+static const char *below_folder(const char *url, size_t pl)
+{
+    const char *slash = strchr(url + pl, '/');
+    return slash && slash[1] ? slash + 1 : NULL;
+}
+
+static int cmp_folders(const void *a, const void *b)
+{
+    const sio_object *x = a, *y = b;
+    const char *nx = below_folder(x->url, tls_pl);
+    const char *ny = below_folder(y->url, tls_pl);
+    if (!nx || !ny)
+        return nx ? 1 : ny ? -1 : strcmp(x->url, y->url);
+    int c = strcmp(nx, ny);
+    return c ? c : strcmp(x->url, y->url);
+}
+
+/* Every regular file under dir (recursively, at most 16 levels), as
+ * "<url_prefix><relative path>" with its size. */
+static sio_code walk(const char *dir, const char *url, int depth,
+                     sio_objlist *out, sio_error *err)
+{
+    DIR *d;
+    struct dirent *e;
+    sio_code rc = SIO_OK;
+    if (depth > 16)
+        return SIO_OK;
+    d = opendir(dir);
+    if (!d)
+        return sio_seterr(err, SIO_ERR_NOTFOUND, "opendir %s", dir);
+    while (rc == SIO_OK && (e = readdir(d)) != NULL) {
+        char p[8192], u[8192];
+        struct stat st;
+        if (e->d_name[0] == '.' &&
+            (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2])))
+            continue;
+        if (snprintf(p, sizeof p, "%s%s", dir, e->d_name) >= (int)sizeof p ||
+            snprintf(u, sizeof u, "%s%s", url, e->d_name) >= (int)sizeof u ||
+            stat(p, &st) != 0)
+            continue;
+        if (S_ISDIR(st.st_mode)) {
+            strcat(p, "/");
+            strcat(u, "/");
+            if (strlen(p) < sizeof p - 1 && strlen(u) < sizeof u - 1)
+                rc = walk(p, u, depth + 1, out, err);
+        } else if (S_ISREG(st.st_mode)) {
+            rc = sio_objlist_add(out, u, (uint64_t)st.st_size);
+            if (rc)
+                sio_seterr(err, rc, "too many objects under %s", url);
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
 /* Skipped by the WebDataset rule: no key.ext split, or a top-level
  * "__*__" name. */
 static int member_key(const char *name, size_t *klen)
@@ -531,13 +596,33 @@ sio_code sio_objset_resolve(sio_io *io, const char *spec, sio_objlist *out,
     sio_code rc;
     unsigned long per = OBJSET_PER_DEFAULT;
 
-    if (q[sizeof OBJSET_MARK - 1] == '=') {
-        char *end;
-        per = strtoul(q + sizeof OBJSET_MARK, &end, 10);
-        if (*end || per == 0 || per > OBJSET_PER_MAX)
+    int folders = 0;
+    /* Options: "objects[=N]" then "&pair=folders". */
+    const char *o = q + 1;
+    while (*o) {
+        const char *amp = strchr(o, '&');
+        size_t len = amp ? (size_t)(amp - o) : strlen(o);
+        if (len > 8 && !strncmp(o, "objects=", 8)) {
+            char num[16], *end;
+            if (len - 8 >= sizeof num)
+                goto badopt;
+            memcpy(num, o + 8, len - 8);
+            num[len - 8] = '\0';
+            per = strtoul(num, &end, 10);
+            if (*end || per == 0 || per > OBJSET_PER_MAX)
+                return sio_seterr(err, SIO_ERR_INVALID,
+                                  "?objects=N: N samples per virtual shard, "
+                                  "1..%u", OBJSET_PER_MAX);
+        } else if (len == 12 && !strncmp(o, "pair=folders", 12)) {
+            folders = 1;
+        } else if (!(len == 7 && !strncmp(o, "objects", 7))) {
+        badopt:
             return sio_seterr(err, SIO_ERR_INVALID,
-                              "?objects=N: N samples per virtual shard, "
-                              "1..%u", OBJSET_PER_MAX);
+                              "object set options: ?objects[=N][&pair="
+                              "folders], not %.*s", (int)(len > 64 ? 64 : len),
+                              o);
+        }
+        o += len + (amp ? 1 : 0);
     }
     reg = sio_io_backend_ctx(io, &sio_backend_objset);
     if (!reg)
@@ -557,17 +642,29 @@ sio_code sio_objset_resolve(sio_io *io, const char *spec, sio_objlist *out,
         s->prefix[plen++] = '/';
     s->prefix[plen] = '\0';
     s->per = (uint32_t)per;
+    s->folders = folders;
     sio_objlist_init(&l, out->max);
     rc = sio_io_backend(io, s->prefix, &ops, &ctx, err);
     if (rc == SIO_OK && !ops->is_container(ctx, s->prefix))
         rc = sio_seterr(err, SIO_ERR_NOTFOUND,
                         "an object set needs a prefix or directory to list: "
                         "%s", s->prefix);
-    if (rc == SIO_OK)
+    if (rc == SIO_OK && ops == &sio_backend_file &&
+        strncmp(s->prefix, "file://", 7) != 0)
+        rc = walk(s->prefix, s->prefix, 0, &l, err); /* a local tree */
+    else if (rc == SIO_OK)
         rc = ops->list(ctx, s->prefix, &l, err);
     if (rc)
         goto fail;
-    qsort(l.v, l.n, sizeof *l.v, cmp_obj);
+    if (folders) {
+        /* pair=folders: sort by the name below the first folder, then by
+         * the folder, so a sample's members from parallel folders meet. */
+        size_t pl0 = strlen(s->prefix);
+        tls_pl = pl0;
+        qsort(l.v, l.n, sizeof *l.v, cmp_folders);
+    } else {
+        qsort(l.v, l.n, sizeof *l.v, cmp_obj);
+    }
 
     /* Members: the objects the key rule keeps, in order. */
     s->urls = calloc(l.n ? l.n : 1, sizeof *s->urls);
@@ -593,13 +690,16 @@ sio_code sio_objset_resolve(sio_io *io, const char *spec, sio_objlist *out,
         goto fail;
     }
     EVP_DigestUpdate(md, &s->per, sizeof s->per);
+    EVP_DigestUpdate(md, &s->folders, sizeof s->folders);
     s->first[0] = 0;
     for (size_t i = 0; i < l.n; i++) {
         const char *u = l.v[i].url;
         size_t klen;
         if (strncmp(u, s->prefix, pl) != 0 || !u[pl])
             continue;
-        const char *name = u + pl;
+        const char *name = folders ? below_folder(u, pl) : u + pl;
+        if (!name)
+            continue; /* pair=folders: not in a folder */
         size_t nl = strlen(name);
         if (nl > OBJSET_NAME_MAX || member_key(name, &klen) != 0 ||
             l.v[i].size == UINT64_MAX)
@@ -618,7 +718,7 @@ sio_code sio_objset_resolve(sio_io *io, const char *spec, sio_objlist *out,
         size_t j = s->nobj++;
         s->urls[j] = l.v[i].url; /* taken over from the listing */
         l.v[i].url = NULL;
-        s->names[j] = s->urls[j] + pl;
+        s->names[j] = s->urls[j] + (name - u);
         s->sizes[j] = l.v[i].size;
         s->off[j] = shard_bytes;
         s->paxlen[j] = sio_tar_name_fits(name, nl)
@@ -628,7 +728,7 @@ sio_code sio_objset_resolve(sio_io *io, const char *spec, sio_objlist *out,
         shard_bytes += s->paxlen[j] + SIO_TAR_BLOCK + pad512(s->sizes[j]);
         prev_key = s->names[j];
         prev_klen = klen;
-        EVP_DigestUpdate(md, name, nl + 1);
+        EVP_DigestUpdate(md, u + pl, strlen(u + pl) + 1);
         EVP_DigestUpdate(md, &s->sizes[j], sizeof s->sizes[j]);
     }
     if (s->nobj) {
@@ -657,8 +757,10 @@ sio_code sio_objset_resolve(sio_io *io, const char *spec, sio_objlist *out,
      * already there is kept: its streams may be open). */
     for (uint32_t i = 0; i < s->nshards && rc == SIO_OK; i++) {
         char url[8192];
-        int n = snprintf(url, sizeof url, "%s" OBJSET_MARK "=%u&set=%s&shard=%06u",
-                         s->prefix, s->per, s->digest, i);
+        int n = snprintf(url, sizeof url,
+                         "%s" OBJSET_MARK "=%u%s&set=%s&shard=%06u",
+                         s->prefix, s->per, s->folders ? "&pair=folders" : "",
+                         s->digest, i);
         if (n < 0 || (size_t)n >= sizeof url)
             rc = sio_seterr(err, SIO_ERR_LIMIT, "prefix too long");
         else

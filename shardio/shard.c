@@ -15,7 +15,19 @@
  *    switch happens at a header boundary: libarchive gets the bytes still
  *    buffered from that header on, or the stream is reopened at its offset
  *    (a ranged read), so both readers produce the same groups and offsets
- *    (tests/unit/test_tarparse.c, fuzz_shard).
+ *    (tests/unit/test_tarparse.c, fuzz_shard);
+ *  - zip shards (a local file header "PK\3\4", or an empty zip, in the
+ *    first bytes) go through libarchive's streamable zip reader, which
+ *    reads the local headers in order and never the central directory.
+ *    Regular entries are grouped like tar members. A zip is indexed like a
+ *    compressed shard (stream-only: a seek re-reads it from the start),
+ *    because libarchive's header positions lag the real local headers.
+ *    Entries whose size is only in a trailing data descriptor are read in
+ *    chunks up to member_max. What cannot be read from a stream fails the
+ *    shard with a message naming it (see zip_* below and
+ *    tests/unit/test_zip.c): encrypted entries, entries whose end cannot be
+ *    found (stored with a data descriptor that has no signature),
+ *    compression methods libarchive lacks.
  * Grouping follows product.md / upstream WebDataset: key = path up to
  * the first dot of the last component, extension = the rest (lowercased);
  * consecutive members with one key form a sample; non-regular members, names
@@ -30,6 +42,8 @@
 #include <archive_entry.h>
 #include <ctype.h>
 #include <errno.h>
+#include <locale.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +95,13 @@ struct sio_shard {
     sio_shard_at at;         /* where the reader started, what it skips */
     uint64_t gstart;         /* offset of the current group's first header */
     int filtered;            /* compressed: offsets are not byte offsets */
+    int zip;                 /* a zip shard (libarchive's streamable zip) */
+    int zdrain;              /* zip: the current entry's data must be read
+                                to its end before the next header */
+    int zknown;              /* zip: the current entry's size is known */
+    int zcrypt;              /* zip: the current entry is encrypted */
+    unsigned char *zbuf;     /* zip: an entry of unknown size, being read */
+    size_t zcap;
     char err[640];
 };
 
@@ -142,22 +163,34 @@ static sio_code shard_start(sio_shard *sh, sio_io *io, const char *url,
     return SIO_OK;
 }
 
+/* libarchive's message (some failures set none). */
+static const char *la_error(sio_shard *sh)
+{
+    const char *m = archive_error_string(sh->ar);
+    return m && *m ? m : "libarchive failed without a message";
+}
+
 static sio_code shard_open_archive(sio_shard *sh, sio_error *err)
 {
     sh->ar = archive_read_new();
     if (!sh->ar)
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
-    archive_read_support_filter_gzip(sh->ar);
-    archive_read_support_filter_zstd(sh->ar);
-    archive_read_support_filter_xz(sh->ar);
-    archive_read_support_filter_bzip2(sh->ar);
-    archive_read_support_format_tar(sh->ar);
-    archive_read_support_format_empty(sh->ar);
+    if (sh->zip) {
+        /* Local headers in stream order; no filter (a zip compresses
+         * entry by entry), no central directory. */
+        archive_read_support_format_zip_streamable(sh->ar);
+    } else {
+        archive_read_support_filter_gzip(sh->ar);
+        archive_read_support_filter_zstd(sh->ar);
+        archive_read_support_filter_xz(sh->ar);
+        archive_read_support_filter_bzip2(sh->ar);
+        archive_read_support_format_tar(sh->ar);
+        archive_read_support_format_empty(sh->ar);
+    }
     if (archive_read_open(sh->ar, sh, NULL, read_cb, NULL) != ARCHIVE_OK)
         return sio_seterr(err, sh->stream_rc ? sh->stream_rc : SIO_ERR_FORMAT,
                           "url=%s: %s", sh->url,
-                          sh->stream_rc ? sh->stream_err
-                                        : archive_error_string(sh->ar));
+                          sh->stream_rc ? sh->stream_err : la_error(sh));
     return SIO_OK;
 }
 
@@ -214,9 +247,23 @@ static sio_code handover(sio_shard *sh, uint64_t pos, sio_error *err)
     return shard_open_archive(sh, err);
 }
 
+/* Does a zip start here? A local file header, the end record of an empty
+ * zip, or the marker of a split/spanned archive before a local header.
+ * (Checked only where the bytes are not a tar header.) */
+static int zip_magic(const unsigned char *p, size_t n)
+{
+    if (n < 4 || p[0] != 'P' || p[1] != 'K')
+        return 0;
+    if ((p[2] == 3 && p[3] == 4) || (p[2] == 5 && p[3] == 6))
+        return 1;
+    return n >= 8 &&
+           ((p[2] == 7 && p[3] == 8) || (p[2] == '0' && p[3] == '0')) &&
+           memcmp(p + 4, "PK\3\4", 4) == 0;
+}
+
 /* Choose the reader from the first bytes: the plain one for an
- * uncompressed tar, libarchive for compressed data (and, when testing,
- * for everything). */
+ * uncompressed tar, libarchive for compressed data and zip (and, when
+ * testing, for everything). */
 static sio_code start_reader(sio_shard *sh, sio_error *err)
 {
     const unsigned char *p;
@@ -230,6 +277,19 @@ static sio_code start_reader(sio_shard *sh, sio_error *err)
         plain_stream_error(sh);
         return sio_seterr(err, sh->stream_rc, "url=%s: %s", sh->url,
                           sh->stream_err);
+    }
+    if (!sio_tarp_starts_tar(p, have) && !sio_tarp_compressed(p, have) &&
+        zip_magic(p, have)) {
+        /* Zip offsets are not byte offsets (stream-only index): a zip is
+         * only ever read from its start. */
+        if (sh->at.offset)
+            return sio_seterr(err, SIO_ERR_FORMAT,
+                              "url=%s: zip data at offset %llu: a zip shard "
+                              "is read from its start only",
+                              sh->url, (unsigned long long)sh->at.offset);
+        sh->zip = 1;
+        sh->filtered = 1;
+        return handover(sh, 0, err);
     }
     if (force_libarchive || sio_tarp_compressed(p, have) ||
         !sio_tarp_starts_tar(p, have))
@@ -369,6 +429,7 @@ void sio_shard_close(sio_shard *sh)
     if (sh->stream)
         sh->stream->ops->close(sh->stream);
     sb_free(&sh->sb);
+    free(sh->zbuf);
     free(sh->rbuf);
     free(sh->url);
     free(sh);
@@ -388,6 +449,238 @@ static sio_code fail(sio_shard *sh, sio_code rc, const char *what)
     snprintf(sh->err, sizeof sh->err, "url=%s: %s", sh->url, what);
     sh->eof = 1;
     return rc;
+}
+
+/* Zip ------------------------------------------------------------------ */
+
+/*
+ * Entry names flagged UTF-8 (general purpose bit 11) are converted by
+ * libarchive from UTF-8 to the charset of the calling thread's locale; in
+ * the "C" locale of the server every non-ASCII name fails. Headers are
+ * read under a UTF-8 LC_CTYPE (this thread only, uselocale), so such names
+ * come out as UTF-8. Names without the flag are taken as raw bytes.
+ */
+static pthread_once_t utf8_once = PTHREAD_ONCE_INIT;
+static locale_t utf8_locale; /* (locale_t)0: none available */
+
+static void utf8_init(void)
+{
+    static const char *const names[] = {"C.UTF-8", "C.utf8", "en_US.UTF-8"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !utf8_locale;
+         i++)
+        utf8_locale = newlocale(LC_CTYPE_MASK, names[i], (locale_t)0);
+}
+
+/* archive_read_next_header under the UTF-8 locale. */
+static int zip_next_header(sio_shard *sh, struct archive_entry **e)
+{
+    pthread_once(&utf8_once, utf8_init);
+    locale_t old = utf8_locale ? uselocale(utf8_locale) : (locale_t)0;
+    int r = archive_read_next_header(sh->ar, e);
+    if (old)
+        uselocale(old);
+    return r;
+}
+
+/* Fail the shard at zip entry `name` with a message naming the problem. */
+static sio_code zip_fail(sio_shard *sh, sio_code rc, const char *name,
+                         const char *what)
+{
+    char m[512];
+    const char *fmt = archive_format_name(sh->ar);
+    const char *hint = "";
+    int wl = (int)strlen(what);
+    /* libarchive names the entry's method in the format name: "ZIP 2.0
+     * (uncompressed)". A stored entry of unknown size ends only where a
+     * data descriptor with its signature and the data's CRC follows. */
+    if (!sh->zknown && fmt &&
+        (strstr(fmt, "(uncompressed)") || strstr(fmt, "(stored)")))
+        hint = " (a stored entry whose size is only in a data descriptor "
+               "after the data: its end is found only by the descriptor's "
+               "signature PK\\x07\\x08 and CRC, so without them it cannot "
+               "be streamed)";
+    while (wl > 0 && isspace((unsigned char)what[wl - 1]))
+        wl--; /* some libarchive messages end in a newline */
+    snprintf(m, sizeof m, "zip entry %.200s: %.*s%s", name ? name : "?", wl,
+             what, hint);
+    return fail(sh, rc, m);
+}
+
+/* What a zip entry's header tells: refuse what cannot be read. */
+static sio_code zip_entry_check(sio_shard *sh, struct archive_entry *e)
+{
+    const char *name = archive_entry_pathname(e);
+    sh->zknown = archive_entry_size_is_set(e) && archive_entry_size(e) >= 0;
+    /* An entry of unknown size is read to its end even when skipped (a
+     * directory, "__*__", no extension): reading checks the CRC of the
+     * descriptor that ends it, libarchive's skip takes the first
+     * signature. read_group decides for the entries of samples. */
+    sh->zdrain = !sh->zknown;
+    if (!name) {
+        /* libarchive could not convert a name flagged UTF-8. */
+        char m[512];
+        snprintf(m, sizeof m, "zip entry name cannot be read: %s (%s)",
+                 utf8_locale ? "flagged UTF-8 but not valid UTF-8"
+                             : "no UTF-8 locale (C.UTF-8) to read it",
+                 la_error(sh));
+        return fail(sh, SIO_ERR_FORMAT, m);
+    }
+    /* Refused when the grouping reaches it (read_group), so the samples
+     * before it are still delivered. */
+    sh->zcrypt = archive_entry_is_encrypted(e) != 0;
+    return SIO_OK;
+}
+
+/*
+ * Read the rest of the current entry's data and drop it. Entries that are
+ * part of a sample are always read to their end, whether their data is
+ * kept or not (a bad sample, a seek reading past groups), so the stream
+ * position after them and the errors seen do not depend on what was kept:
+ * libarchive's skip finds the end of some entries differently from its
+ * reader (it looks for a descriptor signature without checking the CRC).
+ * Only entries of known size that are skipped or over member_max are left
+ * to libarchive's skip (by their compressed size: a bomb is not inflated).
+ */
+static sio_code zip_drain(sio_shard *sh)
+{
+    sh->zdrain = 0;
+    for (;;) {
+        const void *b;
+        size_t n;
+        la_int64_t off;
+        int r = archive_read_data_block(sh->ar, &b, &n, &off);
+        if (r == ARCHIVE_EOF)
+            return SIO_OK;
+        if (r != ARCHIVE_OK)
+            return zip_fail(sh, SIO_ERR_FORMAT, sh->cur.name, la_error(sh));
+    }
+}
+
+/* Read the current entry (declared size `size`) into dst, to its end. */
+static sio_code zip_read_sized(sio_shard *sh, const char *name,
+                               unsigned char *dst, uint64_t size)
+{
+    uint64_t got = 0;
+    for (;;) {
+        const void *b;
+        size_t n;
+        la_int64_t off;
+        int r = archive_read_data_block(sh->ar, &b, &n, &off);
+        if (r == ARCHIVE_EOF)
+            break;
+        if (r != ARCHIVE_OK)
+            return zip_fail(sh, SIO_ERR_FORMAT, name, la_error(sh));
+        if (off < 0 || (uint64_t)off != got)
+            return zip_fail(sh, SIO_ERR_FORMAT, name, "data out of order");
+        if (n > size - got) {
+            char m[128];
+            snprintf(m, sizeof m, "more data than its declared size of %llu "
+                     "bytes", (unsigned long long)size);
+            return zip_fail(sh, SIO_ERR_FORMAT, name, m);
+        }
+        if (n)
+            memcpy(dst + got, b, n);
+        got += n;
+    }
+    sh->zdrain = 0;
+    if (got != size) {
+        char m[128];
+        snprintf(m, sizeof m, "%llu bytes of data, %llu declared",
+                 (unsigned long long)got, (unsigned long long)size);
+        return zip_fail(sh, SIO_ERR_FORMAT, name, m);
+    }
+    sb_end_field(&sh->sb, (size_t)size);
+    return SIO_OK;
+}
+
+/* Scratch memory for an entry of unknown size: `want` bytes (at most
+ * max). */
+static int zip_reserve(sio_shard *sh, uint64_t want, uint64_t max)
+{
+    if (want <= sh->zcap)
+        return 0;
+    uint64_t cap = sh->zcap ? sh->zcap : 64 * 1024;
+    while (cap < want)
+        cap = cap > max / 2 ? max : cap * 2;
+    if (cap > SIZE_MAX)
+        return -1;
+    unsigned char *nb = realloc(sh->zbuf, (size_t)cap);
+    if (!nb)
+        return -1;
+    sh->zbuf = nb;
+    sh->zcap = (size_t)cap;
+    return 0;
+}
+
+/* The scratch is kept for the next entry up to this size. */
+#define ZIP_SCRATCH_KEEP (1u << 20)
+
+/*
+ * Read the current entry, whose size is only in a data descriptor after its
+ * data (general purpose bit 3), as field `ext`: into scratch memory, which
+ * holds at most member_max bytes and what the sample has room for; past
+ * that the sample is bad and the rest of the data is drained later.
+ */
+static sio_code zip_read_unsized(sio_shard *sh, const char *name,
+                                 const char *ext)
+{
+    sio_code rc = SIO_OK;
+    uint64_t room = sh->sb.data_max - sh->sb.dlen;
+    uint64_t keep = room < sh->lim.member_max ? room : sh->lim.member_max;
+    uint64_t got = 0;
+    int end = 0;
+    while (got <= sh->lim.member_max) {
+        const void *b;
+        size_t n;
+        la_int64_t off;
+        int r = archive_read_data_block(sh->ar, &b, &n, &off);
+        if (r == ARCHIVE_EOF) {
+            end = 1;
+            break;
+        }
+        if (r != ARCHIVE_OK)
+            return zip_fail(sh, SIO_ERR_FORMAT, name, la_error(sh));
+        if (off < 0 || (uint64_t)off != got)
+            return zip_fail(sh, SIO_ERR_FORMAT, name, "data out of order");
+        if (n && got + n <= keep) {
+            if (zip_reserve(sh, got + n, keep))
+                return fail(sh, SIO_ERR_NOMEM, "out of memory");
+            memcpy(sh->zbuf + got, b, n);
+        }
+        got += n;
+    }
+    if (end)
+        sh->zdrain = 0;
+    if (got > sh->lim.member_max) {
+        snprintf(sh->bad_reason, sizeof sh->bad_reason,
+                 "member of more than %llu bytes above member_max=%llu",
+                 (unsigned long long)sh->lim.member_max,
+                 (unsigned long long)sh->lim.member_max);
+        sh->bad = 1;
+    } else {
+        unsigned char *dst = got > keep ? NULL
+                                        : sb_begin_field(&sh->sb, ext, got,
+                                                         &rc);
+        if (dst) {
+            if (got)
+                memcpy(dst, sh->zbuf, (size_t)got);
+            sb_end_field(&sh->sb, (size_t)got);
+        } else if (rc == SIO_ERR_NOMEM) {
+            return fail(sh, rc, "out of memory");
+        } else {
+            snprintf(sh->bad_reason, sizeof sh->bad_reason,
+                     "sample above sample_max=%llu bytes or fields_max=%u",
+                     (unsigned long long)sh->lim.sample_max,
+                     sh->lim.fields_max);
+            sh->bad = 1;
+        }
+    }
+    if (sh->zcap > ZIP_SCRATCH_KEEP) {
+        free(sh->zbuf);
+        sh->zbuf = NULL;
+        sh->zcap = 0;
+    }
+    return SIO_OK;
 }
 
 /* Read the next header into sh->cur (sh->pending set); pending 0 at the
@@ -410,17 +703,39 @@ static sio_code next_header(sio_shard *sh)
         if (rc)
             return fail(sh, rc, e2.msg);
     }
+    if (sh->zip && sh->zdrain) {
+        sio_code rc = zip_drain(sh);
+        if (rc)
+            return rc;
+    }
     for (;;) {
-        struct archive_entry *e;
-        int r = archive_read_next_header(sh->ar, &e);
+        struct archive_entry *e = NULL;
+        int r = sh->zip ? zip_next_header(sh, &e)
+                        : archive_read_next_header(sh->ar, &e);
         if (r == ARCHIVE_EOF) {
             sh->pending = 0;
             return SIO_OK;
         }
         if (r == ARCHIVE_RETRY)
             continue;
-        if (r < ARCHIVE_WARN)
-            return fail(sh, SIO_ERR_FORMAT, archive_error_string(sh->ar));
+        if (r < ARCHIVE_WARN) {
+            if (sh->zip && e && archive_entry_is_metadata_encrypted(e))
+                return fail(sh, SIO_ERR_UNSUPPORTED,
+                            "zip with encrypted metadata (strong "
+                            "encryption): cannot be read");
+            /* The streamable zip reader says nothing when the data ends
+             * where a local header or the central directory should be. */
+            if (sh->zip && !archive_error_string(sh->ar))
+                return fail(sh, SIO_ERR_FORMAT,
+                            "zip data ends without a central directory "
+                            "(truncated?)");
+            return fail(sh, SIO_ERR_FORMAT, la_error(sh));
+        }
+        if (sh->zip) {
+            sio_code rc = zip_entry_check(sh, e);
+            if (rc)
+                return rc;
+        }
         sh->cur.name = archive_entry_pathname(e);
         sh->cur.regular = archive_entry_filetype(e) == AE_IFREG;
         la_int64_t size =
@@ -457,6 +772,8 @@ static sio_code read_member(sio_shard *sh, const sio_tar_entry *e,
     sio_code rc;
     if (sh->groups < sh->at.skip_until)
         return SIO_OK; /* read past: the next header read skips the data */
+    if (sh->zip && !sh->zknown)
+        return zip_read_unsized(sh, e->name, ext);
     uint64_t size = e->size;
     if (size > sh->lim.member_max) {
         snprintf(sh->bad_reason, sizeof sh->bad_reason,
@@ -486,11 +803,13 @@ static sio_code read_member(sio_shard *sh, const sio_tar_entry *e,
         sb_end_field(&sh->sb, (size_t)size);
         return SIO_OK;
     }
+    if (sh->zip)
+        return zip_read_sized(sh, e->name, dst, size);
     size_t got = 0;
     while (got < (size_t)size) {
         la_ssize_t r = archive_read_data(sh->ar, dst + got, (size_t)size - got);
         if (r < 0)
-            return fail(sh, SIO_ERR_FORMAT, archive_error_string(sh->ar));
+            return fail(sh, SIO_ERR_FORMAT, la_error(sh));
         if (r == 0)
             break;
         got += (size_t)r;
@@ -554,15 +873,22 @@ static sio_code read_group(sio_shard *sh, int *open)
         const sio_tar_entry *e = &sh->cur;
         const char *name = e->name;
         size_t keylen = 0;
-        if (skip_member(e, &keylen)) {
+        int skip = skip_member(e, &keylen) || strlen(name) >= SHARD_NAME_MAX;
+        if (sh->zip && sh->zcrypt) {
+            /* An encrypted zip entry fails the shard; a sample it does
+             * not belong to is complete and delivered first. */
+            if (*open && (skip || keylen != sh->sb.keylen ||
+                          memcmp(name, sh->sb.key, keylen) != 0))
+                break;
+            return zip_fail(sh, SIO_ERR_UNSUPPORTED, name,
+                            "encrypted: encrypted zip entries cannot be "
+                            "read (no passphrase)");
+        }
+        if (skip) {
             sh->pending = 0;
             continue;
         }
         size_t nl = strlen(name);
-        if (nl >= SHARD_NAME_MAX) {
-            sh->pending = 0;
-            continue;
-        }
         if (*open) {
             /* A different key closes the current sample; the member stays
              * pending for the next call. */
@@ -577,6 +903,11 @@ static sio_code read_group(sio_shard *sh, int *open)
             sh->gstart = e->hdr_pos;
         }
         sh->pending = 0;
+        /* A zip entry of the sample is read to its end before the next
+         * header (zip_drain), unless it is known to be over member_max
+         * (libarchive skips it by its compressed size, even a bomb). */
+        if (sh->zip)
+            sh->zdrain = !(sh->zknown && e->size > sh->lim.member_max);
         if (sh->groups < sh->at.skip_until)
             continue; /* read past: no field is kept */
         for (size_t i = keylen + 1; i <= nl; i++)

@@ -43,10 +43,11 @@ void sio_shardlist_free(sio_shardlist *l)
     free(l);
 }
 
-/* Does the name look like a shard (.tar, .tar.gz, .tgz, .tar.zst)? */
+/* Does the name look like a shard (.tar, .tar.gz, .tgz, .tar.zst, .zip)? */
 static int is_shard_name(const char *url)
 {
-    static const char *const ext[] = {".tar", ".tar.gz", ".tgz", ".tar.zst"};
+    static const char *const ext[] = {".tar", ".tar.gz", ".tgz", ".tar.zst",
+                                      ".zip"};
     size_t ul = strlen(url);
     for (size_t i = 0; i < sizeof ext / sizeof ext[0]; i++) {
         size_t el = strlen(ext[i]);

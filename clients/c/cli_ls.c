@@ -30,7 +30,7 @@ static const char ls_help[] =
     "directory, a path or brace pattern, an http(s) URL pattern,\n"
     "s3://bucket/prefix/ or s3://bucket/name-{000..099}.tar; several specs\n"
     "are separated by \"::\". From a directory or prefix only shard names\n"
-    "are taken: .tar, .tar.gz, .tgz, .tar.zst (any case); other files\n"
+    "are taken: .tar, .tar.gz, .tgz, .tar.zst, .zip (any case); other files\n"
     "(manifests, .scidx index sidecars, READMEs) are not listed. S3 settings\n"
     "come from the environment (AWS_REGION, AWS_ENDPOINT_URL_S3,\n"
     "AWS_PROFILE, ...).\n"
