@@ -511,21 +511,19 @@ static int cmp_obj(const void *a, const void *b)
 
 /* pair=folders: the member name of url below the prefix (after its
  * first path component), or NULL when it has none. */
-/* The prefix length while sorting (qsort has no context argument;
- * resolutions on other threads have their own). */
-static __thread size_t tls_pl;
-
 static const char *below_folder(const char *url, size_t pl)
 {
     const char *slash = strchr(url + pl, '/');
     return slash && slash[1] ? slash + 1 : NULL;
 }
 
-static int cmp_folders(const void *a, const void *b)
+/* qsort_r order of pair=folders (arg: the prefix length). */
+static int cmp_folders(const void *a, const void *b, void *arg)
 {
     const sio_object *x = a, *y = b;
-    const char *nx = below_folder(x->url, tls_pl);
-    const char *ny = below_folder(y->url, tls_pl);
+    size_t pl = *(const size_t *)arg;
+    const char *nx = below_folder(x->url, pl);
+    const char *ny = below_folder(y->url, pl);
     if (!nx || !ny)
         return nx ? 1 : ny ? -1 : strcmp(x->url, y->url);
     int c = strcmp(nx, ny);
@@ -660,8 +658,7 @@ sio_code sio_objset_resolve(sio_io *io, const char *spec, sio_objlist *out,
         /* pair=folders: sort by the name below the first folder, then by
          * the folder, so a sample's members from parallel folders meet. */
         size_t pl0 = strlen(s->prefix);
-        tls_pl = pl0;
-        qsort(l.v, l.n, sizeof *l.v, cmp_folders);
+        qsort_r(l.v, l.n, sizeof *l.v, cmp_folders, &pl0);
     } else {
         qsort(l.v, l.n, sizeof *l.v, cmp_obj);
     }
