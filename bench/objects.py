@@ -16,11 +16,14 @@ Contenders (each cell: one epoch over the whole set, fresh processes):
   baseline-boto3-tT  the same with T GETs in flight per worker (a thread pool)
   shardcast-nN       one shardcastd with source s3://bench/train/?objects=N,
                      W DataLoader workers with ShardcastDataset (frames)
+  shardcast-c-nN     the same server read by `shardcast bench -n W` (C
+                     consumer threads), for the first N only
 
 Cells alternate: every repetition runs every (contender, W) once, in an
 order rotated between repetitions. Medians over the runs that passed the
 exactly-once check. Output: results.json and results.md in --out (default
-bench/results/objects-<date>/).
+bench/results/objects-<date>/). `bench/objects.py --report results.json`
+recomputes the table of a results.json and writes its results.md again.
 """
 
 import argparse
@@ -627,6 +630,22 @@ def markdown(results):
               "shardcast_fetch_*_total, the workers' boto3 calls and "
               "RetryAttempts, curl's transfers); in flight: mean of "
               "shardcast_fetch_inflight polled every 0.5 s.", ""]
+    lines += ["Every run, in the order of the repetitions: samples/s (cores "
+              "other people's work used during it). The machine is shared, "
+              "and its load moves within minutes: compare cells of similar "
+              "load, or the paired ratios.", "",
+              "| contender | W | " + " | ".join("rep %d" % i for i in range(r["runs"]))
+              + " |", "|---|--:|" + "--:|" * r["runs"]]
+    for row in r["rows"]:
+        cells = []
+        for i in range(r["runs"]):
+            x = next((x for x in r["records"] if x["contender"] == row["contender"]
+                      and x["workers"] == row["workers"] and x["rep"] == i), None)
+            cells.append("–" if x is None else "failed" if not x["ok"] else
+                         "%.0f (%.2f)" % (x["samples_per_s"], x["other_cores"]))
+        lines.append("| %s | %s | %s |" % (row["label"], row["workers"] or "–",
+                                           " | ".join(cells)))
+    lines.append("")
     target = r.get("target")
     if target:
         lines.append("Target (issue 17): shardcast >= 3x the hand-written "
