@@ -177,7 +177,7 @@ def flat100k():
         yield stub, keys
 
 
-def test_100k_flat_prefix_ranges_faster_than_serial(flat100k):
+def test_100k_flat_prefix_ranges_against_serial(flat100k):
     stub, keys = flat100k
     want = urls(keys, "b")
     with FaultProxy(upstream=stub.url, rules=[stall()]) as proxy:
@@ -194,7 +194,9 @@ def test_100k_flat_prefix_ranges_faster_than_serial(flat100k):
           "%.2f s (%d pages), %.1fx" % (LATENCY * 1000, t_serial,
                                         serial_pages, t_par, par_pages,
                                         t_serial / t_par))
-    assert t_par < t_serial / 2, err
+    # The speed-up is measured by bench/listing.py, not asserted here: a
+    # timed assertion fails on a loaded machine. The ranges' concurrency
+    # (what makes them faster) is checked by tests/unit/test_s3list.c.
 
 
 def test_100k_flat_prefix_through_faults(flat100k):

@@ -550,13 +550,9 @@ static void test_flat_100k(void)
     CHECK(par_reqs >= 101 && par_reqs <= 180);
     CHECK(par_max >= 4 && par_max <= 8);
     CHECK(atomic_load(&f.sa_reqs) > 0);
-    /* Time: only "faster" is checked here, and not in sanitizer builds,
-     * whose parsing costs more than the pages wait (the machines that run
-     * this are shared); tests/objstore/test_listing.py measures the
-     * speed-up. */
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-    CHECK(par.secs < serial.secs * 0.8);
-#endif
+    /* Time is not asserted (a timed check fails on a loaded machine):
+     * the pages in flight at once (par_max above) are what make ranges
+     * faster; bench/listing.py measures the speed-up. */
     printf("flat 100k keys, %d ms per page: serial %.3f s (%d pages), "
            "ranges %.3f s (%d pages, %d ranges at once at most)\n",
            f.latency_ms, serial.secs, serial_reqs, par.secs, par_reqs,
