@@ -3,7 +3,7 @@
 listed in parallel (backend_s3.c, SHARDCAST_S3_LIST_SPLIT=0 vs 1).
 
 Stores, all on 127.0.0.1:
-- "stub": tests/objstore/listing_support.ListStub, an in-memory
+- "mem": tests/objstore/listing_support.MemListServer, an in-memory
   ListObjectsV2 server, behind tests/support/faultproxy.py with every
   listing page delayed by --latency-ms (S3 answers a LIST page in about
   20-50 ms; the delay is what parallel listing hides);
@@ -83,7 +83,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--keys", type=int, default=100_000)
     ap.add_argument("--latency-ms", default="0,25,50",
-                    help="per-page delays through the fault proxy (stub)")
+                    help="per-page delays through the fault proxy (in-memory server)")
     ap.add_argument("--workers", default="8",
                     help="SHARDCAST_S3_LIST_WORKERS values for the ranges")
     ap.add_argument("--runs", type=int, default=3)
@@ -104,13 +104,13 @@ def main():
         len(keys), platform.platform(), os.cpu_count(),
         " ".join("%.1f" % x for x in os.getloadavg())), flush=True)
 
-    with ls.ListStub(keys) as stub:
+    with ls.MemListServer(keys) as mem:
         want = ["s3://b/" + k for k in keys]
         for ms in [int(x) for x in args.latency_ms.split(",") if x]:
             rules = [Rule.stall(seconds=ms / 1000.0, after_bytes=0,
                                 query="list-type")] if ms else []
-            with FaultProxy(upstream=stub.url, rules=rules) as proxy:
-                measure("stub+proxy %d ms/page" % ms, proxy.url, "b", want,
+            with FaultProxy(upstream=mem.url, rules=rules) as proxy:
+                measure("mem+proxy %d ms/page" % ms, proxy.url, "b", want,
                         args, rows, proxy)
 
     if args.s3rver or args.s3rver_latency_ms:

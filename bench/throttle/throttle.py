@@ -726,12 +726,12 @@ def main(argv=None):
                 ctx.store.endpoint, a.rate, a.burst,
                 "%.0f MB/s" % (a.conn_bps / 1e6) if a.conn_bps else "no cap",
                 len(ctx.ds.files), ctx.ds.total_samples, ctx.ds.tar_bytes / 1e6))
-        todo = [c for c in contenders if avail[c][0]]
+        runnable = [c for c in contenders if avail[c][0]]
         sweep = [float(x) for x in a.sweep.split(",") if x]
-        sweep_todo = [c for c in todo if c in a.sweep_contenders.split(",")]
+        sweep_runnable = [c for c in runnable if c in a.sweep_contenders.split(",")]
         for rnd in range(a.runs):
             for w in workloads:
-                cs = sweep_todo if w == "rates" else todo
+                cs = sweep_runnable if w == "rates" else runnable
                 order = cs[rnd % len(cs):] + cs[:rnd % len(cs)] if cs else []
                 for rate in (sweep if w == "rates" else [None]):
                     for c in order:

@@ -7,7 +7,7 @@
   take seconds this way instead of many minutes of PUTs. A key is a path
   under the bucket's directory, so keys must be valid file names per
   '/'-separated part (no empty parts, no "." or "..").
-- ``ListStub``: an in-memory ListObjectsV2 server (standard library only)
+- ``MemListServer``: an in-memory ListObjectsV2 server (standard library only)
   answering prefix, delimiter, max-keys, start-after, continuation tokens
   and EncodingType=url over a key set sorted bytewise as S3 sorts it, fast
   enough for 100k keys (a page is a bisect and 1000 lines of XML). It
@@ -68,25 +68,25 @@ def _url_encode(b):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    server_version = "liststub"
+    server_version = "memlist"
     sys_version = ""
 
     def log_message(self, fmt, *args):
         pass
 
     def do_GET(self):
-        stub = self.server.stub
+        mem = self.server.mem
         u = urllib.parse.urlsplit(self.path)
         q = urllib.parse.parse_qs(u.query, keep_blank_values=True)
-        with stub.lock:
-            stub.requests += 1
+        with mem.lock:
+            mem.requests += 1
             if "start-after" in q and "continuation-token" not in q:
-                stub.start_after_requests += 1
+                mem.start_after_requests += 1
         if q.get("list-type") != ["2"]:
             self._send(400, b"<Error><Code>InvalidArgument</Code></Error>")
             return
         try:
-            body = stub.page(q)
+            body = mem.page(q)
         except ValueError:
             self._send(400, b"<Error><Code>InvalidArgument</Code>"
                             b"<Message>The continuation token provided is "
@@ -111,7 +111,7 @@ class _Server(ThreadingHTTPServer):
         pass  # clients (the fault proxy) cut connections on purpose
 
 
-class ListStub:
+class MemListServer:
     """ListObjectsV2 over keys (str), as one bucket; a context manager.
     Attributes: ``url`` (endpoint), ``requests``, ``start_after_requests``."""
 
@@ -126,7 +126,7 @@ class ListStub:
 
     def __enter__(self):
         self._server = _Server(("127.0.0.1", 0), _Handler)
-        self._server.stub = self
+        self._server.mem = self
         self._thread = threading.Thread(target=self._server.serve_forever,
                                         kwargs={"poll_interval": 0.05},
                                         daemon=True)

@@ -2,9 +2,9 @@
 prefix between its listing threads (start-after at split points, work
 stealing). Checked here through the binaries:
 
-- the in-memory ListObjectsV2 stub (listing_support.ListStub) answers the
+- the in-memory ListObjectsV2 server (listing_support.MemListServer) answers the
   queries the listing makes like s3rver does, so what is measured on it is
-  not an artefact of the stub;
+  not an artefact of the mem;
 - against s3rver: awkward keys (bytes below '/' and above 'z', 2-4 byte
   UTF-8) in a flat prefix with nested prefixes beside them, listed as
   ranges, give exactly the sorted key set; the same through the fault
@@ -26,7 +26,7 @@ import random
 import pytest
 
 from objstore_support import FaultProxy, Rule, S3rver
-from listing_support import ListStub, run_list, write_s3rver_objects
+from listing_support import MemListServer, run_list, write_s3rver_objects
 
 N_100K = 100_000
 LATENCY = 0.025
@@ -95,8 +95,8 @@ def urls(keys, bucket="data"):
     return ["s3://%s/%s" % (bucket, k) for k in keys]
 
 
-def test_stub_answers_like_s3rver(s3awk):
-    """The same entries from the stub and from s3rver for the listing's
+def test_in_memory_server_answers_like_s3rver(s3awk):
+    """The same entries from the mem and from s3rver for the listing's
     queries: delimiter '/', start-after at and between keys, pages followed
     with continuation tokens."""
     srv, keys = s3awk
@@ -122,8 +122,8 @@ def test_stub_answers_like_s3rver(s3awk):
         return ([k for c, _ in ps for k in c],
                 sorted({p for _, c in ps for p in c}))
 
-    with ListStub(keys + quirk_keys()) as stub:
-        client = srv.client(endpoint=stub.url)
+    with MemListServer(keys + quirk_keys()) as mem:
+        client = srv.client(endpoint=mem.url)
         for prefix, starts in (("awk/", picks),
                                ("quirk/", ["quirk/sub!0700.tar", "quirk/sub0"])):
             for sa, mk in [(None, 1000)] + [(sa, 1000) for sa in starts]:
@@ -173,14 +173,14 @@ def test_s3rver_listing_through_faults(s3awk):
 @pytest.fixture(scope="module")
 def flat100k():
     keys = ["flat/img-%07d.tar" % i for i in range(N_100K)]
-    with ListStub(keys) as stub:
-        yield stub, keys
+    with MemListServer(keys) as mem:
+        yield mem, keys
 
 
 def test_100k_flat_prefix_ranges_against_serial(flat100k):
-    stub, keys = flat100k
+    mem, keys = flat100k
     want = urls(keys, "b")
-    with FaultProxy(upstream=stub.url, rules=[stall()]) as proxy:
+    with FaultProxy(upstream=mem.url, rules=[stall()]) as proxy:
         serial, t_serial, _ = run_list("s3://b/flat/", proxy.url, split=False)
         serial_pages = proxy.count(method="GET")
         proxy.reset_counters()
@@ -203,14 +203,14 @@ def test_100k_flat_prefix_through_faults(flat100k):
     """503 SlowDown bursts and resets on the listing pages: the AIMD limit
     drops, the ranges stop splitting below it, nothing is lost or listed
     twice."""
-    stub, keys = flat100k
+    mem, keys = flat100k
     rules = [Rule.slowdown(count=6, skip=10, query="list-type"),
              Rule.reset(after_bytes=-1, count=3, skip=2, query="start-after"),
              Rule.reset(after_bytes=20000, count=3, skip=30,
                         query="list-type"),
              Rule.slowdown(probability=0.05, count=10, query="list-type"),
              stall()]
-    with FaultProxy(upstream=stub.url, rules=rules, seed=5) as proxy:
+    with FaultProxy(upstream=mem.url, rules=rules, seed=5) as proxy:
         got, _, err = run_list("s3://b/flat/", proxy.url,
                                extra=("-v", "--stats", *FAST_RETRY))
         fired = [r["fired"] for r in proxy.rules()]
@@ -227,17 +227,17 @@ def test_store_ignoring_start_after_lists_serially():
     first split, the listing goes on serially, nothing twice."""
     keys = ["ig/k-%05d.tar" % i for i in range(20_000)]
 
-    class Ignoring(ListStub):
+    class Ignoring(MemListServer):
         def page(self, q):
             q = dict(q)
             q.pop("start-after", None)
-            return ListStub.page(self, q)
+            return MemListServer.page(self, q)
 
-    with Ignoring(keys) as stub:
-        with FaultProxy(upstream=stub.url, rules=[stall(0.01)]) as proxy:
+    with Ignoring(keys) as mem:
+        with FaultProxy(upstream=mem.url, rules=[stall(0.01)]) as proxy:
             got, _, err = run_list("s3://b/ig/", proxy.url, extra=("-v",))
             pages = proxy.count(method="GET")
     assert got == urls(keys, "b")
     assert "start_after=ignored" in err
-    assert stub.start_after_requests == 1
+    assert mem.start_after_requests == 1
     assert pages <= 22  # 20 serial pages, the probe, a page at most more
