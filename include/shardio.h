@@ -644,7 +644,7 @@ const char *sio_partition_name(sio_partition p);
 /* Parse "even-drop" | "even-pad" | "none"; -1 when unknown. */
 int sio_partition_parse(const char *s, sio_partition *out);
 
-/* Bounds on what a consumer may ask for (shardio/partition.c). Every
+/* Bounds on what a consumer may ask for (shardio/epoch/partition.c). Every
  * index of Y a request can reach stays at or below SIO_POSITION_MAX, so
  * no arithmetic on it can wrap. */
 #define SIO_WORLD_MAX 65536u

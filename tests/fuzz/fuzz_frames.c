@@ -1,6 +1,6 @@
 /*
  * fuzz_frames.c — libFuzzer harness for the frames decoder
- * (shardio/frames.c, sio_framer_*), the first code of a client that sees
+ * (shardio/wire/frames.c, sio_framer_*), the first code of a client that sees
  * a server's bytes.
  *
  * The input is a frames stream. It is decoded twice: whole, and in chunks

@@ -1,6 +1,6 @@
 /*
  * fuzz_index.c — libFuzzer harness for the shard index file reader
- * (shardio/index.c, sio_index_parse), which reads files from state_dir
+ * (shardio/tar/index.c, sio_index_parse), which reads files from state_dir
  * and sidecars next to shards (untrusted: anyone who can write to the
  * bucket can write a sidecar).
  *

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "url.h"
+#include "store/url.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,6 +1,6 @@
 /*
  * fuzz_s3xml.c — libFuzzer harness for the S3 / STS XML parsers
- * (shardio/s3xml.c). Every input goes through the listing, error-document
+ * (shardio/store/s3xml.c). Every input goes through the listing, error-document
  * and STS parsers; the properties checked are: no crash, no leak, no
  * undefined behaviour, and on success the page obeys the documented limits
  * (keys non-empty and at most SIO_S3XML_KEY_MAX bytes, entry count bounded,
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "s3xml.h"
+#include "store/s3xml.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "backend.h"
+#include "store/backend.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

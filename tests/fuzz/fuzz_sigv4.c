@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sigv4.h"
+#include "store/sigv4.h"
 
 /* Inputs beyond this add nothing but time (the signer's limits are far
  * below). */

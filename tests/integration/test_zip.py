@@ -11,7 +11,7 @@ deflate bomb (4 GiB of zeros with its size declared, 1 GiB with its size
 only in a descriptor) is a bad sample under max-field-bytes and does not
 raise the server's memory.
 
-The zips are made here; the unit test tests/unit/test_zip.c covers the
+The zips are made here; the unit test tests/unit/tar/test_zip.c covers the
 byte-level variants (flags, fake sizes, truncation, seeks).
 """
 

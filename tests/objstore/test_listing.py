@@ -196,7 +196,7 @@ def test_100k_flat_prefix_ranges_against_serial(flat100k):
                                         t_serial / t_par))
     # The speed-up is measured by bench/listing.py, not asserted here: a
     # timed assertion fails on a loaded machine. The ranges' concurrency
-    # (what makes them faster) is checked by tests/unit/test_s3list.c.
+    # (what makes them faster) is checked by tests/unit/store/test_s3list.c.
 
 
 def test_100k_flat_prefix_through_faults(flat100k):

@@ -6,7 +6,7 @@
 signs a set of requests with botocore's SigV4Auth (Authorization header) and
 SigV4QueryAuth (presigned URL) at a fixed time with made-up credentials, and
 writes what botocore computed as one folder per case, in the layout of
-Amazon's aws-signing-test-suite/v4 (which tests/unit/test_sigv4.c already
+Amazon's aws-signing-test-suite/v4 (which tests/unit/store/test_sigv4.c already
 reads; the suites themselves, in ../shared/testdata/sigv4, stay an optional
 conformance layer):
 

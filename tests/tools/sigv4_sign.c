@@ -24,7 +24,7 @@
 
 #include <jansson.h>
 
-#include "sigv4.h"
+#include "store/sigv4.h"
 
 /* Largest request description read from stdin. */
 #define INPUT_MAX (1u << 20)

@@ -1,0 +1,1924 @@
+/*
+ * epoch.c — the global sample sequence Y of one epoch, from data or from
+ * the shard indexes alone.
+ *
+ * Order (README "The order of an epoch"):
+ *  1. shard order: sio_permute() of the shard list with the stream
+ *     SIO_RNG_SHARDS of (seed, epoch);
+ *  2. interleave: K slots take shards in permuted order; samples are taken
+ *     round-robin over the slots in slot order; a finished (or failed and
+ *     skipped) shard's slot takes the next shard in the permuted order at
+ *     once; a slot with no shard left drops out. Bad samples are invisible:
+ *     the slot yields its next good sample instead;
+ *  3. buffer shuffle with the stream SIO_RNG_BUFFER: while the buffer holds
+ *     fewer than B samples (and, with a byte cap, the incoming sample fits),
+ *     the sample is appended and nothing is emitted. Otherwise j =
+ *     below(count), buf[j] is emitted and the incoming sample takes its
+ *     place; then, while a byte cap is exceeded and count > 1, j =
+ *     below(count), buf[j] is emitted and buf[count-1] moves into slot j.
+ *     At the end: while count > 0, j = below(count), emit buf[j],
+ *     buf[j] = buf[count-1].
+ * Everything is a function of the data and (seed, epoch, K, B, byte cap);
+ * nothing depends on timing.
+ *
+ * Two modes run the same interleave and buffer code:
+ *  - data: shard readers (worker threads) decode samples; the buffer holds
+ *    sample references. Readers offer every group they read to the shard
+ *    index (cfg.index), which is how indexes get built.
+ *  - meta: the slots walk the shard indexes instead of the bytes and the
+ *    buffer holds stubs (shard, group, size) from a recycled pool. This is
+ *    the order as a pure function of metadata: PRNG arithmetic, no bytes.
+ * sio_epoch_open_at(P) runs meta up to position P, then switches to data:
+ * the slot shards are opened at the groups the slots reached (a ranged
+ * read from the group's offset; a compressed shard is re-read from its
+ * start and skipped forward), and the stubs still in the buffer become
+ * "virtual" entries, fetched by ranged reads when they are emitted (with
+ * the pending entries of the same shard that lie close after it, in the
+ * same read), so a seek reads only what its consumers take.
+ *
+ * Shard failures: a bad sample is invisible (counted). A transient error
+ * (SIO_ERR_IO, SIO_ERR_RETRY after the fetch engine's own retries) reopens
+ * the shard at the group reached, with backoff, up to
+ * EPOCH_SHARD_RETRIES times; then, and for permanent errors (not found,
+ * refused, corrupt, changed), on_error=fail fails the epoch and
+ * on_error=skip records the decision in the epoch's journal (cfg.journal):
+ * the shard ends after the groups read. Every reader of the epoch follows
+ * the journal, so the sequence never changes once decided.
+ *
+ * Threading: one sio_epoch is driven by one thread; its worker threads
+ * share ep->mu. Ownership: the epoch holds references to buffered samples
+ * and releases them on close; each sample handed out is a new reference
+ * for the caller.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "store/backend.h"
+#include "shardio_index.h"
+#include "store/url.h"
+
+/* Sanity limits on the epoch configuration. */
+#define EPOCH_INTERLEAVE_MAX 4096u
+#define EPOCH_BUFFER_MAX SIO_EPOCH_BUFFER_MAX /* samples */
+#define EPOCH_THREADS_MAX 64u
+#define EPOCH_REPLICAS_MAX 1024u
+#define EPOCH_READAHEAD_SHARDS_MAX 4096u
+/* A transient shard failure is retried this many times (backoff doubling
+ * from 500 ms up to 30 s: about 10 minutes) before it counts as
+ * permanent. */
+#define EPOCH_SHARD_RETRIES 24u
+#define EPOCH_RETRY_BASE_MS 500u
+#define EPOCH_RETRY_MAX_MS 30000u
+/* Virtual entries of one shard fetched in one ranged read: at most this
+ * many, within this span of the first, and with at most VGATHER_GAP bytes
+ * of other groups between two of them (read and dropped). */
+#define EPOCH_VGATHER_SPAN (4ull << 20)
+#define EPOCH_VGATHER_GAP (64u << 10)
+#define EPOCH_VGATHER_MAX 256u
+
+/*
+ * Shard readers. Reader j reads shard perm[j] into a bounded queue of
+ * samples. Readers exist for the shards in the slots and for the next
+ * readahead_shards positions of the permuted order; worker threads (or,
+ * when none, the consuming thread itself) fill them. Which reader a slot
+ * takes and when is decided only by the consuming side, in logical order,
+ * so timing never changes the sequence. In meta mode a reader has no
+ * queue: it walks the index from group g.
+ *
+ * Locking: ep->mu guards every reader's queue and flags, the reader table,
+ * the virtual entries and `stop`. Workers read from a shard with mu
+ * released; a reader being read has busy = 1 and nobody else touches its
+ * sio_shard. One lock, no lock order to keep.
+ */
+typedef struct reader {
+    uint32_t pos;            /* position in the permuted order */
+    uint32_t idx;            /* shard list index */
+    sio_shard *sh;           /* opened lazily by whoever reads first */
+    const sio_sample **q;    /* ring of decoded samples */
+    size_t qhead, qlen;
+    uint64_t qbytes;
+    int busy, done;
+    sio_code rc;             /* at done: SIO_OK or why the shard ended */
+    char msg[640];
+    uint64_t bad_samples;    /* SIO_ERR_SAMPLE seen (skipped) */
+    char bad_msg[640];       /* first bad sample (for on_error=fail) */
+    int opened;
+    uint64_t start_group;    /* data: the first group to read */
+    uint64_t g;              /* meta: the next group */
+    int skipped;             /* ended by a journal decision */
+    unsigned retries;        /* transient failures so far */
+} reader;
+
+/* A buffer entry of meta mode: a sample known only by its place. */
+typedef struct stub {
+    sio_sample pub;          /* shard_index, index_in_shard, bytes,
+                                global_index */
+    struct stub *next;       /* free list */
+    uint32_t vi;             /* its virtual entry, after the switch */
+} stub;
+/* stub->pub.fields points here: how a stub is told from a sample. */
+static const sio_field stub_marker[1];
+#define IS_STUB(s) ((s)->fields == stub_marker)
+#define STUB_CHUNK 1024u
+typedef struct stub_chunk {
+    struct stub_chunk *next;
+    stub v[STUB_CHUNK];
+} stub_chunk;
+
+/* A sample of the buffer at the seek position, fetched by a ranged read. */
+enum { V_PENDING = 0, V_BUSY = 1, V_DONE = 2, V_FAILED = 3 };
+typedef struct vent {
+    uint32_t shard;
+    uint64_t group;
+    const sio_sample *real;
+    int state;
+} vent;
+
+struct sio_epoch {
+    sio_io *io;
+    const sio_shardlist *list;
+    sio_epoch_config cfg;
+    uint32_t *perm;
+    size_t nshards, next_shard; /* next permuted position for a slot */
+    reader **slots;             /* slot s reads slots[s] (NULL: inactive) */
+    uint32_t cur, active;
+    int started;
+    int meta;                   /* slots walk indexes, buffer holds stubs */
+    sio_index_entry **ixv;      /* entry per shard list index, lazily */
+
+    pthread_mutex_t mu;
+    pthread_cond_t work;    /* workers: a reader needs filling */
+    pthread_cond_t ready;   /* consumer: a reader got a sample or ended */
+    /* Live readers: those in slots plus the look-ahead ones, at most
+     * K + readahead_shards (positions in [next_shard, ahead_end) are not
+     * in a slot yet, and ahead_end <= next_shard + readahead_shards). */
+    reader **readers;
+    size_t nreaders, rcap;
+    size_t ahead_end;       /* readers were made for positions < ahead_end */
+    pthread_t *threads;
+    uint32_t nthreads;
+    int stop;
+    /* Waiters, so that signals are only sent to someone waiting: a
+     * wake-up per sample would cost more than decoding the sample. */
+    uint32_t workers_idle;
+    int consumer_waiting;   /* the consuming thread waits on `ready` ... */
+    const reader *waiting_for; /* ... for this reader (NULL: for a
+                                  virtual entry, or anything) */
+
+    vent *vents;            /* virtual entries (after a seek), sorted */
+    size_t nvents;
+    char vmsg[640];         /* why a virtual entry failed */
+
+    stub *free_stubs;
+    stub_chunk *chunks;
+
+    sio_rng brng;
+    const sio_sample **buf; /* shuffle buffer */
+    size_t count;
+    uint64_t bytes;
+    const sio_sample **outq; /* emitted, not yet handed out (FIFO) */
+    size_t qhead, qlen;
+    int input_done, failed;
+    uint64_t emitted;
+    sio_epoch_stats st;
+    char err[768];
+
+    /* A mixed epoch (cfg.nmix > 0): the sources, each read pass after
+     * pass by a sub-epoch (no buffer) over its part of the list; the draw
+     * of each next sample's source with stream SIO_RNG_MIX. */
+    struct mixsrc *msrc;
+    uint32_t nmsrc;
+    uint32_t sub_threads;   /* read_threads of each sub-epoch */
+    sio_rng mrng;
+};
+
+typedef struct mixsrc {
+    sio_mix_source def;
+    uint64_t left;          /* quota left */
+    uint32_t pass;          /* the pass being read */
+    uint64_t pass_taken;    /* samples taken from it */
+    sio_epoch *sub;         /* its sub-epoch (ep->mu guards the pointer) */
+    int dry;                /* a pass gave nothing: the source ended */
+    uint64_t taken;         /* samples taken this epoch */
+} mixsrc;
+
+const char *sio_epoch_errmsg(const sio_epoch *ep)
+{
+    return ep->err;
+}
+
+void sio_epoch_get_stats(const sio_epoch *ep, sio_epoch_stats *st)
+{
+    *st = ep->st;
+}
+
+/* Stubs --------------------------------------------------------------- */
+
+static stub *stub_new(sio_epoch *ep, uint32_t shard, uint64_t group,
+                      uint64_t bytes)
+{
+    stub *s = ep->free_stubs;
+    if (!s) {
+        stub_chunk *c = malloc(sizeof *c);
+        if (!c)
+            return NULL;
+        c->next = ep->chunks;
+        ep->chunks = c;
+        for (unsigned i = 0; i < STUB_CHUNK; i++) {
+            c->v[i].next = ep->free_stubs;
+            ep->free_stubs = &c->v[i];
+        }
+        s = ep->free_stubs;
+    }
+    ep->free_stubs = s->next;
+    memset(&s->pub, 0, sizeof s->pub);
+    s->pub.fields = stub_marker;
+    s->pub.shard_index = shard;
+    s->pub.index_in_shard = group;
+    s->pub.bytes = (size_t)bytes;
+    s->pub.global_index = UINT64_MAX;
+    s->vi = UINT32_MAX;
+    return s;
+}
+
+/* Release a buffer/queue entry: recycle a stub, drop a sample. */
+static void ent_drop(sio_epoch *ep, const sio_sample *s)
+{
+    if (s && IS_STUB(s)) {
+        stub *st = (stub *)(uintptr_t)s;
+        if (st->vi != UINT32_MAX && ep->vents) {
+            vent *v = &ep->vents[st->vi];
+            sio_sample_unref(v->real);
+            v->real = NULL;
+        }
+        st->next = ep->free_stubs;
+        ep->free_stubs = st;
+        return;
+    }
+    sio_sample_unref(s);
+}
+
+/* Index entries --------------------------------------------------------- */
+
+/* The index entry of shard idx, or NULL without an index (any thread). */
+static sio_index_entry *shard_ix(sio_epoch *ep, uint32_t idx)
+{
+    sio_index_entry *e;
+    if (!ep->cfg.index || !ep->ixv)
+        return NULL;
+    pthread_mutex_lock(&ep->mu);
+    e = ep->ixv[idx];
+    pthread_mutex_unlock(&ep->mu);
+    if (e)
+        return e;
+    e = sio_index_get(ep->cfg.index, ep->io, sio_shardlist_url(ep->list, idx),
+                      sio_shardlist_size(ep->list, idx));
+    pthread_mutex_lock(&ep->mu);
+    ep->ixv[idx] = e;
+    pthread_mutex_unlock(&ep->mu);
+    return e;
+}
+
+static int transient(sio_code rc)
+{
+    return rc == SIO_ERR_IO || rc == SIO_ERR_RETRY;
+}
+
+/* Sleep up to ms unless the epoch stops (mu NOT held). Returns 1 when
+ * stopping. */
+static int backoff(sio_epoch *ep, unsigned attempt)
+{
+    uint64_t ms = EPOCH_RETRY_BASE_MS;
+    struct timespec ts;
+    int stop;
+    for (unsigned i = 0; i < attempt && ms < EPOCH_RETRY_MAX_MS; i++)
+        ms *= 2;
+    if (ms > EPOCH_RETRY_MAX_MS)
+        ms = EPOCH_RETRY_MAX_MS;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += (time_t)(ms / 1000);
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&ep->mu);
+    while (!ep->stop &&
+           pthread_cond_timedwait(&ep->work, &ep->mu, &ts) == 0)
+        ;
+    stop = ep->stop;
+    pthread_mutex_unlock(&ep->mu);
+    return stop;
+}
+
+/*
+ * Where to open shard idx to read group g: the group's offset when the
+ * index knows it (or the previous group's end), else the nearest known
+ * group before it (then read forward), else the start. A compressed shard
+ * always starts at 0.
+ */
+/* The cache view and listed size of shard idx into at. */
+static void cache_at(const sio_epoch *ep, uint32_t idx, sio_shard_at *at)
+{
+    uint64_t size = sio_shardlist_size(ep->list, idx);
+    at->cache = ep->cfg.cache;
+    at->size_hint = size == UINT64_MAX ? 0 : size;
+}
+
+static void place_at(sio_epoch *ep, uint32_t idx, uint64_t g, sio_shard_at *at)
+{
+    sio_index_entry *e = shard_ix(ep, idx);
+    sio_index_info info;
+    sio_index_group gr;
+    memset(at, 0, sizeof *at);
+    at->end = UINT64_MAX;
+    at->skip_until = g;
+    at->ix = e;
+    cache_at(ep, idx, at);
+    if (!e || g == 0)
+        return;
+    sio_index_get_info(e, &info);
+    if (info.stream_only)
+        return;
+    if (sio_index_group_get(e, g, &gr)) {
+        at->offset = gr.offset;
+        at->first_group = g;
+        return;
+    }
+    if (sio_index_group_get(e, g - 1, &gr) && gr.end != UINT64_MAX) {
+        at->offset = gr.end;
+        at->first_group = g;
+        return;
+    }
+    uint64_t k = info.known < g ? info.known : g;
+    while (k > 0 && !sio_index_group_get(e, k - 1, &gr))
+        k--;
+    if (k > 0) {
+        at->offset = gr.offset;
+        at->first_group = k - 1;
+    }
+}
+
+static void reader_free(reader *r)
+{
+    if (!r)
+        return;
+    for (size_t i = 0; r->q && i < r->qlen; i++)
+        sio_sample_unref(r->q[(r->qhead + i) % SIO_READAHEAD_SAMPLES]);
+    sio_shard_close(r->sh);
+    free(r->q);
+    free(r);
+}
+
+/* Has the reader room for one more sample? (mu held) */
+static int reader_wants(const sio_epoch *ep, const reader *r)
+{
+    return !r->done && !r->busy && r->qlen < SIO_READAHEAD_SAMPLES &&
+           (r->qlen == 0 || r->qbytes < ep->cfg.readahead_bytes);
+}
+
+/* The journal's decision for shard idx at the group about to be read:
+ * 1 when the shard ends here. */
+static int journal_ends(sio_epoch *ep, uint32_t idx, uint64_t next_group)
+{
+    uint64_t cut;
+    return ep->cfg.journal && sio_journal_count(ep->cfg.journal) &&
+           sio_journal_cut(ep->cfg.journal, idx, &cut) && next_group >= cut;
+}
+
+/* Open r's shard at r->start_group (mu NOT held). */
+static sio_code reader_open(sio_epoch *ep, reader *r, char *msg, size_t len)
+{
+    sio_shard_at at;
+    sio_error e;
+    sio_code rc;
+    place_at(ep, r->idx, r->start_group, &at);
+    e.msg[0] = '\0';
+    rc = sio_shard_open_at(ep->io, sio_shardlist_url(ep->list, r->idx),
+                           r->idx, &ep->cfg.limits, &at, &r->sh, &e);
+    if (rc)
+        snprintf(msg, len, "%s", e.msg);
+    return rc;
+}
+
+/* Errors that say nothing about the shard: never a skip decision. */
+static int fatal_code(sio_code rc)
+{
+    return rc == SIO_ERR_CANCELED || rc == SIO_ERR_NOMEM;
+}
+
+/* Read one sample into r (busy set by the caller, mu NOT held on entry
+ * and exit). Opening the shard happens on the first call. */
+static void reader_step(sio_epoch *ep, reader *r)
+{
+    const sio_sample *s = NULL;
+    sio_code rc = SIO_OK;
+    char msg[640] = "";
+    int skipped = 0, stopped = 0;
+
+    for (;;) {
+        if (!r->sh) {
+            if (journal_ends(ep, r->idx, r->start_group)) {
+                skipped = 1;
+                break;
+            }
+            rc = reader_open(ep, r, msg, sizeof msg);
+            r->opened = 1;
+        }
+        while (rc == SIO_OK) {
+            if (journal_ends(ep, r->idx, sio_shard_groups(r->sh))) {
+                skipped = 1;
+                break;
+            }
+            rc = sio_shard_next(r->sh, &s);
+            if (rc != SIO_ERR_SAMPLE)
+                break;
+            /* A bad sample: counted; the first one's text is kept. */
+            pthread_mutex_lock(&ep->mu);
+            if (r->bad_samples++ == 0)
+                snprintf(r->bad_msg, sizeof r->bad_msg, "%s",
+                         sio_shard_errmsg(r->sh));
+            pthread_mutex_unlock(&ep->mu);
+            SIO_LOG(&ep->cfg.log, SIO_LOG_WARN,
+                    "event=sample_bad reason=\"%s\"", sio_shard_errmsg(r->sh));
+            rc = SIO_OK;
+            if (ep->cfg.on_error == SIO_ON_ERROR_FAIL) {
+                rc = SIO_ERR_SAMPLE;
+                snprintf(msg, sizeof msg, "%s", r->bad_msg);
+                break;
+            }
+        }
+        if (skipped || rc == SIO_OK || rc == SIO_ERR_SAMPLE)
+            break;
+        if (!msg[0] && r->sh)
+            snprintf(msg, sizeof msg, "%s", sio_shard_errmsg(r->sh));
+        if (r->sh) {
+            r->start_group = sio_shard_groups(r->sh);
+            sio_shard_close(r->sh);
+            r->sh = NULL;
+        }
+        /* A transient failure: reopen at the group reached, after a
+         * backoff, while retries last (on_error=fail gives up at once). */
+        if (!transient(rc) || ep->cfg.on_error != SIO_ON_ERROR_SKIP ||
+            r->retries >= EPOCH_SHARD_RETRIES)
+            break;
+        char shown[512];
+        sio_url_redact(sio_shardlist_url(ep->list, r->idx), shown,
+                       sizeof shown);
+        SIO_LOG(&ep->cfg.log, SIO_LOG_WARN,
+                "event=shard_retry url=%s group=%" PRIu64
+                " attempt=%u reason=\"%s\"",
+                shown, r->start_group, r->retries + 1, msg);
+        if (backoff(ep, r->retries++)) {
+            stopped = 1;
+            rc = SIO_ERR_CANCELED;
+            break;
+        }
+        rc = SIO_OK;
+        msg[0] = '\0';
+    }
+    uint64_t reached = r->sh ? sio_shard_groups(r->sh) : r->start_group;
+    if (rc != SIO_OK && rc != SIO_ERR_SAMPLE && !skipped && !stopped &&
+        !fatal_code(rc) && ep->cfg.on_error == SIO_ON_ERROR_SKIP &&
+        ep->cfg.journal) {
+        /* A permanent failure (or retries spent): the decision every reader
+         * of this epoch follows. */
+        uint64_t d = sio_journal_record(ep->cfg.journal, r->idx, reached, rc,
+                                        msg);
+        if (d != reached) {
+            rc = SIO_ERR_CANCELED; /* fails the epoch whatever on_error */
+            snprintf(msg, sizeof msg,
+                     "shard %u ended at sample group %" PRIu64 " where the "
+                     "epoch's journal says %" PRIu64 ": the sequence cannot "
+                     "be reproduced", r->idx, reached, d);
+        }
+    }
+    pthread_mutex_lock(&ep->mu);
+    if (skipped || rc != SIO_OK || !s) {
+        r->done = 1;
+        r->rc = skipped ? SIO_OK : rc;
+        r->skipped = skipped;
+        snprintf(r->msg, sizeof r->msg, "%s",
+                 skipped ? "skipped by the epoch's journal" : msg);
+        /* The shard is finished: release its stream and archive now. */
+        sio_shard_close(r->sh);
+        r->sh = NULL;
+    } else {
+        r->q[(r->qhead + r->qlen) % SIO_READAHEAD_SAMPLES] = s;
+        r->qlen++;
+        r->qbytes += s->bytes;
+    }
+    r->busy = 0;
+    /* Wake the consumer only for the reader it waits on: a sample of
+     * another shard would only put it back to sleep. */
+    if (ep->consumer_waiting && (!ep->waiting_for || ep->waiting_for == r))
+        pthread_cond_broadcast(&ep->ready);
+    pthread_mutex_unlock(&ep->mu);
+}
+
+/* A data reader for position pos from group g (mu held by the caller or
+ * single-threaded). */
+static reader *reader_new(sio_epoch *ep, size_t pos, uint64_t g, int queue)
+{
+    reader *r = calloc(1, sizeof *r);
+    if (r && queue)
+        r->q = malloc(SIO_READAHEAD_SAMPLES * sizeof *r->q);
+    if (!r || (queue && !r->q)) {
+        free(r);
+        return NULL;
+    }
+    r->pos = (uint32_t)pos;
+    r->idx = ep->perm[pos];
+    r->start_group = g;
+    r->g = g;
+    return r;
+}
+
+/* Create readers up to position `end` (mu held). */
+static sio_code ensure_readers(sio_epoch *ep, size_t end)
+{
+    if (end > ep->nshards)
+        end = ep->nshards;
+    while (ep->ahead_end < end) {
+        reader *r = reader_new(ep, ep->ahead_end, 0, 1);
+        if (!r)
+            return SIO_ERR_NOMEM;
+        ep->readers[ep->nreaders++] = r; /* nreaders < rcap, see above */
+        ep->ahead_end++;
+    }
+    if (ep->workers_idle)
+        pthread_cond_broadcast(&ep->work);
+    return SIO_OK;
+}
+
+/* Virtual entries --------------------------------------------------------- */
+
+/*
+ * Fetch virtual entry i and the pending entries of the same shard that lie
+ * close after it, in one read (mu held on entry and exit; released while
+ * reading).
+ */
+static void vfetch(sio_epoch *ep, size_t i)
+{
+    vent *v = ep->vents;
+    uint32_t shard = v[i].shard;
+    size_t want[EPOCH_VGATHER_MAX];
+    size_t nw = 0;
+    sio_index_entry *e;
+    sio_index_info info;
+    sio_index_group g0, gl;
+    sio_shard_at at;
+    sio_code rc = SIO_OK;
+    char msg[640] = "";
+
+    pthread_mutex_unlock(&ep->mu);
+    e = shard_ix(ep, shard);
+    pthread_mutex_lock(&ep->mu);
+    if (e)
+        sio_index_get_info(e, &info);
+    if (!e || !sio_index_group_get(e, v[i].group, &g0)) {
+        v[i].state = V_FAILED;
+        snprintf(ep->vmsg, sizeof ep->vmsg,
+                 "shard %u group %" PRIu64 " is not indexed", shard,
+                 v[i].group);
+        pthread_cond_broadcast(&ep->ready);
+        return;
+    }
+    /* Entries are sorted by (shard, group) after the queued ones; gather
+     * forward from i. */
+    want[nw++] = i;
+    v[i].state = V_BUSY;
+    gl = g0;
+    for (size_t j = i + 1; j < ep->nvents && nw < EPOCH_VGATHER_MAX; j++) {
+        sio_index_group gj;
+        if (v[j].shard != shard || v[j].state != V_PENDING ||
+            v[j].group <= v[want[nw - 1]].group)
+            break;
+        if (!sio_index_group_get(e, v[j].group, &gj) ||
+            (!info.stream_only &&
+             (gj.offset - g0.offset > EPOCH_VGATHER_SPAN ||
+              gj.offset - gl.end > EPOCH_VGATHER_GAP)))
+            break;
+        v[j].state = V_BUSY;
+        want[nw++] = j;
+        gl = gj;
+    }
+    pthread_mutex_unlock(&ep->mu);
+
+    unsigned attempt = 0;
+    size_t got = 0;
+    for (;;) {
+        sio_shard *sh = NULL;
+        sio_error er;
+        memset(&at, 0, sizeof at);
+        at.end = UINT64_MAX;
+        cache_at(ep, shard, &at);
+        if (info.stream_only) {
+            at.skip_until = v[want[got]].group;
+        } else {
+            sio_index_group gs;
+            sio_index_group_get(e, v[want[got]].group, &gs);
+            at.offset = gs.offset;
+            at.end = gl.end;
+            at.first_group = v[want[got]].group;
+            at.skip_until = at.first_group;
+        }
+        er.msg[0] = '\0';
+        rc = sio_shard_open_at(ep->io, sio_shardlist_url(ep->list, shard),
+                               shard, &ep->cfg.limits, &at, &sh, &er);
+        if (rc)
+            snprintf(msg, sizeof msg, "%s", er.msg);
+        while (rc == SIO_OK && got < nw) {
+            const sio_sample *s = NULL;
+            rc = sio_shard_next(sh, &s);
+            if (rc == SIO_ERR_SAMPLE) {
+                rc = SIO_OK;
+                continue;
+            }
+            if (rc) {
+                snprintf(msg, sizeof msg, "%s", sio_shard_errmsg(sh));
+                break;
+            }
+            if (!s) {
+                rc = SIO_ERR_CHANGED;
+                snprintf(msg, sizeof msg, "shard %u ended before group %"
+                         PRIu64 ": changed since it was indexed", shard,
+                         v[want[got]].group);
+                break;
+            }
+            if (s->index_in_shard < v[want[got]].group) {
+                sio_sample_unref(s);
+                continue;
+            }
+            sio_index_group gi;
+            if (s->index_in_shard != v[want[got]].group ||
+                !sio_index_group_get(e, s->index_in_shard, &gi) ||
+                gi.keyhash != sio_index_keyhash(s->key, strlen(s->key)) ||
+                gi.bytes != s->bytes) {
+                sio_sample_unref(s);
+                rc = SIO_ERR_CHANGED;
+                snprintf(msg, sizeof msg, "shard %u group %" PRIu64
+                         " differs from its index: changed since indexed",
+                         shard, v[want[got]].group);
+                break;
+            }
+            pthread_mutex_lock(&ep->mu);
+            v[want[got]].real = s;
+            v[want[got]].state = V_DONE;
+            if (ep->consumer_waiting)
+                pthread_cond_broadcast(&ep->ready);
+            pthread_mutex_unlock(&ep->mu);
+            got++;
+        }
+        sio_shard_close(sh);
+        if (got == nw || !transient(rc) || attempt >= EPOCH_SHARD_RETRIES)
+            break;
+        if (backoff(ep, attempt++))
+            break;
+    }
+    pthread_mutex_lock(&ep->mu);
+    for (size_t k = got; k < nw; k++) {
+        v[want[k]].state = V_FAILED;
+        if (!ep->vmsg[0])
+            snprintf(ep->vmsg, sizeof ep->vmsg, "%s",
+                     msg[0] ? msg : "stopped");
+    }
+    pthread_cond_broadcast(&ep->ready);
+}
+
+static void *worker_main(void *arg)
+{
+    sio_epoch *ep = arg;
+    pthread_mutex_lock(&ep->mu);
+    for (;;) {
+        reader *pick = NULL;
+        if (ep->stop)
+            break;
+        /* Emptiest queue first, then the earliest position. */
+        for (size_t i = 0; i < ep->nreaders; i++) {
+            reader *r = ep->readers[i];
+            if (reader_wants(ep, r) &&
+                (!pick || r->qlen < pick->qlen ||
+                 (r->qlen == pick->qlen && r->pos < pick->pos)))
+                pick = r;
+        }
+        if (!pick) {
+            ep->workers_idle++;
+            pthread_cond_wait(&ep->work, &ep->mu);
+            ep->workers_idle--;
+            continue;
+        }
+        pick->busy = 1;
+        pthread_mutex_unlock(&ep->mu);
+        reader_step(ep, pick);
+        pthread_mutex_lock(&ep->mu);
+    }
+    pthread_mutex_unlock(&ep->mu);
+    return NULL;
+}
+
+static sio_code start_threads(sio_epoch *ep, sio_error *err)
+{
+    for (uint32_t i = 0; i < ep->cfg.read_threads; i++) {
+        if (pthread_create(&ep->threads[i], NULL, worker_main, ep) != 0)
+            return sio_seterr(err, SIO_ERR_NOMEM, "cannot start a thread");
+        ep->nthreads++;
+    }
+    return SIO_OK;
+}
+
+/* Everything but the readers and threads (shared by both opens). */
+static sio_code epoch_new(sio_io *io, const sio_shardlist *list,
+                          const sio_epoch_config *cfg, sio_epoch **out,
+                          sio_error *err)
+{
+    sio_epoch *ep;
+    sio_rng srng;
+    size_t total;
+    *out = NULL;
+    if (!list || !cfg)
+        return sio_seterr(err, SIO_ERR_INVALID, "no shard list or config");
+    if (cfg->interleave < 1 || cfg->interleave > EPOCH_INTERLEAVE_MAX)
+        return sio_seterr(err, SIO_ERR_INVALID, "interleave %u not in 1..%u",
+                          cfg->interleave, EPOCH_INTERLEAVE_MAX);
+    if (cfg->buffer_samples < 1 || cfg->buffer_samples > EPOCH_BUFFER_MAX)
+        return sio_seterr(err, SIO_ERR_INVALID,
+                          "shuffle buffer %u not in 1..%u",
+                          cfg->buffer_samples, EPOCH_BUFFER_MAX);
+    if (cfg->replicas > EPOCH_REPLICAS_MAX ||
+        (cfg->replicas > 1 && cfg->replica >= cfg->replicas) ||
+        (cfg->replicas <= 1 && cfg->replica != 0))
+        return sio_seterr(err, SIO_ERR_INVALID,
+                          "replica %u of %u: need replica < replicas <= %u",
+                          cfg->replica, cfg->replicas, EPOCH_REPLICAS_MAX);
+    if (cfg->read_threads > EPOCH_THREADS_MAX)
+        return sio_seterr(err, SIO_ERR_INVALID, "read_threads %u above %u",
+                          cfg->read_threads, EPOCH_THREADS_MAX);
+    if (cfg->readahead_shards > EPOCH_READAHEAD_SHARDS_MAX)
+        return sio_seterr(err, SIO_ERR_INVALID,
+                          "readahead_shards %u above %u",
+                          cfg->readahead_shards, EPOCH_READAHEAD_SHARDS_MAX);
+    total = sio_shardlist_count(list);
+    if (cfg->range_count &&
+        ((uint64_t)cfg->range_first + cfg->range_count > total))
+        return sio_seterr(err, SIO_ERR_INVALID,
+                          "shard range %u+%u past the list's %zu",
+                          cfg->range_first, cfg->range_count, total);
+    if (cfg->nmix) {
+        if (cfg->nmix > SIO_MIX_SOURCES_MAX || !cfg->mix)
+            return sio_seterr(err, SIO_ERR_INVALID,
+                              "mixed epoch: 1..%u sources",
+                              SIO_MIX_SOURCES_MAX);
+        if (cfg->replicas > 1)
+            return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                              "a mixed epoch cannot be split over replicas");
+        for (uint32_t i = 0; i < cfg->nmix; i++)
+            if (!cfg->mix[i].count ||
+                (uint64_t)cfg->mix[i].first + cfg->mix[i].count > total)
+                return sio_seterr(err, SIO_ERR_INVALID,
+                                  "mixed source %u: shard range %u+%u not "
+                                  "in the list's %zu", i, cfg->mix[i].first,
+                                  cfg->mix[i].count, total);
+    }
+    ep = calloc(1, sizeof *ep);
+    if (!ep)
+        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    pthread_mutex_init(&ep->mu, NULL);
+    pthread_cond_init(&ep->work, NULL);
+    pthread_cond_init(&ep->ready, NULL);
+    ep->io = io;
+    ep->list = list;
+    ep->cfg = *cfg;
+    if (!ep->cfg.readahead_bytes)
+        ep->cfg.readahead_bytes = SIO_READAHEAD_BYTES_DEFAULT;
+    ep->nshards = cfg->nmix ? 0 : cfg->range_count ? cfg->range_count : total;
+    if (cfg->nmix) {
+        /* The sources read; this epoch only mixes and shuffles. */
+        ep->sub_threads = cfg->read_threads;
+        ep->cfg.read_threads = 0;
+        ep->cfg.mix = NULL;
+        ep->msrc = calloc(cfg->nmix, sizeof *ep->msrc);
+        if (!ep->msrc) {
+            sio_epoch_close(ep);
+            return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+        }
+        ep->nmsrc = cfg->nmix;
+        for (uint32_t i = 0; i < cfg->nmix; i++) {
+            ep->msrc[i].def = cfg->mix[i];
+            ep->msrc[i].left = cfg->mix[i].quota;
+        }
+        sio_rng_seed(&ep->mrng, cfg->seed, cfg->epoch, SIO_RNG_MIX);
+    }
+    /* Readers alive at once: K in slots + the look-ahead window. */
+    ep->rcap = (size_t)cfg->interleave + cfg->readahead_shards + 1;
+    ep->perm = malloc((ep->nshards ? ep->nshards : 1) * sizeof *ep->perm);
+    ep->slots = calloc(cfg->interleave, sizeof *ep->slots);
+    ep->readers = calloc(ep->rcap, sizeof *ep->readers);
+    ep->buf = malloc(cfg->buffer_samples * sizeof *ep->buf);
+    /* The byte-cap eviction emits at most the whole buffer plus one. */
+    ep->outq = malloc(((size_t)cfg->buffer_samples + 1) * sizeof *ep->outq);
+    ep->threads = calloc(cfg->read_threads ? cfg->read_threads : 1,
+                         sizeof *ep->threads);
+    if (cfg->index)
+        ep->ixv = calloc(total ? total : 1, sizeof *ep->ixv);
+    if (!ep->perm || !ep->slots || !ep->readers || !ep->buf || !ep->outq ||
+        !ep->threads || (cfg->index && !ep->ixv)) {
+        sio_epoch_close(ep);
+        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    }
+    sio_rng_seed(&srng, cfg->seed, cfg->epoch,
+                 cfg->order_stream ? cfg->order_stream : SIO_RNG_SHARDS);
+    if (cfg->resample) {
+        for (size_t i = 0; i < ep->nshards; i++)
+            ep->perm[i] = (uint32_t)sio_rng_below(&srng, ep->nshards);
+    } else {
+        sio_permute(&srng, ep->perm, ep->nshards);
+    }
+    if (cfg->range_count)
+        for (size_t i = 0; i < ep->nshards; i++)
+            ep->perm[i] += cfg->range_first;
+    if (cfg->replicas > 1) {
+        /* This replica's shards: permuted positions j, j+R, j+2R, ... */
+        size_t n = 0;
+        for (size_t p = cfg->replica; p < ep->nshards; p += cfg->replicas)
+            ep->perm[n++] = ep->perm[p];
+        ep->nshards = n;
+    }
+    sio_rng_seed(&ep->brng, cfg->seed, cfg->epoch,
+                 SIO_RNG_BUFFER + 256ull * cfg->replica);
+    *out = ep;
+    return SIO_OK;
+}
+
+sio_code sio_epoch_open(sio_io *io, const sio_shardlist *list,
+                        const sio_epoch_config *cfg, sio_epoch **out,
+                        sio_error *err)
+{
+    return sio_epoch_open_at(io, list, cfg, 0, out, err);
+}
+
+uint64_t sio_epoch_emitted(const sio_epoch *ep)
+{
+    return ep->emitted;
+}
+
+void sio_epoch_cancel(sio_epoch *ep)
+{
+    if (!ep)
+        return;
+    pthread_mutex_lock(&ep->mu);
+    ep->stop = 1;
+    pthread_cond_broadcast(&ep->work);
+    pthread_cond_broadcast(&ep->ready);
+    for (uint32_t i = 0; i < ep->nmsrc; i++)
+        sio_epoch_cancel(ep->msrc[i].sub);
+    pthread_mutex_unlock(&ep->mu);
+}
+
+uint64_t sio_epoch_source_samples(const sio_epoch *ep, uint32_t s)
+{
+    return ep && s < ep->nmsrc ? ep->msrc[s].taken : 0;
+}
+
+void sio_epoch_close(sio_epoch *ep)
+{
+    if (!ep)
+        return;
+    pthread_mutex_lock(&ep->mu);
+    ep->stop = 1;
+    pthread_cond_broadcast(&ep->work);
+    pthread_mutex_unlock(&ep->mu);
+    for (uint32_t i = 0; i < ep->nthreads; i++)
+        pthread_join(ep->threads[i], NULL);
+    for (uint32_t i = 0; i < ep->nmsrc; i++)
+        sio_epoch_close(ep->msrc[i].sub);
+    free(ep->msrc);
+    for (size_t i = 0; ep->readers && i < ep->nreaders; i++)
+        reader_free(ep->readers[i]);
+    if (ep->meta)
+        for (uint32_t s = 0; ep->slots && s < ep->cfg.interleave; s++)
+            reader_free(ep->slots[s]);
+    for (size_t i = 0; ep->buf && i < ep->count; i++)
+        ent_drop(ep, ep->buf[i]);
+    for (size_t i = 0; ep->outq && i < ep->qlen; i++)
+        ent_drop(ep, ep->outq[(ep->qhead + i) %
+                              ((size_t)ep->cfg.buffer_samples + 1)]);
+    for (size_t i = 0; i < ep->nvents; i++)
+        sio_sample_unref(ep->vents[i].real);
+    while (ep->chunks) {
+        stub_chunk *c = ep->chunks;
+        ep->chunks = c->next;
+        free(c);
+    }
+    pthread_cond_destroy(&ep->ready);
+    pthread_cond_destroy(&ep->work);
+    pthread_mutex_destroy(&ep->mu);
+    free(ep->vents);
+    free(ep->ixv);
+    free(ep->threads);
+    free(ep->outq);
+    free(ep->buf);
+    free(ep->readers);
+    free(ep->slots);
+    free(ep->perm);
+    free(ep);
+}
+
+/* A shard ended with an error. Skip or fail per on_error. */
+static sio_code shard_failed(sio_epoch *ep, sio_code rc, const char *url,
+                             const char *why)
+{
+    char shown[512];
+    sio_url_redact(url, shown, sizeof shown);
+    if (ep->cfg.on_error == SIO_ON_ERROR_FAIL) {
+        snprintf(ep->err, sizeof ep->err, "shard failed url=%.300s code=%s: %.400s",
+                 shown, sio_strerror(rc), why);
+        ep->failed = 1;
+        return rc;
+    }
+    ep->st.shards_skipped++;
+    SIO_LOG(&ep->cfg.log, SIO_LOG_WARN,
+            "event=shard_skipped url=%s code=%s reason=\"%s\"", shown,
+            sio_strerror(rc), why);
+    return SIO_OK;
+}
+
+/* Give slot s the reader of the next permuted position (or none). */
+static sio_code fill_slot(sio_epoch *ep, uint32_t s)
+{
+    sio_code rc = SIO_OK;
+    ep->slots[s] = NULL;
+    if (ep->next_shard >= ep->nshards)
+        return SIO_OK;
+    size_t pos = ep->next_shard++;
+    if (ep->meta) {
+        ep->slots[s] = reader_new(ep, pos, 0, 0);
+        return ep->slots[s] ? SIO_OK : SIO_ERR_NOMEM;
+    }
+    pthread_mutex_lock(&ep->mu);
+    rc = ensure_readers(ep, pos + 1 + ep->cfg.readahead_shards);
+    for (size_t i = 0; rc == SIO_OK && i < ep->nreaders; i++)
+        if (ep->readers[i]->pos == pos)
+            ep->slots[s] = ep->readers[i];
+    pthread_mutex_unlock(&ep->mu);
+    return rc;
+}
+
+/* The next sample of slot s's shard: *out, or NULL when the shard ended
+ * (then *rc_out and msg say how). Waits for a worker, or reads itself. */
+static void slot_take(sio_epoch *ep, reader *r, const sio_sample **out,
+                      sio_code *rc_out, char *msg, size_t msglen)
+{
+    *out = NULL;
+    pthread_mutex_lock(&ep->mu);
+    while (r->qlen == 0 && !r->done && !ep->stop) {
+        if (!r->busy && ep->nthreads == 0) {
+            r->busy = 1;
+            pthread_mutex_unlock(&ep->mu);
+            reader_step(ep, r);
+            pthread_mutex_lock(&ep->mu);
+            continue;
+        }
+        if (!r->busy && ep->workers_idle) /* a worker must look at it */
+            pthread_cond_signal(&ep->work);
+        ep->consumer_waiting = 1;
+        ep->waiting_for = r;
+        pthread_cond_wait(&ep->ready, &ep->mu);
+        ep->consumer_waiting = 0;
+        ep->waiting_for = NULL;
+    }
+    if (r->qlen > 0) {
+        int was_full = !r->busy && !reader_wants(ep, r);
+        *out = r->q[r->qhead];
+        r->qhead = (r->qhead + 1) % SIO_READAHEAD_SAMPLES;
+        r->qlen--;
+        r->qbytes -= (*out)->bytes;
+        if (was_full && ep->workers_idle) /* room again */
+            pthread_cond_signal(&ep->work);
+    } else if (!r->done) {
+        *rc_out = SIO_ERR_CANCELED;
+        snprintf(msg, msglen, "canceled");
+    } else {
+        *rc_out = r->rc;
+        snprintf(msg, msglen, "%s", r->msg);
+    }
+    pthread_mutex_unlock(&ep->mu);
+}
+
+/* Meta mode: the next good group of r's shard from the index, as a stub.
+ * SIO_ERR_AGAIN when the index does not know it (yet). */
+static sio_code meta_take(sio_epoch *ep, reader *r, const sio_sample **out,
+                          sio_code *rc_out, char *msg, size_t msglen)
+{
+    sio_index_entry *e = shard_ix(ep, r->idx);
+    uint64_t cut = UINT64_MAX;
+    *out = NULL;
+    if (!e)
+        return SIO_ERR_AGAIN;
+    if (ep->cfg.journal && !sio_journal_cut(ep->cfg.journal, r->idx, &cut))
+        cut = UINT64_MAX;
+    for (;;) {
+        sio_index_group g;
+        if (r->g >= cut) {
+            r->skipped = 1;
+            *rc_out = SIO_OK;
+            return SIO_OK;
+        }
+        if (!sio_index_group_get(e, r->g, &g)) {
+            sio_index_info info;
+            sio_index_get_info(e, &info);
+            if (info.complete && r->g >= info.known) {
+                *rc_out = SIO_OK; /* the end of the shard */
+                return SIO_OK;
+            }
+            return SIO_ERR_AGAIN;
+        }
+        if (g.flags & SIO_INDEX_GROUP_BAD) {
+            r->g++;
+            r->bad_samples++;
+            if (ep->cfg.on_error == SIO_ON_ERROR_FAIL) {
+                *rc_out = SIO_ERR_SAMPLE;
+                snprintf(msg, msglen, "bad sample in shard %u group %" PRIu64,
+                         r->idx, r->g - 1);
+                return SIO_OK;
+            }
+            continue;
+        }
+        stub *s = stub_new(ep, r->idx, r->g, g.bytes);
+        if (!s)
+            return SIO_ERR_NOMEM;
+        r->g++;
+        *out = &s->pub;
+        return SIO_OK;
+    }
+}
+
+/* The configuration of pass k of mixed source i: the version-1
+ * interleave (no buffer) over the source's part of the list, its order
+ * drawn with stream SIO_RNG_PASS(i, k). */
+static void pass_config(const sio_epoch *ep, uint32_t i, uint32_t k,
+                        sio_epoch_config *c)
+{
+    *c = ep->cfg;
+    c->nmix = 0;
+    c->mix = NULL;
+    c->buffer_samples = 1;
+    c->buffer_bytes = 0;
+    c->replica = c->replicas = 0;
+    c->read_threads = ep->sub_threads;
+    c->range_first = ep->msrc[i].def.first;
+    c->range_count = ep->msrc[i].def.count;
+    c->resample = ep->msrc[i].def.resample;
+    c->order_stream = SIO_RNG_PASS(i, k);
+}
+
+/* The next sample of mixed source i's sequence of passes: *out, or NULL
+ * when a pass gave nothing (the source is dry). */
+static sio_code source_take(sio_epoch *ep, uint32_t i,
+                            const sio_sample **out)
+{
+    mixsrc *m = &ep->msrc[i];
+    sio_error e;
+    sio_code rc;
+    *out = NULL;
+    for (;;) {
+        if (!m->sub) {
+            sio_epoch_config c;
+            sio_epoch *sub = NULL;
+            if (m->pass >= SIO_MIX_PASSES_MAX) {
+                snprintf(ep->err, sizeof ep->err,
+                         "mixed source %u: more than %u passes in one epoch",
+                         i, SIO_MIX_PASSES_MAX);
+                ep->failed = 1;
+                return SIO_ERR_LIMIT;
+            }
+            pass_config(ep, i, m->pass, &c);
+            e.msg[0] = '\0';
+            rc = sio_epoch_open(ep->io, ep->list, &c, &sub, &e);
+            if (rc) {
+                snprintf(ep->err, sizeof ep->err, "mixed source %u: %s", i,
+                         e.msg);
+                ep->failed = 1;
+                return rc;
+            }
+            pthread_mutex_lock(&ep->mu);
+            m->sub = sub;
+            if (ep->stop)
+                sio_epoch_cancel(sub);
+            pthread_mutex_unlock(&ep->mu);
+            m->pass_taken = 0;
+        }
+        rc = sio_epoch_next(m->sub, out);
+        if (rc) {
+            snprintf(ep->err, sizeof ep->err, "%s", sio_epoch_errmsg(m->sub));
+            ep->failed = 1;
+            return rc;
+        }
+        if (*out) {
+            m->pass_taken++;
+            return SIO_OK;
+        }
+        /* The pass ended: its counters join the epoch's. */
+        sio_epoch_stats st;
+        sio_epoch_get_stats(m->sub, &st);
+        ep->st.shards_done += st.shards_done;
+        ep->st.shards_skipped += st.shards_skipped;
+        ep->st.samples_skipped += st.samples_skipped;
+        pthread_mutex_lock(&ep->mu);
+        sio_epoch *done = m->sub;
+        m->sub = NULL;
+        pthread_mutex_unlock(&ep->mu);
+        sio_epoch_close(done);
+        if (m->pass_taken == 0) {
+            m->dry = 1;
+            return SIO_OK;
+        }
+        m->pass++;
+    }
+}
+
+/* Next sample of a mixed epoch's input: draw its source by the quotas
+ * left (below(sum), the first source whose running sum passes the draw),
+ * take that source's next sample. A dry source's quota is dropped and
+ * the draw repeated. */
+static sio_code mix_next(sio_epoch *ep, const sio_sample **out)
+{
+    *out = NULL;
+    for (;;) {
+        uint64_t total = 0;
+        for (uint32_t i = 0; i < ep->nmsrc; i++)
+            total += ep->msrc[i].left;
+        if (total == 0)
+            return SIO_OK;
+        uint64_t x = sio_rng_below(&ep->mrng, total);
+        uint32_t i = 0;
+        while (x >= ep->msrc[i].left) {
+            x -= ep->msrc[i].left;
+            i++;
+        }
+        const sio_sample *smp = NULL;
+        sio_code rc = source_take(ep, i, &smp);
+        if (rc)
+            return rc;
+        if (!smp) {
+            SIO_LOG(&ep->cfg.log, SIO_LOG_WARN,
+                    "event=mix_source_dry source=%u quota_left=%" PRIu64, i,
+                    ep->msrc[i].left);
+            ep->msrc[i].left = 0;
+            continue;
+        }
+        ep->msrc[i].left--;
+        ep->msrc[i].taken++;
+        ((sio_sample *)(uintptr_t)smp)->source = i;
+        *out = smp;
+        return SIO_OK;
+    }
+}
+
+/* Next sample of the interleaved sequence, or NULL when all are done. */
+static sio_code interleave_next(sio_epoch *ep, const sio_sample **out)
+{
+    sio_code rc;
+    *out = NULL;
+    if (ep->nmsrc)
+        return mix_next(ep, out);
+    if (!ep->started) {
+        ep->started = 1;
+        for (uint32_t i = 0; i < ep->cfg.interleave; i++) {
+            rc = fill_slot(ep, i);
+            if (rc)
+                return rc;
+        }
+        ep->active = 0;
+        for (uint32_t i = 0; i < ep->cfg.interleave; i++)
+            ep->active += ep->slots[i] != NULL;
+    }
+    while (ep->active > 0) {
+        uint32_t s = ep->cur;
+        if (!ep->slots[s]) {
+            ep->cur = (ep->cur + 1) % ep->cfg.interleave;
+            continue;
+        }
+        for (;;) {
+            reader *r = ep->slots[s];
+            const sio_sample *smp = NULL;
+            sio_code end_rc = SIO_OK;
+            char why[640];
+            if (ep->meta) {
+                rc = meta_take(ep, r, &smp, &end_rc, why, sizeof why);
+                if (rc)
+                    return rc; /* the slot stays where it is */
+            } else {
+                slot_take(ep, r, &smp, &end_rc, why, sizeof why);
+            }
+            if (smp) {
+                ep->cur = (s + 1) % ep->cfg.interleave;
+                *out = smp;
+                return SIO_OK;
+            }
+            /* The shard ended: account for it in logical order. */
+            ep->st.samples_skipped += r->bad_samples;
+            if (end_rc == SIO_ERR_SAMPLE) {
+                snprintf(ep->err, sizeof ep->err, "bad sample: %s", why);
+                ep->failed = 1;
+                return end_rc;
+            }
+            if (fatal_code(end_rc)) {
+                snprintf(ep->err, sizeof ep->err, "%s", why);
+                ep->failed = 1;
+                return end_rc;
+            }
+            if (end_rc != SIO_OK) {
+                rc = shard_failed(ep, end_rc,
+                                  sio_shardlist_url(ep->list, r->idx), why);
+                if (rc)
+                    return rc;
+            } else if (r->skipped) {
+                ep->st.shards_skipped++;
+            } else {
+                ep->st.shards_done++;
+            }
+            if (!ep->meta) {
+                pthread_mutex_lock(&ep->mu);
+                for (size_t i = 0; i < ep->nreaders; i++)
+                    if (ep->readers[i] == r) {
+                        ep->readers[i] = ep->readers[--ep->nreaders];
+                        break;
+                    }
+                pthread_mutex_unlock(&ep->mu);
+            }
+            reader_free(r);
+            rc = fill_slot(ep, s);
+            if (rc)
+                return rc;
+            if (!ep->slots[s]) {
+                ep->active--;
+                ep->cur = (s + 1) % ep->cfg.interleave;
+                break;
+            }
+        }
+    }
+    return SIO_OK;
+}
+
+static void emit(sio_epoch *ep, const sio_sample *s)
+{
+    size_t cap = (size_t)ep->cfg.buffer_samples + 1;
+    ((sio_sample *)(uintptr_t)s)->global_index = ep->emitted++;
+    ep->outq[(ep->qhead + ep->qlen) % cap] = s;
+    ep->qlen++;
+}
+
+/* Feed one incoming sample to the buffer (step 3). */
+static void buffer_push(sio_epoch *ep, const sio_sample *x)
+{
+    uint64_t cap = ep->cfg.buffer_bytes;
+    if (ep->count == 0 ||
+        (ep->count < ep->cfg.buffer_samples &&
+         (cap == 0 || ep->bytes + x->bytes <= cap))) {
+        ep->buf[ep->count++] = x;
+        ep->bytes += x->bytes;
+        return;
+    }
+    size_t j = (size_t)sio_rng_below(&ep->brng, ep->count);
+    const sio_sample *o = ep->buf[j];
+    ep->buf[j] = x;
+    ep->bytes = ep->bytes - o->bytes + x->bytes;
+    emit(ep, o);
+    while (cap && ep->bytes > cap && ep->count > 1) {
+        j = (size_t)sio_rng_below(&ep->brng, ep->count);
+        o = ep->buf[j];
+        ep->buf[j] = ep->buf[--ep->count];
+        ep->bytes -= o->bytes;
+        emit(ep, o);
+    }
+}
+
+/* Emit at least one more entry into outq, or note the end (0 returned
+ * with outq empty). */
+static sio_code advance(sio_epoch *ep)
+{
+    while (ep->qlen == 0) {
+        if (!ep->input_done) {
+            const sio_sample *x;
+            sio_code rc = interleave_next(ep, &x);
+            if (rc)
+                return rc;
+            if (x) {
+                buffer_push(ep, x);
+                continue;
+            }
+            ep->input_done = 1;
+        }
+        if (ep->count == 0)
+            return SIO_OK; /* end of the epoch */
+        size_t j = (size_t)sio_rng_below(&ep->brng, ep->count);
+        const sio_sample *o = ep->buf[j];
+        ep->buf[j] = ep->buf[--ep->count];
+        ep->bytes -= o->bytes;
+        emit(ep, o);
+    }
+    return SIO_OK;
+}
+
+static const sio_sample *outq_pop(sio_epoch *ep)
+{
+    size_t cap = (size_t)ep->cfg.buffer_samples + 1;
+    const sio_sample *s = ep->outq[ep->qhead];
+    ep->qhead = (ep->qhead + 1) % cap;
+    ep->qlen--;
+    return s;
+}
+
+/* The real sample behind an emitted stub (data mode after a seek). */
+static sio_code materialize(sio_epoch *ep, stub *st, const sio_sample **out)
+{
+    vent *v;
+    sio_code rc = SIO_OK;
+    pthread_mutex_lock(&ep->mu);
+    v = &ep->vents[st->vi];
+    for (;;) {
+        if (v->state == V_DONE || v->state == V_FAILED)
+            break;
+        if (ep->stop) {
+            v->state = V_FAILED;
+            snprintf(ep->vmsg, sizeof ep->vmsg, "canceled");
+            break;
+        }
+        if (v->state == V_PENDING) {
+            vfetch(ep, st->vi);
+            continue;
+        }
+        ep->consumer_waiting = 1;
+        pthread_cond_wait(&ep->ready, &ep->mu);
+        ep->consumer_waiting = 0;
+    }
+    if (v->state == V_DONE) {
+        *out = v->real;
+        v->real = NULL;
+        ((sio_sample *)(uintptr_t)*out)->global_index = st->pub.global_index;
+        ((sio_sample *)(uintptr_t)*out)->source = st->pub.source;
+    } else {
+        snprintf(ep->err, sizeof ep->err, "seek: %s", ep->vmsg);
+        rc = SIO_ERR_IO;
+    }
+    pthread_mutex_unlock(&ep->mu);
+    st->vi = UINT32_MAX;
+    ent_drop(ep, &st->pub);
+    return rc;
+}
+
+sio_code sio_epoch_next(sio_epoch *ep, const sio_sample **out)
+{
+    *out = NULL;
+    if (ep->failed)
+        return SIO_ERR_IO;
+    sio_code rc = advance(ep);
+    if (rc)
+        return rc;
+    if (ep->qlen == 0)
+        return SIO_OK;
+    const sio_sample *s = outq_pop(ep);
+    if (IS_STUB(s)) {
+        rc = materialize(ep, (stub *)(uintptr_t)s, &s);
+        if (rc) {
+            ep->failed = 1;
+            return rc;
+        }
+    }
+    ep->st.samples++;
+    ep->st.bytes += s->bytes;
+    *out = s;
+    return SIO_OK;
+}
+
+/* Order of virtual entries: queued ones first (in queue order), then the
+ * buffer's by (shard, group) so that one shard's are read together. */
+static int vent_cmp(const void *a, const void *b)
+{
+    const vent *x = a, *y = b;
+    if (x->shard != y->shard)
+        return x->shard < y->shard ? -1 : 1;
+    return x->group < y->group ? -1 : x->group > y->group;
+}
+
+/* Turn the stubs of a seek into virtual entries and start data mode. */
+static sio_code switch_to_data(sio_epoch *ep, sio_error *err)
+{
+    size_t cap = (size_t)ep->cfg.buffer_samples + 1, n = 0, nq = ep->qlen;
+    ep->nvents = ep->count + ep->qlen;
+    ep->vents = calloc(ep->nvents ? ep->nvents : 1, sizeof *ep->vents);
+    if (!ep->vents)
+        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < ep->qlen; i++) {
+        const sio_sample *s = ep->outq[(ep->qhead + i) % cap];
+        ep->vents[n].shard = s->shard_index;
+        ep->vents[n++].group = s->index_in_shard;
+    }
+    for (size_t i = 0; i < ep->count; i++) {
+        ep->vents[n].shard = ep->buf[i]->shard_index;
+        ep->vents[n++].group = ep->buf[i]->index_in_shard;
+    }
+    if (ep->nvents > nq)
+        qsort(ep->vents + nq, ep->nvents - nq, sizeof *ep->vents, vent_cmp);
+    /* Point each stub at its entry: queued ones by position, buffered
+     * ones by binary search in the sorted part. */
+    for (size_t i = 0; i < ep->qlen; i++)
+        ((stub *)(uintptr_t)ep->outq[(ep->qhead + i) % cap])->vi = (uint32_t)i;
+    for (size_t i = 0; i < ep->count; i++) {
+        vent key = {.shard = ep->buf[i]->shard_index,
+                    .group = ep->buf[i]->index_in_shard};
+        vent *hit = bsearch(&key, ep->vents + nq, ep->nvents - nq,
+                            sizeof *ep->vents, vent_cmp);
+        ((stub *)(uintptr_t)ep->buf[i])->vi = (uint32_t)(hit - ep->vents);
+    }
+    /* The slots' shards continue from the groups they reached. */
+    ep->meta = 0;
+    for (uint32_t s = 0; s < ep->cfg.interleave; s++) {
+        reader *r = ep->slots[s];
+        if (!r)
+            continue;
+        r->q = malloc(SIO_READAHEAD_SAMPLES * sizeof *r->q);
+        if (!r->q)
+            return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+        r->start_group = r->g;
+        ep->readers[ep->nreaders++] = r;
+    }
+    ep->ahead_end = ep->next_shard;
+    pthread_mutex_lock(&ep->mu);
+    sio_code rc = ensure_readers(ep, ep->next_shard + ep->cfg.readahead_shards);
+    pthread_mutex_unlock(&ep->mu);
+    if (rc)
+        return sio_seterr(err, rc, "out of memory");
+    return SIO_OK;
+}
+
+/* Run meta mode until P entries were emitted; drop those below P. */
+static sio_code meta_run(sio_epoch *ep, uint64_t pos, sio_error *err)
+{
+    while (ep->emitted < pos) {
+        while (ep->qlen > 0)
+            ent_drop(ep, outq_pop(ep));
+        sio_code rc = advance(ep);
+        if (rc == SIO_ERR_AGAIN)
+            return sio_seterr(err, SIO_ERR_AGAIN,
+                              "position %" PRIu64 " is not reachable from "
+                              "the shard indexes yet (indexed up to %" PRIu64
+                              ")", pos, ep->emitted);
+        if (rc)
+            return sio_seterr(err, rc, "%s", ep->err);
+        if (ep->qlen == 0)
+            break; /* the epoch ends before pos */
+    }
+    while (ep->qlen > 0 && ep->outq[ep->qhead]->global_index < pos)
+        ent_drop(ep, outq_pop(ep));
+    return SIO_OK;
+}
+
+sio_code sio_epoch_open_at(sio_io *io, const sio_shardlist *list,
+                           const sio_epoch_config *cfg, uint64_t pos,
+                           sio_epoch **out, sio_error *err)
+{
+    sio_epoch *ep = NULL;
+    sio_code rc;
+    *out = NULL;
+    if (pos > 0 && cfg->nmix)
+        return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                          "a mixed epoch is replayed to a position");
+    if (pos > 0 && !cfg->index)
+        return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                          "a seek needs shard indexes");
+    rc = epoch_new(io, list, cfg, &ep, err);
+    if (rc)
+        return rc;
+    if (pos > 0) {
+        ep->meta = 1;
+        rc = meta_run(ep, pos, err);
+        if (rc == SIO_OK)
+            rc = switch_to_data(ep, err);
+        if (rc)
+            goto out;
+    } else {
+        pthread_mutex_lock(&ep->mu);
+        rc = ensure_readers(ep, (size_t)cfg->interleave +
+                                    cfg->readahead_shards);
+        pthread_mutex_unlock(&ep->mu);
+        if (rc) {
+            sio_seterr(err, rc, "out of memory");
+            goto out;
+        }
+    }
+    rc = start_threads(ep, err);
+    if (rc)
+        goto out;
+    /* Stats count what this epoch hands out, from pos on. */
+    memset(&ep->st, 0, sizeof ep->st);
+    *out = ep;
+    ep = NULL;
+out:
+    sio_epoch_close(ep);
+    return rc;
+}
+
+sio_code sio_epoch_order(sio_io *io, const sio_shardlist *list,
+                         const sio_epoch_config *cfg, uint64_t from,
+                         sio_order_item *items, size_t max, size_t *n,
+                         sio_error *err)
+{
+    sio_epoch *ep = NULL;
+    sio_epoch_config c = *cfg;
+    sio_code rc;
+    *n = 0;
+    if (!cfg->index)
+        return sio_seterr(err, SIO_ERR_UNSUPPORTED, "no shard indexes");
+    if (cfg->nmix)
+        return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                          "the order of a mixed epoch is not computed from "
+                          "indexes");
+    c.read_threads = 0;
+    rc = epoch_new(io, list, &c, &ep, err);
+    if (rc)
+        return rc;
+    ep->meta = 1;
+    rc = meta_run(ep, from, err);
+    while (rc == SIO_OK && *n < max) {
+        if (ep->qlen == 0) {
+            rc = advance(ep);
+            if (rc == SIO_ERR_AGAIN) {
+                rc = sio_seterr(err, rc, "order known up to %" PRIu64,
+                                from + *n);
+                break;
+            }
+            if (rc) {
+                rc = sio_seterr(err, rc, "%s", ep->err);
+                break;
+            }
+            if (ep->qlen == 0)
+                break;
+        }
+        const sio_sample *s = outq_pop(ep);
+        items[*n].shard = s->shard_index;
+        items[*n].group = s->index_in_shard;
+        (*n)++;
+        ent_drop(ep, s);
+    }
+    sio_epoch_close(ep);
+    return rc;
+}
+
+sio_code sio_epoch_open_sample(sio_io *io, const sio_shardlist *list,
+                               const sio_epoch_config *cfg, uint64_t i,
+                               sio_epoch **out, sio_error *err)
+{
+    sio_epoch_config c = *cfg;
+    sio_epoch *ep = NULL;
+    sio_code rc;
+    uint64_t left = i;
+    *out = NULL;
+    if (!cfg->index)
+        return sio_seterr(err, SIO_ERR_UNSUPPORTED, "no shard indexes");
+    c.read_threads = 0;
+    c.interleave = 1;
+    c.buffer_samples = 1;
+    c.replica = c.replicas = 0;
+    c.nmix = 0;
+    c.mix = NULL;
+    c.range_first = c.range_count = 0;
+    c.resample = 0;
+    rc = epoch_new(io, list, &c, &ep, err);
+    if (rc)
+        return rc;
+    size_t total = sio_shardlist_count(list);
+    for (uint32_t idx = 0; idx < total; idx++) {
+        sio_index_entry *e = shard_ix(ep, idx);
+        sio_index_info info;
+        if (!e) {
+            rc = sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+            goto out;
+        }
+        sio_index_get_info(e, &info);
+        if (!info.complete) {
+            rc = sio_index_build(ep->io, sio_shardlist_url(ep->list, idx), idx,
+                                 &ep->cfg.limits, e, err);
+            if (rc)
+                goto out;
+            sio_index_get_info(e, &info);
+            if (!info.complete) {
+                rc = sio_seterr(err, SIO_ERR_IO, "shard %u: no index", idx);
+                goto out;
+            }
+        }
+        if (left >= info.good) {
+            left -= info.good;
+            continue;
+        }
+        for (uint64_t g = 0; g < info.known; g++) {
+            sio_index_group gr;
+            if (!sio_index_group_get(e, g, &gr) ||
+                (gr.flags & SIO_INDEX_GROUP_BAD))
+                continue;
+            if (left-- > 0)
+                continue;
+            /* One virtual entry, emitted as Y[i]: the epoch ends after. */
+            stub *st = stub_new(ep, idx, g, gr.bytes);
+            ep->vents = calloc(1, sizeof *ep->vents);
+            if (!st || !ep->vents) {
+                rc = sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+                goto out;
+            }
+            ep->vents[0].shard = idx;
+            ep->vents[0].group = g;
+            ep->nvents = 1;
+            st->vi = 0;
+            st->pub.global_index = i;
+            /* a mixed job's sample names its source (its part of the list) */
+            for (uint32_t m = 0; m < cfg->nmix && cfg->mix; m++)
+                if (idx >= cfg->mix[m].first &&
+                    idx - cfg->mix[m].first < cfg->mix[m].count)
+                    st->pub.source = m;
+            ep->outq[0] = &st->pub;
+            ep->qhead = 0;
+            ep->qlen = 1;
+            ep->emitted = i + 1;
+            ep->started = 1;
+            ep->active = 0;
+            ep->input_done = 1;
+            *out = ep;
+            return SIO_OK;
+        }
+    }
+    rc = sio_seterr(err, SIO_ERR_NOTFOUND,
+                    "sample %" PRIu64 " is past the dataset's %" PRIu64
+                    " samples", i, i - left);
+out:
+    sio_epoch_close(ep);
+    return rc;
+}
+
+/* Good samples of shard idx by its complete index, after the journal's
+ * cut: SIO_OK, or SIO_ERR_AGAIN while the index is not complete. */
+static sio_code shard_good(sio_epoch *ep, uint32_t idx, uint64_t *good)
+{
+    sio_index_entry *e = shard_ix(ep, idx);
+    sio_index_info info;
+    uint64_t cut;
+    *good = 0;
+    if (!e)
+        return SIO_ERR_AGAIN;
+    sio_index_get_info(e, &info);
+    if (!info.complete)
+        return SIO_ERR_AGAIN;
+    if (ep->cfg.journal && sio_journal_cut(ep->cfg.journal, idx, &cut) &&
+        cut < info.known) {
+        for (uint64_t g = 0; g < cut; g++) {
+            sio_index_group gr;
+            if (sio_index_group_get(e, g, &gr) &&
+                !(gr.flags & SIO_INDEX_GROUP_BAD))
+                (*good)++;
+        }
+    } else {
+        *good = info.good;
+    }
+    return SIO_OK;
+}
+
+/* Samples mixed source i gives: its quota, unless a pass gives nothing
+ * (every pass of a permuted source holds the same shards; a resampled
+ * one's passes are drawn here as the epoch draws them). */
+static sio_code source_count(sio_epoch *ep, uint32_t i, uint64_t *count)
+{
+    const sio_mix_source *m = &ep->msrc[i].def;
+    uint64_t taken = 0;
+    sio_code rc = SIO_OK;
+    *count = 0;
+    if (m->quota == 0)
+        return SIO_OK;
+    if (!m->resample) {
+        uint64_t n = 0, g;
+        for (uint32_t k = 0; k < m->count && rc == SIO_OK; k++) {
+            rc = shard_good(ep, m->first + k, &g);
+            n += g;
+        }
+        if (rc == SIO_OK)
+            *count = n ? m->quota : 0;
+        return rc;
+    }
+    for (uint32_t pass = 0; taken < m->quota; pass++) {
+        sio_rng r;
+        uint64_t n = 0, g;
+        if (pass >= SIO_MIX_PASSES_MAX)
+            return SIO_ERR_LIMIT;
+        sio_rng_seed(&r, ep->cfg.seed, ep->cfg.epoch, SIO_RNG_PASS(i, pass));
+        for (uint32_t k = 0; k < m->count; k++) {
+            rc = shard_good(ep, m->first +
+                                    (uint32_t)sio_rng_below(&r, m->count),
+                            &g);
+            if (rc)
+                return rc;
+            n += g;
+        }
+        if (n == 0)
+            break; /* dry */
+        taken += n;
+    }
+    *count = taken < m->quota ? taken : m->quota;
+    return SIO_OK;
+}
+
+sio_code sio_epoch_count(sio_io *io, const sio_shardlist *list,
+                         const sio_epoch_config *cfg, uint64_t *count)
+{
+    sio_epoch *ep = NULL;
+    sio_code rc;
+    uint64_t total = 0, good;
+    *count = UINT64_MAX;
+    if (!cfg->index)
+        return SIO_ERR_UNSUPPORTED;
+    rc = epoch_new(io, list, cfg, &ep, NULL);
+    if (rc)
+        return rc;
+    for (uint32_t i = 0; i < ep->nmsrc && rc == SIO_OK; i++) {
+        rc = source_count(ep, i, &good);
+        total += good;
+    }
+    for (size_t p = 0; p < ep->nshards && rc == SIO_OK; p++) {
+        rc = shard_good(ep, ep->perm[p], &good);
+        total += good;
+    }
+    sio_epoch_close(ep);
+    if (rc == SIO_OK)
+        *count = total;
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Partition                                                           */
+
+struct sio_consumer {
+    sio_epoch *ep;
+    uint32_t rank, world;
+    sio_partition policy;
+    uint64_t start, pos;
+    uint64_t gstart;           /* Y indices below are not dealt */
+    const sio_sample *pending; /* even-drop: own sample awaiting its round */
+    uint64_t release_at;       /* Y index that completes pending's round */
+    const sio_sample **first;  /* even-pad: Y[0..min(N,W)-1] */
+    size_t nfirst;
+    uint64_t seen;             /* Y samples read so far (N at the end) */
+    int ended, pad_done;
+    char err[800];
+};
+
+sio_code sio_consumer_open(sio_epoch *ep, uint32_t rank, uint32_t world,
+                           sio_partition policy, uint64_t start,
+                           sio_consumer **out, sio_error *err)
+{
+    return sio_consumer_open_at(ep, rank, world, policy, 0, start, out, err);
+}
+
+sio_code sio_consumer_open_at(sio_epoch *ep, uint32_t rank, uint32_t world,
+                              sio_partition policy, uint64_t global_start,
+                              uint64_t start, sio_consumer **out,
+                              sio_error *err)
+{
+    sio_consumer *c;
+    *out = NULL;
+    char why[160];
+    if (sio_share_validate(rank, world, global_start, start, why,
+                           sizeof why) != 0) {
+        sio_epoch_close(ep);
+        return sio_seterr(err, SIO_ERR_INVALID, "%s", why);
+    }
+    c = calloc(1, sizeof *c);
+    if (c && policy == SIO_PARTITION_EVEN_PAD) {
+        c->first = calloc(world, sizeof *c->first);
+        if (!c->first) {
+            free(c);
+            c = NULL;
+        }
+    }
+    if (!c) {
+        sio_epoch_close(ep);
+        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    }
+    c->ep = ep;
+    c->rank = rank;
+    c->world = world;
+    c->policy = policy;
+    c->start = start;
+    c->gstart = global_start;
+    *out = c;
+    return SIO_OK;
+}
+
+void sio_consumer_close(sio_consumer *c)
+{
+    if (!c)
+        return;
+    sio_sample_unref(c->pending);
+    for (size_t i = 0; i < c->nfirst; i++)
+        sio_sample_unref(c->first[i]);
+    free(c->first);
+    sio_epoch_close(c->ep);
+    free(c);
+}
+
+const char *sio_consumer_errmsg(const sio_consumer *c)
+{
+    return c->err[0] ? c->err : sio_epoch_errmsg(c->ep);
+}
+
+uint64_t sio_consumer_position(const sio_consumer *c)
+{
+    return c->pos;
+}
+
+sio_epoch *sio_consumer_epoch(sio_consumer *c)
+{
+    return c->ep;
+}
+
+/* A sample of the share is ready: skip it while before `start`. Returns 1
+ * when it is handed out through *out. Takes the reference of s. */
+static int deliver(sio_consumer *c, const sio_sample *s,
+                   const sio_sample **out)
+{
+    if (c->pos++ < c->start) {
+        sio_sample_unref(s);
+        return 0;
+    }
+    *out = s;
+    return 1;
+}
+
+sio_code sio_consumer_next(sio_consumer *c, const sio_sample **out)
+{
+    *out = NULL;
+    while (!c->ended) {
+        const sio_sample *y;
+        sio_code rc = sio_epoch_next(c->ep, &y);
+        if (rc)
+            return rc;
+        if (!y) {
+            c->ended = 1;
+            /* even-drop: an incomplete last round is dropped. */
+            sio_sample_unref(c->pending);
+            c->pending = NULL;
+            break;
+        }
+        if (y->global_index < c->gstart) {
+            sio_sample_unref(y);
+            continue;
+        }
+        /* From here on, indices count from global_start. */
+        uint64_t i = y->global_index - c->gstart;
+        c->seen = i + 1;
+        if (c->policy == SIO_PARTITION_EVEN_PAD && i < c->world) {
+            sio_sample_ref(y);
+            c->first[c->nfirst++] = y;
+        }
+        const sio_sample *ready = NULL;
+        if (c->pending && i >= c->release_at) {
+            ready = c->pending;
+            c->pending = NULL;
+        }
+        if (i % c->world == c->rank) {
+            if (c->policy == SIO_PARTITION_EVEN_DROP) {
+                c->pending = y;
+                c->release_at = (i / c->world + 1) * c->world - 1;
+                if (i >= c->release_at && !ready) {
+                    ready = c->pending;
+                    c->pending = NULL;
+                }
+            } else {
+                ready = y;
+            }
+        } else {
+            sio_sample_unref(y);
+        }
+        /* Own samples are W apart, so at most one is ready per step,
+         * except when W == 1 where pending is released at once. */
+        if (ready && deliver(c, ready, out))
+            return SIO_OK;
+    }
+    if (c->policy == SIO_PARTITION_EVEN_PAD && !c->pad_done) {
+        uint64_t n = c->seen, w = c->world;
+        c->pad_done = 1;
+        if (n > 0 && n % w != 0) {
+            uint64_t padded_end = (n + w - 1) / w * w;
+            /* the one own index in [n, padded_end), if any */
+            uint64_t i = n + ((c->rank + w - n % w) % w);
+            if (i < padded_end) {
+                const sio_sample *s = c->first[i % n];
+                sio_sample_ref(s);
+                if (deliver(c, s, out))
+                    return SIO_OK;
+            }
+        }
+    }
+    return SIO_OK;
+}

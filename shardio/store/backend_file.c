@@ -1,0 +1,305 @@
+/*
+ * backend_file.c — the local file backend: plain paths and file:// URLs.
+ *
+ * Threading: the context is the io's object-store stats (storestats.h:
+ * atomics; NULL without an io), to which open, stat and list add a request
+ * and its latency, and reads their bytes; each stream is one fd used by
+ * one thread. Ownership: a stream owns its fd and closes it.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "store/backend.h"
+#include "store/storestats.h"
+
+/* Longest path we accept (PATH_MAX on Linux). */
+#define FILE_PATH_MAX 4096
+
+typedef struct file_stream {
+    sio_stream base;
+    sio_storestats *st; /* may be NULL */
+    int fd;
+    uint64_t left; /* bytes the range still allows (UINT64_MAX: all) */
+    char err[256];
+} file_stream;
+
+static int file_matches(const char *url)
+{
+    if (strncmp(url, "file://", 7) == 0)
+        return 1;
+    return strstr(url, "://") == NULL;
+}
+
+static int hexval(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Local path of url into buf: file:///p and file://localhost/p are /p with
+ * %XX decoded; anything else is a plain path taken verbatim. */
+static sio_code to_path(const char *url, char *buf, size_t len, sio_error *err)
+{
+    const char *p = url;
+    size_t o = 0;
+    int decode = 0;
+    if (strncmp(url, "file://", 7) == 0) {
+        p = url + 7;
+        if (strncmp(p, "localhost/", 10) == 0)
+            p += 9;
+        if (*p != '/')
+            return sio_seterr(err, SIO_ERR_INVALID,
+                              "file URL needs an absolute path url=%s", url);
+        decode = 1;
+    }
+    for (; *p; p++) {
+        int c = (unsigned char)*p;
+        if (decode && c == '%') {
+            int h = hexval(p[1]), l = h >= 0 ? hexval(p[2]) : -1;
+            if (h < 0 || l < 0)
+                return sio_seterr(err, SIO_ERR_INVALID,
+                                  "bad percent-escape in url=%s", url);
+            c = h * 16 + l;
+            p += 2;
+            if (c == 0)
+                return sio_seterr(err, SIO_ERR_INVALID, "NUL in url=%s", url);
+        }
+        if (o + 1 >= len)
+            return sio_seterr(err, SIO_ERR_LIMIT, "path too long url=%s", url);
+        buf[o++] = (char)c;
+    }
+    if (o == 0)
+        return sio_seterr(err, SIO_ERR_INVALID, "empty path");
+    buf[o] = '\0';
+    return SIO_OK;
+}
+
+/* A request of the file backend starts: counted, timed by its caller. */
+static void req_start(sio_storestats *st, struct timespec *t0)
+{
+    if (!st)
+        return;
+    atomic_fetch_add(&st->b[SIO_STORE_FILE].requests, 1);
+    atomic_fetch_add(&st->b[SIO_STORE_FILE].inflight, 1);
+    clock_gettime(CLOCK_MONOTONIC, t0);
+}
+
+static sio_code req_end(sio_storestats *st, const struct timespec *t0,
+                        sio_store_op op, sio_code rc)
+{
+    if (!st)
+        return rc;
+    sio_hist_observe(&st->latency[SIO_STORE_FILE][op], &sio_hist_latency,
+                     sio_hist_ns_since(t0));
+    atomic_fetch_sub(&st->b[SIO_STORE_FILE].inflight, 1);
+    if (rc != SIO_OK)
+        atomic_fetch_add(&st->b[SIO_STORE_FILE].errors, 1);
+    return rc;
+}
+
+static sio_code file_create(sio_io *io, void **ctx, sio_error *err)
+{
+    *ctx = sio_io_storestats(io);
+    return SIO_OK;
+}
+
+static sio_code errno_code(int e)
+{
+    switch (e) {
+    case ENOENT:
+    case ENOTDIR: return SIO_ERR_NOTFOUND;
+    case ENOMEM: return SIO_ERR_NOMEM;
+    case EACCES:
+    case EPERM: return SIO_ERR_AUTH;
+    default: return SIO_ERR_IO;
+    }
+}
+
+static sio_code file_stat(void *ctx, const char *url, uint64_t *size,
+                          sio_error *err)
+{
+    char path[FILE_PATH_MAX];
+    struct stat st;
+    struct timespec t0 = {0, 0};
+    sio_code rc = to_path(url, path, sizeof path, err);
+    if (rc)
+        return rc;
+    req_start(ctx, &t0);
+    if (stat(path, &st) != 0)
+        rc = sio_seterr(err, errno_code(errno), "stat url=%s: %s", url,
+                        strerror(errno));
+    else if (!S_ISREG(st.st_mode))
+        rc = sio_seterr(err, SIO_ERR_INVALID, "not a regular file url=%s",
+                        url);
+    else
+        *size = (uint64_t)st.st_size;
+    return req_end(ctx, &t0, SIO_STORE_HEAD, rc);
+}
+
+static int file_is_container(void *ctx, const char *url)
+{
+    char path[FILE_PATH_MAX];
+    struct stat st;
+    if (to_path(url, path, sizeof path, NULL) != SIO_OK)
+        return 0;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static sio_code file_list(void *ctx, const char *url, sio_objlist *out,
+                          sio_error *err)
+{
+    char path[FILE_PATH_MAX], child[FILE_PATH_MAX * 2];
+    sio_code rc = to_path(url, path, sizeof path, err);
+    DIR *d = NULL;
+    struct dirent *e;
+    size_t ul = strlen(url);
+    const char *sep = (ul && url[ul - 1] == '/') ? "" : "/";
+    struct timespec t0 = {0, 0};
+    if (rc)
+        return rc;
+    req_start(ctx, &t0);
+    d = opendir(path);
+    if (!d) {
+        rc = sio_seterr(err, errno_code(errno), "opendir url=%s: %s", url,
+                        strerror(errno));
+        goto out;
+    }
+    while ((e = readdir(d)) != NULL) {
+        struct stat st;
+        if (e->d_name[0] == '.' &&
+            (e->d_name[1] == 0 || (e->d_name[1] == '.' && e->d_name[2] == 0)))
+            continue;
+        snprintf(child, sizeof child, "%s%s%s", path,
+                 path[strlen(path) - 1] == '/' ? "" : "/", e->d_name);
+        if (stat(child, &st) != 0 || !S_ISREG(st.st_mode))
+            continue;
+        /* Keep the caller's spelling (plain path or file:// URL). */
+        if (strncmp(url, "file://", 7) == 0)
+            snprintf(child, sizeof child, "%s%s%s", url, sep, e->d_name);
+        rc = sio_objlist_add(out, child, (uint64_t)st.st_size);
+        if (rc) {
+            sio_seterr(err, rc, "listing url=%s: %s", url, sio_strerror(rc));
+            goto out;
+        }
+    }
+out:
+    if (d)
+        closedir(d);
+    return req_end(ctx, &t0, SIO_STORE_LIST, rc);
+}
+
+static sio_code fs_read(sio_stream *s, void *buf, size_t cap, size_t *got)
+{
+    file_stream *fs = (file_stream *)s;
+    if (cap > fs->left)
+        cap = (size_t)fs->left;
+    if (cap == 0) {
+        *got = 0;
+        return SIO_OK;
+    }
+    for (;;) {
+        ssize_t r = read(fs->fd, buf, cap);
+        if (r >= 0) {
+            *got = (size_t)r;
+            fs->left -= (uint64_t)r;
+            if (fs->st && r > 0)
+                atomic_fetch_add(&fs->st->b[SIO_STORE_FILE].bytes,
+                                 (uint64_t)r);
+            return SIO_OK;
+        }
+        if (errno == EINTR)
+            continue;
+        snprintf(fs->err, sizeof fs->err, "read: %s", strerror(errno));
+        *got = 0;
+        return SIO_ERR_IO;
+    }
+}
+
+static const char *fs_errmsg(const sio_stream *s)
+{
+    return ((const file_stream *)s)->err;
+}
+
+static void fs_close(sio_stream *s)
+{
+    file_stream *fs = (file_stream *)s;
+    if (fs->fd >= 0)
+        close(fs->fd);
+    free(fs);
+}
+
+static const sio_stream_ops file_stream_ops = {fs_read, fs_errmsg, fs_close,
+                                              NULL};
+
+static sio_code file_open_range(void *ctx, const char *url, uint64_t offset,
+                                uint64_t end, sio_stream **out,
+                                sio_error *err)
+{
+    char path[FILE_PATH_MAX];
+    file_stream *fs = NULL;
+    struct stat st;
+    struct timespec t0 = {0, 0};
+    sio_code rc = to_path(url, path, sizeof path, err);
+    if (rc)
+        return rc;
+    fs = calloc(1, sizeof *fs);
+    if (!fs)
+        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    req_start(ctx, &t0);
+    fs->base.ops = &file_stream_ops;
+    fs->st = ctx;
+    fs->left = end > offset ? end - offset : 0;
+    fs->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fs->fd < 0) {
+        rc = sio_seterr(err, errno_code(errno), "open url=%s: %s", url,
+                        strerror(errno));
+        goto out;
+    }
+    if (fstat(fs->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        rc = sio_seterr(err, SIO_ERR_INVALID, "not a regular file url=%s",
+                        url);
+        goto out;
+    }
+    if (offset && lseek(fs->fd, (off_t)offset, SEEK_SET) < 0) {
+        rc = sio_seterr(err, SIO_ERR_IO, "seek url=%s: %s", url,
+                        strerror(errno));
+        goto out;
+    }
+    (void)posix_fadvise(fs->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    *out = &fs->base;
+    fs = NULL;
+out:
+    if (fs)
+        fs_close(&fs->base);
+    return req_end(ctx, &t0, SIO_STORE_GET, rc);
+}
+
+static sio_code file_open(void *ctx, const char *url, uint64_t offset,
+                          sio_stream **out, sio_error *err)
+{
+    return file_open_range(ctx, url, offset, UINT64_MAX, out, err);
+}
+
+const sio_backend_ops sio_backend_file = {
+    .name = "file",
+    .matches = file_matches,
+    .list = file_list,
+    .stat = file_stat,
+    .is_container = file_is_container,
+    .open = file_open,
+    .destroy = NULL,
+    .create = file_create,
+    .open_range = file_open_range,
+};

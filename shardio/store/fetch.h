@@ -1,0 +1,216 @@
+/*
+ * fetch.h — the fetch engine: every HTTP request of libshardio (internal).
+ *
+ * One engine per sio_io runs the libcurl multi interface on its own thread
+ * (curl_multi_poll / curl_multi_wakeup; nothing spins). It reuses
+ * connections (HTTP/1.1 keep-alive, TLS through libcurl's OpenSSL), bounds
+ * the requests in flight (a global limit lowered on throttling and raised
+ * again slowly: AIMD; and a per-host connection limit), and retries
+ * transient failures (500/502/503/504, 429, S3 SlowDown and RequestTimeout,
+ * timeouts, stalls, resets, truncated bodies) with exponential backoff and
+ * full jitter.
+ *
+ * Two kinds of work:
+ *  - sio_fetch_perform(): one request whose (small, bounded) body is
+ *    collected in memory; the caller's thread blocks until it is done.
+ *    Listing pages, HEAD, STS, instance metadata.
+ *  - sio_fetch_open(): an object streamed into bounded buffers as a
+ *    sio_stream. The first part is a ranged GET that tells the size and
+ *    ETag; later parts of part_size bytes are fetched in parallel (at most
+ *    parts_per_stream at once) and handed to the reader in order. A server
+ *    that ignores Range is read as one body through a part_size buffer,
+ *    the transfer paused (CURL_WRITEFUNC_PAUSE) while the buffer is full.
+ *    A body cut mid-way resumes with Range from the byte reached and
+ *    If-Match on the ETag, so a changed object is an error, never a mix.
+ *
+ * Requests are described by a prepare callback called before every attempt
+ * (on the engine thread for streams, on the engine thread for performs as
+ * well), so each attempt is signed afresh (S3) with the current time and
+ * credentials. It must not block on the network.
+ *
+ * Threading: all functions are thread-safe. A stream is read by one thread
+ * at a time. Lock order: a stream's lock may be held while taking the
+ * engine's lock, never the other way round; curl calls are made by the
+ * engine thread only, without the engine lock held.
+ *
+ * Ownership: the engine must outlive every stream and outstanding perform;
+ * sio_fetch_destroy() cancels what is left and joins the thread.
+ */
+#ifndef SHARDIO_FETCH_H
+#define SHARDIO_FETCH_H
+
+#include <curl/curl.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store/backend.h"
+#include "store/sigv4.h"
+
+typedef struct sio_fetch sio_fetch;
+
+/* Engine limits: configuration beyond them is SIO_ERR_INVALID. */
+#define SIO_FETCH_INFLIGHT_MAX 1024u
+#define SIO_FETCH_PARTS_MAX 64u              /* parts in flight per stream */
+#define SIO_FETCH_PART_MIN (64u * 1024u)     /* smaller parts waste requests */
+#define SIO_FETCH_PART_MAX (256u * 1024u * 1024u)
+#define SIO_FETCH_RETRIES_MAX 100u
+/* Largest response body sio_fetch_perform() keeps (a listing page is
+ * bounded by SIO_S3XML_DOC_MAX; everything else is far smaller). */
+#define SIO_FETCH_BODY_MAX (64u * 1024u * 1024u)
+/* Error bodies (S3 <Error> documents) beyond this are cut: they only feed
+ * the error message. */
+#define SIO_FETCH_ERRBODY_MAX (64u * 1024u)
+/* Longest ETag kept (S3 ETags are 34-45 bytes with quotes). */
+#define SIO_FETCH_ETAG_MAX 128u
+/* Longest Last-Modified kept (an HTTP date is 29 bytes). */
+#define SIO_FETCH_LASTMOD_MAX 30u
+
+/* The validator of an answer (sio_objinfo.validator): the ETag, else "lm:"
+ * and the Last-Modified date, else "". */
+void sio_fetch_validator(const char *etag, const char *last_modified,
+                         char *out, size_t cap);
+
+typedef struct sio_fetch_config {
+    uint32_t max_inflight;       /* 0: 64 */
+    uint32_t max_per_host;       /* 0: 32 */
+    uint32_t part_size;          /* 0: 8 MiB */
+    uint32_t parts_per_stream;   /* 0: 2 */
+    uint32_t max_retries;        /* 0: 10 */
+    uint32_t retry_base_ms;      /* 0: 100 */
+    uint32_t retry_max_ms;       /* 0: 20000 */
+    uint32_t connect_timeout_ms; /* 0: 10000 */
+    uint32_t stall_timeout_ms;   /* 0: 30000 */
+    const char *ca_file;         /* NULL: libcurl's default; copied */
+    sio_logger log;              /* copied */
+    int allow_link_local;        /* see sio_io_config */
+    struct sio_storestats *stats; /* counters and latencies go here (must
+                                     outlive the engine); NULL: the
+                                     engine's own */
+} sio_fetch_config;
+
+/* Start an engine and its thread. On SIO_OK *out is owned by the caller. */
+sio_code sio_fetch_create(const sio_fetch_config *cfg, sio_fetch **out,
+                          sio_error *err);
+/* Cancel what is left, join the thread, free. NULL is fine. */
+void sio_fetch_destroy(sio_fetch *f);
+/* Snapshot of the counters; thread-safe. */
+void sio_fetch_get_stats(const sio_fetch *f, sio_io_stats *st);
+/* The effective configuration (defaults filled in). */
+const sio_fetch_config *sio_fetch_get_config(const sio_fetch *f);
+
+/* What an attempt must carry besides the caller's own headers. */
+typedef struct sio_fetch_attempt {
+    const char *method;             /* "GET", "HEAD", "PUT", "POST" */
+    const sio_sigv4_pair *headers;  /* Range, If-Match as the engine wants
+                                       them sent (and an S3 signer signs
+                                       them); valid during the call */
+    size_t nheaders;
+    unsigned attempt;               /* 0 for the first try */
+} sio_fetch_attempt;
+
+/*
+ * Build one attempt: *url gets the full request URL (malloc'd, the engine
+ * frees it) and *headers the header lines to send (curl_slist_append; the
+ * engine appends a's headers itself and frees the list). Must not block on
+ * the network. A non-OK return fails the request for good with err's text.
+ */
+typedef sio_code (*sio_fetch_prepare_fn)(void *ctx,
+                                         const sio_fetch_attempt *a,
+                                         char **url,
+                                         struct curl_slist **headers,
+                                         sio_error *err);
+
+/* ------------------------------------------------------------------ */
+/* One request with a collected body                                   */
+
+typedef struct sio_fetch_request {
+    const char *method;          /* GET, HEAD, PUT or POST */
+    const char *display_url;     /* names the request in errors; must not
+                                    carry secrets */
+    sio_fetch_prepare_fn prepare;
+    void *ctx;                   /* borrowed for the call */
+    const void *body;            /* request body (PUT/POST), copied */
+    size_t body_len;
+    size_t body_max;             /* response body limit (0: 1 MiB; at most
+                                    SIO_FETCH_BODY_MAX) */
+    int max_retries;             /* < 0: the engine's setting */
+    uint32_t timeout_ms;         /* whole attempt (0: no limit but stalls) */
+    uint32_t connect_timeout_ms; /* 0: the engine's setting */
+    int trusted_endpoint;        /* a credential endpoint: may be
+                                    link-local (IMDS); counted as
+                                    SIO_STORE_CREDENTIALS */
+    sio_store_backend backend;   /* metrics label (0: http) */
+    int list;                    /* a listing page (metrics: op list) */
+} sio_fetch_request;
+
+/* Is the socket address link-local or an instance-metadata address
+ * (169.254.0.0/16, 100.100.100.200, fe80::/10, fd00:ec2::254, and their
+ * IPv4-mapped forms)? */
+int sio_addr_is_link_local(const struct sockaddr *sa);
+
+typedef struct sio_fetch_response {
+    long status;                 /* last HTTP status (0: none) */
+    char *body;                  /* malloc'd, NUL-terminated; on success
+                                    the body, else the error body (cut) */
+    size_t body_len;
+    uint64_t content_length;     /* Content-Length, UINT64_MAX unknown */
+    char etag[SIO_FETCH_ETAG_MAX];
+    char last_modified[SIO_FETCH_LASTMOD_MAX]; /* "" when absent */
+} sio_fetch_response;
+
+/*
+ * Run req to completion (retries included) and block until it ends.
+ * SIO_OK when the final answer is 2xx (resp has its body). Otherwise:
+ * SIO_ERR_NOTFOUND (404), SIO_ERR_AUTH (401, 403), SIO_ERR_IO (other
+ * answers, retries exhausted), SIO_ERR_LIMIT (body past body_max),
+ * SIO_ERR_CANCELED (engine shut down); err names the URL, status, S3 error
+ * code and message, and resp still tells the status. Free resp with
+ * sio_fetch_response_free() in every case.
+ */
+sio_code sio_fetch_perform(sio_fetch *f, const sio_fetch_request *req,
+                           sio_fetch_response *resp, sio_error *err);
+void sio_fetch_response_free(sio_fetch_response *resp);
+
+/* ------------------------------------------------------------------ */
+/* Streams                                                             */
+
+typedef struct sio_fetch_target {
+    const char *display_url;  /* copied; names the object in errors */
+    sio_fetch_prepare_fn prepare;
+    void *ctx;                /* owned by the stream from the call on */
+    void (*ctx_free)(void *ctx); /* frees ctx when the stream goes (may be
+                                    NULL) */
+    sio_store_backend backend;   /* metrics label */
+} sio_fetch_target;
+
+/*
+ * Open the object from byte `offset` as a sio_stream (backend.h). Returns
+ * at once; the first part is requested in the background and errors
+ * (404, 403, exhausted retries) surface from read(). ctx is owned by the
+ * stream even when this fails.
+ */
+sio_code sio_fetch_open(sio_fetch *f, const sio_fetch_target *t,
+                        uint64_t offset, sio_stream **out, sio_error *err);
+/* As sio_fetch_open, for bytes [offset, end) only: no request asks for a
+ * byte at or past end (a server that ignores Range still sends the whole
+ * object; the stream then ends where the body does). */
+sio_code sio_fetch_open_range(sio_fetch *f, const sio_fetch_target *t,
+                              uint64_t offset, uint64_t end,
+                              sio_stream **out, sio_error *err);
+
+/*
+ * Map a final HTTP answer to a code and message (also used by backends for
+ * answers they judge themselves): names method, URL, status and, when the
+ * body is an S3 <Error>, its code and message.
+ */
+sio_code sio_fetch_http_error(const char *method, const char *display_url,
+                              long status, const char *body, size_t len,
+                              sio_error *err);
+
+/* The engine of an io (created with it); NULL when io is NULL. Defined in
+ * io.c. */
+sio_fetch *sio_io_fetch(sio_io *io);
+/* The configuration the io was created with. Defined in io.c. */
+const sio_io_config *sio_io_get_config(const sio_io *io);
+
+#endif /* SHARDIO_FETCH_H */

@@ -1,0 +1,240 @@
+/*
+ * io.c — the I/O context: backend selection by URL scheme, object lists.
+ *
+ * Threading: an sio_io is immutable after sio_io_create() except inside the
+ * backends' own contexts, which do their own locking; any thread may use it.
+ * Ownership: the io owns each backend context and destroys it.
+ */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include <string.h>
+
+#include "store/backend.h"
+#include "store/fetch.h"
+#include "store/storestats.h"
+
+#define IO_READ_BUFFER_DEFAULT (256u * 1024u)
+#define IO_READ_BUFFER_MAX (64u * 1024u * 1024u)
+
+/* Backends in the order they are asked; the first that matches serves. */
+static const sio_backend_ops *const backends[] = {
+    &sio_backend_objset, /* before file: its URLs are paths with a query */
+    &sio_backend_file,
+    &sio_backend_http,
+    &sio_backend_s3,
+};
+#define NBACKENDS (sizeof backends / sizeof backends[0])
+
+/* Backends added at run time (tests, embedders), asked before the built-in
+ * ones. Registered before the io is shared; immutable afterwards. */
+#define IO_EXTRA_BACKENDS_MAX 4
+
+struct sio_io {
+    sio_io_config cfg;
+    sio_fetch *fetch; /* the engine of the http and s3 backends */
+    void *ctx[NBACKENDS];
+    const sio_backend_ops *extra[IO_EXTRA_BACKENDS_MAX];
+    void *extra_ctx[IO_EXTRA_BACKENDS_MAX];
+    size_t nextra;
+    atomic_int busy; /* closers still using the io (sio_io_busy) */
+    sio_storestats stats; /* object-store metrics (engine, file backend) */
+};
+
+sio_code sio_io_create(const sio_io_config *cfg, sio_io **out, sio_error *err)
+{
+    sio_io *io = calloc(1, sizeof *io);
+    if (!io)
+        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    if (cfg)
+        io->cfg = *cfg;
+    if (io->cfg.read_buffer == 0)
+        io->cfg.read_buffer = IO_READ_BUFFER_DEFAULT;
+    if (io->cfg.read_buffer > IO_READ_BUFFER_MAX) {
+        free(io);
+        return sio_seterr(err, SIO_ERR_INVALID, "read_buffer %u above %u",
+                          (unsigned)cfg->read_buffer, IO_READ_BUFFER_MAX);
+    }
+    {
+        sio_fetch_config fc = {
+            .max_inflight = io->cfg.max_inflight,
+            .max_per_host = io->cfg.max_per_host,
+            .part_size = io->cfg.part_size,
+            .parts_per_stream = io->cfg.parts_per_stream,
+            .max_retries = io->cfg.max_retries,
+            .retry_base_ms = io->cfg.retry_base_ms,
+            .retry_max_ms = io->cfg.retry_max_ms,
+            .connect_timeout_ms = io->cfg.connect_timeout_ms,
+            .stall_timeout_ms = io->cfg.stall_timeout_ms,
+            .ca_file = io->cfg.ca_file,
+            .log = io->cfg.log,
+            .allow_link_local = io->cfg.allow_link_local,
+            .stats = &io->stats,
+        };
+        sio_code rc = sio_fetch_create(&fc, &io->fetch, err);
+        for (size_t i = 0; rc == SIO_OK && i < NBACKENDS; i++)
+            if (backends[i]->create)
+                rc = backends[i]->create(io, &io->ctx[i], err);
+        if (rc) {
+            sio_io_destroy(io);
+            return rc;
+        }
+    }
+    *out = io;
+    return SIO_OK;
+}
+
+sio_fetch *sio_io_fetch(sio_io *io)
+{
+    return io ? io->fetch : NULL;
+}
+
+const sio_io_config *sio_io_get_config(const sio_io *io)
+{
+    return &io->cfg;
+}
+
+void sio_io_get_stats(const sio_io *io, sio_io_stats *st)
+{
+    sio_fetch_get_stats(io ? io->fetch : NULL, st);
+}
+
+void sio_io_get_store_stats(const sio_io *io, sio_store_stats *st)
+{
+    sio_io_stats eng;
+    sio_storestats_snapshot(io ? &io->stats : NULL, st);
+    sio_fetch_get_stats(io ? io->fetch : NULL, &eng);
+    st->backend[SIO_STORE_HTTP].concurrency = eng.concurrency;
+    st->backend[SIO_STORE_S3].concurrency = eng.concurrency;
+}
+
+sio_storestats *sio_io_storestats(sio_io *io)
+{
+    return io ? &io->stats : NULL;
+}
+
+int sio_io_busy(const sio_io *io)
+{
+    return io ? atomic_load(&((sio_io *)(uintptr_t)io)->busy) : 0;
+}
+
+void sio_io_busy_add(sio_io *io, int delta)
+{
+    atomic_fetch_add(&io->busy, delta);
+}
+
+void sio_io_destroy(sio_io *io)
+{
+    /* Closer threads of feeds still use the engine: wait for them (a
+     * host that cannot wait checks sio_io_busy() first). */
+    while (io && atomic_load(&io->busy) > 0)
+        usleep(10000);
+    if (!io)
+        return;
+    for (size_t i = 0; i < NBACKENDS; i++)
+        if (io->ctx[i] && backends[i]->destroy)
+            backends[i]->destroy(io->ctx[i]);
+    sio_fetch_destroy(io->fetch);
+    free(io);
+}
+
+sio_code sio_io_backend(sio_io *io, const char *url,
+                        const sio_backend_ops **ops, void **ctx,
+                        sio_error *err)
+{
+    for (size_t i = 0; io && i < io->nextra; i++) {
+        if (io->extra[i]->matches(url)) {
+            *ops = io->extra[i];
+            *ctx = io->extra_ctx[i];
+            return SIO_OK;
+        }
+    }
+    for (size_t i = 0; i < NBACKENDS; i++) {
+        if (backends[i]->matches(url)) {
+            *ops = backends[i];
+            *ctx = io ? io->ctx[i] : NULL;
+            return SIO_OK;
+        }
+    }
+    return sio_seterr(err, SIO_ERR_UNSUPPORTED, "no backend for url=%s", url);
+}
+
+void *sio_io_backend_ctx(sio_io *io, const sio_backend_ops *ops)
+{
+    for (size_t i = 0; io && i < NBACKENDS; i++)
+        if (backends[i] == ops)
+            return io->ctx[i];
+    return NULL;
+}
+
+sio_code sio_io_register_backend(sio_io *io, const sio_backend_ops *ops,
+                                 void *ctx)
+{
+    if (io->nextra == IO_EXTRA_BACKENDS_MAX)
+        return SIO_ERR_LIMIT;
+    io->extra[io->nextra] = ops;
+    io->extra_ctx[io->nextra] = ctx;
+    io->nextra++;
+    return SIO_OK;
+}
+
+const sio_logger *sio_io_logger(const sio_io *io)
+{
+    return io ? &io->cfg.log : NULL;
+}
+
+uint32_t sio_io_read_buffer(const sio_io *io)
+{
+    return io ? io->cfg.read_buffer : IO_READ_BUFFER_DEFAULT;
+}
+
+/* Object lists ------------------------------------------------------- */
+
+void sio_objlist_init(sio_objlist *l, size_t max)
+{
+    memset(l, 0, sizeof *l);
+    l->max = max ? max : SIO_SHARDS_MAX;
+}
+
+sio_code sio_objlist_add(sio_objlist *l, const char *url, uint64_t size)
+{
+    if (l->n >= l->max)
+        return SIO_ERR_LIMIT;
+    if (l->n == l->cap) {
+        size_t ncap = l->cap ? l->cap * 2 : 64;
+        if (ncap > l->max)
+            ncap = l->max;
+        sio_object *nv = realloc(l->v, ncap * sizeof *nv);
+        if (!nv)
+            return SIO_ERR_NOMEM;
+        l->v = nv;
+        l->cap = ncap;
+    }
+    char *u = strdup(url);
+    if (!u)
+        return SIO_ERR_NOMEM;
+    l->v[l->n].url = u;
+    l->v[l->n].size = size;
+    l->n++;
+    return SIO_OK;
+}
+
+void sio_objlist_free(sio_objlist *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->v[i].url);
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+static int cmp_obj(const void *a, const void *b)
+{
+    const sio_object *x = a, *y = b;
+    return strcmp(x->url, y->url);
+}
+
+void sio_objlist_sort(sio_objlist *l)
+{
+    if (l->n > 1)
+        qsort(l->v, l->n, sizeof *l->v, cmp_obj);
+}

@@ -1,0 +1,1068 @@
+/*
+ * index.c — shard indexes: built while shards stream, kept in memory,
+ * persisted as files (format in include/shardio_index.h).
+ *
+ * The store maps a shard URL to an entry. An entry's groups grow by offers
+ * from shard readers, strictly in order (group g is taken only when g
+ * groups are known), so readers that stream one shard at the same time
+ * agree without coordination. While an entry is built its records are
+ * appended to "<sha256(url)>.scidx.tmp" in the store's directory; the
+ * trailer, fsync and rename make the file visible only when complete, so
+ * a crash never leaves a file that is used. File names are hashes: no URL
+ * (which may carry credentials) is written anywhere.
+ *
+ * Locking: x->mu guards the table; e->mu guards one entry. x->mu may be
+ * held while taking e->mu, never the other way round (the counters are
+ * atomic for that reason). File I/O of a
+ * builder runs under e->mu (buffered stdio; the fsync once per shard).
+ * Ownership: the store owns its entries until sio_index_close().
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <dirent.h>
+
+#include "store/backend.h"
+#include "shardio_index.h"
+
+#define INDEX_MAGIC "SCIDX\0\1\0"
+#define INDEX_HEADER_LEN (8 + 4 + 4 + 8 + 8)
+#define INDEX_TRAILER_LEN (1 + 8 + 8)
+/* Remote directories remembered, and the misses after which one with no
+ * sidecar is not asked again. */
+#define SIDECAR_DIRS 64
+#define SIDECAR_GIVE_UP 8u
+/* A sidecar larger than this is ignored (it would be read into memory). */
+#define INDEX_SIDECAR_MAX (256ull << 20)
+#define INDEX_BUCKETS_MIN 1024u
+
+struct sio_index_entry {
+    pthread_mutex_t mu;
+    char *url;
+    char hash[65];
+    uint64_t size, mtime;
+    sio_index_group *g;
+    uint64_t n, cap;
+    uint64_t good, bytes;
+    int complete, stream_only;
+    FILE *tmp;            /* being written (dir set) */
+    uint64_t sum;         /* FNV-1a 64 of what tmp holds */
+    int write_failed;
+    char *path;           /* final file, once complete */
+    struct sio_index_entry *next; /* hash chain */
+    sio_index *x;
+};
+
+struct sio_index {
+    pthread_mutex_t mu;
+    char *dir;
+    int sidecars;
+    sio_logger log;
+    sio_index_entry **b;
+    size_t nb, n;
+    /* Counters: atomic, so that no entry path takes x->mu (an entry's
+     * lock is never held while taking the store's). */
+    atomic_uint_fast64_t entries, complete, groups, loaded, built, invalid,
+        write_errors;
+    /* Remote directories whose sidecars keep being absent: after
+     * SIDECAR_GIVE_UP misses and no hit, a directory is not asked again
+     * (each ask is a request to the store, which may throttle). sidemu
+     * is taken with an entry's lock held, never the other way round. */
+    pthread_mutex_t sidemu;
+    struct side_dir {
+        uint64_t h;          /* hash of the directory URL (0: free) */
+        uint32_t misses, hits;
+    } side[SIDECAR_DIRS];
+    size_t side_next;
+};
+
+/* Little-endian encoding ------------------------------------------------ */
+
+static void put_u16(unsigned char *p, uint16_t v)
+{
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+}
+
+static void put_u32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void put_u64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint16_t get_u16(const unsigned char *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+static uint32_t get_u32(const unsigned char *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static uint64_t get_u64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+#define FNV64_INIT 0xcbf29ce484222325ull
+
+static uint64_t fnv64(uint64_t h, const void *data, size_t len)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < len; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+uint32_t sio_index_keyhash(const char *key, size_t len)
+{
+    uint32_t h = 0x811c9dc5u;
+    for (size_t i = 0; i < len; i++) {
+        h ^= (unsigned char)key[i];
+        h *= 0x01000193u;
+    }
+    return h;
+}
+
+/* The parser -------------------------------------------------------------- */
+
+sio_code sio_index_parse(const void *data, size_t len, sio_index_file *out,
+                         sio_error *err)
+{
+    const unsigned char *p = data, *end = p + len;
+    sio_index_group *g = NULL;
+    uint64_t n = 0, cap = 0;
+    sio_code rc = SIO_OK;
+
+    memset(out, 0, sizeof *out);
+    if (len > SIO_INDEX_FILE_MAX)
+        return sio_seterr(err, SIO_ERR_FORMAT, "index file above %llu bytes",
+                          (unsigned long long)SIO_INDEX_FILE_MAX);
+    if (len < INDEX_HEADER_LEN + INDEX_TRAILER_LEN ||
+        memcmp(p, INDEX_MAGIC, 8) != 0)
+        return sio_seterr(err, SIO_ERR_FORMAT, "not an index file");
+    if (get_u32(p + 8) != SIO_INDEX_VERSION)
+        return sio_seterr(err, SIO_ERR_FORMAT, "index version %u unknown",
+                          get_u32(p + 8));
+    out->flags = get_u32(p + 12);
+    if (out->flags & ~(uint32_t)SIO_INDEX_STREAM_ONLY)
+        return sio_seterr(err, SIO_ERR_FORMAT, "unknown index flags %#x",
+                          out->flags);
+    out->size = get_u64(p + 16);
+    out->mtime = get_u64(p + 24);
+    p += INDEX_HEADER_LEN;
+    for (;;) {
+        if (p >= end) {
+            rc = sio_seterr(err, SIO_ERR_FORMAT, "index without trailer");
+            goto out;
+        }
+        if (*p == 'E') {
+            if ((size_t)(end - p) != INDEX_TRAILER_LEN) {
+                rc = sio_seterr(err, SIO_ERR_FORMAT,
+                                "bytes around the index trailer");
+                goto out;
+            }
+            if (get_u64(p + 1) != n) {
+                rc = sio_seterr(err, SIO_ERR_FORMAT,
+                                "trailer counts %" PRIu64 " groups, file "
+                                "holds %" PRIu64, get_u64(p + 1), n);
+                goto out;
+            }
+            if (get_u64(p + 9) !=
+                fnv64(FNV64_INIT, data, (size_t)(p + 9 - (const unsigned char *)data))) {
+                rc = sio_seterr(err, SIO_ERR_FORMAT, "index checksum mismatch");
+                goto out;
+            }
+            break;
+        }
+        if (*p != 'G' || end - p < 1 + 8 + 8 + 8 + 4 + 2 + 2) {
+            rc = sio_seterr(err, SIO_ERR_FORMAT,
+                            "bad index record at byte %zu",
+                            (size_t)(p - (const unsigned char *)data));
+            goto out;
+        }
+        if (n >= SIO_INDEX_GROUPS_MAX) {
+            rc = sio_seterr(err, SIO_ERR_FORMAT, "more than %llu groups",
+                            (unsigned long long)SIO_INDEX_GROUPS_MAX);
+            goto out;
+        }
+        sio_index_group r;
+        r.offset = get_u64(p + 1);
+        r.end = get_u64(p + 9);
+        r.bytes = get_u64(p + 17);
+        r.flags = get_u32(p + 25);
+        uint16_t keylen = get_u16(p + 29), nf = get_u16(p + 31);
+        p += 33;
+        if (r.flags & ~(uint32_t)SIO_INDEX_GROUP_BAD || keylen == 0 ||
+            keylen > SIO_INDEX_KEY_MAX || nf > SIO_INDEX_FIELDS_MAX ||
+            r.end <= r.offset ||
+            (n > 0 && r.offset < g[n - 1].end) ||
+            (size_t)(end - p) < keylen) {
+            rc = sio_seterr(err, SIO_ERR_FORMAT,
+                            "bad index group %" PRIu64, n);
+            goto out;
+        }
+        r.keyhash = sio_index_keyhash((const char *)p, keylen);
+        p += keylen;
+        uint64_t sum = 0;
+        for (uint16_t i = 0; i < nf; i++) {
+            if (end - p < 1 || p[0] == 0 || (size_t)(end - p) < 1u + p[0] + 8u) {
+                rc = sio_seterr(err, SIO_ERR_FORMAT,
+                                "bad field in index group %" PRIu64, n);
+                goto out;
+            }
+            size_t nl = p[0];
+            uint64_t fs = get_u64(p + 1 + nl);
+            if (fs > UINT64_MAX - sum) {
+                rc = sio_seterr(err, SIO_ERR_FORMAT,
+                                "field sizes overflow in group %" PRIu64, n);
+                goto out;
+            }
+            sum += fs;
+            p += 1 + nl + 8;
+        }
+        if (!(r.flags & SIO_INDEX_GROUP_BAD) && (nf == 0 || sum != r.bytes)) {
+            rc = sio_seterr(err, SIO_ERR_FORMAT,
+                            "group %" PRIu64 " sizes do not add up", n);
+            goto out;
+        }
+        if ((r.flags & SIO_INDEX_GROUP_BAD) && r.bytes != 0) {
+            rc = sio_seterr(err, SIO_ERR_FORMAT,
+                            "bad group %" PRIu64 " with payload", n);
+            goto out;
+        }
+        if (n == cap) {
+            uint64_t nc = cap ? cap * 2 : 256;
+            sio_index_group *ng = realloc(g, (size_t)nc * sizeof *ng);
+            if (!ng) {
+                rc = sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+                goto out;
+            }
+            g = ng;
+            cap = nc;
+        }
+        g[n++] = r;
+    }
+    out->ngroups = n;
+    out->groups = g;
+    g = NULL;
+out:
+    free(g);
+    return rc;
+}
+
+/* The store --------------------------------------------------------------- */
+
+static void url_hash(const char *url, char hex[65])
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    EVP_Digest(url, strlen(url), md, &mdlen, EVP_sha256(), NULL);
+    for (unsigned i = 0; i < 32 && i < mdlen; i++)
+        snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    hex[64] = '\0';
+}
+
+static uint64_t str_hash(const char *s)
+{
+    return fnv64(FNV64_INIT, s, strlen(s));
+}
+
+/* Remove "*.scidx.tmp" files a crash left behind. */
+static void remove_partials(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    if (!d)
+        return;
+    while ((de = readdir(d)) != NULL) {
+        size_t l = strlen(de->d_name);
+        if (l > 10 && strcmp(de->d_name + l - 10, ".scidx.tmp") == 0) {
+            char path[4096];
+            if (snprintf(path, sizeof path, "%s/%s", dir, de->d_name) <
+                (int)sizeof path)
+                unlink(path);
+        }
+    }
+    closedir(d);
+}
+
+static int mkdir_p(const char *dir)
+{
+    char buf[4096];
+    size_t l = strlen(dir);
+    if (l == 0 || l >= sizeof buf)
+        return -1;
+    memcpy(buf, dir, l + 1);
+    for (size_t i = 1; i <= l; i++) {
+        if (buf[i] == '/' || buf[i] == '\0') {
+            char c = buf[i];
+            buf[i] = '\0';
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+                return -1;
+            buf[i] = c;
+        }
+    }
+    return 0;
+}
+
+sio_code sio_index_open(const sio_index_config *cfg, sio_index **out,
+                        sio_error *err)
+{
+    sio_index *x = calloc(1, sizeof *x);
+    *out = NULL;
+    if (!x)
+        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    pthread_mutex_init(&x->mu, NULL);
+    pthread_mutex_init(&x->sidemu, NULL);
+    x->nb = INDEX_BUCKETS_MIN;
+    x->b = calloc(x->nb, sizeof *x->b);
+    if (!x->b) {
+        sio_index_close(x);
+        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    }
+    if (cfg) {
+        x->sidecars = cfg->sidecars;
+        x->log = cfg->log;
+        if (cfg->dir && cfg->dir[0]) {
+            x->dir = strdup(cfg->dir);
+            if (!x->dir) {
+                sio_index_close(x);
+                return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+            }
+            if (mkdir_p(x->dir) != 0) {
+                sio_code rc = sio_seterr(err, SIO_ERR_IO,
+                                         "cannot create %s: %s", x->dir,
+                                         strerror(errno));
+                sio_index_close(x);
+                return rc;
+            }
+            remove_partials(x->dir);
+        }
+    }
+    *out = x;
+    return SIO_OK;
+}
+
+static void entry_free(sio_index_entry *e)
+{
+    if (e->tmp) {
+        char tmp[4200];
+        fclose(e->tmp);
+        if (e->x->dir &&
+            snprintf(tmp, sizeof tmp, "%s/%s.scidx.tmp", e->x->dir, e->hash) <
+                (int)sizeof tmp)
+            unlink(tmp);
+    }
+    pthread_mutex_destroy(&e->mu);
+    free(e->g);
+    free(e->url);
+    free(e->path);
+    free(e);
+}
+
+void sio_index_close(sio_index *x)
+{
+    if (!x)
+        return;
+    for (size_t i = 0; x->b && i < x->nb; i++) {
+        sio_index_entry *e = x->b[i];
+        while (e) {
+            sio_index_entry *nx = e->next;
+            entry_free(e);
+            e = nx;
+        }
+    }
+    free(x->b);
+    free(x->dir);
+    pthread_mutex_destroy(&x->mu);
+    pthread_mutex_destroy(&x->sidemu);
+    free(x);
+}
+
+/* mtime of a local shard (file:// or a path), 0 when not local. */
+static uint64_t local_mtime(const char *url)
+{
+    const char *path = url;
+    struct stat st;
+    if (strncmp(url, "file://", 7) == 0)
+        path = url + 7;
+    else if (strstr(url, "://"))
+        return 0;
+    if (stat(path, &st) != 0)
+        return 0;
+    return (uint64_t)st.st_mtime;
+}
+
+/* Take a parsed file as e's content when it fits the shard (e->mu held). */
+static int entry_adopt(sio_index_entry *e, sio_index_file *f, const char *what)
+{
+    sio_index *x = e->x;
+    if ((e->size != UINT64_MAX && f->size != UINT64_MAX && f->size != e->size) ||
+        (e->mtime && f->mtime && f->mtime != e->mtime)) {
+        SIO_LOG(&x->log, SIO_LOG_INFO,
+                "event=index_stale what=%s hash=%.16s", what, e->hash);
+        free(f->groups);
+        return 0;
+    }
+    e->g = f->groups;
+    e->n = e->cap = f->ngroups;
+    e->complete = 1;
+    e->stream_only = (f->flags & SIO_INDEX_STREAM_ONLY) != 0;
+    for (uint64_t i = 0; i < e->n; i++) {
+        if (!(e->g[i].flags & SIO_INDEX_GROUP_BAD))
+            e->good++;
+        e->bytes += e->g[i].bytes;
+    }
+    return 1;
+}
+
+/* Read a whole local file (bounded). */
+static void *read_file(const char *path, size_t max, size_t *len)
+{
+    FILE *fp = fopen(path, "rb");
+    unsigned char *buf = NULL;
+    size_t cap = 0, n = 0;
+    if (!fp)
+        return NULL;
+    for (;;) {
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 65536;
+            unsigned char *nb;
+            if (cap >= max) {
+                free(buf);
+                fclose(fp);
+                return NULL;
+            }
+            nb = realloc(buf, nc);
+            if (!nb) {
+                free(buf);
+                fclose(fp);
+                return NULL;
+            }
+            buf = nb;
+            cap = nc;
+        }
+        size_t r = fread(buf + n, 1, cap - n, fp);
+        n += r;
+        if (r == 0)
+            break;
+    }
+    fclose(fp);
+    *len = n;
+    return buf;
+}
+
+/* Read an object through its backend (a sidecar), bounded. */
+static void *read_object(sio_io *io, const char *url, size_t max, size_t *len)
+{
+    const sio_backend_ops *ops;
+    void *ctx;
+    sio_stream *s = NULL;
+    unsigned char *buf = NULL;
+    size_t cap = 0, n = 0;
+    if (sio_io_backend(io, url, &ops, &ctx, NULL) != SIO_OK)
+        return NULL;
+    if (ops->open(ctx, url, 0, &s, NULL) != SIO_OK)
+        return NULL;
+    for (;;) {
+        size_t got = 0;
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 65536;
+            unsigned char *nb;
+            if (cap >= max)
+                goto fail;
+            nb = realloc(buf, nc);
+            if (!nb)
+                goto fail;
+            buf = nb;
+            cap = nc;
+        }
+        if (s->ops->read(s, buf + n, cap - n, &got) != SIO_OK)
+            goto fail;
+        if (got == 0)
+            break;
+        n += got;
+    }
+    s->ops->close(s);
+    *len = n;
+    return buf;
+fail:
+    s->ops->close(s);
+    free(buf);
+    return NULL;
+}
+
+/* The remembered state of url's directory, for a remote url (NULL for a
+ * local file: asking costs a stat). sidemu held. */
+static struct side_dir *side_dir(sio_index *x, sio_io *io, const char *url,
+                                 int create)
+{
+    const sio_backend_ops *ops;
+    void *ctx;
+    const char *slash = strrchr(url, '/');
+    uint64_t h = 1469598103934665603ull;
+    if (!slash || sio_io_backend(io, url, &ops, &ctx, NULL) != SIO_OK ||
+        ops == &sio_backend_file)
+        return NULL;
+    for (const char *p = url; p < slash; p++) {
+        h ^= (unsigned char)*p;
+        h *= 1099511628211ull;
+    }
+    h |= 1; /* never 0 */
+    for (size_t i = 0; i < SIDECAR_DIRS; i++)
+        if (x->side[i].h == h)
+            return &x->side[i];
+    if (!create)
+        return NULL;
+    struct side_dir *d = &x->side[x->side_next++ % SIDECAR_DIRS];
+    d->h = h;
+    d->misses = d->hits = 0;
+    return d;
+}
+
+/* Ask for url's sidecar? Not in a remote directory where SIDECAR_GIVE_UP
+ * asks found none. */
+static int side_ask(sio_index *x, sio_io *io, const char *url)
+{
+    pthread_mutex_lock(&x->sidemu);
+    struct side_dir *d = side_dir(x, io, url, 0);
+    int ask = !d || d->hits > 0 || d->misses < SIDECAR_GIVE_UP;
+    pthread_mutex_unlock(&x->sidemu);
+    return ask;
+}
+
+static void side_result(sio_index *x, sio_io *io, const char *url, int hit)
+{
+    pthread_mutex_lock(&x->sidemu);
+    struct side_dir *d = side_dir(x, io, url, 1);
+    if (d) {
+        if (hit)
+            d->hits++;
+        else if (++d->misses == SIDECAR_GIVE_UP && d->hits == 0)
+            SIO_LOG(&x->log, SIO_LOG_INFO,
+                    "event=index_sidecars_absent misses=%u: the store is not "
+                    "asked for more sidecars in this directory",
+                    d->misses);
+    }
+    pthread_mutex_unlock(&x->sidemu);
+}
+
+/* Try the persisted file, then a sidecar (e->mu held, x->mu not held). */
+static void entry_load(sio_index_entry *e, sio_io *io)
+{
+    sio_index *x = e->x;
+    sio_index_file f;
+    sio_error er;
+    void *data = NULL;
+    size_t len = 0;
+    const char *what = NULL;
+    char path[4200];
+
+    if (x->dir &&
+        snprintf(path, sizeof path, "%s/%s%s", x->dir, e->hash,
+                 SIO_INDEX_SUFFIX) < (int)sizeof path &&
+        (data = read_file(path, SIO_INDEX_FILE_MAX, &len)) != NULL)
+        what = "state";
+    if (!data && io && x->sidecars && side_ask(x, io, e->url)) {
+        size_t ul = strlen(e->url);
+        char *side = malloc(ul + sizeof SIO_INDEX_SUFFIX);
+        if (side) {
+            memcpy(side, e->url, ul);
+            memcpy(side + ul, SIO_INDEX_SUFFIX, sizeof SIO_INDEX_SUFFIX);
+            data = read_object(io, side, INDEX_SIDECAR_MAX, &len);
+            free(side);
+            if (data)
+                what = "sidecar";
+            side_result(x, io, e->url, data != NULL);
+        }
+    }
+    if (!data)
+        return;
+    if (sio_index_parse(data, len, &f, &er) != SIO_OK) {
+        SIO_LOG(&x->log, SIO_LOG_WARN,
+                "event=index_invalid what=%s hash=%.16s reason=\"%s\"", what,
+                e->hash, er.msg);
+        atomic_fetch_add(&x->invalid, 1);
+        free(data);
+        return;
+    }
+    free(data);
+    int ok = entry_adopt(e, &f, what);
+    if (ok) {
+        atomic_fetch_add(&x->loaded, 1);
+        atomic_fetch_add(&x->complete, 1);
+        atomic_fetch_add(&x->groups, e->n);
+    } else {
+        atomic_fetch_add(&x->invalid, 1);
+    }
+    if (ok && strcmp(what, "state") == 0)
+        e->path = strdup(path);
+}
+
+static void rehash(sio_index *x)
+{
+    size_t nb = x->nb * 2;
+    sio_index_entry **b = calloc(nb, sizeof *b);
+    if (!b)
+        return;
+    for (size_t i = 0; i < x->nb; i++) {
+        sio_index_entry *e = x->b[i];
+        while (e) {
+            sio_index_entry *nx = e->next;
+            size_t h = (size_t)(str_hash(e->url) % nb);
+            e->next = b[h];
+            b[h] = e;
+            e = nx;
+        }
+    }
+    free(x->b);
+    x->b = b;
+    x->nb = nb;
+}
+
+/* The entry of url in the table, or NULL; *bucket gets its bucket
+ * (x->mu held). */
+static sio_index_entry *find_locked(sio_index *x, const char *url,
+                                    size_t *bucket)
+{
+    sio_index_entry *e;
+    size_t h = (size_t)(str_hash(url) % x->nb);
+    for (e = x->b[h]; e; e = e->next)
+        if (strcmp(e->url, url) == 0)
+            break;
+    *bucket = h;
+    return e;
+}
+
+sio_index_entry *sio_index_get(sio_index *x, sio_io *io, const char *url,
+                               uint64_t size)
+{
+    sio_index_entry *e;
+    size_t h;
+    pthread_mutex_lock(&x->mu);
+    e = find_locked(x, url, &h);
+    if (e) {
+        pthread_mutex_unlock(&x->mu);
+        return e;
+    }
+    e = calloc(1, sizeof *e);
+    if (!e || !(e->url = strdup(url))) {
+        free(e);
+        pthread_mutex_unlock(&x->mu);
+        return NULL;
+    }
+    pthread_mutex_init(&e->mu, NULL);
+    e->x = x;
+    e->size = size;
+    e->mtime = local_mtime(url);
+    url_hash(url, e->hash);
+    /* Loading happens under the entry's lock, published first so that a
+     * second caller waits for it instead of loading twice. */
+    pthread_mutex_lock(&e->mu);
+    e->next = x->b[h];
+    x->b[h] = e;
+    x->n++;
+    atomic_fetch_add(&x->entries, 1);
+    if (x->n > x->nb * 2)
+        rehash(x);
+    pthread_mutex_unlock(&x->mu);
+    entry_load(e, io);
+    pthread_mutex_unlock(&e->mu);
+    return e;
+}
+
+sio_index_entry *sio_index_peek(sio_index *x, const char *url)
+{
+    sio_index_entry *e;
+    size_t h;
+    pthread_mutex_lock(&x->mu);
+    e = find_locked(x, url, &h);
+    pthread_mutex_unlock(&x->mu);
+    return e;
+}
+
+int sio_index_group_get(sio_index_entry *e, uint64_t g, sio_index_group *out)
+{
+    int known;
+    pthread_mutex_lock(&e->mu);
+    known = g < e->n;
+    if (known)
+        *out = e->g[g];
+    pthread_mutex_unlock(&e->mu);
+    return known;
+}
+
+void sio_index_get_info(sio_index_entry *e, sio_index_info *info)
+{
+    pthread_mutex_lock(&e->mu);
+    info->known = e->n;
+    info->complete = e->complete;
+    info->stream_only = e->stream_only;
+    info->good = e->good;
+    info->bytes = e->bytes;
+    pthread_mutex_unlock(&e->mu);
+}
+
+const char *sio_index_entry_path(sio_index_entry *e)
+{
+    const char *p;
+    pthread_mutex_lock(&e->mu);
+    p = e->complete ? e->path : NULL;
+    pthread_mutex_unlock(&e->mu);
+    return p;
+}
+
+/* Append bytes to the file being built (e->mu held). */
+static void tmp_write(sio_index_entry *e, const void *p, size_t n)
+{
+    if (!e->tmp || e->write_failed)
+        return;
+    if (fwrite(p, 1, n, e->tmp) != n)
+        e->write_failed = 1;
+    e->sum = fnv64(e->sum, p, n);
+}
+
+static void tmp_start(sio_index_entry *e)
+{
+    sio_index *x = e->x;
+    char path[4200];
+    unsigned char h[INDEX_HEADER_LEN];
+    if (!x->dir ||
+        snprintf(path, sizeof path, "%s/%s.scidx.tmp", x->dir, e->hash) >=
+            (int)sizeof path)
+        return;
+    e->tmp = fopen(path, "wb");
+    if (!e->tmp) {
+        SIO_LOG(&x->log, SIO_LOG_WARN,
+                "event=index_write_failed hash=%.16s reason=\"%s\"", e->hash,
+                strerror(errno));
+        atomic_fetch_add(&x->write_errors, 1);
+        return;
+    }
+    e->sum = FNV64_INIT;
+    e->write_failed = 0;
+    memcpy(h, INDEX_MAGIC, 8);
+    put_u32(h + 8, SIO_INDEX_VERSION);
+    put_u32(h + 12, e->stream_only ? SIO_INDEX_STREAM_ONLY : 0);
+    put_u64(h + 16, e->size);
+    put_u64(h + 24, e->mtime);
+    tmp_write(e, h, sizeof h);
+}
+
+void sio_index_offer(sio_index_entry *e, uint64_t g, const sio_index_group *grp,
+                     const char *key, size_t keylen,
+                     const sio_index_field *fields, size_t nfields,
+                     int stream_only)
+{
+    if (!e)
+        return;
+    pthread_mutex_lock(&e->mu);
+    if (e->complete || g != e->n || g >= SIO_INDEX_GROUPS_MAX ||
+        keylen == 0 || keylen > SIO_INDEX_KEY_MAX ||
+        nfields > SIO_INDEX_FIELDS_MAX) {
+        pthread_mutex_unlock(&e->mu);
+        return;
+    }
+    if (e->n == e->cap) {
+        uint64_t nc = e->cap ? e->cap * 2 : 256;
+        sio_index_group *ng = realloc(e->g, (size_t)nc * sizeof *ng);
+        if (!ng) {
+            pthread_mutex_unlock(&e->mu);
+            return;
+        }
+        e->g = ng;
+        e->cap = nc;
+    }
+    if (g == 0) {
+        e->stream_only = stream_only;
+        tmp_start(e);
+    }
+    sio_index_group r = *grp;
+    r.keyhash = sio_index_keyhash(key, keylen);
+    if (r.flags & SIO_INDEX_GROUP_BAD)
+        r.bytes = 0;
+    e->g[e->n++] = r;
+    if (!(r.flags & SIO_INDEX_GROUP_BAD))
+        e->good++;
+    e->bytes += r.bytes;
+    if (e->tmp) {
+        unsigned char b[33];
+        b[0] = 'G';
+        put_u64(b + 1, r.offset);
+        put_u64(b + 9, r.end);
+        put_u64(b + 17, r.bytes);
+        put_u32(b + 25, r.flags);
+        put_u16(b + 29, (uint16_t)keylen);
+        put_u16(b + 31, (uint16_t)((r.flags & SIO_INDEX_GROUP_BAD) ? 0 : nfields));
+        tmp_write(e, b, sizeof b);
+        tmp_write(e, key, keylen);
+        for (size_t i = 0; !(r.flags & SIO_INDEX_GROUP_BAD) && i < nfields; i++) {
+            size_t nl = strlen(fields[i].name);
+            unsigned char l = (unsigned char)(nl > 255 ? 255 : nl);
+            unsigned char sz[8];
+            put_u64(sz, fields[i].size);
+            tmp_write(e, &l, 1);
+            tmp_write(e, fields[i].name, l);
+            tmp_write(e, sz, 8);
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+void sio_index_finish(sio_index_entry *e, uint64_t ngroups)
+{
+    sio_index *x;
+    if (!e)
+        return;
+    x = e->x;
+    pthread_mutex_lock(&e->mu);
+    if (e->complete || ngroups != e->n) {
+        pthread_mutex_unlock(&e->mu);
+        return;
+    }
+    e->complete = 1;
+    if (e->n == 0 && !e->tmp)
+        tmp_start(e); /* an empty shard has an index too */
+    if (e->tmp) {
+        unsigned char t[INDEX_TRAILER_LEN];
+        char tmp[4200], fin[4200];
+        t[0] = 'E';
+        put_u64(t + 1, e->n);
+        tmp_write(e, t, 9);
+        put_u64(t + 9, e->sum);
+        if (!e->write_failed && fwrite(t + 9, 1, 8, e->tmp) != 8)
+            e->write_failed = 1;
+        if (fflush(e->tmp) != 0 || fsync(fileno(e->tmp)) != 0)
+            e->write_failed = 1;
+        fclose(e->tmp);
+        e->tmp = NULL;
+        snprintf(tmp, sizeof tmp, "%s/%s.scidx.tmp", x->dir, e->hash);
+        snprintf(fin, sizeof fin, "%s/%s%s", x->dir, e->hash,
+                 SIO_INDEX_SUFFIX);
+        if (e->write_failed || rename(tmp, fin) != 0) {
+            unlink(tmp);
+            SIO_LOG(&x->log, SIO_LOG_WARN,
+                    "event=index_write_failed hash=%.16s", e->hash);
+            atomic_fetch_add(&x->write_errors, 1);
+        } else {
+            free(e->path);
+            e->path = strdup(fin);
+        }
+    }
+    uint64_t n = e->n;
+    pthread_mutex_unlock(&e->mu);
+    atomic_fetch_add(&x->built, 1);
+    atomic_fetch_add(&x->complete, 1);
+    atomic_fetch_add(&x->groups, n);
+}
+
+sio_code sio_index_build(sio_io *io, const char *url, uint32_t index,
+                         const sio_shard_limits *limits, sio_index_entry *e,
+                         sio_error *err)
+{
+    sio_shard *sh = NULL;
+    sio_shard_at at = {.end = UINT64_MAX, .ix = e};
+    sio_code rc = sio_shard_open_at(io, url, index, limits, &at, &sh, err);
+    while (rc == SIO_OK) {
+        const sio_sample *s = NULL;
+        rc = sio_shard_next(sh, &s);
+        if (rc == SIO_ERR_SAMPLE) { /* bad groups are indexed as bad */
+            rc = SIO_OK;
+            continue;
+        }
+        if (rc) {
+            sio_seterr(err, rc, "%s", sio_shard_errmsg(sh));
+            break;
+        }
+        if (!s)
+            break;
+        sio_sample_unref(s);
+    }
+    sio_shard_close(sh);
+    return rc;
+}
+
+void sio_index_get_stats(sio_index *x, sio_index_stats *st)
+{
+    st->entries = atomic_load(&x->entries);
+    st->complete = atomic_load(&x->complete);
+    st->groups = atomic_load(&x->groups);
+    st->loaded = atomic_load(&x->loaded);
+    st->built = atomic_load(&x->built);
+    st->invalid = atomic_load(&x->invalid);
+    st->write_errors = atomic_load(&x->write_errors);
+}
+
+/* Journals ---------------------------------------------------------------- */
+
+typedef struct jentry {
+    uint32_t shard;
+    uint64_t groups;
+} jentry;
+
+struct sio_journal {
+    pthread_mutex_t mu;
+    FILE *fp;
+    jentry *v;
+    size_t n, cap;
+};
+
+/* Sanity limit on decisions in one journal (one per shard at most). */
+#define JOURNAL_MAX SIO_SHARDS_MAX
+
+static int journal_find(const sio_journal *j, uint32_t shard, uint64_t *groups)
+{
+    for (size_t i = 0; i < j->n; i++)
+        if (j->v[i].shard == shard) {
+            *groups = j->v[i].groups;
+            return 1;
+        }
+    return 0;
+}
+
+static int journal_add(sio_journal *j, uint32_t shard, uint64_t groups)
+{
+    if (j->n >= JOURNAL_MAX)
+        return -1;
+    if (j->n == j->cap) {
+        size_t nc = j->cap ? j->cap * 2 : 16;
+        jentry *nv = realloc(j->v, nc * sizeof *nv);
+        if (!nv)
+            return -1;
+        j->v = nv;
+        j->cap = nc;
+    }
+    j->v[j->n].shard = shard;
+    j->v[j->n].groups = groups;
+    j->n++;
+    return 0;
+}
+
+sio_code sio_journal_open(const char *path, sio_journal **out, sio_error *err)
+{
+    sio_journal *j = calloc(1, sizeof *j);
+    *out = NULL;
+    if (!j)
+        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    pthread_mutex_init(&j->mu, NULL);
+    if (path) {
+        FILE *in = fopen(path, "r");
+        if (in) {
+            char line[1024];
+            while (fgets(line, sizeof line, in)) {
+                unsigned long long s, g;
+                uint64_t have;
+                /* A torn last line (crash while appending) is ignored:
+                 * its decision was never acted on before the fsync. */
+                if (!strchr(line, '\n'))
+                    break;
+                if (sscanf(line, "SKIP %llu %llu", &s, &g) != 2 ||
+                    s >= SIO_SHARDS_MAX)
+                    continue;
+                if (!journal_find(j, (uint32_t)s, &have))
+                    journal_add(j, (uint32_t)s, (uint64_t)g);
+            }
+            fclose(in);
+        }
+        j->fp = fopen(path, "a");
+        if (!j->fp) {
+            sio_code rc = sio_seterr(err, SIO_ERR_IO, "cannot open %s: %s",
+                                     path, strerror(errno));
+            sio_journal_close(j);
+            return rc;
+        }
+    }
+    *out = j;
+    return SIO_OK;
+}
+
+void sio_journal_close(sio_journal *j)
+{
+    if (!j)
+        return;
+    if (j->fp)
+        fclose(j->fp);
+    free(j->v);
+    pthread_mutex_destroy(&j->mu);
+    free(j);
+}
+
+int sio_journal_cut(sio_journal *j, uint32_t shard, uint64_t *groups)
+{
+    int found;
+    if (!j)
+        return 0;
+    pthread_mutex_lock(&j->mu);
+    found = j->n && journal_find(j, shard, groups);
+    pthread_mutex_unlock(&j->mu);
+    return found;
+}
+
+uint64_t sio_journal_record(sio_journal *j, uint32_t shard, uint64_t groups,
+                            sio_code code, const char *reason)
+{
+    uint64_t have;
+    if (!j)
+        return groups;
+    pthread_mutex_lock(&j->mu);
+    if (journal_find(j, shard, &have)) {
+        pthread_mutex_unlock(&j->mu);
+        return have;
+    }
+    journal_add(j, shard, groups);
+    if (j->fp) {
+        /* The reason is one line of printable text, no secrets (callers
+         * pass redacted text). */
+        char r[256];
+        size_t k = 0;
+        for (const char *p = reason ? reason : ""; *p && k + 1 < sizeof r; p++)
+            r[k++] = (*p >= 0x20 && *p < 0x7f) ? *p : ' ';
+        r[k] = '\0';
+        fprintf(j->fp, "SKIP %u %" PRIu64 " %s %s\n", shard, groups,
+                sio_strerror(code), r);
+        fflush(j->fp);
+        fsync(fileno(j->fp));
+    }
+    pthread_mutex_unlock(&j->mu);
+    return groups;
+}
+
+size_t sio_journal_count(sio_journal *j)
+{
+    size_t n;
+    if (!j)
+        return 0;
+    pthread_mutex_lock(&j->mu);
+    n = j->n;
+    pthread_mutex_unlock(&j->mu);
+    return n;
+}
+
+int sio_journal_persistent(const sio_journal *j)
+{
+    return j && j->fp != NULL;
+}

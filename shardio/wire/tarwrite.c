@@ -1,0 +1,566 @@
+/*
+ * tarwrite.c — the streaming tar encoder of the format=tar wire format
+ * (contract in include/shardio_wire.h), and sio_wbuf, a bounded growable
+ * byte buffer that can serve as its sink.
+ *
+ * Threading: a sio_tarw belongs to one thread at a time (the producer of one
+ * stream). No global mutable state.
+ * Ownership: the encoder owns its copy of the field filter and two scratch
+ * buffers (member name, pax records) reused across samples; it never keeps
+ * a sample or a payload pointer beyond the call that received it. Payloads
+ * go to the sink straight from the sample, so the sink's copy is the only
+ * one.
+ */
+#include "shardio_wire.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/backend.h"
+#include "store/url.h"
+
+/* ustar header layout (POSIX.1-1988 / pax). */
+#define OFF_NAME 0
+#define LEN_NAME 100
+#define OFF_MODE 100
+#define OFF_UID 108
+#define OFF_GID 116
+#define OFF_SIZE 124
+#define LEN_SIZE 12
+#define OFF_MTIME 136
+#define OFF_CHKSUM 148
+#define OFF_TYPEFLAG 156
+#define OFF_MAGIC 257
+#define OFF_VERSION 263
+#define OFF_PREFIX 345
+#define LEN_PREFIX 155
+
+/* 8^11: the first size that no longer fits 11 octal digits (8 GiB). */
+#define OCTAL_SIZE_LIMIT (UINT64_C(1) << 33)
+
+/* Scratch buffers: the longest name is "<G>/" + key + "." + ext, each
+ * bounded by SIO_TARW_NAME_MAX; a pax header holds five records. */
+#define NAME_BUF_MAX (3u * SIO_TARW_NAME_MAX)
+#define PAX_BUF_MAX (8u * SIO_TARW_NAME_MAX)
+
+static const unsigned char zero_block[SIO_TAR_BLOCK];
+
+struct sio_tarw {
+    sio_tarw_write_fn fn;
+    void *userdata;
+    uint64_t bytes;
+    size_t nfilter;
+    char filter[SIO_TARW_FILTER_MAX][SIO_TARW_FIELD_NAME_MAX + 1];
+    sio_wbuf name; /* member name being built */
+    sio_wbuf pax;  /* pax records being built */
+    const char *const *sources; /* a mixed job's source names */
+    size_t nsources;
+};
+
+void sio_tarw_set_sources(sio_tarw *w, const char *const *names, size_t n)
+{
+    w->sources = names;
+    w->nsources = n;
+}
+
+/* ------------------------------------------------------------------ */
+/* sio_wbuf                                                             */
+
+void sio_wbuf_init(sio_wbuf *b, size_t max)
+{
+    b->data = NULL;
+    b->len = 0;
+    b->cap = 0;
+    b->max = max;
+}
+
+sio_code sio_wbuf_append(void *vb, const void *data, size_t len)
+{
+    sio_wbuf *b = vb;
+    sio_code rc = SIO_OK;
+
+    if (len > b->max || b->len > b->max - len) {
+        rc = SIO_ERR_LIMIT;
+        goto out;
+    }
+    if (b->len + len > b->cap) {
+        size_t ncap = b->cap ? b->cap : 256;
+        while (ncap < b->len + len)
+            ncap = ncap > b->max / 2 ? b->max : ncap * 2;
+        unsigned char *nd = realloc(b->data, ncap);
+        if (!nd) {
+            rc = SIO_ERR_NOMEM;
+            goto out;
+        }
+        b->data = nd;
+        b->cap = ncap;
+    }
+    if (len)
+        memcpy(b->data + b->len, data, len);
+    b->len += len;
+out:
+    return rc;
+}
+
+sio_code sio_wbuf_printf(sio_wbuf *b, const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return SIO_ERR_INVALID;
+    if ((size_t)n < sizeof line)
+        return sio_wbuf_append(b, line, (size_t)n);
+    if ((size_t)n > b->max)
+        return SIO_ERR_LIMIT;
+    char *big = malloc((size_t)n + 1);
+    if (!big)
+        return SIO_ERR_NOMEM;
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    sio_code rc = sio_wbuf_append(b, big, (size_t)n);
+    free(big);
+    return rc;
+}
+
+void sio_wbuf_free(sio_wbuf *b)
+{
+    free(b->data);
+    b->data = NULL;
+    b->len = 0;
+    b->cap = 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Header blocks                                                        */
+
+/* Write v as zero-padded octal in width-1 digits plus a NUL. */
+static void put_octal(unsigned char *field, size_t width, uint64_t v)
+{
+    field[width - 1] = '\0';
+    for (size_t i = width - 1; i-- > 0;) {
+        field[i] = (unsigned char)('0' + (v & 7));
+        v >>= 3;
+    }
+}
+
+/* Where the name can be split into prefix "/" name: the index of the slash,
+ * or (size_t)-1 when it cannot. Names of at most 100 bytes need no split
+ * (returns len). */
+static size_t split_point(const char *name, size_t len)
+{
+    if (len <= LEN_NAME)
+        return len;
+    if (len > LEN_PREFIX + 1 + LEN_NAME)
+        return (size_t)-1;
+    /* The rightmost slash that keeps the prefix within 155 bytes leaves the
+     * shortest name part; if even that is too long, nothing fits. */
+    size_t i = len - 1 < LEN_PREFIX ? len - 1 : LEN_PREFIX;
+    for (;; i--) {
+        if (name[i] == '/') {
+            size_t rest = len - i - 1;
+            if (rest >= 1 && rest <= LEN_NAME)
+                return i;
+            return (size_t)-1;
+        }
+        if (i == 0)
+            break;
+    }
+    return (size_t)-1;
+}
+
+int sio_tar_name_fits(const char *name, size_t name_len)
+{
+    return split_point(name, name_len) != (size_t)-1;
+}
+
+void sio_tar_header(unsigned char block[SIO_TAR_BLOCK], const char *name,
+                    size_t name_len, char typeflag, uint64_t size, int *fits)
+{
+    memset(block, 0, SIO_TAR_BLOCK);
+    size_t sp = split_point(name, name_len);
+    if (sp == name_len) {
+        memcpy(block + OFF_NAME, name, name_len);
+        *fits = 1;
+    } else if (sp != (size_t)-1) {
+        memcpy(block + OFF_PREFIX, name, sp);
+        memcpy(block + OFF_NAME, name + sp + 1, name_len - sp - 1);
+        *fits = 1;
+    } else {
+        /* Placeholder for readers without pax: the leading bytes, cut at a
+         * UTF-8 character boundary. The pax path= record is authoritative. */
+        size_t n = LEN_NAME;
+        while (n > 0 && ((unsigned char)name[n] & 0xC0) == 0x80)
+            n--;
+        memcpy(block + OFF_NAME, name, n);
+        *fits = 0;
+    }
+    put_octal(block + OFF_MODE, 8, 0644);
+    put_octal(block + OFF_UID, 8, 0);
+    put_octal(block + OFF_GID, 8, 0);
+    if (size < OCTAL_SIZE_LIMIT) {
+        put_octal(block + OFF_SIZE, LEN_SIZE, size);
+    } else {
+        /* GNU/star base-256: high bit of the first byte set, the value big
+         * endian in the remaining 11 bytes. */
+        block[OFF_SIZE] = 0x80;
+        uint64_t v = size;
+        for (size_t i = LEN_SIZE - 1; i >= 1; i--) {
+            block[OFF_SIZE + i] = (unsigned char)(v & 0xFF);
+            v >>= 8;
+        }
+    }
+    put_octal(block + OFF_MTIME, 12, 0);
+    block[OFF_TYPEFLAG] = (unsigned char)typeflag;
+    memcpy(block + OFF_MAGIC, "ustar", 6); /* with its NUL */
+    memcpy(block + OFF_VERSION, "00", 2);
+
+    /* Checksum: sum of all bytes with the checksum field read as spaces,
+     * stored as six octal digits, NUL, space. */
+    memset(block + OFF_CHKSUM, ' ', 8);
+    unsigned sum = 0;
+    for (size_t i = 0; i < SIO_TAR_BLOCK; i++)
+        sum += block[i];
+    put_octal(block + OFF_CHKSUM, 7, sum);
+    block[OFF_CHKSUM + 7] = ' ';
+}
+
+/* ------------------------------------------------------------------ */
+/* Encoder                                                              */
+
+static sio_code emit(sio_tarw *w, const void *data, size_t len)
+{
+    sio_code rc = SIO_OK;
+    if (len == 0)
+        goto out;
+    rc = w->fn(w->userdata, data, len);
+    if (rc != SIO_OK)
+        goto out;
+    w->bytes += len;
+out:
+    return rc;
+}
+
+/* Header, payload and padding of one member. */
+static sio_code emit_member(sio_tarw *w, const char *name, size_t name_len,
+                            char typeflag, const void *data, uint64_t len)
+{
+    unsigned char blk[SIO_TAR_BLOCK];
+    int fits;
+    sio_code rc;
+
+    sio_tar_header(blk, name, name_len, typeflag, len, &fits);
+    rc = emit(w, blk, sizeof blk);
+    if (rc != SIO_OK)
+        goto out;
+    rc = emit(w, data, (size_t)len);
+    if (rc != SIO_OK)
+        goto out;
+    size_t pad = (size_t)((SIO_TAR_BLOCK - len % SIO_TAR_BLOCK) % SIO_TAR_BLOCK);
+    rc = emit(w, zero_block, pad);
+out:
+    return rc;
+}
+
+static size_t dec_digits(size_t v)
+{
+    size_t d = 1;
+    while (v >= 10) {
+        v /= 10;
+        d++;
+    }
+    return d;
+}
+
+/* Append one pax record "<len> <key>=<value>\n"; <len> counts the whole
+ * record in bytes, itself included. */
+static sio_code pax_record(sio_wbuf *b, const char *key, const char *val,
+                           size_t vlen)
+{
+    sio_code rc = SIO_OK;
+    char lenbuf[24];
+
+    if (vlen > SIO_TARW_NAME_MAX) {
+        rc = SIO_ERR_LIMIT;
+        goto out;
+    }
+    size_t body = 1 + strlen(key) + 1 + vlen + 1;
+    size_t d = dec_digits(body);
+    /* Prefixing d digits can add at most one digit to the total. */
+    size_t total = body + d;
+    if (dec_digits(total) > d)
+        total++;
+    int n = snprintf(lenbuf, sizeof lenbuf, "%zu ", total);
+    rc = sio_wbuf_append(b, lenbuf, (size_t)n);
+    if (rc == SIO_OK)
+        rc = sio_wbuf_append(b, key, strlen(key));
+    if (rc == SIO_OK)
+        rc = sio_wbuf_append(b, "=", 1);
+    if (rc == SIO_OK)
+        rc = sio_wbuf_append(b, val, vlen);
+    if (rc == SIO_OK)
+        rc = sio_wbuf_append(b, "\n", 1);
+out:
+    return rc;
+}
+
+static int keep_field(const sio_tarw *w, const char *name)
+{
+    if (w->nfilter == 0)
+        return 1;
+    for (size_t i = 0; i < w->nfilter; i++)
+        if (strcmp(w->filter[i], name) == 0)
+            return 1;
+    return 0;
+}
+
+sio_code sio_tarw_create(const char *const *fields, size_t nfields,
+                         sio_tarw_write_fn fn, void *userdata,
+                         sio_tarw **out, sio_error *err)
+{
+    sio_code rc = SIO_OK;
+    sio_tarw *w = NULL;
+
+    *out = NULL;
+    if (!fn || nfields > SIO_TARW_FILTER_MAX || (nfields && !fields)) {
+        rc = sio_seterr(err, SIO_ERR_INVALID, "tarw: bad arguments");
+        goto out;
+    }
+    w = calloc(1, sizeof *w);
+    if (!w) {
+        rc = sio_seterr(err, SIO_ERR_NOMEM, "tarw: out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < nfields; i++) {
+        size_t n = fields[i] ? strlen(fields[i]) : 0;
+        if (n == 0 || n > SIO_TARW_FIELD_NAME_MAX) {
+            rc = sio_seterr(err, SIO_ERR_INVALID,
+                            "tarw: field name %zu is empty or too long", i);
+            goto out;
+        }
+        memcpy(w->filter[i], fields[i], n + 1);
+    }
+    w->nfilter = nfields;
+    w->fn = fn;
+    w->userdata = userdata;
+    sio_wbuf_init(&w->name, NAME_BUF_MAX);
+    sio_wbuf_init(&w->pax, PAX_BUF_MAX);
+    *out = w;
+    w = NULL;
+out:
+    free(w);
+    return rc;
+}
+
+/* A byte a member name may carry as it is: controls and '\\' (a path
+ * separator to Windows extractors) become '_'. */
+static char name_byte(char c)
+{
+    unsigned char u = (unsigned char)c;
+    return (u < 0x20 || u == 0x7f || c == '\\') ? '_' : c;
+}
+
+sio_code sio_tar_key_sanitize(const char *key, size_t klen, sio_wbuf *out)
+{
+    sio_code rc = SIO_OK;
+    size_t start = out->len;
+    int any = 0;
+
+    for (size_t i = 0; i <= klen && rc == SIO_OK;) {
+        const char *slash = i < klen ? memchr(key + i, '/', klen - i) : NULL;
+        size_t end = slash ? (size_t)(slash - key) : klen;
+        const char *c = key + i;
+        size_t cl = end - i;
+        i = end + 1;
+        /* Empty components (a leading '/', "//") and "." vanish. */
+        if (cl == 0 || (cl == 1 && c[0] == '.'))
+            goto next;
+        if (any)
+            rc = sio_wbuf_append(out, "/", 1);
+        if (rc == SIO_OK && cl == 2 && c[0] == '.' && c[1] == '.') {
+            rc = sio_wbuf_append(out, "__", 2);
+        } else {
+            for (size_t k = 0; k < cl && rc == SIO_OK; k++) {
+                char b = name_byte(c[k]);
+                rc = sio_wbuf_append(out, &b, 1);
+            }
+        }
+        any = 1;
+    next:
+        if (!slash)
+            break;
+    }
+    if (rc == SIO_OK && !any)
+        rc = sio_wbuf_append(out, "_", 1);
+    if (rc != SIO_OK)
+        out->len = start;
+    return rc;
+}
+
+/* Build "<G>/<sanitised key>.<ext>" NUL-terminated in w->name. */
+static sio_code build_name(sio_tarw *w, uint64_t g, const char *key,
+                           size_t klen, const char *ext)
+{
+    sio_code rc;
+    char gbuf[32];
+    size_t elen = strlen(ext);
+
+    if (klen > SIO_TARW_NAME_MAX || elen > SIO_TARW_NAME_MAX) {
+        rc = SIO_ERR_LIMIT;
+        goto out;
+    }
+    int n = snprintf(gbuf, sizeof gbuf, "%0*" PRIu64 "/",
+                     SIO_TARW_INDEX_DIGITS, g);
+    w->name.len = 0;
+    rc = sio_wbuf_append(&w->name, gbuf, (size_t)n);
+    if (rc == SIO_OK)
+        rc = sio_tar_key_sanitize(key, klen, &w->name);
+    if (rc == SIO_OK)
+        rc = sio_wbuf_append(&w->name, ".", 1);
+    /* The extension is the rest of the last component: no '/', but
+     * controls and '\\' are replaced like the key's. */
+    for (size_t k = 0; k < elen && rc == SIO_OK; k++) {
+        char b = name_byte(ext[k]);
+        rc = sio_wbuf_append(&w->name, b == '/' ? "_" : &b, 1);
+    }
+    if (rc == SIO_OK)
+        rc = sio_wbuf_append(&w->name, "", 1);
+    if (rc == SIO_OK)
+        w->name.len--; /* keep the NUL out of the length */
+out:
+    return rc;
+}
+
+sio_code sio_tarw_sample(sio_tarw *w, const sio_sample *s, uint64_t position)
+{
+    sio_code rc = SIO_OK;
+    int first = 1;
+    char num[32], paxname[48];
+    const char *key = s->key ? s->key : "";
+    size_t klen = strlen(key);
+    const char *shard = s->shard_url ? s->shard_url : "";
+
+    if (klen == 0) {
+        rc = SIO_ERR_INVALID;
+        goto out;
+    }
+    int pn = snprintf(paxname, sizeof paxname, "%0*" PRIu64 "/PaxHeader",
+                      SIO_TARW_INDEX_DIGITS, s->global_index);
+    for (size_t i = 0; i < s->nfields; i++) {
+        const sio_field *f = &s->fields[i];
+        if (!keep_field(w, f->name))
+            continue;
+        rc = build_name(w, s->global_index, key, klen, f->name);
+        if (rc != SIO_OK)
+            goto out;
+        const char *name = (const char *)w->name.data;
+        int fits = sio_tar_name_fits(name, w->name.len);
+        if (first || !fits) {
+            w->pax.len = 0;
+            if (!fits)
+                rc = pax_record(&w->pax, "path", name, w->name.len);
+            if (rc == SIO_OK && first) {
+                rc = pax_record(&w->pax, "SHARDCAST.key", key, klen);
+                if (rc == SIO_OK) {
+                    /* The redacted form: no user information, no
+                     * credential in the query (sio_url_redact). */
+                    char red[SIO_URL_MAX + 64];
+                    sio_url_redact(shard, red, sizeof red);
+                    rc = pax_record(&w->pax, "SHARDCAST.shard", red,
+                                    strlen(red));
+                }
+                int n = snprintf(num, sizeof num, "%" PRIu64, s->global_index);
+                if (rc == SIO_OK)
+                    rc = pax_record(&w->pax, "SHARDCAST.index", num, (size_t)n);
+                n = snprintf(num, sizeof num, "%" PRIu64, position);
+                if (rc == SIO_OK)
+                    rc = pax_record(&w->pax, "SHARDCAST.position", num,
+                                    (size_t)n);
+                if (rc == SIO_OK && s->source < w->nsources)
+                    rc = pax_record(&w->pax, "SHARDCAST.source",
+                                    w->sources[s->source],
+                                    strlen(w->sources[s->source]));
+            }
+            if (rc != SIO_OK)
+                goto out;
+            rc = emit_member(w, paxname, (size_t)pn, 'x', w->pax.data,
+                             w->pax.len);
+            if (rc != SIO_OK)
+                goto out;
+        }
+        rc = emit_member(w, name, w->name.len, '0', f->data, f->len);
+        if (rc != SIO_OK)
+            goto out;
+        first = 0;
+    }
+out:
+    return rc;
+}
+
+sio_code sio_tarw_end(sio_tarw *w, const sio_tarw_summary *sum)
+{
+    sio_code rc;
+    char json[320];
+
+    int n = snprintf(json, sizeof json,
+                     "{\"status\":\"ok\",\"epoch\":%" PRIu64 ",\"rank\":%" PRIu32
+                     ",\"world\":%" PRIu32 ",\"start\":%" PRIu64
+                     ",\"samples\":%" PRIu64 ",\"position\":%" PRIu64 "}",
+                     sum->epoch, sum->rank, sum->world, sum->start,
+                     sum->samples, sum->position);
+    rc = emit_member(w, SIO_TARW_END_NAME, strlen(SIO_TARW_END_NAME), '0',
+                     json, (uint64_t)n);
+    if (rc != SIO_OK)
+        goto out;
+    rc = emit(w, zero_block, sizeof zero_block);
+    if (rc != SIO_OK)
+        goto out;
+    rc = emit(w, zero_block, sizeof zero_block);
+out:
+    return rc;
+}
+
+static sio_code error_member(sio_tarw *w, const char *reason, int retryable,
+                             uint32_t retry_after_ms)
+{
+    char *text = NULL;
+    sio_code rc =
+        sio_wire_error_json(reason, retryable, retry_after_ms, &text);
+    if (rc == SIO_OK)
+        rc = emit_member(w, SIO_TARW_ERROR_NAME, strlen(SIO_TARW_ERROR_NAME),
+                         '0', text, strlen(text));
+    free(text);
+    return rc;
+}
+
+sio_code sio_tarw_error(sio_tarw *w, const char *reason)
+{
+    return error_member(w, reason, 0, 0);
+}
+
+sio_code sio_tarw_error_retry(sio_tarw *w, const char *reason,
+                              uint32_t retry_after_ms)
+{
+    return error_member(w, reason, 1, retry_after_ms);
+}
+
+uint64_t sio_tarw_bytes(const sio_tarw *w)
+{
+    return w->bytes;
+}
+
+void sio_tarw_destroy(sio_tarw *w)
+{
+    if (!w)
+        return;
+    sio_wbuf_free(&w->name);
+    sio_wbuf_free(&w->pax);
+    free(w);
+}
