@@ -27,6 +27,7 @@
 
 #include "store/backend.h"
 #include "store/url.h"
+#include "wire/common.h"
 
 /* The encoder's header buffer: a frame head plus the fixed part of a
  * SAMPLE, or one field head, fit with room to spare; keys and names that
@@ -80,12 +81,9 @@ static uint64_t get_u64(const unsigned char *p)
 /* Encoder                                                              */
 
 struct sio_framew {
-    sio_tarw_write_fn fn;
-    void *userdata;
-    uint64_t bytes;
+    sio_wire_sink out;
     int failed; /* a write failed: only sio_framew_error() is allowed */
-    size_t nfilter;
-    char filter[SIO_TARW_FILTER_MAX][SIO_TARW_FIELD_NAME_MAX + 1];
+    sio_wire_filter filter;
     unsigned char hbuf[HBUF_SIZE];
     size_t hlen;
     unsigned char *announced; /* bitmap of shard indices announced */
@@ -94,15 +92,7 @@ struct sio_framew {
 
 static sio_code emit(sio_framew *w, const void *data, size_t len)
 {
-    sio_code rc = SIO_OK;
-    if (len == 0)
-        goto out;
-    rc = w->fn(w->userdata, data, len);
-    if (rc != SIO_OK)
-        goto out;
-    w->bytes += len;
-out:
-    return rc;
+    return sio_wire_emit(&w->out, data, len);
 }
 
 static sio_code flush_hbuf(sio_framew *w)
@@ -221,23 +211,16 @@ sio_code sio_framew_create(const sio_frames_header *h,
         rc = sio_seterr(err, SIO_ERR_NOMEM, "framew: out of memory");
         goto out;
     }
-    for (size_t i = 0; i < nfields; i++) {
-        size_t n = fields[i] ? strlen(fields[i]) : 0;
-        if (n == 0 || n > SIO_TARW_FIELD_NAME_MAX) {
-            rc = sio_seterr(err, SIO_ERR_INVALID,
-                            "framew: field name %zu is empty or too long", i);
-            goto out;
-        }
-        memcpy(w->filter[i], fields[i], n + 1);
-    }
-    w->nfilter = nfields;
-    w->fn = fn;
-    w->userdata = userdata;
+    rc = sio_wire_filter_set(&w->filter, fields, nfields, "framew", err);
+    if (rc != SIO_OK)
+        goto out;
+    w->out.fn = fn;
+    w->out.userdata = userdata;
 
     if (nfields) {
         farr = json_array();
         for (size_t i = 0; farr && i < nfields; i++)
-            if (json_array_append_new(farr, json_string(w->filter[i])) != 0) {
+            if (json_array_append_new(farr, json_string(w->filter.names[i])) != 0) {
                 json_decref(farr);
                 farr = NULL;
             }
@@ -312,16 +295,6 @@ out:
     return rc;
 }
 
-static int keep_field(const sio_framew *w, const char *name)
-{
-    if (w->nfilter == 0)
-        return 1;
-    for (size_t i = 0; i < w->nfilter; i++)
-        if (strcmp(w->filter[i], name) == 0)
-            return 1;
-    return 0;
-}
-
 /* Announce shard s->shard_index unless done already. */
 static sio_code announce(sio_framew *w, const sio_sample *s)
 {
@@ -381,7 +354,7 @@ sio_code sio_framew_sample(sio_framew *w, const sio_sample *s,
     const char *key = s->key ? s->key : "";
     size_t klen = strlen(key);
     size_t nkept = 0;
-    uint64_t before = w->bytes;
+    uint64_t before = w->out.bytes;
 
     if (w->failed) {
         rc = SIO_ERR_INVALID;
@@ -400,7 +373,7 @@ sio_code sio_framew_sample(sio_framew *w, const sio_sample *s,
     uint64_t plen = SIO_FRAME_SAMPLE_FIXED + (uint64_t)klen;
     for (size_t i = 0; i < s->nfields; i++) {
         const sio_field *f = &s->fields[i];
-        if (!keep_field(w, f->name))
+        if (!sio_wire_filter_keeps(&w->filter, f->name))
             continue;
         size_t nlen = strlen(f->name);
         if (nlen > U16_MAX || f->len > SIO_FRAME_PAYLOAD_MAX) {
@@ -436,7 +409,7 @@ sio_code sio_framew_sample(sio_framew *w, const sio_sample *s,
         rc = put(w, key, klen);
     for (size_t i = 0; rc == SIO_OK && i < s->nfields; i++) {
         const sio_field *f = &s->fields[i];
-        if (!keep_field(w, f->name))
+        if (!sio_wire_filter_keeps(&w->filter, f->name))
             continue;
         size_t nlen = strlen(f->name);
         unsigned char fh[SIO_FRAME_FIELD_FIXED];
@@ -457,7 +430,7 @@ out:
      * the error trailer may follow (a reader then sees a broken frame,
      * which is the truth). A sample refused before any byte was written
      * leaves the stream intact. */
-    if (rc != SIO_OK && w->bytes != before)
+    if (rc != SIO_OK && w->out.bytes != before)
         w->failed = 1;
     w->hlen = 0;
     return rc;
@@ -466,19 +439,14 @@ out:
 sio_code sio_framew_end(sio_framew *w, const sio_tarw_summary *sum)
 {
     sio_code rc = SIO_OK;
-    char json[320];
+    char json[SIO_WIRE_SUMMARY_MAX];
 
     if (w->failed) {
         rc = SIO_ERR_INVALID;
         goto out;
     }
-    int n = snprintf(json, sizeof json,
-                     "{\"status\":\"ok\",\"epoch\":%" PRIu64 ",\"rank\":%" PRIu32
-                     ",\"world\":%" PRIu32 ",\"start\":%" PRIu64
-                     ",\"samples\":%" PRIu64 ",\"position\":%" PRIu64 "}",
-                     sum->epoch, sum->rank, sum->world, sum->start,
-                     sum->samples, sum->position);
-    rc = emit_frame(w, SIO_FRAME_END, json, (size_t)n);
+    size_t n = sio_wire_summary_json(sum, json);
+    rc = emit_frame(w, SIO_FRAME_END, json, n);
     if (rc != SIO_OK)
         w->failed = 1;
 out:
@@ -514,7 +482,7 @@ sio_code sio_framew_error_retry(sio_framew *w, const char *reason,
 
 uint64_t sio_framew_bytes(const sio_framew *w)
 {
-    return w->bytes;
+    return w->out.bytes;
 }
 
 void sio_framew_destroy(sio_framew *w)

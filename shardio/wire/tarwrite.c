@@ -15,13 +15,13 @@
 #include "shardio_wire.h"
 
 #include <inttypes.h>
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "store/backend.h"
 #include "store/url.h"
+#include "wire/common.h"
 
 /* ustar header layout (POSIX.1-1988 / pax). */
 #define OFF_NAME 0
@@ -50,11 +50,8 @@
 static const unsigned char zero_block[SIO_TAR_BLOCK];
 
 struct sio_tarw {
-    sio_tarw_write_fn fn;
-    void *userdata;
-    uint64_t bytes;
-    size_t nfilter;
-    char filter[SIO_TARW_FILTER_MAX][SIO_TARW_FIELD_NAME_MAX + 1];
+    sio_wire_sink out;
+    sio_wire_filter filter;
     sio_wbuf name; /* member name being built */
     sio_wbuf pax;  /* pax records being built */
     const char *const *sources; /* a mixed job's source names */
@@ -166,15 +163,7 @@ void sio_tar_header(unsigned char block[SIO_TAR_BLOCK], const char *name,
 
 static sio_code emit(sio_tarw *w, const void *data, size_t len)
 {
-    sio_code rc = SIO_OK;
-    if (len == 0)
-        goto out;
-    rc = w->fn(w->userdata, data, len);
-    if (rc != SIO_OK)
-        goto out;
-    w->bytes += len;
-out:
-    return rc;
+    return sio_wire_emit(&w->out, data, len);
 }
 
 /* Header, payload and padding of one member. */
@@ -240,16 +229,6 @@ out:
     return rc;
 }
 
-static int keep_field(const sio_tarw *w, const char *name)
-{
-    if (w->nfilter == 0)
-        return 1;
-    for (size_t i = 0; i < w->nfilter; i++)
-        if (strcmp(w->filter[i], name) == 0)
-            return 1;
-    return 0;
-}
-
 sio_code sio_tarw_create(const char *const *fields, size_t nfields,
                          sio_tarw_write_fn fn, void *userdata,
                          sio_tarw **out, sio_error *err)
@@ -267,18 +246,11 @@ sio_code sio_tarw_create(const char *const *fields, size_t nfields,
         rc = sio_seterr(err, SIO_ERR_NOMEM, "tarw: out of memory");
         goto out;
     }
-    for (size_t i = 0; i < nfields; i++) {
-        size_t n = fields[i] ? strlen(fields[i]) : 0;
-        if (n == 0 || n > SIO_TARW_FIELD_NAME_MAX) {
-            rc = sio_seterr(err, SIO_ERR_INVALID,
-                            "tarw: field name %zu is empty or too long", i);
-            goto out;
-        }
-        memcpy(w->filter[i], fields[i], n + 1);
-    }
-    w->nfilter = nfields;
-    w->fn = fn;
-    w->userdata = userdata;
+    rc = sio_wire_filter_set(&w->filter, fields, nfields, "tarw", err);
+    if (rc != SIO_OK)
+        goto out;
+    w->out.fn = fn;
+    w->out.userdata = userdata;
     sio_wbuf_init(&w->name, NAME_BUF_MAX);
     sio_wbuf_init(&w->pax, PAX_BUF_MAX);
     *out = w;
@@ -384,7 +356,7 @@ sio_code sio_tarw_sample(sio_tarw *w, const sio_sample *s, uint64_t position)
                       SIO_TARW_INDEX_DIGITS, s->global_index);
     for (size_t i = 0; i < s->nfields; i++) {
         const sio_field *f = &s->fields[i];
-        if (!keep_field(w, f->name))
+        if (!sio_wire_filter_keeps(&w->filter, f->name))
             continue;
         rc = build_name(w, s->global_index, key, klen, f->name);
         if (rc != SIO_OK)
@@ -436,14 +408,9 @@ out:
 sio_code sio_tarw_end(sio_tarw *w, const sio_tarw_summary *sum)
 {
     sio_code rc;
-    char json[320];
+    char json[SIO_WIRE_SUMMARY_MAX];
 
-    int n = snprintf(json, sizeof json,
-                     "{\"status\":\"ok\",\"epoch\":%" PRIu64 ",\"rank\":%" PRIu32
-                     ",\"world\":%" PRIu32 ",\"start\":%" PRIu64
-                     ",\"samples\":%" PRIu64 ",\"position\":%" PRIu64 "}",
-                     sum->epoch, sum->rank, sum->world, sum->start,
-                     sum->samples, sum->position);
+    size_t n = sio_wire_summary_json(sum, json);
     rc = emit_member(w, SIO_TARW_END_NAME, strlen(SIO_TARW_END_NAME), '0',
                      json, (uint64_t)n);
     if (rc != SIO_OK)
@@ -482,7 +449,7 @@ sio_code sio_tarw_error_retry(sio_tarw *w, const char *reason,
 
 uint64_t sio_tarw_bytes(const sio_tarw *w)
 {
-    return w->bytes;
+    return w->out.bytes;
 }
 
 void sio_tarw_destroy(sio_tarw *w)

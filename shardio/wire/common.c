@@ -1,0 +1,65 @@
+/*
+ * common.c — the pieces both wire encoders share (wire/common.h): the
+ * counting sink, the field filter and the end summary's JSON. The tar
+ * encoder (wire/tarwrite.c) and the frames encoder (wire/frames.c) both
+ * use them, so the two formats send the same fields and the same summary.
+ *
+ * Threading: pure functions on the caller's structs.
+ */
+#include "wire/common.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "store/backend.h"
+
+sio_code sio_wire_emit(sio_wire_sink *k, const void *data, size_t len)
+{
+    sio_code rc = SIO_OK;
+    if (len == 0)
+        goto out;
+    rc = k->fn(k->userdata, data, len);
+    if (rc != SIO_OK)
+        goto out;
+    k->bytes += len;
+out:
+    return rc;
+}
+
+sio_code sio_wire_filter_set(sio_wire_filter *f, const char *const *fields,
+                             size_t nfields, const char *who, sio_error *err)
+{
+    for (size_t i = 0; i < nfields; i++) {
+        size_t n = fields[i] ? strlen(fields[i]) : 0;
+        if (n == 0 || n > SIO_TARW_FIELD_NAME_MAX)
+            return sio_seterr(err, SIO_ERR_INVALID,
+                              "%s: field name %zu is empty or too long", who,
+                              i);
+        memcpy(f->names[i], fields[i], n + 1);
+    }
+    f->n = nfields;
+    return SIO_OK;
+}
+
+int sio_wire_filter_keeps(const sio_wire_filter *f, const char *name)
+{
+    if (f->n == 0)
+        return 1;
+    for (size_t i = 0; i < f->n; i++)
+        if (strcmp(f->names[i], name) == 0)
+            return 1;
+    return 0;
+}
+
+size_t sio_wire_summary_json(const sio_tarw_summary *sum,
+                             char buf[SIO_WIRE_SUMMARY_MAX])
+{
+    int n = snprintf(buf, SIO_WIRE_SUMMARY_MAX,
+                     "{\"status\":\"ok\",\"epoch\":%" PRIu64 ",\"rank\":%" PRIu32
+                     ",\"world\":%" PRIu32 ",\"start\":%" PRIu64
+                     ",\"samples\":%" PRIu64 ",\"position\":%" PRIu64 "}",
+                     sum->epoch, sum->rank, sum->world, sum->start,
+                     sum->samples, sum->position);
+    return n > 0 ? (size_t)n : 0;
+}
