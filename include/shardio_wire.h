@@ -1,5 +1,9 @@
 /*
- * shardio_wire.h — the wire formats shardcast sends to its consumers.
+ * shardio_wire.h — the wire formats shardcast sends to its consumers, and
+ * everything that writes or reads them: the tar stream's encoder and
+ * reader, the frames encoder and decoder, the error trailer both formats
+ * carry, and sio_wbuf. The module is shardio/wire/ (the library
+ * shardcast_wire, which the C client and the Python accelerator link).
  *
  * The tar stream (format=tar): each sample of a consumer's share becomes its
  * fields as consecutive ustar regular-file members named
@@ -513,6 +517,72 @@ const char *sio_framer_errmsg(const sio_framer *f);
 uint64_t sio_framer_bytes(const sio_framer *f);
 uint64_t sio_framer_samples(const sio_framer *f);
 void sio_framer_destroy(sio_framer *f);
+
+/* ================================================================== */
+/* Reading the tar stream                                               */
+/* ================================================================== */
+
+/*
+ * sio_tarr_parse reads the format=tar stream back into samples (the C
+ * client's tar path). It is a pure function over a buffer that starts at a
+ * member boundary: the caller buffers until the answer is not NEED and
+ * calls it again on the grown buffer, so it keeps no state between calls
+ * and every view it returns points into that buffer.
+ */
+
+/* What one call of sio_tarr_parse found. */
+typedef enum sio_tarr_kind {
+    SIO_TARR_NEED = 0, /* call again once `need` bytes are buffered */
+    SIO_TARR_SAMPLE,   /* a complete sample */
+    SIO_TARR_END,      /* the "__shardcast_end__" member */
+    SIO_TARR_ERROR     /* the "__shardcast_error__" member */
+} sio_tarr_kind;
+
+/* Sanity limits of the reader. */
+#define SIO_TARR_PAX_MAX (512u * 1024u) /* bytes of one pax header: the
+                                           encoder's own bound (8 records
+                                           of at most 64 KiB) */
+#define SIO_TARR_TRAILER_MAX 65536u     /* bytes of an end/error member */
+
+/* A sample read from the tar stream: views into the caller's buffer (key
+ * and shard URL not NUL-terminated); fields in the caller's array, in
+ * stream order. The tar format does not carry the shard index. */
+typedef struct sio_tarr_sample {
+    uint64_t global_index; /* from the "<G>/" member names */
+    uint64_t position;     /* SHARDCAST.position */
+    const char *key;       /* SHARDCAST.key */
+    size_t key_len;
+    const char *shard_url; /* SHARDCAST.shard ("" when absent) */
+    size_t shard_url_len;
+    size_t nfields;
+    sio_frame_field *fields;
+    uint64_t bytes;        /* sum of field data lengths */
+} sio_tarr_sample;
+
+typedef struct sio_tarr_result {
+    sio_tarr_kind kind;
+    size_t need;            /* NEED: bytes from the start of the input */
+    size_t consumed;        /* SAMPLE/END/ERROR: bytes that belong to it */
+    sio_tarr_sample sample; /* SAMPLE */
+    sio_tarw_summary summary; /* END */
+    sio_wire_error error;   /* ERROR: the trailer; an empty reason reads
+                               "(no reason given)" */
+} sio_tarr_result;
+
+/*
+ * Parse the stream in p[0..len). A sample is complete once the header
+ * after its last member is in view (or a trailer member). `fields` has
+ * room for fields_max entries; member_max bounds one member's size.
+ * Returns SIO_OK with *r filled, SIO_ERR_FORMAT (bad checksum, a member
+ * outside any sample, a name not of the stream's form, a trailer that is
+ * not the expected JSON, the end of the archive without a trailer), or
+ * SIO_ERR_LIMIT (a member above member_max, more fields than fields_max, a
+ * pax header above SIO_TARR_PAX_MAX), with the detail in err (may be NULL).
+ */
+sio_code sio_tarr_parse(const unsigned char *p, size_t len,
+                        sio_frame_field *fields, size_t fields_max,
+                        uint64_t member_max, sio_tarr_result *r,
+                        sio_error *err);
 
 #ifdef __cplusplus
 }

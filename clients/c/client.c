@@ -5,8 +5,9 @@
  * Transport: one libcurl easy handle driven by a private multi handle, so
  * that the stream pulls bytes only when its reader asks for the next
  * sample (curl_multi_poll waits, nothing spins). The write callback appends
- * to the receive buffer `rx`; the parsers (sio_framer for frames, the tar
- * reader in client_tar.c) run only on whole units in rx (a frame, a
+ * to the receive buffer `rx`; the parsers (sio_framer for frames,
+ * sio_tarr_parse for tar; both in the wire module, shardio/wire/) run
+ * only on whole units in rx (a frame, a
  * sample's members), so the views handed out point into rx and each byte
  * is copied once, from curl's buffer into rx. The buffer holds at most
  * max(what the current unit needs, RX_READAHEAD) plus one curl chunk; past
@@ -41,7 +42,6 @@
 #include <strings.h>
 #include <time.h>
 
-#include "client_internal.h"
 #include "shardio_wire.h"
 
 /* Bytes the stream may hold beyond what the unit being parsed needs: a
@@ -155,7 +155,8 @@ struct scc_stream {
     uint64_t next_pos;    /* position of the next sample */
     scc_sample cur;
     scc_field *fields;    /* SIO_FIELDS_MAX_DEFAULT entries */
-    scc_tar_result *tar;
+    sio_frame_field *wfields; /* the decoders' views of them, as many */
+    sio_tarr_result *tar;
 
     uint32_t reconnects;
     uint32_t streak;          /* reconnects since the last sample */
@@ -656,9 +657,10 @@ scc_code scc_stream_open(const scc_options *opts, scc_stream **out)
         }
     }
     s->fields = calloc(SIO_FIELDS_MAX_DEFAULT, sizeof *s->fields);
+    s->wfields = calloc(SIO_FIELDS_MAX_DEFAULT, sizeof *s->wfields);
     s->tar = calloc(1, sizeof *s->tar);
     s->multi = curl_multi_init();
-    if (!s->fields || !s->tar || !s->multi) {
+    if (!s->fields || !s->wfields || !s->tar || !s->multi) {
         rc = seterr(s, SCC_ERR_NOMEM, "out of memory");
         goto out;
     }
@@ -801,6 +803,32 @@ static scc_code server_error(scc_stream *s, const char *reason, int retryable,
     return seterr(s, SCC_ERR_SERVER, "server error: %s", reason);
 }
 
+/* The current sample's fields: the decoder's views, as the client's. */
+static const scc_field *take_fields(scc_stream *s, const sio_frame_field *wf,
+                                    size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        s->fields[i].name = wf[i].name;
+        s->fields[i].name_len = wf[i].name_len;
+        s->fields[i].data = wf[i].data;
+        s->fields[i].len = wf[i].len;
+    }
+    return s->fields;
+}
+
+/* The server's clean-end summary. */
+static void take_summary(scc_stream *s, const sio_tarw_summary *sum)
+{
+    s->summary.epoch = sum->epoch;
+    s->summary.rank = sum->rank;
+    s->summary.world = sum->world;
+    s->summary.start = sum->start;
+    s->summary.samples = sum->samples;
+    s->summary.position = sum->position;
+    s->have_summary = 1;
+    s->finished = 1;
+}
+
 /* One step of the frames parser: SCC_OK with *got set when a sample (or
  * the end) was produced. SCC_ERR_AGAIN-like: *got == 0 means go on. */
 static scc_code step_frames(scc_stream *s, const scc_sample **out, int *got)
@@ -863,13 +891,7 @@ static scc_code step_frames(scc_stream *s, const scc_sample **out, int *got)
         c2->key = ev.key;
         c2->key_len = ev.key_len;
         c2->nfields = ev.nsample_fields;
-        for (size_t i = 0; i < ev.nsample_fields; i++) {
-            s->fields[i].name = ev.sample_fields[i].name;
-            s->fields[i].name_len = ev.sample_fields[i].name_len;
-            s->fields[i].data = ev.sample_fields[i].data;
-            s->fields[i].len = ev.sample_fields[i].len;
-        }
-        c2->fields = s->fields;
+        c2->fields = take_fields(s, ev.sample_fields, ev.nsample_fields);
         c2->bytes = ev.sample_bytes;
         s->next_pos = ev.position + 1;
         s->streak = 0;
@@ -878,14 +900,7 @@ static scc_code step_frames(scc_stream *s, const scc_sample **out, int *got)
         break;
     }
     case SIO_FRAMER_END:
-        s->summary.epoch = ev.summary.epoch;
-        s->summary.rank = ev.summary.rank;
-        s->summary.world = ev.summary.world;
-        s->summary.start = ev.summary.start;
-        s->summary.samples = ev.summary.samples;
-        s->summary.position = ev.summary.position;
-        s->have_summary = 1;
-        s->finished = 1;
+        take_summary(s, &ev.summary);
         *out = NULL;
         *got = 1;
         break;
@@ -901,47 +916,59 @@ out:
 
 static scc_code step_tar(scc_stream *s, const scc_sample **out, int *got)
 {
-    scc_code rc;
-    scc_tar_result *r = s->tar;
-    char msg[512];
+    scc_code rc = SCC_OK;
+    sio_tarr_result *r = s->tar;
+    sio_error e = {SIO_OK, ""};
 
     *got = 0;
-    rc = scc_tar_parse(s->rx + s->rpos, s->rlen - s->rpos, s->fields,
-                       SIO_FIELDS_MAX_DEFAULT, s->o.max_sample_bytes, r, msg,
-                       sizeof msg);
-    if (rc != SCC_OK) {
-        rc = seterr(s, rc, "%s", msg);
+    sio_code c = sio_tarr_parse(s->rx + s->rpos, s->rlen - s->rpos,
+                                s->wfields, SIO_FIELDS_MAX_DEFAULT,
+                                s->o.max_sample_bytes, r, &e);
+    if (c != SIO_OK) {
+        rc = seterr(s, c == SIO_ERR_LIMIT ? SCC_ERR_LIMIT : SCC_ERR_PROTOCOL,
+                    "%s", e.msg);
         goto out;
     }
     switch (r->kind) {
-    case SCC_TAR_NEED:
+    case SIO_TARR_NEED:
         rc = fill(s, r->need);
         break;
-    case SCC_TAR_SAMPLE:
-        if (r->sample.position < s->next_pos) {
+    case SIO_TARR_SAMPLE: {
+        const sio_tarr_sample *t = &r->sample;
+        if (t->position < s->next_pos) {
             rc = seterr(s, SCC_ERR_PROTOCOL, "tar: sample at position %llu, "
                         "expected at least %llu",
-                        (unsigned long long)r->sample.position,
+                        (unsigned long long)t->position,
                         (unsigned long long)s->next_pos);
             goto out;
         }
-        s->cur = r->sample;
+        scc_sample *c2 = &s->cur;
+        c2->global_index = t->global_index;
+        c2->position = t->position;
+        c2->shard_index = UINT32_MAX; /* the tar format does not carry it */
+        c2->shard_url = t->shard_url;
+        c2->shard_url_len = t->shard_url_len;
+        c2->key = t->key;
+        c2->key_len = t->key_len;
+        c2->nfields = t->nfields;
+        c2->fields = take_fields(s, t->fields, t->nfields);
+        c2->bytes = t->bytes;
         s->rpos += r->consumed;
-        s->next_pos = r->sample.position + 1;
+        s->next_pos = t->position + 1;
         s->streak = 0;
-        *out = &s->cur;
+        *out = c2;
         *got = 1;
         break;
-    case SCC_TAR_END:
+    }
+    case SIO_TARR_END:
         s->rpos += r->consumed;
-        s->summary = r->summary;
-        s->have_summary = 1;
-        s->finished = 1;
+        take_summary(s, &r->summary);
         *out = NULL;
         *got = 1;
         break;
-    case SCC_TAR_ERROR:
-        rc = server_error(s, r->reason, r->retryable, r->retry_after_ms);
+    case SIO_TARR_ERROR:
+        rc = server_error(s, r->error.reason, r->error.retryable,
+                          r->error.retry_after_ms);
         break;
     }
 out:
@@ -1116,6 +1143,7 @@ void scc_stream_close(scc_stream *s)
     free(s->url);
     free(s->rx);
     free(s->fields);
+    free(s->wfields);
     free(s->tar);
     free(s);
 }

@@ -7,8 +7,9 @@
  * trailer; a retryable error trailer (a drain) and a 503 with Retry-After
  * resumed after the advised wait; the retry budget (attempts, time)
  * running out; reconnects running out; 404/401 with the server's reason; a
- * wrong Content-Type; connection refused; the tar reader on hostile bytes;
- * the content hash.
+ * wrong Content-Type; connection refused; the content hash. (The tar
+ * reader the client uses, sio_tarr_parse, is tested on its own in
+ * tests/unit/wire/test_tarread.c.)
  */
 #include <inttypes.h>
 #include <stdatomic.h>
@@ -18,7 +19,6 @@
 #include <time.h>
 
 #include "check.h"
-#include "client_internal.h"
 #include "shardcast_client.h"
 #include "shardio_wire.h"
 #include "testhttpd.h"
@@ -545,101 +545,6 @@ static void test_errors(void)
     CHECK_STR(msg, "HTTP 404: unknown job \"nojob\"");
 }
 
-static void test_tar_reader(void)
-{
-    scc_field fields[4];
-    scc_tar_result r;
-    char err[256];
-    sio_wbuf b;
-    sio_tarw *w = NULL;
-    sio_error e;
-    char key[32], url[64], cls[8];
-    unsigned char bin[512];
-    sio_field f[2];
-    sio_sample s;
-
-    sio_wbuf_init(&b, 1 << 20);
-    CHECK(sio_tarw_create(NULL, 0, sio_wbuf_append, &b, &w, &e) == SIO_OK);
-    make_sample(3, 0, 1, key, sizeof key, url, sizeof url, cls, bin, f, &s);
-    sio_tarw_sample(w, &s, 0);
-    sio_tarw_summary sum = {0, 0, 1, 0, 1, 1};
-    sio_tarw_end(w, &sum);
-    sio_tarw_destroy(w);
-
-    /* Any prefix asks for more; the whole yields the sample then END. */
-    int ok = 1;
-    for (size_t k = 0; k < b.len - 1024; k += 97) {
-        if (scc_tar_parse(b.data, k, fields, 4, 1 << 20, &r, err,
-                          sizeof err) != SCC_OK ||
-            (r.kind != SCC_TAR_NEED && r.kind != SCC_TAR_SAMPLE) ||
-            (r.kind == SCC_TAR_NEED && r.need <= k))
-            ok = 0;
-    }
-    CHECK(ok);
-    CHECK(scc_tar_parse(b.data, b.len, fields, 4, 1 << 20, &r, err,
-                        sizeof err) == SCC_OK);
-    CHECK(r.kind == SCC_TAR_SAMPLE && r.sample.nfields == 2);
-    size_t used = r.consumed;
-    CHECK(scc_tar_parse(b.data + used, b.len - used, fields, 4, 1 << 20, &r,
-                        err, sizeof err) == SCC_OK);
-    CHECK(r.kind == SCC_TAR_END && r.summary.position == 1);
-
-    /* A member above the limit; a field count above the limit; a bad
-     * checksum; a member outside any sample. */
-    CHECK(scc_tar_parse(b.data, b.len, fields, 4, 100, &r, err, sizeof err) ==
-          SCC_ERR_LIMIT);
-    CHECK(scc_tar_parse(b.data, b.len, fields, 1, 1 << 20, &r, err,
-                        sizeof err) == SCC_ERR_LIMIT);
-    b.data[600] ^= 1; /* inside the second header (after the 512-byte pax
-                         header and its data block) */
-    CHECK(scc_tar_parse(b.data, b.len, fields, 4, 1 << 20, &r, err,
-                        sizeof err) == SCC_ERR_PROTOCOL);
-    b.data[600] ^= 1;
-    CHECK(scc_tar_parse(b.data + 1024, b.len - 1024, fields, 4, 1 << 20, &r,
-                        err, sizeof err) == SCC_ERR_PROTOCOL);
-    unsigned char zeros[1024] = {0};
-    CHECK(scc_tar_parse(zeros, sizeof zeros, fields, 4, 1 << 20, &r, err,
-                        sizeof err) == SCC_ERR_PROTOCOL);
-    sio_wbuf_free(&b);
-
-    /* Error trailers: final, retryable with advice, malformed advice. */
-    for (int k = 0; k < 3; k++) {
-        sio_wbuf_init(&b, 1 << 20);
-        CHECK(sio_tarw_create(NULL, 0, sio_wbuf_append, &b, &w, &e) ==
-              SIO_OK);
-        if (k == 0) {
-            sio_tarw_error(w, "corrupt");
-        } else if (k == 1) {
-            sio_tarw_error_retry(w, "server shutting down", 1500);
-        } else {
-            /* A member with that name and a bad retryable value. */
-            static const char j[] =
-                "{\"status\":\"error\",\"reason\":\"x\",\"retryable\":\"y\"}";
-            unsigned char blk[SIO_TAR_BLOCK * 2];
-            int fits;
-            memset(blk, 0, sizeof blk);
-            sio_tar_header(blk, SIO_TARW_ERROR_NAME,
-                           strlen(SIO_TARW_ERROR_NAME), '0', sizeof j - 1,
-                           &fits);
-            memcpy(blk + SIO_TAR_BLOCK, j, sizeof j - 1);
-            sio_wbuf_append(&b, blk, sizeof blk);
-        }
-        sio_tarw_destroy(w);
-        scc_code rc = scc_tar_parse(b.data, b.len, fields, 4, 1 << 20, &r,
-                                    err, sizeof err);
-        if (k == 2) {
-            CHECK(rc == SCC_ERR_PROTOCOL);
-            CHECK(strstr(err, "retryable is not a boolean") != NULL);
-        } else {
-            CHECK(rc == SCC_OK && r.kind == SCC_TAR_ERROR);
-            CHECK(r.retryable == k);
-            CHECK_EQ_U64(r.retry_after_ms, k ? 1500 : 0);
-            CHECK_STR(r.reason, k ? "server shutting down" : "corrupt");
-        }
-        sio_wbuf_free(&b);
-    }
-}
-
 static void test_hash(void)
 {
     /* sha256 over fields sorted by name: name, NUL, u64le length, data. */
@@ -676,7 +581,6 @@ int main(void)
     test_resume(&fk);
     test_retryable(&fk);
     test_errors();
-    test_tar_reader();
     test_hash();
     thttp_stop(&srv);
     pthread_mutex_destroy(&fk.mu);

@@ -1,8 +1,9 @@
 /*
- * client_tar.c — the client's reader of shardcast's format=tar stream
- * (contract in include/shardio_wire.h): ustar members with pax extended
- * headers, grouped back into samples by their "<G>/" name prefix and the
- * SHARDCAST.* pax records, plus the end/error trailer members.
+ * tarread.c — the reader of shardcast's format=tar stream, sio_tarr_parse
+ * (contract in include/shardio_wire.h; the C client's tar path): ustar
+ * members with pax extended headers, grouped back into samples by their
+ * "<G>/" name prefix and the SHARDCAST.* pax records, plus the end/error
+ * trailer members.
  *
  * It is a pure function over a buffer that starts at a member boundary:
  * the caller buffers until the answer is not NEED and re-runs it on the
@@ -12,16 +13,15 @@
  *
  * Threading: stateless; safe from any thread.
  */
-#include "client_internal.h"
+#include "shardio_wire.h"
 
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "shardio_wire.h"
+#include "store/backend.h"
 
-#define BLOCK 512u
+#define BLOCK SIO_TAR_BLOCK
 #define OFF_NAME 0
 #define LEN_NAME 100
 #define OFF_SIZE 124
@@ -30,18 +30,6 @@
 #define OFF_TYPEFLAG 156
 #define OFF_PREFIX 345
 #define LEN_PREFIX 155
-
-static scc_code perr(char *err, size_t errlen, scc_code rc, const char *fmt,
-                     ...) __attribute__((format(printf, 4, 5)));
-static scc_code perr(char *err, size_t errlen, scc_code rc, const char *fmt,
-                     ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return rc;
-}
 
 /* Octal number of a header field: optional leading spaces, digits, then a
  * NUL or space. -1 when malformed or above UINT64_MAX. */
@@ -130,8 +118,8 @@ typedef struct pax_info {
     uint64_t index, position;
 } pax_info;
 
-static scc_code parse_pax(const unsigned char *d, size_t n, pax_info *pi,
-                          char *err, size_t errlen)
+static sio_code parse_pax(const unsigned char *d, size_t n, pax_info *pi,
+                          sio_error *err)
 {
     size_t off = 0;
     memset(pi, 0, sizeof *pi);
@@ -142,14 +130,14 @@ static scc_code parse_pax(const unsigned char *d, size_t n, pax_info *pi,
             rl = rl * 10 + (size_t)(d[i++] - '0');
         if (i == off || i >= n || d[i] != ' ' || rl <= i - off + 1 ||
             rl > n - off || d[off + rl - 1] != '\n')
-            return perr(err, errlen, SCC_ERR_PROTOCOL,
-                        "tar: malformed pax record at byte %zu", off);
+            return sio_seterr(err, SIO_ERR_FORMAT,
+                              "tar: malformed pax record at byte %zu", off);
         const char *kv = (const char *)d + i + 1;
         size_t kvlen = off + rl - 1 - (i + 1);
         const char *eq = memchr(kv, '=', kvlen);
         if (!eq)
-            return perr(err, errlen, SCC_ERR_PROTOCOL,
-                        "tar: pax record without '='");
+            return sio_seterr(err, SIO_ERR_FORMAT,
+                              "tar: pax record without '='");
         size_t klen = (size_t)(eq - kv);
         const char *v = eq + 1;
         size_t vlen = kvlen - klen - 1;
@@ -165,33 +153,33 @@ static scc_code parse_pax(const unsigned char *d, size_t n, pax_info *pi,
             pi->shard_len = vlen;
         } else if (PAX_IS("SHARDCAST.index")) {
             if (parse_dec(v, vlen, &pi->index) != 0)
-                return perr(err, errlen, SCC_ERR_PROTOCOL,
-                            "tar: bad SHARDCAST.index");
+                return sio_seterr(err, SIO_ERR_FORMAT,
+                                  "tar: bad SHARDCAST.index");
             pi->has_index = 1;
         } else if (PAX_IS("SHARDCAST.position")) {
             if (parse_dec(v, vlen, &pi->position) != 0)
-                return perr(err, errlen, SCC_ERR_PROTOCOL,
-                            "tar: bad SHARDCAST.position");
+                return sio_seterr(err, SIO_ERR_FORMAT,
+                                  "tar: bad SHARDCAST.position");
             pi->has_position = 1;
         }
 #undef PAX_IS
         off += rl;
     }
-    return SCC_OK;
+    return SIO_OK;
 }
 
 /* JSON of a trailer member into r (END summary or ERROR reason). */
-static scc_code parse_trailer(const unsigned char *d, size_t n, int is_end,
-                              scc_tar_result *r, char *err, size_t errlen)
+static sio_code parse_trailer(const unsigned char *d, size_t n, int is_end,
+                              sio_tarr_result *r, sio_error *err)
 {
-    scc_code rc = SCC_OK;
+    sio_code rc = SIO_OK;
     json_error_t jerr;
     json_t *o = json_loadb((const char *)d, n, 0, &jerr);
     const char *status = json_string_value(json_object_get(o, "status"));
 
     if (!json_is_object(o) || !status) {
-        rc = perr(err, errlen, SCC_ERR_PROTOCOL,
-                  "tar: trailer member is not the expected JSON");
+        rc = sio_seterr(err, SIO_ERR_FORMAT,
+                        "tar: trailer member is not the expected JSON");
         goto out;
     }
     if (is_end) {
@@ -201,15 +189,15 @@ static scc_code parse_trailer(const unsigned char *d, size_t n, int is_end,
                         json_object_get(o, "position")};
         for (size_t i = 0; i < 6; i++)
             if (!json_is_integer(v[i]) || json_integer_value(v[i]) < 0) {
-                rc = perr(err, errlen, SCC_ERR_PROTOCOL,
-                          "tar: end summary lacks a field");
+                rc = sio_seterr(err, SIO_ERR_FORMAT,
+                                "tar: end summary lacks a field");
                 goto out;
             }
         if (strcmp(status, "ok") != 0 ||
             json_integer_value(v[1]) > UINT32_MAX ||
             json_integer_value(v[2]) > UINT32_MAX) {
-            rc = perr(err, errlen, SCC_ERR_PROTOCOL,
-                      "tar: end summary is malformed");
+            rc = sio_seterr(err, SIO_ERR_FORMAT,
+                            "tar: end summary is malformed");
             goto out;
         }
         r->summary.epoch = (uint64_t)json_integer_value(v[0]);
@@ -218,20 +206,19 @@ static scc_code parse_trailer(const unsigned char *d, size_t n, int is_end,
         r->summary.start = (uint64_t)json_integer_value(v[3]);
         r->summary.samples = (uint64_t)json_integer_value(v[4]);
         r->summary.position = (uint64_t)json_integer_value(v[5]);
-        r->kind = SCC_TAR_END;
+        r->kind = SIO_TARR_END;
     } else {
         /* The error trailer has one parser for both formats. */
         sio_wire_error we;
         sio_error e = {SIO_OK, ""};
         if (sio_wire_error_parse(d, n, &we, &e) != SIO_OK) {
-            rc = perr(err, errlen, SCC_ERR_PROTOCOL, "tar: %s", e.msg);
+            rc = sio_seterr(err, SIO_ERR_FORMAT, "tar: %s", e.msg);
             goto out;
         }
-        snprintf(r->reason, sizeof r->reason, "%s",
-                 we.reason[0] ? we.reason : "(no reason given)");
-        r->retryable = we.retryable;
-        r->retry_after_ms = we.retry_after_ms;
-        r->kind = SCC_TAR_ERROR;
+        if (!we.reason[0])
+            snprintf(we.reason, sizeof we.reason, "(no reason given)");
+        r->error = we;
+        r->kind = SIO_TARR_ERROR;
     }
 out:
     json_decref(o);
@@ -243,17 +230,17 @@ static int name_is(const char *n, size_t len, const char *want)
     return len == strlen(want) && memcmp(n, want, len) == 0;
 }
 
-scc_code scc_tar_parse(const unsigned char *p, size_t len,
-                       scc_field *fields, size_t fields_max,
-                       uint64_t member_max, scc_tar_result *r, char *err,
-                       size_t errlen)
+sio_code sio_tarr_parse(const unsigned char *p, size_t len,
+                        sio_frame_field *fields, size_t fields_max,
+                        uint64_t member_max, sio_tarr_result *r,
+                        sio_error *err)
 {
-    scc_code rc = SCC_OK;
+    sio_code rc = SIO_OK;
     size_t off = 0;
     int in_sample = 0;
     pax_info pax;
     int have_pax = 0;
-    scc_sample *smp = &r->sample;
+    sio_tarr_sample *smp = &r->sample;
     char gbuf[SIO_TARW_INDEX_DIGITS];
 
     memset(r, 0, sizeof *r);
@@ -261,38 +248,38 @@ scc_code scc_tar_parse(const unsigned char *p, size_t len,
     smp->fields = fields;
     for (;;) {
         if (len - off < BLOCK) {
-            r->kind = SCC_TAR_NEED;
+            r->kind = SIO_TARR_NEED;
             r->need = off + BLOCK;
             goto out;
         }
         const unsigned char *h = p + off;
         if (is_zero_block(h)) {
-            rc = perr(err, errlen, SCC_ERR_PROTOCOL,
-                      "tar: end of archive without the %s member",
+            rc = sio_seterr(err, SIO_ERR_FORMAT,
+                            "tar: end of archive without the %s member",
                       SIO_TARW_END_NAME);
             goto out;
         }
         if (!checksum_ok(h)) {
-            rc = perr(err, errlen, SCC_ERR_PROTOCOL,
-                      "tar: bad header checksum at byte %zu", off);
+            rc = sio_seterr(err, SIO_ERR_FORMAT,
+                            "tar: bad header checksum at byte %zu", off);
             goto out;
         }
         uint64_t size;
         if (parse_size(h, &size) != 0) {
-            rc = perr(err, errlen, SCC_ERR_PROTOCOL, "tar: bad member size");
+            rc = sio_seterr(err, SIO_ERR_FORMAT, "tar: bad member size");
             goto out;
         }
         char type = (char)h[OFF_TYPEFLAG];
-        uint64_t limit = type == 'x' ? SCC_TAR_PAX_MAX : member_max;
+        uint64_t limit = type == 'x' ? SIO_TARR_PAX_MAX : member_max;
         if (size > limit) {
-            rc = perr(err, errlen, SCC_ERR_LIMIT,
-                      "tar: member of %llu bytes above the limit %llu",
+            rc = sio_seterr(err, SIO_ERR_LIMIT,
+                            "tar: member of %llu bytes above the limit %llu",
                       (unsigned long long)size, (unsigned long long)limit);
             goto out;
         }
         size_t total = BLOCK + (size_t)((size + BLOCK - 1) / BLOCK * BLOCK);
         if (len - off < total) {
-            r->kind = SCC_TAR_NEED;
+            r->kind = SIO_TARR_NEED;
             r->need = off + total;
             goto out;
         }
@@ -300,11 +287,11 @@ scc_code scc_tar_parse(const unsigned char *p, size_t len,
 
         if (type == 'x') {
             pax_info np;
-            rc = parse_pax(data, (size_t)size, &np, err, errlen);
-            if (rc != SCC_OK)
+            rc = parse_pax(data, (size_t)size, &np, err);
+            if (rc != SIO_OK)
                 goto out;
             if (np.has_index && in_sample) {
-                r->kind = SCC_TAR_SAMPLE; /* this pax starts the next one */
+                r->kind = SIO_TARR_SAMPLE; /* this pax starts the next one */
                 r->consumed = off;
                 goto out;
             }
@@ -336,18 +323,18 @@ scc_code scc_tar_parse(const unsigned char *p, size_t len,
         if (plen == 0 && (name_is(name, nlen, SIO_TARW_END_NAME) ||
                           name_is(name, nlen, SIO_TARW_ERROR_NAME))) {
             if (in_sample) {
-                r->kind = SCC_TAR_SAMPLE;
+                r->kind = SIO_TARR_SAMPLE;
                 r->consumed = off;
                 goto out;
             }
-            if (size > SCC_TAR_TRAILER_MAX) {
-                rc = perr(err, errlen, SCC_ERR_LIMIT,
-                          "tar: trailer member too large");
+            if (size > SIO_TARR_TRAILER_MAX) {
+                rc = sio_seterr(err, SIO_ERR_LIMIT,
+                                "tar: trailer member too large");
                 goto out;
             }
             rc = parse_trailer(data, (size_t)size,
-                               name_is(name, nlen, SIO_TARW_END_NAME), r, err,
-                               errlen);
+                               name_is(name, nlen, SIO_TARW_END_NAME), r,
+                               err);
             r->consumed = off + total;
             goto out;
         }
@@ -359,15 +346,15 @@ scc_code scc_tar_parse(const unsigned char *p, size_t len,
         if (flen < SIO_TARW_INDEX_DIGITS + (plen ? 0u : 1u) ||
             (flen > SIO_TARW_INDEX_DIGITS &&
              first[SIO_TARW_INDEX_DIGITS] != '/')) {
-            rc = perr(err, errlen, SCC_ERR_PROTOCOL,
-                      "tar: member name is not <index>/<key>.<ext>");
+            rc = sio_seterr(err, SIO_ERR_FORMAT,
+                            "tar: member name is not <index>/<key>.<ext>");
             goto out;
         }
         memcpy(gbuf, first, SIO_TARW_INDEX_DIGITS);
         uint64_t g;
         if (parse_dec(gbuf, SIO_TARW_INDEX_DIGITS, &g) != 0) {
-            rc = perr(err, errlen, SCC_ERR_PROTOCOL,
-                      "tar: member name does not start with the index");
+            rc = sio_seterr(err, SIO_ERR_FORMAT,
+                            "tar: member name does not start with the index");
             goto out;
         }
         const char *last = name;
@@ -377,39 +364,38 @@ scc_code scc_tar_parse(const unsigned char *p, size_t len,
         size_t llen = nlen - (size_t)(last - name);
         const char *dot = memchr(last, '.', llen);
         if (!dot || dot == last || dot + 1 == last + llen) {
-            rc = perr(err, errlen, SCC_ERR_PROTOCOL,
-                      "tar: member name has no <key>.<ext> form");
+            rc = sio_seterr(err, SIO_ERR_FORMAT,
+                            "tar: member name has no <key>.<ext> form");
             goto out;
         }
         if (in_sample && g != smp->global_index) {
-            r->kind = SCC_TAR_SAMPLE;
+            r->kind = SIO_TARR_SAMPLE;
             r->consumed = off;
             goto out;
         }
         if (!in_sample) {
             if (!have_pax || !pax.has_index || !pax.has_position ||
                 !pax.key || pax.index != g) {
-                rc = perr(err, errlen, SCC_ERR_PROTOCOL,
-                          "tar: sample %llu does not start with its "
+                rc = sio_seterr(err, SIO_ERR_FORMAT,
+                                "tar: sample %llu does not start with its "
                           "SHARDCAST pax header", (unsigned long long)g);
                 goto out;
             }
             in_sample = 1;
             smp->global_index = g;
             smp->position = pax.position;
-            smp->shard_index = UINT32_MAX;
             smp->key = pax.key;
             smp->key_len = pax.key_len;
             smp->shard_url = pax.shard ? pax.shard : "";
             smp->shard_url_len = pax.shard_len;
         }
         if (smp->nfields >= fields_max) {
-            rc = perr(err, errlen, SCC_ERR_LIMIT,
-                      "tar: sample %llu has more than %zu fields",
+            rc = sio_seterr(err, SIO_ERR_LIMIT,
+                            "tar: sample %llu has more than %zu fields",
                       (unsigned long long)g, fields_max);
             goto out;
         }
-        scc_field *f = &fields[smp->nfields++];
+        sio_frame_field *f = &fields[smp->nfields++];
         f->name = dot + 1;
         f->name_len = (size_t)(last + llen - (dot + 1));
         f->data = data;

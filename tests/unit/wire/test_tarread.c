@@ -1,0 +1,164 @@
+/*
+ * test_tarread.c — the tar stream reader (shardio/wire/tarread.c,
+ * sio_tarr_parse) on streams written by the tar encoder (sio_tarw) and on
+ * hostile bytes: every prefix asks for more, a whole stream gives the
+ * sample and then the end summary; members and field counts above the
+ * limits, a bad checksum, a member outside any sample and an archive
+ * without a trailer are refused; error trailers (final, retryable with
+ * advice, malformed advice).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "shardio.h"
+#include "shardio_wire.h"
+
+/* Sample i with fields cls (text) and bin (i * 100 bytes). */
+static void make_sample(uint64_t i, char *key, size_t klen, char *url,
+                        size_t ulen, char *cls, unsigned char *bin,
+                        sio_field f[2], sio_sample *s)
+{
+    snprintf(key, klen, "dir/s%04" PRIu64, i);
+    snprintf(url, ulen, "file:///d/shard-%" PRIu64 ".tar", i % 3);
+    snprintf(cls, 8, "%" PRIu64, i % 10);
+    for (size_t k = 0; k < i * 100; k++)
+        bin[k] = (unsigned char)(i + k);
+    f[0].name = "cls";
+    f[0].data = (const unsigned char *)cls;
+    f[0].len = strlen(cls);
+    f[1].name = "bin";
+    f[1].data = bin;
+    f[1].len = i * 100;
+    memset(s, 0, sizeof *s);
+    s->key = key;
+    s->shard_url = url;
+    s->shard_index = (uint32_t)(i % 3);
+    s->global_index = i;
+    s->nfields = 2;
+    s->fields = f;
+    s->bytes = f[0].len + f[1].len;
+}
+
+static void test_stream(void)
+{
+    sio_frame_field fields[4];
+    sio_tarr_result r;
+    sio_error err;
+    sio_wbuf b;
+    sio_tarw *w = NULL;
+    sio_error e;
+    char key[32], url[64], cls[8];
+    unsigned char bin[512];
+    sio_field f[2];
+    sio_sample s;
+
+    sio_wbuf_init(&b, 1 << 20);
+    CHECK(sio_tarw_create(NULL, 0, sio_wbuf_append, &b, &w, &e) == SIO_OK);
+    make_sample(3, key, sizeof key, url, sizeof url, cls, bin, f, &s);
+    sio_tarw_sample(w, &s, 0);
+    sio_tarw_summary sum = {0, 0, 1, 0, 1, 1};
+    sio_tarw_end(w, &sum);
+    sio_tarw_destroy(w);
+
+    /* Any prefix asks for more; the whole yields the sample then END. */
+    int ok = 1;
+    for (size_t k = 0; k < b.len - 1024; k += 97) {
+        if (sio_tarr_parse(b.data, k, fields, 4, 1 << 20, &r, &err) !=
+                SIO_OK ||
+            (r.kind != SIO_TARR_NEED && r.kind != SIO_TARR_SAMPLE) ||
+            (r.kind == SIO_TARR_NEED && r.need <= k))
+            ok = 0;
+    }
+    CHECK(ok);
+    CHECK(sio_tarr_parse(b.data, b.len, fields, 4, 1 << 20, &r, &err) ==
+          SIO_OK);
+    CHECK(r.kind == SIO_TARR_SAMPLE && r.sample.nfields == 2);
+    CHECK_EQ_U64(r.sample.global_index, 3);
+    CHECK_EQ_U64(r.sample.position, 0);
+    CHECK(r.sample.key_len == strlen(key) &&
+          memcmp(r.sample.key, key, r.sample.key_len) == 0);
+    CHECK(r.sample.fields == fields && fields[1].len == 300 &&
+          memcmp(fields[1].data, bin, 300) == 0);
+    CHECK(fields[0].name_len == 3 && memcmp(fields[0].name, "cls", 3) == 0);
+    CHECK_EQ_U64(r.sample.bytes, 301);
+    size_t used = r.consumed;
+    CHECK(sio_tarr_parse(b.data + used, b.len - used, fields, 4, 1 << 20, &r,
+                         &err) == SIO_OK);
+    CHECK(r.kind == SIO_TARR_END && r.summary.position == 1);
+
+    /* A member above the limit; a field count above the limit; a bad
+     * checksum; a member outside any sample; no trailer. */
+    CHECK(sio_tarr_parse(b.data, b.len, fields, 4, 100, &r, &err) ==
+          SIO_ERR_LIMIT);
+    CHECK(sio_tarr_parse(b.data, b.len, fields, 1, 1 << 20, &r, &err) ==
+          SIO_ERR_LIMIT);
+    b.data[600] ^= 1; /* inside the second header (after the 512-byte pax
+                         header and its data block) */
+    CHECK(sio_tarr_parse(b.data, b.len, fields, 4, 1 << 20, &r, &err) ==
+          SIO_ERR_FORMAT);
+    b.data[600] ^= 1;
+    CHECK(sio_tarr_parse(b.data + 1024, b.len - 1024, fields, 4, 1 << 20,
+                         &r, &err) == SIO_ERR_FORMAT);
+    unsigned char zeros[1024] = {0};
+    CHECK(sio_tarr_parse(zeros, sizeof zeros, fields, 4, 1 << 20, &r,
+                         NULL) == SIO_ERR_FORMAT);
+    sio_wbuf_free(&b);
+}
+
+static void test_error_trailers(void)
+{
+    sio_frame_field fields[4];
+    sio_tarr_result r;
+    sio_error err, e;
+    sio_wbuf b;
+    sio_tarw *w = NULL;
+
+    /* Final, retryable with advice, malformed advice. */
+    for (int k = 0; k < 3; k++) {
+        sio_wbuf_init(&b, 1 << 20);
+        CHECK(sio_tarw_create(NULL, 0, sio_wbuf_append, &b, &w, &e) ==
+              SIO_OK);
+        if (k == 0) {
+            sio_tarw_error(w, "corrupt");
+        } else if (k == 1) {
+            sio_tarw_error_retry(w, "server shutting down", 1500);
+        } else {
+            /* A member with that name and a bad retryable value. */
+            static const char j[] =
+                "{\"status\":\"error\",\"reason\":\"x\",\"retryable\":\"y\"}";
+            unsigned char blk[SIO_TAR_BLOCK * 2];
+            int fits;
+            memset(blk, 0, sizeof blk);
+            sio_tar_header(blk, SIO_TARW_ERROR_NAME,
+                           strlen(SIO_TARW_ERROR_NAME), '0', sizeof j - 1,
+                           &fits);
+            memcpy(blk + SIO_TAR_BLOCK, j, sizeof j - 1);
+            sio_wbuf_append(&b, blk, sizeof blk);
+        }
+        sio_tarw_destroy(w);
+        sio_code rc =
+            sio_tarr_parse(b.data, b.len, fields, 4, 1 << 20, &r, &err);
+        if (k == 2) {
+            CHECK(rc == SIO_ERR_FORMAT);
+            CHECK(strstr(err.msg, "retryable is not a boolean") != NULL);
+        } else {
+            CHECK(rc == SIO_OK && r.kind == SIO_TARR_ERROR);
+            CHECK(r.error.retryable == k);
+            CHECK_EQ_U64(r.error.retry_after_ms, k ? 1500 : 0);
+            CHECK_STR(r.error.reason,
+                      k ? "server shutting down" : "corrupt");
+            CHECK_EQ_U64(r.consumed, b.len);
+        }
+        sio_wbuf_free(&b);
+    }
+}
+
+int main(void)
+{
+    test_stream();
+    test_error_trailers();
+    CHECK_MAIN_END();
+}
