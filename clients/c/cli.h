@@ -1,6 +1,7 @@
 /*
  * cli.h — the `shardcast` command's shared pieces: exit codes, the options
- * every stream-reading subcommand takes, and small parsing helpers.
+ * every stream-reading subcommand takes (cli_conn.c), small parsing helpers
+ * (cli_main.c) and the subcommands (cli_<name>.c).
  *
  * Threading: the helpers are pure; the subcommands run on the main thread
  * except `bench`, whose consumer threads each own one stream.
