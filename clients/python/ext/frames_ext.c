@@ -1,7 +1,8 @@
 /*
  * frames_ext.c — shardcast._frames, the optional C accelerator of the Python
- * client's frames reader: a CPython extension over libshardio's frames
- * decoder (sio_framer, include/shardio_wire.h), the one the C client uses.
+ * client's frames reader: a CPython extension over the wire module's frames
+ * decoder (sio_framer, include/shardio_wire.h; library shardcast_wire), the
+ * one the C client uses.
  *
  * Python keeps the HTTP side (connection, chunked body, recv_into a reused
  * buffer) and the checks against the request; this module turns a run of

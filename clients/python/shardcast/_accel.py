@@ -1,6 +1,6 @@
 """Finding the optional C accelerator of the frames reader (shardcast._frames,
-built by CMake from clients/python/ext/frames_ext.c over libshardio's frames
-decoder).
+built by CMake from clients/python/ext/frames_ext.c over the frames decoder
+of the wire module, shardcast_wire).
 
 Looked for, in order: an installed shardcast/_frames*.so next to this file,
 then <SHARDCAST_BUILD>/python/ and <repo>/build/python/ (a source tree).
