@@ -5,10 +5,10 @@
  * sio_tarw) in chunked encoding, and misbehaves on request: both formats
  * and the field filter; resume after a cut mid-frame and after a stall; an
  * error trailer; a retryable error trailer (a drain) and a 503 with
- * Retry-After resumed after the advised wait; the retry budget (attempts, time)
- * running out; reconnects running out; 404/401 with the server's reason; a
- * wrong Content-Type; connection refused; the content hash. (The tar
- * reader the client uses, sio_tarr_parse, is tested on its own in
+ * Retry-After resumed after the advised wait; the retry budget (attempts,
+ * time) running out; reconnects running out; 404/401 with the server's
+ * reason; a wrong Content-Type; connection refused; the content hash. (The
+ * tar reader the client uses, sio_tarr_parse, is tested on its own in
  * tests/unit/wire/test_tarread.c.)
  */
 #include <inttypes.h>

@@ -7,7 +7,6 @@
  * without a trailer are refused; error trailers (final, retryable with
  * advice, malformed advice).
  */
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,30 +15,22 @@
 #include "shardio.h"
 #include "shardio_wire.h"
 
-/* Sample i with fields cls (text) and bin (i * 100 bytes). */
-static void make_sample(uint64_t i, char *key, size_t klen, char *url,
-                        size_t ulen, char *cls, unsigned char *bin,
-                        sio_field f[2], sio_sample *s)
+/* Global index 3: key "dir/s0003", fields cls ("3") and bin (300 bytes
+ * of a counting pattern). */
+static void make_sample(unsigned char bin[300], sio_field f[2], sio_sample *s)
 {
-    snprintf(key, klen, "dir/s%04" PRIu64, i);
-    snprintf(url, ulen, "file:///d/shard-%" PRIu64 ".tar", i % 3);
-    snprintf(cls, 8, "%" PRIu64, i % 10);
-    for (size_t k = 0; k < i * 100; k++)
-        bin[k] = (unsigned char)(i + k);
-    f[0].name = "cls";
-    f[0].data = (const unsigned char *)cls;
-    f[0].len = strlen(cls);
-    f[1].name = "bin";
-    f[1].data = bin;
-    f[1].len = i * 100;
+    for (size_t k = 0; k < 300; k++)
+        bin[k] = (unsigned char)(3 + k);
+    f[0] = (sio_field){.name = "cls", .data = (const unsigned char *)"3",
+                       .len = 1};
+    f[1] = (sio_field){.name = "bin", .data = bin, .len = 300};
     memset(s, 0, sizeof *s);
-    s->key = key;
-    s->shard_url = url;
-    s->shard_index = (uint32_t)(i % 3);
-    s->global_index = i;
+    s->key = "dir/s0003";
+    s->shard_url = "file:///d/shard-0.tar";
+    s->global_index = 3;
     s->nfields = 2;
     s->fields = f;
-    s->bytes = f[0].len + f[1].len;
+    s->bytes = 301;
 }
 
 static void test_stream(void)
@@ -50,14 +41,13 @@ static void test_stream(void)
     sio_wbuf b;
     sio_tarw *w = NULL;
     sio_error e;
-    char key[32], url[64], cls[8];
-    unsigned char bin[512];
+    unsigned char bin[300];
     sio_field f[2];
     sio_sample s;
 
     sio_wbuf_init(&b, 1 << 20);
     CHECK(sio_tarw_create(NULL, 0, sio_wbuf_append, &b, &w, &e) == SIO_OK);
-    make_sample(3, key, sizeof key, url, sizeof url, cls, bin, f, &s);
+    make_sample(bin, f, &s);
     sio_tarw_sample(w, &s, 0);
     sio_tarw_summary sum = {0, 0, 1, 0, 1, 1};
     sio_tarw_end(w, &sum);
@@ -78,8 +68,8 @@ static void test_stream(void)
     CHECK(r.kind == SIO_TARR_SAMPLE && r.sample.nfields == 2);
     CHECK_EQ_U64(r.sample.global_index, 3);
     CHECK_EQ_U64(r.sample.position, 0);
-    CHECK(r.sample.key_len == strlen(key) &&
-          memcmp(r.sample.key, key, r.sample.key_len) == 0);
+    CHECK(r.sample.key_len == 9 &&
+          memcmp(r.sample.key, "dir/s0003", 9) == 0);
     CHECK(r.sample.fields == fields && fields[1].len == 300 &&
           memcmp(fields[1].data, bin, 300) == 0);
     CHECK(fields[0].name_len == 3 && memcmp(fields[0].name, "cls", 3) == 0);
