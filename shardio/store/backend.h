@@ -148,7 +148,6 @@ sio_code sio_io_backend(sio_io *io, const char *url,
  * before the io is shared between threads. ctx is not freed by the io. */
 sio_code sio_io_register_backend(sio_io *io, const sio_backend_ops *ops,
                                  void *ctx);
-const sio_logger *sio_io_logger(const sio_io *io);
 uint32_t sio_io_read_buffer(const sio_io *io);
 
 /* Set err (may be NULL) to code and a formatted message; returns code. */
