@@ -49,7 +49,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "store/backend.h"
+#include "store/backend_ops.h"
+#include "store/store_int.h"
 #include "store/sigv4.h"
 
 typedef struct sio_fetch sio_fetch;

@@ -10,7 +10,8 @@
 #include <unistd.h>
 #include <string.h>
 
-#include "store/backend.h"
+#include "store/backend_ops.h"
+#include "store/store_int.h"
 #include "store/fetch.h"
 #include "store/storestats.h"
 

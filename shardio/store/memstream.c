@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/backend.h"
+#include "store/backend_ops.h"
+#include "store/store_int.h"
 
 typedef struct mem_stream {
     sio_stream base;

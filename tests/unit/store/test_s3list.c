@@ -19,7 +19,7 @@
 #include <stdatomic.h>
 #include <time.h>
 
-#include "store/backend.h"
+#include "store/store_int.h"
 #include "check.h"
 #include "store/s3xml.h"
 #include "testhttpd.h"
