@@ -200,7 +200,7 @@ typedef struct sio_fetch_target {
 } sio_fetch_target;
 
 /*
- * Open the object from byte `offset` as a sio_stream (backend.h). Returns
+ * Open the object from byte `offset` as a sio_stream (backend_ops.h). Returns
  * at once; the first part is requested in the background and errors
  * (404, 403, exhausted retries) surface from read(). ctx is owned by the
  * stream even when this fails.
