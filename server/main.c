@@ -94,11 +94,10 @@ int main(int argc, char **argv)
     sc_settings_log(&cfg);
     raise_nofile();
 
-    sio_io_config iocfg;
-    memset(&iocfg, 0, sizeof iocfg);
+    /* The object-store settings as loaded (the io scope), with our log. */
+    sio_io_config iocfg = cfg.io;
     iocfg.log.fn = sc_log_sio;
     iocfg.log.level = cfg.log_level;
-    iocfg.allow_link_local = cfg.allow_link_local;
     if (sio_io_create(&iocfg, &io, &err) != SIO_OK) {
         SC_LOG(SIO_LOG_ERROR, "event=startup_failed step=io code=%d", err.code);
         fprintf(stderr, "shardcastd: %s\n", err.msg);

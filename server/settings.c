@@ -39,16 +39,20 @@ typedef enum stype {
     T_U64,
     T_BYTES,  /* integer with optional K/M/G/T (binary) suffix, or a
                  Kubernetes binary quantity (Ki/Mi/Gi/Ti) */
+    T_BYTES32, /* T_BYTES stored in a uint32 */
     T_MS,     /* a duration in milliseconds (uint32): a bare number is
                  ms; or with a unit: 500ms, 30s, 5m, 1h */
     T_SECS,   /* a duration in seconds (uint32): a bare number is s; or
                  with a unit (whole seconds: 30s, 5m, 1h, 2000ms) */
     T_ENUM,
-    T_BOOL,   /* true/false, 1/0, yes/no, on/off */
+    T_BOOL,   /* true/false, 1/0, yes/no, on/off; stored as 1/0, or as
+                 choices[0].value / choices[1].value when choices is set */
     T_FIELDS  /* a field filter: comma-separated extensions */
 } stype;
 
-enum { S_SERVER = 0, S_JOB = 1 };
+/* S_IO: the server's object-store settings (the sio_io_config it hands
+ * libshardio, sc_config.io); loaded, logged and shown like S_SERVER. */
+enum { S_SERVER = 0, S_JOB = 1, S_IO = 2 };
 
 typedef struct choice {
     const char *name;
@@ -58,8 +62,8 @@ typedef struct choice {
 typedef struct setting {
     const char *name;      /* --name, SHARDCAST_NAME, config-file key */
     const char *key;       /* job spec key (S_JOB only) */
-    int scope;             /* S_SERVER: offset in sc_config; S_JOB: in
-                              sc_jobspec */
+    int scope;             /* S_SERVER, S_IO: offset in sc_config;
+                              S_JOB: in sc_jobspec */
     size_t offset;
     stype type;
     const char *def;       /* NULL: unset (required for job name/source) */
@@ -78,6 +82,11 @@ static const choice on_error_choices[] = {
 static const choice lag_choices[] = {{"detach", SIO_FEED_LAG_DETACH},
                                      {"wait", SIO_FEED_LAG_WAIT},
                                      {NULL, 0}};
+/* A T_BOOL stored as SIO_S3_LIST_SPLIT_* (0 would mean "ask the
+ * environment" to libshardio). */
+static const choice split_values[] = {{"true", SIO_S3_LIST_SPLIT_ON},
+                                      {"false", SIO_S3_LIST_SPLIT_OFF},
+                                      {NULL, 0}};
 static const choice level_choices[] = {{"error", SIO_LOG_ERROR},
                                        {"warn", SIO_LOG_WARN},
                                        {"info", SIO_LOG_INFO},
@@ -91,6 +100,7 @@ static const choice level_choices[] = {{"error", SIO_LOG_ERROR},
 
 #define SRV(f) S_SERVER, offsetof(sc_config, f)
 #define JOB(f) S_JOB, offsetof(sc_jobspec, f)
+#define IO(f) S_IO, offsetof(sc_config, io.f)
 static const setting settings[] = {
     /* ---- jobs: the --job form, and the keys of a job object ---- */
     {"job", "name", JOB(name), T_JOB, NULL, 1, SC_JOB_NAME_MAX, NULL,
@@ -196,7 +206,7 @@ static const setting settings[] = {
     {"max-field-bytes", NULL, SRV(max_field_bytes), T_BYTES, "0", 0,
      UINT64_C(1) << 30, NULL,
      "largest field (tar member) of a sample (0: max-sample-bytes)"},
-    {"allow-link-local-sources", NULL, SRV(allow_link_local), T_BOOL,
+    {"allow-link-local-sources", NULL, IO(allow_link_local), T_BOOL,
      "false", 0, 0, NULL,
      "let http(s)/s3 sources reach link-local and instance-metadata "
      "addresses (169.254.0.0/16, fe80::/10, fd00:ec2::254)"},
@@ -252,9 +262,49 @@ static const setting settings[] = {
      "this server's replica number J (scale-out)"},
     {"replicas", NULL, SRV(replicas), T_U32, "1", 1, 65536, NULL,
      "number of replicas R serving the same jobs"},
+
+    /* ---- object stores: the fetch engine (http, https, s3) and S3
+     * listings; bounds are libshardio's (shardio.h) ---- */
+    {"fetch-inflight", NULL, IO(fetch.max_inflight), T_U32, "64", 1,
+     SIO_FETCH_INFLIGHT_MAX, NULL,
+     "object-store requests in flight, all hosts (lowered on throttling, "
+     "raised again slowly)"},
+    {"fetch-per-host", NULL, IO(fetch.max_per_host), T_U32, "32", 1,
+     SIO_FETCH_INFLIGHT_MAX, NULL, "connections to one object-store host"},
+    {"fetch-part-size", NULL, IO(fetch.part_size), T_BYTES32, "8MiB",
+     SIO_FETCH_PART_MIN, SIO_FETCH_PART_MAX, NULL,
+     "bytes of one ranged GET of a shard"},
+    {"fetch-parts-per-stream", NULL, IO(fetch.parts_per_stream), T_U32, "2",
+     1, SIO_FETCH_PARTS_MAX, NULL,
+     "ranged GETs in flight per shard (each buffers up to fetch-part-size)"},
+    {"fetch-retries", NULL, IO(fetch.max_retries), T_U32, "10", 1,
+     SIO_FETCH_RETRIES_MAX, NULL,
+     "retries of one object-store request (5xx, 429, SlowDown, timeouts, "
+     "resets, cut bodies)"},
+    {"fetch-retry-base-ms", NULL, IO(fetch.retry_base_ms), T_MS, "100", 1,
+     3600000, NULL,
+     "backoff: retry n waits a random time up to min(fetch-retry-max-ms, "
+     "this * 2^n)"},
+    {"fetch-retry-max-ms", NULL, IO(fetch.retry_max_ms), T_MS, "20000", 1,
+     3600000, NULL, "longest backoff before a retry"},
+    {"fetch-connect-timeout-ms", NULL, IO(fetch.connect_timeout_ms), T_MS,
+     "10000", 1, 600000, NULL, "connecting to an object store"},
+    {"fetch-stall-timeout-ms", NULL, IO(fetch.stall_timeout_ms), T_MS,
+     "30000", 1000, 86400000, NULL,
+     "an object-store answer that sends no byte for this long is retried "
+     "(rounded up to whole seconds)"},
+    {"ca-file", NULL, IO(fetch.ca_file), T_PATH, NULL, 1, 4096, NULL,
+     "CA bundle for https object stores (default: the system's)"},
+    {"s3-list-workers", NULL, IO(s3_list_workers), T_U32, "8", 1,
+     SIO_S3_LIST_WORKERS_MAX, NULL,
+     "threads listing one s3:// prefix (sub-prefixes and key ranges)"},
+    {"s3-list-split", NULL, IO(s3_list_split), T_BOOL, "true", 0, 0,
+     split_values,
+     "split a prefix's key range between idle listing threads"},
 };
 #undef SRV
 #undef JOB
+#undef IO
 #define NSETTINGS (sizeof settings / sizeof settings[0])
 
 /*
@@ -416,11 +466,13 @@ static int set_value(void *base, const setting *st, const char *v,
     case T_U32:
     case T_U64:
     case T_BYTES:
+    case T_BYTES32:
     case T_MS:
     case T_SECS: {
         /* libshardio's one parser of sizes and durations, which the
          * shardcast command uses too. */
-        sio_unit_kind kind = st->type == T_BYTES ? SIO_UNIT_BYTES
+        sio_unit_kind kind = st->type == T_BYTES || st->type == T_BYTES32
+                                 ? SIO_UNIT_BYTES
                              : st->type == T_MS   ? SIO_UNIT_MS
                              : st->type == T_SECS ? SIO_UNIT_SECS
                                                   : SIO_UNIT_COUNT;
@@ -432,7 +484,8 @@ static int set_value(void *base, const setting *st, const char *v,
                         v, lb, from, sio_units_describe(kind), st->min,
                         st->max);
         }
-        if (st->type == T_U32 || st->type == T_MS || st->type == T_SECS)
+        if (st->type == T_U32 || st->type == T_MS || st->type == T_SECS ||
+            st->type == T_BYTES32)
             *(uint32_t *)(void *)field = (uint32_t)x;
         else
             *(uint64_t *)(void *)field = x;
@@ -440,12 +493,12 @@ static int set_value(void *base, const setting *st, const char *v,
     case T_BOOL:
         if (!strcmp(v, "true") || !strcmp(v, "1") || !strcmp(v, "yes") ||
             !strcmp(v, "on")) {
-            *(int *)(void *)field = 1;
+            *(int *)(void *)field = st->choices ? st->choices[0].value : 1;
             return 0;
         }
         if (!strcmp(v, "false") || !strcmp(v, "0") || !strcmp(v, "no") ||
             !strcmp(v, "off")) {
-            *(int *)(void *)field = 0;
+            *(int *)(void *)field = st->choices ? st->choices[1].value : 0;
             return 0;
         }
         return fail(msg, msg_len,
@@ -535,13 +588,18 @@ void sc_settings_usage(FILE *f, const char *prog)
             "usage: %s [--job NAME --source SRC] [--config FILE] "
             "[options]\n",
             prog);
-    for (int scope = S_JOB; scope >= S_SERVER; scope--) {
+    static const int order[] = {S_JOB, S_SERVER, S_IO};
+    for (size_t o = 0; o < sizeof order / sizeof order[0]; o++) {
+        int scope = order[o];
         fprintf(f, scope == S_JOB
                        ? "\nJob settings (--job form; in a job object the key "
                          "is shown in brackets; the defaults are the job "
                          "defaults):\n"
-                       : "\nServer settings (command line > environment > "
-                         "config file > default):\n");
+                   : scope == S_SERVER
+                       ? "\nServer settings (command line > environment > "
+                         "config file > default):\n"
+                       : "\nObject-store settings (http, https, s3; "
+                         "precedence as for server settings):\n");
         for (size_t i = 0; i < NSETTINGS; i++) {
             const setting *st = &settings[i];
             if (st->scope != scope)
@@ -994,8 +1052,9 @@ static int load_config_file(sc_config *cfg, const char *path, char *msg,
         int ai;
         const setting *st = find_any(k, strlen(k), &ai);
         const char *textv;
-        if (!st || st->scope != S_SERVER || st->offset == offsetof(sc_config,
-                                                                   config)) {
+        if (!st || st->scope == S_JOB ||
+            (st->scope == S_SERVER &&
+             st->offset == offsetof(sc_config, config))) {
             if (st && st->scope == S_JOB)
                 fail(msg, msg_len, "config file %.200s: \"%s\" is a job key: "
                      "put it in a job of \"jobs\"", path, k);
@@ -1142,6 +1201,7 @@ sc_settings_result sc_settings_load(sc_config *cfg, int argc,
         }
     }
     apply_defaults(cfg, S_SERVER);
+    apply_defaults(cfg, S_IO);
     apply_defaults(&cfg->cli_job, S_JOB);
 
     /* The config file sits below the environment and the command line, so
@@ -1229,6 +1289,7 @@ void sc_settings_free(sc_config *cfg)
     free(cfg->admin_token_file);
     free(cfg->state_dir);
     free(cfg->cache_dir);
+    free((char *)(uintptr_t)cfg->io.fetch.ca_file);
     sc_jobspec_free(&cfg->cli_job);
     for (size_t i = 0; i < cfg->njobs; i++)
         sc_jobspec_free(&cfg->jobs[i]);
@@ -1288,6 +1349,7 @@ static json_t *value_of(const sc_config *cfg, const setting *st, char *val,
         return s ? json_string(val) : json_null();
     }
     case T_U32:
+    case T_BYTES32:
     case T_MS:
     case T_SECS:
         snprintf(val, len, "%" PRIu32, *(const uint32_t *)(const void *)field);
@@ -1301,6 +1363,8 @@ static json_t *value_of(const sc_config *cfg, const setting *st, char *val,
     }
     case T_BOOL: {
         int b = *(const int *)(const void *)field;
+        if (st->choices)
+            b = b == st->choices[0].value;
         snprintf(val, len, "%s", b ? "true" : "false");
         return json_boolean(b);
     }
@@ -1326,7 +1390,7 @@ void sc_settings_log(const sc_config *cfg)
                    aliases[i].name);
     for (size_t i = 0; i < NSETTINGS; i++) {
         const setting *st = &settings[i];
-        if (st->scope != S_SERVER)
+        if (st->scope == S_JOB)
             continue;
         json_decref(value_of(cfg, st, val, sizeof val));
         SC_LOG(SIO_LOG_INFO, "event=setting name=%s value=%s", st->name,
@@ -1343,7 +1407,7 @@ char *sc_settings_json(const sc_config *cfg)
         return NULL;
     for (size_t i = 0; i < NSETTINGS; i++) {
         const setting *st = &settings[i];
-        if (st->scope != S_SERVER)
+        if (st->scope == S_JOB)
             continue;
         json_t *v = value_of(cfg, st, val, sizeof val);
         if (!v || json_object_set_new(o, st->name, v) != 0)

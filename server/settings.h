@@ -10,7 +10,9 @@
  * or job key (shuffle_buffer_bytes); the job's name is --job / "name".
  * Older spellings are accepted as deprecated aliases (settings.c).
  *
- * Server settings apply to the process. Job settings describe one job; on
+ * Server settings apply to the process; among them the object-store (io)
+ * settings are what the server hands libshardio's sio_io (sc_config.io).
+ * Job settings describe one job; on
  * the command line they define the single job of the --job/--source form,
  * in the config file and the API they are the keys of a job object
  * ({"name", "source", "seed", "shuffle_buffer", "shuffle_buffer_bytes",
@@ -34,6 +36,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "shardio.h"
 #include "shardio_wire.h"
 
 /* Longest job source: a long brace pattern or list of specs, not a dataset
@@ -141,8 +144,12 @@ typedef struct sc_config {
     uint32_t max_epochs_ahead;   /* --max-epochs-ahead */
     uint64_t max_sample_bytes;   /* --max-sample-bytes (0: derived) */
     uint64_t max_field_bytes;    /* --max-field-bytes (0: derived) */
-    int allow_link_local;        /* --allow-link-local-sources */
     uint64_t log_queue_bytes;    /* --log-queue-bytes */
+    /* Object-store settings (the io scope): the fetch engine's
+     * (--fetch-*, --ca-file), the S3 listing's (--s3-list-*) and
+     * --allow-link-local-sources, as libshardio takes them; the log
+     * fields are the server's to fill. io.fetch.ca_file is malloc'd. */
+    sio_io_config io;
     /* Deprecated spellings used (bit i: alias i of settings.c), logged by
      * sc_settings_log. */
     uint32_t deprecated_used;

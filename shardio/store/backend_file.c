@@ -16,7 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "store/backend.h"
+#include "store/backend_ops.h"
+#include "store/store_int.h"
 #include "store/storestats.h"
 
 /* Longest path we accept (PATH_MAX on Linux). */

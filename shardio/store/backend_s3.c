@@ -17,13 +17,20 @@
  *
  * Listing: ListObjectsV2 with delimiter '/', so every page returns the
  * objects of one "directory" and its sub-prefixes; sub-prefixes go on a
- * shared queue that S3_LIST_WORKERS threads drain concurrently, each
+ * shared queue that the listing threads drain concurrently, each
  * following continuation tokens, and the key range of one prefix is split
  * between threads that would otherwise sit idle (start-after at split
  * points, work stealing as in Dataflux; see "Listing" below). The whole
  * prefix is listed (recursively); the caller filters shard names and sorts.
- * SHARDCAST_S3_LIST_WORKERS (1..64, default 8) sets the number of listing
- * threads, SHARDCAST_S3_LIST_SPLIT=0 turns range splitting off.
+ * sio_io_config.s3_list_workers (1..64, default 8) sets the number of
+ * listing threads, s3_list_split turns range splitting off; left at 0 they
+ * fall back to SHARDCAST_S3_LIST_WORKERS / SHARDCAST_S3_LIST_SPLIT (the
+ * server sets both from its settings, shardcastd --help).
+ *
+ * Errors: the backend registers with the engine its reading of S3 <Error>
+ * bodies (sio_s3_classify): throttling codes (SlowDown, ...) lower the
+ * concurrency and are retried, transient ones (RequestTimeout, ...) are
+ * retried, and every code and message is named in errors.
  *
  * Threading: the context is immutable after create (the credential
  * provider and the engine lock for themselves). Ownership: the context
@@ -43,11 +50,9 @@
 #include "store/s3xml.h"
 #include "store/url.h"
 
-/* Threads that list at once (sub-prefixes and ranges of one prefix). Each
+/* Threads that list at once (sub-prefixes and ranges of one prefix): each
  * holds one request in flight; the engine's limits apply on top.
- * SHARDCAST_S3_LIST_WORKERS overrides it (1..S3_LIST_WORKERS_MAX). */
-#define S3_LIST_WORKERS 8u
-#define S3_LIST_WORKERS_MAX 64u
+ * SIO_S3_LIST_WORKERS_DEFAULT, at most SIO_S3_LIST_WORKERS_MAX (shardio.h). */
 /* Most sub-prefixes one listing may visit (a bound on the queue). */
 #define S3_LIST_PREFIXES_MAX 1000000u
 /* Keys per page asked for (S3's maximum). */
@@ -1402,7 +1407,7 @@ static sio_code s3_list(void *ctx, const char *url, sio_objlist *out,
     s3_ctx *s3 = ctx;
     list_job j;
     char *bucket = NULL, *prefix = NULL;
-    pthread_t th[S3_LIST_WORKERS_MAX];
+    pthread_t th[SIO_S3_LIST_WORKERS_MAX];
     unsigned nth = 0;
     sio_code rc;
 
@@ -1467,6 +1472,86 @@ static void s3_destroy(void *ctx)
     free(s3);
 }
 
+/* The listing threads and range splitting: the io's config, else the
+ * environment, else the defaults. */
+static sio_code list_knobs(const sio_io_config *cfg, s3_ctx *s3,
+                           sio_error *err)
+{
+    const char *w = env("SHARDCAST_S3_LIST_WORKERS");
+    const char *sp = env("SHARDCAST_S3_LIST_SPLIT");
+    s3->list_workers = SIO_S3_LIST_WORKERS_DEFAULT;
+    s3->list_split = 1;
+    if (cfg->s3_list_workers) {
+        if (cfg->s3_list_workers > SIO_S3_LIST_WORKERS_MAX)
+            return sio_seterr(err, SIO_ERR_INVALID,
+                              "s3_list_workers %u above %u",
+                              cfg->s3_list_workers, SIO_S3_LIST_WORKERS_MAX);
+        s3->list_workers = cfg->s3_list_workers;
+    } else if (w) {
+        char *end;
+        unsigned long v = strtoul(w, &end, 10);
+        if (*end || v < 1 || v > SIO_S3_LIST_WORKERS_MAX)
+            return sio_seterr(err, SIO_ERR_INVALID,
+                              "SHARDCAST_S3_LIST_WORKERS must be 1..%u",
+                              SIO_S3_LIST_WORKERS_MAX);
+        s3->list_workers = (unsigned)v;
+    }
+    switch (cfg->s3_list_split) {
+    case SIO_S3_LIST_SPLIT_ON: return SIO_OK;
+    case SIO_S3_LIST_SPLIT_OFF: s3->list_split = 0; return SIO_OK;
+    case SIO_S3_LIST_SPLIT_AUTO: break;
+    default:
+        return sio_seterr(err, SIO_ERR_INVALID, "bad s3_list_split %d",
+                          cfg->s3_list_split);
+    }
+    if (!sp)
+        return SIO_OK;
+    if (strcmp(sp, "0") == 0 || strcasecmp(sp, "false") == 0 ||
+        strcasecmp(sp, "off") == 0) {
+        s3->list_split = 0;
+        return SIO_OK;
+    }
+    if (strcmp(sp, "1") == 0 || strcasecmp(sp, "true") == 0 ||
+        strcasecmp(sp, "on") == 0)
+        return SIO_OK;
+    return sio_seterr(err, SIO_ERR_INVALID,
+                      "SHARDCAST_S3_LIST_SPLIT must be 0 or 1");
+}
+
+/* Is this S3 error code one to retry (and is it throttling)? */
+static int s3_code_retryable(const char *code, int *throttle)
+{
+    static const char *const throttling[] = {"SlowDown", "Throttling",
+                                             "ThrottlingException",
+                                             "RequestLimitExceeded",
+                                             "TooManyRequestsException"};
+    static const char *const transient[] = {"RequestTimeout", "InternalError",
+                                            "ServiceUnavailable",
+                                            "RequestTimeTooSkewed",
+                                            "ExpiredToken"};
+    for (size_t i = 0; i < sizeof throttling / sizeof throttling[0]; i++)
+        if (strcmp(code, throttling[i]) == 0) {
+            *throttle = 1;
+            return 1;
+        }
+    for (size_t i = 0; i < sizeof transient / sizeof transient[0]; i++)
+        if (strcmp(code, transient[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* The engine's classifier of error bodies (creds.h): an S3 <Error>
+ * document names a code and message; some codes mean retry. */
+void sio_s3_classify(long status, const char *body, size_t len,
+                     sio_fetch_verdict *v)
+{
+    (void)status; /* the engine judged the status already */
+    (void)sio_s3xml_parse_error(body, len, v->code, sizeof v->code,
+                                v->message, sizeof v->message);
+    if (v->code[0] && s3_code_retryable(v->code, &v->throttle))
+        v->retry = 1;
+}
+
 static sio_code s3_create(sio_io *io, void **ctx, sio_error *err)
 {
     const sio_io_config *cfg = sio_io_get_config(io);
@@ -1480,6 +1565,7 @@ static sio_code s3_create(sio_io *io, void **ctx, sio_error *err)
     if (!s3)
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
     s3->f = sio_io_fetch(io);
+    sio_fetch_set_classifier(s3->f, sio_s3_classify);
     s3->log = cfg->log;
     region = cfg->s3_region ? cfg->s3_region
            : env("AWS_REGION") ? env("AWS_REGION")
@@ -1529,34 +1615,9 @@ static sio_code s3_create(sio_io *io, void **ctx, sio_error *err)
             addressing = SIO_S3_ADDRESSING_VIRTUAL;
     }
     s3->path_style = addressing == SIO_S3_ADDRESSING_PATH || s3->ep.ipv6;
-    s3->list_workers = S3_LIST_WORKERS;
-    s3->list_split = 1;
-    {
-        const char *w = env("SHARDCAST_S3_LIST_WORKERS");
-        const char *sp = env("SHARDCAST_S3_LIST_SPLIT");
-        char *end;
-        if (w) {
-            unsigned long v = strtoul(w, &end, 10);
-            if (*end || v < 1 || v > S3_LIST_WORKERS_MAX) {
-                rc = sio_seterr(err, SIO_ERR_INVALID,
-                                "SHARDCAST_S3_LIST_WORKERS must be 1..%u",
-                                S3_LIST_WORKERS_MAX);
-                goto out;
-            }
-            s3->list_workers = (unsigned)v;
-        }
-        if (sp) {
-            if (strcmp(sp, "0") == 0 || strcasecmp(sp, "false") == 0 ||
-                strcasecmp(sp, "off") == 0) {
-                s3->list_split = 0;
-            } else if (!(strcmp(sp, "1") == 0 || strcasecmp(sp, "true") == 0 ||
-                         strcasecmp(sp, "on") == 0)) {
-                rc = sio_seterr(err, SIO_ERR_INVALID,
-                                "SHARDCAST_S3_LIST_SPLIT must be 0 or 1");
-                goto out;
-            }
-        }
-    }
+    rc = list_knobs(cfg, s3, err);
+    if (rc)
+        goto out;
     nosign = env("AWS_NO_SIGN_REQUEST");
     s3->anonymous = cfg->s3_anonymous ||
                     (nosign && (strcasecmp(nosign, "true") == 0 ||

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/backend.h"
+#include "store/store_int.h"
 
 /* At most this many braces in one pattern. */
 #define BRACE_GROUPS_MAX 32

@@ -30,7 +30,8 @@
 
 #include <openssl/evp.h>
 
-#include "store/backend.h"
+#include "store/backend_ops.h"
+#include "store/store_int.h"
 #include "shardio_cache.h"
 
 #define CACHE_META_MAGIC "shardcast-cache 1"

@@ -102,4 +102,11 @@ sio_code sio_creds_ini_get(const char *text, size_t len, const char *section,
 int sio_creds_ini_has_section(const char *text, size_t len,
                               const char *section);
 
+/* AWS's reading of error bodies (S3 <Error>, STS <ErrorResponse>: code,
+ * message, which codes mean retry or slow down), a sio_fetch_classify_fn.
+ * Defined in backend_s3.c, which registers it on the io's engine; the
+ * credential calls (STS) rely on it through that same engine. */
+void sio_s3_classify(long status, const char *body, size_t len,
+                     sio_fetch_verdict *v);
+
 #endif /* SHARDIO_CREDS_H */

@@ -8,7 +8,9 @@
  * again slowly: AIMD; and a per-host connection limit), and retries
  * transient failures (500/502/503/504, 429, S3 SlowDown and RequestTimeout,
  * timeouts, stalls, resets, truncated bodies) with exponential backoff and
- * full jitter.
+ * full jitter. Which error bodies mean "retry" or "slow down" (S3 SlowDown,
+ * RequestTimeout, ...) is for the store to say: its backend registers a
+ * classifier (sio_fetch_set_classifier).
  *
  * Two kinds of work:
  *  - sio_fetch_perform(): one request whose (small, bounded) body is
@@ -35,6 +37,10 @@
  *
  * Ownership: the engine must outlive every stream and outstanding perform;
  * sio_fetch_destroy() cancels what is left and joins the thread.
+ *
+ * Files: fetch.c (engine thread, scheduling, AIMD, retries), fetch_stream.c
+ * (streams: ranged parts, resume), fetch_call.c (performs); shared
+ * internals in fetch_int.h.
  */
 #ifndef SHARDIO_FETCH_H
 #define SHARDIO_FETCH_H
@@ -43,17 +49,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "store/backend.h"
+#include "store/backend_ops.h"
+#include "store/store_int.h"
 #include "store/sigv4.h"
 
 typedef struct sio_fetch sio_fetch;
 
-/* Engine limits: configuration beyond them is SIO_ERR_INVALID. */
-#define SIO_FETCH_INFLIGHT_MAX 1024u
-#define SIO_FETCH_PARTS_MAX 64u              /* parts in flight per stream */
-#define SIO_FETCH_PART_MIN (64u * 1024u)     /* smaller parts waste requests */
-#define SIO_FETCH_PART_MAX (256u * 1024u * 1024u)
-#define SIO_FETCH_RETRIES_MAX 100u
+/* The engine's settings, their defaults and limits (configuration beyond
+ * them is SIO_ERR_INVALID) are sio_fetch_config in shardio.h. */
 /* Largest response body sio_fetch_perform() keeps (a listing page is
  * bounded by SIO_S3XML_DOC_MAX; everything else is far smaller). */
 #define SIO_FETCH_BODY_MAX (64u * 1024u * 1024u)
@@ -70,33 +73,46 @@ typedef struct sio_fetch sio_fetch;
 void sio_fetch_validator(const char *etag, const char *last_modified,
                          char *out, size_t cap);
 
-typedef struct sio_fetch_config {
-    uint32_t max_inflight;       /* 0: 64 */
-    uint32_t max_per_host;       /* 0: 32 */
-    uint32_t part_size;          /* 0: 8 MiB */
-    uint32_t parts_per_stream;   /* 0: 2 */
-    uint32_t max_retries;        /* 0: 10 */
-    uint32_t retry_base_ms;      /* 0: 100 */
-    uint32_t retry_max_ms;       /* 0: 20000 */
-    uint32_t connect_timeout_ms; /* 0: 10000 */
-    uint32_t stall_timeout_ms;   /* 0: 30000 */
-    const char *ca_file;         /* NULL: libcurl's default; copied */
+/* What an engine is made of: its settings and what its io gives it. */
+typedef struct sio_fetch_setup {
+    sio_fetch_config fetch;      /* the settings (sio_io_config.fetch);
+                                    ca_file copied */
     sio_logger log;              /* copied */
     int allow_link_local;        /* see sio_io_config */
     struct sio_storestats *stats; /* counters and latencies go here (must
                                      outlive the engine); NULL: the
                                      engine's own */
-} sio_fetch_config;
+} sio_fetch_setup;
 
 /* Start an engine and its thread. On SIO_OK *out is owned by the caller. */
-sio_code sio_fetch_create(const sio_fetch_config *cfg, sio_fetch **out,
+sio_code sio_fetch_create(const sio_fetch_setup *setup, sio_fetch **out,
                           sio_error *err);
 /* Cancel what is left, join the thread, free. NULL is fine. */
 void sio_fetch_destroy(sio_fetch *f);
 /* Snapshot of the counters; thread-safe. */
 void sio_fetch_get_stats(const sio_fetch *f, sio_io_stats *st);
-/* The effective configuration (defaults filled in). */
-const sio_fetch_config *sio_fetch_get_config(const sio_fetch *f);
+
+/* What a store's error body says about an answer (its reading by the
+ * backend that registered the classifier). */
+typedef struct sio_fetch_verdict {
+    int retry;         /* transient: try again (with backoff) */
+    int throttle;      /* the store asks to slow down: lower the
+                          concurrency (AIMD) too */
+    char code[128];    /* the store's error code, "" when none; named in
+                          retry reasons and errors */
+    char message[256]; /* its message, named in errors */
+} sio_fetch_verdict;
+
+/* Read an error answer's body (len > 0 bytes, NUL-terminated). v comes in
+ * with what the status alone says (429/503 throttle and retry; 500, 502,
+ * 504 retry); the function may set more and fills code and message. Runs
+ * on the engine thread; must not block. */
+typedef void (*sio_fetch_classify_fn)(long status, const char *body,
+                                      size_t len, sio_fetch_verdict *v);
+/* Register the classifier of error bodies (one per engine: the last call
+ * wins; NULL: the status alone decides). The s3 backend registers its
+ * reading of S3 <Error> documents when an io is created. */
+void sio_fetch_set_classifier(sio_fetch *f, sio_fetch_classify_fn fn);
 
 /* What an attempt must carry besides the caller's own headers. */
 typedef struct sio_fetch_attempt {
@@ -184,7 +200,7 @@ typedef struct sio_fetch_target {
 } sio_fetch_target;
 
 /*
- * Open the object from byte `offset` as a sio_stream (backend.h). Returns
+ * Open the object from byte `offset` as a sio_stream (backend_ops.h). Returns
  * at once; the first part is requested in the background and errors
  * (404, 403, exhausted retries) surface from read(). ctx is owned by the
  * stream even when this fails.
@@ -197,15 +213,6 @@ sio_code sio_fetch_open(sio_fetch *f, const sio_fetch_target *t,
 sio_code sio_fetch_open_range(sio_fetch *f, const sio_fetch_target *t,
                               uint64_t offset, uint64_t end,
                               sio_stream **out, sio_error *err);
-
-/*
- * Map a final HTTP answer to a code and message (also used by backends for
- * answers they judge themselves): names method, URL, status and, when the
- * body is an S3 <Error>, its code and message.
- */
-sio_code sio_fetch_http_error(const char *method, const char *display_url,
-                              long status, const char *body, size_t len,
-                              sio_error *err);
 
 /* The engine of an io (created with it); NULL when io is NULL. Defined in
  * io.c. */

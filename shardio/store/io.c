@@ -10,7 +10,8 @@
 #include <unistd.h>
 #include <string.h>
 
-#include "store/backend.h"
+#include "store/backend_ops.h"
+#include "store/store_int.h"
 #include "store/fetch.h"
 #include "store/storestats.h"
 
@@ -56,22 +57,13 @@ sio_code sio_io_create(const sio_io_config *cfg, sio_io **out, sio_error *err)
                           (unsigned)cfg->read_buffer, IO_READ_BUFFER_MAX);
     }
     {
-        sio_fetch_config fc = {
-            .max_inflight = io->cfg.max_inflight,
-            .max_per_host = io->cfg.max_per_host,
-            .part_size = io->cfg.part_size,
-            .parts_per_stream = io->cfg.parts_per_stream,
-            .max_retries = io->cfg.max_retries,
-            .retry_base_ms = io->cfg.retry_base_ms,
-            .retry_max_ms = io->cfg.retry_max_ms,
-            .connect_timeout_ms = io->cfg.connect_timeout_ms,
-            .stall_timeout_ms = io->cfg.stall_timeout_ms,
-            .ca_file = io->cfg.ca_file,
+        sio_fetch_setup fs = {
+            .fetch = io->cfg.fetch,
             .log = io->cfg.log,
             .allow_link_local = io->cfg.allow_link_local,
             .stats = &io->stats,
         };
-        sio_code rc = sio_fetch_create(&fc, &io->fetch, err);
+        sio_code rc = sio_fetch_create(&fs, &io->fetch, err);
         for (size_t i = 0; rc == SIO_OK && i < NBACKENDS; i++)
             if (backends[i]->create)
                 rc = backends[i]->create(io, &io->ctx[i], err);
@@ -176,11 +168,6 @@ sio_code sio_io_register_backend(sio_io *io, const sio_backend_ops *ops,
     io->extra_ctx[io->nextra] = ctx;
     io->nextra++;
     return SIO_OK;
-}
-
-const sio_logger *sio_io_logger(const sio_io *io)
-{
-    return io ? &io->cfg.log : NULL;
 }
 
 uint32_t sio_io_read_buffer(const sio_io *io)

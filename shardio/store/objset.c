@@ -41,7 +41,8 @@
 
 #include <openssl/evp.h>
 
-#include "store/backend.h"
+#include "store/backend_ops.h"
+#include "store/store_int.h"
 #include "shardio_wire.h"
 
 #define OBJSET_MARK "?objects"

@@ -28,7 +28,7 @@
 #include <libxml/tree.h>
 #include <libxml/xmlerror.h>
 
-#include "store/backend.h"
+#include "store/store_int.h"
 
 static pthread_once_t xml_once = PTHREAD_ONCE_INIT;
 

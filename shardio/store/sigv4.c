@@ -23,7 +23,7 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
-#include "store/backend.h"
+#include "store/store_int.h"
 
 /* No string the signer builds may exceed this. The input limits of sigv4.h
  * bound the worst case (64 headers and 64 query pairs of 8 KiB, each byte

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "store/backend.h"
+#include "store/store_int.h"
 
 /* Longest single spec inside a source string. */
 #define SOURCE_SPEC_MAX 8192

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "store/backend.h"
+#include "store/store_int.h"
 #include "store/url.h"
 
 void sio_url_free(sio_url *u)

@@ -438,6 +438,126 @@ static void test_jobspec(void)
     CHECK_STR(red, "http://***@host/x.tar::https://h2/y");
 }
 
+/* The object-store (io) settings: their defaults are libshardio's, and
+ * the flag, the environment and the config file reach sc_config.io, the
+ * sio_io_config the server creates its io with; bounds refuse bad values
+ * (the library's limits). */
+static void test_io_settings(void)
+{
+    CHECK(LOAD("--job", "io", "--source", "/d") == SC_SETTINGS_OK);
+    CHECK_EQ_U64(cfg.io.fetch.max_inflight, SIO_FETCH_DEFAULT_INFLIGHT);
+    CHECK_EQ_U64(cfg.io.fetch.max_per_host, SIO_FETCH_DEFAULT_PER_HOST);
+    CHECK_EQ_U64(cfg.io.fetch.part_size, SIO_FETCH_DEFAULT_PART_SIZE);
+    CHECK_EQ_U64(cfg.io.fetch.parts_per_stream, SIO_FETCH_DEFAULT_PARTS);
+    CHECK_EQ_U64(cfg.io.fetch.max_retries, SIO_FETCH_DEFAULT_RETRIES);
+    CHECK_EQ_U64(cfg.io.fetch.retry_base_ms, SIO_FETCH_DEFAULT_RETRY_BASE_MS);
+    CHECK_EQ_U64(cfg.io.fetch.retry_max_ms, SIO_FETCH_DEFAULT_RETRY_MAX_MS);
+    CHECK_EQ_U64(cfg.io.fetch.connect_timeout_ms,
+                 SIO_FETCH_DEFAULT_CONNECT_MS);
+    CHECK_EQ_U64(cfg.io.fetch.stall_timeout_ms, SIO_FETCH_DEFAULT_STALL_MS);
+    CHECK(cfg.io.fetch.ca_file == NULL);
+    CHECK_EQ_U64(cfg.io.s3_list_workers, SIO_S3_LIST_WORKERS_DEFAULT);
+    CHECK(cfg.io.s3_list_split == SIO_S3_LIST_SPLIT_ON);
+    CHECK(cfg.io.allow_link_local == 0);
+    sc_settings_free(&cfg);
+
+    CHECK(LOAD("--job", "io", "--source", "/d", "--fetch-inflight",
+               "16", "--fetch-per-host=4",
+               "--fetch-part-size", "1MiB", "--fetch-parts-per-stream", "3",
+               "--fetch-retries", "2", "--fetch-retry-base-ms", "1s",
+               "--fetch-retry-max-ms", "5s", "--fetch-connect-timeout-ms",
+               "250ms", "--fetch-stall-timeout-ms", "5s", "--ca-file",
+               "/etc/ssl/ca.pem", "--s3-list-workers", "4",
+               "--s3-list-split", "false", "--allow-link-local-sources",
+               "true") == SC_SETTINGS_OK);
+    CHECK_EQ_U64(cfg.io.fetch.max_inflight, 16);
+    CHECK_EQ_U64(cfg.io.fetch.max_per_host, 4);
+    CHECK_EQ_U64(cfg.io.fetch.part_size, 1u << 20);
+    CHECK_EQ_U64(cfg.io.fetch.parts_per_stream, 3);
+    CHECK_EQ_U64(cfg.io.fetch.max_retries, 2);
+    CHECK_EQ_U64(cfg.io.fetch.retry_base_ms, 1000);
+    CHECK_EQ_U64(cfg.io.fetch.retry_max_ms, 5000);
+    CHECK_EQ_U64(cfg.io.fetch.connect_timeout_ms, 250);
+    CHECK_EQ_U64(cfg.io.fetch.stall_timeout_ms, 5000);
+    CHECK_STR(cfg.io.fetch.ca_file, "/etc/ssl/ca.pem");
+    CHECK_EQ_U64(cfg.io.s3_list_workers, 4);
+    CHECK(cfg.io.s3_list_split == SIO_S3_LIST_SPLIT_OFF);
+    CHECK(cfg.io.allow_link_local == 1);
+    {
+        char *j = sc_settings_json(&cfg);
+        CHECK(j && strstr(j, "\"fetch-part-size\": 1048576") &&
+              strstr(j, "\"s3-list-split\": false"));
+        free(j);
+    }
+    sc_settings_free(&cfg);
+
+    /* The environment names the listing knobs libshardio read before. */
+    setenv("SHARDCAST_S3_LIST_WORKERS", "2", 1);
+    setenv("SHARDCAST_S3_LIST_SPLIT", "0", 1);
+    setenv("SHARDCAST_FETCH_INFLIGHT", "7", 1);
+    setenv("SHARDCAST_FETCH_STALL_TIMEOUT_MS", "2m", 1);
+    CHECK(LOAD("--job", "io", "--source", "/d", "--fetch-inflight", "9") ==
+          SC_SETTINGS_OK);
+    CHECK_EQ_U64(cfg.io.s3_list_workers, 2);
+    CHECK(cfg.io.s3_list_split == SIO_S3_LIST_SPLIT_OFF);
+    CHECK_EQ_U64(cfg.io.fetch.max_inflight, 9); /* the command line wins */
+    CHECK_EQ_U64(cfg.io.fetch.stall_timeout_ms, 120000);
+    sc_settings_free(&cfg);
+    setenv("SHARDCAST_S3_LIST_WORKERS", "65", 1);
+    CHECK(LOAD("--port", "1") == SC_SETTINGS_ERROR);
+    CHECK(strstr(msg, "--s3-list-workers") &&
+          strstr(msg, "SHARDCAST_S3_LIST_WORKERS"));
+    sc_settings_free(&cfg);
+    unsetenv("SHARDCAST_S3_LIST_WORKERS");
+    unsetenv("SHARDCAST_S3_LIST_SPLIT");
+    unsetenv("SHARDCAST_FETCH_INFLIGHT");
+    unsetenv("SHARDCAST_FETCH_STALL_TIMEOUT_MS");
+
+    /* The config file, below the environment and the command line. */
+    char *p = write_tmp("io.json",
+                        "{\"fetch_part_size\": \"16MiB\", "
+                        "\"fetch-retries\": 5, \"s3_list_split\": false, "
+                        "\"ca_file\": \"/ca.pem\", \"s3_list_workers\": 12}");
+    setenv("SHARDCAST_FETCH_RETRIES", "6", 1);
+    CHECK(LOAD("--job", "io", "--source", "/d", "--config", p,
+               "--s3-list-workers", "3") == SC_SETTINGS_OK);
+    CHECK_EQ_U64(cfg.io.fetch.part_size, 16u << 20);
+    CHECK_EQ_U64(cfg.io.fetch.max_retries, 6); /* the environment wins */
+    CHECK(cfg.io.s3_list_split == SIO_S3_LIST_SPLIT_OFF);
+    CHECK_STR(cfg.io.fetch.ca_file, "/ca.pem");
+    CHECK_EQ_U64(cfg.io.s3_list_workers, 3);
+    sc_settings_free(&cfg);
+    unsetenv("SHARDCAST_FETCH_RETRIES");
+    p = write_tmp("io-bad.json", "{\"fetch_parts_per_stream\": 65}");
+    CHECK(LOAD("--config", p) == SC_SETTINGS_ERROR);
+    CHECK(strstr(msg, "--fetch-parts-per-stream") != NULL);
+    sc_settings_free(&cfg);
+    unlink(p);
+
+    /* Bounds: what libshardio would refuse (or take as "default") is
+     * refused here, naming the setting. */
+    static char *const bad[][2] = {
+        {"--fetch-inflight", "0"},
+        {"--fetch-inflight", "1025"},
+        {"--fetch-per-host", "0"},
+        {"--fetch-part-size", "1k"},
+        {"--fetch-part-size", "512MiB"},
+        {"--fetch-parts-per-stream", "65"},
+        {"--fetch-retries", "0"},
+        {"--fetch-retries", "101"},
+        {"--fetch-stall-timeout-ms", "10ms"},
+        {"--ca-file", ""},
+        {"--s3-list-workers", "0"},
+        {"--s3-list-workers", "65"},
+        {"--s3-list-split", "sometimes"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK(LOAD(bad[i][0], bad[i][1]) == SC_SETTINGS_ERROR);
+        CHECK(strstr(msg, bad[i][0]) != NULL);
+        sc_settings_free(&cfg);
+    }
+}
+
 int main(void)
 {
     test_units();
@@ -450,5 +570,6 @@ int main(void)
     test_config_file();
     test_tokens_and_rules();
     test_jobspec();
+    test_io_settings();
     CHECK_MAIN_END();
 }

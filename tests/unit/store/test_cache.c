@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
-#include "store/backend.h"
+#include "store/store_int.h"
 #include "check.h"
 #include "shardio_cache.h"
 

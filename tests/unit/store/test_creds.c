@@ -418,7 +418,7 @@ static void test_imds(sio_fetch *f, thttp *srv, fake *fk)
 int main(void)
 {
     sio_fetch *f = NULL;
-    sio_fetch_config fc;
+    sio_fetch_setup fc;
     sio_error e;
     thttp srv;
     fake fk;
@@ -427,9 +427,11 @@ int main(void)
     CHECK(mkdtemp(tmpdir) != NULL);
     memset(&fk, 0, sizeof fk);
     memset(&fc, 0, sizeof fc);
-    fc.retry_base_ms = 10;
-    fc.retry_max_ms = 50;
+    fc.fetch.retry_base_ms = 10;
+    fc.fetch.retry_max_ms = 50;
     CHECK(sio_fetch_create(&fc, &f, &e) == SIO_OK);
+    /* As on an io's engine: the s3 backend's reading of error bodies. */
+    sio_fetch_set_classifier(f, sio_s3_classify);
     CHECK(thttp_start(&srv, handler, &fk) == 0);
 
     test_ini();

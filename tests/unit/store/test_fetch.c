@@ -185,11 +185,11 @@ static sio_io_config small_parts(void)
 {
     sio_io_config c;
     memset(&c, 0, sizeof c);
-    c.part_size = 64 * 1024;
-    c.parts_per_stream = 4;
-    c.retry_base_ms = 10;
-    c.retry_max_ms = 50;
-    c.max_retries = 6;
+    c.fetch.part_size = 64 * 1024;
+    c.fetch.parts_per_stream = 4;
+    c.fetch.retry_base_ms = 10;
+    c.fetch.retry_max_ms = 50;
+    c.fetch.max_retries = 6;
     return c;
 }
 
@@ -280,7 +280,7 @@ int main(void)
     /* Retries run out. */
     {
         sio_io_config c3 = c;
-        c3.max_retries = 2;
+        c3.fetch.max_retries = 2;
         read_all(&st, &srv, M_500, 0, &c3, "/obj", &r);
         CHECK(r.read_rc == SIO_ERR_IO);
         CHECK(strstr(r.err, "gave up after 3 attempts") != NULL);
@@ -458,10 +458,10 @@ int main(void)
         sio_io *io = NULL;
         sio_error e;
         sio_io_config bad = c;
-        bad.part_size = 1000;
+        bad.fetch.part_size = 1000;
         CHECK(sio_io_create(&bad, &io, &e) == SIO_ERR_INVALID);
         bad = c;
-        bad.parts_per_stream = 1000;
+        bad.fetch.parts_per_stream = 1000;
         CHECK(sio_io_create(&bad, &io, &e) == SIO_ERR_INVALID);
     }
     thttp_stop(&srv);

@@ -19,7 +19,7 @@
 #include <stdatomic.h>
 #include <time.h>
 
-#include "store/backend.h"
+#include "store/store_int.h"
 #include "check.h"
 #include "store/s3xml.h"
 #include "testhttpd.h"
@@ -436,9 +436,9 @@ static void do_list(int port, const char *url, const char *workers,
     cfg.s3_endpoint = ep;
     cfg.s3_anonymous = 1;
     cfg.s3_region = "us-east-1";
-    cfg.retry_base_ms = 1;
-    cfg.retry_max_ms = 20;
-    cfg.max_retries = 20;
+    cfg.fetch.retry_base_ms = 1;
+    cfg.fetch.retry_max_ms = 20;
+    cfg.fetch.max_retries = 20;
     if (getenv("TEST_S3LIST_LOG")) {
         cfg.log.fn = log_stderr;
         cfg.log.level = SIO_LOG_DEBUG;

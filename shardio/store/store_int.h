@@ -1,0 +1,104 @@
+/*
+ * store_int.h — libshardio's store internals shared with the rest of the
+ * library (internal): error setting and logging, limits, object lists,
+ * the io's accessors, the shard cache's entry point, memory streams.
+ *
+ * Threading: the object list functions work on one list from one thread;
+ * sio_io accessors are thread-safe after sio_io_create (except
+ * sio_io_register_backend, called before the io is shared).
+ * Ownership: an object list owns its URLs (sio_objlist_free).
+ */
+#ifndef SHARDIO_STORE_INT_H
+#define SHARDIO_STORE_INT_H
+
+#include "shardio.h"
+#include "shardio_index.h"
+#include "store/backend_ops.h"
+
+/* One object found by a listing. */
+typedef struct sio_object {
+    char *url;     /* malloc'd, owned by the list */
+    uint64_t size; /* UINT64_MAX when unknown */
+} sio_object;
+
+/* A growable list of objects with a maximum fixed at creation. */
+struct sio_objlist {
+    sio_object *v;
+    size_t n, cap;
+    size_t max; /* SIO_ERR_LIMIT beyond this many objects */
+};
+
+/* Sanity limit on the number of shards in one dataset. */
+#define SIO_SHARDS_MAX 10000000u
+
+void sio_objlist_init(sio_objlist *l, size_t max);
+/* Append a copy of url. */
+sio_code sio_objlist_add(sio_objlist *l, const char *url, uint64_t size);
+void sio_objlist_free(sio_objlist *l);
+/* Sort bytewise by URL (a listing's order). */
+void sio_objlist_sort(sio_objlist *l);
+
+/* Object-set sources (objset.c): is spec "<prefix>?objects[=N]"? Then
+ * resolve it into virtual shards appended to out (the set is registered
+ * in io for the objset backend). */
+int sio_objset_spec(const char *spec);
+sio_code sio_objset_resolve(sio_io *io, const char *spec, sio_objlist *out,
+                            sio_error *err);
+/* The context io made for a built-in backend (NULL: none). */
+void *sio_io_backend_ctx(sio_io *io, const sio_backend_ops *ops);
+
+/* Open bytes [offset, end) of url through the shard cache for job u
+ * (shardio_cache.h); size_hint is the object's size when the listing told
+ * it (UINT64_MAX: unknown). Objects of backends without head() are opened
+ * directly. */
+struct sio_cache_user;
+sio_code sio_cache_open(struct sio_cache_user *u, const sio_backend_ops *ops,
+                        void *ctx, const char *url, uint64_t size_hint,
+                        uint64_t offset, uint64_t end, sio_stream **out,
+                        sio_error *err);
+
+/* A stream over bytes in memory (not copied: data must outlive it). */
+sio_code sio_stream_memory(const void *data, size_t len, sio_stream **out);
+
+/* Open a shard over an already open stream, which the shard then owns
+ * (closed by sio_shard_close, also on error). Used by tests and fuzzers. */
+sio_code sio_shard_open_stream(sio_io *io, sio_stream *stream,
+                               const char *url, uint32_t index,
+                               const sio_shard_limits *limits,
+                               sio_shard **out, sio_error *err);
+
+/* Tests: read every shard through libarchive instead of the plain tar
+ * reader (process-wide; set before opening shards). */
+void sio_shard_force_libarchive(int on);
+
+/* The backend of url and its context, or SIO_ERR_UNSUPPORTED. */
+sio_code sio_io_backend(sio_io *io, const char *url,
+                        const sio_backend_ops **ops, void **ctx,
+                        sio_error *err);
+/* Add a backend asked before the built-in ones (tests, embedders). Call
+ * before the io is shared between threads. ctx is not freed by the io. */
+sio_code sio_io_register_backend(sio_io *io, const sio_backend_ops *ops,
+                                 void *ctx);
+uint32_t sio_io_read_buffer(const sio_io *io);
+
+/* Set err (may be NULL) to code and a formatted message; returns code. */
+sio_code sio_seterr(sio_error *err, sio_code code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* Log through a logger; the level is checked before formatting. */
+void sio_log_(const sio_logger *lg, int level, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+#define SIO_LOG(lg, lvl, ...)                                          \
+    do {                                                               \
+        const sio_logger *lg_ = (lg);                                  \
+        if (lg_ && lg_->fn && (lvl) <= lg_->level)                     \
+            sio_log_(lg_, (lvl), __VA_ARGS__);                         \
+    } while (0)
+
+#endif /* SHARDIO_STORE_INT_H */
