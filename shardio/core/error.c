@@ -5,7 +5,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "store/backend.h"
+#include "core/core_int.h"
 
 const char *sio_strerror(sio_code code)
 {

@@ -57,7 +57,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "store/backend.h"
+#include "store/store_int.h"
 #include "shardio_index.h"
 #include "store/url.h"
 

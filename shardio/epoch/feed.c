@@ -55,7 +55,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "store/backend.h"
+#include "store/store_int.h"
 
 #define FEED_WINDOW_SAMPLES_DEFAULT 65536u
 #define FEED_WINDOW_BYTES_DEFAULT (256ull << 20)

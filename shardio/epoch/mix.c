@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/backend.h"
+#include "store/store_int.h"
 
 /* 2^53: counts and products beyond it are not exact in a double. */
 #define MIX_EXACT_MAX 9007199254740992.0

@@ -1,6 +1,7 @@
 /*
  * store_int.h — libshardio's store internals shared with the rest of the
- * library (internal): error setting and logging, limits, object lists,
+ * library (internal): limits, object lists (error setting and logging are
+ * in core/core_int.h, included here),
  * the io's accessors, the shard cache's entry point, memory streams.
  *
  * Threading: the object list functions work on one list from one thread;
@@ -13,6 +14,7 @@
 
 #include "shardio.h"
 #include "shardio_index.h"
+#include "core/core_int.h"
 #include "store/backend_ops.h"
 
 /* One object found by a listing. */
@@ -80,25 +82,5 @@ sio_code sio_io_backend(sio_io *io, const char *url,
 sio_code sio_io_register_backend(sio_io *io, const sio_backend_ops *ops,
                                  void *ctx);
 uint32_t sio_io_read_buffer(const sio_io *io);
-
-/* Set err (may be NULL) to code and a formatted message; returns code. */
-sio_code sio_seterr(sio_error *err, sio_code code, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-
-/* Log through a logger; the level is checked before formatting. */
-void sio_log_(const sio_logger *lg, int level, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-#define SIO_LOG(lg, lvl, ...)                                          \
-    do {                                                               \
-        const sio_logger *lg_ = (lg);                                  \
-        if (lg_ && lg_->fn && (lvl) <= lg_->level)                     \
-            sio_log_(lg_, (lvl), __VA_ARGS__);                         \
-    } while (0)
 
 #endif /* SHARDIO_STORE_INT_H */

@@ -30,7 +30,7 @@
 #include <unistd.h>
 #include <dirent.h>
 
-#include "store/backend.h"
+#include "store/store_int.h"
 #include "shardio_index.h"
 
 #define INDEX_MAGIC "SCIDX\0\1\0"

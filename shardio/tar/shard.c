@@ -48,7 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/backend.h"
+#include "store/store_int.h"
 #include "core/sample.h"
 #include "shardio_index.h"
 #include "tar/tarparse.h"

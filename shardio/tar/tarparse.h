@@ -24,7 +24,7 @@
 
 #include <stdint.h>
 
-#include "store/backend.h"
+#include "store/store_int.h"
 
 /* Longest name (GNU long name or pax path) the reader assembles. */
 #define SIO_TARP_NAME_MAX 4096

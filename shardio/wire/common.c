@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "store/backend.h"
+#include "core/core_int.h"
 
 sio_code sio_wire_emit(sio_wire_sink *k, const void *data, size_t len)
 {

@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/backend.h"
+#include "core/core_int.h"
 #include "store/url.h"
 #include "wire/common.h"
 

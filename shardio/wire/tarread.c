@@ -19,7 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "store/backend.h"
+#include "core/core_int.h"
 
 #define BLOCK SIO_TAR_BLOCK
 #define OFF_NAME 0

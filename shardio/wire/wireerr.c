@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/backend.h"
+#include "core/core_int.h"
 
 sio_code sio_wire_error_json(const char *reason, int retryable,
                              uint32_t retry_after_ms, char **out)
