@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "store/backend.h"
+#include "store/store_int.h"
 #include "check.h"
 #include "tarutil.h"
 

@@ -23,7 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "store/backend.h"
+#include "store/store_int.h"
 #include "check.h"
 #include "shardio.h"
 #include "shardio_index.h"

@@ -20,7 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "store/backend.h"
+#include "store/store_int.h"
 #include "check.h"
 #include "shardio.h"
 #include "shardio_index.h"
