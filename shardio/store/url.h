@@ -15,11 +15,9 @@
 
 #include <stddef.h>
 
+#include "core/redact.h"
 #include "shardio.h"
 
-/* Longest URL accepted (the whole string). S3 keys are <= 1024 bytes;
- * http URLs with long queries fit easily. */
-#define SIO_URL_MAX 8192u
 /* Longest host name (RFC 1035 allows 253; S3 buckets are <= 63). */
 #define SIO_URL_HOST_MAX 255u
 
@@ -49,17 +47,7 @@ void sio_url_authority(const sio_url *u, char *buf, size_t len);
  * .localhost): endpoints where virtual-hosted S3 addressing cannot work. */
 int sio_url_host_is_local_or_ip(const char *host);
 
-/* Longest query parameter name compared against the credential list;
- * longer names are treated as credentials. */
-#define SIO_URL_PARAM_NAME_MAX 64u
-
-/*
- * Does the query parameter name (n bytes, percent-encoded as written)
- * carry a credential? The documented list (include/shardio.h,
- * sio_url_redact) matched on the decoded, lowercased name.
- */
-int sio_url_param_is_credential(const char *name, size_t n);
-
-/* sio_url_redact and sio_redact_text are public: include/shardio.h. */
+/* SIO_URL_MAX, sio_url_param_is_credential and the redaction:
+ * core/redact.h and include/shardio.h. */
 
 #endif /* SHARDIO_URL_H */
