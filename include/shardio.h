@@ -55,6 +55,10 @@ typedef enum sio_code {
 /* Fixed, static English text for a code; never NULL. */
 const char *sio_strerror(sio_code code);
 
+/* Milliseconds of CLOCK_MONOTONIC: the one clock of deadlines, timeouts
+ * and ages in libshardio, the server and the C client. */
+uint64_t sio_now_ms(void);
+
 /* Detail of an error from a call that has no handle yet. */
 typedef struct sio_error {
     sio_code code;

@@ -105,13 +105,6 @@ void scc_options_init(scc_options *o)
     o->max_sample_bytes = SCC_SAMPLE_MAX_DEFAULT;
 }
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 static void sleep_ms(uint32_t ms)
 {
     struct timespec ts = {ms / 1000u, (long)(ms % 1000u) * 1000000L};
@@ -189,7 +182,7 @@ static size_t on_header(char *buf, size_t size, size_t n, void *ud)
     static const char ct[] = "content-type:";
     static const char ra[] = "retry-after:";
 
-    s->last_byte_ms = now_ms();
+    s->last_byte_ms = sio_now_ms();
     if (len >= 5 && strncmp(buf, "HTTP/", 5) == 0) {
         /* A new response (after a 1xx): forget the previous one. */
         s->ctype[0] = '\0';
@@ -243,7 +236,7 @@ static size_t on_body(char *buf, size_t size, size_t n, void *ud)
     scc_stream *s = ud;
     size_t len = size * n;
 
-    s->last_byte_ms = now_ms();
+    s->last_byte_ms = sio_now_ms();
     if (s->status != 200) {
         size_t k = len;
         if (k > SCC_ERROR_BODY_MAX - s->elen)
@@ -423,13 +416,13 @@ static scc_code request(scc_stream *s)
         rc = seterr(s, SCC_ERR_NOMEM, "out of memory (curl multi)");
         goto out;
     }
-    s->last_byte_ms = now_ms();
+    s->last_byte_ms = sio_now_ms();
     /* The head: connecting is bounded by curl's connect timeout, the wait
      * for the answer by the idle timeout. */
     while (!s->head_done && !s->done) {
         pump(s, 1);
         if (!s->head_done && !s->done &&
-            now_ms() - s->last_byte_ms > s->o.idle_timeout_ms +
+            sio_now_ms() - s->last_byte_ms > s->o.idle_timeout_ms +
                                              s->o.connect_timeout_ms) {
             rc = seterr(s, SCC_ERR_TIMEOUT, "no answer from %s within %u ms",
                         s->url, s->o.idle_timeout_ms);
@@ -442,8 +435,8 @@ static scc_code request(scc_stream *s)
     }
     if (s->status != 200) {
         /* Read the (bounded) error body for the server's reason. */
-        uint64_t t0 = now_ms();
-        while (!s->done && now_ms() - t0 < s->o.idle_timeout_ms)
+        uint64_t t0 = sio_now_ms();
+        while (!s->done && sio_now_ms() - t0 < s->o.idle_timeout_ms)
             pump(s, 1);
         rc = map_status(s->status, error_reason(s), s->errmsg,
                         sizeof s->errmsg);
@@ -703,7 +696,7 @@ static scc_code resume(scc_stream *s, scc_code why_code, const char *why)
 
     snprintf(reason, sizeof reason, "%s", why);
     if (s->streak == 0)
-        s->streak_start_ms = now_ms();
+        s->streak_start_ms = sio_now_ms();
     s->retryable = 0;
     s->retry_after_ms = 0;
     for (;;) {
@@ -711,7 +704,7 @@ static scc_code resume(scc_stream *s, scc_code why_code, const char *why)
             break;
         uint32_t delay = retry_delay(s, advice);
         if (s->o.retry_budget_ms &&
-            now_ms() + delay - s->streak_start_ms > s->o.retry_budget_ms) {
+            sio_now_ms() + delay - s->streak_start_ms > s->o.retry_budget_ms) {
             spent = "time";
             break;
         }
@@ -733,7 +726,7 @@ static scc_code resume(scc_stream *s, scc_code why_code, const char *why)
         snprintf(reason, sizeof reason, "%s", s->errmsg);
     }
     unsigned long long took =
-        (unsigned long long)(now_ms() - s->streak_start_ms);
+        (unsigned long long)(sio_now_ms() - s->streak_start_ms);
     if (why_code == SCC_ERR_SERVER)
         return seterr(s, SCC_ERR_SERVER,
                       "%s; gave up at position %llu after %u reconnect(s) in "
@@ -772,7 +765,7 @@ static scc_code fill(scc_stream *s, size_t need)
         }
         pump(s, 1);
         if (s->rlen - s->rpos < need && !s->done &&
-            now_ms() - s->last_byte_ms > s->o.idle_timeout_ms)
+            sio_now_ms() - s->last_byte_ms > s->o.idle_timeout_ms)
             return seterr(s, SCC_ERR_TIMEOUT,
                           "no data for %u ms", s->o.idle_timeout_ms);
     }

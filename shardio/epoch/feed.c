@@ -175,13 +175,6 @@ struct sio_feed {
     sio_feed_seek_stats seek; /* root: counters of seeks and lag */
 };
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 static uint64_t cursor_index(const sio_cursor *c)
 {
     return c->cfg.global_start + c->cfg.rank + c->k * c->cfg.world;
@@ -312,7 +305,7 @@ static void list_remove(sio_feed *f, sio_cursor *c)
     c->next = c->prev = NULL;
     f->ncursors--;
     if (f->ncursors == 0 && f != f->root)
-        f->idle_since = now_ms();
+        f->idle_since = sio_now_ms();
 }
 
 /* The window ---------------------------------------------------------- */
@@ -397,7 +390,7 @@ static int history_over(const sio_feed *f, uint64_t need)
  * when the window is full. Returns 1 when there is room now. */
 static int make_room(sio_feed *f)
 {
-    uint64_t need = lowest_need(f, now_ms());
+    uint64_t need = lowest_need(f, sio_now_ms());
     f->need_hint = need;
     while (f->lo < need && (full(f) || history_over(f, need)))
         drop_lo(f);
@@ -418,7 +411,7 @@ static int wanted(const sio_feed *f)
         return 1;
     for (size_t g = 0; g < FEED_GROUPS_MAX; g++)
         if (f->groups[g].seen && f->groups[g].nseen < f->groups[g].world &&
-            f->groups[g].deadline_ms > now_ms())
+            f->groups[g].deadline_ms > sio_now_ms())
             return 1;
     for (const sio_feed *ch = f->children; ch; ch = ch->next_child)
         for (const sio_cursor *c = ch->cursors; c; c = c->next)
@@ -442,7 +435,7 @@ static int ahead_ok(sio_feed *f)
         return 0;
     if (ahead_below(f, f->need_hint))
         return 1;
-    f->need_hint = lowest_need(f, now_ms());
+    f->need_hint = lowest_need(f, sio_now_ms());
     return ahead_below(f, f->need_hint);
 }
 
@@ -541,7 +534,7 @@ static void *producer_main(void *arg)
             /* Blocked by the slowest need. Under the lag policy, when
              * others wait for new samples, that need loses its hold after
              * lag_grace_ms. */
-            uint64_t now = now_ms();
+            uint64_t now = sio_now_ms();
             int waits = someone_waits(f);
             /* Waiting cursors take what is there (a wake batch may ask
              * for more than the window will hold): once per blocked
@@ -620,7 +613,7 @@ static void *producer_main(void *arg)
             f->bytes += s->bytes;
             /* A replay keeps nothing below what its cursors need. */
             if (f->replay)
-                while (f->lo < f->hi && f->lo < lowest_need(f, now_ms()) &&
+                while (f->lo < f->hi && f->lo < lowest_need(f, sio_now_ms()) &&
                        f->hi - f->lo > 1)
                     drop_lo(f);
         }
@@ -894,7 +887,7 @@ void sio_feed_close(sio_feed *f)
     if (!f)
         return;
     pthread_mutex_lock(&f->fam->mu);
-    dead = reap_children(f, now_ms(), 1);
+    dead = reap_children(f, sio_now_ms(), 1);
     pthread_mutex_unlock(&f->fam->mu);
     stop_list(dead);
     feed_stop(f);
@@ -1028,7 +1021,7 @@ sio_code sio_feed_attach(sio_feed *f, const sio_cursor_config *cfg,
                          sio_cursor **out, sio_error *err)
 {
     sio_cursor *c;
-    uint64_t now = now_ms(), need;
+    uint64_t now = sio_now_ms(), need;
     char why[160];
     sio_code rc = SIO_OK;
     sio_feed *dead;
@@ -1106,7 +1099,7 @@ static void take(sio_cursor *c, uint64_t i, const sio_sample **out)
     *out = s;
     c->k++;
     c->pos++;
-    c->last_ms = now_ms();
+    c->last_ms = sio_now_ms();
     /* The slowest cursor moving on may let a blocked producer go on:
      * wake it once a batch of room is there. */
     if (f->producer_waiting && old <= f->need_hint &&
@@ -1252,7 +1245,8 @@ static sio_code cursor_next(sio_cursor *c, const sio_sample **out,
             pthread_cond_wait(&c->cv, mu);
         c->blocking_wait = 0;
     }
-    sio_feed *dead = root->graveyard ? reap_children(root, now_ms(), 0) : NULL;
+    sio_feed *dead =
+        root->graveyard ? reap_children(root, sio_now_ms(), 0) : NULL;
     pthread_mutex_unlock(mu);
     stop_list(dead);
     if (rc != SIO_OK && rc != SIO_ERR_AGAIN && !c->err[0])
@@ -1307,13 +1301,13 @@ void sio_cursor_close(sio_cursor *c)
             d->gstart = c->cfg.global_start;
             d->need = need;
             d->position = c->pos;
-            d->deadline_ms = now_ms() + f->cfg.rejoin_grace_ms;
+            d->deadline_ms = sio_now_ms() + f->cfg.rejoin_grace_ms;
         }
     }
     sio_sample_unref(c->pending);
     if (f->producer_waiting)
         pthread_cond_signal(&f->room);
-    dead = reap_children(f, now_ms(), 0);
+    dead = reap_children(f, sio_now_ms(), 0);
     pthread_mutex_unlock(&f->fam->mu);
     stop_list(dead);
     pthread_cond_destroy(&c->cv);
@@ -1338,7 +1332,7 @@ void sio_feed_get_stats(sio_feed *f, sio_feed_stats *st,
                         sio_feed_consumer *cons, size_t max, size_t *ncons)
 {
     size_t n = 0;
-    uint64_t now = now_ms();
+    uint64_t now = sio_now_ms();
     sio_feed *dead;
     pthread_mutex_lock(&f->fam->mu);
     memset(st, 0, sizeof *st);

@@ -46,13 +46,6 @@
  * round trips per byte. */
 #define CURL_RECV_BUFFER (256L * 1024L)
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* xorshift64*: only for backoff jitter, which needs no quality beyond
  * decorrelating clients. Engine thread only. */
 static uint64_t rng_next(sio_fetch *f)
@@ -493,7 +486,7 @@ static void finish(sio_fetch *f, xfer *x, sio_code rc, const char *msg)
 
 static void aimd_throttle(sio_fetch *f, xfer *x)
 {
-    uint64_t now = now_ms();
+    uint64_t now = sio_now_ms();
     atomic_fetch_add(&BSTAT(f, x)->throttles, 1);
     if (now - f->last_decrease_ms < AIMD_DECREASE_GAP_MS)
         return;
@@ -534,7 +527,7 @@ static void retry(sio_fetch *f, xfer *x, const char *why)
         cap = f->cfg.retry_max_ms;
     uint64_t delay = cap ? rng_next(f) % (cap + 1) : 0; /* full jitter */
     x->attempt++;
-    x->due_ms = now_ms() + delay;
+    x->due_ms = sio_now_ms() + delay;
     atomic_fetch_add(&BSTAT(f, x)->retries, 1);
     SIO_LOG(&f->log, SIO_LOG_INFO,
             "event=retry method=%s url=%s attempt=%u delay_ms=%" PRIu64
@@ -690,7 +683,7 @@ static void *engine_main(void *arg)
         }
         if (stop)
             break;
-        uint64_t now = now_ms(), next_due = UINT64_MAX;
+        uint64_t now = sio_now_ms(), next_due = UINT64_MAX;
         for (xfer *x = f->wait.head; x;) {
             xfer *nx = x->next;
             if (x->due_ms <= now) {
