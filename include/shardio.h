@@ -1,14 +1,17 @@
 /*
  * shardio.h — the public API of libshardio, shardcast's I/O library.
  *
- * libshardio turns a source (a directory, a list of paths, a brace pattern,
- * later object-store URLs) into a sorted shard list, reads tar/WebDataset
- * shards as a stream of samples, and computes the deterministic order of an
- * epoch (product.md, "The order of an epoch"). It knows nothing of HTTP
- * serving.
+ * libshardio turns a source (a directory, paths, brace patterns, http(s)://
+ * and s3:// URLs and prefixes, object sets, several joined by ::) into a
+ * sorted shard list, reads tar/WebDataset shards (and zip) as a stream of
+ * samples, and computes the deterministic order of an epoch (README.md,
+ * "The order of an epoch" and "Mixing datasets"); feeds deal an epoch to
+ * many cursors. It knows nothing of HTTP serving.
  *
- * Threading: there are no mutable globals. Each handle (sio_shardlist,
- * sio_shard, sio_epoch, sio_consumer) is used by one thread at a time; a
+ * Threading: the only process-wide state is the sample pool (thread-safe,
+ * "Sample memory" below) and the tests' switch of the tar reader
+ * (sio_shard_force_libarchive, store/store_int.h). Each handle (sio_shardlist, sio_shard,
+ * sio_epoch, sio_consumer) is used by one thread at a time; a
  * sio_shardlist is immutable once built and may be read by many threads.
  * A sio_sample is immutable and reference counted; references may be taken
  * and dropped from any thread.
@@ -738,7 +741,6 @@ sio_code sio_consumer_next(sio_consumer *c, const sio_sample **out);
 const char *sio_consumer_errmsg(const sio_consumer *c);
 /* Position within the share: samples handed out so far, including start. */
 uint64_t sio_consumer_position(const sio_consumer *c);
-sio_epoch *sio_consumer_epoch(sio_consumer *c);
 void sio_consumer_close(sio_consumer *c);
 
 /* ------------------------------------------------------------------ */

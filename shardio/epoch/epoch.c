@@ -1837,11 +1837,6 @@ uint64_t sio_consumer_position(const sio_consumer *c)
     return c->pos;
 }
 
-sio_epoch *sio_consumer_epoch(sio_consumer *c)
-{
-    return c->ep;
-}
-
 /* A sample of the share is ready: skip it while before `start`. Returns 1
  * when it is handed out through *out. Takes the reference of s. */
 static int deliver(sio_consumer *c, const sio_sample *s,
