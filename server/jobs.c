@@ -1392,11 +1392,6 @@ void sc_jobs_cut_all(sc_jobs *j, const char *reason, uint32_t retry_after_ms)
     pthread_mutex_unlock(&j->mu);
 }
 
-size_t sc_jobs_streams(sc_jobs *j)
-{
-    return atomic_load(&j->nbindings);
-}
-
 size_t sc_jobs_wait_streams(sc_jobs *j, uint32_t timeout_ms)
 {
     struct timespec ts;

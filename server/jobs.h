@@ -117,9 +117,6 @@ void sc_jobs_release(sc_jobs *j, sc_binding *b);
  * retryable: consumers come back after retry_after_ms and resume. */
 void sc_jobs_cut_all(sc_jobs *j, const char *reason, uint32_t retry_after_ms);
 
-/* Streams bound and not yet freed by the manager. */
-size_t sc_jobs_streams(sc_jobs *j);
-
 /* Wait until no stream is bound, or timeout_ms; returns those left. */
 size_t sc_jobs_wait_streams(sc_jobs *j, uint32_t timeout_ms);
 

@@ -10,7 +10,6 @@
 
 #include "settings.h"
 
-#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -281,15 +280,19 @@ const char *sc_route_allow(sc_route route)
     return "GET";
 }
 
-/* A job name as the settings accept it: 1..SC_JOB_NAME_MAX of
- * [A-Za-z0-9._-]. */
-static int job_name_valid(const char *s)
+int sc_job_name_char(int c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+}
+
+int sc_job_name_valid(const char *s)
 {
     size_t n = strlen(s);
     if (n == 0 || n > SC_JOB_NAME_MAX)
         return 0;
     for (size_t i = 0; i < n; i++)
-        if (!isalnum((unsigned char)s[i]) && !strchr("._-", s[i]))
+        if (!sc_job_name_char((unsigned char)s[i]))
             return 0;
     return 1;
 }
@@ -379,7 +382,7 @@ unsigned sc_request_parse(const char *method, const char *target,
         /* A name too long for jobbuf (or holding a NUL, or other bytes
          * than a job name has) is not one we serve, nor one to create. */
         if (sc_pct_decode(seg[2], seglen[2], 0, jobbuf, sizeof jobbuf) < 0 ||
-            !job_name_valid(jobbuf)) {
+            !sc_job_name_valid(jobbuf)) {
             if (put)
                 return fail(400, reason, reason_len,
                             "bad job name (1..%u of [A-Za-z0-9._-])",

@@ -15,6 +15,12 @@
 
 /* A job name: at most this many bytes (after percent-decoding). */
 #define SC_JOB_NAME_MAX 128u
+/* The job-name rule, the one every job name passes (request paths, job
+ * specs, --job): 1..SC_JOB_NAME_MAX bytes of [A-Za-z0-9._-]. */
+int sc_job_name_valid(const char *name);
+/* May c appear in a job name? */
+int sc_job_name_char(int c);
+
 /* Query parameters beyond this many make the request a 400. */
 #define SC_QUERY_PARAMS_MAX 64u
 /* The largest world (ranks x DataLoader workers) a stream may name. */
