@@ -257,6 +257,50 @@ static enum MHD_Result reply_json(req_ctx *ctx, struct MHD_Connection *conn,
                       strlen(json), 1, 0);
 }
 
+/* Build the stream of a begun binding and open it (srv->mu held).
+ * Returns 200 with ctx->stream and ctx->binding set, or the status. */
+static unsigned open_stream(req_ctx *ctx, struct MHD_Connection *conn,
+                            unsigned *retry_after, char *reason,
+                            size_t reason_len)
+{
+    sc_server *srv = ctx->srv;
+    sc_stream_params p;
+    sc_stream_fields *f = malloc(sizeof *f); /* ~4 KiB: not on the stack */
+    sc_binding *b = NULL;
+    sc_stream *s = NULL;
+    sio_error err = {SIO_OK, ""};
+    unsigned status;
+
+    if (!f) {
+        snprintf(reason, reason_len, "out of memory");
+        return 503;
+    }
+    status = sc_jobs_stream_begin(srv->jobs, &ctx->req, &p, f, &b,
+                                  retry_after, reason, reason_len);
+    if (status != 200)
+        goto out;
+    p.id = ctx->id;
+    p.conn = conn;
+    sio_code rc = sc_stream_create(&p, &s, &err);
+    if (rc) {
+        snprintf(reason, reason_len, "%s", err.msg);
+        sc_jobs_stream_abort(srv->jobs, b);
+        status = rc == SIO_ERR_INVALID ? 400 : 503;
+        goto out;
+    }
+    status = sc_jobs_open_stream(srv->jobs, b, &ctx->req, s, retry_after,
+                                 reason, reason_len);
+    if (status != 200) {
+        sc_stream_destroy(s);
+        goto out;
+    }
+    ctx->stream = s;
+    ctx->binding = b;
+out:
+    free(f);
+    return status;
+}
+
 static enum MHD_Result start_stream(req_ctx *ctx, struct MHD_Connection *conn)
 {
     sc_server *srv = ctx->srv;
@@ -270,9 +314,7 @@ static enum MHD_Result start_stream(req_ctx *ctx, struct MHD_Connection *conn)
         pthread_mutex_unlock(&srv->mu);
         return reply_error_ra(ctx, conn, 503, "server shutting down", 5);
     }
-    status = sc_jobs_open_stream(srv->jobs, &ctx->req, conn, ctx->id,
-                                 &ctx->stream, &ctx->binding, &retry_after,
-                                 reason, sizeof reason);
+    status = open_stream(ctx, conn, &retry_after, reason, sizeof reason);
     pthread_mutex_unlock(&srv->mu);
     if (status != 200) {
         SC_LOG(SIO_LOG_INFO, "event=stream_refused id=%s status=%u", ctx->id,

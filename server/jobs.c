@@ -1184,23 +1184,14 @@ static unsigned open_sample(sc_jobs *j, sc_job *job, const sc_request *req,
     return 200;
 }
 
-unsigned sc_jobs_open_stream(sc_jobs *j, const sc_request *req,
-                             struct MHD_Connection *conn, const char *id,
-                             sc_stream **stream, sc_binding **binding,
-                             unsigned *retry_after, char *reason,
-                             size_t reason_len)
+unsigned sc_jobs_stream_begin(sc_jobs *j, const sc_request *req,
+                              sc_stream_params *p, sc_stream_fields *f,
+                              sc_binding **binding, unsigned *retry_after,
+                              char *reason, size_t reason_len)
 {
-    char names[SIO_TARW_FILTER_MAX][SIO_TARW_FIELD_NAME_MAX + 1];
-    const char *fields[SIO_TARW_FILTER_MAX];
     size_t nfields = 0;
-    sio_error err = {SIO_OK, ""};
-    sc_stream *s = NULL;
-    sc_binding *b = NULL;
-    fslot *slot;
-    unsigned status = 500;
-    sio_code rc;
+    unsigned status;
 
-    *stream = NULL;
     *binding = NULL;
     *retry_after = 0;
     sc_job *job = get_job(j, req->job);
@@ -1208,60 +1199,92 @@ unsigned sc_jobs_open_stream(sc_jobs *j, const sc_request *req,
         fail(reason, reason_len, "unknown job");
         return 404;
     }
-    b = calloc(1, sizeof *b);
+    sc_binding *b = calloc(1, sizeof *b);
     if (!b) {
         fail(reason, reason_len, "out of memory");
-        status = 503;
-        goto out_unref;
+        job_unref(job);
+        return 503;
     }
     pthread_mutex_lock(&job->mu);
     if (job->removed) {
         fail(reason, reason_len, "unknown job");
         status = 404;
-        goto out;
+        goto fail;
     }
     if (job->state != JOB_READY) {
         fail(reason, reason_len, "job %s is not ready: %s", job->spec.name,
              job->reason);
         status = 503;
         *retry_after = 5;
-        goto out;
+        goto fail;
     }
     /* The request's fields=, else the job's default filter. */
     if (req->has_fields) {
         for (size_t i = 0; i < req->nfields; i++)
-            fields[i] = req->fields[i];
+            f->ptrs[i] = req->fields[i];
         nfields = req->nfields;
     } else if (job->spec.fields &&
-               sc_fields_split(job->spec.fields, names, &nfields) == 0) {
+               sc_fields_split(job->spec.fields, f->names, &nfields) == 0) {
         for (size_t i = 0; i < nfields; i++)
-            fields[i] = names[i];
+            f->ptrs[i] = f->names[i];
     }
-    sc_stream_params p = {job->spec.name,
-                          req->epoch,
-                          req->rank,
-                          req->world,
-                          req->start,
-                          req->global_start,
-                          req->route == SC_ROUTE_SAMPLE
-                              ? SIO_PARTITION_NONE
-                              : (sio_partition)job->spec.partition,
-                          req->format,
-                          fields,
-                          nfields,
-                          id,
-                          &job->ctr,
-                          job->res->mix_frames,
-                          (const char *const *)job->res->mix_name_ptrs,
-                          job->res->mix_frames ? job->res->nmix : 0,
-                          job->res->mix_sent};
-    rc = sc_stream_create(&p, &s, &err);
-    if (rc) {
-        fail(reason, reason_len, "%s", err.msg);
-        status = rc == SIO_ERR_INVALID ? 400 : 503;
+    memset(p, 0, sizeof *p);
+    p->job = job->spec.name;
+    p->epoch = req->epoch;
+    p->rank = req->rank;
+    p->world = req->world;
+    p->start = req->start;
+    p->global_start = req->global_start;
+    p->partition = req->route == SC_ROUTE_SAMPLE
+                       ? SIO_PARTITION_NONE
+                       : (sio_partition)job->spec.partition;
+    p->format = req->format;
+    p->fields = f->ptrs;
+    p->nfields = nfields;
+    p->counters = &job->ctr;
+    /* The mix is set with the shard list, before the job is ready, and
+     * immutable after. */
+    p->sources = job->res->mix_frames;
+    p->source_names = (const char *const *)job->res->mix_name_ptrs;
+    p->nsources = job->res->mix_frames ? job->res->nmix : 0;
+    p->source_sent = job->res->mix_sent;
+    pthread_mutex_unlock(&job->mu);
+    b->job = job; /* the binding keeps the job reference */
+    *binding = b;
+    return 200;
+fail:
+    pthread_mutex_unlock(&job->mu);
+    free(b);
+    job_unref(job);
+    return status;
+}
+
+void sc_jobs_stream_abort(sc_jobs *j, sc_binding *b)
+{
+    (void)j;
+    if (!b)
+        return;
+    job_unref(b->job);
+    free(b);
+}
+
+unsigned sc_jobs_open_stream(sc_jobs *j, sc_binding *b, const sc_request *req,
+                             sc_stream *s, unsigned *retry_after,
+                             char *reason, size_t reason_len)
+{
+    sio_error err = {SIO_OK, ""};
+    sc_job *job = b->job;
+    fslot *slot;
+    unsigned status = 500;
+    sio_code rc;
+
+    *retry_after = 0;
+    pthread_mutex_lock(&job->mu);
+    if (job->removed) {
+        fail(reason, reason_len, "unknown job");
+        status = 404;
         goto out;
     }
-
     if (req->route == SC_ROUTE_SAMPLE) {
         status = open_sample(j, job, req, s, b, &err, retry_after);
         if (status != 200) {
@@ -1344,9 +1367,8 @@ unsigned sc_jobs_open_stream(sc_jobs *j, const sc_request *req,
     slot->last_ms = now_ms();
     b->slot = slot;
 bound:
-    sc_stream_bind(s, b->cur, conn);
+    sc_stream_set_cursor(s, b->cur);
     b->s = s;
-    b->job = job;
     b->epoch = req->epoch;
     b->rank = req->rank;
     b->world = req->world;
@@ -1358,17 +1380,13 @@ bound:
     atomic_fetch_add(&job->streams_opened, 1);
     atomic_fetch_add(&j->nbindings, 1);
     pthread_mutex_unlock(&job->mu);
-    *stream = s;
-    *binding = b;
     return 200; /* the binding keeps the job reference */
 out:
     pthread_mutex_unlock(&job->mu);
-    sc_stream_destroy(s);
-    free(b);
-out_unref:
-    job_unref(job);
+    sc_jobs_stream_abort(j, b);
     return status;
 }
+
 
 void sc_jobs_release(sc_jobs *j, sc_binding *b)
 {
