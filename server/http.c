@@ -391,49 +391,41 @@ static enum MHD_Result answer_metrics(req_ctx *ctx,
 {
     sc_server *srv = ctx->srv;
     sio_wbuf b;
-    char line[512];
-    sio_code rc = SIO_OK;
+    sc_prom p;
     sio_wbuf_init(&b, METRICS_MAX);
+    sc_prom_init(&p, &b);
 
-#define PUT(...)                                                           \
-    do {                                                                   \
-        int n_ = snprintf(line, sizeof line, __VA_ARGS__);                 \
-        if (rc == SIO_OK && n_ > 0)                                        \
-            rc = sio_wbuf_append(&b, line,                                 \
-                                 (size_t)n_ < sizeof line ? (size_t)n_     \
-                                                          : sizeof line - 1); \
-    } while (0)
-    PUT("# HELP shardcast_build_info Version of the running shardcastd.\n"
-        "# TYPE shardcast_build_info gauge\n"
-        "shardcast_build_info{version=\"%s\"} 1\n",
-        SIO_VERSION_STRING);
-    PUT("# HELP shardcast_http_requests_total HTTP requests answered, by "
-        "route and status.\n# TYPE shardcast_http_requests_total counter\n");
+    sc_prom_family(&p, "shardcast_build_info", "gauge",
+                   "Version of the running shardcastd.");
+    sc_prom_u64(&p, "shardcast_build_info",
+                SC_PROM_LABELS({"version", SIO_VERSION_STRING}), 1);
+    sc_prom_family(&p, "shardcast_http_requests_total", "counter",
+                   "HTTP requests answered, by route and status.");
     for (size_t r = 0; r < NROUTES; r++)
         for (size_t c = 0; c < NCODES; c++) {
             uint64_t v = atomic_load(&srv->requests[r][c]);
+            char code[16] = "other";
             if (!v)
                 continue;
             if (counted_codes[c])
-                PUT("shardcast_http_requests_total{route=\"%s\",code=\"%u\"} "
-                    "%" PRIu64 "\n",
-                    route_names[r], counted_codes[c], v);
-            else
-                PUT("shardcast_http_requests_total{route=\"%s\","
-                    "code=\"other\"} %" PRIu64 "\n",
-                    route_names[r], v);
+                snprintf(code, sizeof code, "%u", counted_codes[c]);
+            sc_prom_u64(&p, "shardcast_http_requests_total",
+                        SC_PROM_LABELS({"route", route_names[r]},
+                                       {"code", code}),
+                        v);
         }
-    PUT("# HELP shardcast_rate_limited_total Requests refused by the "
-        "per-address rate limit.\n# TYPE shardcast_rate_limited_total "
-        "counter\nshardcast_rate_limited_total %" PRIu64 "\n",
-        (uint64_t)atomic_load(&srv->rate_limited));
-    PUT("# HELP shardcast_http_connections Open HTTP connections.\n"
-        "# TYPE shardcast_http_connections gauge\n"
-        "shardcast_http_connections %ld\n",
-        (long)atomic_load(&srv->connections));
-    PUT("# HELP shardcast_draining 1 while the server drains (SIGTERM).\n"
-        "# TYPE shardcast_draining gauge\nshardcast_draining %d\n",
-        atomic_load(&srv->draining_flag));
+    sc_prom_family(&p, "shardcast_rate_limited_total", "counter",
+                   "Requests refused by the per-address rate limit.");
+    sc_prom_u64(&p, "shardcast_rate_limited_total", SC_PROM_NOLABELS,
+                atomic_load(&srv->rate_limited));
+    sc_prom_family(&p, "shardcast_http_connections", "gauge",
+                   "Open HTTP connections.");
+    sc_prom_i64(&p, "shardcast_http_connections", SC_PROM_NOLABELS,
+                atomic_load(&srv->connections));
+    sc_prom_family(&p, "shardcast_draining", "gauge",
+                   "1 while the server drains (SIGTERM).");
+    sc_prom_i64(&p, "shardcast_draining", SC_PROM_NOLABELS,
+                atomic_load(&srv->draining_flag));
     long pages = 0, rss = 0;
     FILE *f = fopen("/proc/self/statm", "r");
     if (f) {
@@ -441,39 +433,36 @@ static enum MHD_Result answer_metrics(req_ctx *ctx,
             rss = 0;
         fclose(f);
     }
-    PUT("# HELP shardcast_resident_memory_bytes Resident set size of the "
-        "server.\n# TYPE shardcast_resident_memory_bytes gauge\n"
-        "shardcast_resident_memory_bytes %ld\n",
-        rss * sysconf(_SC_PAGESIZE));
-    PUT("# HELP shardcast_connections_refused_total Connections refused by "
-        "a bound.\n# TYPE shardcast_connections_refused_total counter\n"
-        "shardcast_connections_refused_total{bound=\"per_ip\"} %" PRIu64
-        "\n",
-        (uint64_t)atomic_load(&srv->conn_refused_ip));
-    PUT("# HELP shardcast_requests_timed_out_total Requests ended by the "
-        "header or idle timeout.\n"
-        "# TYPE shardcast_requests_timed_out_total counter\n"
-        "shardcast_requests_timed_out_total %" PRIu64 "\n",
-        (uint64_t)atomic_load(&srv->timeouts));
-    PUT("# HELP shardcast_stream_opens_rate_limited_total Stream opens "
-        "refused with 429 by the per-address stream rate limit.\n"
-        "# TYPE shardcast_stream_opens_rate_limited_total counter\n"
-        "shardcast_stream_opens_rate_limited_total %" PRIu64 "\n",
-        (uint64_t)atomic_load(&srv->stream_rate_limited));
-    PUT("# HELP shardcast_log_dropped_total Log lines dropped because the "
-        "log queue was full.\n# TYPE shardcast_log_dropped_total counter\n"
-        "shardcast_log_dropped_total %" PRIu64 "\n",
-        sc_log_dropped());
-    if (rc == SIO_OK)
-        rc = sc_metrics_write_http(&b, route_names, NROUTES);
-    if (rc == SIO_OK)
-        rc = sc_metrics_write_process(&b);
-    if (rc == SIO_OK)
-        rc = sc_jobs_limits_metrics(srv->jobs, &b);
+    sc_prom_family(&p, "shardcast_resident_memory_bytes", "gauge",
+                   "Resident set size of the server.");
+    sc_prom_i64(&p, "shardcast_resident_memory_bytes", SC_PROM_NOLABELS,
+                (int64_t)rss * sysconf(_SC_PAGESIZE));
+    sc_prom_family(&p, "shardcast_connections_refused_total", "counter",
+                   "Connections refused by a bound.");
+    sc_prom_u64(&p, "shardcast_connections_refused_total",
+                SC_PROM_LABELS({"bound", "per_ip"}),
+                atomic_load(&srv->conn_refused_ip));
+    sc_prom_family(&p, "shardcast_requests_timed_out_total", "counter",
+                   "Requests ended by the header or idle timeout.");
+    sc_prom_u64(&p, "shardcast_requests_timed_out_total", SC_PROM_NOLABELS,
+                atomic_load(&srv->timeouts));
+    sc_prom_family(&p, "shardcast_stream_opens_rate_limited_total",
+                   "counter",
+                   "Stream opens refused with 429 by the per-address stream "
+                   "rate limit.");
+    sc_prom_u64(&p, "shardcast_stream_opens_rate_limited_total",
+                SC_PROM_NOLABELS, atomic_load(&srv->stream_rate_limited));
+    sc_prom_family(&p, "shardcast_log_dropped_total", "counter",
+                   "Log lines dropped because the log queue was full.");
+    sc_prom_u64(&p, "shardcast_log_dropped_total", SC_PROM_NOLABELS,
+                sc_log_dropped());
+    sc_metrics_write_http(&p, route_names, NROUTES);
+    sc_metrics_write_process(&p);
+    sc_jobs_limits_metrics(srv->jobs, &p);
     /* Per-job series name the jobs: only for authorised callers. */
-    if (rc == SIO_OK && detail_allowed(srv, conn))
-        rc = sc_jobs_metrics(srv->jobs, &b);
-    if (rc != SIO_OK) {
+    if (detail_allowed(srv, conn))
+        sc_jobs_metrics(srv->jobs, &p);
+    if (sc_prom_done(&p) != SIO_OK) {
         sio_wbuf_free(&b);
         return reply_error(ctx, conn, 503, "cannot build the metrics");
     }

@@ -1,5 +1,6 @@
 /*
- * jobs.h — the jobs a server serves, and the epochs in flight of each.
+ * jobs.h — the jobs a server serves, and the epochs in flight of each
+ * (jobs.c; status JSON and job metrics: status.c).
  *
  * A job is a sc_jobspec plus its resolved shard list. Per job, each epoch
  * in flight is one sio_feed (the epoch read once into a bounded window and
@@ -35,6 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "prom.h"
 #include "request.h"
 #include "settings.h"
 #include "shardio.h"
@@ -153,11 +155,12 @@ size_t sc_jobs_wait_streams(sc_jobs *j, uint32_t timeout_ms);
  * when the job does not exist or memory ran out (*missing tells which). */
 char *sc_jobs_status(sc_jobs *j, const char *name, int *missing);
 
-/* Append the job and fetch metrics (Prometheus text) to out. */
-sio_code sc_jobs_metrics(sc_jobs *j, sio_wbuf *out);
+/* Write the job, fetch, index, cache and sample-pool metrics; returns
+ * the writer's state (sc_prom_done). */
+sio_code sc_jobs_metrics(sc_jobs *j, sc_prom *p);
 
-/* Append the server-wide epoch-churn metrics (no job names): feeds open and
- * new epochs refused by each bound. */
-sio_code sc_jobs_limits_metrics(sc_jobs *j, sio_wbuf *out);
+/* Write the server-wide epoch-churn metrics (no job names): feeds open and
+ * new epochs refused by each bound. Returns the writer's state. */
+sio_code sc_jobs_limits_metrics(sc_jobs *j, sc_prom *p);
 
 #endif /* SC_JOBS_H */
