@@ -17,7 +17,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#define NROUTES (SC_ROUTE_SAMPLE + 1)
+#define NROUTES SC_ROUTE_COUNT
 
 enum { M_GET, M_HEAD, M_PUT, M_DELETE, M_OTHER, NMETHODS };
 static const char *const method_names[NMETHODS] = {"GET", "HEAD", "PUT",
@@ -56,8 +56,7 @@ void sc_metrics_first_sample(sc_route route, const struct timespec *t0)
                      &sio_hist_latency, sio_hist_ns_since(t0));
 }
 
-void sc_metrics_write_http(sc_prom *p, const char *const *route_names,
-                           size_t nroutes)
+void sc_metrics_write_http(sc_prom *p)
 {
     sio_hist_snap s;
 
@@ -65,13 +64,13 @@ void sc_metrics_write_http(sc_prom *p, const char *const *route_names,
                    "Time from a request's arrival to its response completed "
                    "(for streams: the end of the stream), by route and "
                    "method.");
-    for (size_t r = 0; r < NROUTES && r < nroutes; r++)
+    for (size_t r = 0; r < NROUTES; r++)
         for (int m = 0; m < NMETHODS; m++) {
             sio_hist_snapshot(&http_hist[r][m], &s);
             if (sio_hist_snap_count(&s) == 0)
                 continue;
             sc_prom_hist(p, "shardcast_http_request_duration_seconds",
-                         SC_PROM_LABELS({"route", route_names[r]},
+                         SC_PROM_LABELS({"route", sc_route_metric((sc_route)r)},
                                         {"method", method_names[m]}),
                          &sio_hist_duration, &s);
         }

@@ -43,9 +43,8 @@ void sc_metrics_http_done(sc_route route, const char *method,
  * SC_ROUTE_STREAM or SC_ROUTE_SAMPLE; t0 the request's arrival). */
 void sc_metrics_first_sample(sc_route route, const struct timespec *t0);
 
-/* Write the HTTP histograms; route_names[r] names route r < nroutes. */
-void sc_metrics_write_http(sc_prom *p, const char *const *route_names,
-                           size_t nroutes);
+/* Write the HTTP histograms (routes labelled by sc_route_metric). */
+void sc_metrics_write_http(sc_prom *p);
 
 /* Write process_cpu_seconds_total, process_resident_memory_bytes,
  * process_virtual_memory_bytes, process_open_fds, process_max_fds and
