@@ -889,7 +889,7 @@ sio_code sc_server_start(const sc_config *cfg, sio_io *io, sc_jobs *jobs,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, backlog,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)cfg->connection_memory,
         /* Connections start with the header timeout; a stream gets the
-         * idle timeout (start_stream). */
+         * idle timeout (answer_stream). */
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)cfg->header_timeout,
         MHD_OPTION_URI_LOG_CALLBACK, uri_log, srv,
         MHD_OPTION_NOTIFY_COMPLETED, request_completed, srv,
