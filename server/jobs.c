@@ -533,13 +533,13 @@ static void *resolver_main(void *arg)
     pthread_mutex_lock(&j->mu);
     while (!j->stop) {
         uint64_t now = now_ms(), next = now + 5000u;
-        sc_job *todo = NULL;
+        sc_job *due = NULL;
         for (size_t i = 0; i < j->njobs; i++) {
             sc_job *job = j->jobs[i];
             pthread_mutex_lock(&job->mu);
             if (job->state != JOB_READY) {
-                if (job->next_resolve_ms <= now && !todo) {
-                    todo = job;
+                if (job->next_resolve_ms <= now && !due) {
+                    due = job;
                     job_ref(job);
                 } else if (job->next_resolve_ms < next) {
                     next = job->next_resolve_ms;
@@ -547,7 +547,7 @@ static void *resolver_main(void *arg)
             }
             pthread_mutex_unlock(&job->mu);
         }
-        if (!todo) {
+        if (!due) {
             struct timespec ts;
             deadline_in(&ts, next > now ? next - now : 1);
             pthread_cond_timedwait(&j->resolve, &j->mu, &ts);
@@ -562,48 +562,48 @@ static void *resolver_main(void *arg)
         char src[256], msg[600];
         job_mix mix;
         memset(&mix, 0, sizeof mix);
-        sio_code rc = resolve_job(j, todo, &list, &mix, &err);
+        sio_code rc = resolve_job(j, due, &list, &mix, &err);
         if (rc == SIO_OK && sio_shardlist_count(list) == 0) {
             rc = SIO_ERR_NOTFOUND;
             snprintf(err.msg, sizeof err.msg, "the source has no shards");
         }
-        sc_redact_source(todo->spec.source, src, sizeof src);
-        pthread_mutex_lock(&todo->mu);
-        todo->attempts++;
+        sc_redact_source(due->spec.source, src, sizeof src);
+        pthread_mutex_lock(&due->mu);
+        due->attempts++;
         if (rc == SIO_OK) {
-            todo->res->list = list;
+            due->res->list = list;
             list = NULL;
-            todo->res->mix = mix.src;
-            todo->res->nmix = mix.n;
-            todo->res->mix_names = mix.names;
-            todo->res->mix_sent = mix.sent;
-            todo->res->mix_frames = mix.frames;
-            todo->res->mix_name_ptrs = mix.name_ptrs;
+            due->res->mix = mix.src;
+            due->res->nmix = mix.n;
+            due->res->mix_names = mix.names;
+            due->res->mix_sent = mix.sent;
+            due->res->mix_frames = mix.frames;
+            due->res->mix_name_ptrs = mix.name_ptrs;
             memset(&mix, 0, sizeof mix);
-            todo->state = JOB_READY;
-            todo->reason[0] = '\0';
+            due->state = JOB_READY;
+            due->reason[0] = '\0';
             SC_LOG(SIO_LOG_INFO, "event=job_ready job=%s shards=%zu",
-                   todo->spec.name, sio_shardlist_count(todo->res->list));
+                   due->spec.name, sio_shardlist_count(due->res->list));
         } else {
-            todo->state = JOB_FAILED;
+            due->state = JOB_FAILED;
             snprintf(msg, sizeof msg, "cannot resolve the source: %s",
                      err.msg[0] ? err.msg : sio_strerror(rc));
-            sc_redact_source(msg, todo->reason, sizeof todo->reason);
-            job_error(todo, msg);
-            todo->next_resolve_ms = now_ms() + todo->backoff_ms;
-            todo->backoff_ms = todo->backoff_ms * 2 > RESOLVE_BACKOFF_MAX_MS
+            sc_redact_source(msg, due->reason, sizeof due->reason);
+            job_error(due, msg);
+            due->next_resolve_ms = now_ms() + due->backoff_ms;
+            due->backoff_ms = due->backoff_ms * 2 > RESOLVE_BACKOFF_MAX_MS
                                    ? RESOLVE_BACKOFF_MAX_MS
-                                   : todo->backoff_ms * 2;
+                                   : due->backoff_ms * 2;
             SC_LOG(SIO_LOG_WARN,
                    "event=job_source_failed job=%s source=\"%s\" code=%d "
                    "retry_ms=%" PRIu64,
-                   todo->spec.name, src, (int)rc,
-                   todo->next_resolve_ms - now_ms());
+                   due->spec.name, src, (int)rc,
+                   due->next_resolve_ms - now_ms());
         }
-        pthread_mutex_unlock(&todo->mu);
+        pthread_mutex_unlock(&due->mu);
         sio_shardlist_free(list);
         job_mix_free(&mix);
-        sc_job_unref(todo);
+        sc_job_unref(due);
         pthread_mutex_lock(&j->mu);
         pthread_cond_broadcast(&j->resolved);
     }
