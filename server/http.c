@@ -1,14 +1,16 @@
 /*
- * http.c — libmicrohttpd daemon, routing, auth, rate limits, bodies,
- * replies, status/metrics endpoints, drain and the per-request log line
- * (contract in http.h).
+ * http.c — libmicrohttpd daemon, dispatch, auth, rate limits, bodies,
+ * replies, the route handlers (status, metrics, jobs, streams), drain and
+ * the per-request log line (contract in http.h).
  *
  * Request lifecycle: MHD's URI-log callback allocates a req_ctx holding a
  * bounded copy of the raw request target (before MHD unescapes it) and a
- * request id; the access handler parses it (request.c), checks the rate
- * limit and the token, and answers; a PUT body is collected (bounded by
- * SC_JOBSPEC_BODY_MAX) before the answer. A stream request gets a stream
- * bound to its epoch's feed (jobs.c) and an MHD callback response read by
+ * request id; the access handler parses it (request.c, against the route
+ * table of routes.h), checks the route's rate limit and role, and calls
+ * its handler; a PUT body is collected (bounded by SC_JOBSPEC_BODY_MAX)
+ * before the answer. A stream request gets a binding to its job
+ * (sc_jobs_stream_begin), a stream built here (stream.c), the epoch's feed
+ * and a cursor (sc_jobs_open_stream), and an MHD callback response read by
  * sc_stream_reader. The request-completed callback marks the stream gone,
  * hands its binding to the jobs manager, logs one line and frees the
  * context: the only place a req_ctx is freed.
@@ -63,10 +65,7 @@ static const unsigned counted_codes[] = {200, 201, 204, 400, 401, 403, 404,
                                          405, 409, 413, 414, 429, 500, 503,
                                          0};
 #define NCODES (sizeof counted_codes / sizeof counted_codes[0])
-#define NROUTES (SC_ROUTE_SAMPLE + 1)
-static const char *const route_names[NROUTES] = {
-    "other", "healthz", "readyz", "metrics", "jobs",
-    "job",   "stream",  "settings", "topology", "sample"};
+#define NROUTES SC_ROUTE_COUNT
 
 typedef struct req_ctx {
     sc_server *srv;
@@ -257,7 +256,51 @@ static enum MHD_Result reply_json(req_ctx *ctx, struct MHD_Connection *conn,
                       strlen(json), 1, 0);
 }
 
-static enum MHD_Result start_stream(req_ctx *ctx, struct MHD_Connection *conn)
+/* Build the stream of a begun binding and open it (srv->mu held).
+ * Returns 200 with ctx->stream and ctx->binding set, or the status. */
+static unsigned open_stream(req_ctx *ctx, struct MHD_Connection *conn,
+                            unsigned *retry_after, char *reason,
+                            size_t reason_len)
+{
+    sc_server *srv = ctx->srv;
+    sc_stream_params p;
+    sc_stream_fields *f = malloc(sizeof *f); /* ~4 KiB: not on the stack */
+    sc_binding *b = NULL;
+    sc_stream *s = NULL;
+    sio_error err = {SIO_OK, ""};
+    unsigned status;
+
+    if (!f) {
+        snprintf(reason, reason_len, "out of memory");
+        return 503;
+    }
+    status = sc_jobs_stream_begin(srv->jobs, &ctx->req, &p, f, &b,
+                                  retry_after, reason, reason_len);
+    if (status != 200)
+        goto out;
+    p.id = ctx->id;
+    p.conn = conn;
+    sio_code rc = sc_stream_create(&p, &s, &err);
+    if (rc) {
+        snprintf(reason, reason_len, "%s", err.msg);
+        sc_jobs_stream_abort(srv->jobs, b);
+        status = rc == SIO_ERR_INVALID ? 400 : 503;
+        goto out;
+    }
+    status = sc_jobs_open_stream(srv->jobs, b, &ctx->req, s, retry_after,
+                                 reason, reason_len);
+    if (status != 200) {
+        sc_stream_destroy(s);
+        goto out;
+    }
+    ctx->stream = s;
+    ctx->binding = b;
+out:
+    free(f);
+    return status;
+}
+
+static enum MHD_Result answer_stream(req_ctx *ctx, struct MHD_Connection *conn)
 {
     sc_server *srv = ctx->srv;
     char reason[REASON_MAX];
@@ -270,9 +313,7 @@ static enum MHD_Result start_stream(req_ctx *ctx, struct MHD_Connection *conn)
         pthread_mutex_unlock(&srv->mu);
         return reply_error_ra(ctx, conn, 503, "server shutting down", 5);
     }
-    status = sc_jobs_open_stream(srv->jobs, &ctx->req, conn, ctx->id,
-                                 &ctx->stream, &ctx->binding, &retry_after,
-                                 reason, sizeof reason);
+    status = open_stream(ctx, conn, &retry_after, reason, sizeof reason);
     pthread_mutex_unlock(&srv->mu);
     if (status != 200) {
         SC_LOG(SIO_LOG_INFO, "event=stream_refused id=%s status=%u", ctx->id,
@@ -349,49 +390,41 @@ static enum MHD_Result answer_metrics(req_ctx *ctx,
 {
     sc_server *srv = ctx->srv;
     sio_wbuf b;
-    char line[512];
-    sio_code rc = SIO_OK;
+    sc_prom p;
     sio_wbuf_init(&b, METRICS_MAX);
+    sc_prom_init(&p, &b);
 
-#define PUT(...)                                                           \
-    do {                                                                   \
-        int n_ = snprintf(line, sizeof line, __VA_ARGS__);                 \
-        if (rc == SIO_OK && n_ > 0)                                        \
-            rc = sio_wbuf_append(&b, line,                                 \
-                                 (size_t)n_ < sizeof line ? (size_t)n_     \
-                                                          : sizeof line - 1); \
-    } while (0)
-    PUT("# HELP shardcast_build_info Version of the running shardcastd.\n"
-        "# TYPE shardcast_build_info gauge\n"
-        "shardcast_build_info{version=\"%s\"} 1\n",
-        SIO_VERSION_STRING);
-    PUT("# HELP shardcast_http_requests_total HTTP requests answered, by "
-        "route and status.\n# TYPE shardcast_http_requests_total counter\n");
+    sc_prom_family(&p, "shardcast_build_info", "gauge",
+                   "Version of the running shardcastd.");
+    sc_prom_u64(&p, "shardcast_build_info",
+                SC_PROM_LABELS({"version", SIO_VERSION_STRING}), 1);
+    sc_prom_family(&p, "shardcast_http_requests_total", "counter",
+                   "HTTP requests answered, by route and status.");
     for (size_t r = 0; r < NROUTES; r++)
         for (size_t c = 0; c < NCODES; c++) {
             uint64_t v = atomic_load(&srv->requests[r][c]);
+            char code[16] = "other";
             if (!v)
                 continue;
             if (counted_codes[c])
-                PUT("shardcast_http_requests_total{route=\"%s\",code=\"%u\"} "
-                    "%" PRIu64 "\n",
-                    route_names[r], counted_codes[c], v);
-            else
-                PUT("shardcast_http_requests_total{route=\"%s\","
-                    "code=\"other\"} %" PRIu64 "\n",
-                    route_names[r], v);
+                snprintf(code, sizeof code, "%u", counted_codes[c]);
+            sc_prom_u64(&p, "shardcast_http_requests_total",
+                        SC_PROM_LABELS({"route", sc_route_metric((sc_route)r)},
+                                       {"code", code}),
+                        v);
         }
-    PUT("# HELP shardcast_rate_limited_total Requests refused by the "
-        "per-address rate limit.\n# TYPE shardcast_rate_limited_total "
-        "counter\nshardcast_rate_limited_total %" PRIu64 "\n",
-        (uint64_t)atomic_load(&srv->rate_limited));
-    PUT("# HELP shardcast_http_connections Open HTTP connections.\n"
-        "# TYPE shardcast_http_connections gauge\n"
-        "shardcast_http_connections %ld\n",
-        (long)atomic_load(&srv->connections));
-    PUT("# HELP shardcast_draining 1 while the server drains (SIGTERM).\n"
-        "# TYPE shardcast_draining gauge\nshardcast_draining %d\n",
-        atomic_load(&srv->draining_flag));
+    sc_prom_family(&p, "shardcast_rate_limited_total", "counter",
+                   "Requests refused by the per-address rate limit.");
+    sc_prom_u64(&p, "shardcast_rate_limited_total", SC_PROM_NOLABELS,
+                atomic_load(&srv->rate_limited));
+    sc_prom_family(&p, "shardcast_http_connections", "gauge",
+                   "Open HTTP connections.");
+    sc_prom_i64(&p, "shardcast_http_connections", SC_PROM_NOLABELS,
+                atomic_load(&srv->connections));
+    sc_prom_family(&p, "shardcast_draining", "gauge",
+                   "1 while the server drains (SIGTERM).");
+    sc_prom_i64(&p, "shardcast_draining", SC_PROM_NOLABELS,
+                atomic_load(&srv->draining_flag));
     long pages = 0, rss = 0;
     FILE *f = fopen("/proc/self/statm", "r");
     if (f) {
@@ -399,39 +432,36 @@ static enum MHD_Result answer_metrics(req_ctx *ctx,
             rss = 0;
         fclose(f);
     }
-    PUT("# HELP shardcast_resident_memory_bytes Resident set size of the "
-        "server.\n# TYPE shardcast_resident_memory_bytes gauge\n"
-        "shardcast_resident_memory_bytes %ld\n",
-        rss * sysconf(_SC_PAGESIZE));
-    PUT("# HELP shardcast_connections_refused_total Connections refused by "
-        "a bound.\n# TYPE shardcast_connections_refused_total counter\n"
-        "shardcast_connections_refused_total{bound=\"per_ip\"} %" PRIu64
-        "\n",
-        (uint64_t)atomic_load(&srv->conn_refused_ip));
-    PUT("# HELP shardcast_requests_timed_out_total Requests ended by the "
-        "header or idle timeout.\n"
-        "# TYPE shardcast_requests_timed_out_total counter\n"
-        "shardcast_requests_timed_out_total %" PRIu64 "\n",
-        (uint64_t)atomic_load(&srv->timeouts));
-    PUT("# HELP shardcast_stream_opens_rate_limited_total Stream opens "
-        "refused with 429 by the per-address stream rate limit.\n"
-        "# TYPE shardcast_stream_opens_rate_limited_total counter\n"
-        "shardcast_stream_opens_rate_limited_total %" PRIu64 "\n",
-        (uint64_t)atomic_load(&srv->stream_rate_limited));
-    PUT("# HELP shardcast_log_dropped_total Log lines dropped because the "
-        "log queue was full.\n# TYPE shardcast_log_dropped_total counter\n"
-        "shardcast_log_dropped_total %" PRIu64 "\n",
-        sc_log_dropped());
-    if (rc == SIO_OK)
-        rc = sc_metrics_write_http(&b, route_names, NROUTES);
-    if (rc == SIO_OK)
-        rc = sc_metrics_write_process(&b);
-    if (rc == SIO_OK)
-        rc = sc_jobs_limits_metrics(srv->jobs, &b);
+    sc_prom_family(&p, "shardcast_resident_memory_bytes", "gauge",
+                   "Resident set size of the server.");
+    sc_prom_i64(&p, "shardcast_resident_memory_bytes", SC_PROM_NOLABELS,
+                (int64_t)rss * sysconf(_SC_PAGESIZE));
+    sc_prom_family(&p, "shardcast_connections_refused_total", "counter",
+                   "Connections refused by a bound.");
+    sc_prom_u64(&p, "shardcast_connections_refused_total",
+                SC_PROM_LABELS({"bound", "per_ip"}),
+                atomic_load(&srv->conn_refused_ip));
+    sc_prom_family(&p, "shardcast_requests_timed_out_total", "counter",
+                   "Requests ended by the header or idle timeout.");
+    sc_prom_u64(&p, "shardcast_requests_timed_out_total", SC_PROM_NOLABELS,
+                atomic_load(&srv->timeouts));
+    sc_prom_family(&p, "shardcast_stream_opens_rate_limited_total",
+                   "counter",
+                   "Stream opens refused with 429 by the per-address stream "
+                   "rate limit.");
+    sc_prom_u64(&p, "shardcast_stream_opens_rate_limited_total",
+                SC_PROM_NOLABELS, atomic_load(&srv->stream_rate_limited));
+    sc_prom_family(&p, "shardcast_log_dropped_total", "counter",
+                   "Log lines dropped because the log queue was full.");
+    sc_prom_u64(&p, "shardcast_log_dropped_total", SC_PROM_NOLABELS,
+                sc_log_dropped());
+    sc_metrics_write_http(&p);
+    sc_metrics_write_process(&p);
+    sc_jobs_limits_metrics(srv->jobs, &p);
     /* Per-job series name the jobs: only for authorised callers. */
-    if (rc == SIO_OK && detail_allowed(srv, conn))
-        rc = sc_jobs_metrics(srv->jobs, &b);
-    if (rc != SIO_OK) {
+    if (detail_allowed(srv, conn))
+        sc_jobs_metrics(srv->jobs, &p);
+    if (sc_prom_done(&p) != SIO_OK) {
         sio_wbuf_free(&b);
         return reply_error(ctx, conn, 503, "cannot build the metrics");
     }
@@ -488,26 +518,97 @@ static int detail_allowed(sc_server *srv, struct MHD_Connection *conn)
                          &why) == 0;
 }
 
-static sc_role route_role(const sc_request *req, const char *method)
+static enum MHD_Result answer_healthz(req_ctx *ctx,
+                                      struct MHD_Connection *conn)
 {
-    switch (req->route) {
-    case SC_ROUTE_HEALTHZ:
-    case SC_ROUTE_READYZ:
-    case SC_ROUTE_METRICS:
-    case SC_ROUTE_NONE:
-        return SC_ROLE_PUBLIC;
-    case SC_ROUTE_SETTINGS:
-        return SC_ROLE_ADMIN;
-    case SC_ROUTE_JOB:
-        return strcmp(method, "GET") == 0 ? SC_ROLE_CONSUMER : SC_ROLE_ADMIN;
-    case SC_ROUTE_JOBS:
-    case SC_ROUTE_STREAM:
-    case SC_ROUTE_SAMPLE:
-    case SC_ROUTE_TOPOLOGY:
-        return SC_ROLE_CONSUMER;
-    }
-    return SC_ROLE_ADMIN;
+    return reply_text(ctx, conn, 200, "ok\n");
 }
+
+static enum MHD_Result answer_readyz(req_ctx *ctx,
+                                     struct MHD_Connection *conn)
+{
+    sc_server *srv = ctx->srv;
+    char reason[REASON_MAX];
+    if (atomic_load(&srv->draining_flag))
+        return reply_error(ctx, conn, 503, "draining");
+    if (!sc_jobs_ready(srv->jobs, reason, sizeof reason))
+        /* Job names and their errors only to authorised callers. */
+        return reply_error(ctx, conn, 503,
+                           detail_allowed(srv, conn) ? reason : "not ready");
+    return reply_text(ctx, conn, 200, "ready\n");
+}
+
+static enum MHD_Result answer_jobs(req_ctx *ctx, struct MHD_Connection *conn)
+{
+    int missing = 0;
+    return reply_json(ctx, conn, 200,
+                      sc_jobs_status(ctx->srv->jobs, NULL, &missing));
+}
+
+/* GET: status; DELETE: remove; PUT: read the job spec (answer_put). */
+static enum MHD_Result answer_job(req_ctx *ctx, struct MHD_Connection *conn)
+{
+    sc_server *srv = ctx->srv;
+    char reason[REASON_MAX];
+    if (strcmp(ctx->method, "GET") == 0) {
+        int missing = 0;
+        char *text = sc_jobs_status(srv->jobs, ctx->req.job, &missing);
+        if (missing)
+            return reply_error(ctx, conn, 404, "unknown job");
+        return reply_json(ctx, conn, 200, text);
+    }
+    if (strcmp(ctx->method, "DELETE") == 0) {
+        unsigned st = sc_jobs_delete(srv->jobs, ctx->req.job, reason,
+                                     sizeof reason);
+        if (st != 204)
+            return reply_error(ctx, conn, st, reason);
+        return reply_body(ctx, conn, 204, NULL, (char *)"", 0, 0, 0);
+    }
+    /* PUT: refuse an announced oversized body before reading it. */
+    const char *cl = MHD_lookup_connection_value(
+        conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    uint64_t n = 0;
+    if (cl && sc_parse_u64(cl, UINT64_MAX, &n) == 0 &&
+        n > SC_JOBSPEC_BODY_MAX) {
+        snprintf(reason, sizeof reason, "job spec larger than %u bytes",
+                 SC_JOBSPEC_BODY_MAX);
+        return reply_error(ctx, conn, 413, reason);
+    }
+    ctx->in_body = 1;
+    return MHD_YES;
+}
+
+static enum MHD_Result answer_settings(req_ctx *ctx,
+                                       struct MHD_Connection *conn)
+{
+    return reply_json(ctx, conn, 200, sc_settings_json(ctx->srv->cfg));
+}
+
+static enum MHD_Result answer_not_found(req_ctx *ctx,
+                                        struct MHD_Connection *conn)
+{
+    return reply_error(ctx, conn, MHD_HTTP_NOT_FOUND, "not found");
+}
+
+/* The HTTP side of the route table (routes.h): who may call a route, the
+ * rate limit it counts against, and its handler; indexed by sc_route. */
+enum { LIMIT_NONE, LIMIT_REQUESTS, LIMIT_STREAM_OPENS };
+typedef struct route_http {
+    sc_role role, write_role;
+    int limit;
+    enum MHD_Result (*handler)(req_ctx *ctx, struct MHD_Connection *conn);
+} route_http;
+
+static const route_http routes[NROUTES] = {
+    [SC_ROUTE_NONE] = {SC_ROLE_PUBLIC, SC_ROLE_PUBLIC, LIMIT_REQUESTS,
+                       answer_not_found},
+#define ROUTE(id, pattern, methods, role, write_role, metric, params, limit, \
+              handler)                                                      \
+    [SC_ROUTE_##id] = {SC_ROLE_##role, SC_ROLE_##write_role, LIMIT_##limit, \
+                       answer_##handler},
+    SC_ROUTES(ROUTE)
+#undef ROUTE
+};
 
 static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn,
                                       const char *url, const char *method,
@@ -549,9 +650,12 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn,
     unsigned status = sc_request_parse(method, ctx->target, ctx->target_len,
                                        srv->cfg->max_url, NULL, NULL,
                                        &ctx->req, reason, sizeof reason);
-    /* Everything but streams is rate limited, errors included. */
-    if (ctx->req.route != SC_ROUTE_STREAM &&
-        ctx->req.route != SC_ROUTE_SAMPLE) {
+    /* Requests are rate limited by their route's class (routes.h);
+     * refused ones (route NONE) count against --rate-limit, errors
+     * included. */
+    const route_http *rt = &routes[ctx->req.route < NROUTES ? ctx->req.route
+                                                            : SC_ROUTE_NONE];
+    if (rt->limit == LIMIT_REQUESTS) {
         uint32_t ra = 0;
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
             conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
@@ -565,19 +669,21 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn,
         return reply_error(ctx, conn, status, reason);
 
     const char *why = "";
+    int reads = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
     unsigned denied = sc_auth_check(
-        srv->auth, route_role(&ctx->req, method),
+        srv->auth, reads ? rt->role : rt->write_role,
         MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                     MHD_HTTP_HEADER_AUTHORIZATION),
         &why);
     if (denied)
         return reply_error(ctx, conn, denied, why);
-    /* Authorised: now the job may be looked up. */
+    /* Authorised: now the job may be looked up (a PUT may create it; a
+     * sample's is looked up when it is opened). */
     if ((ctx->req.route == SC_ROUTE_STREAM ||
          (ctx->req.route == SC_ROUTE_JOB && strcmp(method, "PUT") != 0)) &&
         !sc_jobs_exists(srv->jobs, ctx->req.job))
         return reply_error(ctx, conn, 404, "unknown job");
-    if (ctx->req.route == SC_ROUTE_STREAM) {
+    if (rt->limit == LIMIT_STREAM_OPENS) {
         uint32_t ra = 0;
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
             conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
@@ -589,67 +695,7 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn,
                                   "(--stream-rate-limit)", ra);
         }
     }
-
-    switch (ctx->req.route) {
-    case SC_ROUTE_HEALTHZ:
-        return reply_text(ctx, conn, 200, "ok\n");
-    case SC_ROUTE_READYZ: {
-        char r2[REASON_MAX];
-        if (atomic_load(&srv->draining_flag))
-            return reply_error(ctx, conn, 503, "draining");
-        if (!sc_jobs_ready(srv->jobs, r2, sizeof r2))
-            /* Job names and their errors only to authorised callers. */
-            return reply_error(ctx, conn, 503,
-                               detail_allowed(srv, conn) ? r2 : "not ready");
-        return reply_text(ctx, conn, 200, "ready\n");
-    }
-    case SC_ROUTE_METRICS:
-        return answer_metrics(ctx, conn);
-    case SC_ROUTE_JOBS: {
-        int missing = 0;
-        return reply_json(ctx, conn, 200,
-                          sc_jobs_status(srv->jobs, NULL, &missing));
-    }
-    case SC_ROUTE_JOB:
-        if (strcmp(method, "GET") == 0) {
-            int missing = 0;
-            char *text = sc_jobs_status(srv->jobs, ctx->req.job, &missing);
-            if (missing)
-                return reply_error(ctx, conn, 404, "unknown job");
-            return reply_json(ctx, conn, 200, text);
-        }
-        if (strcmp(method, "DELETE") == 0) {
-            unsigned st = sc_jobs_delete(srv->jobs, ctx->req.job, reason,
-                                         sizeof reason);
-            if (st != 204)
-                return reply_error(ctx, conn, st, reason);
-            return reply_body(ctx, conn, 204, NULL, (char *)"", 0, 0, 0);
-        }
-        /* PUT: refuse an announced oversized body before reading it. */
-        {
-            const char *cl = MHD_lookup_connection_value(
-                conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-            uint64_t n = 0;
-            if (cl && sc_parse_u64(cl, UINT64_MAX, &n) == 0 &&
-                n > SC_JOBSPEC_BODY_MAX) {
-                snprintf(reason, sizeof reason,
-                         "job spec larger than %u bytes", SC_JOBSPEC_BODY_MAX);
-                return reply_error(ctx, conn, 413, reason);
-            }
-        }
-        ctx->in_body = 1;
-        return MHD_YES;
-    case SC_ROUTE_SETTINGS:
-        return reply_json(ctx, conn, 200, sc_settings_json(srv->cfg));
-    case SC_ROUTE_TOPOLOGY:
-        return answer_topology(ctx, conn);
-    case SC_ROUTE_STREAM:
-    case SC_ROUTE_SAMPLE:
-        return start_stream(ctx, conn);
-    case SC_ROUTE_NONE:
-        break;
-    }
-    return reply_error(ctx, conn, MHD_HTTP_NOT_FOUND, "not found");
+    return rt->handler(ctx, conn);
 }
 
 /* MHD_OPTION_NOTIFY_CONNECTION: the connection gauge of /metrics (srv->d
@@ -843,7 +889,7 @@ sio_code sc_server_start(const sc_config *cfg, sio_io *io, sc_jobs *jobs,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, backlog,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)cfg->connection_memory,
         /* Connections start with the header timeout; a stream gets the
-         * idle timeout (start_stream). */
+         * idle timeout (answer_stream). */
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)cfg->header_timeout,
         MHD_OPTION_URI_LOG_CALLBACK, uri_log, srv,
         MHD_OPTION_NOTIFY_COMPLETED, request_completed, srv,

@@ -1,20 +1,23 @@
 /*
  * http.h — the HTTP front of shardcastd on libmicrohttpd: the daemon,
- * routing, auth, limits, error replies, status/metrics endpoints, drain,
- * and one log line per request.
+ * dispatch through the route table, auth, limits, error replies, the
+ * endpoints' handlers, building streams, drain, and one log line per
+ * request.
  *
- * Routes (auth: P public, C consumer token if one is set, A admin token):
- *   GET|HEAD /healthz                         P  200 "ok" while alive
- *   GET|HEAD /readyz                          P  200 once every job's source
- *                                                is resolved; 503 + reason
- *   GET|HEAD /metrics                         P  Prometheus text format
- *   GET /v1/jobs, GET /v1/jobs/{job}          C  status JSON
- *   PUT /v1/jobs/{job} (JSON job spec)        A  201 created, 200 replaced
- *   DELETE /v1/jobs/{job}                     A  204
- *   GET /v1/settings                          A  settings in effect
- *   GET /v1/topology[?world=W]                C  scale-out mapping
- *   GET /v1/jobs/{job}/epochs/{E}/stream?rank=R&world=W[&start=S]
- *       [&global_start=G][&format=tar|frames][&fields=a,b]   C
+ * The routes, their methods, roles (public, consumer token if one is
+ * set, admin token), rate limits, metric labels and handlers are the route
+ * table, routes.h. What they answer:
+ *   /healthz                  200 "ok" while alive
+ *   /readyz                   200 once every job's source is resolved;
+ *                             503 + reason
+ *   /metrics                  Prometheus text format (prom.h)
+ *   GET /v1/jobs[/{job}]      status JSON; PUT /v1/jobs/{job} (JSON job
+ *                             spec) 201 created, 200 replaced; DELETE 204
+ *   /v1/settings              settings in effect
+ *   /v1/topology[?world=W]    scale-out mapping
+ *   /v1/jobs/{job}/epochs/{E}/stream?rank=R&world=W[&start=S]
+ *       [&global_start=G][&format=tar|frames][&fields=a,b]   a stream
+ *   /v1/jobs/{job}/samples/{i}[?format=][&fields=]  one sample
  * Errors before streaming are text/plain "error: <reason>\n" with 4xx/5xx;
  * 401 carries WWW-Authenticate, 429 and 503 Retry-After. Requests other
  * than streams are rate limited per client address (--rate-limit).

@@ -1,7 +1,8 @@
 /*
  * jobs.c — the job registry, the feeds of the epochs in flight, the manager
- * and resolver threads, status JSON and job metrics (contract and lock
- * order in jobs.h).
+ * and resolver threads (contract and lock order in jobs.h; the data
+ * structures in jobs_internal.h, which status.c reads for the status JSON
+ * and the job metrics).
  *
  * Threading: j->mu guards the job table, the release queue, the dead-job
  * list and the stop flag; job->mu guards a job's state, shard list, feed
@@ -14,11 +15,10 @@
  * its job; bindings point at it, and it is closed only once no binding
  * does.
  */
-#include "jobs.h"
+#include "jobs_internal.h"
 
 #include <errno.h>
 #include <inttypes.h>
-#include <jansson.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -30,83 +30,15 @@
 #include <unistd.h>
 
 #include "log.h"
-#include "metrics.h"
-#include "shardio_cache.h"
-#include "shardio_index.h"
 
 /* Manager tick: timers (idle feeds, prefetch, throughput) need no finer
  * resolution. */
 #define TICK_MS 500u
-/* Throughput is measured over the last THROUGHPUT_SECONDS, sampled every
- * second. */
-#define THROUGHPUT_SECONDS 10u
-#define RING (THROUGHPUT_SECONDS + 1u)
 /* Resolution retries back off from 1 s to 60 s. */
 #define RESOLVE_BACKOFF_MIN_MS 1000u
 #define RESOLVE_BACKOFF_MAX_MS 60000u
-#define REASON_MAX 512u
-/* Epoch journals a job keeps open (the least recently used goes; with a
- * state_dir it is read back when needed again). */
-#define JOURNALS_MAX 64u
 /* A server that ends with feeds still closing waits this long for them. */
 #define CLOSERS_WAIT_MS 5000u
-
-enum { JOB_RESOLVING = 0, JOB_READY = 1, JOB_FAILED = 2 };
-
-typedef struct fslot {
-    uint64_t epoch;
-    sio_feed *feed;
-    unsigned streams;     /* bindings on it */
-    uint64_t served;      /* streams ever opened on it */
-    uint64_t last_ms;     /* last attach or release */
-    int prefetched;       /* opened by prefetch, no stream yet */
-    int retired;          /* takes no new stream; closed when streams == 0 */
-    sio_journal *journal; /* the epoch's skip decisions (owned by the job) */
-    int fresh_journal;    /* its journal was new to this process */
-    int unproven;         /* opened for a resume with no journal to prove
-                             the sequence (no state_dir, fresh process) */
-    uint64_t count;       /* samples of the epoch, UINT64_MAX: unknown */
-    sio_epoch_config ec;  /* what fixes its order */
-    int partition;        /* the job's policy */
-    struct fslot *next;
-} fslot;
-
-typedef struct sc_job sc_job;
-
-/* What a job's feeds read while they run: the shard list and the epoch
- * journals. Feeds may finish closing after their job is freed (a closer
- * thread), so these live until the job and every feed family let go. */
-typedef struct job_res {
-    atomic_int refs;
-    sio_shardlist *list;       /* set once (job mu), then immutable */
-    pthread_mutex_t mu;        /* guards the journal table */
-    struct {
-        uint64_t epoch, used;
-        unsigned users;        /* feed families reading it */
-        sio_journal *j;
-    } journals[JOURNALS_MAX];
-    size_t njournals;
-    uint64_t clock;
-    uint64_t samples;          /* the dataset's good samples once every
-                                  shard is indexed (0: not known yet) */
-    sio_cache_user *cache;     /* the job's view of the shard cache (NULL:
-                                  no cache, or cache=off) */
-    /* A mixed job (or one with an epoch_size): its sources as parts of
-     * the list with their quotas, set with the list. */
-    sio_mix_source *mix;
-    uint32_t nmix;
-    char (*mix_names)[SC_MIX_NAME_MAX + 1];
-    _Atomic uint64_t *mix_sent; /* samples sent, per source */
-    /* provenance on the wire (a job with "sources"; NULL otherwise) */
-    sio_frames_source *mix_frames;
-    const char **mix_name_ptrs;
-} job_res;
-
-/* One feed family's hold on the resources and its journal. */
-typedef struct res_hold {
-    struct job_res *res;
-    sio_journal *j;
-} res_hold;
 
 static void res_unref(job_res *r)
 {
@@ -124,83 +56,6 @@ static void res_unref(job_res *r)
     pthread_mutex_destroy(&r->mu);
     free(r);
 }
-
-struct sc_binding {
-    sc_stream *s;
-    sc_job *job;
-    fslot *slot;
-    sio_cursor *cur;
-    uint64_t epoch;
-    uint32_t rank, world;
-    int resumed;             /* start or global_start > 0 */
-    sio_feed *own_feed;      /* a /samples/{i} request's one-sample feed */
-    sc_binding *prev, *next; /* job->bindings */
-    sc_binding *reap_next;
-};
-
-typedef struct err_entry {
-    uint64_t unix_ms;
-    char msg[300];
-} err_entry;
-
-typedef struct tp_sample {
-    uint64_t ms, samples, bytes;
-} tp_sample;
-
-struct sc_job {
-    sc_jobs *owner;
-    atomic_int refs;
-    sc_jobspec spec;
-    pthread_mutex_t mu;
-    int state;                 /* JOB_* (mu) */
-    int attempts;              /* resolution attempts (mu) */
-    int removed;               /* deleted or replaced (mu) */
-    char reason[REASON_MAX];   /* why not ready (mu) */
-    uint64_t next_resolve_ms, backoff_ms;
-    fslot *slots;              /* live and retired (mu) */
-    sc_binding *bindings;      /* (mu) */
-    err_entry errors[SC_JOB_ERRORS_MAX];
-    size_t nerrors, error_at;  /* (mu) */
-    tp_sample ring[RING];
-    size_t nring, ring_at;     /* (mu) */
-    uint64_t shards_skipped_closed, samples_skipped_closed; /* (mu) */
-    sio_feed_seek_stats seeks_closed; /* of closed feeds (mu) */
-    sc_stream_counters ctr;
-    job_res *res;              /* shard list, journals */
-    atomic_uint_fast64_t streams_by_outcome[5];
-    atomic_uint_fast64_t streams_opened;
-    sc_job *dead_next;
-    size_t nfeeds;             /* slots, live and retired (mu) */
-    double epoch_tokens;       /* new-epoch bucket (mu) */
-    uint64_t epoch_tokens_ms;  /* its last refill (mu); 0: full */
-};
-
-struct sc_jobs {
-    const sc_config *cfg;
-    sio_io *io;
-    sio_index *index;        /* shard indexes of every job */
-    sio_cache *cache;        /* the shard cache (NULL: none) */
-    _Atomic uint32_t seeks;  /* seek feeds open in the server */
-    pthread_mutex_t mu;
-    pthread_cond_t work;     /* manager: something queued, or stop */
-    pthread_cond_t resolve;  /* resolver: a job to resolve, or stop */
-    pthread_cond_t resolved; /* sc_jobs_wait_resolved */
-    sc_job **jobs;           /* cfg->max_jobs entries */
-    size_t njobs;
-    sc_binding *reap;        /* released, not yet freed */
-    pthread_cond_t drained;  /* a binding was freed */
-    atomic_size_t nbindings; /* bound and not yet freed (atomic: bumped
-                                under a job mutex) */
-    sc_job *dead;
-    int stop;
-    int running;             /* jobs threads not yet exited (mu) */
-    pthread_t manager, resolver;
-    int manager_ok, resolver_ok;
-    /* Epoch-churn bounds (feed_admission): feeds open, live and retired,
-     * over every job; and how often each bound refused a new epoch. */
-    atomic_size_t nfeeds;
-    atomic_uint_fast64_t refused[SC_REFUSED_COUNT];
-};
 
 /* How long sc_jobs_destroy waits for its threads: a resolution or a feed
  * close may be stuck in object-store retries far longer. */
@@ -266,7 +121,7 @@ static void job_ref(sc_job *job)
 
 /* The last reference hands the job to the manager (closing its feeds
  * blocks, and this may run on an HTTP thread). */
-static void job_unref(sc_job *job)
+void sc_job_unref(sc_job *job)
 {
     if (atomic_fetch_sub(&job->refs, 1) != 1)
         return;
@@ -279,7 +134,7 @@ static void job_unref(sc_job *job)
 }
 
 /* Add a feed's seek counters to a sum. */
-static void seek_add(sio_feed_seek_stats *a, const sio_feed_seek_stats *b)
+void sc_seek_add(sio_feed_seek_stats *a, const sio_feed_seek_stats *b)
 {
     a->opened += b->opened;
     a->shared += b->shared;
@@ -308,7 +163,7 @@ static void slot_close(sc_job *job, fslot *s)
         job->shards_skipped_closed += st.epoch.shards_skipped;
         st.seek.active = st.seek.replaying = 0;
         st.seek.window_bytes = 0;
-        seek_add(&job->seeks_closed, &st.seek);
+        sc_seek_add(&job->seeks_closed, &st.seek);
         job->samples_skipped_closed += st.epoch.samples_skipped;
         pthread_mutex_unlock(&job->mu);
     }
@@ -373,7 +228,7 @@ static size_t find_job(sc_jobs *j, const char *name)
     return SIZE_MAX;
 }
 
-static sc_job *get_job(sc_jobs *j, const char *name)
+sc_job *sc_jobs_get_job(sc_jobs *j, const char *name)
 {
     sc_job *job = NULL;
     pthread_mutex_lock(&j->mu);
@@ -447,7 +302,7 @@ unsigned sc_jobs_put(sc_jobs *j, const sc_jobspec *spec, char *reason,
     pthread_mutex_unlock(&j->mu);
     if (old) {
         job_remove(old, "job redefined");
-        job_unref(old);
+        sc_job_unref(old);
     }
     sc_redact_source(spec->source, src, sizeof src);
     SC_LOG(SIO_LOG_INFO, "event=job_%s job=%s source=\"%s\"",
@@ -472,7 +327,7 @@ unsigned sc_jobs_delete(sc_jobs *j, const char *name, char *reason,
         return 404;
     }
     job_remove(job, "job deleted");
-    job_unref(job);
+    sc_job_unref(job);
     SC_LOG(SIO_LOG_INFO, "event=job_deleted job=%s", name);
     return 204;
 }
@@ -678,13 +533,13 @@ static void *resolver_main(void *arg)
     pthread_mutex_lock(&j->mu);
     while (!j->stop) {
         uint64_t now = now_ms(), next = now + 5000u;
-        sc_job *todo = NULL;
+        sc_job *due = NULL;
         for (size_t i = 0; i < j->njobs; i++) {
             sc_job *job = j->jobs[i];
             pthread_mutex_lock(&job->mu);
             if (job->state != JOB_READY) {
-                if (job->next_resolve_ms <= now && !todo) {
-                    todo = job;
+                if (job->next_resolve_ms <= now && !due) {
+                    due = job;
                     job_ref(job);
                 } else if (job->next_resolve_ms < next) {
                     next = job->next_resolve_ms;
@@ -692,7 +547,7 @@ static void *resolver_main(void *arg)
             }
             pthread_mutex_unlock(&job->mu);
         }
-        if (!todo) {
+        if (!due) {
             struct timespec ts;
             deadline_in(&ts, next > now ? next - now : 1);
             pthread_cond_timedwait(&j->resolve, &j->mu, &ts);
@@ -707,48 +562,48 @@ static void *resolver_main(void *arg)
         char src[256], msg[600];
         job_mix mix;
         memset(&mix, 0, sizeof mix);
-        sio_code rc = resolve_job(j, todo, &list, &mix, &err);
+        sio_code rc = resolve_job(j, due, &list, &mix, &err);
         if (rc == SIO_OK && sio_shardlist_count(list) == 0) {
             rc = SIO_ERR_NOTFOUND;
             snprintf(err.msg, sizeof err.msg, "the source has no shards");
         }
-        sc_redact_source(todo->spec.source, src, sizeof src);
-        pthread_mutex_lock(&todo->mu);
-        todo->attempts++;
+        sc_redact_source(due->spec.source, src, sizeof src);
+        pthread_mutex_lock(&due->mu);
+        due->attempts++;
         if (rc == SIO_OK) {
-            todo->res->list = list;
+            due->res->list = list;
             list = NULL;
-            todo->res->mix = mix.src;
-            todo->res->nmix = mix.n;
-            todo->res->mix_names = mix.names;
-            todo->res->mix_sent = mix.sent;
-            todo->res->mix_frames = mix.frames;
-            todo->res->mix_name_ptrs = mix.name_ptrs;
+            due->res->mix = mix.src;
+            due->res->nmix = mix.n;
+            due->res->mix_names = mix.names;
+            due->res->mix_sent = mix.sent;
+            due->res->mix_frames = mix.frames;
+            due->res->mix_name_ptrs = mix.name_ptrs;
             memset(&mix, 0, sizeof mix);
-            todo->state = JOB_READY;
-            todo->reason[0] = '\0';
+            due->state = JOB_READY;
+            due->reason[0] = '\0';
             SC_LOG(SIO_LOG_INFO, "event=job_ready job=%s shards=%zu",
-                   todo->spec.name, sio_shardlist_count(todo->res->list));
+                   due->spec.name, sio_shardlist_count(due->res->list));
         } else {
-            todo->state = JOB_FAILED;
+            due->state = JOB_FAILED;
             snprintf(msg, sizeof msg, "cannot resolve the source: %s",
                      err.msg[0] ? err.msg : sio_strerror(rc));
-            sc_redact_source(msg, todo->reason, sizeof todo->reason);
-            job_error(todo, msg);
-            todo->next_resolve_ms = now_ms() + todo->backoff_ms;
-            todo->backoff_ms = todo->backoff_ms * 2 > RESOLVE_BACKOFF_MAX_MS
+            sc_redact_source(msg, due->reason, sizeof due->reason);
+            job_error(due, msg);
+            due->next_resolve_ms = now_ms() + due->backoff_ms;
+            due->backoff_ms = due->backoff_ms * 2 > RESOLVE_BACKOFF_MAX_MS
                                    ? RESOLVE_BACKOFF_MAX_MS
-                                   : todo->backoff_ms * 2;
+                                   : due->backoff_ms * 2;
             SC_LOG(SIO_LOG_WARN,
                    "event=job_source_failed job=%s source=\"%s\" code=%d "
                    "retry_ms=%" PRIu64,
-                   todo->spec.name, src, (int)rc,
-                   todo->next_resolve_ms - now_ms());
+                   due->spec.name, src, (int)rc,
+                   due->next_resolve_ms - now_ms());
         }
-        pthread_mutex_unlock(&todo->mu);
+        pthread_mutex_unlock(&due->mu);
         sio_shardlist_free(list);
         job_mix_free(&mix);
-        job_unref(todo);
+        sc_job_unref(due);
         pthread_mutex_lock(&j->mu);
         pthread_cond_broadcast(&j->resolved);
     }
@@ -1184,84 +1039,107 @@ static unsigned open_sample(sc_jobs *j, sc_job *job, const sc_request *req,
     return 200;
 }
 
-unsigned sc_jobs_open_stream(sc_jobs *j, const sc_request *req,
-                             struct MHD_Connection *conn, const char *id,
-                             sc_stream **stream, sc_binding **binding,
-                             unsigned *retry_after, char *reason,
-                             size_t reason_len)
+unsigned sc_jobs_stream_begin(sc_jobs *j, const sc_request *req,
+                              sc_stream_params *p, sc_stream_fields *f,
+                              sc_binding **binding, unsigned *retry_after,
+                              char *reason, size_t reason_len)
 {
-    char names[SIO_TARW_FILTER_MAX][SIO_TARW_FIELD_NAME_MAX + 1];
-    const char *fields[SIO_TARW_FILTER_MAX];
     size_t nfields = 0;
-    sio_error err = {SIO_OK, ""};
-    sc_stream *s = NULL;
-    sc_binding *b = NULL;
-    fslot *slot;
-    unsigned status = 500;
-    sio_code rc;
+    unsigned status;
 
-    *stream = NULL;
     *binding = NULL;
     *retry_after = 0;
-    sc_job *job = get_job(j, req->job);
+    sc_job *job = sc_jobs_get_job(j, req->job);
     if (!job) {
         fail(reason, reason_len, "unknown job");
         return 404;
     }
-    b = calloc(1, sizeof *b);
+    sc_binding *b = calloc(1, sizeof *b);
     if (!b) {
         fail(reason, reason_len, "out of memory");
-        status = 503;
-        goto out_unref;
+        sc_job_unref(job);
+        return 503;
     }
     pthread_mutex_lock(&job->mu);
     if (job->removed) {
         fail(reason, reason_len, "unknown job");
         status = 404;
-        goto out;
+        goto fail;
     }
     if (job->state != JOB_READY) {
         fail(reason, reason_len, "job %s is not ready: %s", job->spec.name,
              job->reason);
         status = 503;
         *retry_after = 5;
-        goto out;
+        goto fail;
     }
     /* The request's fields=, else the job's default filter. */
     if (req->has_fields) {
         for (size_t i = 0; i < req->nfields; i++)
-            fields[i] = req->fields[i];
+            f->ptrs[i] = req->fields[i];
         nfields = req->nfields;
     } else if (job->spec.fields &&
-               sc_fields_split(job->spec.fields, names, &nfields) == 0) {
+               sc_fields_split(job->spec.fields, f->names, &nfields) == 0) {
         for (size_t i = 0; i < nfields; i++)
-            fields[i] = names[i];
+            f->ptrs[i] = f->names[i];
     }
-    sc_stream_params p = {job->spec.name,
-                          req->epoch,
-                          req->rank,
-                          req->world,
-                          req->start,
-                          req->global_start,
-                          req->route == SC_ROUTE_SAMPLE
-                              ? SIO_PARTITION_NONE
-                              : (sio_partition)job->spec.partition,
-                          req->format,
-                          fields,
-                          nfields,
-                          id,
-                          &job->ctr,
-                          job->res->mix_frames,
-                          (const char *const *)job->res->mix_name_ptrs,
-                          job->res->mix_frames ? job->res->nmix : 0,
-                          job->res->mix_sent};
-    rc = sc_stream_create(&p, &s, &err);
-    if (rc) {
-        fail(reason, reason_len, "%s", err.msg);
-        status = rc == SIO_ERR_INVALID ? 400 : 503;
+    memset(p, 0, sizeof *p);
+    p->job = job->spec.name;
+    p->epoch = req->epoch;
+    p->rank = req->rank;
+    p->world = req->world;
+    p->start = req->start;
+    p->global_start = req->global_start;
+    p->partition = req->route == SC_ROUTE_SAMPLE
+                       ? SIO_PARTITION_NONE
+                       : (sio_partition)job->spec.partition;
+    p->format = req->format;
+    p->fields = f->ptrs;
+    p->nfields = nfields;
+    p->counters = &job->ctr;
+    /* The mix is set with the shard list, before the job is ready, and
+     * immutable after. */
+    p->sources = job->res->mix_frames;
+    p->source_names = (const char *const *)job->res->mix_name_ptrs;
+    p->nsources = job->res->mix_frames ? job->res->nmix : 0;
+    p->source_sent = job->res->mix_sent;
+    pthread_mutex_unlock(&job->mu);
+    b->job = job; /* the binding keeps the job reference */
+    *binding = b;
+    return 200;
+fail:
+    pthread_mutex_unlock(&job->mu);
+    free(b);
+    sc_job_unref(job);
+    return status;
+}
+
+void sc_jobs_stream_abort(sc_jobs *j, sc_binding *b)
+{
+    (void)j;
+    if (!b)
+        return;
+    sc_job_unref(b->job);
+    free(b);
+}
+
+unsigned sc_jobs_open_stream(sc_jobs *j, sc_binding *b, const sc_request *req,
+                             sc_stream *s, unsigned *retry_after,
+                             char *reason, size_t reason_len)
+{
+    sio_error err = {SIO_OK, ""};
+    sc_job *job = b->job;
+    fslot *slot;
+    unsigned status = 500;
+    sio_code rc;
+
+    *retry_after = 0;
+    pthread_mutex_lock(&job->mu);
+    if (job->removed) {
+        fail(reason, reason_len, "unknown job");
+        status = 404;
         goto out;
     }
-
     if (req->route == SC_ROUTE_SAMPLE) {
         status = open_sample(j, job, req, s, b, &err, retry_after);
         if (status != 200) {
@@ -1344,9 +1222,8 @@ unsigned sc_jobs_open_stream(sc_jobs *j, const sc_request *req,
     slot->last_ms = now_ms();
     b->slot = slot;
 bound:
-    sc_stream_bind(s, b->cur, conn);
+    sc_stream_set_cursor(s, b->cur);
     b->s = s;
-    b->job = job;
     b->epoch = req->epoch;
     b->rank = req->rank;
     b->world = req->world;
@@ -1358,17 +1235,13 @@ bound:
     atomic_fetch_add(&job->streams_opened, 1);
     atomic_fetch_add(&j->nbindings, 1);
     pthread_mutex_unlock(&job->mu);
-    *stream = s;
-    *binding = b;
     return 200; /* the binding keeps the job reference */
 out:
     pthread_mutex_unlock(&job->mu);
-    sc_stream_destroy(s);
-    free(b);
-out_unref:
-    job_unref(job);
+    sc_jobs_stream_abort(j, b);
     return status;
 }
+
 
 void sc_jobs_release(sc_jobs *j, sc_binding *b)
 {
@@ -1390,11 +1263,6 @@ void sc_jobs_cut_all(sc_jobs *j, const char *reason, uint32_t retry_after_ms)
         pthread_mutex_unlock(&job->mu);
     }
     pthread_mutex_unlock(&j->mu);
-}
-
-size_t sc_jobs_streams(sc_jobs *j)
-{
-    return atomic_load(&j->nbindings);
 }
 
 size_t sc_jobs_wait_streams(sc_jobs *j, uint32_t timeout_ms)
@@ -1455,7 +1323,7 @@ static void reap_one(sc_jobs *j, sc_binding *b)
     atomic_fetch_sub(&j->nbindings, 1);
     pthread_cond_broadcast(&j->drained);
     pthread_mutex_unlock(&j->mu);
-    job_unref(job);
+    sc_job_unref(job);
 }
 
 /* Timers of one job: throughput, retirement, prefetch; closes the slots
@@ -1579,7 +1447,7 @@ static void *manager_main(void *arg)
             last_tp = now;
         for (size_t i = 0; i < n; i++) {
             job_tick(j, snap[i], now, tp);
-            job_unref(snap[i]);
+            sc_job_unref(snap[i]);
         }
         pthread_mutex_lock(&j->mu);
         if (j->reap || j->dead || j->stop)
@@ -1703,7 +1571,7 @@ int sc_jobs_destroy(sc_jobs *j)
     pthread_mutex_unlock(&j->mu);
     for (size_t i = 0; i < n; i++) {
         job_remove(jobs[i], "server shutting down");
-        job_unref(jobs[i]);
+        sc_job_unref(jobs[i]);
     }
     pthread_mutex_lock(&j->mu);
     j->stop = 1;
@@ -1749,685 +1617,4 @@ int sc_jobs_destroy(sc_jobs *j)
     free(j->jobs);
     free(j);
     return 0;
-}
-
-/* Status ------------------------------------------------------------------ */
-
-static const char *state_name(int st)
-{
-    return st == JOB_READY ? "ready" : st == JOB_FAILED ? "failed" : "resolving";
-}
-
-static const char *partition_name(int p)
-{
-    return sio_partition_name((sio_partition)p);
-}
-
-static json_t *jint(uint64_t v)
-{
-    return json_integer(v > INT64_MAX ? INT64_MAX : (json_int_t)v);
-}
-
-/* Samples/s and MB/s over the ring (job->mu held). */
-static void throughput(const sc_job *job, double *sps, double *mbps,
-                       double *secs)
-{
-    *sps = *mbps = *secs = 0;
-    if (job->nring < 2)
-        return;
-    const tp_sample *newest = &job->ring[(job->ring_at + RING - 1) % RING];
-    const tp_sample *oldest =
-        &job->ring[job->nring < RING ? 0 : job->ring_at];
-    if (newest->ms <= oldest->ms)
-        return;
-    *secs = (double)(newest->ms - oldest->ms) / 1000.0;
-    *sps = (double)(newest->samples - oldest->samples) / *secs;
-    *mbps = (double)(newest->bytes - oldest->bytes) / 1e6 / *secs;
-}
-
-typedef struct epoch_counts {
-    size_t attached, missing, lagging;
-    uint64_t window_samples, window_bytes;
-    uint64_t shards_skipped, samples_skipped;
-    sio_feed_seek_stats seek;
-} epoch_counts;
-
-
-static uint64_t lag_threshold(const sc_config *cfg)
-{
-    return cfg->lag_samples ? cfg->lag_samples
-                            : (cfg->window_samples + 1u) / 2u;
-}
-
-/* One epoch's status object; adds to *cnt (job->mu held). cons has
- * SC_STATUS_CONSUMERS_MAX entries. */
-static json_t *epoch_json(const sc_config *cfg, fslot *s,
-                          sio_feed_consumer *cons, epoch_counts *cnt,
-                          int detail)
-{
-    sio_feed_stats st;
-    size_t n = 0;
-    uint64_t thr = lag_threshold(cfg);
-    sio_feed_get_stats(s->feed, &st, cons, SC_STATUS_CONSUMERS_MAX, &n);
-    size_t listed = n < SC_STATUS_CONSUMERS_MAX ? n : SC_STATUS_CONSUMERS_MAX;
-    size_t attached = 0, missing = 0, lagging = 0;
-    json_t *jc = detail ? json_array() : NULL;
-    json_t *jm = detail ? json_array() : NULL;
-    json_t *jl = detail ? json_array() : NULL;
-
-    for (size_t i = 0; i < listed; i++) {
-        sio_feed_consumer *c = &cons[i];
-        int lag = c->attached && c->lag >= thr;
-        attached += c->attached != 0;
-        missing += !c->attached;
-        lagging += lag;
-        if (!detail)
-            continue;
-        json_t *o = json_pack(
-            "{s:I, s:I, s:o, s:o, s:o, s:b, s:b, s:o, s:s, s:b}", "rank",
-            (json_int_t)c->rank, "world", (json_int_t)c->world, "position",
-            jint(c->position), "next_index", jint(c->next_index), "lag",
-            jint(c->lag), "attached", c->attached, "replay", c->replay,
-            "idle_ms", jint(c->idle_ms), "state",
-            c->attached ? (lag ? "lagging" : "streaming")
-                        : c->expected ? "missing" : "disconnected",
-            "lagging", lag);
-        /* The consumer's share, once the epoch's length is known. */
-        json_object_set_new(
-            o, "share_length",
-            s->count != UINT64_MAX
-                ? jint(sio_share_length(s->count, 0, c->rank, c->world,
-                                        (sio_partition)s->partition))
-                : json_null());
-        json_array_append_new(jc, o);
-        /* Missing: expected but never attached, or disconnected and
-         * still within its rejoin grace (the window waits for both). */
-        if (!c->attached)
-            json_array_append_new(
-                jm, json_pack("{s:I, s:I, s:o, s:s}", "rank",
-                              (json_int_t)c->rank, "world",
-                              (json_int_t)c->world, "idle_ms",
-                              jint(c->idle_ms), "state",
-                              c->expected ? "never-attached"
-                                          : "disconnected"));
-        if (lag)
-            json_array_append_new(
-                jl, json_pack("{s:I, s:I, s:o}", "rank", (json_int_t)c->rank,
-                              "world", (json_int_t)c->world, "lag",
-                              jint(c->lag)));
-    }
-    cnt->attached += attached;
-    cnt->missing += missing;
-    cnt->lagging += lagging;
-    cnt->window_samples += st.window_samples;
-    cnt->window_bytes += st.window_bytes;
-    cnt->shards_skipped += st.epoch.shards_skipped;
-    cnt->samples_skipped += st.epoch.samples_skipped;
-    seek_add(&cnt->seek, &st.seek);
-    if (!detail)
-        return NULL;
-    json_t *seeks = json_pack(
-        "{s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:I, s:o}", "ready_ms_avg",
-        st.seek.ready_count
-            ? json_real((double)st.seek.ready_us / 1000.0 /
-                        (double)st.seek.ready_count)
-            : json_null(),
-        "opened",
-        jint(st.seek.opened), "shared", jint(st.seek.shared), "refused",
-        jint(st.seek.busy), "replays", jint(st.seek.replays), "lag_detaches",
-        jint(st.seek.lag_detaches), "active", (json_int_t)st.seek.active,
-        "replaying", (json_int_t)st.seek.replaying, "window_bytes",
-        jint(st.seek.window_bytes));
-    json_t *o = json_pack(
-        "{s:o, s:o, s:{s:o, s:o, s:o, s:o, s:o}, s:b, s:b, s:b, s:b, s:I, "
-        "s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:I, s:I, s:o, s:o, s:o, s:b}",
-        "epoch", jint(s->epoch), "produced", jint(st.produced), "window",
-        "lo", jint(st.window_lo), "samples", jint(st.window_samples), "bytes",
-        jint(st.window_bytes), "max_samples", jint(cfg->window_samples),
-        "max_bytes", jint(cfg->window_bytes), "ended", st.ended, "failed",
-        st.failed, "prefetched", s->prefetched, "retired", s->retired,
-        "streams", (json_int_t)s->streams, "samples", jint(st.epoch.samples),
-        "bytes", jint(st.epoch.bytes), "shards_done",
-        jint(st.epoch.shards_done), "shards_skipped",
-        jint(st.epoch.shards_skipped), "samples_skipped",
-        jint(st.epoch.samples_skipped), "consumers_total", jint(n),
-        "attached", (json_int_t)attached, "missing_count",
-        (json_int_t)missing, "lagging_count", (json_int_t)lagging,
-        "consumers", jc, "missing", jm, "lagging", jl, "consumers_truncated",
-        n > listed);
-    if (o) {
-        json_object_set_new(o, "samples_total", s->count != UINT64_MAX
-                                                    ? jint(s->count)
-                                                    : json_null());
-        json_object_set_new(o, "seeks", seeks);
-        json_object_set_new(o, "journal_skips",
-                            jint(sio_journal_count(s->journal)));
-    } else {
-        json_decref(seeks);
-    }
-    return o;
-}
-
-static json_t *fetch_json(sio_io *io)
-{
-    sio_io_stats f;
-    sio_io_get_stats(io, &f);
-    return json_pack("{s:o, s:o, s:o, s:o, s:o, s:I, s:I}", "requests",
-                     jint(f.requests), "retries", jint(f.retries),
-                     "throttles", jint(f.throttles), "errors",
-                     jint(f.errors), "bytes", jint(f.bytes), "inflight",
-                     (json_int_t)f.inflight, "concurrency",
-                     (json_int_t)f.concurrency);
-}
-
-static const char *list_url_at(const void *ctx, size_t i)
-{
-    return sio_shardlist_url(ctx, i);
-}
-
-/* The job's use of the shard cache: its opens and bytes, and how many of
- * its shards the cache holds (job->mu held; the list is immutable). */
-static json_t *job_cache_json(sc_jobs *j, sc_job *job)
-{
-    sio_cache_user_stats us;
-    uint64_t held = 0, held_bytes = 0;
-    sio_cache_user_get_stats(job->res->cache, &us);
-    if (job->res->cache && job->res->list)
-        sio_cache_held(j->cache, list_url_at, job->res->list,
-                       sio_shardlist_count(job->res->list), &held,
-                       &held_bytes);
-    return json_pack("{s:b, s:o, s:o, s:o, s:o, s:o, s:o}", "enabled",
-                     job->res->cache != NULL, "entries", jint(held), "bytes",
-                     jint(held_bytes), "hits", jint(us.hits), "misses",
-                     jint(us.misses), "hit_bytes", jint(us.hit_bytes),
-                     "miss_bytes", jint(us.miss_bytes));
-}
-
-/* A mixed job's sources: configured and realized proportions (of the
- * samples sent to consumers so far). job->mu held; the mix is immutable. */
-static json_t *job_mix_json(sc_job *job)
-{
-    const job_res *r = job->res;
-    uint64_t quota_sum = 0, sent_sum = 0;
-    json_t *arr = json_array();
-    for (uint32_t i = 0; i < r->nmix; i++) {
-        quota_sum += r->mix[i].quota;
-        sent_sum += atomic_load(&r->mix_sent[i]);
-    }
-    for (uint32_t i = 0; arr && i < r->nmix; i++) {
-        uint64_t sent = atomic_load(&r->mix_sent[i]);
-        json_array_append_new(
-            arr, json_pack("{s:s, s:I, s:o, s:o, s:f, s:o, s:f}", "name",
-                           r->mix_names[i], "shards",
-                           (json_int_t)r->mix[i].count, "quota",
-                           jint(r->mix[i].quota), "sampling",
-                           r->mix[i].resample
-                               ? json_string("with_replacement")
-                               : json_string("without_replacement"),
-                           "proportion_configured",
-                           quota_sum ? (double)r->mix[i].quota /
-                                           (double)quota_sum
-                                     : 0.0,
-                           "samples_sent", jint(sent),
-                           "proportion_realized",
-                           sent_sum ? (double)sent / (double)sent_sum : 0.0));
-    }
-    return arr;
-}
-
-/* The server's shard cache (null without one). */
-static json_t *cache_json(sc_jobs *j)
-{
-    sio_cache_stats cs;
-    if (!j->cache)
-        return json_null();
-    sio_cache_get_stats(j->cache, &cs);
-    return json_pack(
-        "{s:o, s:o, s:o, s:o, s:o, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
-        "s:o, s:o}",
-        "budget_bytes", jint(cs.budget), "used_bytes", jint(cs.used_bytes),
-        "data_bytes", jint(cs.data_bytes), "entries", jint(cs.entries),
-        "complete", jint(cs.complete), "fills", (json_int_t)cs.fills, "hits",
-        jint(cs.hits), "misses", jint(cs.misses), "hit_bytes",
-        jint(cs.hit_bytes), "miss_bytes", jint(cs.miss_bytes), "store_bytes",
-        jint(cs.store_bytes), "evictions", jint(cs.evictions), "stale",
-        jint(cs.stale), "rejected", jint(cs.rejected), "validations",
-        jint(cs.validations));
-}
-
-static json_t *job_json(sc_jobs *j, sc_job *job, sio_feed_consumer *cons,
-                        int detail)
-{
-    char src[SC_SOURCE_MAX + 16];
-    epoch_counts cnt;
-    double sps, mbps, secs;
-    json_t *epochs = json_array();
-
-    memset(&cnt, 0, sizeof cnt);
-    pthread_mutex_lock(&job->mu);
-    for (fslot *s = job->slots; s; s = s->next) {
-        if (s->retired && !detail)
-            continue;
-        json_t *e = epoch_json(j->cfg, s, cons, &cnt, detail);
-        json_array_append_new(epochs, e ? e : jint(s->epoch));
-    }
-    throughput(job, &sps, &mbps, &secs);
-    sc_redact_source(job->spec.source, src, sizeof src);
-    json_t *settings = json_pack(
-        "{s:o, s:I, s:o, s:I, s:s, s:s, s:I, s:o, s:b}", "seed",
-        jint(job->spec.seed), "shuffle_buffer",
-        (json_int_t)job->spec.shuffle_buffer, "shuffle_buffer_bytes",
-        jint(job->spec.buffer_bytes), "interleave",
-        (json_int_t)job->spec.interleave, "partition",
-        partition_name(job->spec.partition), "on_error",
-        job->spec.on_error == SIO_ON_ERROR_FAIL ? "fail" : "skip",
-        "read_threads", (json_int_t)job->spec.read_threads, "fields",
-        job->spec.fields ? json_string(job->spec.fields) : json_null(),
-        "cache", job->spec.cache);
-    if (settings) {
-        json_object_set_new(settings, "epoch_size", jint(job->spec.epoch_size));
-        if (job->spec.sources)
-            json_object_set_new(settings, "sources",
-                                json_loads(job->spec.sources, 0, NULL));
-    }
-    json_t *o = json_pack(
-        "{s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:I, s:I, s:I, s:{s:f, s:f, "
-        "s:f}, s:{s:o, s:o, s:o, s:o, s:o, s:o, s:o}, s:{s:o, s:o}}",
-        "name", job->spec.name, "state", state_name(job->state), "reason",
-        job->reason, "source", src, "shards",
-        job->res->list ? jint(sio_shardlist_count(job->res->list))
-                       : json_null(),
-        "settings", settings, "epochs", epochs, "consumers_attached",
-        (json_int_t)cnt.attached, "consumers_missing",
-        (json_int_t)cnt.missing, "consumers_lagging",
-        (json_int_t)cnt.lagging, "throughput", "samples_per_s", sps,
-        "mb_per_s", mbps, "window_s", secs, "totals", "samples_sent",
-        jint(atomic_load(&job->ctr.samples)), "bytes_sent",
-        jint(atomic_load(&job->ctr.bytes)), "streams_opened",
-        jint(atomic_load(&job->streams_opened)), "streams_ok",
-        jint(atomic_load(&job->streams_by_outcome[SC_STREAM_OK])),
-        "streams_failed",
-        jint(atomic_load(&job->streams_by_outcome[SC_STREAM_ERROR])),
-        "streams_cut",
-        jint(atomic_load(&job->streams_by_outcome[SC_STREAM_CUT])),
-        "streams_client_gone",
-        jint(atomic_load(&job->streams_by_outcome[SC_STREAM_CLIENT_GONE])),
-        "skipped", "shards",
-        jint(job->shards_skipped_closed + cnt.shards_skipped), "samples",
-        jint(job->samples_skipped_closed + cnt.samples_skipped));
-    if (o && detail) {
-        json_t *errs = json_array();
-        for (size_t i = 0; i < job->nerrors; i++) {
-            size_t k = (job->error_at + SC_JOB_ERRORS_MAX - job->nerrors + i) %
-                       SC_JOB_ERRORS_MAX;
-            json_array_append_new(
-                errs, json_pack("{s:o, s:s}", "unix_ms",
-                                jint(job->errors[k].unix_ms), "message",
-                                job->errors[k].msg));
-        }
-        json_object_set_new(o, "errors", errs);
-        json_object_set_new(o, "fetch", fetch_json(j->io));
-        json_object_set_new(
-            o, "lag_threshold_samples", jint(lag_threshold(j->cfg)));
-    }
-    if (o)
-        json_object_set_new(o, "cache", job_cache_json(j, job));
-    if (o && job->res->nmix)
-        json_object_set_new(o, "mix", job_mix_json(job));
-    pthread_mutex_unlock(&job->mu);
-    return o;
-}
-
-char *sc_jobs_status(sc_jobs *j, const char *name, int *missing)
-{
-    char *text = NULL;
-    json_t *root = NULL;
-    sio_feed_consumer *cons = malloc(SC_STATUS_CONSUMERS_MAX * sizeof *cons);
-
-    *missing = 0;
-    if (!cons)
-        return NULL;
-    if (name) {
-        sc_job *job = get_job(j, name);
-        if (!job) {
-            *missing = 1;
-            goto out;
-        }
-        root = job_json(j, job, cons, 1);
-        job_unref(job);
-    } else {
-        json_t *list = json_array();
-        pthread_mutex_lock(&j->mu);
-        for (size_t i = 0; i < j->njobs; i++)
-            json_array_append_new(list, job_json(j, j->jobs[i], cons, 0));
-        pthread_mutex_unlock(&j->mu);
-        root = json_pack("{s:o, s:o, s:o}", "jobs", list, "fetch",
-                         fetch_json(j->io), "cache", cache_json(j));
-    }
-    if (root)
-        text = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
-out:
-    json_decref(root);
-    free(cons);
-    return text;
-}
-
-/* Metrics ---------------------------------------------------------------- */
-
-/* One whole exposition line (never cut). */
-#define put(out, ...) sio_wbuf_printf((out), __VA_ARGS__)
-
-typedef struct job_metrics {
-    char name[SC_JOB_NAME_MAX + 1];
-    int ready;
-    uint64_t samples, bytes, opened, by_outcome[5];
-    uint64_t epochs, streams;
-    epoch_counts cnt;
-    uint64_t shards_skipped, samples_skipped;
-} job_metrics;
-
-/* The per-source series of mixed jobs: samples sent (what 0) or the
- * proportions (what 1). */
-static sio_code mix_metrics(sc_jobs *j, sio_wbuf *out, int what)
-{
-    sio_code rc = SIO_OK;
-    pthread_mutex_lock(&j->mu);
-    for (size_t k = 0; rc == SIO_OK && k < j->njobs; k++) {
-        sc_job *job = j->jobs[k];
-        pthread_mutex_lock(&job->mu);
-        const job_res *r = job->res;
-        uint64_t qsum = 0, ssum = 0;
-        for (uint32_t i = 0; i < r->nmix; i++) {
-            qsum += r->mix[i].quota;
-            ssum += atomic_load(&r->mix_sent[i]);
-        }
-        for (uint32_t i = 0; rc == SIO_OK && i < r->nmix; i++) {
-            uint64_t sent = atomic_load(&r->mix_sent[i]);
-            if (what == 0)
-                rc = put(out,
-                         "shardcast_mix_samples_sent_total{shardcast_job="
-                         "\"%s\",source=\"%s\"} %" PRIu64 "\n",
-                         job->spec.name, r->mix_names[i], sent);
-            else
-                rc = put(out,
-                         "shardcast_mix_proportion{shardcast_job=\"%s\","
-                         "source=\"%s\",kind=\"configured\"} %.6f\n"
-                         "shardcast_mix_proportion{shardcast_job=\"%s\","
-                         "source=\"%s\",kind=\"realized\"} %.6f\n",
-                         job->spec.name, r->mix_names[i],
-                         qsum ? (double)r->mix[i].quota / (double)qsum : 0.0,
-                         job->spec.name, r->mix_names[i],
-                         ssum ? (double)sent / (double)ssum : 0.0);
-        }
-        pthread_mutex_unlock(&job->mu);
-    }
-    pthread_mutex_unlock(&j->mu);
-    return rc;
-}
-
-sio_code sc_jobs_metrics(sc_jobs *j, sio_wbuf *out)
-{
-    sio_code rc = SIO_OK;
-    size_t n = 0;
-    sio_feed_consumer *cons = malloc(SC_STATUS_CONSUMERS_MAX * sizeof *cons);
-    job_metrics *m = calloc(j->cfg->max_jobs, sizeof *m);
-
-    if (!cons || !m) {
-        rc = SIO_ERR_NOMEM;
-        goto out;
-    }
-    pthread_mutex_lock(&j->mu);
-    for (size_t i = 0; i < j->njobs; i++, n++) {
-        sc_job *job = j->jobs[i];
-        job_metrics *x = &m[n];
-        pthread_mutex_lock(&job->mu);
-        snprintf(x->name, sizeof x->name, "%s", job->spec.name);
-        x->ready = job->state == JOB_READY;
-        x->samples = atomic_load(&job->ctr.samples);
-        x->bytes = atomic_load(&job->ctr.bytes);
-        x->opened = atomic_load(&job->streams_opened);
-        for (int k = 0; k < 5; k++)
-            x->by_outcome[k] = atomic_load(&job->streams_by_outcome[k]);
-        for (fslot *s = job->slots; s; s = s->next) {
-            x->streams += s->streams;
-            if (s->retired)
-                continue;
-            x->epochs++;
-            epoch_json(j->cfg, s, cons, &x->cnt, 0);
-        }
-        x->shards_skipped = job->shards_skipped_closed + x->cnt.shards_skipped;
-        seek_add(&x->cnt.seek, &job->seeks_closed);
-        x->samples_skipped =
-            job->samples_skipped_closed + x->cnt.samples_skipped;
-        pthread_mutex_unlock(&job->mu);
-    }
-    pthread_mutex_unlock(&j->mu);
-
-#define FAMILY(name, type, help)                                           \
-    do {                                                                   \
-        if ((rc = put(out, "# HELP " name " " help "\n# TYPE " name        \
-                           " " type "\n")))                                \
-            goto out;                                                      \
-    } while (0)
-#define EACH(metric, expr)                                                 \
-    do {                                                                   \
-        for (size_t i = 0; i < n; i++)                                     \
-            if ((rc = put(out, metric "{shardcast_job=\"%s\"} %" PRIu64     \
-                               "\n",                                       \
-                          m[i].name, (uint64_t)(expr))))                   \
-                goto out;                                                  \
-    } while (0)
-
-    FAMILY("shardcast_job_ready", "gauge",
-           "1 when the job's source is resolved and it serves streams.");
-    EACH("shardcast_job_ready", m[i].ready);
-    FAMILY("shardcast_samples_sent_total", "counter",
-           "Samples sent to consumers.");
-    EACH("shardcast_samples_sent_total", m[i].samples);
-    FAMILY("shardcast_bytes_sent_total", "counter",
-           "Bytes of stream bodies sent to consumers.");
-    EACH("shardcast_bytes_sent_total", m[i].bytes);
-    FAMILY("shardcast_streams_opened_total", "counter",
-           "Streams opened (each a cursor of a shared epoch).");
-    EACH("shardcast_streams_opened_total", m[i].opened);
-    FAMILY("shardcast_streams_closed_total", "counter",
-           "Streams closed, by outcome.");
-    for (size_t i = 0; i < n; i++)
-        for (int k = SC_STREAM_OK; k <= SC_STREAM_CLIENT_GONE; k++)
-            if ((rc = put(out,
-                          "shardcast_streams_closed_total{shardcast_job=\"%s\","
-                          "outcome=\"%s\"} %" PRIu64 "\n",
-                          m[i].name,
-                          sc_stream_outcome_name((sc_stream_outcome)k),
-                          m[i].by_outcome[k])))
-                goto out;
-    FAMILY("shardcast_streams_active", "gauge",
-           "Streams bound to an epoch of the job.");
-    EACH("shardcast_streams_active", m[i].streams);
-    FAMILY("shardcast_epochs_in_flight", "gauge",
-           "Epochs with an open feed.");
-    EACH("shardcast_epochs_in_flight", m[i].epochs);
-    FAMILY("shardcast_consumers_attached", "gauge",
-           "Consumers attached to an epoch in flight.");
-    EACH("shardcast_consumers_attached", m[i].cnt.attached);
-    FAMILY("shardcast_consumers_missing", "gauge",
-           "Consumers expected by an epoch (rank of a world seen, or "
-           "disconnected within the rejoin grace) but not attached.");
-    EACH("shardcast_consumers_missing", m[i].cnt.missing);
-    FAMILY("shardcast_consumers_lagging", "gauge",
-           "Attached consumers at least the lag threshold behind.");
-    EACH("shardcast_consumers_lagging", m[i].cnt.lagging);
-    FAMILY("shardcast_window_samples", "gauge",
-           "Samples held in the feed windows of the job.");
-    EACH("shardcast_window_samples", m[i].cnt.window_samples);
-    FAMILY("shardcast_window_bytes", "gauge",
-           "Payload bytes held in the feed windows of the job.");
-    EACH("shardcast_window_bytes", m[i].cnt.window_bytes);
-    FAMILY("shardcast_shards_skipped_total", "counter",
-           "Shards skipped as missing or corrupt (on_error=skip).");
-    EACH("shardcast_shards_skipped_total", m[i].shards_skipped);
-    FAMILY("shardcast_samples_skipped_total", "counter",
-           "Samples skipped as bad.");
-    EACH("shardcast_samples_skipped_total", m[i].samples_skipped);
-    FAMILY("shardcast_seeks_total", "counter",
-           "Seek feeds opened (reconnects, late ranks, laggards, padding).");
-    EACH("shardcast_seeks_total", m[i].cnt.seek.opened);
-    FAMILY("shardcast_seeks_shared_total", "counter",
-           "Consumers that joined a seek feed already open.");
-    EACH("shardcast_seeks_shared_total", m[i].cnt.seek.shared);
-    FAMILY("shardcast_seeks_refused_total", "counter",
-           "Seeks refused at the seek limits (503, Retry-After).");
-    EACH("shardcast_seeks_refused_total", m[i].cnt.seek.busy);
-    FAMILY("shardcast_seek_replays_total", "counter",
-           "Seeks that replayed the epoch from its start (shards not "
-           "indexed far enough).");
-    EACH("shardcast_seek_replays_total", m[i].cnt.seek.replays);
-    FAMILY("shardcast_lag_detaches_total", "counter",
-           "Times a full window slid past a consumer that held it back.");
-    EACH("shardcast_lag_detaches_total", m[i].cnt.seek.lag_detaches);
-    FAMILY("shardcast_seeks_active", "gauge", "Seek feeds open now.");
-    EACH("shardcast_seeks_active", m[i].cnt.seek.active);
-    /* Mixed jobs, per source. The job registry's lock keeps the jobs
-     * (and their immutable mixes) alive; counters are atomics. */
-    FAMILY("shardcast_mix_samples_sent_total", "counter",
-           "Samples of a mixed job sent to consumers, by source.");
-    if ((rc = mix_metrics(j, out, 0)))
-        goto out;
-    FAMILY("shardcast_mix_proportion", "gauge",
-           "A mixed job's share of each source: configured (its quota over "
-           "the epoch's) and realized (its samples sent over all sent).");
-    if ((rc = mix_metrics(j, out, 1)))
-        goto out;
-    FAMILY("shardcast_seek_ready_seconds", "histogram",
-           "Time from opening a seek feed to its first sample.");
-    for (size_t i = 0; i < n; i++) {
-        char lab[SC_JOB_NAME_MAX + 32];
-        snprintf(lab, sizeof lab, "shardcast_job=\"%s\"", m[i].name);
-        if ((rc = sio_hist_write(out, "shardcast_seek_ready_seconds", lab,
-                                 &sio_hist_latency, &m[i].cnt.seek.ready)))
-            goto out;
-    }
-
-    /* Unlabelled series: one family, one line. */
-#define SCALAR(metric, type, help, value)                                  \
-    do {                                                                   \
-        FAMILY(metric, type, help);                                        \
-        if ((rc = put(out, metric " %" PRIu64 "\n", (uint64_t)(value))))   \
-            goto out;                                                      \
-    } while (0)
-    sio_index_stats ix;
-    sio_index_get_stats(j->index, &ix);
-    FAMILY("shardcast_index_shards", "gauge",
-           "Shards with an index, complete or being built.");
-    if ((rc = put(out,
-                  "shardcast_index_shards{state=\"complete\"} %" PRIu64
-                  "\nshardcast_index_shards{state=\"partial\"} %" PRIu64 "\n",
-                  ix.complete, ix.entries - ix.complete)))
-        goto out;
-    SCALAR("shardcast_index_loaded_total", "counter",
-           "Shard indexes read from state_dir or sidecars.", ix.loaded);
-    SCALAR("shardcast_index_built_total", "counter",
-           "Shard indexes completed by streaming the shard.", ix.built);
-    SCALAR("shardcast_index_invalid_total", "counter",
-           "Index files refused as stale or corrupt.", ix.invalid);
-    /* By backend (and latency by operation): metrics.c. */
-    if ((rc = sc_metrics_write_store(j->io, out)))
-        goto out;
-    if (j->cache) {
-        sio_cache_stats cs;
-        sio_cache_get_stats(j->cache, &cs);
-        FAMILY("shardcast_cache_requests_total", "counter",
-               "Shard opens through the cache: hit (the entry was complete "
-               "and valid) or miss.");
-        if ((rc = put(out,
-                      "shardcast_cache_requests_total{result=\"hit\"} %"
-                      PRIu64 "\nshardcast_cache_requests_total{result="
-                      "\"miss\"} %" PRIu64 "\n", cs.hits, cs.misses)))
-            goto out;
-        FAMILY("shardcast_cache_bytes_total", "counter",
-               "Bytes delivered to shard readers, by the result of their "
-               "open.");
-        if ((rc = put(out,
-                      "shardcast_cache_bytes_total{result=\"hit\"} %" PRIu64
-                      "\nshardcast_cache_bytes_total{result=\"miss\"} %"
-                      PRIu64 "\n", cs.hit_bytes, cs.miss_bytes)))
-            goto out;
-        SCALAR("shardcast_cache_store_bytes_total", "counter",
-               "Object bytes read from the store into the cache.",
-               cs.store_bytes);
-        SCALAR("shardcast_cache_evictions_total", "counter",
-               "Entries evicted to make room.", cs.evictions);
-        SCALAR("shardcast_cache_evicted_bytes_total", "counter",
-               "Object bytes of the evicted entries.", cs.evicted_bytes);
-        SCALAR("shardcast_cache_stale_total", "counter",
-               "Entries dropped because the object changed in the store.",
-               cs.stale);
-        SCALAR("shardcast_cache_rejected_total", "counter",
-               "Misses not admitted (the policy, or every fill busy): read "
-               "straight from the store.", cs.rejected);
-        SCALAR("shardcast_cache_validations_total", "counter",
-               "HEAD requests made to check an entry against the store.",
-               cs.validations);
-        SCALAR("shardcast_cache_errors_total", "counter",
-               "Cache storage failures (the entry is dropped, readers go to "
-               "the store).", cs.write_errors);
-        FAMILY("shardcast_cache_fills_total", "counter",
-               "Background fills by how they ended.");
-        if ((rc = put(out,
-                      "shardcast_cache_fills_total{result=\"done\"} %" PRIu64
-                      "\nshardcast_cache_fills_total{result=\"failed\"} %"
-                      PRIu64 "\n", cs.fills_done, cs.fills_failed)))
-            goto out;
-        SCALAR("shardcast_cache_fills_active", "gauge",
-               "Fills running now.", cs.fills);
-        SCALAR("shardcast_cache_entries", "gauge",
-               "Entries held, complete or partial.", cs.entries);
-        SCALAR("shardcast_cache_used_bytes", "gauge",
-               "Bytes charged against the budget.", cs.used_bytes);
-        SCALAR("shardcast_cache_budget_bytes", "gauge",
-               "The cache budget.", cs.budget);
-    }
-    sio_pool_stats ps;
-    sio_pool_get_stats(&ps);
-    SCALAR("shardcast_sample_pool_idle_bytes", "gauge",
-           "Sample memory idle in the pool and resident.", ps.idle_bytes);
-    SCALAR("shardcast_sample_pool_mapped_bytes", "gauge",
-           "Address space of the sample pool's slabs (the peak of sample "
-           "memory in use).", ps.mapped_bytes);
-    FAMILY("shardcast_sample_pool_blocks_total", "counter",
-           "Sample memory blocks by what happened: reused from the pool, "
-           "fresh from a slab or malloc, released (pages given back).");
-    if ((rc = put(out,
-                  "shardcast_sample_pool_blocks_total{event=\"reused\"} %"
-                  PRIu64 "\nshardcast_sample_pool_blocks_total{event="
-                  "\"fresh\"} %" PRIu64 "\nshardcast_sample_pool_blocks_"
-                  "total{event=\"released\"} %" PRIu64 "\n",
-                  ps.reused, ps.fresh, ps.released)))
-        goto out;
-#undef SCALAR
-#undef FAMILY
-#undef EACH
-out:
-    free(cons);
-    free(m);
-    return rc;
-}
-
-sio_code sc_jobs_limits_metrics(sc_jobs *j, sio_wbuf *out)
-{
-    static const char *const names[SC_REFUSED_COUNT] = {
-        "epoch_ahead", "feeds_per_job", "feeds_per_server", "epoch_rate",
-        "world"};
-    sio_code rc = put(out,
-                      "# HELP shardcast_feeds_open Feeds open, live and "
-                      "retired, over every job.\n# TYPE shardcast_feeds_open "
-                      "gauge\nshardcast_feeds_open %zu\n"
-                      "# HELP shardcast_epochs_refused_total New epochs "
-                      "refused by a bound, by bound.\n"
-                      "# TYPE shardcast_epochs_refused_total counter\n",
-                      atomic_load(&j->nfeeds));
-    for (int i = 0; rc == SIO_OK && i < SC_REFUSED_COUNT; i++)
-        rc = put(out, "shardcast_epochs_refused_total{bound=\"%s\"} %" PRIu64
-                      "\n", names[i], (uint64_t)atomic_load(&j->refused[i]));
-    return rc;
 }

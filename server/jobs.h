@@ -1,5 +1,6 @@
 /*
- * jobs.h — the jobs a server serves, and the epochs in flight of each.
+ * jobs.h — the jobs a server serves, and the epochs in flight of each
+ * (jobs.c; status JSON and job metrics: status.c).
  *
  * A job is a sc_jobspec plus its resolved shard list. Per job, each epoch
  * in flight is one sio_feed (the epoch read once into a bounded window and
@@ -24,16 +25,18 @@
  * producer) with no lock held.
  *
  * Threading: every function is thread-safe. Ownership: sc_jobs owns the
- * jobs; a binding owns its stream from sc_jobs_open_stream until the
- * manager frees it after sc_jobs_release.
+ * jobs; a binding holds its job from sc_jobs_stream_begin, and owns its
+ * stream from sc_jobs_open_stream until the manager frees it after
+ * sc_jobs_release. The stream itself is built by the caller (http.c):
+ * nothing here knows the HTTP library.
  */
 #ifndef SC_JOBS_H
 #define SC_JOBS_H
 
-#include <microhttpd.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "prom.h"
 #include "request.h"
 #include "settings.h"
 #include "shardio.h"
@@ -93,20 +96,47 @@ void sc_jobs_wait_resolved(sc_jobs *j, uint32_t timeout_ms);
 /* Are all jobs resolved? 1, or 0 with a one-line reason. */
 int sc_jobs_ready(sc_jobs *j, char *reason, size_t reason_len);
 
+/* Storage for the field names a stream's filter points at while the
+ * stream is created (sc_jobs_stream_begin fills it). */
+typedef struct sc_stream_fields {
+    char names[SIO_TARW_FILTER_MAX][SIO_TARW_FIELD_NAME_MAX + 1];
+    const char *ptrs[SIO_TARW_FILTER_MAX];
+} sc_stream_fields;
+
 /*
- * Open the stream of req (route SC_ROUTE_STREAM) on conn: find or open the
- * epoch's feed, attach a cursor, create the stream. A new epoch passes the
- * churn bounds first (--max-epochs-ahead: 409; --max-feeds-per-job,
- * --max-feeds, --max-new-epochs-per-minute: 429 with *retry_after), and the
- * request's world is checked before any feed is opened. Returns 200 with
- * *stream and *binding set, or the HTTP status (400, 404, 409, 429, 503
- * with *retry_after seconds when > 0, 500) and a one-line reason.
+ * Begin a stream of req (route SC_ROUTE_STREAM or SC_ROUTE_SAMPLE): hold
+ * its job in a new binding and fill *p with the stream's parameters, the
+ * request's and the job's (partition, the default field filter, counters,
+ * mix sources); p->id and p->conn are left to the caller. Pointers in *p
+ * point into the job (valid while the binding holds it), into f and into
+ * req. Returns 200 with *binding set, or 404 (unknown job) or 503 (not
+ * ready, *retry_after seconds) with a one-line reason. The caller then
+ * creates the stream (sc_stream_create) and opens it, or gives the binding
+ * back with sc_jobs_stream_abort.
  */
-unsigned sc_jobs_open_stream(sc_jobs *j, const sc_request *req,
-                             struct MHD_Connection *conn, const char *id,
-                             sc_stream **stream, sc_binding **binding,
-                             unsigned *retry_after, char *reason,
-                             size_t reason_len);
+unsigned sc_jobs_stream_begin(sc_jobs *j, const sc_request *req,
+                              sc_stream_params *p, sc_stream_fields *f,
+                              sc_binding **binding, unsigned *retry_after,
+                              char *reason, size_t reason_len);
+
+/* Give back a binding that was begun and not opened (NULL is fine). */
+void sc_jobs_stream_abort(sc_jobs *j, sc_binding *b);
+
+/*
+ * Open the stream s of a begun binding: find or open the epoch's feed
+ * (a /samples/{i} request: a feed of that one sample) and attach a cursor
+ * that notifies s (sc_stream_notify), given to s with
+ * sc_stream_set_cursor. A new epoch passes the churn bounds first
+ * (--max-epochs-ahead: 409; --max-feeds-per-job, --max-feeds,
+ * --max-new-epochs-per-minute: 429 with *retry_after), and the request's
+ * world is checked before any feed is opened. Returns 200: the binding
+ * owns s from here until sc_jobs_release; or the HTTP status (400, 404,
+ * 409, 429, 503 with *retry_after seconds when > 0, 500) and a one-line
+ * reason: the binding is gone and s is still the caller's.
+ */
+unsigned sc_jobs_open_stream(sc_jobs *j, sc_binding *b, const sc_request *req,
+                             sc_stream *s, unsigned *retry_after,
+                             char *reason, size_t reason_len);
 
 /* The request of a binding completed (MHD's completion callback, after
  * sc_stream_gone): the manager closes the cursor, logs the outcome and
@@ -117,9 +147,6 @@ void sc_jobs_release(sc_jobs *j, sc_binding *b);
  * retryable: consumers come back after retry_after_ms and resume. */
 void sc_jobs_cut_all(sc_jobs *j, const char *reason, uint32_t retry_after_ms);
 
-/* Streams bound and not yet freed by the manager. */
-size_t sc_jobs_streams(sc_jobs *j);
-
 /* Wait until no stream is bound, or timeout_ms; returns those left. */
 size_t sc_jobs_wait_streams(sc_jobs *j, uint32_t timeout_ms);
 
@@ -128,11 +155,12 @@ size_t sc_jobs_wait_streams(sc_jobs *j, uint32_t timeout_ms);
  * when the job does not exist or memory ran out (*missing tells which). */
 char *sc_jobs_status(sc_jobs *j, const char *name, int *missing);
 
-/* Append the job and fetch metrics (Prometheus text) to out. */
-sio_code sc_jobs_metrics(sc_jobs *j, sio_wbuf *out);
+/* Write the job, fetch, index, cache and sample-pool metrics; returns
+ * the writer's state (sc_prom_done). */
+sio_code sc_jobs_metrics(sc_jobs *j, sc_prom *p);
 
-/* Append the server-wide epoch-churn metrics (no job names): feeds open and
- * new epochs refused by each bound. */
-sio_code sc_jobs_limits_metrics(sc_jobs *j, sio_wbuf *out);
+/* Write the server-wide epoch-churn metrics (no job names): feeds open and
+ * new epochs refused by each bound. Returns the writer's state. */
+sio_code sc_jobs_limits_metrics(sc_jobs *j, sc_prom *p);
 
 #endif /* SC_JOBS_H */

@@ -34,7 +34,6 @@
 
 static int log_level = SIO_LOG_INFO; /* set once at start-up */
 
-static const char *const level_names[] = {"error", "warn", "info", "debug"};
 
 /* The queue: a ring of records "u32 length, bytes" (q_mu). */
 static pthread_mutex_t q_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -56,20 +55,14 @@ int sc_log_level(void)
     return log_level;
 }
 
-int sc_log_level_parse(const char *s, int *out)
-{
-    for (int i = 0; i < 4; i++) {
-        if (strcmp(s, level_names[i]) == 0) {
-            *out = i;
-            return 0;
-        }
-    }
-    return -1;
-}
-
 const char *sc_log_level_name(int level)
 {
-    return level >= 0 && level < 4 ? level_names[level] : "unknown";
+#define LEVEL_NAME(name, lvl)                                              \
+    if (level == (lvl))                                                    \
+        return name;
+    SC_LOG_LEVELS(LEVEL_NAME)
+#undef LEVEL_NAME
+    return "unknown";
 }
 
 static void write_all(const char *line, size_t len)

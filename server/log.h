@@ -18,13 +18,19 @@
 
 #include "shardio.h"
 
-/* Levels: the library's (SIO_LOG_ERROR .. SIO_LOG_DEBUG). */
+/* Levels: the library's (SIO_LOG_ERROR .. SIO_LOG_DEBUG), and their names
+ * in log lines and in --log-level: X(name, level) for each, in level
+ * order. */
+#define SC_LOG_LEVELS(X)                                                   \
+    X("error", SIO_LOG_ERROR)                                              \
+    X("warn", SIO_LOG_WARN)                                                \
+    X("info", SIO_LOG_INFO)                                                \
+    X("debug", SIO_LOG_DEBUG)
 
 /* Set the level; call before any thread is started. */
 void sc_log_init(int level);
 int sc_log_level(void);
-/* Parse "error" | "warn" | "info" | "debug"; -1 when unknown. */
-int sc_log_level_parse(const char *s, int *out);
+/* The name of a level (SC_LOG_LEVELS), "unknown" for any other value. */
 const char *sc_log_level_name(int level);
 
 /*

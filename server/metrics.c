@@ -4,20 +4,20 @@
  *
  * Threading: the histograms are zero-initialised process globals updated
  * with relaxed atomics (sio_hist); nothing here takes a lock. The writers
- * run on the MHD thread answering /metrics.
+ * run on the MHD thread answering /metrics and write through sc_prom
+ * (prom.h) like every other family.
  */
 #include "metrics.h"
 
 #include <dirent.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
-#define NROUTES (SC_ROUTE_SAMPLE + 1)
+#define NROUTES SC_ROUTE_COUNT
 
 enum { M_GET, M_HEAD, M_PUT, M_DELETE, M_OTHER, NMETHODS };
 static const char *const method_names[NMETHODS] = {"GET", "HEAD", "PUT",
@@ -56,49 +56,35 @@ void sc_metrics_first_sample(sc_route route, const struct timespec *t0)
                      &sio_hist_latency, sio_hist_ns_since(t0));
 }
 
-/* One whole exposition line (never cut). */
-#define put(out, ...) sio_wbuf_printf((out), __VA_ARGS__)
-
-#define FAMILY(name, type, help)                                           \
-    do {                                                                   \
-        if (rc == SIO_OK)                                                  \
-            rc = put(out, "# HELP " name " " help "\n# TYPE " name " "     \
-                          type "\n");                                      \
-    } while (0)
-
-sio_code sc_metrics_write_http(sio_wbuf *out, const char *const *route_names,
-                               size_t nroutes)
+void sc_metrics_write_http(sc_prom *p)
 {
-    sio_code rc = SIO_OK;
-    char labels[128];
     sio_hist_snap s;
 
-    FAMILY("shardcast_http_request_duration_seconds", "histogram",
-           "Time from a request's arrival to its response completed (for "
-           "streams: the end of the stream), by route and method.");
-    for (size_t r = 0; r < NROUTES && r < nroutes; r++)
+    sc_prom_family(p, "shardcast_http_request_duration_seconds", "histogram",
+                   "Time from a request's arrival to its response completed "
+                   "(for streams: the end of the stream), by route and "
+                   "method.");
+    for (size_t r = 0; r < NROUTES; r++)
         for (int m = 0; m < NMETHODS; m++) {
             sio_hist_snapshot(&http_hist[r][m], &s);
-            if (rc != SIO_OK || sio_hist_snap_count(&s) == 0)
+            if (sio_hist_snap_count(&s) == 0)
                 continue;
-            snprintf(labels, sizeof labels, "route=\"%s\",method=\"%s\"",
-                     route_names[r], method_names[m]);
-            rc = sio_hist_write(out, "shardcast_http_request_duration_seconds",
-                                labels, &sio_hist_duration, &s);
+            sc_prom_hist(p, "shardcast_http_request_duration_seconds",
+                         SC_PROM_LABELS({"route", sc_route_metric((sc_route)r)},
+                                        {"method", method_names[m]}),
+                         &sio_hist_duration, &s);
         }
-    FAMILY("shardcast_stream_first_sample_seconds", "histogram",
-           "Time from a stream request's arrival to its first sample "
-           "queued for sending, by route.");
-    for (int k = 0; k < 2 && rc == SIO_OK; k++) {
+    sc_prom_family(p, "shardcast_stream_first_sample_seconds", "histogram",
+                   "Time from a stream request's arrival to its first sample "
+                   "queued for sending, by route.");
+    for (int k = 0; k < 2; k++) {
         sio_hist_snapshot(&first_hist[k], &s);
         if (sio_hist_snap_count(&s) == 0)
             continue;
-        snprintf(labels, sizeof labels, "route=\"%s\"",
-                 k ? "sample" : "stream");
-        rc = sio_hist_write(out, "shardcast_stream_first_sample_seconds",
-                            labels, &sio_hist_latency, &s);
+        sc_prom_hist(p, "shardcast_stream_first_sample_seconds",
+                     SC_PROM_LABELS({"route", k ? "sample" : "stream"}),
+                     &sio_hist_latency, &s);
     }
-    return rc;
 }
 
 /* Fields of /proc/self/stat (proc(5)) that process_* needs. */
@@ -199,9 +185,8 @@ static long count_fds(void)
     return n;
 }
 
-sio_code sc_metrics_write_process(sio_wbuf *out)
+void sc_metrics_write_process(sc_prom *p)
 {
-    sio_code rc = SIO_OK;
     proc_stat ps;
     long tck = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE);
     unsigned long long btime = 0;
@@ -211,62 +196,60 @@ sio_code sc_metrics_write_process(sio_wbuf *out)
     if (tck <= 0)
         tck = 100;
     if (read_proc_stat(&ps) == 0) {
-        FAMILY("process_cpu_seconds_total", "counter",
-               "Total user and system CPU time spent in seconds.");
-        if (rc == SIO_OK)
-            rc = put(out, "process_cpu_seconds_total %.2f\n",
-                     (double)(ps.utime + ps.stime) / (double)tck);
-        FAMILY("process_virtual_memory_bytes", "gauge",
-               "Virtual memory size in bytes.");
-        if (rc == SIO_OK)
-            rc = put(out, "process_virtual_memory_bytes %llu\n", ps.vsize);
-        FAMILY("process_resident_memory_bytes", "gauge",
-               "Resident memory size in bytes.");
-        if (rc == SIO_OK)
-            rc = put(out, "process_resident_memory_bytes %lld\n",
-                     ps.rss * (long long)(page > 0 ? page : 4096));
+        sc_prom_family(p, "process_cpu_seconds_total", "counter",
+                       "Total user and system CPU time spent in seconds.");
+        sc_prom_f64(p, "process_cpu_seconds_total", SC_PROM_NOLABELS,
+                    (double)(ps.utime + ps.stime) / (double)tck, 2);
+        sc_prom_family(p, "process_virtual_memory_bytes", "gauge",
+                       "Virtual memory size in bytes.");
+        sc_prom_u64(p, "process_virtual_memory_bytes", SC_PROM_NOLABELS,
+                    ps.vsize);
+        sc_prom_family(p, "process_resident_memory_bytes", "gauge",
+                       "Resident memory size in bytes.");
+        sc_prom_i64(p, "process_resident_memory_bytes", SC_PROM_NOLABELS,
+                    ps.rss * (long long)(page > 0 ? page : 4096));
         if (read_btime(&btime) == 0) {
-            FAMILY("process_start_time_seconds", "gauge",
-                   "Start time of the process since unix epoch in seconds.");
-            if (rc == SIO_OK)
-                rc = put(out, "process_start_time_seconds %.2f\n",
-                         (double)btime +
-                             (double)ps.starttime / (double)tck);
+            sc_prom_family(p, "process_start_time_seconds", "gauge",
+                           "Start time of the process since unix epoch in "
+                           "seconds.");
+            sc_prom_f64(p, "process_start_time_seconds", SC_PROM_NOLABELS,
+                        (double)btime + (double)ps.starttime / (double)tck,
+                        2);
         }
     }
     if ((fds = count_fds()) >= 0) {
-        FAMILY("process_open_fds", "gauge", "Number of open file descriptors.");
-        if (rc == SIO_OK)
-            rc = put(out, "process_open_fds %ld\n", fds);
+        sc_prom_family(p, "process_open_fds", "gauge",
+                       "Number of open file descriptors.");
+        sc_prom_i64(p, "process_open_fds", SC_PROM_NOLABELS, fds);
     }
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
-        FAMILY("process_max_fds", "gauge",
-               "Maximum number of open file descriptors.");
-        if (rc == SIO_OK)
-            rc = put(out, "process_max_fds %llu\n",
-                     rl.rlim_cur == RLIM_INFINITY
-                         ? (unsigned long long)INT64_MAX
-                         : (unsigned long long)rl.rlim_cur);
+        sc_prom_family(p, "process_max_fds", "gauge",
+                       "Maximum number of open file descriptors.");
+        sc_prom_u64(p, "process_max_fds", SC_PROM_NOLABELS,
+                    rl.rlim_cur == RLIM_INFINITY ? (uint64_t)INT64_MAX
+                                                 : (uint64_t)rl.rlim_cur);
     }
-    return rc;
 }
 
-sio_code sc_metrics_write_store(sio_io *io, sio_wbuf *out)
+void sc_metrics_write_store(sio_io *io, sc_prom *p)
 {
-    sio_code rc = SIO_OK;
     sio_store_stats *st = malloc(sizeof *st); /* ~4 KiB: not on the stack */
-    char labels[96];
 
-    if (!st)
-        return SIO_ERR_NOMEM;
+    if (!st) {
+        if (p->rc == SIO_OK)
+            p->rc = SIO_ERR_NOMEM;
+        return;
+    }
     sio_io_get_store_stats(io, st);
 #define BY_BACKEND(name, type, help, field)                                \
     do {                                                                   \
-        FAMILY(name, type, help);                                          \
-        for (int b = 0; rc == SIO_OK && b < SIO_STORE_BACKENDS; b++)       \
-            rc = put(out, name "{backend=\"%s\"} %" PRIu64 "\n",           \
-                     sio_store_backend_name((sio_store_backend)b),         \
-                     (uint64_t)st->backend[b].field);                      \
+        sc_prom_family(p, name, type, help);                               \
+        for (int b = 0; b < SIO_STORE_BACKENDS; b++)                       \
+            sc_prom_u64(p, name,                                           \
+                        SC_PROM_LABELS({"backend",                         \
+                                        sio_store_backend_name(            \
+                                            (sio_store_backend)b)}),       \
+                        (uint64_t)st->backend[b].field);                   \
     } while (0)
     BY_BACKEND("shardcast_fetch_requests_total", "counter",
                "Object-store requests started (attempts), by backend.",
@@ -288,21 +271,21 @@ sio_code sc_metrics_write_store(sio_io *io, sio_wbuf *out)
     BY_BACKEND("shardcast_fetch_inflight", "gauge",
                "Object-store requests in flight, by backend.", inflight);
 #undef BY_BACKEND
-    FAMILY("shardcast_fetch_latency_seconds", "histogram",
-           "Object-store request latency, by backend and operation: start "
-           "of an attempt to the first byte of its answer (files: the open, "
-           "stat or listing calls).");
-    for (int b = 0; rc == SIO_OK && b < SIO_STORE_BACKENDS; b++)
-        for (int op = 0; rc == SIO_OK && op < SIO_STORE_OPS; op++) {
+    sc_prom_family(p, "shardcast_fetch_latency_seconds", "histogram",
+                   "Object-store request latency, by backend and operation: "
+                   "start of an attempt to the first byte of its answer "
+                   "(files: the open, stat or listing calls).");
+    for (int b = 0; b < SIO_STORE_BACKENDS; b++)
+        for (int op = 0; op < SIO_STORE_OPS; op++) {
             const sio_hist_snap *s = &st->latency[b][op];
             if (sio_hist_snap_count(s) == 0)
                 continue;
-            snprintf(labels, sizeof labels, "backend=\"%s\",op=\"%s\"",
-                     sio_store_backend_name((sio_store_backend)b),
-                     sio_store_op_name((sio_store_op)op));
-            rc = sio_hist_write(out, "shardcast_fetch_latency_seconds", labels,
-                                &sio_hist_latency, s);
+            sc_prom_hist(
+                p, "shardcast_fetch_latency_seconds",
+                SC_PROM_LABELS(
+                    {"backend", sio_store_backend_name((sio_store_backend)b)},
+                    {"op", sio_store_op_name((sio_store_op)op)}),
+                &sio_hist_latency, s);
         }
     free(st);
-    return rc;
 }

@@ -1,6 +1,8 @@
 /*
  * metrics.h — shardcastd's histograms and process metrics for /metrics
- * (the counters stay with their owners: http.c, jobs.c, log.c).
+ * (the counters stay with their owners: http.c, jobs.c, log.c; the job
+ * series are written by status.c). Every family goes through the one
+ * Prometheus writer, prom.h.
  *
  *   shardcast_http_request_duration_seconds{route,method}  (histogram,
  *     layout sio_hist_duration) from the request line's arrival to the
@@ -27,6 +29,7 @@
 
 #include <time.h>
 
+#include "prom.h"
 #include "request.h"
 #include "shardio.h"
 #include "shardio_wire.h"
@@ -40,18 +43,17 @@ void sc_metrics_http_done(sc_route route, const char *method,
  * SC_ROUTE_STREAM or SC_ROUTE_SAMPLE; t0 the request's arrival). */
 void sc_metrics_first_sample(sc_route route, const struct timespec *t0);
 
-/* Append the HTTP histograms; route_names[r] names route r < nroutes. */
-sio_code sc_metrics_write_http(sio_wbuf *out, const char *const *route_names,
-                               size_t nroutes);
+/* Write the HTTP histograms (routes labelled by sc_route_metric). */
+void sc_metrics_write_http(sc_prom *p);
 
-/* Append process_cpu_seconds_total, process_resident_memory_bytes,
+/* Write process_cpu_seconds_total, process_resident_memory_bytes,
  * process_virtual_memory_bytes, process_open_fds, process_max_fds and
  * process_start_time_seconds (families whose source cannot be read are
  * left out). */
-sio_code sc_metrics_write_process(sio_wbuf *out);
+void sc_metrics_write_process(sc_prom *p);
 
-/* Append the object-store counters (by backend) and latency histograms
+/* Write the object-store counters (by backend) and latency histograms
  * (by backend and operation) of io. */
-sio_code sc_metrics_write_store(sio_io *io, sio_wbuf *out);
+void sc_metrics_write_store(sio_io *io, sc_prom *p);
 
 #endif /* SC_METRICS_H */

@@ -10,7 +10,6 @@
 
 #include "settings.h"
 
-#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -138,13 +137,33 @@ enum {
 static const char *const param_names[P_COUNT] = {
     "rank", "world", "start", "global_start", "format", "fields"};
 
-/* Parameters each route takes; any other is a 400 naming it (a typo such
- * as "globalstart" must not silently stream from the wrong place). */
-#define STREAM_PARAMS                                                      \
+/* Parameters each route takes (the params column of routes.h); any other
+ * is a 400 naming it (a typo such as "globalstart" must not silently
+ * stream from the wrong place). */
+#define PARAMS_NONE 0u
+#define PARAMS_STREAM                                                      \
     ((1u << P_RANK) | (1u << P_WORLD) | (1u << P_START) |                  \
      (1u << P_GLOBAL_START) | (1u << P_FORMAT) | (1u << P_FIELDS))
-#define TOPOLOGY_PARAMS (1u << P_WORLD)
-#define SAMPLE_PARAMS ((1u << P_FORMAT) | (1u << P_FIELDS))
+#define PARAMS_TOPOLOGY (1u << P_WORLD)
+#define PARAMS_SAMPLE ((1u << P_FORMAT) | (1u << P_FIELDS))
+
+/* What the parser reads of the route table. */
+typedef struct route_row {
+    sc_route id;
+    const char *pattern;
+    const char *methods;
+    const char *metric;
+    unsigned params;
+} route_row;
+
+static const route_row routes[] = {
+#define ROW(id, pattern, methods, role, write_role, metric, params, limit,  \
+            handler)                                                       \
+    {SC_ROUTE_##id, pattern, methods, metric, PARAMS_##params},
+    SC_ROUTES(ROW)
+#undef ROW
+};
+#define NROWS (sizeof routes / sizeof routes[0])
 
 static unsigned parse_query(const char *q, size_t len, unsigned accepted,
                             sc_request *req, char *reason, size_t reason_len)
@@ -244,7 +263,7 @@ static unsigned parse_query(const char *q, size_t len, unsigned accepted,
             break;
         }
     }
-    if (accepted != STREAM_PARAMS)
+    if (accepted != PARAMS_STREAM)
         return 200;
     if (!seen[P_RANK])
         return fail(400, reason, reason_len, "missing parameter rank");
@@ -261,42 +280,59 @@ static unsigned parse_query(const char *q, size_t len, unsigned accepted,
     return 200;
 }
 
-const char *sc_route_allow(sc_route route)
+static const route_row *row_of(sc_route route)
 {
-    switch (route) {
-    case SC_ROUTE_HEALTHZ:
-    case SC_ROUTE_READYZ:
-    case SC_ROUTE_METRICS:
-        return "GET, HEAD";
-    case SC_ROUTE_JOB:
-        return "GET, PUT, DELETE";
-    case SC_ROUTE_NONE:
-    case SC_ROUTE_JOBS:
-    case SC_ROUTE_STREAM:
-    case SC_ROUTE_SAMPLE:
-    case SC_ROUTE_SETTINGS:
-    case SC_ROUTE_TOPOLOGY:
-        break;
-    }
-    return "GET";
+    for (size_t i = 0; i < NROWS; i++)
+        if (routes[i].id == route)
+            return &routes[i];
+    return NULL;
 }
 
-/* A job name as the settings accept it: 1..SC_JOB_NAME_MAX of
- * [A-Za-z0-9._-]. */
-static int job_name_valid(const char *s)
+const char *sc_route_allow(sc_route route)
+{
+    const route_row *r = row_of(route);
+    return r ? r->methods : "GET";
+}
+
+const char *sc_route_metric(sc_route route)
+{
+    const route_row *r = row_of(route);
+    return r ? r->metric : "other";
+}
+
+/* Is method one of the list ("GET, PUT, DELETE")? */
+static int method_in(const char *method, const char *list)
+{
+    size_t n = strlen(method);
+    for (const char *m = list; *m;) {
+        const char *comma = strchr(m, ',');
+        size_t len = comma ? (size_t)(comma - m) : strlen(m);
+        if (len == n && memcmp(m, method, n) == 0)
+            return 1;
+        if (!comma)
+            break;
+        m = comma + 1;
+        while (*m == ' ')
+            m++;
+    }
+    return 0;
+}
+
+int sc_job_name_char(int c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+}
+
+int sc_job_name_valid(const char *s)
 {
     size_t n = strlen(s);
     if (n == 0 || n > SC_JOB_NAME_MAX)
         return 0;
     for (size_t i = 0; i < n; i++)
-        if (!isalnum((unsigned char)s[i]) && !strchr("._-", s[i]))
+        if (!sc_job_name_char((unsigned char)s[i]))
             return 0;
     return 1;
-}
-
-static int method_is(const char *m, const char *a)
-{
-    return strcmp(m, a) == 0;
 }
 
 unsigned sc_request_parse(const char *method, const char *target,
@@ -340,46 +376,60 @@ unsigned sc_request_parse(const char *method, const char *target,
             break;
     }
 
-    /* Fixed segments compare after decoding, like any path. */
-#define SEG_IS(i, lit)                                                     \
-    (sc_pct_decode(seg[i], seglen[i], 0, buf, sizeof buf) >= 0 &&          \
-     strcmp(buf, lit) == 0)
-
-    if (nseg == 1 && SEG_IS(0, "healthz"))
-        route = SC_ROUTE_HEALTHZ;
-    else if (nseg == 1 && SEG_IS(0, "readyz"))
-        route = SC_ROUTE_READYZ;
-    else if (nseg == 1 && SEG_IS(0, "metrics"))
-        route = SC_ROUTE_METRICS;
-    else if (nseg == 2 && SEG_IS(0, "v1") && SEG_IS(1, "jobs"))
-        route = SC_ROUTE_JOBS;
-    else if (nseg == 2 && SEG_IS(0, "v1") && SEG_IS(1, "settings"))
-        route = SC_ROUTE_SETTINGS;
-    else if (nseg == 2 && SEG_IS(0, "v1") && SEG_IS(1, "topology"))
-        route = SC_ROUTE_TOPOLOGY;
-    else if (nseg == 3 && SEG_IS(0, "v1") && SEG_IS(1, "jobs"))
-        route = SC_ROUTE_JOB;
-    else if (nseg == 6 && SEG_IS(0, "v1") && SEG_IS(1, "jobs") &&
-             SEG_IS(3, "epochs") && SEG_IS(5, "stream"))
-        route = SC_ROUTE_STREAM;
-    else if (nseg == 5 && SEG_IS(0, "v1") && SEG_IS(1, "jobs") &&
-             SEG_IS(3, "samples"))
-        route = SC_ROUTE_SAMPLE;
-    else
+    /* The first row whose pattern has as many segments, each literal one
+     * equal after decoding (like any path); {name} segments match
+     * anything and are read below. */
+    const route_row *row = NULL;
+    size_t cap_job = SIZE_MAX, cap_epoch = SIZE_MAX, cap_index = SIZE_MAX;
+    for (size_t r = 0; r < NROWS && !row; r++) {
+        const char *p = routes[r].pattern + 1;
+        size_t k = 0;
+        int ok = 1;
+        cap_job = cap_epoch = cap_index = SIZE_MAX;
+        for (;; k++) {
+            const char *slash = strchr(p, '/');
+            size_t plen = slash ? (size_t)(slash - p) : strlen(p);
+            if (k == nseg) {
+                ok = 0;
+                break;
+            }
+            if (p[0] == '{') {
+                if (plen == 5 && memcmp(p, "{job}", 5) == 0)
+                    cap_job = k;
+                else if (plen == 7 && memcmp(p, "{epoch}", 7) == 0)
+                    cap_epoch = k;
+                else /* {index} */
+                    cap_index = k;
+            } else if (sc_pct_decode(seg[k], seglen[k], 0, buf, sizeof buf) <
+                           0 ||
+                       strlen(buf) != plen || memcmp(buf, p, plen) != 0) {
+                ok = 0;
+                break;
+            }
+            if (!slash)
+                break;
+            p = slash + 1;
+        }
+        if (ok && k + 1 == nseg)
+            row = &routes[r];
+    }
+    if (!row)
         return fail(404, reason, reason_len, "not found");
-#undef SEG_IS
+    route = row->id;
 
-    if (route == SC_ROUTE_JOB || route == SC_ROUTE_STREAM ||
-        route == SC_ROUTE_SAMPLE) {
+    if (cap_job != SIZE_MAX) {
         char jobbuf[SC_JOB_NAME_MAX + 1];
-        int put = route == SC_ROUTE_JOB && method_is(method, "PUT");
-        if (!pct_valid(seg[2], seglen[2]))
+        /* A method that may create the job (PUT) may name one that does
+         * not exist yet. */
+        int put = strcmp(method, "PUT") == 0 && method_in("PUT", row->methods);
+        if (!pct_valid(seg[cap_job], seglen[cap_job]))
             return fail(400, reason, reason_len,
                         "bad percent-encoding in path");
         /* A name too long for jobbuf (or holding a NUL, or other bytes
          * than a job name has) is not one we serve, nor one to create. */
-        if (sc_pct_decode(seg[2], seglen[2], 0, jobbuf, sizeof jobbuf) < 0 ||
-            !job_name_valid(jobbuf)) {
+        if (sc_pct_decode(seg[cap_job], seglen[cap_job], 0, jobbuf,
+                          sizeof jobbuf) < 0 ||
+            !sc_job_name_valid(jobbuf)) {
             if (put)
                 return fail(400, reason, reason_len,
                             "bad job name (1..%u of [A-Za-z0-9._-])",
@@ -391,43 +441,27 @@ unsigned sc_request_parse(const char *method, const char *target,
         memcpy(out->job, jobbuf, sizeof jobbuf);
     }
 
-    int ok;
-    switch (route) {
-    case SC_ROUTE_HEALTHZ:
-    case SC_ROUTE_READYZ:
-    case SC_ROUTE_METRICS:
-        ok = method_is(method, "GET") || method_is(method, "HEAD");
-        break;
-    case SC_ROUTE_JOB:
-        ok = method_is(method, "GET") || method_is(method, "PUT") ||
-             method_is(method, "DELETE");
-        break;
-    default:
-        ok = method_is(method, "GET");
-        break;
-    }
-    if (!ok)
+    if (!method_in(method, row->methods))
         return fail(405, reason, reason_len, "method not allowed");
 
-    if (route == SC_ROUTE_STREAM) {
-        if (sc_pct_decode(seg[4], seglen[4], 0, buf, sizeof buf) < 0 ||
-            sc_parse_u64(buf, SC_INT_PARAM_MAX, &out->epoch) != 0)
-            return fail(400, reason, reason_len,
-                        "epoch must be an integer in 0..2^63-1");
-        accepted = STREAM_PARAMS;
-    } else if (route == SC_ROUTE_SAMPLE) {
+    if (cap_epoch != SIZE_MAX &&
+        (sc_pct_decode(seg[cap_epoch], seglen[cap_epoch], 0, buf,
+                       sizeof buf) < 0 ||
+         sc_parse_u64(buf, SC_INT_PARAM_MAX, &out->epoch) != 0))
+        return fail(400, reason, reason_len,
+                    "epoch must be an integer in 0..2^63-1");
+    if (cap_index != SIZE_MAX) {
         /* sample i of the unshuffled order: one sample, as a stream of
          * rank 0 of 1 from global index i */
-        if (sc_pct_decode(seg[4], seglen[4], 0, buf, sizeof buf) < 0 ||
+        if (sc_pct_decode(seg[cap_index], seglen[cap_index], 0, buf,
+                          sizeof buf) < 0 ||
             sc_parse_u64(buf, SIO_POSITION_MAX, &out->global_start) != 0)
             return fail(400, reason, reason_len,
                         "sample index must be an integer in 0..%llu",
                         (unsigned long long)SIO_POSITION_MAX);
         out->world = 1;
-        accepted = SAMPLE_PARAMS;
-    } else if (route == SC_ROUTE_TOPOLOGY) {
-        accepted = TOPOLOGY_PARAMS;
     }
+    accepted = row->params;
     if (accepted) {
         unsigned st = parse_query(query, query_len, accepted, out, reason,
                                   reason_len);

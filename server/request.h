@@ -1,6 +1,6 @@
 /*
  * request.h — parsing of a request line's target (path and query) into a
- * route and its parameters. Pure functions on caller-provided memory: no
+ * route of the route table (routes.h) and its parameters. Pure functions on caller-provided memory: no
  * allocation, no MHD, no global state; safe from any thread. This is the
  * part of the request path that sees untrusted bytes first, so it is what
  * tests/fuzz/fuzz_request.c exercises.
@@ -11,10 +11,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "routes.h"
 #include "shardio_wire.h"
 
 /* A job name: at most this many bytes (after percent-decoding). */
 #define SC_JOB_NAME_MAX 128u
+/* The job-name rule, the one every job name passes (request paths, job
+ * specs, --job): 1..SC_JOB_NAME_MAX bytes of [A-Za-z0-9._-]. */
+int sc_job_name_valid(const char *name);
+/* May c appear in a job name? */
+int sc_job_name_char(int c);
+
 /* Query parameters beyond this many make the request a 400. */
 #define SC_QUERY_PARAMS_MAX 64u
 /* The largest world (ranks x DataLoader workers) a stream may name. */
@@ -26,18 +33,13 @@
 /* The longest request target the parser accepts (callers may set lower). */
 #define SC_TARGET_MAX 65536u
 
+/* The routes, in the order of the route table (routes.h). */
 typedef enum sc_route {
-    SC_ROUTE_NONE = 0,
-    SC_ROUTE_HEALTHZ,  /* GET|HEAD /healthz */
-    SC_ROUTE_READYZ,   /* GET|HEAD /readyz */
-    SC_ROUTE_METRICS,  /* GET|HEAD /metrics */
-    SC_ROUTE_JOBS,     /* GET /v1/jobs */
-    SC_ROUTE_JOB,      /* GET|PUT|DELETE /v1/jobs/{job} */
-    SC_ROUTE_STREAM,   /* GET /v1/jobs/{job}/epochs/{epoch}/stream */
-    SC_ROUTE_SETTINGS, /* GET /v1/settings */
-    SC_ROUTE_TOPOLOGY, /* GET /v1/topology[?world=W] */
-    SC_ROUTE_SAMPLE    /* GET /v1/jobs/{job}/samples/{i} (global_start = i,
-                          rank 0, world 1) */
+    SC_ROUTE_NONE = 0, /* no route: not found, or refused while parsing */
+#define SC_ROUTE_ID(id, ...) SC_ROUTE_##id,
+    SC_ROUTES(SC_ROUTE_ID)
+#undef SC_ROUTE_ID
+    SC_ROUTE_COUNT
 } sc_route;
 
 typedef enum sc_format { SC_FORMAT_TAR = 0, SC_FORMAT_FRAMES = 1 } sc_format;
@@ -78,8 +80,13 @@ unsigned sc_request_parse(const char *method, const char *target,
                           sc_job_exists_fn job_exists, void *userdata,
                           sc_request *out, char *reason, size_t reason_len);
 
-/* The methods a route allows, for an Allow header ("GET, HEAD"). */
+/* The methods a route allows, for an Allow header ("GET, HEAD"; "GET"
+ * for SC_ROUTE_NONE). */
 const char *sc_route_allow(sc_route route);
+
+/* The route's label in metrics ("other" for SC_ROUTE_NONE and anything
+ * out of range). */
+const char *sc_route_metric(sc_route route);
 
 /*
  * Percent-decode len bytes of src into dst (cap bytes, NUL-terminated on

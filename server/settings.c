@@ -87,11 +87,8 @@ static const choice lag_choices[] = {{"detach", SIO_FEED_LAG_DETACH},
 static const choice split_values[] = {{"true", SIO_S3_LIST_SPLIT_ON},
                                       {"false", SIO_S3_LIST_SPLIT_OFF},
                                       {NULL, 0}};
-static const choice level_choices[] = {{"error", SIO_LOG_ERROR},
-                                       {"warn", SIO_LOG_WARN},
-                                       {"info", SIO_LOG_INFO},
-                                       {"debug", SIO_LOG_DEBUG},
-                                       {NULL, 0}};
+#define LEVEL_CHOICE(name, level) {name, level},
+static const choice level_choices[] = {SC_LOG_LEVELS(LEVEL_CHOICE){NULL, 0}};
 
 /* Bounds of the feed window (libshardio caps window_samples at 16 Mi). */
 #define WINDOW_SAMPLES_MAX (16u << 20)
@@ -428,7 +425,7 @@ static int set_value(void *base, const setting *st, const char *v,
                         lb, from, st->min, st->max);
         for (size_t i = 0; i < n; i++) {
             unsigned char c = (unsigned char)v[i];
-            if (st->type == T_JOB && !isalnum(c) && !strchr("._-", c))
+            if (st->type == T_JOB && !sc_job_name_char(c))
                 return fail(msg, msg_len,
                             "invalid value for %s (%s): use only letters, "
                             "digits, '.', '_' and '-'",

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <microhttpd.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -251,6 +252,7 @@ sio_code sc_stream_create(const sc_stream_params *p, sc_stream **out,
     s->start = p->start;
     s->position = p->start;
     s->counters = p->counters;
+    s->conn = p->conn;
     snprintf(s->id, sizeof s->id, "%s", p->id ? p->id : "-");
     if (p->format == SC_FORMAT_FRAMES) {
         sio_frames_header h = {p->job,      p->epoch,        p->rank,
@@ -281,10 +283,9 @@ void sc_stream_set_arrival(sc_stream *s, const struct timespec *t0,
     s->route = route;
 }
 
-void sc_stream_bind(sc_stream *s, sio_cursor *c, struct MHD_Connection *conn)
+void sc_stream_set_cursor(sc_stream *s, sio_cursor *c)
 {
     s->cursor = c;
-    s->conn = conn;
 }
 
 /* Resume the connection if this stream suspended it (s->mu held). */
@@ -349,6 +350,8 @@ void sc_stream_gone(sc_stream *s, int completed_ok)
  * bytes waiting (a pipelined request) or EAGAIN mean it is still there. */
 static int peer_gone(sc_stream *s)
 {
+    if (!s->conn)
+        return 0;
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(s->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     char c;
@@ -527,8 +530,12 @@ ssize_t sc_stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
             pthread_mutex_unlock(&s->mu);
             continue;
         }
-        s->suspended = 1;
-        MHD_suspend_connection(s->conn);
+        /* Without a connection (a caller other than MHD) there is nothing
+         * to suspend: 0 means "nothing yet, call again". */
+        if (s->conn) {
+            s->suspended = 1;
+            MHD_suspend_connection(s->conn);
+        }
         pthread_mutex_unlock(&s->mu);
         ret = 0;
         goto out;

@@ -1,6 +1,6 @@
 /*
  * stream.h — one consumer stream: the response to one
- * GET /v1/jobs/{job}/epochs/{epoch}/stream request.
+ * GET /v1/jobs/{job}/epochs/{epoch}/stream (or /samples/{i}) request.
  *
  * A stream reads its share from a sio_cursor of the job's shared feed for
  * that epoch (jobs.h) and encodes it (tar or frames) straight into MHD's
@@ -38,7 +38,6 @@
 #ifndef SC_STREAM_H
 #define SC_STREAM_H
 
-#include <microhttpd.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -62,6 +61,7 @@
 #define SC_STREAM_SEGMENTS_MAX (4u * 1024u + 16u)
 
 typedef struct sc_stream sc_stream;
+struct MHD_Connection;
 
 /* Counters a stream adds to (owned by its job, which outlives it). */
 typedef struct sc_stream_counters {
@@ -88,21 +88,26 @@ typedef struct sc_stream_params {
     const char *const *source_names;
     size_t nsources;
     _Atomic uint64_t *source_sent;
+    /* The connection the reader suspends while nothing is ready (NULL:
+     * none, the reader then returns 0 when nothing is ready: a caller
+     * other than MHD, such as a test, calls it again). */
+    struct MHD_Connection *conn;
 } sc_stream_params;
 
 /*
  * Create a stream and its encoder (the frames magic and HEADER are encoded
- * at once). SIO_ERR_INVALID (bad fields), SIO_ERR_NOMEM. On success *out is
- * owned by the caller until it hands it to sc_jobs_release (jobs.h) or
- * destroys it.
+ * at once). SIO_ERR_INVALID (bad fields, or no job name for frames),
+ * SIO_ERR_NOMEM. On success *out is owned by the caller (http.c builds it)
+ * until sc_jobs_open_stream binds it (jobs.h; from then its binding owns
+ * it), or the caller destroys it.
  */
 sio_code sc_stream_create(const sc_stream_params *p, sc_stream **out,
                           sio_error *err);
 
 /* Give the stream its cursor (created with notify = sc_stream_notify,
- * userdata = the stream) and its connection, before the response is
- * queued. The cursor stays owned by the caller (jobs.c). */
-void sc_stream_bind(sc_stream *s, sio_cursor *c, struct MHD_Connection *conn);
+ * userdata = the stream), before the response is queued. The cursor stays
+ * owned by the one that attached it (jobs.c). */
+void sc_stream_set_cursor(sc_stream *s, sio_cursor *c);
 
 /* The sio_notify_fn of the stream's cursor (any thread, feed lock held). */
 void sc_stream_notify(void *stream);

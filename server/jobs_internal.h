@@ -1,0 +1,175 @@
+/*
+ * jobs_internal.h — the registry's data structures, shared by the two
+ * files that implement jobs.h: jobs.c (the registry, feeds, manager and
+ * resolver threads) and status.c (status JSON and job metrics, which only
+ * read them). Nothing else includes this header.
+ *
+ * Locking (jobs.h has the lock order): j->mu guards the job table, the
+ * release queue, the dead-job list and the stop flag; job->mu guards the
+ * fields marked (mu); counters that streams bump on MHD threads are
+ * atomics; a job's resources (job_res) are immutable once its list is set,
+ * but for the journal table (res->mu).
+ */
+#ifndef SC_JOBS_INTERNAL_H
+#define SC_JOBS_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "jobs.h"
+#include "shardio_cache.h"
+#include "shardio_index.h"
+
+/* Throughput is measured over the last THROUGHPUT_SECONDS, sampled every
+ * second. */
+#define THROUGHPUT_SECONDS 10u
+#define RING (THROUGHPUT_SECONDS + 1u)
+#define REASON_MAX 512u
+/* Epoch journals a job keeps open (the least recently used goes; with a
+ * state_dir it is read back when needed again). */
+#define JOURNALS_MAX 64u
+
+enum { JOB_RESOLVING = 0, JOB_READY = 1, JOB_FAILED = 2 };
+
+typedef struct fslot {
+    uint64_t epoch;
+    sio_feed *feed;
+    unsigned streams;     /* bindings on it */
+    uint64_t served;      /* streams ever opened on it */
+    uint64_t last_ms;     /* last attach or release */
+    int prefetched;       /* opened by prefetch, no stream yet */
+    int retired;          /* takes no new stream; closed when streams == 0 */
+    sio_journal *journal; /* the epoch's skip decisions (owned by the job) */
+    int fresh_journal;    /* its journal was new to this process */
+    int unproven;         /* opened for a resume with no journal to prove
+                             the sequence (no state_dir, fresh process) */
+    uint64_t count;       /* samples of the epoch, UINT64_MAX: unknown */
+    sio_epoch_config ec;  /* what fixes its order */
+    int partition;        /* the job's policy */
+    struct fslot *next;
+} fslot;
+
+typedef struct sc_job sc_job;
+
+/* What a job's feeds read while they run: the shard list and the epoch
+ * journals. Feeds may finish closing after their job is freed (a closer
+ * thread), so these live until the job and every feed family let go. */
+typedef struct job_res {
+    atomic_int refs;
+    sio_shardlist *list;       /* set once (job mu), then immutable */
+    pthread_mutex_t mu;        /* guards the journal table */
+    struct {
+        uint64_t epoch, used;
+        unsigned users;        /* feed families reading it */
+        sio_journal *j;
+    } journals[JOURNALS_MAX];
+    size_t njournals;
+    uint64_t clock;
+    uint64_t samples;          /* the dataset's good samples once every
+                                  shard is indexed (0: not known yet) */
+    sio_cache_user *cache;     /* the job's view of the shard cache (NULL:
+                                  no cache, or cache=off) */
+    /* A mixed job (or one with an epoch_size): its sources as parts of
+     * the list with their quotas, set with the list. */
+    sio_mix_source *mix;
+    uint32_t nmix;
+    char (*mix_names)[SC_MIX_NAME_MAX + 1];
+    _Atomic uint64_t *mix_sent; /* samples sent, per source */
+    /* provenance on the wire (a job with "sources"; NULL otherwise) */
+    sio_frames_source *mix_frames;
+    const char **mix_name_ptrs;
+} job_res;
+
+/* One feed family's hold on the resources and its journal. */
+typedef struct res_hold {
+    struct job_res *res;
+    sio_journal *j;
+} res_hold;
+
+struct sc_binding {
+    sc_stream *s;
+    sc_job *job;
+    fslot *slot;
+    sio_cursor *cur;
+    uint64_t epoch;
+    uint32_t rank, world;
+    int resumed;             /* start or global_start > 0 */
+    sio_feed *own_feed;      /* a /samples/{i} request's one-sample feed */
+    sc_binding *prev, *next; /* job->bindings */
+    sc_binding *reap_next;
+};
+
+typedef struct err_entry {
+    uint64_t unix_ms;
+    char msg[300];
+} err_entry;
+
+typedef struct tp_sample {
+    uint64_t ms, samples, bytes;
+} tp_sample;
+
+struct sc_job {
+    sc_jobs *owner;
+    atomic_int refs;
+    sc_jobspec spec;
+    pthread_mutex_t mu;
+    int state;                 /* JOB_* (mu) */
+    int attempts;              /* resolution attempts (mu) */
+    int removed;               /* deleted or replaced (mu) */
+    char reason[REASON_MAX];   /* why not ready (mu) */
+    uint64_t next_resolve_ms, backoff_ms;
+    fslot *slots;              /* live and retired (mu) */
+    sc_binding *bindings;      /* (mu) */
+    err_entry errors[SC_JOB_ERRORS_MAX];
+    size_t nerrors, error_at;  /* (mu) */
+    tp_sample ring[RING];
+    size_t nring, ring_at;     /* (mu) */
+    uint64_t shards_skipped_closed, samples_skipped_closed; /* (mu) */
+    sio_feed_seek_stats seeks_closed; /* of closed feeds (mu) */
+    sc_stream_counters ctr;
+    job_res *res;              /* shard list, journals */
+    atomic_uint_fast64_t streams_by_outcome[5];
+    atomic_uint_fast64_t streams_opened;
+    sc_job *dead_next;
+    size_t nfeeds;             /* slots, live and retired (mu) */
+    double epoch_tokens;       /* new-epoch bucket (mu) */
+    uint64_t epoch_tokens_ms;  /* its last refill (mu); 0: full */
+};
+
+struct sc_jobs {
+    const sc_config *cfg;
+    sio_io *io;
+    sio_index *index;        /* shard indexes of every job */
+    sio_cache *cache;        /* the shard cache (NULL: none) */
+    _Atomic uint32_t seeks;  /* seek feeds open in the server */
+    pthread_mutex_t mu;
+    pthread_cond_t work;     /* manager: something queued, or stop */
+    pthread_cond_t resolve;  /* resolver: a job to resolve, or stop */
+    pthread_cond_t resolved; /* sc_jobs_wait_resolved */
+    sc_job **jobs;           /* cfg->max_jobs entries */
+    size_t njobs;
+    sc_binding *reap;        /* released, not yet freed */
+    pthread_cond_t drained;  /* a binding was freed */
+    atomic_size_t nbindings; /* bound and not yet freed (atomic: bumped
+                                under a job mutex) */
+    sc_job *dead;
+    int stop;
+    int running;             /* jobs threads not yet exited (mu) */
+    pthread_t manager, resolver;
+    int manager_ok, resolver_ok;
+    /* Epoch-churn bounds (feed_admission): feeds open, live and retired,
+     * over every job; and how often each bound refused a new epoch. */
+    atomic_size_t nfeeds;
+    atomic_uint_fast64_t refused[SC_REFUSED_COUNT];
+};
+
+/* The job of that name with a reference taken (sc_job_unref), or NULL. */
+sc_job *sc_jobs_get_job(sc_jobs *j, const char *name);
+/* Drop a reference; the last one hands the job to the manager. */
+void sc_job_unref(sc_job *job);
+/* Add a feed's seek counters to a sum. */
+void sc_seek_add(sio_feed_seek_stats *a, const sio_feed_seek_stats *b);
+
+#endif /* SC_JOBS_INTERNAL_H */
