@@ -128,13 +128,6 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     sc_log_(SIO_LOG_WARN, "src=mhd msg=%s", sc_log_quote(q, sizeof q, msg, len));
 }
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 static double ms_since(const struct timespec *t0)
 {
     struct timespec t1;
@@ -660,7 +653,7 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn,
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
             conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
         if (!sc_ratelimit_take(srv->rl, ci ? ci->client_addr : NULL,
-                               now_ms(), &ra)) {
+                               sio_now_ms(), &ra)) {
             atomic_fetch_add(&srv->rate_limited, 1);
             return reply_error_ra(ctx, conn, 429, "too many requests", ra);
         }
@@ -688,7 +681,7 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn,
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
             conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
         if (!sc_ratelimit_take(srv->srl, ci ? ci->client_addr : NULL,
-                               now_ms(), &ra)) {
+                               sio_now_ms(), &ra)) {
             atomic_fetch_add(&srv->stream_rate_limited, 1);
             return reply_error_ra(ctx, conn, 429,
                                   "too many stream opens from this address "

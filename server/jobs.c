@@ -61,13 +61,6 @@ static void res_unref(job_res *r)
  * close may be stuck in object-store retries far longer. */
 #define SHUTDOWN_WAIT_MS 5000u
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 static uint64_t unix_ms(void)
 {
     struct timespec ts;
@@ -532,7 +525,7 @@ static void *resolver_main(void *arg)
     sc_jobs *j = arg;
     pthread_mutex_lock(&j->mu);
     while (!j->stop) {
-        uint64_t now = now_ms(), next = now + 5000u;
+        uint64_t now = sio_now_ms(), next = now + 5000u;
         sc_job *due = NULL;
         for (size_t i = 0; i < j->njobs; i++) {
             sc_job *job = j->jobs[i];
@@ -590,7 +583,7 @@ static void *resolver_main(void *arg)
                      err.msg[0] ? err.msg : sio_strerror(rc));
             sc_redact_source(msg, due->reason, sizeof due->reason);
             job_error(due, msg);
-            due->next_resolve_ms = now_ms() + due->backoff_ms;
+            due->next_resolve_ms = sio_now_ms() + due->backoff_ms;
             due->backoff_ms = due->backoff_ms * 2 > RESOLVE_BACKOFF_MAX_MS
                                    ? RESOLVE_BACKOFF_MAX_MS
                                    : due->backoff_ms * 2;
@@ -598,7 +591,7 @@ static void *resolver_main(void *arg)
                    "event=job_source_failed job=%s source=\"%s\" code=%d "
                    "retry_ms=%" PRIu64,
                    due->spec.name, src, (int)rc,
-                   due->next_resolve_ms - now_ms());
+                   due->next_resolve_ms - sio_now_ms());
         }
         pthread_mutex_unlock(&due->mu);
         sio_shardlist_free(list);
@@ -813,7 +806,7 @@ static sio_code slot_open(sc_jobs *j, sc_job *job, uint64_t epoch,
         return rc;
     }
     s->epoch = epoch;
-    s->last_ms = now_ms();
+    s->last_ms = sio_now_ms();
     s->next = job->slots;
     job->slots = s;
     job->nfeeds++;
@@ -869,7 +862,7 @@ static unsigned feed_admission(sc_jobs *j, sc_job *job, uint64_t epoch,
         return 429;
     }
     if (cfg->max_new_epochs_min) {
-        uint64_t now = now_ms();
+        uint64_t now = sio_now_ms();
         double cap = cfg->max_new_epochs_min;
         if (job->epoch_tokens_ms == 0) {
             job->epoch_tokens = cap;
@@ -1219,7 +1212,7 @@ unsigned sc_jobs_open_stream(sc_jobs *j, sc_binding *b, const sc_request *req,
     slot->streams++;
     slot->served++;
     slot->prefetched = 0;
-    slot->last_ms = now_ms();
+    slot->last_ms = sio_now_ms();
     b->slot = slot;
 bound:
     sc_stream_set_cursor(s, b->cur);
@@ -1293,7 +1286,7 @@ static void reap_one(sc_jobs *j, sc_binding *b)
     pthread_mutex_lock(&job->mu);
     if (b->slot) {
         b->slot->streams--;
-        b->slot->last_ms = now_ms();
+        b->slot->last_ms = sio_now_ms();
     }
     if (b->prev)
         b->prev->next = b->next;
@@ -1434,7 +1427,7 @@ static void *manager_main(void *arg)
         }
         if (j->stop)
             continue;
-        uint64_t now = now_ms();
+        uint64_t now = sio_now_ms();
         size_t n = 0;
         if (snap)
             for (size_t i = 0; i < j->njobs; i++) {
