@@ -12,7 +12,7 @@
  * by a pax extended header (typeflag 'x', name "<G>/PaxHeader") carrying
  *   SHARDCAST.key=<original key>      SHARDCAST.shard=<redacted shard URL>
  *   SHARDCAST.index=<G>               SHARDCAST.position=<position in share>
- * and, for a mixed job (sio_tarw_set_sources), SHARDCAST.source=<name>
+ * and, for a mixed job (sio_wenc_set_sources), SHARDCAST.source=<name>
  * and a "path=" record when the member name does not fit the ustar
  * name/prefix fields; later members of the sample get a pax header only when
  * they need "path=".
@@ -135,7 +135,7 @@ typedef struct sio_wire_error {
 
 /* Encode the trailer JSON. On SIO_OK *out is a malloc'd NUL-terminated
  * string the caller frees; SIO_ERR_NOMEM otherwise (*out NULL). reason is
- * treated as by sio_tarw_error; retry_after_ms is written only when
+ * treated as by sio_wenc_error; retry_after_ms is written only when
  * retryable, clamped to SIO_RETRY_AFTER_MAX_MS. */
 sio_code sio_wire_error_json(const char *reason, int retryable,
                              uint32_t retry_after_ms, char **out);
@@ -173,35 +173,16 @@ int sio_tar_name_fits(const char *name, size_t name_len);
 sio_code sio_tar_key_sanitize(const char *key, size_t klen, sio_wbuf *out);
 
 /* ------------------------------------------------------------------ */
-/* The streaming tar encoder                                             */
-
-typedef struct sio_tarw sio_tarw;
+/* The encoder interface                                                */
 
 /*
- * Create an encoder that writes through fn(userdata, ...). `fields`, when
- * nfields > 0, is the filter: only fields whose names are listed are sent
- * (names are copied; each 1..SIO_TARW_FIELD_NAME_MAX bytes, at most
- * SIO_TARW_FILTER_MAX of them, else SIO_ERR_INVALID). nfields == 0 sends
- * every field. On success *out is owned by the caller: sio_tarw_destroy().
+ * One interface, two formats: a stream drives an sio_wenc made by
+ * sio_tarw_create (format=tar) or sio_framew_create (format=frames) the
+ * same way: samples, then the end or an error trailer.
  */
-sio_code sio_tarw_create(const char *const *fields, size_t nfields,
-                         sio_tarw_write_fn fn, void *userdata,
-                         sio_tarw **out, sio_error *err);
+typedef struct sio_wenc sio_wenc;
 
-/*
- * Encode one sample: its kept fields as members, in the sample's field
- * order, the first one preceded by the sample's pax header. `position` is
- * the sample's position within the consumer's share. A sample with no kept
- * field writes nothing. The sample is only read during the call; payloads
- * are handed to the sink without an intermediate copy.
- * Returns SIO_OK, SIO_ERR_LIMIT (a name or pax value above
- * SIO_TARW_NAME_MAX), SIO_ERR_INVALID (empty key), SIO_ERR_NOMEM, or the
- * sink's code. After an error the stream is unusable except for
- * sio_tarw_error().
- */
-sio_code sio_tarw_sample(sio_tarw *w, const sio_sample *s, uint64_t position);
-
-/* The summary written into the end member. */
+/* The summary written at the clean end. */
 typedef struct sio_tarw_summary {
     uint64_t epoch;
     uint32_t rank;
@@ -211,33 +192,64 @@ typedef struct sio_tarw_summary {
     uint64_t position; /* position reached (start + samples) */
 } sio_tarw_summary;
 
-/* Write the clean end: the "__shardcast_end__" member with the JSON
- * summary, then two zero blocks. */
-sio_code sio_tarw_end(sio_tarw *w, const sio_tarw_summary *sum);
+/*
+ * Encode one sample at `position` of the consumer's share. The sample is
+ * only read during the call; payloads are handed to the sink straight from
+ * the sample, never copied by the encoder. A sample with no kept field:
+ * tar writes nothing, frames a SAMPLE frame with no field.
+ * Returns SIO_OK, SIO_ERR_INVALID (empty key), SIO_ERR_LIMIT (a name, key,
+ * pax value, URL or payload above the format's limit, below),
+ * SIO_ERR_NOMEM or the sink's code. After an error the stream is unusable
+ * except for sio_wenc_error().
+ */
+sio_code sio_wenc_sample(sio_wenc *e, const sio_sample *s, uint64_t position);
 
-/* Write the error trailer of a final failure: the "__shardcast_error__"
- * member with {"status":"error","reason":reason,"retryable":false}. No zero
- * blocks follow; the caller cuts the transport after it. reason is any
- * NUL-terminated text (cut to SIO_WIRE_REASON_MAX bytes, escaped as JSON;
- * invalid UTF-8 is replaced). */
-sio_code sio_tarw_error(sio_tarw *w, const char *reason);
+/* Write the clean end with the summary {"status":"ok",...}: tar, the
+ * "__shardcast_end__" member then two zero blocks; frames, the END frame.
+ * The caller then ends the response normally. */
+sio_code sio_wenc_end(sio_wenc *e, const sio_tarw_summary *sum);
 
-/* The same trailer for a transient condition the consumer should come back
- * from (the server drains for a restart, ...): {"status":"error","reason":
- * reason,"retryable":true,"retry_after_ms":retry_after_ms}; retry_after_ms
- * above SIO_RETRY_AFTER_MAX_MS is written as that maximum. */
-sio_code sio_tarw_error_retry(sio_tarw *w, const char *reason,
-                              uint32_t retry_after_ms);
+/*
+ * Write the error trailer: tar, the "__shardcast_error__" member (no zero
+ * blocks follow); frames, the ERROR frame. Its JSON is {"status":"error",
+ * "reason":reason,"retryable":false}, or for a transient condition the
+ * consumer should come back from (retryable != 0: the server drains for a
+ * restart, ...) "retryable":true and "retry_after_ms" (above
+ * SIO_RETRY_AFTER_MAX_MS written as that maximum). reason is any
+ * NUL-terminated text (cut to SIO_WIRE_REASON_MAX bytes, escaped as JSON,
+ * invalid UTF-8 replaced). The caller cuts the transport after it.
+ */
+sio_code sio_wenc_error(sio_wenc *e, const char *reason, int retryable,
+                        uint32_t retry_after_ms);
 
-/* A mixed job's source names, by sio_sample.source: each sample's pax
- * header then carries SHARDCAST.source. names must outlive the encoder. */
-void sio_tarw_set_sources(sio_tarw *w, const char *const *names, size_t n);
+/* A mixed job's source names, by sio_sample.source. tar: each sample's pax
+ * header then carries SHARDCAST.source (names must outlive the encoder);
+ * frames: nothing (the HEADER announced them, sio_frames_header.sources). */
+void sio_wenc_set_sources(sio_wenc *e, const char *const *names, size_t n);
 
-/* Bytes handed to the sink so far. */
-uint64_t sio_tarw_bytes(const sio_tarw *w);
+/* Bytes handed to the sink so far (frames: magic and HEADER included). */
+uint64_t sio_wenc_bytes(const sio_wenc *e);
 
 /* Free the encoder (NULL is fine). Writes nothing. */
-void sio_tarw_destroy(sio_tarw *w);
+void sio_wenc_destroy(sio_wenc *e);
+
+/* ------------------------------------------------------------------ */
+/* The streaming tar encoder                                             */
+
+/*
+ * Create a tar encoder that writes through fn(userdata, ...). `fields`,
+ * when nfields > 0, is the filter: only fields whose names are listed are
+ * sent (names are copied; each 1..SIO_TARW_FIELD_NAME_MAX bytes, at most
+ * SIO_TARW_FILTER_MAX of them, else SIO_ERR_INVALID). nfields == 0 sends
+ * every field. A sample is written as its kept fields as members, in the
+ * sample's field order, the first one preceded by the sample's pax header;
+ * its limits: a name or pax value above SIO_TARW_NAME_MAX is
+ * SIO_ERR_LIMIT. On success *out is owned by the caller:
+ * sio_wenc_destroy().
+ */
+sio_code sio_tarw_create(const char *const *fields, size_t nfields,
+                         sio_tarw_write_fn fn, void *userdata,
+                         sio_wenc **out, sio_error *err);
 
 /* ================================================================== */
 /* The frames format (format=frames), version 1                         */
@@ -272,7 +284,7 @@ void sio_tarw_destroy(sio_tarw *w);
  * error. A stream that stops without END or ERROR is a cut stream, never a
  * complete epoch.
  *
- * Threading: a sio_framew or sio_framer is used by one thread at a time;
+ * Threading: an encoder or a sio_framer is used by one thread at a time;
  * distinct ones are independent.
  */
 
@@ -342,58 +354,25 @@ typedef struct sio_frames_header {
 /* ------------------------------------------------------------------ */
 /* Encoder                                                              */
 
-typedef struct sio_framew sio_framew;
-
 /*
- * Create an encoder writing through fn(userdata, ...) and write the magic
- * and the HEADER frame. `fields`, when nfields > 0, is the field filter with
- * the limits of sio_tarw_create (names copied); it is also announced in the
- * HEADER ("fields": null when nfields == 0). h and its strings are only read
- * during the call. Integers above INT64_MAX and a job name that is NULL,
- * empty or longer than SIO_FRAMES_JOB_MAX are SIO_ERR_INVALID. On success
- * *out is owned by the caller: sio_framew_destroy(). On failure nothing is
- * owned; bytes may already have reached the sink.
+ * Create a frames encoder writing through fn(userdata, ...) and write the
+ * magic and the HEADER frame. `fields`, when nfields > 0, is the field
+ * filter with the limits of sio_tarw_create (names copied); it is also
+ * announced in the HEADER ("fields": null when nfields == 0). h and its
+ * strings are only read during the call. Integers above INT64_MAX and a job
+ * name that is NULL, empty or longer than SIO_FRAMES_JOB_MAX are
+ * SIO_ERR_INVALID. A sample is written as a SHARD frame first when its
+ * shard was not announced on this stream yet, then the SAMPLE frame with
+ * the kept fields; its limits: key or field name above 65535 bytes, shard
+ * URL above SIO_FRAMES_URL_MAX, payload above SIO_FRAME_PAYLOAD_MAX, shard
+ * index >= SIO_FRAMEW_SHARDS_MAX are SIO_ERR_LIMIT. On success *out is
+ * owned by the caller: sio_wenc_destroy(). On failure nothing is owned;
+ * bytes may already have reached the sink.
  */
 sio_code sio_framew_create(const sio_frames_header *h,
                            const char *const *fields, size_t nfields,
                            sio_tarw_write_fn fn, void *userdata,
-                           sio_framew **out, sio_error *err);
-
-/*
- * Encode one sample at `position` of the share: a SHARD frame first when
- * its shard was not announced on this stream yet, then the SAMPLE frame
- * with the kept fields. The sample is only read during the call; payloads
- * go to the sink straight from the sample (header bytes from a small
- * buffer in between), never copied by the encoder.
- * Returns SIO_OK, SIO_ERR_INVALID (empty key), SIO_ERR_LIMIT (key or field
- * name above 65535 bytes, shard URL above SIO_FRAMES_URL_MAX, payload above
- * SIO_FRAME_PAYLOAD_MAX, shard index >= SIO_FRAMEW_SHARDS_MAX),
- * SIO_ERR_NOMEM or the sink's code. After an error the stream is unusable
- * except for sio_framew_error().
- */
-sio_code sio_framew_sample(sio_framew *w, const sio_sample *s,
-                           uint64_t position);
-
-/* Write the END frame with the summary (the caller then ends the response
- * normally). */
-sio_code sio_framew_end(sio_framew *w, const sio_tarw_summary *sum);
-
-/* Write the ERROR frame of a final failure {"status":"error","reason":
- * reason,"retryable":false}; reason is cut to SIO_WIRE_REASON_MAX bytes and
- * invalid UTF-8 is replaced. The caller cuts the transport after it. */
-sio_code sio_framew_error(sio_framew *w, const char *reason);
-
-/* The ERROR frame of a transient condition: "retryable":true and
- * "retry_after_ms" (clamped to SIO_RETRY_AFTER_MAX_MS), as for
- * sio_tarw_error_retry. */
-sio_code sio_framew_error_retry(sio_framew *w, const char *reason,
-                                uint32_t retry_after_ms);
-
-/* Bytes handed to the sink so far (magic and HEADER included). */
-uint64_t sio_framew_bytes(const sio_framew *w);
-
-/* Free the encoder (NULL is fine). Writes nothing. */
-void sio_framew_destroy(sio_framew *w);
+                           sio_wenc **out, sio_error *err);
 
 /* ------------------------------------------------------------------ */
 /* Decoder: an incremental push parser                                  */

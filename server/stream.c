@@ -58,9 +58,7 @@ struct sc_stream {
 
     /* Reader state. */
     sio_cursor *cursor;
-    sc_format format;
-    sio_tarw *tarw;
-    sio_framew *framew;
+    sio_wenc *enc; /* the format's encoder */
     sio_wbuf pending;
     seg *segs;
     size_t nseg, segcap, segi, segoff;
@@ -206,15 +204,7 @@ static void write_error_retry(sc_stream *s, const char *reason,
                               sc_stream_outcome outcome, int retryable,
                               uint32_t retry_after_ms)
 {
-    sio_code rc;
-    if (retryable)
-        rc = s->format == SC_FORMAT_FRAMES
-                 ? sio_framew_error_retry(s->framew, reason, retry_after_ms)
-                 : sio_tarw_error_retry(s->tarw, reason, retry_after_ms);
-    else
-        rc = s->format == SC_FORMAT_FRAMES
-                 ? sio_framew_error(s->framew, reason)
-                 : sio_tarw_error(s->tarw, reason);
+    sio_code rc = sio_wenc_error(s->enc, reason, retryable, retry_after_ms);
     if (rc != SIO_OK) {
         /* Nothing better to send: the cut connection says it all. */
         s->nseg = s->segi = s->segoff = 0;
@@ -222,7 +212,11 @@ static void write_error_retry(sc_stream *s, const char *reason,
     }
     s->state = ST_END_ERROR;
     s->outcome = outcome;
-    snprintf(s->error, sizeof s->error, "%s", reason);
+    /* The stream's record of the reason (logs, status) keeps its first
+     * bytes; the trailer above carried it whole. */
+    size_t n = strnlen(reason, sizeof s->error - 1);
+    memcpy(s->error, reason, n);
+    s->error[n] = '\0';
 }
 
 static void write_error(sc_stream *s, const char *reason,
@@ -245,7 +239,6 @@ sio_code sc_stream_create(const sc_stream_params *p, sc_stream **out,
         return stream_err(err, SIO_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&s->mu, NULL);
     sio_wbuf_init(&s->pending, SC_STREAM_PENDING_MAX);
-    s->format = p->format;
     s->epoch = p->epoch;
     s->rank = p->rank;
     s->world = p->world;
@@ -258,12 +251,12 @@ sio_code sc_stream_create(const sc_stream_params *p, sc_stream **out,
         sio_frames_header h = {p->job,      p->epoch,        p->rank,
                                p->world,    p->start,        p->global_start,
                                p->partition, p->sources,     p->nsources};
-        rc = sio_framew_create(&h, p->fields, p->nfields, sink, s,
-                               &s->framew, err);
+        rc = sio_framew_create(&h, p->fields, p->nfields, sink, s, &s->enc,
+                               err);
     } else {
-        rc = sio_tarw_create(p->fields, p->nfields, sink, s, &s->tarw, err);
+        rc = sio_tarw_create(p->fields, p->nfields, sink, s, &s->enc, err);
         if (rc == SIO_OK && p->nsources)
-            sio_tarw_set_sources(s->tarw, p->source_names, p->nsources);
+            sio_wenc_set_sources(s->enc, p->source_names, p->nsources);
     }
     s->source_sent = p->source_sent;
     s->nsources = p->nsources;
@@ -388,9 +381,7 @@ static sio_code encode_skipped(sc_stream *s, const sio_sample *smp,
            "event=sample_skipped id=%s index=%" PRIu64 " position=%" PRIu64
            " reason=\"sample headers above the stream's bounds\"",
            s->id, smp->global_index, pos);
-    return s->format == SC_FORMAT_FRAMES
-               ? sio_framew_sample(s->framew, &empty, pos)
-               : sio_tarw_sample(s->tarw, &empty, pos);
+    return sio_wenc_sample(s->enc, &empty, pos);
 }
 
 static int advance(sc_stream *s)
@@ -419,8 +410,7 @@ static int advance(sc_stream *s)
     if (!smp) {
         sio_tarw_summary sum = {s->epoch, s->rank,    s->world,
                                 s->start, s->samples, s->position};
-        rc = s->format == SC_FORMAT_FRAMES ? sio_framew_end(s->framew, &sum)
-                                           : sio_tarw_end(s->tarw, &sum);
+        rc = sio_wenc_end(s->enc, &sum);
         if (rc != SIO_OK) {
             snprintf(reason, sizeof reason, "cannot encode the end: %s",
                      sio_strerror(rc));
@@ -436,8 +426,7 @@ static int advance(sc_stream *s)
     /* The position of this sample is the count before it. */
     uint64_t pos = sio_cursor_position(s->cursor) - 1;
     s->encoding = smp;
-    rc = s->format == SC_FORMAT_FRAMES ? sio_framew_sample(s->framew, smp, pos)
-                                       : sio_tarw_sample(s->tarw, smp, pos);
+    rc = sio_wenc_sample(s->enc, smp, pos);
     s->encoding = NULL;
     if (rc == SIO_ERR_LIMIT)
         rc = encode_skipped(s, smp, pos);
@@ -591,8 +580,7 @@ void sc_stream_destroy(sc_stream *s)
         return;
     if (s->held)
         sio_sample_unref(s->held);
-    sio_tarw_destroy(s->tarw);
-    sio_framew_destroy(s->framew);
+    sio_wenc_destroy(s->enc);
     sio_wbuf_free(&s->pending);
     free(s->segs);
     pthread_mutex_destroy(&s->mu);

@@ -109,7 +109,7 @@ int cli_cat(int argc, char **argv)
     int quiet = 0, c, ret = CLI_EXIT_OK;
     FILE *out = stdout;
     scc_stream *s = NULL;
-    sio_tarw *w = NULL;
+    sio_wenc *w = NULL;
     sio_error err;
     sio_wbuf scratch;
     sio_field *fields = NULL;
@@ -190,7 +190,7 @@ int cli_cat(int argc, char **argv)
         if (rc != SCC_OK) {
             fprintf(stderr, "shardcast cat: %s\n", scc_stream_errmsg(s));
             ret = cli_exit_for(rc);
-            sio_tarw_error(w, scc_stream_errmsg(s));
+            sio_wenc_error(w, scc_stream_errmsg(s), 0, 0);
             break;
         }
         if (!smp) {
@@ -198,7 +198,7 @@ int cli_cat(int argc, char **argv)
             sio_tarw_summary ts = {sum->epoch, sum->rank, sum->world,
                                    first_pos, sum->position - first_pos,
                                    sum->position};
-            if (sio_tarw_end(w, &ts) != SIO_OK) {
+            if (sio_wenc_end(w, &ts) != SIO_OK) {
                 fprintf(stderr, "shardcast cat: write failed: %s\n",
                         strerror(errno));
                 ret = CLI_EXIT_FAIL;
@@ -208,14 +208,14 @@ int cli_cat(int argc, char **argv)
         sio_sample ss;
         sio_code sc = to_sio(smp, &scratch, fields, &ss);
         if (sc == SIO_OK)
-            sc = sio_tarw_sample(w, &ss, smp->position);
+            sc = sio_wenc_sample(w, &ss, smp->position);
         if (sc != SIO_OK) {
             fprintf(stderr, "shardcast cat: sample %llu: %s\n",
                     (unsigned long long)smp->global_index,
                     sc == SIO_ERR_IO ? strerror(errno) : sio_strerror(sc));
             ret = CLI_EXIT_FAIL;
             if (sc != SIO_ERR_IO)
-                sio_tarw_error(w, sio_strerror(sc));
+                sio_wenc_error(w, sio_strerror(sc), 0, 0);
             break;
         }
         nsamples++;
@@ -233,7 +233,7 @@ int cli_cat(int argc, char **argv)
                 (unsigned long long)scc_stream_position(s),
                 scc_stream_reconnects(s), ret == CLI_EXIT_OK ? "ok" : "error");
 out:
-    sio_tarw_destroy(w);
+    sio_wenc_destroy(w);
     scc_stream_close(s);
     if (out != stdout && fclose(out) != 0 && ret == CLI_EXIT_OK)
         ret = CLI_EXIT_FAIL;

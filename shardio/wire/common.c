@@ -9,6 +9,7 @@
 #include "wire/common.h"
 
 #include <inttypes.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -62,4 +63,46 @@ size_t sio_wire_summary_json(const sio_tarw_summary *sum,
                      sum->epoch, sum->rank, sum->world, sum->start,
                      sum->samples, sum->position);
     return n > 0 ? (size_t)n : 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* The encoder interface                                                */
+
+sio_code sio_wenc_sample(sio_wenc *e, const sio_sample *s, uint64_t position)
+{
+    return e->ops->sample(e, s, position);
+}
+
+sio_code sio_wenc_end(sio_wenc *e, const sio_tarw_summary *sum)
+{
+    return e->ops->end(e, sum);
+}
+
+sio_code sio_wenc_error(sio_wenc *e, const char *reason, int retryable,
+                        uint32_t retry_after_ms)
+{
+    char *text = NULL;
+    sio_code rc =
+        sio_wire_error_json(reason, retryable, retry_after_ms, &text);
+    if (rc == SIO_OK)
+        rc = e->ops->error(e, text);
+    free(text);
+    return rc;
+}
+
+void sio_wenc_set_sources(sio_wenc *e, const char *const *names, size_t n)
+{
+    if (e->ops->set_sources)
+        e->ops->set_sources(e, names, n);
+}
+
+uint64_t sio_wenc_bytes(const sio_wenc *e)
+{
+    return e->out.bytes;
+}
+
+void sio_wenc_destroy(sio_wenc *e)
+{
+    if (e)
+        e->ops->free(e);
 }

@@ -1,8 +1,9 @@
 /*
  * wire/common.h — what the two wire encoders (the tar encoder sio_tarw in
  * wire/tarwrite.c and the frames encoder sio_framew in wire/frames.c)
- * share, so that the formats cannot drift apart: the sink that counts the
- * bytes handed on, the field filter, and the JSON of the end summary. The
+ * share, so that the formats cannot drift apart: the encoder interface
+ * they implement, the sink that counts the bytes handed on, the field
+ * filter, and the JSON of the end summary. The
  * error trailer, the other piece both formats carry, has its own file
  * (wire/wireerr.c, public in include/shardio_wire.h). Internal to the wire
  * module; not installed.
@@ -28,6 +29,24 @@ typedef struct sio_wire_sink {
 /* Hand len bytes to the sink (nothing for len 0) and count them when it
  * accepts them. Returns SIO_OK or the sink's code. */
 sio_code sio_wire_emit(sio_wire_sink *k, const void *data, size_t len);
+
+/* What each format implements behind the encoder interface (sio_wenc_*,
+ * include/shardio_wire.h). error() gets the trailer's JSON text, already
+ * built by sio_wire_error_json; set_sources may be NULL (the format has
+ * nothing to do with the names). */
+typedef struct sio_wenc_ops {
+    sio_code (*sample)(sio_wenc *e, const sio_sample *s, uint64_t position);
+    sio_code (*end)(sio_wenc *e, const sio_tarw_summary *sum);
+    sio_code (*error)(sio_wenc *e, const char *json);
+    void (*set_sources)(sio_wenc *e, const char *const *names, size_t n);
+    void (*free)(sio_wenc *e);
+} sio_wenc_ops;
+
+/* The first member of each format's encoder. */
+struct sio_wenc {
+    const sio_wenc_ops *ops;
+    sio_wire_sink out;
+};
 
 /* The fields= filter of an encoder: n == 0 keeps every field. */
 typedef struct sio_wire_filter {

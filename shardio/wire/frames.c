@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "core/core_int.h"
-#include "store/url.h"
+#include "core/redact.h"
 #include "wire/common.h"
 
 /* The encoder's header buffer: a frame head plus the fixed part of a
@@ -80,19 +80,19 @@ static uint64_t get_u64(const unsigned char *p)
 /* ================================================================== */
 /* Encoder                                                              */
 
-struct sio_framew {
-    sio_wire_sink out;
-    int failed; /* a write failed: only sio_framew_error() is allowed */
+typedef struct sio_framew {
+    sio_wenc base; /* first: the encoder interface */
+    int failed; /* a write failed: only the error trailer is allowed */
     sio_wire_filter filter;
     unsigned char hbuf[HBUF_SIZE];
     size_t hlen;
     unsigned char *announced; /* bitmap of shard indices announced */
     size_t announced_len;     /* bytes; <= SIO_FRAMEW_SHARDS_MAX / 8 + 1 */
-};
+} sio_framew;
 
 static sio_code emit(sio_framew *w, const void *data, size_t len)
 {
-    return sio_wire_emit(&w->out, data, len);
+    return sio_wire_emit(&w->base.out, data, len);
 }
 
 static sio_code flush_hbuf(sio_framew *w)
@@ -173,10 +173,21 @@ out:
     return rc;
 }
 
+static sio_code frames_sample(sio_wenc *e, const sio_sample *s,
+                              uint64_t position);
+static sio_code frames_end(sio_wenc *e, const sio_tarw_summary *sum);
+static sio_code frames_error(sio_wenc *e, const char *json);
+static void frames_free(sio_wenc *e);
+
+/* The source names of a mixed job travel in the HEADER (h->sources): no
+ * set_sources. */
+static const sio_wenc_ops frames_ops = {frames_sample, frames_end,
+                                        frames_error, NULL, frames_free};
+
 sio_code sio_framew_create(const sio_frames_header *h,
                            const char *const *fields, size_t nfields,
                            sio_tarw_write_fn fn, void *userdata,
-                           sio_framew **out, sio_error *err)
+                           sio_wenc **out, sio_error *err)
 {
     sio_code rc = SIO_OK;
     sio_framew *w = NULL;
@@ -214,8 +225,9 @@ sio_code sio_framew_create(const sio_frames_header *h,
     rc = sio_wire_filter_set(&w->filter, fields, nfields, "framew", err);
     if (rc != SIO_OK)
         goto out;
-    w->out.fn = fn;
-    w->out.userdata = userdata;
+    w->base.ops = &frames_ops;
+    w->base.out.fn = fn;
+    w->base.out.userdata = userdata;
 
     if (nfields) {
         farr = json_array();
@@ -285,7 +297,7 @@ sio_code sio_framew_create(const sio_frames_header *h,
                    sio_strerror(rc));
         goto out;
     }
-    *out = w;
+    *out = &w->base;
     w = NULL;
 out:
     json_decref(obj);
@@ -347,14 +359,15 @@ out:
     return rc;
 }
 
-sio_code sio_framew_sample(sio_framew *w, const sio_sample *s,
-                           uint64_t position)
+static sio_code frames_sample(sio_wenc *e, const sio_sample *s,
+                              uint64_t position)
 {
+    sio_framew *w = (sio_framew *)e;
     sio_code rc = SIO_OK;
     const char *key = s->key ? s->key : "";
     size_t klen = strlen(key);
     size_t nkept = 0;
-    uint64_t before = w->out.bytes;
+    uint64_t before = w->base.out.bytes;
 
     if (w->failed) {
         rc = SIO_ERR_INVALID;
@@ -430,14 +443,15 @@ out:
      * the error trailer may follow (a reader then sees a broken frame,
      * which is the truth). A sample refused before any byte was written
      * leaves the stream intact. */
-    if (rc != SIO_OK && w->out.bytes != before)
+    if (rc != SIO_OK && w->base.out.bytes != before)
         w->failed = 1;
     w->hlen = 0;
     return rc;
 }
 
-sio_code sio_framew_end(sio_framew *w, const sio_tarw_summary *sum)
+static sio_code frames_end(sio_wenc *e, const sio_tarw_summary *sum)
 {
+    sio_framew *w = (sio_framew *)e;
     sio_code rc = SIO_OK;
     char json[SIO_WIRE_SUMMARY_MAX];
 
@@ -453,42 +467,18 @@ out:
     return rc;
 }
 
-static sio_code error_frame(sio_framew *w, const char *reason, int retryable,
-                            uint32_t retry_after_ms)
+static sio_code frames_error(sio_wenc *e, const char *json)
 {
-    char *text = NULL;
-    sio_code rc =
-        sio_wire_error_json(reason, retryable, retry_after_ms, &text);
-    if (rc == SIO_OK) {
-        /* Whatever a failed sample left in the header buffer is dropped:
-         * the trailer follows the last byte that reached the sink. */
-        w->hlen = 0;
-        rc = emit_frame(w, SIO_FRAME_ERROR, text, strlen(text));
-    }
-    free(text);
-    return rc;
+    sio_framew *w = (sio_framew *)e;
+    /* Whatever a failed sample left in the header buffer is dropped: the
+     * trailer follows the last byte that reached the sink. */
+    w->hlen = 0;
+    return emit_frame(w, SIO_FRAME_ERROR, json, strlen(json));
 }
 
-sio_code sio_framew_error(sio_framew *w, const char *reason)
+static void frames_free(sio_wenc *e)
 {
-    return error_frame(w, reason, 0, 0);
-}
-
-sio_code sio_framew_error_retry(sio_framew *w, const char *reason,
-                                uint32_t retry_after_ms)
-{
-    return error_frame(w, reason, 1, retry_after_ms);
-}
-
-uint64_t sio_framew_bytes(const sio_framew *w)
-{
-    return w->out.bytes;
-}
-
-void sio_framew_destroy(sio_framew *w)
-{
-    if (!w)
-        return;
+    sio_framew *w = (sio_framew *)e;
     free(w->announced);
     free(w);
 }

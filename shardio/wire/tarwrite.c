@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "core/core_int.h"
-#include "store/url.h"
+#include "core/redact.h"
 #include "wire/common.h"
 
 /* ustar header layout (POSIX.1-1988 / pax). */
@@ -49,17 +49,18 @@
 
 static const unsigned char zero_block[SIO_TAR_BLOCK];
 
-struct sio_tarw {
-    sio_wire_sink out;
+typedef struct sio_tarw {
+    sio_wenc base; /* first: the encoder interface */
     sio_wire_filter filter;
     sio_wbuf name; /* member name being built */
     sio_wbuf pax;  /* pax records being built */
     const char *const *sources; /* a mixed job's source names */
     size_t nsources;
-};
+} sio_tarw;
 
-void sio_tarw_set_sources(sio_tarw *w, const char *const *names, size_t n)
+static void tar_set_sources(sio_wenc *e, const char *const *names, size_t n)
 {
+    sio_tarw *w = (sio_tarw *)e;
     w->sources = names;
     w->nsources = n;
 }
@@ -163,7 +164,7 @@ void sio_tar_header(unsigned char block[SIO_TAR_BLOCK], const char *name,
 
 static sio_code emit(sio_tarw *w, const void *data, size_t len)
 {
-    return sio_wire_emit(&w->out, data, len);
+    return sio_wire_emit(&w->base.out, data, len);
 }
 
 /* Header, payload and padding of one member. */
@@ -229,9 +230,18 @@ out:
     return rc;
 }
 
+static sio_code tar_sample(sio_wenc *e, const sio_sample *s,
+                           uint64_t position);
+static sio_code tar_end(sio_wenc *e, const sio_tarw_summary *sum);
+static sio_code tar_error(sio_wenc *e, const char *json);
+static void tar_free(sio_wenc *e);
+
+static const sio_wenc_ops tar_ops = {tar_sample, tar_end, tar_error,
+                                     tar_set_sources, tar_free};
+
 sio_code sio_tarw_create(const char *const *fields, size_t nfields,
                          sio_tarw_write_fn fn, void *userdata,
-                         sio_tarw **out, sio_error *err)
+                         sio_wenc **out, sio_error *err)
 {
     sio_code rc = SIO_OK;
     sio_tarw *w = NULL;
@@ -249,11 +259,12 @@ sio_code sio_tarw_create(const char *const *fields, size_t nfields,
     rc = sio_wire_filter_set(&w->filter, fields, nfields, "tarw", err);
     if (rc != SIO_OK)
         goto out;
-    w->out.fn = fn;
-    w->out.userdata = userdata;
+    w->base.ops = &tar_ops;
+    w->base.out.fn = fn;
+    w->base.out.userdata = userdata;
     sio_wbuf_init(&w->name, NAME_BUF_MAX);
     sio_wbuf_init(&w->pax, PAX_BUF_MAX);
-    *out = w;
+    *out = &w->base;
     w = NULL;
 out:
     free(w);
@@ -339,8 +350,10 @@ out:
     return rc;
 }
 
-sio_code sio_tarw_sample(sio_tarw *w, const sio_sample *s, uint64_t position)
+static sio_code tar_sample(sio_wenc *e, const sio_sample *s,
+                           uint64_t position)
 {
+    sio_tarw *w = (sio_tarw *)e;
     sio_code rc = SIO_OK;
     int first = 1;
     char num[32], paxname[48];
@@ -405,8 +418,9 @@ out:
     return rc;
 }
 
-sio_code sio_tarw_end(sio_tarw *w, const sio_tarw_summary *sum)
+static sio_code tar_end(sio_wenc *e, const sio_tarw_summary *sum)
 {
+    sio_tarw *w = (sio_tarw *)e;
     sio_code rc;
     char json[SIO_WIRE_SUMMARY_MAX];
 
@@ -423,39 +437,15 @@ out:
     return rc;
 }
 
-static sio_code error_member(sio_tarw *w, const char *reason, int retryable,
-                             uint32_t retry_after_ms)
+static sio_code tar_error(sio_wenc *e, const char *json)
 {
-    char *text = NULL;
-    sio_code rc =
-        sio_wire_error_json(reason, retryable, retry_after_ms, &text);
-    if (rc == SIO_OK)
-        rc = emit_member(w, SIO_TARW_ERROR_NAME, strlen(SIO_TARW_ERROR_NAME),
-                         '0', text, strlen(text));
-    free(text);
-    return rc;
+    return emit_member((sio_tarw *)e, SIO_TARW_ERROR_NAME,
+                       strlen(SIO_TARW_ERROR_NAME), '0', json, strlen(json));
 }
 
-sio_code sio_tarw_error(sio_tarw *w, const char *reason)
+static void tar_free(sio_wenc *e)
 {
-    return error_member(w, reason, 0, 0);
-}
-
-sio_code sio_tarw_error_retry(sio_tarw *w, const char *reason,
-                              uint32_t retry_after_ms)
-{
-    return error_member(w, reason, 1, retry_after_ms);
-}
-
-uint64_t sio_tarw_bytes(const sio_tarw *w)
-{
-    return w->out.bytes;
-}
-
-void sio_tarw_destroy(sio_tarw *w)
-{
-    if (!w)
-        return;
+    sio_tarw *w = (sio_tarw *)e;
     sio_wbuf_free(&w->name);
     sio_wbuf_free(&w->pax);
     free(w);

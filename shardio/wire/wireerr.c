@@ -1,8 +1,8 @@
 /*
  * wireerr.c — the error trailer's JSON, shared by both wire formats (the
  * "__shardcast_error__" tar member and the ERROR frame; contract in
- * include/shardio_wire.h): the encoder used by sio_tarw_error* and
- * sio_framew_error*, and the parser used by the frames decoder and the tar
+ * include/shardio_wire.h): the encoder used by sio_wenc_error (both
+ * formats), and the parser used by the frames decoder and the tar
  * reader (wire/tarread.c). One home, so the two formats cannot drift
  * apart.
  *

@@ -60,18 +60,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         sio_field f = {"jpg", (const unsigned char *)"x", 1};
         sio_sample s = {key, "http://u:p@h/s.tar?sig=x", 0, 0, 7, 1, &f, 1, 0};
         sio_wbuf out;
-        sio_tarw *w = NULL;
+        sio_wenc *w = NULL;
         sio_wbuf_init(&out, 4u << 20);
         if (sio_tarw_create(NULL, 0, sio_wbuf_append, &out, &w, NULL) ==
             SIO_OK) {
-            if (sio_tarw_sample(w, &s, 0) == SIO_OK) {
+            if (sio_wenc_sample(w, &s, 0) == SIO_OK) {
                 /* The shard URL went out redacted. */
                 static const char want[] =
                     "SHARDCAST.shard=http://***@h/s.tar?sig=***\n";
                 if (!memmem(out.data, out.len, want, sizeof want - 1))
                     abort();
             }
-            sio_tarw_destroy(w);
+            sio_wenc_destroy(w);
         }
         sio_wbuf_free(&out);
     }

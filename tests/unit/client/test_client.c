@@ -174,8 +174,8 @@ static int handler(void *ud, int fd, const thttp_req *r)
              t = strtok_r(NULL, ",", &save))
             flist[nf++] = t;
     }
-    sio_framew *fw = NULL;
-    sio_tarw *tw = NULL;
+    sio_wenc *fw = NULL;
+    sio_wenc *tw = NULL;
     sio_error err;
     sio_code rc;
     if (frames) {
@@ -193,9 +193,9 @@ static int handler(void *ud, int fd, const thttp_req *r)
         if (strcmp(job, "error") == 0 && i == 5) {
             const char *why = "shard file:///d/shard-2.tar: corrupt tar";
             if (frames)
-                sio_framew_error(fw, why);
+                sio_wenc_error(fw, why, 0, 0);
             else
-                sio_tarw_error(tw, why);
+                sio_wenc_error(tw, why, 0, 0);
             rc = SIO_ERR_IO;
             break;
         }
@@ -210,9 +210,9 @@ static int handler(void *ud, int fd, const thttp_req *r)
                     (strcmp(job, "alwaysdrain") == 0 && (after = 50) != 0);
         if (drain) {
             if (frames)
-                sio_framew_error_retry(fw, "server shutting down", after);
+                sio_wenc_error(fw, "server shutting down", 1, after);
             else
-                sio_tarw_error_retry(tw, "server shutting down", after);
+                sio_wenc_error(tw, "server shutting down", 1, after);
             rc = SIO_ERR_IO;
             break;
         }
@@ -224,18 +224,18 @@ static int handler(void *ud, int fd, const thttp_req *r)
         }
         make_sample(i, rank, world, key, sizeof key, url, sizeof url, cls,
                     bin, f, &s);
-        rc = frames ? sio_framew_sample(fw, &s, i) : sio_tarw_sample(tw, &s, i);
+        rc = frames ? sio_wenc_sample(fw, &s, i) : sio_wenc_sample(tw, &s, i);
     }
     if (rc == SIO_OK) {
         sio_tarw_summary sum = {0, rank, world, start, NSAMPLES - start,
                                 NSAMPLES};
-        rc = frames ? sio_framew_end(fw, &sum) : sio_tarw_end(tw, &sum);
+        rc = frames ? sio_wenc_end(fw, &sum) : sio_wenc_end(tw, &sum);
         if (rc == SIO_OK)
             thttp_write(fd, "0\r\n\r\n", 5);
     }
     free(bin);
-    sio_framew_destroy(fw);
-    sio_tarw_destroy(tw);
+    sio_wenc_destroy(fw);
+    sio_wenc_destroy(tw);
     return 0; /* close: a cut response ends without the chunk terminator */
 }
 

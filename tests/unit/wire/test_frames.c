@@ -54,7 +54,7 @@ static void build_stream(sio_wbuf *out, size_t n, uint64_t start, size_t big,
                          const char *const *filter, size_t nfilter,
                          const char *error_reason)
 {
-    sio_framew *w = NULL;
+    sio_wenc *w = NULL;
     sio_error err;
     sio_frames_header h = hdr("train-1", start);
     char key[64], cls[32];
@@ -87,16 +87,16 @@ static void build_stream(sio_wbuf *out, size_t n, uint64_t start, size_t big,
                   shard, 100 + i * 4 + 1, i % 5 == 4 ? 1 : 3,
                   i % 5 == 4 ? names + 2 : names,
                   i % 5 == 4 ? data + 2 : data, i % 5 == 4 ? lens + 2 : lens);
-        CHECK(sio_framew_sample(w, &t.s, start + i) == SIO_OK);
+        CHECK(sio_wenc_sample(w, &t.s, start + i) == SIO_OK);
     }
     if (error_reason) {
-        CHECK(sio_framew_error(w, error_reason) == SIO_OK);
+        CHECK(sio_wenc_error(w, error_reason, 0, 0) == SIO_OK);
     } else {
         sio_tarw_summary sum = {3, 1, 4, start, n, start + n};
-        CHECK(sio_framew_end(w, &sum) == SIO_OK);
+        CHECK(sio_wenc_end(w, &sum) == SIO_OK);
     }
-    CHECK_EQ_U64(sio_framew_bytes(w), out->len);
-    sio_framew_destroy(w);
+    CHECK_EQ_U64(sio_wenc_bytes(w), out->len);
+    sio_wenc_destroy(w);
     free(bigbuf);
 }
 
@@ -366,7 +366,7 @@ static void test_encoder_zero_copy(void)
 {
     static char payload[5000];
     ptr_sink ps = {payload, 0, 0};
-    sio_framew *w = NULL;
+    sio_wenc *w = NULL;
     sio_error err;
     sio_frames_header h = hdr("j", 0);
     tsample t;
@@ -376,9 +376,9 @@ static void test_encoder_zero_copy(void)
     mk_sample(&t, "k", "u", 0, 0, 1, names, data, lens);
     CHECK(sio_framew_create(&h, NULL, 0, ptr_sink_write, &ps, &w, &err) ==
           SIO_OK);
-    CHECK(sio_framew_sample(w, &t.s, 0) == SIO_OK);
+    CHECK(sio_wenc_sample(w, &t.s, 0) == SIO_OK);
     CHECK(ps.seen);
-    sio_framew_destroy(w);
+    sio_wenc_destroy(w);
 }
 
 /* ------------------------------------------------------------------ */
@@ -405,7 +405,7 @@ static void test_fields_filter(void)
     sio_wbuf_free(&s);
 
     /* Filter limits as for the tar encoder. */
-    sio_framew *w = NULL;
+    sio_wenc *w = NULL;
     sio_error err;
     sio_frames_header h = hdr("j", 0);
     const char *bad[] = {""};
@@ -501,7 +501,7 @@ static sio_code failing_sink(void *u, const void *data, size_t len)
 
 static void test_encoder_limits(void)
 {
-    sio_framew *w = NULL;
+    sio_wenc *w = NULL;
     sio_error err;
     sio_wbuf b;
     sio_frames_header h = hdr("", 0);
@@ -531,18 +531,18 @@ static void test_encoder_limits(void)
     longkey[69999] = '\0';
     mk_sample(&t, longkey, "u", 0, 0, 1, names, data, NULL);
     size_t before = b.len;
-    CHECK(sio_framew_sample(w, &t.s, 0) == SIO_ERR_LIMIT);
+    CHECK(sio_wenc_sample(w, &t.s, 0) == SIO_ERR_LIMIT);
     mk_sample(&t, "k", "u", SIO_FRAMEW_SHARDS_MAX, 0, 1, names, data, NULL);
-    CHECK(sio_framew_sample(w, &t.s, 0) == SIO_ERR_LIMIT);
+    CHECK(sio_wenc_sample(w, &t.s, 0) == SIO_ERR_LIMIT);
     mk_sample(&t, "", "u", 0, 0, 1, names, data, NULL);
-    CHECK(sio_framew_sample(w, &t.s, 0) == SIO_ERR_INVALID);
+    CHECK(sio_wenc_sample(w, &t.s, 0) == SIO_ERR_INVALID);
     CHECK_EQ_U64(b.len, before);
     mk_sample(&t, "k", "u", SIO_FRAMEW_SHARDS_MAX - 1, 0, 1, names, data,
               NULL);
-    CHECK(sio_framew_sample(w, &t.s, 0) == SIO_OK);
+    CHECK(sio_wenc_sample(w, &t.s, 0) == SIO_OK);
     sio_tarw_summary sum = {3, 1, 4, 0, 1, 1};
-    CHECK(sio_framew_end(w, &sum) == SIO_OK);
-    sio_framew_destroy(w);
+    CHECK(sio_wenc_end(w, &sum) == SIO_OK);
+    sio_wenc_destroy(w);
     result r;
     decode_whole(&r, b.data, b.len);
     CHECK(r.rc == SIO_OK);
@@ -560,12 +560,12 @@ static void test_encoder_limits(void)
     const char *bdata[] = {big};
     size_t blen[] = {sizeof big};
     mk_sample(&t, "k", "u", 0, 0, 1, names, bdata, blen);
-    CHECK(sio_framew_sample(w, &t.s, 0) == SIO_ERR_IO);
-    CHECK(sio_framew_sample(w, &t.s, 1) == SIO_ERR_INVALID);
-    CHECK(sio_framew_end(w, &sum) == SIO_ERR_INVALID);
+    CHECK(sio_wenc_sample(w, &t.s, 0) == SIO_ERR_IO);
+    CHECK(sio_wenc_sample(w, &t.s, 1) == SIO_ERR_INVALID);
+    CHECK(sio_wenc_end(w, &sum) == SIO_ERR_INVALID);
     budget = 1000;
-    CHECK(sio_framew_error(w, "sink failed") == SIO_OK);
-    sio_framew_destroy(w);
+    CHECK(sio_wenc_error(w, "sink failed", 0, 0) == SIO_OK);
+    sio_wenc_destroy(w);
 }
 
 /* ------------------------------------------------------------------ */
@@ -880,8 +880,8 @@ static int error_payload(const sio_wbuf *s, char *out, size_t outlen)
     return -1;
 }
 
-/* Retry advice in the ERROR frame: written by sio_framew_error_retry,
- * "retryable":false by sio_framew_error, and decoded into the event; a
+/* Retry advice in the ERROR frame: written by sio_wenc_error(retryable),
+ * "retryable":false without it, and decoded into the event; a
  * trailer from a server without the key reads as not retryable. */
 static void test_error_trailer_retry(void)
 {
@@ -890,14 +890,14 @@ static void test_error_trailer_retry(void)
     char json[256];
 
     /* The drain's trailer, after two samples. */
-    sio_framew *w = NULL;
+    sio_wenc *w = NULL;
     sio_error err;
     sio_frames_header h = hdr("train-1", 0);
     sio_wbuf_init(&s, 1u << 20);
     CHECK(sio_framew_create(&h, NULL, 0, sio_wbuf_append, &s, &w, &err) ==
           SIO_OK);
-    CHECK(sio_framew_error_retry(w, "server shutting down", 2000) == SIO_OK);
-    sio_framew_destroy(w);
+    CHECK(sio_wenc_error(w, "server shutting down", 1, 2000) == SIO_OK);
+    sio_wenc_destroy(w);
     CHECK(error_payload(&s, json, sizeof json) == 0);
     CHECK_STR(json, "{\"status\":\"error\",\"reason\":\"server shutting "
                     "down\",\"retryable\":true,\"retry_after_ms\":2000}");

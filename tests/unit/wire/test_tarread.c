@@ -39,7 +39,7 @@ static void test_stream(void)
     sio_tarr_result r;
     sio_error err;
     sio_wbuf b;
-    sio_tarw *w = NULL;
+    sio_wenc *w = NULL;
     sio_error e;
     unsigned char bin[300];
     sio_field f[2];
@@ -48,10 +48,10 @@ static void test_stream(void)
     sio_wbuf_init(&b, 1 << 20);
     CHECK(sio_tarw_create(NULL, 0, sio_wbuf_append, &b, &w, &e) == SIO_OK);
     make_sample(bin, f, &s);
-    sio_tarw_sample(w, &s, 0);
+    sio_wenc_sample(w, &s, 0);
     sio_tarw_summary sum = {0, 0, 1, 0, 1, 1};
-    sio_tarw_end(w, &sum);
-    sio_tarw_destroy(w);
+    sio_wenc_end(w, &sum);
+    sio_wenc_destroy(w);
 
     /* Any prefix asks for more; the whole yields the sample then END. */
     int ok = 1;
@@ -104,7 +104,7 @@ static void test_error_trailers(void)
     sio_tarr_result r;
     sio_error err, e;
     sio_wbuf b;
-    sio_tarw *w = NULL;
+    sio_wenc *w = NULL;
 
     /* Final, retryable with advice, malformed advice. */
     for (int k = 0; k < 3; k++) {
@@ -112,9 +112,9 @@ static void test_error_trailers(void)
         CHECK(sio_tarw_create(NULL, 0, sio_wbuf_append, &b, &w, &e) ==
               SIO_OK);
         if (k == 0) {
-            sio_tarw_error(w, "corrupt");
+            sio_wenc_error(w, "corrupt", 0, 0);
         } else if (k == 1) {
-            sio_tarw_error_retry(w, "server shutting down", 1500);
+            sio_wenc_error(w, "server shutting down", 1, 1500);
         } else {
             /* A member with that name and a bad retryable value. */
             static const char j[] =
@@ -128,7 +128,7 @@ static void test_error_trailers(void)
             memcpy(blk + SIO_TAR_BLOCK, j, sizeof j - 1);
             sio_wbuf_append(&b, blk, sizeof blk);
         }
-        sio_tarw_destroy(w);
+        sio_wenc_destroy(w);
         sio_code rc =
             sio_tarr_parse(b.data, b.len, fields, 4, 1 << 20, &r, &err);
         if (k == 2) {

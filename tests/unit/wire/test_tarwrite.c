@@ -233,15 +233,15 @@ static void test_samples(void)
     const sio_sample *all[] = {&s1, &s2, &s3, &s4, &s5};
     sio_wbuf out;
     sio_wbuf_init(&out, 1u << 20);
-    sio_tarw *w = NULL;
+    sio_wenc *w = NULL;
     sio_error err;
     CHECK(sio_tarw_create(NULL, 0, sio_wbuf_append, &out, &w, &err) == SIO_OK);
     for (size_t i = 0; i < 5; i++)
-        CHECK(sio_tarw_sample(w, all[i], 10 + i) == SIO_OK);
+        CHECK(sio_wenc_sample(w, all[i], 10 + i) == SIO_OK);
     sio_tarw_summary sum = {3, 1, 4, 10, 5, 15};
-    CHECK(sio_tarw_end(w, &sum) == SIO_OK);
-    CHECK_EQ_U64(sio_tarw_bytes(w), out.len);
-    sio_tarw_destroy(w);
+    CHECK(sio_wenc_end(w, &sum) == SIO_OK);
+    CHECK_EQ_U64(sio_wenc_bytes(w), out.len);
+    sio_wenc_destroy(w);
 
     char n3a[200], n3b[200], n4[240], n5[700];
     snprintf(n3a, sizeof n3a, "000000000007/%s.json", k3);
@@ -355,16 +355,16 @@ static void test_filter(void)
 
     sio_wbuf out;
     sio_wbuf_init(&out, 1u << 20);
-    sio_tarw *w = NULL;
+    sio_wenc *w = NULL;
     CHECK(sio_tarw_create(keep, 2, sio_wbuf_append, &out, &w, NULL) == SIO_OK);
-    CHECK(sio_tarw_sample(w, &a, 0) == SIO_OK);
+    CHECK(sio_wenc_sample(w, &a, 0) == SIO_OK);
     size_t after_a = out.len;
-    CHECK(sio_tarw_sample(w, &b, 1) == SIO_OK);
+    CHECK(sio_wenc_sample(w, &b, 1) == SIO_OK);
     CHECK_EQ_U64(out.len, after_a); /* sample b: nothing written */
-    CHECK(sio_tarw_sample(w, &c, 2) == SIO_OK);
+    CHECK(sio_wenc_sample(w, &c, 2) == SIO_OK);
     sio_tarw_summary sum = {0, 0, 1, 0, 3, 3};
-    CHECK(sio_tarw_end(w, &sum) == SIO_OK);
-    sio_tarw_destroy(w);
+    CHECK(sio_wenc_end(w, &sum) == SIO_OK);
+    sio_wenc_destroy(w);
 
     listing raw;
     read_raw(out.data, out.len, &raw);
@@ -402,11 +402,11 @@ static void test_error_trailer(void)
     sio_sample a = {"a", "u", 0, 0, 1, 1, fa, 1, 0};
     sio_wbuf out;
     sio_wbuf_init(&out, 1u << 20);
-    sio_tarw *w = NULL;
+    sio_wenc *w = NULL;
     CHECK(sio_tarw_create(NULL, 0, sio_wbuf_append, &out, &w, NULL) == SIO_OK);
-    CHECK(sio_tarw_sample(w, &a, 0) == SIO_OK);
-    CHECK(sio_tarw_error(w, "shard \"x\"\\ failed\n\xff") == SIO_OK);
-    sio_tarw_destroy(w);
+    CHECK(sio_wenc_sample(w, &a, 0) == SIO_OK);
+    CHECK(sio_wenc_error(w, "shard \"x\"\\ failed\n\xff", 0, 0) == SIO_OK);
+    sio_wenc_destroy(w);
 
     listing raw;
     read_raw(out.data, out.len, &raw);
@@ -438,12 +438,12 @@ static void test_error_trailer_retry(void)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         sio_wbuf out;
         sio_wbuf_init(&out, 1u << 20);
-        sio_tarw *w = NULL;
+        sio_wenc *w = NULL;
         CHECK(sio_tarw_create(NULL, 0, sio_wbuf_append, &out, &w, NULL) ==
               SIO_OK);
-        CHECK(sio_tarw_error_retry(w, "server shutting down",
+        CHECK(sio_wenc_error(w, "server shutting down", 1,
                                    cases[i].ms) == SIO_OK);
-        sio_tarw_destroy(w);
+        sio_wenc_destroy(w);
         listing la;
         read_libarchive(out.data, out.len, &la);
         CHECK_EQ_U64(la.n, 1);
@@ -488,28 +488,28 @@ static void test_sink_errors(void)
     sio_field fa[] = {{"bin", big, 2000}};
     sio_sample a = {"a", "u", 0, 0, 1, 1, fa, 2000, 0};
     failing f = {1024 + 100};
-    sio_tarw *w = NULL;
+    sio_wenc *w = NULL;
     CHECK(sio_tarw_create(NULL, 0, failing_write, &f, &w, NULL) == SIO_OK);
-    CHECK(sio_tarw_sample(w, &a, 0) == SIO_ERR_CANCELED);
-    CHECK_EQ_U64(sio_tarw_bytes(w), 1024); /* pax header + data block */
-    sio_tarw_destroy(w);
+    CHECK(sio_wenc_sample(w, &a, 0) == SIO_ERR_CANCELED);
+    CHECK_EQ_U64(sio_wenc_bytes(w), 1024); /* pax header + data block */
+    sio_wenc_destroy(w);
 
     /* A bounded buffer refuses to grow past its maximum. */
     sio_wbuf b;
     sio_wbuf_init(&b, 1000);
     CHECK(sio_tarw_create(NULL, 0, sio_wbuf_append, &b, &w, NULL) == SIO_OK);
-    CHECK(sio_tarw_sample(w, &a, 0) == SIO_ERR_LIMIT);
+    CHECK(sio_wenc_sample(w, &a, 0) == SIO_ERR_LIMIT);
     CHECK(b.len <= 1000);
-    sio_tarw_destroy(w);
+    sio_wenc_destroy(w);
     sio_wbuf_free(&b);
 
     /* An empty key is refused rather than producing "<G>/.ext". */
     sio_sample e = {"", "u", 0, 0, 1, 1, fa, 2000, 0};
     sio_wbuf_init(&b, 1u << 20);
     CHECK(sio_tarw_create(NULL, 0, sio_wbuf_append, &b, &w, NULL) == SIO_OK);
-    CHECK(sio_tarw_sample(w, &e, 0) == SIO_ERR_INVALID);
+    CHECK(sio_wenc_sample(w, &e, 0) == SIO_ERR_INVALID);
     CHECK_EQ_U64(b.len, 0);
-    sio_tarw_destroy(w);
+    sio_wenc_destroy(w);
     sio_wbuf_free(&b);
 }
 
@@ -598,15 +598,15 @@ static void test_hostile_keys(void)
     sio_field f[] = {{"jpg", (const unsigned char *)"J", 1}};
     sio_wbuf out;
     sio_wbuf_init(&out, 1u << 20);
-    sio_tarw *w = NULL;
+    sio_wenc *w = NULL;
     CHECK(sio_tarw_create(NULL, 0, sio_wbuf_append, &out, &w, NULL) == SIO_OK);
     for (size_t i = 0; i < 3; i++) {
         sio_sample s = {keys[i],
                         "https://AKIA:pw@h/s.tar?X-Amz-Signature=SECRETSIG&v=1",
                         0, 0, i, 1, f, 1, 0};
-        CHECK(sio_tarw_sample(w, &s, i) == SIO_OK);
+        CHECK(sio_wenc_sample(w, &s, i) == SIO_OK);
     }
-    sio_tarw_destroy(w);
+    sio_wenc_destroy(w);
     CHECK(memmem(out.data, out.len, "SECRETSIG", 9) == NULL);
     CHECK(memmem(out.data, out.len, "AKIA:pw", 7) == NULL);
     listing la;
