@@ -140,6 +140,9 @@ def test_jobs_from_config_file_and_api(start, small_ds, workdir):
     spec = json.dumps({"source": other, "seed": 5, "interleave": 2})
     st, _, body = request(srv, "/v1/jobs/c", "PUT", body=spec, **auth)
     assert st == 201, body
+    # A job put through the API resolves its source in the background
+    # (streams meanwhile get 503 with Retry-After): wait until it is ready.
+    assert wait_for(lambda: get_json(srv, "/v1/jobs/c")["state"] == "ready", 10)
     c1, oc, _ = read_share(srv, "c", 0, 0, 1)
     assert oc == "end" and len(c1) == 20
     st, _, body = request(srv, "/v1/jobs/c", "PUT", body=spec, **auth)
@@ -148,6 +151,7 @@ def test_jobs_from_config_file_and_api(start, small_ds, workdir):
                           body=json.dumps({"source": other, "seed": 6}), **auth)
     assert st == 200 and json.loads(body)["result"] == "replaced"
     assert get_json(srv, "/v1/jobs/c")["settings"]["seed"] == 6
+    assert wait_for(lambda: get_json(srv, "/v1/jobs/c")["state"] == "ready", 10)
     c2, _, _ = read_share(srv, "c", 0, 0, 1)
     assert sorted(x["key"] for x in c2) == sorted(x["key"] for x in c1)
     assert [x["key"] for x in c2] != [x["key"] for x in c1], "the seed must change the order"
