@@ -60,6 +60,29 @@ BATCH_SIZE = 256
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
 
+def exactly_once(seen, samples, unknown, bad_hash, expected, promised):
+    """The exactly-once verdict of one run: seen maps each key delivered to
+    its count; the partition promised `promised` of the `expected` keys
+    (the rest may be missing, never duplicated)."""
+    total = len(expected)
+    dupes = sum(c - 1 for c in seen.values() if c > 1)
+    missing = sum(1 for k in expected if k not in seen)
+    return {"samples": samples, "expected": promised, "unique": len(seen),
+            "duplicates": dupes, "unknown": unknown, "bad_hash": bad_hash,
+            "missing": missing,
+            "ok": (samples == promised and dupes == 0 and unknown == 0
+                   and bad_hash == 0 and missing == total - promised)}
+
+
+def worker_stats(stats_dir):
+    """The JSON files the DataLoader workers left in stats_dir, by name."""
+    out = []
+    for name in sorted(os.listdir(stats_dir)):
+        if name.endswith(".json"):
+            with open(os.path.join(stats_dir, name)) as f:
+                out.append(json.load(f))
+    return out
+
 def content_hash(fields):
     """mkwds/shardcast content hash of {name: bytes} (dunder keys are
     metadata and must not be passed)."""
@@ -317,20 +340,11 @@ def main():
     # even-drop (the server's default) deals the same count to everyone and
     # drops the remainder; the baseline delivers everything.
     promised = total - total % workers if spec["kind"] == "shardcast" else total
-    dupes = sum(c - 1 for c in seen.values() if c > 1)
-    missing = sum(1 for k in expected if k not in seen)
-    verify = {"samples": samples, "expected": promised, "unique": len(seen),
-              "duplicates": dupes, "unknown": unknown, "bad_hash": bad_hash,
-              "missing": missing,
-              "ok": (samples == promised and dupes == 0 and unknown == 0
-                     and bad_hash == 0 and missing == total - promised)}
+    verify = exactly_once(seen, samples, unknown, bad_hash, expected,
+                          promised)
     me = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    wstats = []
-    for name in sorted(os.listdir(spec["stats_dir"])):
-        if name.endswith(".json"):
-            with open(os.path.join(spec["stats_dir"], name)) as f:
-                wstats.append(json.load(f))
+    wstats = worker_stats(spec["stats_dir"])
     json.dump({"samples": samples, "payload_bytes": payload,
                "elapsed_s": elapsed, "first_batch_s": first,
                "main": {"hwm_kib": vm_hwm_kib(),

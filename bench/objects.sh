@@ -24,31 +24,10 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 
-skip_deps=0
-skip_build=0
-build="$ROOT/build"
-args=()
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --skip-deps) skip_deps=1 ;;
-    --skip-build) skip_build=1 ;;
-    --build) build="$2"; args+=("$1" "$2"); shift ;;
-    --build=*) build="${1#--build=}"; args+=("$1") ;;
-    *) args+=("$1") ;;
-  esac
-  shift
-done
+BENCH_NICE=10
+. "$ROOT/bench/prepare.sh"
+bench_prepare "$@"
 
-if [ "$skip_deps" = 0 ]; then
-  "$ROOT/scripts/deps.sh"
-  "$ROOT/bench/deps.sh"
-  "$ROOT/scripts/s3rver-install.sh" >/dev/null
-fi
-if [ "$skip_build" = 0 ]; then
-  echo "== build ($build)"
-  nice -n 10 "$ROOT/scripts/build.sh" "$build"
-fi
-
-command="bench/objects.sh${args[*]:+ ${args[*]}}"
+command="bench/objects.sh${BENCH_ARGS[*]:+ ${BENCH_ARGS[*]}}"
 exec nice -n 10 /usr/bin/python3 "$ROOT/bench/objects.py" --command "$command" \
-  ${args[@]+"${args[@]}"}
+  ${BENCH_ARGS[@]+"${BENCH_ARGS[@]}"}

@@ -43,8 +43,8 @@ sys.path.insert(0, HERE)
 import torch.utils.data as tud  # noqa: E402
 
 from loader_run import (BATCH_SIZE, ShardcastStats, batch_samples,  # noqa: E402
-                        content_hash, keep_bytes, load_expected, vm_hwm_kib,
-                        wds_split)
+                        content_hash, exactly_once, keep_bytes, load_expected,
+                        vm_hwm_kib, wds_split, worker_stats)
 
 
 def group_samples(keys, prefix):
@@ -183,19 +183,10 @@ def main():
     # even-drop (the server's default) deals the same count to every
     # consumer and drops the remainder; the baseline delivers everything.
     promised = total - total % workers if spec["kind"] == "shardcast" else total
-    dupes = sum(c - 1 for c in seen.values() if c > 1)
-    missing = sum(1 for k in expected if k not in seen)
-    verify = {"samples": samples, "expected": promised, "unique": len(seen),
-              "duplicates": dupes, "unknown": unknown, "bad_hash": bad_hash,
-              "missing": missing,
-              "ok": (samples == promised and dupes == 0 and unknown == 0
-                     and bad_hash == 0 and missing == total - promised)}
+    verify = exactly_once(seen, samples, unknown, bad_hash, expected,
+                          promised)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    wstats = []
-    for name in sorted(os.listdir(spec["stats_dir"])):
-        if name.endswith(".json"):
-            with open(os.path.join(spec["stats_dir"], name)) as f:
-                wstats.append(json.load(f))
+    wstats = worker_stats(spec["stats_dir"])
     json.dump({"samples": samples, "payload_bytes": payload,
                "elapsed_s": elapsed, "first_batch_s": first,
                "main_epoch_cpu_s": (ru1.ru_utime + ru1.ru_stime)

@@ -20,31 +20,9 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 
-skip_deps=0
-skip_build=0
-build="$ROOT/build"
-args=()
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --skip-deps) skip_deps=1 ;;
-    --skip-build) skip_build=1 ;;
-    --build) build="$2"; args+=("$1" "$2"); shift ;;
-    --build=*) build="${1#--build=}"; args+=("$1") ;;
-    *) args+=("$1") ;;
-  esac
-  shift
-done
+. "$ROOT/bench/prepare.sh"
+bench_prepare "$@"
 
-if [ "$skip_deps" = 0 ]; then
-  "$ROOT/scripts/deps.sh"
-  "$ROOT/bench/deps.sh"
-  "$ROOT/scripts/s3rver-install.sh" >/dev/null
-fi
-if [ "$skip_build" = 0 ]; then
-  echo "== build ($build)"
-  "$ROOT/scripts/build.sh" "$build"
-fi
-
-command="bench/run.sh${args[*]:+ ${args[*]}}"
+command="bench/run.sh${BENCH_ARGS[*]:+ ${BENCH_ARGS[*]}}"
 exec /usr/bin/python3 "$ROOT/bench/bench.py" --command "$command" \
-  ${args[@]+"${args[@]}"}
+  ${BENCH_ARGS[@]+"${BENCH_ARGS[@]}"}

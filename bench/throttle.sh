@@ -12,7 +12,8 @@
 #                               the smoke test runs); results in
 #                               build/throttle-quick/<date>/
 #
-# Steps: install what is missing (scripts/deps.sh, s3rver), build into
+# Steps: install what is missing (scripts/deps.sh, bench/deps.sh, s3rver),
+# build into
 # build/ (scripts/build.sh), then bench/throttle/throttle.py, which generates
 # the dataset (cached in build/throttle-data/), starts s3rver and the
 # token-bucket proxy (bench/throttle/tbproxy.py) on 127.0.0.1, runs the
@@ -24,30 +25,10 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 
-skip_deps=0
-skip_build=0
-build="$ROOT/build"
-args=()
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --skip-deps) skip_deps=1 ;;
-    --skip-build) skip_build=1 ;;
-    --build) build="$2"; args+=("$1" "$2"); shift ;;
-    --build=*) build="${1#--build=}"; args+=("$1") ;;
-    *) args+=("$1") ;;
-  esac
-  shift
-done
+BENCH_NICE=10
+. "$ROOT/bench/prepare.sh"
+bench_prepare "$@"
 
-if [ "$skip_deps" = 0 ]; then
-  "$ROOT/scripts/deps.sh"
-  "$ROOT/scripts/s3rver-install.sh" >/dev/null
-fi
-if [ "$skip_build" = 0 ]; then
-  echo "== build ($build)"
-  nice -n 10 "$ROOT/scripts/build.sh" "$build"
-fi
-
-command="bench/throttle.sh${args[*]:+ ${args[*]}}"
+command="bench/throttle.sh${BENCH_ARGS[*]:+ ${BENCH_ARGS[*]}}"
 exec nice -n 10 /usr/bin/python3 "$ROOT/bench/throttle/throttle.py" \
-  --command "$command" ${args[@]+"${args[@]}"}
+  --command "$command" ${BENCH_ARGS[@]+"${BENCH_ARGS[@]}"}
