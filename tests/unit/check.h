@@ -7,6 +7,7 @@
 #define SHARDCAST_CHECK_H
 
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,5 +120,27 @@ static inline int conformance_missing(const char *path)
                atomic_load(&check_failures));                              \
         return atomic_load(&check_failures) ? 1 : 0;                       \
     } while (0)
+
+/* Append printf-style text to a growing NUL-terminated string (*s of
+ * *len bytes in *cap): the tests' accounts of what a reader produced. A
+ * line longer than 2 KiB is cut there. */
+static inline void text_vappend(char **s, size_t *len, size_t *cap,
+                                const char *fmt, va_list ap)
+{
+    char line[2048];
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    if (n < 0)
+        return;
+    if ((size_t)n >= sizeof line)
+        n = sizeof line - 1;
+    if (*len + (size_t)n + 1 > *cap) {
+        *cap = (*len + (size_t)n + 1) * 2;
+        *s = realloc(*s, *cap);
+        if (!*s)
+            abort();
+    }
+    memcpy(*s + *len, line, (size_t)n + 1);
+    *len += (size_t)n;
+}
 
 #endif

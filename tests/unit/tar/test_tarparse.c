@@ -135,21 +135,10 @@ static void put(account *ac, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static void put(account *ac, const char *fmt, ...)
 {
-    char line[1200];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof line, fmt, ap);
+    text_vappend(&ac->s, &ac->len, &ac->cap, fmt, ap);
     va_end(ap);
-    if (n < 0)
-        return;
-    if ((size_t)n >= sizeof line)
-        n = sizeof line - 1;
-    if (ac->len + (size_t)n + 1 > ac->cap) {
-        ac->cap = (ac->len + (size_t)n + 1) * 2;
-        ac->s = realloc(ac->s, ac->cap);
-    }
-    memcpy(ac->s + ac->len, line, (size_t)n + 1);
-    ac->len += (size_t)n;
 }
 
 static uint64_t fnv(const unsigned char *p, size_t n)

@@ -275,23 +275,10 @@ static void acc_add(account *a, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static void acc_add(account *a, const char *fmt, ...)
 {
-    char line[1024];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof line, fmt, ap);
+    text_vappend(&a->text, &a->len, &a->cap, fmt, ap);
     va_end(ap);
-    if (n < 0)
-        return;
-    if ((size_t)n >= sizeof line)
-        n = sizeof line - 1;
-    if (a->len + (size_t)n + 1 > a->cap) {
-        a->cap = (a->cap + (size_t)n + 1) * 2;
-        a->text = realloc(a->text, a->cap);
-        if (!a->text)
-            abort();
-    }
-    memcpy(a->text + a->len, line, (size_t)n + 1);
-    a->len += (size_t)n;
 }
 
 static uint64_t fnv(const void *p, size_t n)

@@ -122,6 +122,10 @@ static void tr(result *r, const char *fmt, ...)
     va_start(ap, fmt);
     int n = vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
+    if (n < 0)
+        return;
+    if ((size_t)n >= sizeof line)
+        n = sizeof line - 1; /* cut, never read past line */
     sio_wbuf_append(&r->t, line, (size_t)n);
 }
 
