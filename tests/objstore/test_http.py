@@ -9,8 +9,11 @@ from objstore_support import (NSHARDS, SAMPLES_PER_SHARD, FaultProxy, Rule,
 EPOCH = ("--seed", 11, "--epoch", 2, "--interleave", 4, "--buffer", 50)
 # Small parts so every shard is read with several parallel ranged GETs.
 PARTS = ("--part-size", 65536, "--parts", 3)
-FAST_RETRY = ("--retry-base-ms", 20, "--retry-max-ms", 200, "--stall-ms",
-              1000)
+# Every injected fault may land on one and the same part (the proxy fires
+# its rules on the first matching requests and a throttled engine runs
+# one transfer at a time), so the retry budget covers all of them.
+FAST_RETRY = ("--retries", 30, "--retry-base-ms", 20, "--retry-max-ms",
+              200, "--stall-ms", 1000)
 
 
 def pattern(base):
@@ -95,8 +98,8 @@ def test_http_faults_without_ranged_parts(dump, dataset, nginx):
 def test_http_persistent_errors_exhaust_retries(dump, nginx):
     rules = [Rule.error(503, method="GET")]
     with FaultProxy(upstream=nginx, rules=rules) as proxy:
-        rc, out, err = dump.run(pattern(proxy.url), *EPOCH, "--retries", 3,
-                                *FAST_RETRY, "--on-error", "fail",
+        rc, out, err = dump.run(pattern(proxy.url), *EPOCH, *FAST_RETRY,
+                                "--retries", 3, "--on-error", "fail",
                                 check=False)
     assert rc == 1
     assert "gave up after 4 attempts" in err and "status=503" in err

@@ -31,8 +31,11 @@ from listing_support import MemListServer, run_list, write_s3rver_objects
 
 N_100K = 100_000
 LATENCY = 0.025
-FAST_RETRY = ("--retry-base-ms", 20, "--retry-max-ms", 200, "--stall-ms",
-              5000)
+# Every injected fault may land on one and the same part (the proxy fires
+# its rules on the first matching requests and a throttled engine runs
+# one transfer at a time), so the retry budget covers all of them.
+FAST_RETRY = ("--retries", 30, "--retry-base-ms", 20, "--retry-max-ms",
+              200, "--stall-ms", 5000)
 
 
 def stall(seconds=LATENCY):

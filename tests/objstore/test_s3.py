@@ -11,8 +11,11 @@ from objstore_support import (NSHARDS, SAMPLES_PER_SHARD, FaultProxy, Rule,
 
 EPOCH = ("--seed", 5, "--epoch", 1, "--interleave", 3, "--buffer", 40)
 PARTS = ("--part-size", 65536, "--parts", 3)
-FAST_RETRY = ("--retry-base-ms", 20, "--retry-max-ms", 200, "--stall-ms",
-              1000)
+# Every injected fault may land on one and the same part (the proxy fires
+# its rules on the first matching requests and a throttled engine runs
+# one transfer at a time), so the retry budget covers all of them.
+FAST_RETRY = ("--retries", 30, "--retry-base-ms", 20, "--retry-max-ms",
+              200, "--stall-ms", 1000)
 MANY = 1100
 
 

@@ -66,6 +66,7 @@ import random
 import re
 import socket
 import struct
+import sys
 import threading
 import time
 import urllib.parse
@@ -705,6 +706,15 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 128
+
+    def handle_error(self, request, client_address):
+        # A reset or cut closes the handler's files on purpose and clients
+        # drop connections the proxy is still writing to; anything else is
+        # a fault of the proxy and is printed.
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, ValueError, socket.timeout)):
+            return
+        super().handle_error(request, client_address)
 
 
 class FaultProxy:
