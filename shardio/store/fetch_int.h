@@ -129,8 +129,9 @@ typedef struct part {
     uint64_t start;
     uint64_t len; /* UINT64_MAX: unknown (probe before its answer, or the
                      whole rest of the object in single mode) */
-    unsigned char *buf;
-    size_t cap, rpos, wpos;
+    unsigned char *buf; /* a sample-pool block of bcap bytes (warm memory
+                           reused from part to part) */
+    size_t cap, bcap, rpos, wpos;
     uint64_t got; /* body bytes stored into buf over all attempts */
     int done;
     int paused;

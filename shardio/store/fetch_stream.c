@@ -365,7 +365,7 @@ static sio_code add_part(fstream *s, uint64_t start, uint64_t len, size_t cap)
     memset(p, 0, sizeof *p);
     if (!x)
         return SIO_ERR_NOMEM;
-    p->buf = cap ? malloc(cap) : NULL;
+    p->buf = cap ? sio_pool_get(cap, &p->bcap) : NULL;
     if (cap && !p->buf) {
         free(x);
         return SIO_ERR_NOMEM;
@@ -415,7 +415,7 @@ static void refill(fstream *s)
 static void release_head(fstream *s)
 {
     part *p = head_part(s);
-    free(p->buf);
+    sio_pool_put(p->buf, p->bcap);
     memset(p, 0, sizeof *p);
     s->head = (s->head + 1) % SIO_FETCH_PARTS_MAX;
     s->nparts--;
@@ -478,7 +478,7 @@ static const char *fs_errmsg(const sio_stream *st)
 static void fstream_free(fstream *s)
 {
     for (unsigned i = 0; i < SIO_FETCH_PARTS_MAX; i++)
-        free(s->parts[i].buf);
+        sio_pool_put(s->parts[i].buf, s->parts[i].bcap);
     if (s->ctx_free)
         s->ctx_free(s->ctx);
     pthread_cond_destroy(&s->cv);

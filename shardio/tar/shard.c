@@ -74,8 +74,8 @@ struct sio_shard {
     sio_stream *stream;
     sio_code stream_rc;      /* error seen by the read callback */
     char stream_err[256];
-    unsigned char *rbuf;
-    size_t rcap;
+    unsigned char *rbuf; /* read buffer: a sample-pool block of rbcap */
+    size_t rcap, rbcap;
     struct archive *ar;      /* libarchive reader (NULL: plain reader) */
     const sio_backend_ops *ops; /* how to reopen the stream at an offset */
     void *ctx;               /* (ops NULL: it cannot be reopened) */
@@ -157,7 +157,7 @@ static sio_code shard_start(sio_shard *sh, sio_io *io, const char *url,
     sb_init(&sh->sb, sh->lim.sample_max, sh->lim.fields_max);
     sh->url = strdup(url);
     sh->rcap = sio_io_read_buffer(io);
-    sh->rbuf = malloc(sh->rcap);
+    sh->rbuf = sio_pool_get(sh->rcap, &sh->rbcap);
     if (!sh->url || !sh->rbuf)
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
     return SIO_OK;
@@ -385,7 +385,7 @@ void sio_shard_close(sio_shard *sh)
         sh->stream->ops->close(sh->stream);
     sb_free(&sh->sb);
     free(sh->zbuf);
-    free(sh->rbuf);
+    sio_pool_put(sh->rbuf, sh->rbcap);
     free(sh->url);
     free(sh);
 }

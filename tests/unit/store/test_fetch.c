@@ -207,8 +207,18 @@ int main(void)
     CHECK(thttp_start(&srv, handler, &st) == 0);
 
     /* Parallel ranged parts, handed over in order. */
+    sio_pool_stats p0, p1;
+    sio_pool_get_stats(&p0);
     read_all(&st, &srv, M_NORMAL, 0, &c, "/obj", &r);
     CHECK(r.read_rc == SIO_OK && r.equal);
+    /* Part buffers are sample-pool blocks: a part reuses the memory of
+     * one handed over before it (at most the parts in flight, of the
+     * sizes the ramp goes through, are ever fresh), and all of it is
+     * back in the pool once the stream closed. */
+    sio_pool_get_stats(&p1);
+    CHECK(p1.reused - p0.reused >= 8);
+    CHECK(p1.fresh - p0.fresh <= 8);
+    CHECK(p1.idle_bytes >= p0.idle_bytes + 4 * 64 * 1024);
     CHECK_EQ_U64(r.bytes, OBJ_SIZE);
     CHECK_EQ_U64(r.st.requests, OBJ_SIZE / (64 * 1024));
     CHECK_EQ_U64(r.st.retries, 0);

@@ -299,6 +299,30 @@ static void damage(const char *src, const char *dst, int how)
     free(b);
 }
 
+/* A shard's read buffer is a sample-pool block: the next shard reuses
+ * it (warm memory) instead of mapping and faulting in a fresh one. */
+static void test_read_buffer_pooled(const char *path)
+{
+    sio_io_config c;
+    sio_io *io = NULL;
+    sio_shard *sh = NULL;
+    sio_pool_stats a, b;
+    memset(&c, 0, sizeof c);
+    c.read_buffer = 262144;
+    CHECK(sio_io_create(&c, &io, NULL) == SIO_OK);
+    CHECK(sio_shard_open(io, path, 0, NULL, &sh, NULL) == SIO_OK);
+    sio_shard_close(sh);
+    for (int i = 0; i < 3; i++) {
+        sio_pool_get_stats(&a);
+        CHECK(sio_shard_open(io, path, 0, NULL, &sh, NULL) == SIO_OK);
+        sio_pool_get_stats(&b);
+        sio_shard_close(sh);
+        CHECK_EQ_U64(b.fresh - a.fresh, 0);
+        CHECK(b.reused - a.reused >= 1);
+    }
+    sio_io_destroy(io);
+}
+
 int main(void)
 {
     static const uint32_t bufs[] = {1024, 4096, 65536, 262144};
@@ -349,6 +373,11 @@ int main(void)
             free(c.s);
             free(d.s);
         }
+    }
+    {
+        char first[160];
+        snprintf(first, sizeof first, "%s/s0.tar", dir);
+        test_read_buffer_pooled(first);
     }
     printf("intact shards: %d, damaged: %d (%d read alike)\n", intact,
            damaged, same_damaged);
