@@ -424,6 +424,17 @@ void sio_pool_put(void *block, size_t cap);
 void sio_pool_configure(size_t idle_max);
 /* Give the pages of every idle block back to the kernel. */
 void sio_pool_trim(void);
+/*
+ * Decay (0, the default: none). With ms > 0, released blocks stay resident
+ * above idle_max too, and what stays idle above it for a whole period of
+ * ms goes back at the period's end: memory released at once (an epoch's
+ * window) and needed again soon (the next epoch) is not faulted in again.
+ * Idle memory above idle_max lives at most 2 x ms.
+ */
+void sio_pool_set_decay(uint32_t ms);
+/* Close the decay period when it is due (get and put call it now and then;
+ * call it on a timer so that a pool nobody uses still decays). */
+void sio_pool_tick(void);
 void sio_pool_get_stats(sio_pool_stats *st);
 
 /* ------------------------------------------------------------------ */

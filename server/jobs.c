@@ -1436,8 +1436,10 @@ static void *manager_main(void *arg)
             }
         pthread_mutex_unlock(&j->mu);
         int tp = now - last_tp >= 1000u;
-        if (tp)
+        if (tp) {
             last_tp = now;
+            sio_pool_tick(); /* idle sample memory decays while idle too */
+        }
         for (size_t i = 0; i < n; i++) {
             job_tick(j, snap[i], now, tp);
             sc_job_unref(snap[i]);

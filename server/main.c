@@ -77,6 +77,7 @@ int main(int argc, char **argv)
     }
     sc_log_init(cfg.log_level);
     sio_pool_configure((size_t)cfg.sample_pool_idle);
+    sio_pool_set_decay(cfg.sample_pool_decay_ms);
 
     /* Block the stop signals before any thread exists so that every thread
      * inherits the mask and only sigwait below sees them. A client that

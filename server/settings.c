@@ -164,6 +164,11 @@ static const setting settings[] = {
      1ull << 40, NULL,
      "idle sample memory kept for reuse (resident); blocks above it give "
      "their pages back to the kernel"},
+    {"sample-pool-decay-ms", NULL, SRV(sample_pool_decay_ms), T_MS, "10000",
+     0, 86400000, NULL,
+     "sample memory idle above sample-pool-idle stays resident for this long "
+     "(the next epoch reuses it without page faults; 0: give it back at "
+     "once)"},
     {"idle-timeout", NULL, SRV(idle_timeout), T_SECS, "600", 0, 86400, NULL,
      "seconds a connection may make no progress (0: none)"},
     {"token", NULL, SRV(token), T_SECRET, NULL, 1, SC_TOKEN_MAX, NULL,

@@ -102,6 +102,7 @@ typedef struct sc_config {
     uint64_t connection_memory; /* --connection-memory: MHD per-connection
                                    pool; bounds the request header size */
     uint64_t sample_pool_idle; /* --sample-pool-idle: idle pool bytes */
+    uint32_t sample_pool_decay_ms; /* --sample-pool-decay-ms */
     uint32_t idle_timeout;  /* --idle-timeout: seconds without progress */
     char *token;            /* --token (SHARDCAST_TOKEN): consumers */
     char *token_file;

@@ -16,6 +16,17 @@
  * `idle_max` plus the partial pages of cold blocks. Larger requests bypass
  * the pool (plain malloc).
  *
+ * Decay (decay_ms > 0): a server releases a whole epoch's window at once
+ * when it closes, and the next epoch needs the same memory a moment later;
+ * giving it back above `idle_max` at once meant faulting it all in again,
+ * every epoch. With a decay, released blocks stay warm above `idle_max`;
+ * what stayed idle above it for a whole period of decay_ms (the lowest
+ * idle level of the period, minus idle_max) goes back at the end of that
+ * period. So idle memory above the budget lives at most two periods, and
+ * resident memory never exceeds the peak of blocks in use. Periods are
+ * closed by sio_pool_tick(), which get() and put() call now and then and a
+ * server calls on its timer (a pool nobody uses still decays).
+ *
  * Why: a sample's block used to be malloc'd fresh and freed by another
  * thread. With large samples glibc returned the memory to the kernel and
  * faulted it back in (page faults and zeroing were a quarter of the
@@ -78,6 +89,13 @@ static atomic_size_t idle_max = SIO_POOL_IDLE_DEFAULT;
 static atomic_size_t mapped_bytes;
 static atomic_uint_fast64_t n_reused, n_fresh, n_released;
 static size_t page_size;
+/* Decay: the period's start (0: none yet), its lowest idle level, and an
+ * operation count that has get/put look at the clock now and then. */
+static atomic_uint decay_ms;
+static atomic_uint_fast64_t period_start;
+static atomic_size_t period_low;
+static atomic_uint ops;
+#define TICK_EVERY 256u
 
 /* The slab being carved (slab_mu). */
 static pthread_mutex_t slab_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -158,6 +176,26 @@ static size_t class_of(size_t n)
     return i;
 }
 
+/* Record a new idle level for the decay's low-water mark. */
+static void note_low(size_t idle)
+{
+    size_t low = atomic_load_explicit(&period_low, memory_order_relaxed);
+    while (idle < low &&
+           !atomic_compare_exchange_weak(&period_low, &low, idle))
+        ;
+}
+
+/* Close a decay period now and then (a clock read per TICK_EVERY
+ * operations). */
+static void maybe_tick(void)
+{
+    if (atomic_load_explicit(&decay_ms, memory_order_relaxed) &&
+        atomic_fetch_add_explicit(&ops, 1, memory_order_relaxed) %
+                TICK_EVERY ==
+            0)
+        sio_pool_tick();
+}
+
 void *sio_pool_get(size_t need, size_t *cap)
 {
     if (need == 0)
@@ -188,7 +226,9 @@ void *sio_pool_get(size_t need, size_t *cap)
     pthread_mutex_unlock(&c->mu);
     if (b) {
         if (warm)
-            atomic_fetch_sub_explicit(&idle_bytes, sz, memory_order_relaxed);
+            note_low(atomic_fetch_sub_explicit(&idle_bytes, sz,
+                                               memory_order_relaxed) - sz);
+        maybe_tick();
         atomic_fetch_add_explicit(&n_reused, 1, memory_order_relaxed);
         UNPOISON(b, sz);
         *cap = sz;
@@ -234,7 +274,9 @@ void sio_pool_put(void *block, size_t cap)
     size_t i = class_of(cap);
     size_t held = atomic_fetch_add_explicit(&idle_bytes, cap,
                                             memory_order_relaxed);
-    if (held + cap > atomic_load_explicit(&idle_max, memory_order_relaxed)) {
+    maybe_tick();
+    if (held + cap > atomic_load_explicit(&idle_max, memory_order_relaxed) &&
+        atomic_load_explicit(&decay_ms, memory_order_relaxed) == 0) {
         atomic_fetch_sub_explicit(&idle_bytes, cap, memory_order_relaxed);
         atomic_fetch_add_explicit(&n_released, 1, memory_order_relaxed);
         push(i, block, cap, 0);
@@ -264,7 +306,8 @@ static void trim_to(size_t keep)
             pthread_mutex_unlock(&c->mu);
             if (!b)
                 break;
-            atomic_fetch_sub_explicit(&idle_bytes, sz, memory_order_relaxed);
+            note_low(atomic_fetch_sub_explicit(&idle_bytes, sz,
+                                               memory_order_relaxed) - sz);
             atomic_fetch_add_explicit(&n_released, 1, memory_order_relaxed);
             UNPOISON(b, sz);
             push(i, b, sz, 0);
@@ -281,6 +324,36 @@ void sio_pool_configure(size_t idle_max_bytes)
 void sio_pool_trim(void)
 {
     trim_to(0);
+}
+
+void sio_pool_set_decay(uint32_t ms)
+{
+    atomic_store_explicit(&decay_ms, ms, memory_order_relaxed);
+    atomic_store_explicit(&period_start, 0, memory_order_relaxed);
+    if (ms == 0)
+        trim_to(atomic_load_explicit(&idle_max, memory_order_relaxed));
+}
+
+void sio_pool_tick(void)
+{
+    uint32_t d = atomic_load_explicit(&decay_ms, memory_order_relaxed);
+    if (d == 0)
+        return;
+    uint64_t now = sio_now_ms(), start;
+    start = atomic_load_explicit(&period_start, memory_order_relaxed);
+    if (start != 0 && now - start < d)
+        return;
+    /* One thread closes the period. */
+    if (!atomic_compare_exchange_strong(&period_start, &start, now ? now : 1))
+        return;
+    size_t idle = atomic_load_explicit(&idle_bytes, memory_order_relaxed);
+    size_t low = atomic_exchange(&period_low, idle);
+    size_t max = atomic_load_explicit(&idle_max, memory_order_relaxed);
+    if (start == 0 || low <= max)
+        return;
+    /* Idle above the budget for the whole period: give it back. */
+    size_t surplus = low - max;
+    trim_to(idle > surplus ? idle - surplus : 0);
 }
 
 void sio_pool_get_stats(sio_pool_stats *st)

@@ -6,11 +6,13 @@
  * the idle budget blocks give their pages back and are still reusable
  * (they read as zero, whatever they held); trimming; large blocks bypass
  * the pool; four threads getting and putting random sizes keep every
- * block's contents intact.
+ * block's contents intact; with a decay, memory released above the budget
+ * stays resident for the next round and goes back once it stays idle.
  */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "shardio.h"
@@ -151,11 +153,70 @@ static void test_threads(void)
     CHECK(st.reused > 0);
 }
 
+/* Decay: blocks released above the budget stay resident and the next
+ * round takes them again (no fresh memory, no page given back, contents
+ * intact); what then stays idle above the budget for a whole period goes
+ * back, down to the budget. */
+static void test_decay(void)
+{
+    enum { N = 16, SZ = 500000 };
+    sio_pool_stats a, b;
+    void *blocks[N];
+    size_t caps[N];
+    sio_pool_trim();
+    sio_pool_configure(1u << 20);
+    sio_pool_set_decay(500);
+    for (int i = 0; i < N; i++) {
+        blocks[i] = sio_pool_get(SZ, &caps[i]);
+        CHECK(blocks[i] != NULL);
+        memset(blocks[i], 0x77, caps[i]);
+    }
+    sio_pool_get_stats(&a);
+    for (int i = 0; i < N; i++)
+        sio_pool_put(blocks[i], caps[i]);
+    sio_pool_get_stats(&b);
+    CHECK(b.idle_bytes >= (size_t)N * SZ); /* above the 1 MiB budget */
+    CHECK_EQ_U64(b.released, a.released);
+    for (int i = 0; i < N; i++) {
+        blocks[i] = sio_pool_get(SZ, &caps[i]);
+        CHECK(blocks[i] != NULL);
+        /* resident all along: what was written is still there */
+        CHECK(((unsigned char *)blocks[i])[caps[i] / 2] == 0x77);
+    }
+    sio_pool_get_stats(&b);
+    CHECK_EQ_U64(b.fresh, a.fresh);
+    CHECK_EQ_U64(b.released, a.released);
+    for (int i = 0; i < N; i++)
+        sio_pool_put(blocks[i], caps[i]);
+    /* Idle above the budget from now on: gone after at most two periods
+     * (the test's clock is generous: a slow machine only waits longer). */
+    for (int w = 0; w < 500; w++) {
+        sio_pool_get_stats(&b);
+        if (b.idle_bytes <= (1u << 20))
+            break;
+        usleep(20000);
+        sio_pool_tick();
+    }
+    sio_pool_get_stats(&b);
+    CHECK(b.idle_bytes <= (1u << 20));
+    CHECK(b.released >= a.released + N - 2);
+    /* Back to no decay: the budget holds at once again. */
+    sio_pool_set_decay(0);
+    for (int i = 0; i < N; i++)
+        blocks[i] = sio_pool_get(SZ, &caps[i]);
+    for (int i = 0; i < N; i++)
+        sio_pool_put(blocks[i], caps[i]);
+    sio_pool_get_stats(&b);
+    CHECK(b.idle_bytes <= (1u << 20));
+    sio_pool_configure(64u << 20);
+}
+
 int main(void)
 {
     test_classes();
     test_reuse_and_budget();
     test_threads();
+    test_decay();
     sio_pool_trim();
     CHECK_MAIN_END();
 }
