@@ -1,0 +1,231 @@
+#!/usr/bin/python3
+"""The steady state of a long-running server (bench/steady.sh).
+
+bench/run.sh starts a fresh shardcastd for every run and reads one epoch:
+every sample lands in memory the process never touched, so its figures
+include the page faults of first use. A deployed server reads epoch after
+epoch. This benchmark keeps one shardcastd per (shape, variant) and reads
+epochs 0 .. E-1 in turn with `shardcast bench` (W C consumers in one
+process, frames, --verify against the manifest; nginx on 127.0.0.1 as the
+source, the server flags of bench/run.sh). Per epoch it records samples/s,
+payload MB/s, the server's CPU (utime + stime from /proc) as µs per sample
+and core-seconds per GB delivered, and its minor page faults (MiB of 4 KiB
+pages). The reported figure of a server is the median over epochs 2 .. E-1
+(epochs 0 and 1 fill the sample pool: two epochs' windows are held while
+the third starts).
+
+Variants, alternated server by server (A, B, A, B, ...; medians over the
+repetitions):
+  default   the server's defaults (sample-pool-decay-ms 10 s)
+  no-decay  --sample-pool-decay-ms 0: sample memory released above
+            sample-pool-idle gives its pages back at once (what every
+            server did before the decay)
+
+Output: results.json and results.md in --out.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import bench  # noqa: E402
+import bench_contenders as bc  # noqa: E402
+from bench_env import REPO, Nginx, ensure_dataset  # noqa: E402
+from bench_proc import _stat_fields  # noqa: E402
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+VARIANTS = [("default", []), ("no-decay", ["--sample-pool-decay-ms", "0"])]
+FORMAT = "shardcast-steady/1"
+
+
+def proc_counters(pid):
+    """(cpu seconds, minor faults) of a live pid."""
+    f = _stat_fields(pid)
+    if f is None:
+        raise bc.ContenderError("shardcastd %d is gone" % pid)
+    # After the name: state(0) ... minflt(7) ... utime(11) stime(12).
+    return (int(f[11]) + int(f[12])) / CLK_TCK, int(f[7])
+
+
+class Ctx:
+    """The little of bench.Ctx that bench_contenders.Server needs."""
+
+    def __init__(self, build, workdir, server_flags):
+        self.workdir = workdir
+        self.server_bin = os.path.join(build, "shardcastd")
+        self.server_flags = server_flags
+        self.nginx = None
+
+    def track(self, pid):
+        pass
+
+
+def run_server(ctx, cli, ds, workers, epochs, extra, log):
+    """One server, epochs 0 .. epochs-1; returns the per-epoch records."""
+    ctx.server_flags = ["--shuffle-buffer", str(bench.SHUFFLE_BUFFER),
+                        "--shuffle-buffer-bytes", bench.SERVER_BUFFER_BYTES
+                        ] + extra
+    srv = bc.Server(ctx, bc.server_source(ctx, ds, "http"))
+    out = []
+    try:
+        for e in range(epochs):
+            args = cli.command(srv.url, bc.JOB, e, workers, ds.manifest_path,
+                               "frames")
+            cpu0, flt0 = proc_counters(srv.proc.pid)
+            t0 = time.perf_counter()
+            p = subprocess.run(args, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, timeout=600)
+            wall = time.perf_counter() - t0
+            cpu1, flt1 = proc_counters(srv.proc.pid)
+            if p.returncode != 0:
+                raise bc.ContenderError("shardcast bench exit %d: %s\n%s" % (
+                    p.returncode, p.stderr.decode()[-1500:],
+                    srv.log_tail()[-1500:]))
+            res = cli.parse(p.stdout.decode(), wall)
+            n, b = res["samples"], res["payload_bytes"]
+            rec = {"epoch": e, "samples": n, "payload_bytes": b,
+                   "seconds": res["elapsed_s"],
+                   "samples_per_s": n / res["elapsed_s"],
+                   "mb_per_s": b / res["elapsed_s"] / 1e6,
+                   "server_cpu_s": cpu1 - cpu0,
+                   "server_us_per_sample": (cpu1 - cpu0) / n * 1e6,
+                   "server_core_s_per_gb": (cpu1 - cpu0) / (b / 1e9),
+                   "minor_fault_mib": (flt1 - flt0) * PAGE / 1048576,
+                   "exactly_once": bool(res["verify"].get("ok"))}
+            log("  epoch %d: %.0f samples/s, server %.2f µs/sample, "
+                "%.0f MiB faulted, exactly-once %s" % (
+                    e, rec["samples_per_s"], rec["server_us_per_sample"],
+                    rec["minor_fault_mib"], rec["exactly_once"]))
+            out.append(rec)
+    finally:
+        rc, _ = srv.stop()
+    if rc != 0:
+        raise bc.ContenderError("shardcastd exit %d:\n%s" % (rc,
+                                                             srv.log_tail()))
+    return out
+
+
+def summarize(epochs):
+    steady = [r for r in epochs if r["epoch"] >= 2] or epochs
+    keys = ("samples_per_s", "mb_per_s", "server_us_per_sample",
+            "server_core_s_per_gb", "minor_fault_mib")
+    s = {k: statistics.median(r[k] for r in steady) for k in keys}
+    s["first_epoch"] = {k: epochs[0][k] for k in keys}
+    s["exactly_once"] = all(r["exactly_once"] for r in epochs)
+    return s
+
+
+def markdown(doc):
+    lines = ["# Steady state of a long-running server", "",
+             "Command: `%s`  " % doc["command"],
+             "Date: %s; tree %s; %s" % (doc["date"], doc["tree"],
+                                        doc["machine"]), "",
+             "One shardcastd per row reads epochs 0..%d from nginx with "
+             "`shardcast bench` (W = %d, frames, --verify); figures are the "
+             "median over epochs 2..%d of each server, then the median over "
+             "%d servers per variant. Server CPU from /proc (utime + stime); "
+             "page faults are the server's minor faults per epoch." % (
+                 doc["epochs"] - 1, doc["workers"], doc["epochs"] - 1,
+                 doc["repeat"]), "",
+             "| shape | variant | samples/s | MB/s | server µs/sample | "
+             "server core-s/GB | faulted MiB/epoch | epoch 0 µs/sample | "
+             "exactly-once |",
+             "|---|---|--:|--:|--:|--:|--:|--:|---|"]
+    for row in doc["rows"]:
+        m = row["median"]
+        lines.append("| %s | %s | %.0f | %.0f | %.2f | %.2f | %.0f | %.2f | %s |"
+                     % (row["shape"], row["variant"], m["samples_per_s"],
+                        m["mb_per_s"], m["server_us_per_sample"],
+                        m["server_core_s_per_gb"], m["minor_fault_mib"],
+                        m["first_epoch_us_per_sample"],
+                        "yes" if row["exactly_once"] else "NO"))
+    lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default=os.path.join(REPO, "build"))
+    ap.add_argument("--data", default=None,
+                    help="dataset cache (default: BUILD/bench-data)")
+    ap.add_argument("--out", default=os.path.join(REPO, "bench", "results",
+                                                  "steady"))
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--epochs", type=int, default=6)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--quick", action="store_true",
+                    help="tiny datasets, 3 epochs, one server per variant")
+    ap.add_argument("--command", default="bench/steady.sh")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.epochs, args.repeat = 3, 1
+    shapes = bench.quick_shapes() if args.quick else bench.full_shapes()
+    data = args.data or os.path.join(args.build, "bench-data")
+    cli, why = bench.CliBench.detect(args.build)
+    if not cli:
+        sys.exit("steady: %s" % why)
+
+    def log(msg):
+        bench.log(msg)
+
+    workdir = tempfile.mkdtemp(prefix="shardcast-steady-")
+    ctx = Ctx(args.build, workdir, [])
+    ctx.nginx = Nginx(os.path.join(data, "datasets"), workdir)
+    ctx.nginx.start()
+    rows = []
+    try:
+        for shape in shapes:
+            ds = ensure_dataset(data, shape, log)
+            per = {name: [] for name, _ in VARIANTS}
+            for rep in range(args.repeat):
+                for name, extra in VARIANTS:
+                    log("%s, %s, server %d/%d" % (shape.name, name, rep + 1,
+                                                  args.repeat))
+                    per[name].append(run_server(ctx, cli, ds, args.workers,
+                                                args.epochs, extra, log))
+            for name, _ in VARIANTS:
+                sums = [summarize(e) for e in per[name]]
+                med = {k: statistics.median(s[k] for s in sums)
+                       for k in ("samples_per_s", "mb_per_s",
+                                 "server_us_per_sample",
+                                 "server_core_s_per_gb", "minor_fault_mib")}
+                med["first_epoch_us_per_sample"] = statistics.median(
+                    s["first_epoch"]["server_us_per_sample"] for s in sums)
+                rows.append({"shape": shape.label, "variant": name,
+                             "median": med,
+                             "exactly_once": all(s["exactly_once"]
+                                                 for s in sums),
+                             "servers": per[name]})
+    finally:
+        ctx.nginx.stop()
+    tree = bench.tree_state()
+    mach = bench.machine_description()
+    doc = {"format": FORMAT, "command": args.command,
+           "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+           "tree": tree["commit"][:7] + (" + uncommitted changes"
+                                         if tree["uncommitted"] else ""),
+           "machine": "%s CPUs, %s" % (mach["nproc"], mach["cpu_model"]),
+           "workers": args.workers, "epochs": args.epochs,
+           "repeat": args.repeat, "rows": rows}
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+    md = markdown(doc)
+    with open(os.path.join(args.out, "results.md"), "w") as f:
+        f.write(md)
+    sys.stdout.write(md)
+    return 0 if all(r["exactly_once"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

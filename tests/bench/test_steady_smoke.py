@@ -1,0 +1,73 @@
+"""Smoke test of the steady-state benchmark (bench/steady.sh --quick): one
+long-running shardcastd per shape and variant reads several epochs in
+turn, every epoch exactly once, and the per-epoch server figures (CPU per
+sample, page faults) reach the JSON and Markdown output. It checks that the
+figures are sane, never a performance target.
+
+Uses the binaries of $SHARDCAST_BUILD (else build/) as they are: it neither
+installs packages nor builds. Takes about 20 s on 2 cores.
+"""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+RUN = os.path.join(REPO, "bench", "steady.sh")
+TIMEOUT = 240
+
+
+def build_dir():
+    return os.environ.get("SHARDCAST_BUILD") or os.path.join(REPO, "build")
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    build = build_dir()
+    if not os.access(os.path.join(build, "shardcastd"), os.X_OK):
+        pytest.fail("shardcastd is not built in %s" % build, pytrace=False)
+    out = tmp_path_factory.mktemp("steady-quick")
+    data = tmp_path_factory.mktemp("steady-data")
+    p = subprocess.run(["bash", RUN, "--quick", "--skip-deps", "--skip-build",
+                        "--build", build, "--out", str(out), "--data",
+                        str(data)],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+    log = p.stdout.decode("utf-8", "replace")
+    assert p.returncode == 0, "bench/steady.sh --quick failed (%d):\n%s" % (
+        p.returncode, log[-6000:])
+    with open(os.path.join(out, "results.json")) as f:
+        results = json.load(f)
+    with open(os.path.join(out, "results.md")) as f:
+        md = f.read()
+    return results, md
+
+
+def test_every_shape_and_variant_ran_every_epoch(quick):
+    results, _ = quick
+    assert results["format"] == "shardcast-steady/1"
+    rows = {(r["shape"], r["variant"]) for r in results["rows"]}
+    assert len(rows) == 4
+    assert {v for _, v in rows} == {"default", "no-decay"}
+    for row in results["rows"]:
+        assert row["exactly_once"], row
+        assert len(row["servers"]) == results["repeat"]
+        for epochs in row["servers"]:
+            assert [e["epoch"] for e in epochs] == list(range(
+                results["epochs"]))
+            # Every epoch of one server delivers the same samples.
+            assert len({e["samples"] for e in epochs}) == 1
+            for e in epochs:
+                assert e["exactly_once"]
+                assert e["samples"] > 0 and e["payload_bytes"] > 0
+                assert e["samples_per_s"] > 0
+                assert e["server_cpu_s"] >= 0 and e["minor_fault_mib"] >= 0
+
+
+def test_markdown_table_has_every_row(quick):
+    results, md = quick
+    assert "| shape | variant | samples/s |" in md
+    for row in results["rows"]:
+        assert "| %s | %s |" % (row["shape"], row["variant"]) in md
