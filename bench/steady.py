@@ -14,6 +14,10 @@ pages). The reported figure of a server is the median over epochs 2 .. E-1
 (epochs 0 and 1 fill the sample pool: two epochs' windows are held while
 the third starts).
 
+The loopback ceiling (W parallel `curl` processes over the shards from the
+same nginx, as in bench/run.sh) runs before every round of servers, so the
+"× ceiling" ratios come from one run.
+
 Variants, alternated server by server (A, B, A, B, ...; medians over the
 repetitions):
   default   the server's defaults (sample-pool-decay-ms 10 s)
@@ -28,6 +32,7 @@ import argparse
 import datetime
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -65,9 +70,14 @@ class Ctx:
         self.server_bin = os.path.join(build, "shardcastd")
         self.server_flags = server_flags
         self.nginx = None
+        self.curl = shutil.which("curl")
+        self.timeout = 600
 
     def track(self, pid):
         pass
+
+    def aborted(self):
+        return None
 
 
 def run_server(ctx, cli, ds, workers, epochs, extra, log):
@@ -137,15 +147,18 @@ def markdown(doc):
              "page faults are the server's minor faults per epoch." % (
                  doc["epochs"] - 1, doc["workers"], doc["epochs"] - 1,
                  doc["repeat"]), "",
-             "| shape | variant | samples/s | MB/s | server µs/sample | "
-             "server core-s/GB | faulted MiB/epoch | epoch 0 µs/sample | "
-             "exactly-once |",
-             "|---|---|--:|--:|--:|--:|--:|--:|---|"]
+             "| shape | variant | samples/s | MB/s | × ceiling | "
+             "server µs/sample | server core-s/GB | faulted MiB/epoch | "
+             "epoch 0 µs/sample | exactly-once |",
+             "|---|---|--:|--:|--:|--:|--:|--:|--:|---|"]
     for row in doc["rows"]:
         m = row["median"]
-        lines.append("| %s | %s | %.0f | %.0f | %.2f | %.2f | %.0f | %.2f | %s |"
+        c = m.get("ceiling_samples_per_s")
+        ratio = "%.2f (%.0f)" % (m["samples_per_s"] / c, c) if c else "–"
+        lines.append("| %s | %s | %.0f | %.0f | %s | %.2f | %.2f | %.0f | %.2f "
+                     "| %s |"
                      % (row["shape"], row["variant"], m["samples_per_s"],
-                        m["mb_per_s"], m["server_us_per_sample"],
+                        m["mb_per_s"], ratio, m["server_us_per_sample"],
                         m["server_core_s_per_gb"], m["minor_fault_mib"],
                         m["first_epoch_us_per_sample"],
                         "yes" if row["exactly_once"] else "NO"))
@@ -187,7 +200,13 @@ def main(argv=None):
         for shape in shapes:
             ds = ensure_dataset(data, shape, log)
             per = {name: [] for name, _ in VARIANTS}
+            ceiling = []
             for rep in range(args.repeat):
+                if ctx.curl:
+                    r = bc.CurlCeiling("http").run(ctx, ds, args.workers, "")
+                    ceiling.append(r["samples"] / r["elapsed_s"])
+                    log("%s, curl ceiling: %.0f samples/s" % (shape.name,
+                                                             ceiling[-1]))
                 for name, extra in VARIANTS:
                     log("%s, %s, server %d/%d" % (shape.name, name, rep + 1,
                                                   args.repeat))
@@ -201,6 +220,8 @@ def main(argv=None):
                                  "server_core_s_per_gb", "minor_fault_mib")}
                 med["first_epoch_us_per_sample"] = statistics.median(
                     s["first_epoch"]["server_us_per_sample"] for s in sums)
+                med["ceiling_samples_per_s"] = (statistics.median(ceiling)
+                                                if ceiling else None)
                 rows.append({"shape": shape.label, "variant": name,
                              "median": med,
                              "exactly_once": all(s["exactly_once"]
