@@ -7,6 +7,11 @@
 # builds into the build folder (scripts/build.sh), and leaves everything
 # else (--build included) in the array BENCH_ARGS for the Python driver.
 # BENCH_NICE (default 0) is the niceness of the build.
+#
+# bench_main NAME DRIVER NICENESS ARGS...: what every bench/*.sh does —
+# bench_prepare ARGS (building at NICENESS), then replace the shell with
+# bench/DRIVER run at NICENESS, given --command "bench/NAME ARGS" (the
+# command line the results record) and BENCH_ARGS.
 
 bench_prepare() {
   local skip_deps=0 skip_build=0 build="$ROOT/build"
@@ -30,4 +35,14 @@ bench_prepare() {
     echo "== build ($build)"
     nice -n "${BENCH_NICE:-0}" "$ROOT/scripts/build.sh" "$build"
   fi
+}
+
+bench_main() {
+  local name="$1" driver="$2" niceness="$3" command
+  shift 3
+  BENCH_NICE="$niceness"
+  bench_prepare "$@"
+  command="bench/$name${BENCH_ARGS[*]:+ ${BENCH_ARGS[*]}}"
+  exec nice -n "$niceness" /usr/bin/python3 "$ROOT/bench/$driver" \
+    --command "$command" ${BENCH_ARGS[@]+"${BENCH_ARGS[@]}"}
 }

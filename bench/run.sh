@@ -21,8 +21,4 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 
 . "$ROOT/bench/prepare.sh"
-bench_prepare "$@"
-
-command="bench/run.sh${BENCH_ARGS[*]:+ ${BENCH_ARGS[*]}}"
-exec /usr/bin/python3 "$ROOT/bench/bench.py" --command "$command" \
-  ${BENCH_ARGS[@]+"${BENCH_ARGS[@]}"}
+bench_main run.sh bench.py 0 "$@"

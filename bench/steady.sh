@@ -11,8 +11,4 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 
 . "$ROOT/bench/prepare.sh"
-bench_prepare "$@"
-
-command="bench/steady.sh${BENCH_ARGS[*]:+ ${BENCH_ARGS[*]}}"
-exec /usr/bin/python3 "$ROOT/bench/steady.py" --command "$command" \
-  ${BENCH_ARGS[@]+"${BENCH_ARGS[@]}"}
+bench_main steady.sh steady.py 0 "$@"

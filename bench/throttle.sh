@@ -25,10 +25,5 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 
-BENCH_NICE=10
 . "$ROOT/bench/prepare.sh"
-bench_prepare "$@"
-
-command="bench/throttle.sh${BENCH_ARGS[*]:+ ${BENCH_ARGS[*]}}"
-exec nice -n 10 /usr/bin/python3 "$ROOT/bench/throttle/throttle.py" \
-  --command "$command" ${BENCH_ARGS[@]+"${BENCH_ARGS[@]}"}
+bench_main throttle.sh throttle/throttle.py 10 "$@"

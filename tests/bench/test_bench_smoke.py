@@ -8,42 +8,23 @@ Uses the binaries of $SHARDCAST_BUILD (else build/) as they are: it neither
 installs packages nor builds. Takes about 35 s on 2 cores.
 """
 
-import json
 import os
-import subprocess
 import sys
 
 import pytest
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-RUN = os.path.join(REPO, "bench", "run.sh")
 TIMEOUT = 170  # seconds for the whole quick run (it takes ~35 s)
 
 sys.path.insert(0, os.path.join(REPO, "bench"))
 import bench_contenders  # noqa: E402
-
-
-def build_dir():
-    return os.environ.get("SHARDCAST_BUILD") or os.path.join(REPO, "build")
+from smoke_support import run_quick  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
-    build = build_dir()
-    if not os.access(os.path.join(build, "shardcastd"), os.X_OK):
-        pytest.fail("shardcastd is not built in %s (run scripts/build.sh or set "
-                    "SHARDCAST_BUILD)" % build, pytrace=False)
-    out = tmp_path_factory.mktemp("bench-quick")
-    data = tmp_path_factory.mktemp("bench-data")
-    p = subprocess.run(["bash", RUN, "--quick", "--skip-deps", "--skip-build",
-                        "--build", build, "--out", str(out), "--data", str(data)],
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       timeout=TIMEOUT, stdin=subprocess.DEVNULL)
-    log = p.stdout.decode("utf-8", "replace")
-    assert p.returncode == 0, "bench/run.sh --quick failed (%d):\n%s" % (
-        p.returncode, log[-6000:])
-    with open(os.path.join(out, "results.json")) as f:
-        results = json.load(f)
+    out, _, results, log = run_quick("run.sh", tmp_path_factory, "bench",
+                                     TIMEOUT)
     return out, results, log
 
 

@@ -10,34 +10,19 @@ Uses the binaries of $SHARDCAST_BUILD (else build/) as they are: it neither
 installs packages nor builds. About 40 s on 2 cores.
 """
 
-import json
 import os
-import subprocess
 
 import pytest
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-RUN = os.path.join(REPO, "bench", "objects.sh")
+from smoke_support import run_quick
+
 TIMEOUT = 170
 
 
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
-    build = os.environ.get("SHARDCAST_BUILD") or os.path.join(REPO, "build")
-    if not os.access(os.path.join(build, "shardcastd"), os.X_OK):
-        pytest.fail("shardcastd is not built in %s (run scripts/build.sh or set "
-                    "SHARDCAST_BUILD)" % build, pytrace=False)
-    out = tmp_path_factory.mktemp("objbench-quick")
-    data = tmp_path_factory.mktemp("objbench-data")
-    p = subprocess.run(["bash", RUN, "--quick", "--skip-deps", "--skip-build",
-                        "--build", build, "--out", str(out), "--data", str(data)],
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       timeout=TIMEOUT, stdin=subprocess.DEVNULL)
-    log = p.stdout.decode("utf-8", "replace")
-    assert p.returncode == 0, "bench/objects.sh --quick failed (%d):\n%s" % (
-        p.returncode, log[-6000:])
-    with open(os.path.join(out, "results.json")) as f:
-        results = json.load(f)
+    out, data, results, _ = run_quick("objects.sh", tmp_path_factory,
+                                      "objbench", TIMEOUT)
     # the generated objects are removed at the end (no --keep-data)
     assert os.listdir(str(data)) == []
     return out, results

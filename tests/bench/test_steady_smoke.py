@@ -8,38 +8,19 @@ Uses the binaries of $SHARDCAST_BUILD (else build/) as they are: it neither
 installs packages nor builds. Takes about 20 s on 2 cores.
 """
 
-import json
 import os
-import subprocess
 
 import pytest
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-RUN = os.path.join(REPO, "bench", "steady.sh")
+from smoke_support import run_quick
+
 TIMEOUT = 240
-
-
-def build_dir():
-    return os.environ.get("SHARDCAST_BUILD") or os.path.join(REPO, "build")
 
 
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
-    build = build_dir()
-    if not os.access(os.path.join(build, "shardcastd"), os.X_OK):
-        pytest.fail("shardcastd is not built in %s" % build, pytrace=False)
-    out = tmp_path_factory.mktemp("steady-quick")
-    data = tmp_path_factory.mktemp("steady-data")
-    p = subprocess.run(["bash", RUN, "--quick", "--skip-deps", "--skip-build",
-                        "--build", build, "--out", str(out), "--data",
-                        str(data)],
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       timeout=TIMEOUT, stdin=subprocess.DEVNULL)
-    log = p.stdout.decode("utf-8", "replace")
-    assert p.returncode == 0, "bench/steady.sh --quick failed (%d):\n%s" % (
-        p.returncode, log[-6000:])
-    with open(os.path.join(out, "results.json")) as f:
-        results = json.load(f)
+    out, _, results, _ = run_quick("steady.sh", tmp_path_factory, "steady",
+                                   TIMEOUT)
     with open(os.path.join(out, "results.md")) as f:
         md = f.read()
     return results, md

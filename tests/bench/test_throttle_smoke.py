@@ -11,9 +11,7 @@ installs packages nor builds.
 """
 
 import http.client
-import json
 import os
-import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,16 +19,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-RUN = os.path.join(REPO, "bench", "throttle.sh")
 TIMEOUT = 240  # seconds for the whole quick run
 CONTENDERS = ("baseline", "shardcast", "shardcast-cache")
 
 sys.path.insert(0, os.path.join(REPO, "bench", "throttle"))
 import tbproxy  # noqa: E402
-
-
-def build_dir():
-    return os.environ.get("SHARDCAST_BUILD") or os.path.join(REPO, "build")
+from smoke_support import run_quick  # noqa: E402
 
 
 # -- the proxy alone -----------------------------------------------------------
@@ -118,23 +112,10 @@ def test_proxy_caps_bytes_per_connection(upstream):
 
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
-    build = build_dir()
-    if not os.access(os.path.join(build, "shardcastd"), os.X_OK):
-        pytest.fail("shardcastd is not built in %s (run scripts/build.sh or set "
-                    "SHARDCAST_BUILD)" % build, pytrace=False)
-    out = tmp_path_factory.mktemp("throttle-quick")
-    data = tmp_path_factory.mktemp("throttle-data")
     # The 50% cache runs the same code as the full one: left out for time.
-    p = subprocess.run(["bash", RUN, "--quick", "--skip-deps", "--skip-build",
-                        "--contenders", ",".join(CONTENDERS),
-                        "--build", build, "--out", str(out), "--data", str(data)],
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       timeout=TIMEOUT, stdin=subprocess.DEVNULL)
-    log = p.stdout.decode("utf-8", "replace")
-    assert p.returncode == 0, "bench/throttle.sh --quick failed (%d):\n%s" % (
-        p.returncode, log[-6000:])
-    with open(os.path.join(out, "results.json")) as f:
-        results = json.load(f)
+    out, _, results, log = run_quick("throttle.sh", tmp_path_factory,
+                                     "throttle", TIMEOUT,
+                                     ("--contenders", ",".join(CONTENDERS)))
     return out, results, log
 
 
