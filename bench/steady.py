@@ -125,6 +125,40 @@ def run_server(ctx, cli, ds, workers, epochs, extra, log):
     return out
 
 
+def measure_shape(ctx, cli, ds, workers, args, log):
+    """Every variant of one shape at W = workers: args.repeat rounds of
+    (curl ceiling, one server per variant); a row per variant."""
+    shape = ds.shape
+    per = {name: [] for name, _ in VARIANTS}
+    ceiling = []
+    for rep in range(args.repeat):
+        if ctx.curl:
+            r = bc.CurlCeiling("http").run(ctx, ds, workers, "")
+            ceiling.append(r["samples"] / r["elapsed_s"])
+            log("%s, W = %d, curl ceiling: %.0f samples/s" % (
+                shape.name, workers, ceiling[-1]))
+        for name, extra in VARIANTS:
+            log("%s, W = %d, %s, server %d/%d" % (shape.name, workers, name,
+                                                  rep + 1, args.repeat))
+            per[name].append(run_server(ctx, cli, ds, workers, args.epochs,
+                                        extra, log))
+    rows = []
+    for name, _ in VARIANTS:
+        sums = [summarize(e) for e in per[name]]
+        med = {k: statistics.median(s[k] for s in sums)
+               for k in ("samples_per_s", "mb_per_s", "server_us_per_sample",
+                         "server_core_s_per_gb", "minor_fault_mib")}
+        med["first_epoch_us_per_sample"] = statistics.median(
+            s["first_epoch"]["server_us_per_sample"] for s in sums)
+        med["ceiling_samples_per_s"] = (statistics.median(ceiling)
+                                        if ceiling else None)
+        rows.append({"shape": shape.label, "workers": workers,
+                     "variant": name, "median": med,
+                     "exactly_once": all(s["exactly_once"] for s in sums),
+                     "servers": per[name]})
+    return rows
+
+
 def summarize(epochs):
     steady = [r for r in epochs if r["epoch"] >= 2] or epochs
     keys = ("samples_per_s", "mb_per_s", "server_us_per_sample",
@@ -141,23 +175,25 @@ def markdown(doc):
              "Date: %s; tree %s; %s" % (doc["date"], doc["tree"],
                                         doc["machine"]), "",
              "One shardcastd per row reads epochs 0..%d from nginx with "
-             "`shardcast bench` (W = %d, frames, --verify); figures are the "
+             "`shardcast bench` (W consumers, frames, --verify); the ceiling "
+             "is W parallel curl processes; figures are the "
              "median over epochs 2..%d of each server, then the median over "
              "%d servers per variant. Server CPU from /proc (utime + stime); "
              "page faults are the server's minor faults per epoch." % (
-                 doc["epochs"] - 1, doc["workers"], doc["epochs"] - 1,
+                 doc["epochs"] - 1, doc["epochs"] - 1,
                  doc["repeat"]), "",
-             "| shape | variant | samples/s | MB/s | × ceiling | "
+             "| shape | W | variant | samples/s | MB/s | × ceiling | "
              "server µs/sample | server core-s/GB | faulted MiB/epoch | "
              "epoch 0 µs/sample | exactly-once |",
-             "|---|---|--:|--:|--:|--:|--:|--:|--:|---|"]
+             "|---|--:|---|--:|--:|--:|--:|--:|--:|--:|---|"]
     for row in doc["rows"]:
         m = row["median"]
         c = m.get("ceiling_samples_per_s")
         ratio = "%.2f (%.0f)" % (m["samples_per_s"] / c, c) if c else "–"
-        lines.append("| %s | %s | %.0f | %.0f | %s | %.2f | %.2f | %.0f | %.2f "
-                     "| %s |"
-                     % (row["shape"], row["variant"], m["samples_per_s"],
+        lines.append("| %s | %d | %s | %.0f | %.0f | %s | %.2f | %.2f | %.0f "
+                     "| %.2f | %s |"
+                     % (row["shape"], row["workers"], row["variant"],
+                        m["samples_per_s"],
                         m["mb_per_s"], ratio, m["server_us_per_sample"],
                         m["server_core_s_per_gb"], m["minor_fault_mib"],
                         m["first_epoch_us_per_sample"],
@@ -173,13 +209,18 @@ def main(argv=None):
                     help="dataset cache (default: BUILD/bench-data)")
     ap.add_argument("--out", default=os.path.join(REPO, "bench", "results",
                                                   "steady"))
-    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--workers", default="1,4",
+                    help="consumer counts, comma-separated (default 1,4)")
     ap.add_argument("--epochs", type=int, default=6)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--quick", action="store_true",
                     help="tiny datasets, 3 epochs, one server per variant")
     ap.add_argument("--command", default="bench/steady.sh")
     args = ap.parse_args(argv)
+    try:
+        args.workers = [int(w) for w in args.workers.split(",") if w]
+    except ValueError:
+        sys.exit("steady: --workers takes numbers, e.g. 1,4")
     if args.quick:
         args.epochs, args.repeat = 3, 1
     shapes = bench.quick_shapes() if args.quick else bench.full_shapes()
@@ -199,34 +240,8 @@ def main(argv=None):
     try:
         for shape in shapes:
             ds = ensure_dataset(data, shape, log)
-            per = {name: [] for name, _ in VARIANTS}
-            ceiling = []
-            for rep in range(args.repeat):
-                if ctx.curl:
-                    r = bc.CurlCeiling("http").run(ctx, ds, args.workers, "")
-                    ceiling.append(r["samples"] / r["elapsed_s"])
-                    log("%s, curl ceiling: %.0f samples/s" % (shape.name,
-                                                             ceiling[-1]))
-                for name, extra in VARIANTS:
-                    log("%s, %s, server %d/%d" % (shape.name, name, rep + 1,
-                                                  args.repeat))
-                    per[name].append(run_server(ctx, cli, ds, args.workers,
-                                                args.epochs, extra, log))
-            for name, _ in VARIANTS:
-                sums = [summarize(e) for e in per[name]]
-                med = {k: statistics.median(s[k] for s in sums)
-                       for k in ("samples_per_s", "mb_per_s",
-                                 "server_us_per_sample",
-                                 "server_core_s_per_gb", "minor_fault_mib")}
-                med["first_epoch_us_per_sample"] = statistics.median(
-                    s["first_epoch"]["server_us_per_sample"] for s in sums)
-                med["ceiling_samples_per_s"] = (statistics.median(ceiling)
-                                                if ceiling else None)
-                rows.append({"shape": shape.label, "variant": name,
-                             "median": med,
-                             "exactly_once": all(s["exactly_once"]
-                                                 for s in sums),
-                             "servers": per[name]})
+            for w in args.workers:
+                rows += measure_shape(ctx, cli, ds, w, args, log)
     finally:
         ctx.nginx.stop()
     tree = bench.tree_state()

@@ -29,9 +29,11 @@ def quick(tmp_path_factory):
 def test_every_shape_and_variant_ran_every_epoch(quick):
     results, _ = quick
     assert results["format"] == "shardcast-steady/1"
-    rows = {(r["shape"], r["variant"]) for r in results["rows"]}
-    assert len(rows) == 4
-    assert {v for _, v in rows} == {"default", "no-decay"}
+    rows = {(r["shape"], r["workers"], r["variant"])
+            for r in results["rows"]}
+    assert len(rows) == 2 * len(results["workers"]) * 2
+    assert {v for _, _, v in rows} == {"default", "no-decay"}
+    assert {w for _, w, _ in rows} == set(results["workers"])
     for row in results["rows"]:
         assert row["exactly_once"], row
         assert len(row["servers"]) == results["repeat"]
@@ -49,6 +51,7 @@ def test_every_shape_and_variant_ran_every_epoch(quick):
 
 def test_markdown_table_has_every_row(quick):
     results, md = quick
-    assert "| shape | variant | samples/s |" in md
+    assert "| shape | W | variant | samples/s |" in md
     for row in results["rows"]:
-        assert "| %s | %s |" % (row["shape"], row["variant"]) in md
+        assert "| %s | %d | %s |" % (row["shape"], row["workers"],
+                                     row["variant"]) in md
