@@ -1,5 +1,5 @@
-# bench/prepare.sh — sourced by bench/run.sh, bench/throttle.sh and
-# bench/objects.sh: the set-up every benchmark shares. bench_prepare takes
+# bench/prepare.sh — sourced by bench/run.sh, steady.sh, throttle.sh and
+# objects.sh: the set-up every benchmark shares. bench_prepare takes
 # the script's arguments, consumes
 #   --skip-deps    do not install packages
 #   --skip-build   use the binaries already in --build (default build/)

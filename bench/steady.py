@@ -50,6 +50,9 @@ from bench_proc import _stat_fields  # noqa: E402
 PAGE = os.sysconf("SC_PAGE_SIZE")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 VARIANTS = [("default", []), ("no-decay", ["--sample-pool-decay-ms", "0"])]
+# The per-epoch figures a server's median is taken of.
+FIGURES = ("samples_per_s", "mb_per_s", "server_us_per_sample",
+           "server_core_s_per_gb", "minor_fault_mib")
 FORMAT = "shardcast-steady/1"
 
 
@@ -65,10 +68,10 @@ def proc_counters(pid):
 class Ctx:
     """The little of bench.Ctx that bench_contenders.Server needs."""
 
-    def __init__(self, build, workdir, server_flags):
+    def __init__(self, build, workdir):
         self.workdir = workdir
         self.server_bin = os.path.join(build, "shardcastd")
-        self.server_flags = server_flags
+        self.server_flags = []  # set per server by run_server
         self.nginx = None
         self.curl = shutil.which("curl")
         self.timeout = 600
@@ -94,7 +97,7 @@ def run_server(ctx, cli, ds, workers, epochs, extra, log):
             cpu0, flt0 = proc_counters(srv.proc.pid)
             t0 = time.perf_counter()
             p = subprocess.run(args, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, timeout=600)
+                               stderr=subprocess.PIPE, timeout=ctx.timeout)
             wall = time.perf_counter() - t0
             cpu1, flt1 = proc_counters(srv.proc.pid)
             if p.returncode != 0:
@@ -145,9 +148,7 @@ def measure_shape(ctx, cli, ds, workers, args, log):
     rows = []
     for name, _ in VARIANTS:
         sums = [summarize(e) for e in per[name]]
-        med = {k: statistics.median(s[k] for s in sums)
-               for k in ("samples_per_s", "mb_per_s", "server_us_per_sample",
-                         "server_core_s_per_gb", "minor_fault_mib")}
+        med = {k: statistics.median(s[k] for s in sums) for k in FIGURES}
         med["first_epoch_us_per_sample"] = statistics.median(
             s["first_epoch"]["server_us_per_sample"] for s in sums)
         med["ceiling_samples_per_s"] = (statistics.median(ceiling)
@@ -161,10 +162,8 @@ def measure_shape(ctx, cli, ds, workers, args, log):
 
 def summarize(epochs):
     steady = [r for r in epochs if r["epoch"] >= 2] or epochs
-    keys = ("samples_per_s", "mb_per_s", "server_us_per_sample",
-            "server_core_s_per_gb", "minor_fault_mib")
-    s = {k: statistics.median(r[k] for r in steady) for k in keys}
-    s["first_epoch"] = {k: epochs[0][k] for k in keys}
+    s = {k: statistics.median(r[k] for r in steady) for k in FIGURES}
+    s["first_epoch"] = {k: epochs[0][k] for k in FIGURES}
     s["exactly_once"] = all(r["exactly_once"] for r in epochs)
     return s
 
@@ -228,22 +227,21 @@ def main(argv=None):
     cli, why = bench.CliBench.detect(args.build)
     if not cli:
         sys.exit("steady: %s" % why)
-
-    def log(msg):
-        bench.log(msg)
-
+    log = bench.log
     workdir = tempfile.mkdtemp(prefix="shardcast-steady-")
-    ctx = Ctx(args.build, workdir, [])
+    ctx = Ctx(args.build, workdir)
     ctx.nginx = Nginx(os.path.join(data, "datasets"), workdir)
-    ctx.nginx.start()
     rows = []
     try:
+        ctx.nginx.start()
         for shape in shapes:
             ds = ensure_dataset(data, shape, log)
             for w in args.workers:
                 rows += measure_shape(ctx, cli, ds, w, args, log)
     finally:
-        ctx.nginx.stop()
+        if ctx.nginx.proc is not None:
+            ctx.nginx.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
     tree = bench.tree_state()
     mach = bench.machine_description()
     doc = {"format": FORMAT, "command": args.command,

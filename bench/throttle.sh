@@ -13,11 +13,11 @@
 #                               build/throttle-quick/<date>/
 #
 # Steps: install what is missing (scripts/deps.sh, bench/deps.sh, s3rver),
-# build into
-# build/ (scripts/build.sh), then bench/throttle/throttle.py, which generates
-# the dataset (cached in build/throttle-data/), starts s3rver and the
-# token-bucket proxy (bench/throttle/tbproxy.py) on 127.0.0.1, runs the
-# contenders and writes results.json and results.md. Everything runs under
+# build into build/ (scripts/build.sh), then bench/throttle/throttle.py,
+# which generates the dataset (cached in build/throttle-data/), starts
+# s3rver and the token-bucket proxy (bench/throttle/tbproxy.py) on
+# 127.0.0.1, runs the contenders and writes results.json and results.md.
+# Everything runs under
 # nice -n 10. Other options go to throttle.py (see its --help), plus:
 #   --skip-deps    do not install packages (the smoke test uses this)
 #   --skip-build   use the binaries already in --build (default build/)
