@@ -197,6 +197,12 @@ typedef struct sio_shard_at {
                              shard cache (NULL: the store directly) */
     uint64_t size_hint;   /* the object's size from the listing (0:
                              unknown) */
+    int use_fd;           /* 1: read the bytes from fd with pread() (the
+                             plan's data plane), not from the store */
+    int fd;               /* borrowed; used when use_fd */
+    uint32_t read_cap;    /* read buffer size (0: the io's): a small one
+                             reads large members straight into the
+                             sample's memory */
 } sio_shard_at;
 
 /* Open a shard at a group (at NULL: from the start, as sio_shard_open).

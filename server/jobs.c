@@ -160,6 +160,7 @@ static void slot_close(sc_job *job, fslot *s)
         job->samples_skipped_closed += st.epoch.samples_skipped;
         pthread_mutex_unlock(&job->mu);
     }
+    sio_plan_unref(s->plan);
     free(s);
 }
 
@@ -176,6 +177,7 @@ static void job_free(sc_job *job)
     res_unref(job->res);
     sc_jobspec_free(&job->spec);
     pthread_mutex_destroy(&job->mu);
+    pthread_cond_destroy(&job->plan_cv);
     free(job);
 }
 
@@ -206,6 +208,7 @@ static sc_job *job_new(sc_jobs *j, const sc_jobspec *spec)
     job->owner = j;
     atomic_init(&job->refs, 1);
     pthread_mutex_init(&job->mu, NULL);
+    pthread_cond_init(&job->plan_cv, NULL);
     job->state = JOB_RESOLVING;
     snprintf(job->reason, sizeof job->reason, "resolving the source");
     job->backoff_ms = RESOLVE_BACKOFF_MIN_MS;
@@ -1116,6 +1119,90 @@ void sc_jobs_stream_abort(sc_jobs *j, sc_binding *b)
     free(b);
 }
 
+/* A failed plan build is tried again after this long (the indexes may
+ * complete meanwhile: the first pass of an epoch builds them). */
+#define PLAN_RETRY_MS 1000u
+
+/* The epoch's plan, built when there is none yet and it may be (job->mu
+ * held; released while the plan is built, the slot pinned). NULL: the
+ * epoch streams from its feed. */
+static sio_plan *slot_plan(sc_jobs *j, sc_job *job, fslot *slot)
+{
+    if (j->cfg->data_plane != SC_DATA_PLANE_AUTO || job->res->nmix)
+        return NULL;
+    while (slot->plan_building)
+        pthread_cond_wait(&job->plan_cv, &job->mu);
+    if (atomic_load(&slot->plan_broken)) {
+        sio_plan_unref(slot->plan); /* its streams hold their references */
+        slot->plan = NULL;
+        return NULL;
+    }
+    uint64_t now = sio_now_ms();
+    if (!slot->plan && !job->removed &&
+        (!slot->plan_tried || now - slot->plan_tried_ms >= PLAN_RETRY_MS)) {
+        sio_error err = {SIO_OK, ""};
+        sio_plan *p = NULL;
+        slot->plan_building = 1;
+        slot->streams++; /* pinned while the lock is released */
+        pthread_mutex_unlock(&job->mu);
+        sio_code rc = sio_plan_build(j->io, job->res->list, &slot->ec, &p,
+                                     &err);
+        pthread_mutex_lock(&job->mu);
+        slot->streams--;
+        slot->plan_building = 0;
+        slot->plan_tried = 1;
+        slot->plan_tried_ms = sio_now_ms();
+        pthread_cond_broadcast(&job->plan_cv);
+        if (rc == SIO_OK && !atomic_load(&slot->plan_broken)) {
+            slot->plan = p;
+            atomic_fetch_add(&job->plans_built, 1);
+            SC_LOG(SIO_LOG_INFO,
+                   "event=plan_built job=%s epoch=%" PRIu64
+                   " samples=%" PRIu64 " bytes=%zu build_ms=%.1f",
+                   job->spec.name, slot->epoch, sio_plan_count(p),
+                   sio_plan_memory(p), (double)sio_plan_build_ns(p) / 1e6);
+        } else {
+            sio_plan_unref(p);
+            SC_LOG(SIO_LOG_DEBUG,
+                   "event=plan_unavailable job=%s epoch=%" PRIu64
+                   " reason=\"%s\"", job->spec.name, slot->epoch,
+                   rc ? err.msg : "a shard changed");
+        }
+    }
+    return slot->plan;
+}
+
+/* Serve the stream from the epoch's plan when it has one (job->mu held):
+ * 1 when bound to the plan, 0 when the feed is to serve it, or an HTTP
+ * status with *reason (a share the feed would refuse too). */
+static unsigned plan_stream(sc_jobs *j, sc_job *job, fslot *slot,
+                            const sc_request *req, sc_stream *s,
+                            sc_binding *b, char *reason, size_t reason_len)
+{
+    sio_plan *plan = slot_plan(j, job, slot);
+    if (!plan || job->removed)
+        return 0;
+    sio_planread_config pc;
+    sio_error err = {SIO_OK, ""};
+    memset(&pc, 0, sizeof pc);
+    pc.rank = req->rank;
+    pc.world = req->world;
+    pc.policy = (sio_partition)job->spec.partition;
+    pc.start = req->start;
+    pc.global_start = req->global_start;
+    pc.limits = slot->ec.limits;
+    pc.cache = job->res->cache;
+    sio_code rc = sio_planread_open(j->io, job->res->list, plan, &pc, &b->pr,
+                                    &err);
+    if (rc) {
+        sc_redact_source(err.msg, reason, reason_len);
+        return rc == SIO_ERR_INVALID ? 400 : 503;
+    }
+    sc_stream_set_planread(s, b->pr, &slot->plan_broken);
+    atomic_fetch_add(&job->plan_streams, 1);
+    return 1;
+}
+
 unsigned sc_jobs_open_stream(sc_jobs *j, sc_binding *b, const sc_request *req,
                              sc_stream *s, unsigned *retry_after,
                              char *reason, size_t reason_len)
@@ -1192,6 +1279,16 @@ unsigned sc_jobs_open_stream(sc_jobs *j, sc_binding *b, const sc_request *req,
             goto out;
         }
     }
+    status = plan_stream(j, job, slot, req, s, b, reason, reason_len);
+    if (status > 1)
+        goto out;
+    if (job->removed) {
+        fail(reason, reason_len, "unknown job");
+        status = 404;
+        goto out;
+    }
+    if (status == 1)
+        goto attached;
     sio_cursor_config cc;
     memset(&cc, 0, sizeof cc);
     cc.rank = req->rank;
@@ -1209,6 +1306,8 @@ unsigned sc_jobs_open_stream(sc_jobs *j, sc_binding *b, const sc_request *req,
             *retry_after = 2;
         goto out;
     }
+    atomic_fetch_add(&job->feed_streams, 1);
+attached:
     slot->streams++;
     slot->served++;
     slot->prefetched = 0;
@@ -1281,6 +1380,7 @@ static void reap_one(sc_jobs *j, sc_binding *b)
     /* Closing the cursor stops its notifications (it may close a private
      * replay, which joins a thread): no lock held. */
     sio_cursor_close(b->cur);
+    sio_planread_close(b->pr);
     sio_feed_close(b->own_feed);
     sc_stream_get_stats(b->s, &st);
     pthread_mutex_lock(&job->mu);
@@ -1294,6 +1394,8 @@ static void reap_one(sc_jobs *j, sc_binding *b)
         job->bindings = b->next;
     if (b->next)
         b->next->prev = b->prev;
+    if (st.plan_failed)
+        atomic_fetch_add(&job->plan_failures, 1);
     if (st.outcome == SC_STREAM_ERROR) {
         char msg[400];
         snprintf(msg, sizeof msg, "epoch %" PRIu64 " rank %" PRIu32

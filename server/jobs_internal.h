@@ -21,6 +21,7 @@
 #include "jobs.h"
 #include "shardio_cache.h"
 #include "shardio_index.h"
+#include "shardio_plan.h"
 
 /* Throughput is measured over the last THROUGHPUT_SECONDS, sampled every
  * second. */
@@ -48,6 +49,14 @@ typedef struct fslot {
     uint64_t count;       /* samples of the epoch, UINT64_MAX: unknown */
     sio_epoch_config ec;  /* what fixes its order */
     int partition;        /* the job's policy */
+    /* The epoch's plan (--data-plane auto): built once its shards are
+     * indexed and local; streams then read their shares from it instead
+     * of the feed. */
+    sio_plan *plan;       /* (mu) */
+    int plan_building;    /* a build runs without the lock (mu) */
+    int plan_tried;       /* a build was tried (mu) */
+    uint64_t plan_tried_ms; /* when (mu) */
+    _Atomic int plan_broken; /* a stream found a shard changed under it */
     struct fslot *next;
 } fslot;
 
@@ -93,6 +102,7 @@ struct sc_binding {
     sc_job *job;
     fslot *slot;
     sio_cursor *cur;
+    sio_planread *pr;        /* a stream served from the epoch's plan */
     uint64_t epoch;
     uint32_t rank, world;
     int resumed;             /* start or global_start > 0 */
@@ -134,6 +144,11 @@ struct sc_job {
     atomic_uint_fast64_t streams_opened;
     sc_job *dead_next;
     size_t nfeeds;             /* slots, live and retired (mu) */
+    /* The data plane: plans built, streams served from a plan and from a
+     * feed, plan streams ended by a shard that changed under them. */
+    atomic_uint_fast64_t plans_built, plan_streams, feed_streams;
+    atomic_uint_fast64_t plan_failures;
+    pthread_cond_t plan_cv;    /* a plan build ended (with mu) */
     double epoch_tokens;       /* new-epoch bucket (mu) */
     uint64_t epoch_tokens_ms;  /* its last refill (mu); 0: full */
 };

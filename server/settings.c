@@ -79,6 +79,9 @@ static const choice partition_choices[] = {
     {NULL, 0}};
 static const choice on_error_choices[] = {
     {"skip", SIO_ON_ERROR_SKIP}, {"fail", SIO_ON_ERROR_FAIL}, {NULL, 0}};
+static const choice plane_choices[] = {{"auto", SC_DATA_PLANE_AUTO},
+                                       {"stream", SC_DATA_PLANE_STREAM},
+                                       {NULL, 0}};
 static const choice lag_choices[] = {{"detach", SIO_FEED_LAG_DETACH},
                                      {"wait", SIO_FEED_LAG_WAIT},
                                      {NULL, 0}};
@@ -255,6 +258,12 @@ static const setting settings[] = {
      "seek feeds per epoch at once (reconnects, late ranks, laggards)"},
     {"max-seeks-total", NULL, SRV(max_seeks_total), T_U32, "32", 1, 65536,
      NULL, "seek feeds in the whole server at once; beyond: 503"},
+    {"data-plane", NULL, SRV(data_plane), T_ENUM, "auto", 0, 0,
+     plane_choices,
+     "auto: an epoch whose shards are indexed, uncompressed and local (files "
+     "or complete cache entries) is served from its plan, each stream "
+     "reading its samples in place; stream: every stream reads the epoch's "
+     "shared feed"},
     {"lag-policy", NULL, SRV(lag_policy), T_ENUM, "detach", 0, 0, lag_choices,
      "a consumer that holds a full window back: detach it into a seek "
      "after --lag-grace-ms, or make everyone wait"},

@@ -89,6 +89,9 @@ int sc_mix_parse(const char *json, sc_mixsrc **out, size_t *n, char *msg,
                  size_t msg_len);
 void sc_mix_free(sc_mixsrc *v, size_t n);
 
+/* Where a stream's samples come from (--data-plane). */
+enum { SC_DATA_PLANE_AUTO = 0, SC_DATA_PLANE_STREAM = 1 };
+
 typedef struct sc_config {
     /* Server settings. */
     char *config;           /* --config: JSON file with jobs and settings */
@@ -134,6 +137,7 @@ typedef struct sc_config {
     uint32_t max_seeks;       /* --max-seeks: per epoch */
     uint32_t max_seeks_total; /* --max-seeks-total: per server */
     int lag_policy;           /* --lag-policy: sio_feed_lag */
+    int data_plane;           /* --data-plane: SC_DATA_PLANE_* */
     uint32_t lag_grace_ms;    /* --lag-grace-ms */
     /* Bounds against hostile or runaway clients (SECURITY.md). */
     uint32_t header_timeout;     /* --header-timeout: seconds */

@@ -341,6 +341,17 @@ static json_t *job_json(sc_jobs *j, sc_job *job, sio_feed_consumer *cons,
     }
     if (o)
         json_object_set_new(o, "cache", job_cache_json(j, job));
+    if (o)
+        json_object_set_new(
+            o, "data_plane",
+            json_pack("{s:s, s:o, s:o, s:o, s:o}", "mode",
+                      j->cfg->data_plane == SC_DATA_PLANE_AUTO ? "auto"
+                                                               : "stream",
+                      "plans", jint(atomic_load(&job->plans_built)),
+                      "plan_streams", jint(atomic_load(&job->plan_streams)),
+                      "feed_streams", jint(atomic_load(&job->feed_streams)),
+                      "plan_failures",
+                      jint(atomic_load(&job->plan_failures))));
     if (o && job->res->nmix)
         json_object_set_new(o, "mix", job_mix_json(job));
     pthread_mutex_unlock(&job->mu);

@@ -56,8 +56,12 @@ struct sc_stream {
     _Atomic uint64_t *source_sent;
     size_t nsources;
 
-    /* Reader state. */
+    /* Reader state: samples come from the feed's cursor, or from the
+     * epoch's plan (plan non-NULL: the stream's own reader). */
     sio_cursor *cursor;
+    sio_planread *plan;
+    _Atomic int *plan_broken; /* the epoch's flag, set on a plan failure */
+    int plan_failed;          /* this stream ended by one */
     sio_wenc *enc; /* the format's encoder */
     sio_wbuf pending;
     seg *segs;
@@ -281,6 +285,13 @@ void sc_stream_set_cursor(sc_stream *s, sio_cursor *c)
     s->cursor = c;
 }
 
+void sc_stream_set_planread(sc_stream *s, sio_planread *r,
+                            _Atomic int *broken)
+{
+    s->plan = r;
+    s->plan_broken = broken;
+}
+
 /* Resume the connection if this stream suspended it (s->mu held). */
 static void resume_locked(sc_stream *s)
 {
@@ -384,12 +395,38 @@ static sio_code encode_skipped(sc_stream *s, const sio_sample *smp,
     return sio_wenc_sample(s->enc, &empty, pos);
 }
 
+/* The plan could not give the next sample (a shard changed, shrank or
+ * vanished under it): the epoch drops its plan, and the consumer comes
+ * back shortly and resumes where it is, from the streaming path. */
+static void plan_failed(sc_stream *s, sio_code rc)
+{
+    char reason[REASON_MAX];
+    snprintf(reason, sizeof reason, "%s: %s (retry: the epoch is read "
+             "again by its feed)", sio_strerror(rc),
+             sio_planread_errmsg(s->plan));
+    SC_LOG(SIO_LOG_WARN, "event=plan_failed id=%s code=%d reason=\"%s\"",
+           s->id, (int)rc, sio_planread_errmsg(s->plan));
+    if (s->plan_broken)
+        atomic_store(s->plan_broken, 1);
+    s->plan_failed = 1;
+    write_error_retry(s, reason, SC_STREAM_CUT, 1, SC_STREAM_PLAN_RETRY_MS);
+}
+
 static int advance(sc_stream *s)
 {
     const sio_sample *smp = NULL;
     char reason[REASON_MAX];
-    sio_code rc = sio_cursor_next(s->cursor, &smp);
+    sio_code rc;
 
+    if (s->plan) {
+        rc = sio_planread_next(s->plan, &smp);
+        if (rc != SIO_OK) {
+            plan_failed(s, rc);
+            return 1;
+        }
+    } else {
+        rc = sio_cursor_next(s->cursor, &smp);
+    }
     if (rc == SIO_ERR_AGAIN)
         return 0;
     if (rc != SIO_OK) {
@@ -424,7 +461,8 @@ static int advance(sc_stream *s)
         return 1;
     }
     /* The position of this sample is the count before it. */
-    uint64_t pos = sio_cursor_position(s->cursor) - 1;
+    uint64_t pos = (s->plan ? sio_planread_position(s->plan)
+                            : sio_cursor_position(s->cursor)) - 1;
     s->encoding = smp;
     rc = sio_wenc_sample(s->enc, smp, pos);
     s->encoding = NULL;
@@ -545,6 +583,7 @@ void sc_stream_get_stats(sc_stream *s, sc_stream_stats *st)
     st->samples = s->samples;
     st->position = s->position;
     st->outcome = s->outcome;
+    st->plan_failed = s->plan_failed;
 }
 
 const char *sc_stream_outcome_name(sc_stream_outcome o)

@@ -46,6 +46,7 @@
 
 #include "request.h"
 #include "shardio.h"
+#include "shardio_plan.h"
 
 /* Header bytes one sample may need (tar: pax header with key and URL up to
  * SIO_TARW_NAME_MAX each, a header block per field; frames: the SAMPLE
@@ -109,6 +110,15 @@ sio_code sc_stream_create(const sc_stream_params *p, sc_stream **out,
  * owned by the one that attached it (jobs.c). */
 void sc_stream_set_cursor(sc_stream *s, sio_cursor *c);
 
+/* Or read the share from the epoch's plan (shardio_plan.h) with the
+ * stream's own reader, owned by the binding (jobs.c) like a cursor. On a
+ * plan failure the stream sets *broken (the epoch's flag: its next
+ * streams take the feed) and ends with a retryable trailer. */
+void sc_stream_set_planread(sc_stream *s, sio_planread *r,
+                            _Atomic int *broken);
+/* The retry advice of that trailer. */
+#define SC_STREAM_PLAN_RETRY_MS 200u
+
 /* The sio_notify_fn of the stream's cursor (any thread, feed lock held). */
 void sc_stream_notify(void *stream);
 
@@ -151,6 +161,7 @@ typedef struct sc_stream_stats {
     uint64_t samples;   /* samples of the share sent in this response */
     uint64_t position;  /* position reached in the share */
     sc_stream_outcome outcome;
+    int plan_failed;    /* ended because the plan could not go on */
 } sc_stream_stats;
 
 /* Counters; exact once the request completed. */

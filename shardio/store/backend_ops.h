@@ -83,6 +83,11 @@ typedef struct sio_backend_ops {
      * tell a validator (its objects are not cached). */
     sio_code (*head)(void *ctx, const char *url, sio_objinfo *out,
                      sio_error *err);
+    /* A descriptor of the object that pread() can read in place (the
+     * plan's data plane, shardio_plan.h); NULL: the object has no such
+     * place (the shard cache may still have one). */
+    sio_code (*open_fd)(void *ctx, const char *url, int *fd,
+                        sio_error *err);
 } sio_backend_ops;
 
 extern const sio_backend_ops sio_backend_objset;

@@ -1259,6 +1259,42 @@ int sio_cache_covers(const char *url)
            ops->head != NULL;
 }
 
+/* A complete entry of url that this job has checked: 1, and with fd
+ * non-NULL a new read-only descriptor of its data in *fd (the plan's data
+ * plane reads it with pread; the descriptor keeps the bytes even if the
+ * entry is evicted meanwhile). 0 otherwise. */
+int sio_cache_entry_fd(sio_cache_user *u, const char *url, int *fd)
+{
+    sio_cache *c = u->c;
+    char p[4096];
+    int ok = 0;
+
+    if (fd)
+        *fd = -1;
+    pthread_mutex_lock(&c->mu);
+    entry *e = find(c, url);
+    if (e && e->state == E_COMPLETE && e->validator[0] &&
+        memo_ok(u, url, e->validator)) {
+        if (!fd) {
+            ok = 1;
+        } else if (e->fd >= 0) {
+            *fd = fcntl(e->fd, F_DUPFD_CLOEXEC, 0);
+            ok = *fd >= 0;
+        } else if (c->dir) {
+            entry_path(c, e, ".data", p, sizeof p);
+            *fd = open(p, O_RDONLY | O_CLOEXEC);
+            ok = *fd >= 0;
+        }
+        if (ok && fd) {
+            e->last_use = now_s();
+            atomic_fetch_add(&c->hits, 1);
+            atomic_fetch_add(&u->hits, 1);
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return ok;
+}
+
 sio_code sio_cache_open(sio_cache_user *u, const sio_backend_ops *ops,
                         void *ctx, const char *url, uint64_t size_hint,
                         uint64_t offset, uint64_t end, sio_stream **out,

@@ -14,6 +14,7 @@
 #include "store/store_int.h"
 #include "store/fetch.h"
 #include "store/storestats.h"
+#include "shardio_plan.h"
 
 #define IO_READ_BUFFER_DEFAULT (256u * 1024u)
 #define IO_READ_BUFFER_MAX (64u * 1024u * 1024u)
@@ -224,4 +225,35 @@ void sio_objlist_sort(sio_objlist *l)
 {
     if (l->n > 1)
         qsort(l->v, l->n, sizeof *l->v, cmp_obj);
+}
+
+/* In-place reads (the plan's data plane) ---------------------------- */
+
+int sio_io_fd_capable(sio_io *io, struct sio_cache_user *cache,
+                      const char *url)
+{
+    const sio_backend_ops *ops;
+    void *ctx;
+    if (sio_io_backend(io, url, &ops, &ctx, NULL) != SIO_OK)
+        return 0;
+    if (ops->open_fd)
+        return 1;
+    return cache && ops->head && sio_cache_entry_fd(cache, url, NULL);
+}
+
+sio_code sio_io_open_fd(sio_io *io, struct sio_cache_user *cache,
+                        const char *url, int *fd, sio_error *err)
+{
+    const sio_backend_ops *ops;
+    void *ctx;
+    *fd = -1;
+    sio_code rc = sio_io_backend(io, url, &ops, &ctx, err);
+    if (rc)
+        return rc;
+    if (ops->open_fd)
+        return ops->open_fd(ctx, url, fd, err);
+    if (cache && ops->head && sio_cache_entry_fd(cache, url, fd))
+        return SIO_OK;
+    return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                      "url=%s: not in the shard cache", url);
 }

@@ -59,6 +59,20 @@ sio_code sio_cache_open(struct sio_cache_user *u, const sio_backend_ops *ops,
                         uint64_t offset, uint64_t end, sio_stream **out,
                         sio_error *err);
 
+/* A complete shard-cache entry of url that this job has checked: 1, with
+ * a new read-only descriptor of its bytes in *fd when fd is not NULL. */
+int sio_cache_entry_fd(struct sio_cache_user *u, const char *url, int *fd);
+
+/* Could sio_io_open_fd (shardio_plan.h) give url's bytes in place? */
+int sio_io_fd_capable(sio_io *io, struct sio_cache_user *cache,
+                      const char *url);
+
+/* A stream over bytes [offset, end) of fd, by pread() (end UINT64_MAX:
+ * to the file's end; a file ending before end is SIO_ERR_CHANGED). fd is
+ * borrowed. */
+sio_code sio_stream_pread(int fd, uint64_t offset, uint64_t end,
+                          sio_stream **out);
+
 /* A stream over bytes in memory (not copied: data must outlive it). */
 sio_code sio_stream_memory(const void *data, size_t len, sio_stream **out);
 

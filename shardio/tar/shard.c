@@ -156,7 +156,7 @@ static sio_code shard_start(sio_shard *sh, sio_io *io, const char *url,
         sh->lim.fields_max = SIO_FIELDS_MAX_DEFAULT;
     sb_init(&sh->sb, sh->lim.sample_max, sh->lim.fields_max);
     sh->url = strdup(url);
-    sh->rcap = sio_io_read_buffer(io);
+    sh->rcap = sh->at.read_cap ? sh->at.read_cap : sio_io_read_buffer(io);
     sh->rbuf = sio_pool_get(sh->rcap, &sh->rbcap);
     if (!sh->url || !sh->rbuf)
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
@@ -207,6 +207,11 @@ static void plain_stream_error(sio_shard *sh)
  * when it has one, else from the store. */
 static sio_code open_stream(sio_shard *sh, uint64_t pos, sio_error *err)
 {
+    if (sh->at.use_fd) {
+        if (sio_stream_pread(sh->at.fd, pos, sh->at.end, &sh->stream))
+            return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+        return SIO_OK;
+    }
     if (sh->at.cache)
         return sio_cache_open(sh->at.cache, sh->ops, sh->ctx, sh->url,
                               sh->at.size_hint ? sh->at.size_hint

@@ -1,0 +1,153 @@
+/*
+ * shardio_plan.h — the epoch's plan apart from its bytes.
+ *
+ * Once every shard an epoch reads is indexed (shardio_index.h), the
+ * epoch's sequence Y is a function of metadata: sio_plan_build() computes
+ * it once, from the indexes alone, as a list of (shard, group, byte range)
+ * with no sample bytes. A plan is immutable and reference counted: every
+ * consumer of the epoch, at any rank, world, start or global_start and
+ * under every partition policy, reads its share from the same plan.
+ *
+ * A consumer's share is read by a sio_planread: it takes its own items of
+ * the plan (no lock, no window, no thread shared with other consumers) and
+ * reads each sample's bytes straight from the shard where they already
+ * are — a local file or a complete shard-cache entry — by pread() of the
+ * sample's byte range into the sample's memory, through the same tar
+ * reader as the streaming path, so a sample is byte for byte what
+ * streaming the epoch gives.
+ *
+ * What takes the plan: uncompressed tar shards (plain, GNU, pax) that are
+ * local files or complete entries of the job's shard cache, in an epoch
+ * that is not mixed. Compressed and zip shards (their indexes hold
+ * positions in the decompressed stream: "stream-only"), shards only an
+ * object store holds, and mixed epochs keep the streaming path (feeds).
+ *
+ * Faults: a plan reader opens each shard once and remembers its identity
+ * (device, inode, size, modification and change times); after every
+ * sample it checks that nothing wrote to the file since, and that the
+ * sample is the one the index describes (group number, key hash, payload
+ * size). A shard that changed, shrank or disappeared is SIO_ERR_CHANGED:
+ * the caller ends the consumer's stream with a retryable error and drops
+ * the plan (the streaming path then applies its own rules). No sample is
+ * ever returned from bytes that differ from the ones indexed.
+ *
+ * Cost (README "The data plane"): building a plan is PRNG and index
+ * arithmetic, sizeof(sio_plan_item) = 40 bytes per sample of the epoch.
+ *
+ * Threading: a plan is immutable once built (any thread may read it); a
+ * plan reader is used by one thread at a time.
+ */
+#ifndef SHARDIO_PLAN_H
+#define SHARDIO_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shardio.h"
+#include "shardio_index.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One element of Y: group `group` of shard `shard` (shard list index),
+ * bytes [offset, end) of the shard (end UINT64_MAX: to the tar's end). */
+typedef struct sio_plan_item {
+    uint64_t offset;
+    uint64_t end;
+    uint64_t bytes;   /* payload bytes (the index's) */
+    uint32_t shard;
+    uint32_t group;   /* the sample's index_in_shard */
+    uint32_t keyhash; /* sio_index_keyhash of the sample's key */
+    uint32_t reserved;
+} sio_plan_item;
+
+/* Items above this are not planned (SIO_ERR_LIMIT): 2^32 samples. */
+#define SIO_PLAN_ITEMS_MAX (1ull << 32)
+
+typedef struct sio_plan sio_plan;
+
+/*
+ * The plan of the epoch cfg describes over list: Y in full, from
+ * cfg->index alone (no byte of a shard is read). SIO_ERR_AGAIN with err's
+ * reason when a shard the epoch reads is not fully indexed yet;
+ * SIO_ERR_UNSUPPORTED when the epoch cannot take a plan (no index, a
+ * mixed epoch, a stream-only shard); SIO_ERR_LIMIT above
+ * SIO_PLAN_ITEMS_MAX. *out has one reference (sio_plan_unref).
+ */
+sio_code sio_plan_build(sio_io *io, const sio_shardlist *list,
+                        const sio_epoch_config *cfg, sio_plan **out,
+                        sio_error *err);
+
+void sio_plan_ref(sio_plan *p);
+void sio_plan_unref(sio_plan *p);
+
+/* N, the number of samples of Y. */
+uint64_t sio_plan_count(const sio_plan *p);
+/* Y[i] (i < count). */
+const sio_plan_item *sio_plan_item_at(const sio_plan *p, uint64_t i);
+/* Bytes the plan holds (its items and the struct). */
+size_t sio_plan_memory(const sio_plan *p);
+/* Nanoseconds its build took. */
+uint64_t sio_plan_build_ns(const sio_plan *p);
+
+/* ------------------------------------------------------------------ */
+/* Reading a consumer's share                                           */
+
+typedef struct sio_planread sio_planread;
+
+typedef struct sio_planread_config {
+    uint32_t rank, world;
+    sio_partition policy;
+    uint64_t start;        /* position within the share */
+    uint64_t global_start; /* elastic resume (as sio_cursor_config) */
+    sio_shard_limits limits;
+    /* The job's view of the shard cache (NULL: none): shards of http(s)
+     * and s3 sources are read from their complete cache entries. */
+    struct sio_cache_user *cache;
+} sio_planread_config;
+
+/* Shards one reader keeps open at once (the least recently used is
+ * closed beyond). */
+#define SIO_PLANREAD_FILES 16u
+
+/*
+ * A reader of consumer (rank, world)'s share of the plan, from position
+ * start. Validates the share as sio_feed_attach does (SIO_ERR_INVALID with
+ * err's reason). io and list must outlive the reader; it holds a
+ * reference on the plan.
+ */
+sio_code sio_planread_open(sio_io *io, const sio_shardlist *list,
+                           sio_plan *plan, const sio_planread_config *cfg,
+                           sio_planread **out, sio_error *err);
+/*
+ * Next sample of the share: SIO_OK with *out a new reference (global_index
+ * set), or NULL at the end of the share. SIO_ERR_CHANGED: a shard changed,
+ * shrank or vanished under the plan, SIO_ERR_UNSUPPORTED: a shard is not
+ * local (not a file, not in the cache), other codes: the shard could not
+ * be read; sio_planread_errmsg says which and why. After an error the
+ * reader stays at the failed position.
+ */
+sio_code sio_planread_next(sio_planread *r, const sio_sample **out);
+const char *sio_planread_errmsg(const sio_planread *r);
+/* Position within the share (samples handed out, including start). */
+uint64_t sio_planread_position(const sio_planread *r);
+/* Samples in the share (start included). */
+uint64_t sio_planread_length(const sio_planread *r);
+void sio_planread_close(sio_planread *r);
+
+/*
+ * A file descriptor from which the bytes of shard url can be read with
+ * pread(): the file itself for local paths (file://, plain paths), a
+ * duplicate of a complete shard-cache entry for http(s) and s3 objects
+ * that this job's cache view has checked. SIO_ERR_UNSUPPORTED: no such
+ * place (an object store without a complete cache entry, a virtual
+ * shard). The caller closes *fd.
+ */
+sio_code sio_io_open_fd(sio_io *io, struct sio_cache_user *cache,
+                        const char *url, int *fd, sio_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SHARDIO_PLAN_H */

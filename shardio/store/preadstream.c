@@ -1,0 +1,86 @@
+/*
+ * preadstream.c — a sio_stream over bytes [offset, end) of an open file
+ * descriptor, read with pread() (sio_stream_pread): how the plan's data
+ * plane hands a sample's byte range to the tar reader without a backend.
+ *
+ * A file that ends before `end` has shrunk since it was indexed: the read
+ * fails with SIO_ERR_CHANGED, never returns a short object.
+ *
+ * Threading: one thread at a time, like every sio_stream. Ownership: the
+ * descriptor is borrowed (the caller closes it after the stream).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "store/backend_ops.h"
+#include "store/store_int.h"
+
+typedef struct pread_stream {
+    sio_stream base;
+    int fd;
+    uint64_t pos, end;
+    char err[160];
+} pread_stream;
+
+static sio_code pr_read(sio_stream *s, void *buf, size_t cap, size_t *got)
+{
+    pread_stream *p = (pread_stream *)s;
+    *got = 0;
+    if (p->pos >= p->end || cap == 0)
+        return SIO_OK;
+    if (cap > p->end - p->pos)
+        cap = (size_t)(p->end - p->pos);
+    if (cap > (size_t)1 << 30)
+        cap = (size_t)1 << 30;
+    for (;;) {
+        ssize_t r = pread(p->fd, buf, cap, (off_t)p->pos);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            snprintf(p->err, sizeof p->err, "read at %llu: %s",
+                     (unsigned long long)p->pos, strerror(errno));
+            return SIO_ERR_IO;
+        }
+        if (r == 0 && p->end != UINT64_MAX) {
+            snprintf(p->err, sizeof p->err,
+                     "the file ends at %llu, before the indexed %llu "
+                     "(it shrank)",
+                     (unsigned long long)p->pos,
+                     (unsigned long long)p->end);
+            return SIO_ERR_CHANGED;
+        }
+        p->pos += (uint64_t)r;
+        *got = (size_t)r;
+        return SIO_OK;
+    }
+}
+
+static const char *pr_errmsg(const sio_stream *s)
+{
+    return ((const pread_stream *)s)->err;
+}
+
+static void pr_close(sio_stream *s)
+{
+    free(s);
+}
+
+static const sio_stream_ops pread_ops = {pr_read, pr_errmsg, pr_close, NULL};
+
+sio_code sio_stream_pread(int fd, uint64_t offset, uint64_t end,
+                          sio_stream **out)
+{
+    pread_stream *p = calloc(1, sizeof *p);
+    *out = NULL;
+    if (!p)
+        return SIO_ERR_NOMEM;
+    p->base.ops = &pread_ops;
+    p->fd = fd;
+    p->pos = offset;
+    p->end = end;
+    *out = &p->base;
+    return SIO_OK;
+}
