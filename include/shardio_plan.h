@@ -23,7 +23,7 @@
  * object store holds, and mixed epochs keep the streaming path (feeds).
  *
  * Faults: a plan reader opens each shard once and remembers its identity
- * (device, inode, size, modification and change times); after every
+ * (device, inode, size, modification time); after every
  * sample it checks that nothing wrote to the file since, and that the
  * sample is the one the index describes (group number, key hash, payload
  * size). A shard that changed, shrank or disappeared is SIO_ERR_CHANGED:

@@ -10,11 +10,13 @@
  * offset). Nothing is shared with other readers: no lock, no window, no
  * thread; the file descriptors are the reader's own.
  *
- * Change detection: each descriptor's identity (dev, inode, size, mtime,
- * ctime) is taken when it is opened and compared with fstat() after every
- * sample is read; a write to the file moves mtime/ctime (and a truncation
- * the size) before or while the bytes are copied, so a sample read across
- * a change is never returned. The sample must also be the indexed one:
+ * Change detection: each descriptor's identity (dev, inode, size, mtime)
+ * is taken when it is opened and compared with fstat() after every sample
+ * is read; a write to the file moves mtime (and a truncation the size)
+ * before its bytes are copied in, so a sample read across a change is
+ * never returned. ctime is not compared: unlinking or renaming over the
+ * file (a cache eviction, a replaced shard) changes it but not the bytes
+ * the descriptor reads. The sample must also be the indexed one:
  * same group number, key hash and payload size.
  *
  * Threading: one thread at a time. Ownership: the reader owns its
@@ -61,9 +63,7 @@ static int same_file(const struct stat *a, const struct stat *b)
     return a->st_dev == b->st_dev && a->st_ino == b->st_ino &&
            a->st_size == b->st_size &&
            a->st_mtim.tv_sec == b->st_mtim.tv_sec &&
-           a->st_mtim.tv_nsec == b->st_mtim.tv_nsec &&
-           a->st_ctim.tv_sec == b->st_ctim.tv_sec &&
-           a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
+           a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
 }
 
 sio_code sio_planread_open(sio_io *io, const sio_shardlist *list,

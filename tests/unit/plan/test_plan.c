@@ -1,0 +1,380 @@
+/*
+ * test_plan.c — the epoch's plan (shardio_plan.h) over random datasets:
+ * Y from the plan equals the streamed Y (with and without a journal, with
+ * byte caps, with a scale-out replica); every consumer's share read by a
+ * sio_planread equals what sio_consumer deals from a streamed epoch, sample
+ * for sample and byte for byte, under every partition policy and random
+ * start / global_start; compressed shards, mixed epochs and shards not
+ * indexed yet are refused; a shard truncated or rewritten under a plan
+ * reader gives SIO_ERR_CHANGED and never a sample with other bytes.
+ */
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "shardio.h"
+#include "shardio_index.h"
+#include "shardio_plan.h"
+#include "tarutil.h"
+
+typedef struct yitem {
+    uint32_t shard;
+    uint64_t group, global;
+    uint64_t sum; /* FNV of key, field names and payload */
+} yitem;
+
+static uint64_t rnd_state = 0x2545f4914f6cdd1dull;
+static uint64_t rnd(void)
+{
+    rnd_state ^= rnd_state << 13;
+    rnd_state ^= rnd_state >> 7;
+    rnd_state ^= rnd_state << 17;
+    return rnd_state;
+}
+
+static uint64_t sample_sum(const sio_sample *s)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *k = s->key; *k; k++)
+        h = (h ^ (unsigned char)*k) * 0x100000001b3ull;
+    for (size_t f = 0; f < s->nfields; f++) {
+        for (const char *k = s->fields[f].name; *k; k++)
+            h = (h ^ (unsigned char)*k) * 0x100000001b3ull;
+        for (size_t i = 0; i < s->fields[f].len; i++)
+            h = (h ^ s->fields[f].data[i]) * 0x100000001b3ull;
+    }
+    return h;
+}
+
+static yitem item_of(const sio_sample *s)
+{
+    return (yitem){s->shard_index, s->index_in_shard, s->global_index,
+                   sample_sum(s)};
+}
+
+/* Consumer (rank, world)'s share from a streamed epoch. */
+static size_t share_streamed(sio_io *io, const sio_shardlist *l,
+                             const sio_epoch_config *c, uint32_t rank,
+                             uint32_t world, sio_partition p, uint64_t gs,
+                             uint64_t start, yitem *y, size_t max)
+{
+    sio_epoch *ep = NULL;
+    sio_consumer *cons = NULL;
+    size_t n = 0;
+    CHECK(sio_epoch_open(io, l, c, &ep, NULL) == SIO_OK);
+    CHECK(sio_consumer_open_at(ep, rank, world, p, gs, start, &cons, NULL) ==
+          SIO_OK);
+    for (;;) {
+        const sio_sample *s = NULL;
+        sio_code rc = sio_consumer_next(cons, &s);
+        CHECK(rc == SIO_OK);
+        if (rc || !s)
+            break;
+        if (n < max)
+            y[n] = item_of(s);
+        n++;
+        sio_sample_unref(s);
+    }
+    sio_consumer_close(cons);
+    return n;
+}
+
+/* The same share from the plan. */
+static size_t share_planned(sio_io *io, const sio_shardlist *l,
+                            sio_plan *plan, uint32_t rank, uint32_t world,
+                            sio_partition p, uint64_t gs, uint64_t start,
+                            yitem *y, size_t max)
+{
+    sio_planread *r = NULL;
+    sio_planread_config pc = {.rank = rank, .world = world, .policy = p,
+                              .start = start, .global_start = gs};
+    size_t n = 0;
+    sio_error e;
+    CHECK(sio_planread_open(io, l, plan, &pc, &r, &e) == SIO_OK);
+    for (;;) {
+        const sio_sample *s = NULL;
+        sio_code rc = sio_planread_next(r, &s);
+        if (rc)
+            fprintf(stderr, "planread: %s\n", sio_planread_errmsg(r));
+        CHECK(rc == SIO_OK);
+        if (rc || !s)
+            break;
+        if (n < max)
+            y[n] = item_of(s);
+        n++;
+        CHECK_EQ_U64(sio_planread_position(r), start + n);
+        sio_sample_unref(s);
+    }
+    sio_planread_close(r);
+    return n;
+}
+
+static int same(const yitem *a, const yitem *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (a[i].shard != b[i].shard || a[i].group != b[i].group ||
+            a[i].global != b[i].global || a[i].sum != b[i].sum) {
+            fprintf(stderr, "differs at %zu: %u/%llu/%llu vs %u/%llu/%llu\n",
+                    i, a[i].shard, (unsigned long long)a[i].group,
+                    (unsigned long long)a[i].global, b[i].shard,
+                    (unsigned long long)b[i].group,
+                    (unsigned long long)b[i].global);
+            return 0;
+        }
+    return 1;
+}
+
+/* Read the whole epoch once so that every shard is indexed. */
+static size_t stream_epoch(sio_io *io, const sio_shardlist *l,
+                           const sio_epoch_config *c, yitem *y, size_t max)
+{
+    sio_epoch *ep = NULL;
+    size_t n = 0;
+    CHECK(sio_epoch_open(io, l, c, &ep, NULL) == SIO_OK);
+    for (;;) {
+        const sio_sample *s = NULL;
+        CHECK(sio_epoch_next(ep, &s) == SIO_OK);
+        if (!s)
+            break;
+        if (n < max)
+            y[n] = item_of(s);
+        n++;
+        sio_sample_unref(s);
+    }
+    sio_epoch_close(ep);
+    return n;
+}
+
+static void one_dataset(int round)
+{
+    char dir[] = "/tmp/shardcast-plan-XXXXXX";
+    char cmd[700];
+    sio_io *io = NULL;
+    sio_shardlist *l = NULL;
+    sio_index *ix = NULL;
+    sio_index_config icfg = {0};
+    const size_t MAX = 5000;
+    yitem *y = malloc(MAX * sizeof *y), *z = malloc(MAX * sizeof *z);
+    CHECK(mkdtemp(dir) != NULL);
+    int nshards = 1 + (int)(rnd() % 6);
+    int gz = round % 4 == 3; /* one dataset in four has a compressed shard */
+    for (int s = 0; s < nshards; s++) {
+        char p[600];
+        int z1 = gz && s == 0;
+        snprintf(p, sizeof p, "%s/shard-%02d.tar%s", dir, s, z1 ? ".gz" : "");
+        make_random_shard(p, (int)(rnd() % 70), z1, rnd);
+    }
+    CHECK(sio_io_create(NULL, &io, NULL) == SIO_OK);
+    CHECK(sio_shardlist_resolve(io, dir, &l, NULL) == SIO_OK);
+    CHECK(sio_index_open(&icfg, &ix, NULL) == SIO_OK);
+
+    sio_epoch_config c = {0};
+    c.seed = rnd();
+    c.epoch = rnd() % 5;
+    c.interleave = 1 + (uint32_t)(rnd() % 4);
+    c.buffer_samples = 1 + (uint32_t)(rnd() % 50);
+    c.buffer_bytes = rnd() % 2 ? 0 : 3000 + rnd() % 30000;
+    c.index = ix;
+    sio_plan *plan = NULL;
+    sio_error e;
+    /* Nothing indexed yet: not now. */
+    CHECK(sio_plan_build(io, l, &c, &plan, &e) == SIO_ERR_AGAIN);
+    CHECK(plan == NULL);
+    size_t n = stream_epoch(io, l, &c, y, MAX);
+    sio_code rc = sio_plan_build(io, l, &c, &plan, &e);
+    if (gz) {
+        /* A compressed shard has no byte ranges: the epoch streams. */
+        CHECK(rc == SIO_ERR_UNSUPPORTED);
+        goto out;
+    }
+    if (rc)
+        fprintf(stderr, "plan: %s\n", e.msg);
+    CHECK(rc == SIO_OK);
+    if (rc)
+        goto out;
+    CHECK_EQ_U64(sio_plan_count(plan), n);
+    CHECK(sio_plan_memory(plan) >= n * sizeof(sio_plan_item));
+    for (size_t i = 0; i < n && i < MAX; i++) {
+        const sio_plan_item *it = sio_plan_item_at(plan, i);
+        CHECK(it->shard == y[i].shard && it->group == y[i].group);
+    }
+    CHECK(sio_plan_item_at(plan, n) == NULL);
+
+    /* Every share, every policy, random resumes: the same samples with
+     * the same bytes as the streamed epoch deals. */
+    for (int t = 0; t < 6; t++) {
+        uint32_t world = 1 + (uint32_t)(rnd() % 5);
+        sio_partition pol = (sio_partition)(rnd() % 3);
+        uint64_t gs = rnd() % 3 == 0 && n ? rnd() % (n + 2) : 0;
+        for (uint32_t rank = 0; rank < world; rank++) {
+            uint64_t start = rnd() % 2 ? rnd() % (n / world + 2) : 0;
+            size_t a = share_streamed(io, l, &c, rank, world, pol, gs, start,
+                                      y, MAX);
+            size_t b = share_planned(io, l, plan, rank, world, pol, gs,
+                                     start, z, MAX);
+            CHECK_EQ_U64(a, b);
+            if (!same(y, z, a < MAX ? a : MAX))
+                fprintf(stderr, "round %d world %u rank %u policy %d gs "
+                        "%llu start %llu\n", round, world, rank, (int)pol,
+                        (unsigned long long)gs, (unsigned long long)start);
+        }
+    }
+    /* A share the feed refuses is refused. */
+    {
+        sio_planread *r = NULL;
+        sio_planread_config pc = {.rank = 3, .world = 3};
+        CHECK(sio_planread_open(io, l, plan, &pc, &r, &e) ==
+              SIO_ERR_INVALID);
+        CHECK(r == NULL);
+    }
+    sio_plan_unref(plan);
+    plan = NULL;
+
+    /* With a journal decision (shard 0 ends early) and with a scale-out
+     * replica, the plan is still the streamed Y. */
+    {
+        char jpath[700];
+        sio_journal *j = NULL;
+        snprintf(jpath, sizeof jpath, "%s/journal", dir);
+        CHECK(sio_journal_open(jpath, &j, NULL) == SIO_OK);
+        sio_journal_record(j, 0, rnd() % 8, SIO_ERR_NOTFOUND, "gone");
+        sio_epoch_config cj = c;
+        cj.journal = j;
+        size_t nj = stream_epoch(io, l, &cj, y, MAX);
+        CHECK(sio_plan_build(io, l, &cj, &plan, &e) == SIO_OK);
+        CHECK_EQ_U64(sio_plan_count(plan), nj);
+        size_t b = share_planned(io, l, plan, 0, 1, SIO_PARTITION_NONE, 0, 0,
+                                 z, MAX);
+        CHECK_EQ_U64(b, nj);
+        CHECK(same(y, z, nj < MAX ? nj : MAX));
+        sio_plan_unref(plan);
+        plan = NULL;
+        sio_journal_close(j);
+
+        sio_epoch_config cr = c;
+        cr.replica = 1;
+        cr.replicas = 2;
+        size_t nr = stream_epoch(io, l, &cr, y, MAX);
+        CHECK(sio_plan_build(io, l, &cr, &plan, &e) == SIO_OK);
+        b = share_planned(io, l, plan, 0, 1, SIO_PARTITION_NONE, 0, 0, z,
+                          MAX);
+        CHECK_EQ_U64(b, nr);
+        CHECK(same(y, z, nr < MAX ? nr : MAX));
+        sio_plan_unref(plan);
+        plan = NULL;
+    }
+    /* A mixed epoch is streamed. */
+    {
+        sio_mix_source ms = {0, (uint32_t)nshards, 10, 0};
+        sio_epoch_config cm = c;
+        cm.mix = &ms;
+        cm.nmix = 1;
+        CHECK(sio_plan_build(io, l, &cm, &plan, &e) == SIO_ERR_UNSUPPORTED);
+    }
+
+    /* Shards that change under a plan: truncated, rewritten in place
+     * (same size), replaced by another file. Every sample returned is the
+     * streamed one; the change is SIO_ERR_CHANGED. */
+    if (n > 0) {
+        CHECK(sio_plan_build(io, l, &c, &plan, &e) == SIO_OK);
+        stream_epoch(io, l, &c, y, MAX);
+        for (int mode = 0; mode < 3; mode++) {
+            sio_planread *r = NULL;
+            sio_planread_config pc = {.rank = 0, .world = 1};
+            CHECK(sio_planread_open(io, l, plan, &pc, &r, &e) == SIO_OK);
+            const sio_sample *s = NULL;
+            CHECK(sio_planread_next(r, &s) == SIO_OK); /* opens Y[0]'s shard */
+            CHECK(s != NULL);
+            if (s) {
+                CHECK(same(y, &(yitem){s->shard_index, s->index_in_shard,
+                                       s->global_index, sample_sum(s)}, 1));
+                sio_sample_unref(s);
+            }
+            const char *url = sio_shardlist_url(l, y[0].shard);
+            struct stat st;
+            CHECK(stat(url, &st) == 0);
+            char *orig = malloc((size_t)st.st_size + 1);
+            int fd = open(url, O_RDONLY);
+            CHECK(fd >= 0 && read(fd, orig, (size_t)st.st_size) == st.st_size);
+            close(fd);
+            if (mode == 0) {
+                CHECK(truncate(url, st.st_size / 2) == 0);
+            } else if (mode == 1) {
+                char *flip = malloc((size_t)st.st_size);
+                for (off_t i = 0; i < st.st_size; i++)
+                    flip[i] = (char)(orig[i] ^ 0x20);
+                fd = open(url, O_WRONLY);
+                CHECK(fd >= 0 && write(fd, flip, (size_t)st.st_size) ==
+                                     st.st_size);
+                close(fd);
+                free(flip);
+            } else {
+                char tmp[700];
+                snprintf(tmp, sizeof tmp, "%s.new", url);
+                fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+                CHECK(fd >= 0 && write(fd, orig, (size_t)st.st_size) ==
+                                     st.st_size);
+                close(fd);
+                CHECK(rename(tmp, url) == 0);
+            }
+            /* Read on: samples of other shards are exact; the changed
+             * shard's next sample is SIO_ERR_CHANGED (a replaced file with
+             * the same bytes keeps being read from the old descriptor). */
+            size_t k = 1;
+            int changed = 0;
+            for (; k < n && k < MAX; k++) {
+                rc = sio_planread_next(r, &s);
+                if (rc == SIO_ERR_CHANGED) {
+                    changed = 1;
+                    CHECK(y[k].shard == y[0].shard);
+                    CHECK(sio_planread_position(r) == k);
+                    break;
+                }
+                CHECK(rc == SIO_OK && s);
+                if (rc || !s)
+                    break;
+                yitem got = {s->shard_index, s->index_in_shard,
+                             s->global_index, sample_sum(s)};
+                CHECK(same(&y[k], &got, 1));
+                sio_sample_unref(s);
+            }
+            int more_of_it = 0;
+            for (size_t q = 1; q < n && q < MAX; q++)
+                more_of_it |= y[q].shard == y[0].shard;
+            if (mode < 2)
+                CHECK(changed == more_of_it);
+            else
+                CHECK(!changed);
+            sio_planread_close(r);
+            /* Put the shard back for the next mode (mtime moves on). */
+            fd = open(url, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            CHECK(fd >= 0 && write(fd, orig, (size_t)st.st_size) ==
+                                 st.st_size);
+            close(fd);
+            free(orig);
+        }
+        sio_plan_unref(plan);
+        plan = NULL;
+    }
+out:
+    sio_plan_unref(plan);
+    sio_index_close(ix);
+    sio_shardlist_free(l);
+    sio_io_destroy(io);
+    free(y);
+    free(z);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+}
+
+int main(void)
+{
+    for (int round = 0; round < 16; round++)
+        one_dataset(round);
+    CHECK_MAIN_END();
+}
