@@ -45,6 +45,7 @@
 
 #include "shardio.h"
 #include "shardio_index.h"
+#include "shardio_wire.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -121,14 +122,25 @@ sio_code sio_planread_open(sio_io *io, const sio_shardlist *list,
                            sio_plan *plan, const sio_planread_config *cfg,
                            sio_planread **out, sio_error *err);
 /*
- * Next sample of the share: SIO_OK with *out a new reference (global_index
- * set), or NULL at the end of the share. SIO_ERR_CHANGED: a shard changed,
- * shrank or vanished under the plan, SIO_ERR_UNSUPPORTED: a shard is not
- * local (not a file, not in the cache), other codes: the shard could not
- * be read; sio_planread_errmsg says which and why. After an error the
- * reader stays at the failed position.
+ * Next sample of the share: SIO_OK with *out the sample (global_index
+ * set), or NULL at the end of the share. The sample is the reader's: valid
+ * until the next call or close, never to be unreferenced. *ext is NULL
+ * when its payload is in memory; otherwise ext[i] says where field i's
+ * bytes lie (ext[i].fd >= 0: in that file at that offset, and the field's
+ * data pointer is NULL): the caller reads them (pread) and then calls
+ * sio_planread_verify before it hands them on.
+ * SIO_ERR_CHANGED: a shard changed, shrank or vanished under the plan,
+ * SIO_ERR_UNSUPPORTED: a shard is not local (not a file, not in the
+ * cache), other codes: the shard could not be read; sio_planread_errmsg
+ * says which and why. After an error the reader stays at the failed
+ * position.
  */
-sio_code sio_planread_next(sio_planread *r, const sio_sample **out);
+sio_code sio_planread_next(sio_planread *r, const sio_sample **out,
+                           const sio_extent **ext);
+/* Have the files whose extents were handed out since the last check kept
+ * their identity? SIO_OK, or SIO_ERR_CHANGED: the bytes read from them
+ * since may not be the indexed ones (sio_planread_errmsg). */
+sio_code sio_planread_verify(sio_planread *r);
 const char *sio_planread_errmsg(const sio_planread *r);
 /* Position within the share (samples handed out, including start). */
 uint64_t sio_planread_position(const sio_planread *r);

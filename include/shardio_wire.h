@@ -204,6 +204,35 @@ typedef struct sio_tarw_summary {
  */
 sio_code sio_wenc_sample(sio_wenc *e, const sio_sample *s, uint64_t position);
 
+/*
+ * Payloads that are not in memory: a field's bytes at `offset` of file
+ * descriptor fd (fd < 0: the field's bytes are in memory, at its data
+ * pointer). The plan's data plane (shardio_plan.h) hands the stream's
+ * sink where a payload lies instead of a copy of it, and the sink reads
+ * it straight into the socket's buffer.
+ */
+typedef struct sio_extent {
+    int fd;
+    uint64_t offset;
+} sio_extent;
+
+/* Where an encoder hands a field that lies in a file: len bytes of
+ * extent x (only read during the call). Return SIO_OK or a code that
+ * stops the encoder, as sio_tarw_write_fn. */
+typedef sio_code (*sio_wenc_extent_fn)(void *userdata, const sio_extent *x,
+                                       size_t len);
+
+/* Give the encoder a sink for file extents (it writes to the same
+ * userdata as its byte sink). Needed before sio_wenc_sample_ext. */
+void sio_wenc_set_extent_sink(sio_wenc *e, sio_wenc_extent_fn fn);
+
+/* As sio_wenc_sample, where field i with ext[i].fd >= 0 lies in a file:
+ * its bytes go to the extent sink, not the byte sink (its data pointer is
+ * not read). The output is the same bytes as for the sample in memory.
+ * SIO_ERR_INVALID when no extent sink was set. */
+sio_code sio_wenc_sample_ext(sio_wenc *e, const sio_sample *s,
+                             const sio_extent *ext, uint64_t position);
+
 /* Write the clean end with the summary {"status":"ok",...}: tar, the
  * "__shardcast_end__" member then two zero blocks; frames, the END frame.
  * The caller then ends the response normally. */

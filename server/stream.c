@@ -30,13 +30,15 @@
 
 #define REASON_MAX 512
 
-enum { SEG_PENDING = 0, SEG_REF = 1 };
+enum { SEG_PENDING = 0, SEG_REF = 1, SEG_FILE = 2 };
 
 typedef struct seg {
     int kind;
     const unsigned char *p; /* SEG_REF: into the held sample */
     size_t off;             /* SEG_PENDING: offset in s->pending */
     size_t len;
+    int fd;                 /* SEG_FILE: the bytes at foff of fd */
+    uint64_t foff;
 } seg;
 
 enum { ST_STREAMING = 0, ST_END_OK, ST_END_ERROR };
@@ -62,6 +64,11 @@ struct sc_stream {
     sio_planread *plan;
     _Atomic int *plan_broken; /* the epoch's flag, set on a plan failure */
     int plan_failed;          /* this stream ended by one */
+    int file_read;            /* file bytes read since the last check */
+    int file_fail;            /* a file segment failed, or its check */
+    int started_here;         /* the current sample began in this call */
+    uint32_t encoding_source; /* the source of the sample just encoded */
+    size_t start_off;         /* at this offset of the call's buffer */
     sio_wenc *enc; /* the format's encoder */
     sio_wbuf pending;
     seg *segs;
@@ -132,8 +139,20 @@ static sio_code add_seg(sc_stream *s, int kind, const unsigned char *p,
         s->segs = n;
         s->segcap = ncap;
     }
-    s->segs[s->nseg++] = (seg){kind, p, off, len};
+    s->segs[s->nseg++] = (seg){kind, p, off, len, -1, 0};
     return SIO_OK;
+}
+
+/* The encoders' extent sink: a payload left in its file (plan streams). */
+static sio_code sink_extent(void *ud, const sio_extent *x, size_t len)
+{
+    sc_stream *s = ud;
+    sio_code rc = add_seg(s, SEG_FILE, NULL, 0, len);
+    if (rc == SIO_OK) {
+        s->segs[s->nseg - 1].fd = x->fd;
+        s->segs[s->nseg - 1].foff = x->offset;
+    }
+    return rc;
 }
 
 /* The encoders' sink: record payload by reference, copy header bytes. */
@@ -175,18 +194,47 @@ static void segments_done(sc_stream *s)
     }
 }
 
-/* Copy recorded segments into buf; returns the bytes copied. */
+/* Read a file segment's next k bytes into dst (pread: the one copy the
+ * payload makes before the socket). 0, or -1 when the file ended early or
+ * failed (it changed under the plan). */
+static int read_extent(sc_stream *s, const seg *g, char *dst, size_t k)
+{
+    uint64_t at = g->foff + s->segoff;
+    while (k > 0) {
+        ssize_t r = pread(g->fd, dst, k, (off_t)at);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        dst += r;
+        k -= (size_t)r;
+        at += (uint64_t)r;
+    }
+    s->file_read = 1;
+    return 0;
+}
+
+/* Copy recorded segments into buf; returns the bytes copied. A file
+ * segment that cannot be read whole, or a plan check that fails once the
+ * sample's bytes are read, sets s->file_fail and stops. */
 static size_t drain(sc_stream *s, char *buf, size_t max)
 {
     size_t n = 0;
     while (n < max && s->segi < s->nseg) {
         seg *g = &s->segs[s->segi];
-        const unsigned char *src =
-            g->kind == SEG_REF ? g->p : s->pending.data + g->off;
         size_t k = g->len - s->segoff;
         if (k > max - n)
             k = max - n;
-        memcpy(buf + n, src + s->segoff, k);
+        if (g->kind == SEG_FILE) {
+            if (read_extent(s, g, buf + n, k) != 0) {
+                s->file_fail = 1;
+                return n;
+            }
+        } else {
+            const unsigned char *src =
+                g->kind == SEG_REF ? g->p : s->pending.data + g->off;
+            memcpy(buf + n, src + s->segoff, k);
+        }
         n += k;
         s->segoff += k;
         if (s->segoff == g->len) {
@@ -194,8 +242,16 @@ static size_t drain(sc_stream *s, char *buf, size_t max)
             s->segoff = 0;
         }
     }
-    if (s->segi == s->nseg && s->nseg > 0)
+    if (s->segi == s->nseg && s->nseg > 0) {
+        /* The sample's file bytes are read: are they the indexed ones? */
+        if (s->file_read && s->plan &&
+            sio_planread_verify(s->plan) != SIO_OK) {
+            s->file_fail = 1;
+            return n;
+        }
+        s->file_read = 0;
         segments_done(s);
+    }
     return n;
 }
 
@@ -290,6 +346,7 @@ void sc_stream_set_planread(sc_stream *s, sio_planread *r,
 {
     s->plan = r;
     s->plan_broken = broken;
+    sio_wenc_set_extent_sink(s->enc, sink_extent);
 }
 
 /* Resume the connection if this stream suspended it (s->mu held). */
@@ -398,18 +455,51 @@ static sio_code encode_skipped(sc_stream *s, const sio_sample *smp,
 /* The plan could not give the next sample (a shard changed, shrank or
  * vanished under it): the epoch drops its plan, and the consumer comes
  * back shortly and resumes where it is, from the streaming path. */
-static void plan_failed(sc_stream *s, sio_code rc)
+static void plan_broken(sc_stream *s, sio_code rc)
 {
-    char reason[REASON_MAX];
-    snprintf(reason, sizeof reason, "%s: %s (retry: the epoch is read "
-             "again by its feed)", sio_strerror(rc),
-             sio_planread_errmsg(s->plan));
+    const char *why = sio_planread_errmsg(s->plan);
     SC_LOG(SIO_LOG_WARN, "event=plan_failed id=%s code=%d reason=\"%s\"",
-           s->id, (int)rc, sio_planread_errmsg(s->plan));
+           s->id, (int)rc, *why ? why : "a shard file ended early");
     if (s->plan_broken)
         atomic_store(s->plan_broken, 1);
     s->plan_failed = 1;
+}
+
+static void plan_failed(sc_stream *s, sio_code rc)
+{
+    char reason[REASON_MAX];
+    const char *why = sio_planread_errmsg(s->plan);
+    plan_broken(s, rc);
+    snprintf(reason, sizeof reason, "%s: %s (retry: the epoch is read "
+             "again by its feed)", sio_strerror(rc),
+             *why ? why : "a shard file ended early");
     write_error_retry(s, reason, SC_STREAM_CUT, 1, SC_STREAM_PLAN_RETRY_MS);
+}
+
+/* A file segment could not be read, or its bytes failed the plan's check:
+ * none of the current sample may go out. When it began in this call, the
+ * buffer is cut back to its start and the retryable trailer follows (1);
+ * when its first bytes were sent before, only cutting the connection is
+ * left (0). */
+static int file_failed(sc_stream *s, size_t *n)
+{
+    s->file_fail = 0;
+    s->file_read = 0;
+    s->nseg = s->segi = s->segoff = 0;
+    s->pending.len = 0;
+    if (s->started_here) {
+        *n = s->start_off;
+        s->started_here = 0;
+        plan_failed(s, SIO_ERR_CHANGED);
+        return 1;
+    }
+    plan_broken(s, SIO_ERR_CHANGED);
+    s->state = ST_END_ERROR;
+    s->outcome = SC_STREAM_CUT;
+    snprintf(s->error, sizeof s->error,
+             "a shard changed under the epoch's plan mid-sample: "
+             "connection cut");
+    return 0;
 }
 
 static int advance(sc_stream *s)
@@ -418,8 +508,9 @@ static int advance(sc_stream *s)
     char reason[REASON_MAX];
     sio_code rc;
 
+    const sio_extent *ext = NULL;
     if (s->plan) {
-        rc = sio_planread_next(s->plan, &smp);
+        rc = sio_planread_next(s->plan, &smp, &ext);
         if (rc != SIO_OK) {
             plan_failed(s, rc);
             return 1;
@@ -464,10 +555,15 @@ static int advance(sc_stream *s)
     uint64_t pos = (s->plan ? sio_planread_position(s->plan)
                             : sio_cursor_position(s->cursor)) - 1;
     s->encoding = smp;
-    rc = sio_wenc_sample(s->enc, smp, pos);
+    s->encoding_source = smp->source;
+    rc = sio_wenc_sample_ext(s->enc, smp, ext, pos);
     s->encoding = NULL;
     if (rc == SIO_ERR_LIMIT)
         rc = encode_skipped(s, smp, pos);
+    /* A plan's sample is its reader's (valid until the next one), not a
+     * reference of the stream's. */
+    if (s->plan)
+        smp = NULL;
     if (rc != SIO_OK) {
         /* Nothing of this sample has been sent yet: drop what the encoder
          * recorded, so the trailer follows a whole sample. */
@@ -479,13 +575,14 @@ static int advance(sc_stream *s)
         write_error(s, reason, SC_STREAM_ERROR);
         return 1;
     }
+    uint32_t source = s->encoding_source;
     s->held = smp;
     s->samples++;
     s->position = pos + 1;
     if (s->counters)
         atomic_fetch_add(&s->counters->samples, 1);
-    if (s->source_sent && smp->source < s->nsources)
-        atomic_fetch_add(&s->source_sent[smp->source], 1);
+    if (s->source_sent && source < s->nsources)
+        atomic_fetch_add(&s->source_sent[source], 1);
     if (s->samples == 1 && s->route)
         sc_metrics_first_sample(s->route, &s->arrival);
     if (s->nseg == 0)
@@ -502,10 +599,27 @@ ssize_t sc_stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 
     if (max > (size_t)SSIZE_MAX)
         max = (size_t)SSIZE_MAX;
+    s->started_here = 0;
     for (;;) {
         n += drain(s, buf + n, max - n);
-        if (n == max || s->segi < s->nseg)
+        if (s->file_fail) {
+            if (file_failed(s, &n))
+                continue; /* the trailer follows the last whole sample */
+            ret = MHD_CONTENT_READER_END_WITH_ERROR;
+            goto out;
+        }
+        if (n == max || s->segi < s->nseg) {
+            /* Part of a sample goes out: the file bytes read for it in
+             * this call are checked first. */
+            if (s->file_read && s->plan) {
+                if (sio_planread_verify(s->plan) != SIO_OK) {
+                    s->file_fail = 1;
+                    continue;
+                }
+                s->file_read = 0;
+            }
             break;
+        }
         /* Every recorded byte is out: the end, or the next sample. */
         if (s->state == ST_END_OK) {
             if (n == 0) {
@@ -535,6 +649,8 @@ ssize_t sc_stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
                               retry_after_ms);
             continue;
         }
+        s->started_here = 1;
+        s->start_off = n;
         if (advance(s))
             continue;
         if (n > 0)

@@ -3,27 +3,41 @@
  * (include/shardio_plan.h has the contract).
  *
  * The reader walks its own indices of Y (rank + k * world from
- * global_start, the even-pad tail from the front, as the feed deals them),
- * and reads each sample's byte range from the shard's descriptor with
- * pread() into the sample's memory, through the shard reader (the same tar
- * reader and sample builder as the streaming path, started at the group's
- * offset). Nothing is shared with other readers: no lock, no window, no
- * thread; the file descriptors are the reader's own.
+ * global_start, the even-pad tail from the front, as the feed deals them).
+ * For each sample it reads the tar headers of the sample's byte range with
+ * pread() through the plain tar reader (wire-compatible with the streaming
+ * path: the same header rules, the same WebDataset grouping and limits),
+ * and hands the sample on without its payload in memory:
+ *   - a small sample (its byte range at most PLANREAD_SMALL bytes) is read
+ *     in one pread() into the reader's buffer, and its fields point there;
+ *   - a larger one is described by extents (descriptor, offset) per field:
+ *     the stream's sink reads them with pread() straight into the
+ *     socket's buffer, the one copy a byte makes before the kernel's.
+ * Entries the plain reader leaves to libarchive (sparse files, pax
+ * charsets...) take the shard reader for that sample (sio_shard_open_at
+ * over the descriptor), which holds the payload in memory.
+ * Nothing is shared with other readers: no lock, no window, no thread;
+ * the file descriptors are the reader's own.
  *
  * Change detection: each descriptor's identity (dev, inode, size, mtime)
- * is taken when it is opened and compared with fstat() after every sample
- * is read; a write to the file moves mtime (and a truncation the size)
- * before its bytes are copied in, so a sample read across a change is
- * never returned. ctime is not compared: unlinking or renaming over the
- * file (a cache eviction, a replaced shard) changes it but not the bytes
- * the descriptor reads. The sample must also be the indexed one:
- * same group number, key hash and payload size.
+ * is taken when it is opened. A write to the file moves mtime (and a
+ * truncation the size) before its bytes are copied in, so comparing the
+ * identity with fstat() after the bytes were copied and before they are
+ * sent proves they are the indexed ones: sio_planread_next does it for
+ * the bytes it read itself, the caller (sio_planread_verify) for extents
+ * once it has read them. ctime is not compared: unlinking or renaming
+ * over the file (a cache eviction, a replaced shard) changes it but not
+ * the bytes the descriptor reads. A short read (a truncated file) is a
+ * change too. The sample must also be the indexed one: the same key hash,
+ * payload size and group.
  *
  * Threading: one thread at a time. Ownership: the reader owns its
- * descriptors and holds a reference on the plan.
+ * descriptors, its buffer and the sample it hands out (valid until the
+ * next call), and holds a reference on the plan.
  */
 #include "shardio_plan.h"
 
+#include <ctype.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,17 +47,30 @@
 
 #include "core/core_int.h"
 #include "store/store_int.h"
+#include "tar/tarparse.h"
 
-/* The shard reader's buffer: headers and small members come through it,
- * a member's bytes beyond it go straight into the sample's memory. */
-#define PLANREAD_BUFFER (16u << 10)
+/* A sample whose byte range is at most this is read whole, in one pread,
+ * into the reader's buffer; a larger one is read by its headers, its
+ * payload left in the file as extents. */
+#define PLANREAD_SMALL (32u << 10)
+/* The tar reader's buffer for the headers of a large sample. */
+#define PLANREAD_HEADERS (8u << 10)
 
 typedef struct pfile {
     uint32_t shard;
     int fd;             /* -1: free slot */
+    int unverified;     /* extents of it were handed out since a check */
     uint64_t used;      /* LRU clock */
     struct stat st;     /* identity when opened */
 } pfile;
+
+/* A field being collected: offsets into names, its payload. */
+typedef struct pfield {
+    size_t name_off;
+    const unsigned char *data; /* in buf (small sample) */
+    uint64_t off;              /* in the file (large sample) */
+    uint64_t len;
+} pfield;
 
 struct sio_planread {
     sio_io *io;
@@ -55,6 +82,22 @@ struct sio_planread {
     uint64_t k;      /* next position in the share */
     uint64_t clock;
     pfile files[SIO_PLANREAD_FILES];
+    /* The tar reader and its buffer (a pool block). */
+    sio_tar_plain tp;
+    pread_stream ps;
+    unsigned char *buf;
+    size_t bufcap;
+    /* The sample handed out (valid until the next call). */
+    sio_sample smp;
+    char *key;
+    size_t keycap;
+    char *names;
+    size_t nlen, ncap;
+    pfield *pf;
+    sio_field *fields;
+    sio_extent *ext;
+    size_t nf, fcap;
+    const sio_sample *held; /* a sample from the shard reader (fallback) */
     char err[700];
 };
 
@@ -78,11 +121,22 @@ sio_code sio_planread_open(sio_io *io, const sio_shardlist *list,
     sio_planread *r = calloc(1, sizeof *r);
     if (!r)
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    r->buf = sio_pool_get(PLANREAD_SMALL, &r->bufcap);
+    if (!r->buf) {
+        free(r);
+        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    }
     r->io = io;
     r->list = list;
     r->plan = plan;
     sio_plan_ref(plan);
     r->cfg = *cfg;
+    if (!r->cfg.limits.member_max)
+        r->cfg.limits.member_max = SIO_MEMBER_MAX_DEFAULT;
+    if (!r->cfg.limits.sample_max)
+        r->cfg.limits.sample_max = SIO_SAMPLE_MAX_DEFAULT;
+    if (!r->cfg.limits.fields_max)
+        r->cfg.limits.fields_max = SIO_FIELDS_MAX_DEFAULT;
     r->n = sio_plan_count(plan);
     r->length = sio_share_length(r->n, cfg->global_start, cfg->rank,
                                  cfg->world, cfg->policy);
@@ -91,6 +145,31 @@ sio_code sio_planread_open(sio_io *io, const sio_shardlist *list,
         r->files[i].fd = -1;
     *out = r;
     return SIO_OK;
+}
+
+static sio_code changed(sio_planread *r, const char *url)
+{
+    snprintf(r->err, sizeof r->err,
+             "url=%s changed while the epoch's plan read it", url);
+    return SIO_ERR_CHANGED;
+}
+
+sio_code sio_planread_verify(sio_planread *r)
+{
+    struct stat now;
+    sio_code rc = SIO_OK;
+    for (size_t i = 0; i < SIO_PLANREAD_FILES; i++) {
+        pfile *f = &r->files[i];
+        if (f->fd < 0 || !f->unverified)
+            continue;
+        if (fstat(f->fd, &now) != 0 || !same_file(&now, &f->st)) {
+            f->unverified = 0;
+            rc = changed(r, sio_shardlist_url(r->list, f->shard));
+            close(f->fd);
+            f->fd = -1;
+        }
+    }
+    return rc;
 }
 
 /* The descriptor of shard s, opened (and its identity taken) when it is
@@ -110,6 +189,7 @@ static pfile *file_for(sio_planread *r, uint32_t s, sio_code *rc)
     if (victim->fd >= 0)
         close(victim->fd);
     victim->fd = -1;
+    victim->unverified = 0;
     sio_error e = {SIO_OK, ""};
     const char *url = sio_shardlist_url(r->list, s);
     int fd = -1;
@@ -143,70 +223,225 @@ static pfile *file_for(sio_planread *r, uint32_t s, sio_code *rc)
     return victim;
 }
 
-/* Read Y[t] from its shard's bytes. */
-static sio_code read_item(sio_planread *r, uint64_t t,
-                          const sio_sample **out)
+static int grow(void **p, size_t *cap, size_t need, size_t elem)
 {
-    const sio_plan_item *it = sio_plan_item_at(r->plan, t);
-    const char *url = sio_shardlist_url(r->list, it->shard);
+    if (need <= *cap)
+        return 0;
+    size_t n = *cap ? *cap : 8;
+    while (n < need)
+        n *= 2;
+    void *q = realloc(*p, n * elem);
+    if (!q)
+        return -1;
+    *p = q;
+    *cap = n;
+    return 0;
+}
+
+/* The group at the reader's tar position, collected into r->smp.
+ * SIO_OK: r->smp is the sample (ext set when large); SIO_ERR_UNSUPPORTED:
+ * an entry only libarchive reads (the caller takes the shard reader);
+ * else the bytes are not the indexed sample. */
+static sio_code collect(sio_planread *r, const sio_plan_item *it,
+                        const char *url, int large, int fd)
+{
+    const sio_shard_limits *lim = &r->cfg.limits;
+    sio_tar_entry e;
+    size_t keylen = 0;
+    uint64_t dlen = 0;
+    int open = 0, bad = 0;
+
+    r->nf = r->nlen = 0;
+    for (;;) {
+        int what = 0;
+        sio_code rc = sio_tarp_next(&r->tp, &e, &what);
+        if (rc) {
+            snprintf(r->err, sizeof r->err, "url=%s: %s", url, r->tp.err);
+            return rc == SIO_ERR_NOMEM ? rc : SIO_ERR_CHANGED;
+        }
+        if (what == SIO_TARP_UNSUPPORTED)
+            return SIO_ERR_UNSUPPORTED;
+        if (what == SIO_TARP_END)
+            break;
+        size_t kl = 0;
+        if (sio_tar_skip_member(&e, &kl))
+            continue;
+        if (!open) {
+            if (grow((void **)&r->key, &r->keycap, kl + 1, 1))
+                return SIO_ERR_NOMEM;
+            memcpy(r->key, e.name, kl);
+            r->key[kl] = '\0';
+            keylen = kl;
+            open = 1;
+        } else if (kl != keylen || memcmp(e.name, r->key, kl) != 0) {
+            break; /* the next group: past the indexed end */
+        }
+        size_t nl = strlen(e.name);
+        size_t xl = nl - kl; /* ext and its NUL */
+        if (grow((void **)&r->names, &r->ncap, r->nlen + xl, 1))
+            return SIO_ERR_NOMEM;
+        char *x = r->names + r->nlen;
+        for (size_t i = kl + 1; i <= nl; i++)
+            x[i - kl - 1] = (char)tolower((unsigned char)e.name[i]);
+        for (size_t f = 0; f < r->nf; f++)
+            if (strcmp(r->names + r->pf[f].name_off, x) == 0)
+                bad = 1; /* a repeated field */
+        if (bad)
+            continue;
+        if (e.size > lim->member_max || r->nf >= lim->fields_max ||
+            e.size > lim->sample_max || dlen > lim->sample_max - e.size) {
+            bad = 1;
+            continue;
+        }
+        if (grow((void **)&r->pf, &r->fcap, r->nf + 1, sizeof *r->pf))
+            return SIO_ERR_NOMEM;
+        pfield *pf = &r->pf[r->nf++];
+        pf->name_off = r->nlen;
+        pf->len = e.size;
+        pf->off = r->tp.off; /* the data follows the header */
+        pf->data = NULL;
+        if (!large) {
+            /* The whole range is buffered: the data is there. */
+            if (r->tp.len - r->tp.pos < e.size) {
+                snprintf(r->err, sizeof r->err,
+                         "url=%s: member data past the indexed range", url);
+                return SIO_ERR_CHANGED;
+            }
+            pf->data = r->tp.buf + r->tp.pos;
+        }
+        r->nlen += xl;
+        dlen += e.size;
+    }
+    if (!open || bad) {
+        snprintf(r->err, sizeof r->err,
+                 "url=%s group %" PRIu32 ": %s where the index has a good "
+                 "sample (the shard changed)", url, it->group,
+                 open ? "a bad sample" : "no sample");
+        return SIO_ERR_CHANGED;
+    }
+    /* The field table (the reader's arrays; sizes only grow). */
+    size_t cap = r->fcap;
+    sio_field *nf = realloc(r->fields, cap * sizeof *nf);
+    if (!nf)
+        return SIO_ERR_NOMEM;
+    r->fields = nf;
+    sio_extent *nx = realloc(r->ext, cap * sizeof *nx);
+    if (!nx)
+        return SIO_ERR_NOMEM;
+    r->ext = nx;
+    for (size_t f = 0; f < r->nf; f++) {
+        r->fields[f].name = r->names + r->pf[f].name_off;
+        r->fields[f].data = r->pf[f].data;
+        r->fields[f].len = (size_t)r->pf[f].len;
+        r->ext[f].fd = large ? fd : -1;
+        r->ext[f].offset = r->pf[f].off;
+    }
+    r->smp = (sio_sample){.key = r->key,
+                          .shard_url = url,
+                          .shard_index = it->shard,
+                          .index_in_shard = it->group,
+                          .global_index = UINT64_MAX,
+                          .nfields = r->nf,
+                          .fields = r->fields,
+                          .bytes = (size_t)dlen,
+                          .source = 0};
+    return SIO_OK;
+}
+
+/* The shard reader over the descriptor, for a sample the plain reader
+ * leaves to libarchive. */
+static sio_code read_by_shard(sio_planread *r, const sio_plan_item *it,
+                              const char *url, int fd)
+{
     sio_shard *sh = NULL;
     const sio_sample *smp = NULL;
     sio_error e = {SIO_OK, ""};
-    sio_code rc;
-    struct stat now;
-
-    pfile *f = file_for(r, it->shard, &rc);
-    if (!f)
-        return rc;
     sio_shard_at at;
     memset(&at, 0, sizeof at);
     at.offset = it->offset;
     at.end = it->end;
     at.first_group = it->group;
     at.use_fd = 1;
-    at.fd = f->fd;
-    at.read_cap = PLANREAD_BUFFER;
-    rc = sio_shard_open_at(r->io, url, it->shard, &r->cfg.limits, &at, &sh,
-                           &e);
+    at.fd = fd;
+    sio_code rc = sio_shard_open_at(r->io, url, it->shard, &r->cfg.limits,
+                                    &at, &sh, &e);
     if (rc == SIO_OK) {
         rc = sio_shard_next(sh, &smp);
         if (rc)
             snprintf(e.msg, sizeof e.msg, "%s", sio_shard_errmsg(sh));
     }
     sio_shard_close(sh);
-    /* Whatever was read: was the file written to meanwhile? */
-    if (fstat(f->fd, &now) != 0 || !same_file(&now, &f->st)) {
-        sio_sample_unref(smp);
-        close(f->fd);
-        f->fd = -1;
-        snprintf(r->err, sizeof r->err,
-                 "url=%s changed while the epoch's plan read it", url);
-        return SIO_ERR_CHANGED;
-    }
     if (rc || !smp) {
-        sio_sample_unref(smp);
         snprintf(r->err, sizeof r->err, "url=%s group %" PRIu32 ": %s", url,
                  it->group, rc ? e.msg : "no sample where the index has one");
-        /* The bytes are not what was indexed. */
         return rc == SIO_ERR_NOMEM ? rc : SIO_ERR_CHANGED;
     }
+    r->held = smp;
+    return SIO_OK;
+}
+
+/* Read Y[t]: *out and *ext as sio_planread_next. */
+static sio_code read_item(sio_planread *r, uint64_t t,
+                          const sio_sample **out, const sio_extent **ext)
+{
+    const sio_plan_item *it = sio_plan_item_at(r->plan, t);
+    const char *url = sio_shardlist_url(r->list, it->shard);
+    const sio_sample *smp;
+    sio_code rc;
+    struct stat now;
+
+    pfile *f = file_for(r, it->shard, &rc);
+    if (!f)
+        return rc;
+    uint64_t end = it->end;
+    if (end == UINT64_MAX) /* the last group: up to the file's end */
+        end = (uint64_t)f->st.st_size > it->offset ? (uint64_t)f->st.st_size
+                                                    : it->offset;
+    int large = end - it->offset > r->bufcap;
+    sio_pread_stream_init(&r->ps, f->fd, it->offset, it->end);
+    sio_tarp_init(&r->tp, &r->ps.base, r->buf,
+                  large ? PLANREAD_HEADERS : r->bufcap, it->offset);
+    rc = collect(r, it, url, large, f->fd);
+    if (rc == SIO_ERR_UNSUPPORTED)
+        rc = read_by_shard(r, it, url, f->fd);
+    /* What was read so far: was the file written to meanwhile? */
+    if (fstat(f->fd, &now) != 0 || !same_file(&now, &f->st)) {
+        close(f->fd);
+        f->fd = -1;
+        return changed(r, url);
+    }
+    if (rc)
+        return rc;
+    smp = r->held ? r->held : &r->smp;
     if (smp->index_in_shard != it->group || smp->bytes != it->bytes ||
         sio_index_keyhash(smp->key, strlen(smp->key)) != it->keyhash) {
         snprintf(r->err, sizeof r->err,
                  "url=%s group %" PRIu32 ": the sample read is not the "
                  "indexed one (the shard changed)", url, it->group);
-        sio_sample_unref(smp);
         return SIO_ERR_CHANGED;
     }
     ((sio_sample *)(uintptr_t)smp)->global_index = t;
     *out = smp;
+    if (!r->held && large) {
+        *ext = r->ext;
+        f->unverified = 1;
+    }
     return SIO_OK;
 }
 
-sio_code sio_planread_next(sio_planread *r, const sio_sample **out)
+sio_code sio_planread_next(sio_planread *r, const sio_sample **out,
+                           const sio_extent **ext)
 {
     uint64_t i, t;
     *out = NULL;
+    *ext = NULL;
+    sio_sample_unref(r->held);
+    r->held = NULL;
+    /* The caller has read and checked the previous sample's extents
+     * (sio_planread_verify): a new sample starts with nothing to check. */
+    sio_code rc;
+    for (size_t f = 0; f < SIO_PLANREAD_FILES; f++)
+        r->files[f].unverified = 0;
     if (r->k >= r->length)
         return SIO_OK;
     if (sio_share_index(r->cfg.global_start, r->cfg.rank, r->cfg.world,
@@ -215,7 +450,7 @@ sio_code sio_planread_next(sio_planread *r, const sio_sample **out)
     t = i;
     if (t >= r->n) /* the even-pad tail repeats from global_start on */
         t = sio_share_pad_source(r->n, r->cfg.global_start, i);
-    sio_code rc = read_item(r, t, out);
+    rc = read_item(r, t, out, ext);
     if (rc == SIO_OK)
         r->k++;
     return rc;
@@ -243,6 +478,13 @@ void sio_planread_close(sio_planread *r)
     for (size_t i = 0; i < SIO_PLANREAD_FILES; i++)
         if (r->files[i].fd >= 0)
             close(r->files[i].fd);
+    sio_sample_unref(r->held);
+    sio_pool_put(r->buf, r->bufcap);
+    free(r->key);
+    free(r->names);
+    free(r->pf);
+    free(r->fields);
+    free(r->ext);
     sio_plan_unref(r->plan);
     free(r);
 }

@@ -242,7 +242,7 @@ static void fs_close(sio_stream *s)
 }
 
 static const sio_stream_ops file_stream_ops = {fs_read, fs_errmsg, fs_close,
-                                              NULL};
+                                              NULL, NULL};
 
 static sio_code file_open_range(void *ctx, const char *url, uint64_t offset,
                                 uint64_t end, sio_stream **out,

@@ -46,6 +46,10 @@ typedef struct sio_stream_ops {
      * first read has returned (NULL, or size UINT64_MAX and validator "":
      * not known). */
     void (*info)(sio_stream *s, sio_objinfo *out);
+    /* Drop the next n bytes without reading them (NULL: the reader reads
+     * and drops them). Past the end is not an error here: the next read
+     * says what is there. */
+    sio_code (*skip)(sio_stream *s, uint64_t n);
 } sio_stream_ops;
 
 /* Every backend's stream struct starts with this. */

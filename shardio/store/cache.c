@@ -1249,7 +1249,7 @@ static void cs_info(sio_stream *st, sio_objinfo *out)
 }
 
 static const sio_stream_ops cache_stream_ops = {cs_read, cs_errmsg, cs_close,
-                                                cs_info};
+                                                cs_info, NULL};
 
 int sio_cache_covers(const char *url)
 {

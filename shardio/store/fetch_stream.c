@@ -539,7 +539,7 @@ static void fs_info(sio_stream *st, sio_objinfo *out)
 }
 
 static const sio_stream_ops fetch_stream_ops = {fs_read, fs_errmsg, fs_close,
-                                                fs_info};
+                                                fs_info, NULL};
 
 sio_code sio_fetch_open(sio_fetch *f, const sio_fetch_target *t,
                         uint64_t offset, sio_stream **out, sio_error *err)

@@ -42,7 +42,7 @@ static void mem_close(sio_stream *s)
 }
 
 static const sio_stream_ops mem_stream_ops = {mem_read, mem_errmsg,
-                                              mem_close, NULL};
+                                              mem_close, NULL, NULL};
 
 sio_code sio_stream_memory(const void *data, size_t len, sio_stream **out)
 {

@@ -426,7 +426,7 @@ static void os_info(sio_stream *st, sio_objinfo *out)
 }
 
 static const sio_stream_ops objset_stream_ops = {os_read, os_errmsg,
-                                                 os_close, os_info};
+                                                 os_close, os_info, NULL};
 
 static sio_code os_open_range(void *ctx, const char *url, uint64_t offset,
                               uint64_t end, sio_stream **out, sio_error *err)

@@ -18,13 +18,6 @@
 #include "store/backend_ops.h"
 #include "store/store_int.h"
 
-typedef struct pread_stream {
-    sio_stream base;
-    int fd;
-    uint64_t pos, end;
-    char err[160];
-} pread_stream;
-
 static sio_code pr_read(sio_stream *s, void *buf, size_t cap, size_t *got)
 {
     pread_stream *p = (pread_stream *)s;
@@ -68,7 +61,25 @@ static void pr_close(sio_stream *s)
     free(s);
 }
 
-static const sio_stream_ops pread_ops = {pr_read, pr_errmsg, pr_close, NULL};
+static sio_code pr_skip(sio_stream *s, uint64_t n)
+{
+    pread_stream *p = (pread_stream *)s;
+    p->pos = n > UINT64_MAX - p->pos ? UINT64_MAX : p->pos + n;
+    return SIO_OK;
+}
+
+static const sio_stream_ops pread_ops = {pr_read, pr_errmsg, pr_close, NULL,
+                                         pr_skip};
+
+void sio_pread_stream_init(pread_stream *p, int fd, uint64_t offset,
+                           uint64_t end)
+{
+    memset(p, 0, sizeof *p);
+    p->base.ops = &pread_ops;
+    p->fd = fd;
+    p->pos = offset;
+    p->end = end;
+}
 
 sio_code sio_stream_pread(int fd, uint64_t offset, uint64_t end,
                           sio_stream **out)

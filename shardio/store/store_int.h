@@ -72,6 +72,16 @@ int sio_io_fd_capable(sio_io *io, struct sio_cache_user *cache,
  * borrowed. */
 sio_code sio_stream_pread(int fd, uint64_t offset, uint64_t end,
                           sio_stream **out);
+/* The same stream held by the caller (never closed: nothing to free). */
+typedef struct pread_stream pread_stream;
+struct pread_stream {
+    sio_stream base;
+    int fd;
+    uint64_t pos, end;
+    char err[160];
+};
+void sio_pread_stream_init(pread_stream *p, int fd, uint64_t offset,
+                           uint64_t end);
 
 /* A stream over bytes in memory (not copied: data must outlive it). */
 sio_code sio_stream_memory(const void *data, size_t len, sio_stream **out);

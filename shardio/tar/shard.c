@@ -711,6 +711,13 @@ static sio_code next_header(sio_shard *sh)
 }
 
 /* Is this member to be skipped entirely (not a regular file, metadata)? */
+static int skip_member(const sio_tar_entry *e, size_t *keylen);
+
+int sio_tar_skip_member(const sio_tar_entry *e, size_t *keylen)
+{
+    return skip_member(e, keylen) || strlen(e->name) >= SHARD_NAME_MAX;
+}
+
 static int skip_member(const sio_tar_entry *e, size_t *keylen)
 {
     const char *name = e->name;
@@ -833,7 +840,7 @@ static sio_code read_group(sio_shard *sh, int *open)
         const sio_tar_entry *e = &sh->cur;
         const char *name = e->name;
         size_t keylen = 0;
-        int skip = skip_member(e, &keylen) || strlen(name) >= SHARD_NAME_MAX;
+        int skip = sio_tar_skip_member(e, &keylen);
         if (sh->zip && sh->zcrypt) {
             /* An encrypted zip entry fails the shard; a sample it does
              * not belong to is complete and delivered first. */

@@ -104,6 +104,15 @@ static sio_code truncated(sio_tar_plain *t)
 static sio_code skip(sio_tar_plain *t, uint64_t n)
 {
     while (n > 0) {
+        if (t->pos == t->len && t->stream->ops->skip) {
+            /* Nothing buffered: a stream that can skip is not read. */
+            sio_code rc = t->stream->ops->skip(t->stream, n);
+            if (rc)
+                return stream_fail(t, rc);
+            t->pos = t->len = 0;
+            t->off += n;
+            return SIO_OK;
+        }
         if (t->pos == t->len) {
             t->pos = t->len = 0;
             /* Padding after a large member: read little, so the next

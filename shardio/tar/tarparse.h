@@ -84,6 +84,11 @@ sio_code sio_tarp_peek(sio_tar_plain *t, size_t n, const unsigned char **p,
 int sio_tarp_buffered_from(const sio_tar_plain *t, uint64_t pos,
                            const unsigned char **p, size_t *n);
 
+/* The WebDataset rule on one entry (shard.c): is it skipped (not a
+ * regular file, a top-level __*__ name, no extension, a name too long)?
+ * Else *keylen is the length of its key. */
+int sio_tar_skip_member(const sio_tar_entry *e, size_t *keylen);
+
 /* Do these first bytes of a stream start a tar the plain reader takes
  * (nothing, an end block or a header with a valid checksum)? Else
  * libarchive decides what they are. */

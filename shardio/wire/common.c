@@ -28,6 +28,20 @@ out:
     return rc;
 }
 
+sio_code sio_wire_emit_field(sio_wire_sink *k, const sio_sample *s,
+                             size_t i)
+{
+    const sio_field *f = &s->fields[i];
+    if (!k->ext || k->ext[i].fd < 0)
+        return sio_wire_emit(k, f->data, f->len);
+    if (f->len == 0)
+        return SIO_OK;
+    sio_code rc = k->extent_fn(k->userdata, &k->ext[i], f->len);
+    if (rc == SIO_OK)
+        k->bytes += f->len;
+    return rc;
+}
+
 sio_code sio_wire_filter_set(sio_wire_filter *f, const char *const *fields,
                              size_t nfields, const char *who, sio_error *err)
 {
@@ -71,6 +85,22 @@ size_t sio_wire_summary_json(const sio_tarw_summary *sum,
 sio_code sio_wenc_sample(sio_wenc *e, const sio_sample *s, uint64_t position)
 {
     return e->ops->sample(e, s, position);
+}
+
+void sio_wenc_set_extent_sink(sio_wenc *e, sio_wenc_extent_fn fn)
+{
+    e->out.extent_fn = fn;
+}
+
+sio_code sio_wenc_sample_ext(sio_wenc *e, const sio_sample *s,
+                             const sio_extent *ext, uint64_t position)
+{
+    if (ext && !e->out.extent_fn)
+        return SIO_ERR_INVALID;
+    e->out.ext = ext;
+    sio_code rc = e->ops->sample(e, s, position);
+    e->out.ext = NULL;
+    return rc;
 }
 
 sio_code sio_wenc_end(sio_wenc *e, const sio_tarw_summary *sum)

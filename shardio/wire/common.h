@@ -24,11 +24,19 @@ typedef struct sio_wire_sink {
     sio_tarw_write_fn fn;
     void *userdata;
     uint64_t bytes; /* handed to fn and accepted */
+    sio_wenc_extent_fn extent_fn; /* file extents (NULL: none) */
+    const sio_extent *ext;        /* the sample's, during sample_ext */
 } sio_wire_sink;
 
 /* Hand len bytes to the sink (nothing for len 0) and count them when it
  * accepts them. Returns SIO_OK or the sink's code. */
 sio_code sio_wire_emit(sio_wire_sink *k, const void *data, size_t len);
+
+/* Hand field i of s to the sink: from its file extent when the sample
+ * being encoded has one (sio_wenc_sample_ext), else from memory. The one
+ * way an encoder hands on payload bytes. */
+sio_code sio_wire_emit_field(sio_wire_sink *k, const sio_sample *s,
+                             size_t i);
 
 /* What each format implements behind the encoder interface (sio_wenc_*,
  * include/shardio_wire.h). error() gets the trailer's JSON text, already

@@ -434,7 +434,7 @@ static sio_code frames_sample(sio_wenc *e, const sio_sample *s,
         if (rc == SIO_OK)
             rc = flush_hbuf(w);
         if (rc == SIO_OK)
-            rc = emit(w, f->data, f->len);
+            rc = sio_wire_emit_field(&w->base.out, s, i);
     }
     if (rc == SIO_OK)
         rc = flush_hbuf(w);

@@ -167,9 +167,12 @@ static sio_code emit(sio_tarw *w, const void *data, size_t len)
     return sio_wire_emit(&w->base.out, data, len);
 }
 
-/* Header, payload and padding of one member. */
-static sio_code emit_member(sio_tarw *w, const char *name, size_t name_len,
-                            char typeflag, const void *data, uint64_t len)
+/* Header, payload and padding of one member: the payload is data, or
+ * field `field` of sample s when s is not NULL. */
+static sio_code emit_member_of(sio_tarw *w, const char *name,
+                               size_t name_len, char typeflag,
+                               const void *data, uint64_t len,
+                               const sio_sample *s, size_t field)
 {
     unsigned char blk[SIO_TAR_BLOCK];
     int fits;
@@ -179,13 +182,20 @@ static sio_code emit_member(sio_tarw *w, const char *name, size_t name_len,
     rc = emit(w, blk, sizeof blk);
     if (rc != SIO_OK)
         goto out;
-    rc = emit(w, data, (size_t)len);
+    rc = s ? sio_wire_emit_field(&w->base.out, s, field)
+           : emit(w, data, (size_t)len);
     if (rc != SIO_OK)
         goto out;
     size_t pad = (size_t)((SIO_TAR_BLOCK - len % SIO_TAR_BLOCK) % SIO_TAR_BLOCK);
     rc = emit(w, zero_block, pad);
 out:
     return rc;
+}
+
+static sio_code emit_member(sio_tarw *w, const char *name, size_t name_len,
+                            char typeflag, const void *data, uint64_t len)
+{
+    return emit_member_of(w, name, name_len, typeflag, data, len, NULL, 0);
 }
 
 static size_t dec_digits(size_t v)
@@ -409,7 +419,7 @@ static sio_code tar_sample(sio_wenc *e, const sio_sample *s,
             if (rc != SIO_OK)
                 goto out;
         }
-        rc = emit_member(w, name, w->name.len, '0', f->data, f->len);
+        rc = emit_member_of(w, name, w->name.len, '0', NULL, f->len, s, i);
         if (rc != SIO_OK)
             goto out;
         first = 0;

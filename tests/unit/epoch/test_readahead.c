@@ -54,7 +54,7 @@ static void slow_close(sio_stream *s)
 }
 
 static const sio_stream_ops slow_stream_ops = {slow_read, slow_errmsg,
-                                               slow_close, NULL};
+                                               slow_close, NULL, NULL};
 
 static sio_code slow_stat(void *ctx, const char *url, uint64_t *size,
                           sio_error *err)

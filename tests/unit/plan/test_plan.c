@@ -57,6 +57,38 @@ static yitem item_of(const sio_sample *s)
                    sample_sum(s)};
 }
 
+/* A plan reader's sample: its payload read from its extents (as the
+ * stream's sink does), then checked. Large samples must come as extents,
+ * small ones in memory. -1 when the check fails. */
+static int planned_item(sio_planread *r, const sio_sample *s,
+                        const sio_extent *ext, yitem *out)
+{
+    sio_field f[64];
+    unsigned char *mem[64] = {0};
+    sio_sample c = *s;
+    int rc = 0;
+    CHECK(s->nfields <= 64);
+    for (size_t i = 0; i < s->nfields && i < 64; i++) {
+        f[i] = s->fields[i];
+        if (ext && ext[i].fd >= 0) {
+            CHECK(f[i].data == NULL);
+            mem[i] = malloc(f[i].len + 1);
+            ssize_t got = pread(ext[i].fd, mem[i], f[i].len,
+                                (off_t)ext[i].offset);
+            if (got != (ssize_t)f[i].len)
+                rc = -1;
+            f[i].data = mem[i];
+        }
+    }
+    c.fields = f;
+    if (ext && sio_planread_verify(r) != SIO_OK)
+        rc = -1;
+    *out = item_of(&c);
+    for (size_t i = 0; i < 64; i++)
+        free(mem[i]);
+    return rc;
+}
+
 /* Consumer (rank, world)'s share from a streamed epoch. */
 static size_t share_streamed(sio_io *io, const sio_shardlist *l,
                              const sio_epoch_config *c, uint32_t rank,
@@ -98,17 +130,19 @@ static size_t share_planned(sio_io *io, const sio_shardlist *l,
     CHECK(sio_planread_open(io, l, plan, &pc, &r, &e) == SIO_OK);
     for (;;) {
         const sio_sample *s = NULL;
-        sio_code rc = sio_planread_next(r, &s);
+        const sio_extent *ext = NULL;
+        sio_code rc = sio_planread_next(r, &s, &ext);
         if (rc)
             fprintf(stderr, "planread: %s\n", sio_planread_errmsg(r));
         CHECK(rc == SIO_OK);
         if (rc || !s)
             break;
+        yitem it;
+        CHECK(planned_item(r, s, ext, &it) == 0);
         if (n < max)
-            y[n] = item_of(s);
+            y[n] = it;
         n++;
         CHECK_EQ_U64(sio_planread_position(r), start + n);
-        sio_sample_unref(s);
     }
     sio_planread_close(r);
     return n;
@@ -127,6 +161,47 @@ static int same(const yitem *a, const yitem *b, size_t n)
             return 0;
         }
     return 1;
+}
+
+/* A shard of large samples (their fields past the plan reader's in-memory
+ * size, so read as extents), mixed with small ones, in the given tar
+ * format: 1-3 fields of up to ~90 KiB, a bad sample, a directory, GNU or
+ * pax long names. */
+static void make_large_shard(const char *path, int ngroups,
+                             const char *format)
+{
+    static unsigned char payload[100000];
+    static char names[200][300];
+    tar_member m[200];
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof payload; i++)
+        payload[i] = (unsigned char)(i * 131 + (i >> 9));
+    for (int g = 0; g < ngroups && n + 5 < 200; g++) {
+        int nf = 1 + (int)(rnd() % 3);
+        int bad = rnd() % 13 == 0;
+        int longname = rnd() % 5 == 0;
+        if (rnd() % 9 == 0) {
+            snprintf(names[n], 300, "d%d/", g);
+            m[n].name = names[n];
+            m[n].data = NULL;
+            m[n++].len = 0;
+        }
+        for (int f = 0; f < nf + bad; f++) {
+            const char *ext = f == 0 ? "JPG" : f == 1 ? "json" : "npy";
+            if (f == nf)
+                ext = "jpg";
+            if (longname)
+                snprintf(names[n], 300, "%0130d/s%05d.%s", g, g, ext);
+            else
+                snprintf(names[n], 300, "s%05d.%s", g, ext);
+            m[n].name = names[n];
+            m[n].data = (const char *)payload + rnd() % 1000;
+            m[n++].len = rnd() % 4 == 0 ? (size_t)(rnd() % 600)
+                                        : 20000 + (size_t)(rnd() % 70000);
+        }
+    }
+    if (write_tar(path, m, n, "none", format) != 0)
+        fprintf(stderr, "cannot write %s\n", path);
 }
 
 /* Read the whole epoch once so that every shard is indexed. */
@@ -167,7 +242,12 @@ static void one_dataset(int round)
         char p[600];
         int z1 = gz && s == 0;
         snprintf(p, sizeof p, "%s/shard-%02d.tar%s", dir, s, z1 ? ".gz" : "");
-        make_random_shard(p, (int)(rnd() % 70), z1, rnd);
+        if (round % 4 == 1 || (round % 4 == 2 && s % 2))
+            make_large_shard(p, (int)(rnd() % 30),
+                             s % 3 == 0 ? "gnu" : s % 3 == 1 ? "pax"
+                                                             : "ustar");
+        else
+            make_random_shard(p, (int)(rnd() % 70), z1, rnd);
     }
     CHECK(sio_io_create(NULL, &io, NULL) == SIO_OK);
     CHECK(sio_shardlist_resolve(io, dir, &l, NULL) == SIO_OK);
@@ -288,12 +368,14 @@ static void one_dataset(int round)
             sio_planread_config pc = {.rank = 0, .world = 1};
             CHECK(sio_planread_open(io, l, plan, &pc, &r, &e) == SIO_OK);
             const sio_sample *s = NULL;
-            CHECK(sio_planread_next(r, &s) == SIO_OK); /* opens Y[0]'s shard */
+            const sio_extent *ext = NULL;
+            yitem got;
+            /* opens Y[0]'s shard */
+            CHECK(sio_planread_next(r, &s, &ext) == SIO_OK);
             CHECK(s != NULL);
             if (s) {
-                CHECK(same(y, &(yitem){s->shard_index, s->index_in_shard,
-                                       s->global_index, sample_sum(s)}, 1));
-                sio_sample_unref(s);
+                CHECK(planned_item(r, s, ext, &got) == 0);
+                CHECK(same(y, &got, 1));
             }
             const char *url = sio_shardlist_url(l, y[0].shard);
             struct stat st;
@@ -328,20 +410,20 @@ static void one_dataset(int round)
             size_t k = 1;
             int changed = 0;
             for (; k < n && k < MAX; k++) {
-                rc = sio_planread_next(r, &s);
+                rc = sio_planread_next(r, &s, &ext);
+                if (rc == SIO_OK && s &&
+                    planned_item(r, s, ext, &got) != 0)
+                    rc = SIO_ERR_CHANGED; /* caught by the caller's check */
                 if (rc == SIO_ERR_CHANGED) {
                     changed = 1;
                     CHECK(y[k].shard == y[0].shard);
-                    CHECK(sio_planread_position(r) == k);
+                    CHECK(sio_planread_position(r) <= k + 1);
                     break;
                 }
                 CHECK(rc == SIO_OK && s);
                 if (rc || !s)
                     break;
-                yitem got = {s->shard_index, s->index_in_shard,
-                             s->global_index, sample_sum(s)};
                 CHECK(same(&y[k], &got, 1));
-                sio_sample_unref(s);
             }
             int more_of_it = 0;
             for (size_t q = 1; q < n && q < MAX; q++)

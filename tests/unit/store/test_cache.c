@@ -118,7 +118,7 @@ static void f_info(sio_stream *st, sio_objinfo *out)
 }
 
 static const sio_stream_ops f_stream_ops = {f_read, f_errmsg, f_close,
-                                            f_info};
+                                            f_info, NULL};
 
 static int f_matches(const char *url)
 {
