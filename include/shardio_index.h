@@ -149,6 +149,24 @@ void sio_index_offer(sio_index_entry *e, uint64_t g, const sio_index_group *grp,
  * entry is complete (when every group was recorded) and is persisted. */
 void sio_index_finish(sio_index_entry *e, uint64_t ngroups);
 
+/*
+ * What a shard reader tells about the groups it reads: the interface
+ * through which an index is written while a shard streams (the reader
+ * knows nothing of indexes). offer: group g was read (as
+ * sio_index_offer); finish: the shard ended after ngroups groups.
+ */
+typedef struct sio_group_recorder {
+    void (*offer)(void *ud, uint64_t g, const sio_index_group *grp,
+                  const char *key, size_t keylen,
+                  const sio_index_field *fields, size_t nfields,
+                  int stream_only);
+    void (*finish)(void *ud, uint64_t ngroups);
+    void *ud;
+} sio_group_recorder;
+
+/* The recorder that fills entry e (NULL for NULL); valid while e is. */
+const sio_group_recorder *sio_index_recorder(sio_index_entry *e);
+
 /* Read shard `url` (number `index` of its list) once, streaming, so that
  * entry e gets every group: the index built ahead of time. */
 sio_code sio_index_build(sio_io *io, const char *url, uint32_t index,
@@ -191,8 +209,9 @@ typedef struct sio_shard_at {
     uint64_t first_group; /* number of the group at offset */
     uint64_t skip_until;  /* groups below this are read past (no payload
                              kept, nothing returned) */
-    sio_index_entry *ix;  /* offered every group read (may be NULL): this
-                             is how an index is built */
+    const sio_group_recorder *rec; /* told every group read (may be
+                             NULL): how an index is built
+                             (sio_index_recorder) */
     struct sio_cache_user *cache; /* read through this job's view of the
                              shard cache (NULL: the store directly) */
     uint64_t size_hint;   /* the object's size from the listing (0:

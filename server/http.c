@@ -870,6 +870,12 @@ sio_code sc_server_start(const sc_config *cfg, sio_io *io, sc_jobs *jobs,
     if (backlog < 128)
         backlog = 128;
 
+    /* Plan streams read and send on these threads: one per CPU. */
+    unsigned threads = cfg->threads;
+    if (threads == 0) {
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = ncpu < 1 ? 2u : ncpu > 64 ? 64u : (unsigned)ncpu;
+    }
     srv->d = MHD_start_daemon(
         /* The per-address connection limit is ours (accept_policy), so
          * that its refusals are counted. */
@@ -877,7 +883,7 @@ sio_code sc_server_start(const sc_config *cfg, sio_io *io, sc_jobs *jobs,
         /* The logger first, so MHD's own start-up messages use it. */
         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv,
         MHD_OPTION_SOCK_ADDR, sa,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)cfg->threads,
+        MHD_OPTION_THREAD_POOL_SIZE, threads,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)cfg->max_connections,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, backlog,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)cfg->connection_memory,

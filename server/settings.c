@@ -142,8 +142,9 @@ static const setting settings[] = {
      "TCP port (0: pick a free one)"},
     {"log-level", NULL, SRV(log_level), T_ENUM, "info", 0, 0, level_choices,
      "error | warn | info | debug"},
-    {"threads", NULL, SRV(threads), T_U32, "2", 1, 64, NULL,
-     "HTTP worker threads (each runs its own epoll loop)"},
+    {"threads", NULL, SRV(threads), T_U32, "0", 0, 64, NULL,
+     "HTTP worker threads, each with its own epoll loop; plan streams do "
+     "their reading on them (0: one per CPU, at most 64)"},
     {"max-connections", NULL, SRV(max_connections), T_U32, "4096", 1,
      1000000, NULL, "simultaneous HTTP connections"},
     {"max-connections-per-ip", NULL, SRV(max_connections_ip), T_U32, "256",

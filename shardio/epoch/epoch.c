@@ -337,7 +337,7 @@ static void place_at(sio_epoch *ep, uint32_t idx, uint64_t g, sio_shard_at *at)
     memset(at, 0, sizeof *at);
     at->end = UINT64_MAX;
     at->skip_until = g;
-    at->ix = e;
+    at->rec = sio_index_recorder(e);
     cache_at(ep, idx, at);
     if (!e || g == 0)
         return;

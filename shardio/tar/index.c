@@ -46,6 +46,7 @@
 
 struct sio_index_entry {
     pthread_mutex_t mu;
+    sio_group_recorder rec; /* sio_index_recorder: offer/finish on it */
     char *url;
     char hash[65];
     uint64_t size, mtime;
@@ -646,6 +647,13 @@ static void rehash(sio_index *x)
 
 /* The entry of url in the table, or NULL; *bucket gets its bucket
  * (x->mu held). */
+/* The entry's recorder (sio_index_recorder), below. */
+static void rec_offer(void *ud, uint64_t g, const sio_index_group *grp,
+                      const char *key, size_t keylen,
+                      const sio_index_field *fields, size_t nfields,
+                      int stream_only);
+static void rec_finish(void *ud, uint64_t ngroups);
+
 static sio_index_entry *find_locked(sio_index *x, const char *url,
                                     size_t *bucket)
 {
@@ -676,6 +684,7 @@ sio_index_entry *sio_index_get(sio_index *x, sio_io *io, const char *url,
         return NULL;
     }
     pthread_mutex_init(&e->mu, NULL);
+    e->rec = (sio_group_recorder){rec_offer, rec_finish, e};
     e->x = x;
     e->size = size;
     e->mtime = local_mtime(url);
@@ -771,6 +780,24 @@ static void tmp_start(sio_index_entry *e)
     put_u64(h + 16, e->size);
     put_u64(h + 24, e->mtime);
     tmp_write(e, h, sizeof h);
+}
+
+static void rec_offer(void *ud, uint64_t g, const sio_index_group *grp,
+                      const char *key, size_t keylen,
+                      const sio_index_field *fields, size_t nfields,
+                      int stream_only)
+{
+    sio_index_offer(ud, g, grp, key, keylen, fields, nfields, stream_only);
+}
+
+static void rec_finish(void *ud, uint64_t ngroups)
+{
+    sio_index_finish(ud, ngroups);
+}
+
+const sio_group_recorder *sio_index_recorder(sio_index_entry *e)
+{
+    return e ? &e->rec : NULL;
 }
 
 void sio_index_offer(sio_index_entry *e, uint64_t g, const sio_index_group *grp,
@@ -885,7 +912,7 @@ sio_code sio_index_build(sio_io *io, const char *url, uint32_t index,
                          sio_error *err)
 {
     sio_shard *sh = NULL;
-    sio_shard_at at = {.end = UINT64_MAX, .ix = e};
+    sio_shard_at at = {.end = UINT64_MAX, .rec = sio_index_recorder(e)};
     sio_code rc = sio_shard_open_at(io, url, index, limits, &at, &sh, err);
     while (rc == SIO_OK) {
         const sio_sample *s = NULL;

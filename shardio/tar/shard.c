@@ -787,13 +787,20 @@ static sio_code read_member(sio_shard *sh, const sio_tar_entry *e,
     return SIO_OK;
 }
 
+/* Tell the recorder (an index being built) that the shard ended. */
+static void finish_groups(sio_shard *sh)
+{
+    if (sh->at.rec)
+        sh->at.rec->finish(sh->at.rec->ud, sh->groups);
+}
+
 /* Offer the group just read to the index (good: the builder's fields). */
 static void offer_group(sio_shard *sh, uint64_t g, uint64_t end, int bad)
 {
     sio_index_field fv[32];
     sio_index_field *f = fv;
     size_t nf = bad ? 0 : sh->sb.nf;
-    if (!sh->at.ix || !sh->sb.key)
+    if (!sh->at.rec || !sh->sb.key)
         return;
     if (nf == 0)
         f = NULL;
@@ -810,8 +817,8 @@ static void offer_group(sio_shard *sh, uint64_t g, uint64_t end, int bad)
                            .end = end,
                            .bytes = bad ? 0 : sh->sb.dlen,
                            .flags = bad ? SIO_INDEX_GROUP_BAD : 0};
-    sio_index_offer(sh->at.ix, g, &grp, sh->sb.key, sh->sb.keylen, f, nf,
-                    sh->filtered);
+    sh->at.rec->offer(sh->at.rec->ud, g, &grp, sh->sb.key, sh->sb.keylen, f,
+                      nf, sh->filtered);
     if (f && f != fv)
         free(f);
 }
@@ -908,7 +915,7 @@ sio_code sio_shard_next(sio_shard *sh, const sio_sample **out)
             return rc;
         if (!open) {
             /* The end of the shard: every group up to here is known. */
-            sio_index_finish(sh->at.ix, sh->groups);
+            finish_groups(sh);
             return SIO_OK; /* *out stays NULL */
         }
         uint64_t end = sh->eof ? UINT64_MAX : sh->cur.hdr_pos;
@@ -917,12 +924,12 @@ sio_code sio_shard_next(sio_shard *sh, const sio_sample **out)
             continue;
         offer_group(sh, idx, end, sh->bad);
         if (sh->eof && !sh->bad)
-            sio_index_finish(sh->at.ix, sh->groups);
+            finish_groups(sh);
         if (sh->bad) {
             snprintf(sh->err, sizeof sh->err, "url=%s key=%.256s: %s",
                      sh->url, sh->sb.key ? sh->sb.key : "", sh->bad_reason);
             if (sh->eof)
-                sio_index_finish(sh->at.ix, sh->groups);
+                finish_groups(sh);
             sb_reset(&sh->sb);
             return SIO_ERR_SAMPLE;
         }

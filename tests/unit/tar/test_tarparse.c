@@ -170,7 +170,7 @@ static void read_all(const char *path, uint32_t rbuf, int force, account *ac,
     if (with_index) {
         sio_index_open(&xc, &x, NULL);
         ie = sio_index_get(x, NULL, path, 0);
-        at.ix = ie;
+        at.rec = sio_index_recorder(ie);
     }
     sio_code rc = sio_shard_open_at(io, path, 0, NULL, &at, &sh, &err);
     if (rc) {
