@@ -73,12 +73,13 @@ typedef struct sio_plan sio_plan;
  * cfg->index alone (no byte of a shard is read). SIO_ERR_AGAIN with err's
  * reason when a shard the epoch reads is not fully indexed yet;
  * SIO_ERR_UNSUPPORTED when the epoch cannot take a plan (no index, a
- * mixed epoch, a stream-only shard); SIO_ERR_LIMIT above
- * SIO_PLAN_ITEMS_MAX. *out has one reference (sio_plan_unref).
+ * mixed epoch, a stream-only shard); SIO_ERR_LIMIT for an epoch of more
+ * than max_samples samples (0: SIO_PLAN_ITEMS_MAX). *out has one
+ * reference (sio_plan_unref).
  */
 sio_code sio_plan_build(sio_io *io, const sio_shardlist *list,
-                        const sio_epoch_config *cfg, sio_plan **out,
-                        sio_error *err);
+                        const sio_epoch_config *cfg, uint64_t max_samples,
+                        sio_plan **out, sio_error *err);
 
 void sio_plan_ref(sio_plan *p);
 void sio_plan_unref(sio_plan *p);

@@ -1145,8 +1145,8 @@ static sio_plan *slot_plan(sc_jobs *j, sc_job *job, fslot *slot)
         slot->plan_building = 1;
         slot->streams++; /* pinned while the lock is released */
         pthread_mutex_unlock(&job->mu);
-        sio_code rc = sio_plan_build(j->io, job->res->list, &slot->ec, &p,
-                                     &err);
+        sio_code rc = sio_plan_build(j->io, job->res->list, &slot->ec,
+                                     j->cfg->plan_max_samples, &p, &err);
         pthread_mutex_lock(&job->mu);
         slot->streams--;
         slot->plan_building = 0;

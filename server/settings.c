@@ -265,6 +265,10 @@ static const setting settings[] = {
      "or complete cache entries) is served from its plan, each stream "
      "reading its samples in place; stream: every stream reads the epoch's "
      "shared feed"},
+    {"plan-max-samples", NULL, SRV(plan_max_samples), T_U64, "16777216", 1,
+     1ull << 32, NULL,
+     "an epoch of more samples is not planned (its plan would take 40 "
+     "bytes a sample) and streams from its feed"},
     {"lag-policy", NULL, SRV(lag_policy), T_ENUM, "detach", 0, 0, lag_choices,
      "a consumer that holds a full window back: detach it into a seek "
      "after --lag-grace-ms, or make everyone wait"},

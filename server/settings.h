@@ -138,6 +138,7 @@ typedef struct sc_config {
     uint32_t max_seeks_total; /* --max-seeks-total: per server */
     int lag_policy;           /* --lag-policy: sio_feed_lag */
     int data_plane;           /* --data-plane: SC_DATA_PLANE_* */
+    uint64_t plan_max_samples; /* --plan-max-samples: larger epochs stream */
     uint32_t lag_grace_ms;    /* --lag-grace-ms */
     /* Bounds against hostile or runaway clients (SECURITY.md). */
     uint32_t header_timeout;     /* --header-timeout: seconds */

@@ -76,8 +76,8 @@ static sio_code check_shards(sio_io *io, const sio_shardlist *list,
 }
 
 sio_code sio_plan_build(sio_io *io, const sio_shardlist *list,
-                        const sio_epoch_config *cfg, sio_plan **out,
-                        sio_error *err)
+                        const sio_epoch_config *cfg, uint64_t max_samples,
+                        sio_plan **out, sio_error *err)
 {
     uint64_t t0 = mono_ns();
     sio_index_entry **ents = NULL;
@@ -105,7 +105,9 @@ sio_code sio_plan_build(sio_io *io, const sio_shardlist *list,
         rc = sio_seterr(err, rc, "the epoch's length is not known yet");
         goto out;
     }
-    if (n > SIO_PLAN_ITEMS_MAX || n > SIZE_MAX / sizeof(sio_plan_item)) {
+    if (!max_samples || max_samples > SIO_PLAN_ITEMS_MAX)
+        max_samples = SIO_PLAN_ITEMS_MAX;
+    if (n > max_samples || n > SIZE_MAX / sizeof(sio_plan_item)) {
         rc = sio_seterr(err, SIO_ERR_LIMIT,
                         "epoch of %" PRIu64 " samples above the plan's "
                         "limit", n);

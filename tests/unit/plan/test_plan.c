@@ -263,10 +263,10 @@ static void one_dataset(int round)
     sio_plan *plan = NULL;
     sio_error e;
     /* Nothing indexed yet: not now. */
-    CHECK(sio_plan_build(io, l, &c, &plan, &e) == SIO_ERR_AGAIN);
+    CHECK(sio_plan_build(io, l, &c, 0, &plan, &e) == SIO_ERR_AGAIN);
     CHECK(plan == NULL);
     size_t n = stream_epoch(io, l, &c, y, MAX);
-    sio_code rc = sio_plan_build(io, l, &c, &plan, &e);
+    sio_code rc = sio_plan_build(io, l, &c, 0, &plan, &e);
     if (gz) {
         /* A compressed shard has no byte ranges: the epoch streams. */
         CHECK(rc == SIO_ERR_UNSUPPORTED);
@@ -279,6 +279,11 @@ static void one_dataset(int round)
         goto out;
     CHECK_EQ_U64(sio_plan_count(plan), n);
     CHECK(sio_plan_memory(plan) >= n * sizeof(sio_plan_item));
+    if (n > 1) { /* above the caller's bound: not planned */
+        sio_plan *big = NULL;
+        CHECK(sio_plan_build(io, l, &c, n - 1, &big, &e) == SIO_ERR_LIMIT);
+        CHECK(big == NULL);
+    }
     for (size_t i = 0; i < n && i < MAX; i++) {
         const sio_plan_item *it = sio_plan_item_at(plan, i);
         CHECK(it->shard == y[i].shard && it->group == y[i].group);
@@ -326,7 +331,7 @@ static void one_dataset(int round)
         sio_epoch_config cj = c;
         cj.journal = j;
         size_t nj = stream_epoch(io, l, &cj, y, MAX);
-        CHECK(sio_plan_build(io, l, &cj, &plan, &e) == SIO_OK);
+        CHECK(sio_plan_build(io, l, &cj, 0, &plan, &e) == SIO_OK);
         CHECK_EQ_U64(sio_plan_count(plan), nj);
         size_t b = share_planned(io, l, plan, 0, 1, SIO_PARTITION_NONE, 0, 0,
                                  z, MAX);
@@ -340,7 +345,7 @@ static void one_dataset(int round)
         cr.replica = 1;
         cr.replicas = 2;
         size_t nr = stream_epoch(io, l, &cr, y, MAX);
-        CHECK(sio_plan_build(io, l, &cr, &plan, &e) == SIO_OK);
+        CHECK(sio_plan_build(io, l, &cr, 0, &plan, &e) == SIO_OK);
         b = share_planned(io, l, plan, 0, 1, SIO_PARTITION_NONE, 0, 0, z,
                           MAX);
         CHECK_EQ_U64(b, nr);
@@ -354,14 +359,14 @@ static void one_dataset(int round)
         sio_epoch_config cm = c;
         cm.mix = &ms;
         cm.nmix = 1;
-        CHECK(sio_plan_build(io, l, &cm, &plan, &e) == SIO_ERR_UNSUPPORTED);
+        CHECK(sio_plan_build(io, l, &cm, 0, &plan, &e) == SIO_ERR_UNSUPPORTED);
     }
 
     /* Shards that change under a plan: truncated, rewritten in place
      * (same size), replaced by another file. Every sample returned is the
      * streamed one; the change is SIO_ERR_CHANGED. */
     if (n > 0) {
-        CHECK(sio_plan_build(io, l, &c, &plan, &e) == SIO_OK);
+        CHECK(sio_plan_build(io, l, &c, 0, &plan, &e) == SIO_OK);
         stream_epoch(io, l, &c, y, MAX);
         for (int mode = 0; mode < 3; mode++) {
             sio_planread *r = NULL;
