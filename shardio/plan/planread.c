@@ -397,10 +397,13 @@ static sio_code read_item(sio_planread *r, uint64_t t,
     if (end == UINT64_MAX) /* the last group: up to the file's end */
         end = (uint64_t)f->st.st_size > it->offset ? (uint64_t)f->st.st_size
                                                     : it->offset;
-    int large = end - it->offset > r->bufcap;
+    uint64_t span = end - it->offset;
+    int large = span > r->bufcap;
     sio_pread_stream_init(&r->ps, f->fd, it->offset, it->end);
-    sio_tarp_init(&r->tp, &r->ps.base, r->buf,
-                  large ? PLANREAD_HEADERS : r->bufcap, it->offset);
+    /* A small sample: one read of exactly its range. */
+    sio_tarp_reset(&r->tp, &r->ps.base, r->buf,
+                   large ? PLANREAD_HEADERS : span ? (size_t)span : 1,
+                   it->offset);
     rc = collect(r, it, url, large, f->fd);
     if (rc == SIO_ERR_UNSUPPORTED)
         rc = read_by_shard(r, it, url, f->fd);

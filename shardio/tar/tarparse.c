@@ -42,6 +42,22 @@ void sio_tarp_init(sio_tar_plain *t, sio_stream *stream, unsigned char *buf,
     t->start = offset;
 }
 
+void sio_tarp_reset(sio_tar_plain *t, sio_stream *stream, unsigned char *buf,
+                    size_t cap, uint64_t offset)
+{
+    t->stream = stream;
+    t->buf = buf;
+    t->cap = cap;
+    t->pos = t->len = 0;
+    t->off = t->start = offset;
+    t->seof = 0;
+    t->large = 0;
+    t->fmt = FMT_NONE;
+    t->data_left = t->pad = 0;
+    t->rc = SIO_OK;
+    t->name[0] = t->lname[0] = t->err[0] = '\0';
+}
+
 static sio_code stream_fail(sio_tar_plain *t, sio_code rc)
 {
     t->rc = rc;

@@ -66,6 +66,10 @@ enum {
 
 void sio_tarp_init(sio_tar_plain *t, sio_stream *stream, unsigned char *buf,
                    size_t cap, uint64_t offset);
+/* As sio_tarp_init for a reader used before: the same state without
+ * clearing its name buffers (a reader started at many offsets). */
+void sio_tarp_reset(sio_tar_plain *t, sio_stream *stream, unsigned char *buf,
+                    size_t cap, uint64_t offset);
 /* Skip what is left of the current entry, read the next header(s).
  * Returns SIO_OK with *what set, or an error (t->err says why:
  * SIO_ERR_FORMAT for a damaged or truncated archive, the stream's code for
