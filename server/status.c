@@ -70,7 +70,7 @@ static uint64_t lag_threshold(const sc_config *cfg)
 
 /* One epoch's status object; adds to *cnt (job->mu held). cons has
  * SC_STATUS_CONSUMERS_MAX entries. */
-static json_t *epoch_json(const sc_config *cfg, fslot *s,
+static json_t *epoch_json(const sc_config *cfg, sc_job *job, fslot *s,
                           sio_feed_consumer *cons, epoch_counts *cnt,
                           int detail)
 {
@@ -125,6 +125,21 @@ static json_t *epoch_json(const sc_config *cfg, fslot *s,
                               "world", (json_int_t)c->world, "lag",
                               jint(c->lag)));
     }
+    /* Streams served from the epoch's plan read no feed: they are
+     * attached consumers all the same. */
+    size_t planned = 0;
+    json_t *jp = detail ? json_array() : NULL;
+    for (sc_binding *b = job->bindings; b; b = b->next) {
+        if (b->slot != s || !b->pr)
+            continue;
+        planned++;
+        if (jp && planned <= SC_STATUS_CONSUMERS_MAX)
+            json_array_append_new(
+                jp, json_pack("{s:I, s:I, s:s}", "rank", (json_int_t)b->rank,
+                              "world", (json_int_t)b->world, "state",
+                              "streaming"));
+    }
+    attached += planned;
     cnt->attached += attached;
     cnt->missing += missing;
     cnt->lagging += lagging;
@@ -135,6 +150,17 @@ static json_t *epoch_json(const sc_config *cfg, fslot *s,
     sc_seek_add(&cnt->seek, &st.seek);
     if (!detail)
         return NULL;
+    json_t *plan = s->plan ? json_pack("{s:o, s:o, s:f, s:I, s:o}", "samples",
+                                       jint(sio_plan_count(s->plan)), "bytes",
+                                       jint(sio_plan_memory(s->plan)),
+                                       "build_ms",
+                                       (double)sio_plan_build_ns(s->plan) /
+                                           1e6,
+                                       "streams", (json_int_t)planned,
+                                       "consumers", jp)
+                           : json_null();
+    if (!s->plan)
+        json_decref(jp);
     json_t *seeks = json_pack(
         "{s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:I, s:o}", "ready_ms_avg",
         st.seek.ready_count
@@ -169,10 +195,12 @@ static json_t *epoch_json(const sc_config *cfg, fslot *s,
                                                     ? jint(s->count)
                                                     : json_null());
         json_object_set_new(o, "seeks", seeks);
+        json_object_set_new(o, "plan", plan);
         json_object_set_new(o, "journal_skips",
                             jint(sio_journal_count(s->journal)));
     } else {
         json_decref(seeks);
+        json_decref(plan);
     }
     return o;
 }
@@ -277,7 +305,7 @@ static json_t *job_json(sc_jobs *j, sc_job *job, sio_feed_consumer *cons,
     for (fslot *s = job->slots; s; s = s->next) {
         if (s->retired && !detail)
             continue;
-        json_t *e = epoch_json(j->cfg, s, cons, &cnt, detail);
+        json_t *e = epoch_json(j->cfg, job, s, cons, &cnt, detail);
         json_array_append_new(epochs, e ? e : jint(s->epoch));
     }
     throughput(job, &sps, &mbps, &secs);
@@ -551,7 +579,7 @@ sio_code sc_jobs_metrics(sc_jobs *j, sc_prom *p)
             if (s->retired)
                 continue;
             x->epochs++;
-            epoch_json(j->cfg, s, cons, &x->cnt, 0);
+            epoch_json(j->cfg, job, s, cons, &x->cnt, 0);
         }
         x->shards_skipped = job->shards_skipped_closed + x->cnt.shards_skipped;
         sc_seek_add(&x->cnt.seek, &job->seeks_closed);
