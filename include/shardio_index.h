@@ -127,6 +127,9 @@ typedef struct sio_index_info {
     int stream_only;   /* compressed: offsets are not byte offsets */
     uint64_t good;     /* groups that are not bad, of the known ones */
     uint64_t bytes;    /* payload bytes of the known groups */
+    uint64_t size;     /* the shard's size it describes (UINT64_MAX or 0:
+                          unknown) */
+    uint64_t mtime;    /* a local file's mtime in seconds (0: unknown) */
 } sio_index_info;
 void sio_index_get_info(sio_index_entry *e, sio_index_info *info);
 

@@ -22,8 +22,11 @@
  * positions in the decompressed stream: "stream-only"), shards only an
  * object store holds, and mixed epochs keep the streaming path (feeds).
  *
- * Faults: a plan reader opens each shard once and remembers its identity
- * (device, inode, size, modification time); after every
+ * Faults: the plan takes each shard file's identity (device, inode, size,
+ * modification time) when it is built, and only from a file that is still
+ * the one its index describes (size; a local file's mtime). A plan reader
+ * opens each shard once, refuses a file that is not the plan's, and after
+ * every
  * sample it checks that nothing wrote to the file since, and that the
  * sample is the one the index describes (group number, key hash, payload
  * size). A shard that changed, shrank or disappeared is SIO_ERR_CHANGED:
@@ -80,6 +83,11 @@ typedef struct sio_plan sio_plan;
 sio_code sio_plan_build(sio_io *io, const sio_shardlist *list,
                         const sio_epoch_config *cfg, uint64_t max_samples,
                         sio_plan **out, sio_error *err);
+
+/* Could the epoch take a plan now (every shard indexed and local)? SIO_OK,
+ * or the code sio_plan_build would give before building anything. */
+sio_code sio_plan_possible(sio_io *io, const sio_shardlist *list,
+                           const sio_epoch_config *cfg, sio_error *err);
 
 void sio_plan_ref(sio_plan *p);
 void sio_plan_unref(sio_plan *p);

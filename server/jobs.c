@@ -940,7 +940,9 @@ static int evict_one(sc_job *job)
         /* The prefetched next epoch is in use until it is read, and so is
          * an epoch whose consumers are detached within their rejoin grace
          * or expected (held counts them, without a walk). */
-        if ((s->prefetched && !ended && !st.failed) || (held > 0 && !ended))
+        /* A prefetched plan holds no read-ahead worth keeping. */
+        if ((s->prefetched && !ended && !st.failed && !s->plan) ||
+            (held > 0 && !ended))
             continue;
         if (!best || (ended && !best_ended) ||
             (ended == best_ended && s->last_ms < best->last_ms)) {
@@ -1421,12 +1423,27 @@ static void reap_one(sc_jobs *j, sc_binding *b)
     sc_job_unref(job);
 }
 
+/* Can the epoch after slot s's take a plan now (job->mu held; reads
+ * index files at most, no shard byte)? */
+static int plan_next_possible(sc_jobs *j, sc_job *job, const fslot *s)
+{
+    if (j->cfg->data_plane != SC_DATA_PLANE_AUTO || job->res->nmix ||
+        !job->res->list)
+        return 0;
+    sio_epoch_config ec = s->ec;
+    sio_error err = {SIO_OK, ""};
+    ec.epoch = s->epoch + 1;
+    ec.journal = NULL;
+    return sio_plan_possible(j->io, job->res->list, &ec, &err) == SIO_OK;
+}
+
 /* Timers of one job: throughput, retirement, prefetch; closes the slots
  * that are retired and unused. */
 static void job_tick(sc_jobs *j, sc_job *job, uint64_t now, int sample_tp)
 {
     const sc_config *cfg = j->cfg;
     fslot *closing = NULL;
+    fslot *to_plan = NULL; /* a prefetched epoch whose plan is built */
 
     pthread_mutex_lock(&job->mu);
     if (sample_tp) {
@@ -1472,18 +1489,29 @@ static void job_tick(sc_jobs *j, sc_job *job, uint64_t now, int sample_tp)
             s->retired = 1;
             continue;
         }
-        if (cfg->prefetch && !job->removed && st.ended && !st.failed &&
-            s->served > 0 && s->epoch < UINT64_MAX &&
+        /* The next epoch is opened ahead once this one has been read, or,
+         * for an epoch served from its plan (its feed reads nothing), at
+         * once: its plan then, when it can have one, else its feed's
+         * window. */
+        if (cfg->prefetch && !job->removed && (st.ended || s->plan) &&
+            !st.failed && s->served > 0 && s->epoch < UINT64_MAX &&
             !live_slot(job, s->epoch + 1) &&
             live_slots(job) < cfg->max_epochs &&
             job->nfeeds < cfg->max_feeds_job &&
             atomic_load(&j->nfeeds) < cfg->max_feeds) {
             fslot *n = NULL;
             sio_error err = {SIO_OK, ""};
-            if (slot_open(j, job, s->epoch + 1, 1, &n, &err) == SIO_OK) {
+            int planned = plan_next_possible(j, job, s);
+            if (slot_open(j, job, s->epoch + 1, !planned, &n, &err) ==
+                SIO_OK) {
                 n->prefetched = 1;
-                SC_LOG(SIO_LOG_DEBUG, "event=prefetch job=%s epoch=%" PRIu64,
-                       job->spec.name, n->epoch);
+                if (planned && !to_plan) {
+                    to_plan = n;
+                    n->streams++; /* pinned until its plan is built */
+                }
+                SC_LOG(SIO_LOG_DEBUG,
+                       "event=prefetch job=%s epoch=%" PRIu64 " what=%s",
+                       job->spec.name, n->epoch, planned ? "plan" : "feed");
             }
         }
     }
@@ -1496,6 +1524,13 @@ static void job_tick(sc_jobs *j, sc_job *job, uint64_t now, int sample_tp)
             continue;
         }
         pp = &s->next;
+    }
+    if (to_plan) {
+        /* Built with the job's lock released (slot_plan), the slot
+         * pinned. */
+        slot_plan(j, job, to_plan);
+        to_plan->streams--;
+        to_plan->last_ms = sio_now_ms();
     }
     pthread_mutex_unlock(&job->mu);
     while (closing) {

@@ -21,16 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/core_int.h"
+#include "plan/plan_int.h"
 #include "store/store_int.h"
-
-struct sio_plan {
-    atomic_uint refs;
-    uint64_t n;
-    uint64_t build_ns;
-    sio_plan_item *items;
-};
 
 static uint64_t mono_ns(void)
 {
@@ -39,11 +34,38 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* The identity of shard i's file now, which must be the file its index
+ * describes (its size, and a local file's mtime). */
+static sio_code file_identity(sio_io *io, const sio_epoch_config *cfg,
+                              const char *url, size_t i,
+                              const sio_index_info *info, plan_file *pf,
+                              sio_error *err)
+{
+    int fd = -1;
+    struct stat st;
+    sio_code rc = sio_io_open_fd_probe(io, cfg->cache, url, &fd, err);
+    if (rc)
+        return rc == SIO_ERR_NOTFOUND ? SIO_ERR_CHANGED : rc;
+    int ok = fstat(fd, &st) == 0;
+    close(fd);
+    if (!ok)
+        return sio_seterr(err, SIO_ERR_IO, "shard %zu: cannot stat", i);
+    if ((info->size != 0 && info->size != UINT64_MAX &&
+         (uint64_t)st.st_size != info->size) ||
+        (info->mtime != 0 && (uint64_t)st.st_mtime != info->mtime))
+        return sio_seterr(err, SIO_ERR_CHANGED,
+                          "shard %zu changed since it was indexed", i);
+    *pf = (plan_file){st.st_dev, st.st_ino, st.st_size, st.st_mtim, 1};
+    return SIO_OK;
+}
+
 /* Is every shard of the epoch's part of the list indexed completely, with
- * byte offsets, and readable in place? The entries go into ents[]. */
+ * byte offsets, and readable in place? The entries go into ents[], and
+ * with files non-NULL each file's identity into files[]. */
 static sio_code check_shards(sio_io *io, const sio_shardlist *list,
                              const sio_epoch_config *cfg,
-                             sio_index_entry **ents, sio_error *err)
+                             sio_index_entry **ents, plan_file *files,
+                             sio_error *err)
 {
     size_t total = sio_shardlist_count(list);
     size_t first = cfg->range_count ? cfg->range_first : 0;
@@ -52,11 +74,18 @@ static sio_code check_shards(sio_io *io, const sio_shardlist *list,
         return sio_seterr(err, SIO_ERR_INVALID, "shard range out of list");
     for (size_t i = first; i < first + count; i++) {
         const char *url = sio_shardlist_url(list, i);
-        sio_index_entry *e = sio_index_peek(cfg->index, url);
+        /* Where the bytes are first: a shard that is not local is not
+         * looked up further (no sidecar request to a store). */
+        if (!sio_io_fd_capable(io, cfg->cache, url))
+            return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                              "shard %zu is not a local file or a complete "
+                              "shard-cache entry", i);
+        /* In memory, else from state_dir or a sidecar. */
+        sio_index_entry *e = sio_index_get(cfg->index, io, url,
+                                           sio_shardlist_size(list, i));
         sio_index_info info;
         if (!e)
-            return sio_seterr(err, SIO_ERR_AGAIN, "shard %zu not indexed",
-                              i);
+            return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
         sio_index_get_info(e, &info);
         if (info.stream_only)
             return sio_seterr(err, SIO_ERR_UNSUPPORTED,
@@ -66,13 +95,32 @@ static sio_code check_shards(sio_io *io, const sio_shardlist *list,
             return sio_seterr(err, SIO_ERR_AGAIN,
                               "shard %zu indexed up to group %" PRIu64, i,
                               info.known);
-        if (!sio_io_fd_capable(io, cfg->cache, url))
-            return sio_seterr(err, SIO_ERR_UNSUPPORTED,
-                              "shard %zu is not a local file or a complete "
-                              "shard-cache entry", i);
+        if (files) {
+            sio_code rc = file_identity(io, cfg, url, i, &info, &files[i],
+                                        err);
+            if (rc)
+                return rc;
+        }
         ents[i] = e;
     }
     return SIO_OK;
+}
+
+sio_code sio_plan_possible(sio_io *io, const sio_shardlist *list,
+                           const sio_epoch_config *cfg, sio_error *err)
+{
+    if (!cfg->index)
+        return sio_seterr(err, SIO_ERR_UNSUPPORTED, "no shard indexes");
+    if (cfg->nmix)
+        return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                          "a mixed epoch is streamed");
+    size_t total = sio_shardlist_count(list);
+    sio_index_entry **ents = calloc(total ? total : 1, sizeof *ents);
+    if (!ents)
+        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    sio_code rc = check_shards(io, list, cfg, ents, NULL, err);
+    free(ents);
+    return rc;
 }
 
 sio_code sio_plan_build(sio_io *io, const sio_shardlist *list,
@@ -95,9 +143,15 @@ sio_code sio_plan_build(sio_io *io, const sio_shardlist *list,
                           "a mixed epoch is streamed");
     size_t total = sio_shardlist_count(list);
     ents = calloc(total ? total : 1, sizeof *ents);
-    if (!ents)
-        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
-    rc = check_shards(io, list, cfg, ents, err);
+    p = calloc(1, sizeof *p);
+    if (p)
+        p->files = calloc(total ? total : 1, sizeof *p->files);
+    if (!ents || !p || !p->files) {
+        rc = sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    p->nfiles = total;
+    rc = check_shards(io, list, cfg, ents, p->files, err);
     if (rc)
         goto out;
     rc = sio_epoch_count(io, list, cfg, &n);
@@ -113,9 +167,8 @@ sio_code sio_plan_build(sio_io *io, const sio_shardlist *list,
                         "limit", n);
         goto out;
     }
-    p = calloc(1, sizeof *p);
     order = malloc((n ? n : 1) * sizeof *order);
-    if (!p || !order) {
+    if (!order) {
         rc = sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
         goto out;
     }
@@ -158,8 +211,10 @@ sio_code sio_plan_build(sio_io *io, const sio_shardlist *list,
     *out = p;
     p = NULL;
 out:
-    if (p)
+    if (p) {
         free(p->items);
+        free(p->files);
+    }
     free(p);
     free(order);
     free(ents);
@@ -177,6 +232,7 @@ void sio_plan_unref(sio_plan *p)
         return;
     if (atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) == 1) {
         free(p->items);
+        free(p->files);
         free(p);
     }
 }
@@ -193,7 +249,8 @@ const sio_plan_item *sio_plan_item_at(const sio_plan *p, uint64_t i)
 
 size_t sio_plan_memory(const sio_plan *p)
 {
-    return sizeof *p + (size_t)p->n * sizeof *p->items;
+    return sizeof *p + (size_t)p->n * sizeof *p->items +
+           p->nfiles * sizeof *p->files;
 }
 
 uint64_t sio_plan_build_ns(const sio_plan *p)

@@ -46,6 +46,7 @@
 #include <unistd.h>
 
 #include "core/core_int.h"
+#include "plan/plan_int.h"
 #include "store/store_int.h"
 #include "tar/tarparse.h"
 
@@ -206,15 +207,12 @@ static pfile *file_for(sio_planread *r, uint32_t s, sio_code *rc)
         snprintf(r->err, sizeof r->err, "url=%s: cannot stat", url);
         return NULL;
     }
-    uint64_t want = sio_shardlist_size(r->list, s);
-    if (want != 0 && want != UINT64_MAX &&
-        (uint64_t)victim->st.st_size != want) {
+    if (!plan_file_same(r->plan, s, &victim->st)) {
         close(fd);
         *rc = SIO_ERR_CHANGED;
         snprintf(r->err, sizeof r->err,
-                 "url=%s: %llu bytes, listed with %" PRIu64
-                 " (the shard changed)", url,
-                 (unsigned long long)victim->st.st_size, want);
+                 "url=%s is not the file the epoch's plan was made from "
+                 "(rewritten or replaced since)", url);
         return NULL;
     }
     victim->fd = fd;

@@ -1263,7 +1263,8 @@ int sio_cache_covers(const char *url)
  * non-NULL a new read-only descriptor of its data in *fd (the plan's data
  * plane reads it with pread; the descriptor keeps the bytes even if the
  * entry is evicted meanwhile). 0 otherwise. */
-int sio_cache_entry_fd(sio_cache_user *u, const char *url, int *fd)
+int sio_cache_entry_fd(sio_cache_user *u, const char *url, int *fd,
+                       int count)
 {
     sio_cache *c = u->c;
     char p[4096];
@@ -1285,8 +1286,9 @@ int sio_cache_entry_fd(sio_cache_user *u, const char *url, int *fd)
             *fd = open(p, O_RDONLY | O_CLOEXEC);
             ok = *fd >= 0;
         }
-        if (ok && fd) {
+        if (ok && fd)
             e->last_use = now_s();
+        if (ok && fd && count) {
             atomic_fetch_add(&c->hits, 1);
             atomic_fetch_add(&u->hits, 1);
         }

@@ -238,11 +238,11 @@ int sio_io_fd_capable(sio_io *io, struct sio_cache_user *cache,
         return 0;
     if (ops->open_fd)
         return 1;
-    return cache && ops->head && sio_cache_entry_fd(cache, url, NULL);
+    return cache && ops->head && sio_cache_entry_fd(cache, url, NULL, 0);
 }
 
-sio_code sio_io_open_fd(sio_io *io, struct sio_cache_user *cache,
-                        const char *url, int *fd, sio_error *err)
+static sio_code open_fd(sio_io *io, struct sio_cache_user *cache,
+                        const char *url, int *fd, int count, sio_error *err)
 {
     const sio_backend_ops *ops;
     void *ctx;
@@ -252,8 +252,20 @@ sio_code sio_io_open_fd(sio_io *io, struct sio_cache_user *cache,
         return rc;
     if (ops->open_fd)
         return ops->open_fd(ctx, url, fd, err);
-    if (cache && ops->head && sio_cache_entry_fd(cache, url, fd))
+    if (cache && ops->head && sio_cache_entry_fd(cache, url, fd, count))
         return SIO_OK;
     return sio_seterr(err, SIO_ERR_UNSUPPORTED,
                       "url=%s: not in the shard cache", url);
+}
+
+sio_code sio_io_open_fd(sio_io *io, struct sio_cache_user *cache,
+                        const char *url, int *fd, sio_error *err)
+{
+    return open_fd(io, cache, url, fd, 1, err);
+}
+
+sio_code sio_io_open_fd_probe(sio_io *io, struct sio_cache_user *cache,
+                              const char *url, int *fd, sio_error *err)
+{
+    return open_fd(io, cache, url, fd, 0, err);
 }

@@ -60,8 +60,14 @@ sio_code sio_cache_open(struct sio_cache_user *u, const sio_backend_ops *ops,
                         sio_error *err);
 
 /* A complete shard-cache entry of url that this job has checked: 1, with
- * a new read-only descriptor of its bytes in *fd when fd is not NULL. */
-int sio_cache_entry_fd(struct sio_cache_user *u, const char *url, int *fd);
+ * a new read-only descriptor of its bytes in *fd when fd is not NULL
+ * (a cache hit when count). */
+int sio_cache_entry_fd(struct sio_cache_user *u, const char *url, int *fd,
+                       int count);
+
+/* sio_io_open_fd that counts no cache hit (a look at the file). */
+sio_code sio_io_open_fd_probe(sio_io *io, struct sio_cache_user *cache,
+                              const char *url, int *fd, sio_error *err);
 
 /* Could sio_io_open_fd (shardio_plan.h) give url's bytes in place? */
 int sio_io_fd_capable(sio_io *io, struct sio_cache_user *cache,

@@ -733,6 +733,8 @@ void sio_index_get_info(sio_index_entry *e, sio_index_info *info)
     info->stream_only = e->stream_only;
     info->good = e->good;
     info->bytes = e->bytes;
+    info->size = e->size;
+    info->mtime = e->mtime;
     pthread_mutex_unlock(&e->mu);
 }
 

@@ -366,9 +366,10 @@ static void one_dataset(int round)
      * (same size), replaced by another file. Every sample returned is the
      * streamed one; the change is SIO_ERR_CHANGED. */
     if (n > 0) {
-        CHECK(sio_plan_build(io, l, &c, 0, &plan, &e) == SIO_OK);
         stream_epoch(io, l, &c, y, MAX);
         for (int mode = 0; mode < 3; mode++) {
+            /* A plan of the files as they are now. */
+            CHECK(sio_plan_build(io, l, &c, 0, &plan, &e) == SIO_OK);
             sio_planread *r = NULL;
             sio_planread_config pc = {.rank = 0, .world = 1};
             CHECK(sio_planread_open(io, l, plan, &pc, &r, &e) == SIO_OK);
@@ -438,15 +439,25 @@ static void one_dataset(int round)
             else
                 CHECK(!changed);
             sio_planread_close(r);
-            /* Put the shard back for the next mode (mtime moves on). */
+            /* A reader that opens the shard now finds another file than
+             * the plan's: refused before any sample of it. */
+            if (mode < 2 && changed) {
+                CHECK(sio_planread_open(io, l, plan, &pc, &r, &e) == SIO_OK);
+                CHECK(sio_planread_next(r, &s, &ext) == SIO_ERR_CHANGED);
+                sio_planread_close(r);
+            }
+            sio_plan_unref(plan);
+            plan = NULL;
+            /* Put the shard back for the next mode, with its mtime (the
+             * index's record of the file). */
             fd = open(url, O_WRONLY | O_CREAT | O_TRUNC, 0644);
             CHECK(fd >= 0 && write(fd, orig, (size_t)st.st_size) ==
                                  st.st_size);
+            struct timespec tv[2] = {st.st_atim, st.st_mtim};
+            CHECK(futimens(fd, tv) == 0);
             close(fd);
             free(orig);
         }
-        sio_plan_unref(plan);
-        plan = NULL;
     }
 out:
     sio_plan_unref(plan);
