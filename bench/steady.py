@@ -19,11 +19,19 @@ same nginx, as in bench/run.sh) runs before every round of servers, so the
 "× ceiling" ratios come from one run.
 
 Variants, alternated server by server (A, B, A, B, ...; medians over the
-repetitions):
+repetitions), in two sets (--variants):
+  decay (the default set): the server as configured by bench/run.sh
   default   the server's defaults (sample-pool-decay-ms 10 s)
   no-decay  --sample-pool-decay-ms 0: sample memory released above
             sample-pool-idle gives its pages back at once (what every
             server did before the decay)
+  planes: both keep the shards in the shard cache (in memory), so every
+  epoch after the first reads no byte from nginx
+  feed      --data-plane stream: every stream reads the epoch's shared feed
+            (one producer, one window)
+  plan      --data-plane auto (the default): from epoch 1 on, the epoch's
+            plan is computed from the indexes and every stream reads its
+            share from the cached shards itself
 
 Output: results.json and results.md in --out.
 """
@@ -49,7 +57,14 @@ from bench_proc import _stat_fields  # noqa: E402
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-VARIANTS = [("default", []), ("no-decay", ["--sample-pool-decay-ms", "0"])]
+CACHE = ["--cache-bytes", str(4 << 30)]
+VARIANT_SETS = {
+    "decay": [("default", []),
+              ("no-decay", ["--sample-pool-decay-ms", "0"])],
+    "planes": [("feed", CACHE + ["--data-plane", "stream"]),
+               ("plan", CACHE + ["--data-plane", "auto"])],
+}
+VARIANTS = VARIANT_SETS["decay"]
 # The per-epoch figures a server's median is taken of.
 FIGURES = ("samples_per_s", "mb_per_s", "server_us_per_sample",
            "server_core_s_per_gb", "minor_fault_mib")
@@ -215,7 +230,14 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true",
                     help="tiny datasets, 3 epochs, one server per variant")
     ap.add_argument("--command", default="bench/steady.sh")
+    ap.add_argument("--variants", default="decay",
+                    choices=sorted(VARIANT_SETS),
+                    help="decay: default vs --sample-pool-decay-ms 0; "
+                         "planes: --data-plane stream vs auto, shards "
+                         "in the cache")
     args = ap.parse_args(argv)
+    global VARIANTS
+    VARIANTS = VARIANT_SETS[args.variants]
     try:
         args.workers = [int(w) for w in args.workers.split(",") if w]
     except ValueError:

@@ -144,7 +144,15 @@ typedef struct sio_fetch_config {
                                    up to whole seconds) */
     const char *ca_file;        /* CA bundle for https (NULL: system);
                                    copied */
+    uint32_t threads;           /* engine threads, each a libcurl multi
+                                   with its share of max_inflight and
+                                   max_per_host; streams and requests are
+                                   dealt to them in turn (0: one per four
+                                   CPUs, 1..8) */
 } sio_fetch_config;
+
+/* Most fetch engine threads. */
+#define SIO_FETCH_THREADS_MAX 64u
 
 /* S3 listing threads (sio_io_config.s3_list_workers). */
 #define SIO_S3_LIST_WORKERS_DEFAULT 8u

@@ -285,6 +285,11 @@ static const setting settings[] = {
      SIO_FETCH_INFLIGHT_MAX, NULL,
      "object-store requests in flight, all hosts (lowered on throttling, "
      "raised again slowly)"},
+    {"fetch-threads", NULL, IO(fetch.threads), T_U32, "0", 0,
+     SIO_FETCH_THREADS_MAX, NULL,
+     "fetch engine threads; each runs its own libcurl multi with its share "
+     "of --fetch-inflight and --fetch-per-host, and shard streams are dealt "
+     "to them in turn (0: one per four CPUs, 1..8)"},
     {"fetch-per-host", NULL, IO(fetch.max_per_host), T_U32, "32", 1,
      SIO_FETCH_INFLIGHT_MAX, NULL, "connections to one object-store host"},
     {"fetch-part-size", NULL, IO(fetch.part_size), T_BYTES32, "8MiB",

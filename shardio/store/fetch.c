@@ -34,6 +34,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
@@ -149,9 +150,13 @@ static sio_code http_error(const char *method, const char *display_url,
 
 void sio_fetch_set_classifier(sio_fetch *f, sio_fetch_classify_fn fn)
 {
-    pthread_mutex_lock(&f->mu);
-    f->classify = fn;
-    pthread_mutex_unlock(&f->mu);
+    size_t n = f->nlanes ? f->nlanes : 1;
+    for (size_t i = 0; i < n; i++) {
+        sio_fetch *l = f->nlanes ? f->lanes[i] : f;
+        pthread_mutex_lock(&l->mu);
+        l->classify = fn;
+        pthread_mutex_unlock(&l->mu);
+    }
 }
 
 static int curl_retryable(CURLcode c)
@@ -192,9 +197,14 @@ void sio_fetch_get_stats(const sio_fetch *f, sio_io_stats *st)
         st->bytes += atomic_load(&c->bytes);
         st->inflight += atomic_load(&c->inflight);
     }
-    st->latency_us_sum = atomic_load(&m->lat_sum);
-    st->latency_count = atomic_load(&m->lat_count);
-    st->concurrency = atomic_load(&m->n_limit);
+    /* The lanes' own figures add up (the counters above are shared). */
+    size_t n = m->nlanes ? m->nlanes : 1;
+    for (size_t i = 0; i < n; i++) {
+        sio_fetch *l = m->nlanes ? m->lanes[i] : m;
+        st->latency_us_sum += atomic_load(&l->lat_sum);
+        st->latency_count += atomic_load(&l->lat_count);
+        st->concurrency += atomic_load(&l->n_limit);
+    }
 }
 
 /* Submission (any thread) ---------------------------------------------- */
@@ -742,41 +752,18 @@ static void *engine_main(void *arg)
 
 #define DEF(v, d) ((v) ? (v) : (d))
 
-sio_code sio_fetch_create(const sio_fetch_setup *setup, sio_fetch **out,
-                          sio_error *err)
+/* One lane: a libcurl multi and its thread, with settings c (already
+ * checked). */
+static sio_code lane_create(const sio_fetch_setup *setup,
+                            const sio_fetch_config *cin, sio_fetch **out,
+                            sio_error *err)
 {
     sio_fetch *f;
-    sio_fetch_config c;
+    sio_fetch_config c = *cin;
     sio_code rc = SIO_OK;
     int mu_init = 0;
 
     *out = NULL;
-    memset(&c, 0, sizeof c);
-    if (setup)
-        c = setup->fetch;
-    c.max_inflight = DEF(c.max_inflight, SIO_FETCH_DEFAULT_INFLIGHT);
-    c.max_per_host = DEF(c.max_per_host, SIO_FETCH_DEFAULT_PER_HOST);
-    c.part_size = DEF(c.part_size, SIO_FETCH_DEFAULT_PART_SIZE);
-    c.parts_per_stream = DEF(c.parts_per_stream, SIO_FETCH_DEFAULT_PARTS);
-    c.max_retries = DEF(c.max_retries, SIO_FETCH_DEFAULT_RETRIES);
-    c.retry_base_ms = DEF(c.retry_base_ms, SIO_FETCH_DEFAULT_RETRY_BASE_MS);
-    c.retry_max_ms = DEF(c.retry_max_ms, SIO_FETCH_DEFAULT_RETRY_MAX_MS);
-    c.connect_timeout_ms = DEF(c.connect_timeout_ms, SIO_FETCH_DEFAULT_CONNECT_MS);
-    c.stall_timeout_ms = DEF(c.stall_timeout_ms, SIO_FETCH_DEFAULT_STALL_MS);
-    if (c.max_inflight > SIO_FETCH_INFLIGHT_MAX ||
-        c.max_per_host > SIO_FETCH_INFLIGHT_MAX)
-        return sio_seterr(err, SIO_ERR_INVALID,
-                          "max_inflight/max_per_host above %u",
-                          SIO_FETCH_INFLIGHT_MAX);
-    if (c.part_size < SIO_FETCH_PART_MIN || c.part_size > SIO_FETCH_PART_MAX)
-        return sio_seterr(err, SIO_ERR_INVALID, "part_size %u not in %u..%u",
-                          c.part_size, SIO_FETCH_PART_MIN, SIO_FETCH_PART_MAX);
-    if (c.parts_per_stream > SIO_FETCH_PARTS_MAX)
-        return sio_seterr(err, SIO_ERR_INVALID, "parts_per_stream %u above %u",
-                          c.parts_per_stream, SIO_FETCH_PARTS_MAX);
-    if (c.max_retries > SIO_FETCH_RETRIES_MAX)
-        return sio_seterr(err, SIO_ERR_INVALID, "max_retries %u above %u",
-                          c.max_retries, SIO_FETCH_RETRIES_MAX);
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
         return sio_seterr(err, SIO_ERR_IO, "libcurl initialisation failed");
     f = calloc(1, sizeof *f);
@@ -844,7 +831,7 @@ out:
     return rc;
 }
 
-void sio_fetch_destroy(sio_fetch *f)
+static void lane_destroy(sio_fetch *f)
 {
     if (!f)
         return;
@@ -862,3 +849,93 @@ void sio_fetch_destroy(sio_fetch *f)
     curl_global_cleanup();
 }
 
+
+sio_code sio_fetch_create(const sio_fetch_setup *setup, sio_fetch **out,
+                          sio_error *err)
+{
+    sio_fetch_config c;
+    sio_fetch **lanes = NULL;
+    sio_code rc = SIO_OK;
+    size_t n;
+
+    *out = NULL;
+    memset(&c, 0, sizeof c);
+    if (setup)
+        c = setup->fetch;
+    c.max_inflight = DEF(c.max_inflight, SIO_FETCH_DEFAULT_INFLIGHT);
+    c.max_per_host = DEF(c.max_per_host, SIO_FETCH_DEFAULT_PER_HOST);
+    c.part_size = DEF(c.part_size, SIO_FETCH_DEFAULT_PART_SIZE);
+    c.parts_per_stream = DEF(c.parts_per_stream, SIO_FETCH_DEFAULT_PARTS);
+    c.max_retries = DEF(c.max_retries, SIO_FETCH_DEFAULT_RETRIES);
+    c.retry_base_ms = DEF(c.retry_base_ms, SIO_FETCH_DEFAULT_RETRY_BASE_MS);
+    c.retry_max_ms = DEF(c.retry_max_ms, SIO_FETCH_DEFAULT_RETRY_MAX_MS);
+    c.connect_timeout_ms = DEF(c.connect_timeout_ms, SIO_FETCH_DEFAULT_CONNECT_MS);
+    c.stall_timeout_ms = DEF(c.stall_timeout_ms, SIO_FETCH_DEFAULT_STALL_MS);
+    if (c.max_inflight > SIO_FETCH_INFLIGHT_MAX ||
+        c.max_per_host > SIO_FETCH_INFLIGHT_MAX)
+        return sio_seterr(err, SIO_ERR_INVALID,
+                          "max_inflight/max_per_host above %u",
+                          SIO_FETCH_INFLIGHT_MAX);
+    if (c.part_size < SIO_FETCH_PART_MIN || c.part_size > SIO_FETCH_PART_MAX)
+        return sio_seterr(err, SIO_ERR_INVALID, "part_size %u not in %u..%u",
+                          c.part_size, SIO_FETCH_PART_MIN, SIO_FETCH_PART_MAX);
+    if (c.parts_per_stream > SIO_FETCH_PARTS_MAX)
+        return sio_seterr(err, SIO_ERR_INVALID, "parts_per_stream %u above %u",
+                          c.parts_per_stream, SIO_FETCH_PARTS_MAX);
+    if (c.max_retries > SIO_FETCH_RETRIES_MAX)
+        return sio_seterr(err, SIO_ERR_INVALID, "max_retries %u above %u",
+                          c.max_retries, SIO_FETCH_RETRIES_MAX);
+    if (c.threads > SIO_FETCH_THREADS_MAX)
+        return sio_seterr(err, SIO_ERR_INVALID, "threads %u above %u",
+                          c.threads, SIO_FETCH_THREADS_MAX);
+    n = c.threads;
+    if (n == 0) {
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        n = ncpu >= 8 ? (size_t)(ncpu / 4) : 1;
+        if (n > 8)
+            n = 8;
+    }
+    /* No lane gets less than one request or connection. */
+    if (n > c.max_inflight)
+        n = c.max_inflight;
+    /* Each lane its share of the engine's bounds (rounded up). */
+    sio_fetch_config lc = c;
+    lc.max_inflight = (uint32_t)((c.max_inflight + n - 1) / n);
+    lc.max_per_host = (uint32_t)((c.max_per_host + n - 1) / n);
+    lanes = calloc(n, sizeof *lanes);
+    if (!lanes)
+        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < n && rc == SIO_OK; i++)
+        rc = lane_create(setup, n > 1 ? &lc : &c, &lanes[i], err);
+    if (rc) {
+        for (size_t i = 0; i < n; i++)
+            lane_destroy(lanes[i]);
+        free(lanes);
+        return rc;
+    }
+    lanes[0]->lanes = lanes;
+    lanes[0]->nlanes = n;
+    *out = lanes[0];
+    return SIO_OK;
+}
+
+sio_fetch *sio_fetch_lane(sio_fetch *f)
+{
+    if (!f || f->nlanes <= 1)
+        return f;
+    size_t i = atomic_fetch_add_explicit(&f->next_lane, 1,
+                                         memory_order_relaxed);
+    return f->lanes[i % f->nlanes];
+}
+
+void sio_fetch_destroy(sio_fetch *f)
+{
+    if (!f)
+        return;
+    sio_fetch **lanes = f->lanes;
+    size_t n = f->nlanes;
+    for (size_t i = 1; i < n; i++)
+        lane_destroy(lanes[i]);
+    lane_destroy(f);
+    free(lanes);
+}

@@ -1,8 +1,12 @@
 /*
  * fetch.h — the fetch engine: every HTTP request of libshardio (internal).
  *
- * One engine per sio_io runs the libcurl multi interface on its own thread
- * (curl_multi_poll / curl_multi_wakeup; nothing spins). It reuses
+ * One engine per sio_io runs the libcurl multi interface on its own
+ * threads (curl_multi_poll / curl_multi_wakeup; nothing spins): one lane
+ * per thread (sio_fetch_config.threads), each a multi handle with its
+ * share of the bounds below; a stream (all its parts) or a request goes to
+ * one lane, dealt in turn, so a second epoch's reads do not queue behind
+ * the first one's on a single thread. It reuses
  * connections (HTTP/1.1 keep-alive, TLS through libcurl's OpenSSL), bounds
  * the requests in flight (a global limit lowered on throttling and raised
  * again slowly: AIMD; and a per-host connection limit), and retries

@@ -139,6 +139,7 @@ sio_code sio_fetch_perform(sio_fetch *f, const sio_fetch_request *req,
     xfer *x;
     sio_code rc;
 
+    f = sio_fetch_lane(f);
     memset(resp, 0, sizeof *resp);
     resp->content_length = UINT64_MAX;
     if (!f || !req || !req->method || !req->prepare || !req->display_url)

@@ -209,7 +209,15 @@ struct sio_fetch {
     sio_storestats own, *st;
     _Atomic uint64_t lat_sum, lat_count;
     _Atomic uint32_t n_limit;
+    /* The engine's threads ("lanes"): the engine handed out is lane 0
+     * and holds them all; every lane is a sio_fetch of its own. */
+    sio_fetch **lanes;
+    size_t nlanes;
+    _Atomic size_t next_lane;
 };
+
+/* The lane a new stream or request goes to (f itself when it has none). */
+sio_fetch *sio_fetch_lane(sio_fetch *f);
 
 /* The counters of x's backend. */
 #define BSTAT(f, x) (&(f)->st->b[(x)->backend])

@@ -554,6 +554,7 @@ sio_code sio_fetch_open_range(sio_fetch *f, const sio_fetch_target *t,
     fstream *s;
     sio_code rc;
 
+    f = sio_fetch_lane(f); /* each stream's parts on one engine thread */
     *out = NULL;
     s = calloc(1, sizeof *s);
     if (!s || !(s->display_url = strdup(t->display_url))) {

@@ -235,6 +235,26 @@ int main(void)
     CHECK(r.ss.latency[SIO_STORE_HTTP][SIO_STORE_GET].sum_ns > 0);
     CHECK(r.ss.backend[SIO_STORE_HTTP].concurrency > 0);
 
+    /* An engine of 4 threads: the same stream, the same requests; the
+     * engine's concurrency is its lanes' together. */
+    {
+        sio_io_config c4 = c;
+        c4.fetch.threads = 4;
+        for (int k = 0; k < 3; k++) {
+            read_all(&st, &srv, M_NORMAL, 0, &c4, "/obj", &r);
+            CHECK(r.read_rc == SIO_OK && r.equal);
+            CHECK_EQ_U64(r.bytes, OBJ_SIZE);
+            CHECK_EQ_U64(r.st.requests, OBJ_SIZE / (64 * 1024));
+            CHECK_EQ_U64(r.st.retries, 0);
+            CHECK(r.st.latency_count == r.st.requests);
+            CHECK(r.st.concurrency >= 4);
+        }
+        /* Faults on a lane: resumed there. */
+        read_all(&st, &srv, M_RESET, 3, &c4, "/obj", &r);
+        CHECK(r.read_rc == SIO_OK && r.equal);
+        CHECK_EQ_U64(r.st.retries, 3);
+    }
+
     /* Range ignored: one body through a 64 KiB buffer (pauses). */
     read_all(&st, &srv, M_NORANGE, 0, &c, "/obj", &r);
     CHECK(r.read_rc == SIO_OK && r.equal);
@@ -462,6 +482,24 @@ int main(void)
         CHECK_STR(resp.etag, "\"v1\"");
         sio_fetch_response_free(&resp);
         sio_fetch_destroy(f);
+
+        /* Requests dealt to the threads of a 3-thread engine, each
+         * answered; a thread count above the maximum is refused. */
+        sio_fetch_setup fs;
+        memset(&fs, 0, sizeof fs);
+        fs.fetch.threads = 3;
+        CHECK(sio_fetch_create(&fs, &f, &e) == SIO_OK);
+        for (int k = 0; k < 7; k++) {
+            CHECK(sio_fetch_perform(f, &req, &resp, &e) == SIO_OK);
+            CHECK_EQ_U64(resp.status, 200);
+            sio_fetch_response_free(&resp);
+        }
+        sio_io_stats es;
+        sio_fetch_get_stats(f, &es);
+        CHECK_EQ_U64(es.latency_count, 7);
+        sio_fetch_destroy(f);
+        fs.fetch.threads = SIO_FETCH_THREADS_MAX + 1;
+        CHECK(sio_fetch_create(&fs, &f, &e) == SIO_ERR_INVALID);
     }
     {
         /* Bad configuration is refused. */
