@@ -61,6 +61,7 @@ typedef struct pfile {
     uint32_t shard;
     int fd;             /* -1: free slot */
     int unverified;     /* extents of it were handed out since a check */
+    int cached;         /* a shard-cache entry (its bytes are hits) */
     uint64_t used;      /* LRU clock */
     struct stat st;     /* identity when opened */
 } pfile;
@@ -82,6 +83,7 @@ struct sio_planread {
     uint64_t length; /* samples of the share */
     uint64_t k;      /* next position in the share */
     uint64_t clock;
+    uint64_t hit_bytes; /* read from cache entries, not yet counted */
     pfile files[SIO_PLANREAD_FILES];
     /* The tar reader and its buffer (a pool block). */
     sio_tar_plain tp;
@@ -218,6 +220,7 @@ static pfile *file_for(sio_planread *r, uint32_t s, sio_code *rc)
     victim->fd = fd;
     victim->shard = s;
     victim->used = ++r->clock;
+    victim->cached = r->cfg.cache && !sio_io_url_is_file(r->io, url);
     return victim;
 }
 
@@ -378,6 +381,14 @@ static sio_code read_by_shard(sio_planread *r, const sio_plan_item *it,
     return SIO_OK;
 }
 
+/* Add the cache bytes read to the job's cache counters (in batches: no
+ * shared counter is touched per sample). */
+static void flush_hits(sio_planread *r)
+{
+    sio_cache_add_hit_bytes(r->cfg.cache, r->hit_bytes);
+    r->hit_bytes = 0;
+}
+
 /* Read Y[t]: *out and *ext as sio_planread_next. */
 static sio_code read_item(sio_planread *r, uint64_t t,
                           const sio_sample **out, const sio_extent **ext)
@@ -422,6 +433,11 @@ static sio_code read_item(sio_planread *r, uint64_t t,
         return SIO_ERR_CHANGED;
     }
     ((sio_sample *)(uintptr_t)smp)->global_index = t;
+    if (f->cached) {
+        r->hit_bytes += end - it->offset;
+        if (r->hit_bytes >= (4u << 20))
+            flush_hits(r);
+    }
     *out = smp;
     if (!r->held && large) {
         *ext = r->ext;
@@ -443,11 +459,15 @@ sio_code sio_planread_next(sio_planread *r, const sio_sample **out,
     sio_code rc;
     for (size_t f = 0; f < SIO_PLANREAD_FILES; f++)
         r->files[f].unverified = 0;
-    if (r->k >= r->length)
+    if (r->k >= r->length) {
+        flush_hits(r);
         return SIO_OK;
+    }
     if (sio_share_index(r->cfg.global_start, r->cfg.rank, r->cfg.world,
-                        r->k, &i) != 0)
+                        r->k, &i) != 0) {
+        flush_hits(r);
         return SIO_OK;
+    }
     t = i;
     if (t >= r->n) /* the even-pad tail repeats from global_start on */
         t = sio_share_pad_source(r->n, r->cfg.global_start, i);
@@ -476,6 +496,7 @@ void sio_planread_close(sio_planread *r)
 {
     if (!r)
         return;
+    flush_hits(r);
     for (size_t i = 0; i < SIO_PLANREAD_FILES; i++)
         if (r->files[i].fd >= 0)
             close(r->files[i].fd);

@@ -1259,6 +1259,14 @@ int sio_cache_covers(const char *url)
            ops->head != NULL;
 }
 
+void sio_cache_add_hit_bytes(sio_cache_user *u, uint64_t n)
+{
+    if (!u || !n)
+        return;
+    atomic_fetch_add(&u->c->hit_bytes, n);
+    atomic_fetch_add(&u->hit_bytes, n);
+}
+
 /* A complete entry of url that this job has checked: 1, and with fd
  * non-NULL a new read-only descriptor of its data in *fd (the plan's data
  * plane reads it with pread; the descriptor keeps the bytes even if the

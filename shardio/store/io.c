@@ -229,6 +229,14 @@ void sio_objlist_sort(sio_objlist *l)
 
 /* In-place reads (the plan's data plane) ---------------------------- */
 
+int sio_io_url_is_file(sio_io *io, const char *url)
+{
+    const sio_backend_ops *ops;
+    void *ctx;
+    return sio_io_backend(io, url, &ops, &ctx, NULL) == SIO_OK &&
+           ops->open_fd != NULL;
+}
+
 int sio_io_fd_capable(sio_io *io, struct sio_cache_user *cache,
                       const char *url)
 {

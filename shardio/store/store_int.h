@@ -65,6 +65,12 @@ sio_code sio_cache_open(struct sio_cache_user *u, const sio_backend_ops *ops,
 int sio_cache_entry_fd(struct sio_cache_user *u, const char *url, int *fd,
                        int count);
 
+/* Bytes a job read from complete cache entries in place (the plan's data
+ * plane): counted as cache hit bytes. */
+void sio_cache_add_hit_bytes(struct sio_cache_user *u, uint64_t n);
+/* Is url a local file (its backend opens descriptors itself)? */
+int sio_io_url_is_file(sio_io *io, const char *url);
+
 /* sio_io_open_fd that counts no cache hit (a look at the file). */
 sio_code sio_io_open_fd_probe(sio_io *io, struct sio_cache_user *cache,
                               const char *url, int *fd, sio_error *err);

@@ -451,7 +451,10 @@ def test_sidecars_from_shardcast_index(start, server_binary, workdir):
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("built") == 6 and "300 samples" in out.stdout
     assert len(glob.glob(os.path.join(d, "*.tar.scidx"))) == 6
-    srv = start("--job", "train", "--source", d, "--prefetch", "false")
+    # The feed's seek (the plan, which takes such an epoch by default, has
+    # its own test below).
+    srv = start("--job", "train", "--source", d, "--prefetch", "false",
+                "--data-plane", "stream")
     # nothing streamed yet, the shard list has no .scidx names in it
     st = get_json(srv, "/v1/jobs/train")
     assert st["shards"] == 6
@@ -464,6 +467,31 @@ def test_sidecars_from_shardcast_index(start, server_binary, workdir):
               if l.startswith("shardcast_index_loaded_total")]
     assert loaded and int(loaded[0].split()[-1]) == 6
 
+
+
+def test_sidecars_make_a_resumed_epoch_a_plan(start, server_binary, workdir):
+    """With the default data plane, the same sidecars make the epoch a
+    plan: a resume far into it reads only its own samples from the files,
+    no seek and no replay, and they are the feed's samples."""
+    d = os.path.join(workdir, "sidecar-plan-ds")
+    make_dataset(d, shards=6, per_shard=300, size=1500, seed=12)
+    cli = os.path.join(os.path.dirname(server_binary), "shardcast")
+    out = subprocess.run([cli, "index", "--sidecar", d],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    srv = start("--job", "train", "--source", d, "--prefetch", "false")
+    got, outcome, _ = read_share(srv, "train", 4, 0, 1, start=1500)
+    assert outcome == "end" and len(got) == 300
+    st = get_json(srv, "/v1/jobs/train")
+    ep = [e for e in st["epochs"] if e["epoch"] == 4][0]
+    assert ep["seeks"]["opened"] == 0 and ep["seeks"]["replays"] == 0
+    assert st["data_plane"]["plans"] == 1
+    assert st["data_plane"]["plan_streams"] == 1
+    assert st["data_plane"]["feed_streams"] == 0
+    ref = start("--job", "train", "--source", d, "--prefetch", "false",
+                "--data-plane", "stream")
+    want, outcome, _ = read_share(ref, "train", 4, 0, 1, start=1500)
+    assert outcome == "end" and got == want
 
 def test_unprovable_resume_without_state_dir(start, workdir):
     """Without a state_dir, a server that starts an epoch with a resumed
