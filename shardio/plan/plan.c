@@ -106,19 +106,28 @@ static sio_code check_shards(sio_io *io, const sio_shardlist *list,
     return SIO_OK;
 }
 
-sio_code sio_plan_possible(sio_io *io, const sio_shardlist *list,
-                           const sio_epoch_config *cfg, sio_error *err)
+/* What makes an epoch streamed whatever its shards are. */
+static sio_code epoch_plannable(const sio_epoch_config *cfg, sio_error *err)
 {
     if (!cfg->index)
         return sio_seterr(err, SIO_ERR_UNSUPPORTED, "no shard indexes");
     if (cfg->nmix)
         return sio_seterr(err, SIO_ERR_UNSUPPORTED,
                           "a mixed epoch is streamed");
+    return SIO_OK;
+}
+
+sio_code sio_plan_possible(sio_io *io, const sio_shardlist *list,
+                           const sio_epoch_config *cfg, sio_error *err)
+{
+    sio_code rc = epoch_plannable(cfg, err);
+    if (rc)
+        return rc;
     size_t total = sio_shardlist_count(list);
     sio_index_entry **ents = calloc(total ? total : 1, sizeof *ents);
     if (!ents)
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
-    sio_code rc = check_shards(io, list, cfg, ents, NULL, err);
+    rc = check_shards(io, list, cfg, ents, NULL, err);
     free(ents);
     return rc;
 }
@@ -136,11 +145,9 @@ sio_code sio_plan_build(sio_io *io, const sio_shardlist *list,
     sio_code rc;
 
     *out = NULL;
-    if (!cfg->index)
-        return sio_seterr(err, SIO_ERR_UNSUPPORTED, "no shard indexes");
-    if (cfg->nmix)
-        return sio_seterr(err, SIO_ERR_UNSUPPORTED,
-                          "a mixed epoch is streamed");
+    rc = epoch_plannable(cfg, err);
+    if (rc)
+        return rc;
     size_t total = sio_shardlist_count(list);
     ents = calloc(total ? total : 1, sizeof *ents);
     p = calloc(1, sizeof *p);

@@ -244,13 +244,30 @@ static void fs_close(sio_stream *s)
 static const sio_stream_ops file_stream_ops = {fs_read, fs_errmsg, fs_close,
                                               NULL, NULL};
 
+/* Open path (url's) read-only: a regular file, else an error. */
+static sio_code open_regular(const char *url, const char *path, int *fd,
+                             sio_error *err)
+{
+    struct stat st;
+    *fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (*fd < 0)
+        return sio_seterr(err, errno_code(errno), "open url=%s: %s", url,
+                          strerror(errno));
+    if (fstat(*fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(*fd);
+        *fd = -1;
+        return sio_seterr(err, SIO_ERR_INVALID, "not a regular file url=%s",
+                          url);
+    }
+    return SIO_OK;
+}
+
 static sio_code file_open_range(void *ctx, const char *url, uint64_t offset,
                                 uint64_t end, sio_stream **out,
                                 sio_error *err)
 {
     char path[FILE_PATH_MAX];
     file_stream *fs = NULL;
-    struct stat st;
     struct timespec t0 = {0, 0};
     sio_code rc = to_path(url, path, sizeof path, err);
     if (rc)
@@ -262,17 +279,9 @@ static sio_code file_open_range(void *ctx, const char *url, uint64_t offset,
     fs->base.ops = &file_stream_ops;
     fs->st = ctx;
     fs->left = end > offset ? end - offset : 0;
-    fs->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fs->fd < 0) {
-        rc = sio_seterr(err, errno_code(errno), "open url=%s: %s", url,
-                        strerror(errno));
+    rc = open_regular(url, path, &fs->fd, err);
+    if (rc)
         goto out;
-    }
-    if (fstat(fs->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        rc = sio_seterr(err, SIO_ERR_INVALID, "not a regular file url=%s",
-                        url);
-        goto out;
-    }
     if (offset && lseek(fs->fd, (off_t)offset, SEEK_SET) < 0) {
         rc = sio_seterr(err, SIO_ERR_IO, "seek url=%s: %s", url,
                         strerror(errno));
@@ -298,24 +307,13 @@ static sio_code file_open_fd(void *ctx, const char *url, int *fd,
                              sio_error *err)
 {
     char path[FILE_PATH_MAX];
-    struct stat st;
     struct timespec t0 = {0, 0};
     sio_code rc = to_path(url, path, sizeof path, err);
     *fd = -1;
     if (rc)
         return rc;
     req_start(ctx, &t0);
-    int f = open(path, O_RDONLY | O_CLOEXEC);
-    if (f < 0) {
-        rc = sio_seterr(err, errno_code(errno), "open url=%s: %s", url,
-                        strerror(errno));
-    } else if (fstat(f, &st) != 0 || !S_ISREG(st.st_mode)) {
-        rc = sio_seterr(err, SIO_ERR_INVALID, "not a regular file url=%s",
-                        url);
-        close(f);
-    } else {
-        *fd = f;
-    }
+    rc = open_regular(url, path, fd, err);
     return req_end(ctx, &t0, SIO_STORE_GET, rc);
 }
 

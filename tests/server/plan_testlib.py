@@ -34,6 +34,9 @@ import zipfile
 
 import pytest
 
+from server_testlib import REPO  # noqa: F401  (puts tests/integration on the path)
+from shardcast_testlib import wds_split
+
 # -- the data plane of each server -------------------------------------------
 
 # (server A, server B). "stream": --data-plane stream; "auto": --data-plane
@@ -169,16 +172,6 @@ def gen_members(rng, tag, nsamples, style="short", bad=0.06, skipped=0.10):
 
 def _is_meta(name):
     return "/" not in name and len(name) >= 4 and name.startswith("__") and name.endswith("__")
-
-
-def wds_split(name):
-    head, _, last = name.rpartition("/")
-    if "." not in last:
-        return None
-    base, _, ext = last.partition(".")
-    if not base or not ext:
-        return None
-    return (head + "/" + base if head else base), ext.lower()
 
 
 def wds_model(members):

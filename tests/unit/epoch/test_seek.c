@@ -14,6 +14,7 @@
 #include "check.h"
 #include "shardio.h"
 #include "shardio_index.h"
+#include "samplesum.h"
 #include "tarutil.h"
 
 typedef struct yitem {
@@ -26,21 +27,12 @@ typedef struct yitem {
 static uint64_t rnd_state = 0x9e3779b97f4a7c15ull;
 static uint64_t rnd(void)
 {
-    rnd_state ^= rnd_state << 13;
-    rnd_state ^= rnd_state >> 7;
-    rnd_state ^= rnd_state << 17;
-    return rnd_state;
+    return xorshift_next(&rnd_state);
 }
 
 static uint64_t sample_sum(const sio_sample *s)
 {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (const char *k = s->key; *k; k++)
-        h = (h ^ (unsigned char)*k) * 0x100000001b3ull;
-    for (size_t f = 0; f < s->nfields; f++)
-        for (size_t i = 0; i < s->fields[f].len; i++)
-            h = (h ^ s->fields[f].data[i]) * 0x100000001b3ull;
-    return h;
+    return sample_sum_of(s, 0);
 }
 
 /* Stream the whole epoch (building indexes), recording Y. */

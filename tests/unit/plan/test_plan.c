@@ -20,6 +20,7 @@
 #include "shardio.h"
 #include "shardio_index.h"
 #include "shardio_plan.h"
+#include "samplesum.h"
 #include "tarutil.h"
 
 typedef struct yitem {
@@ -31,24 +32,12 @@ typedef struct yitem {
 static uint64_t rnd_state = 0x2545f4914f6cdd1dull;
 static uint64_t rnd(void)
 {
-    rnd_state ^= rnd_state << 13;
-    rnd_state ^= rnd_state >> 7;
-    rnd_state ^= rnd_state << 17;
-    return rnd_state;
+    return xorshift_next(&rnd_state);
 }
 
 static uint64_t sample_sum(const sio_sample *s)
 {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (const char *k = s->key; *k; k++)
-        h = (h ^ (unsigned char)*k) * 0x100000001b3ull;
-    for (size_t f = 0; f < s->nfields; f++) {
-        for (const char *k = s->fields[f].name; *k; k++)
-            h = (h ^ (unsigned char)*k) * 0x100000001b3ull;
-        for (size_t i = 0; i < s->fields[f].len; i++)
-            h = (h ^ s->fields[f].data[i]) * 0x100000001b3ull;
-    }
-    return h;
+    return sample_sum_of(s, 1);
 }
 
 static yitem item_of(const sio_sample *s)
