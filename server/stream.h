@@ -3,8 +3,15 @@
  * GET /v1/jobs/{job}/epochs/{epoch}/stream (or /samples/{i}) request.
  *
  * A stream reads its share from a sio_cursor of the job's shared feed for
- * that epoch (jobs.h) and encodes it (tar or frames) straight into MHD's
- * response buffer from MHD's content-reader callback (sc_stream_reader).
+ * that epoch (jobs.h), or, when the epoch has a plan, from its own plan
+ * reader (shardio_plan.h), and encodes it (tar or frames) straight into
+ * MHD's response buffer from MHD's content-reader callback
+ * (sc_stream_reader). A plan's payloads stay in their files: the sink
+ * records them as file segments, read with pread() into MHD's buffer and
+ * checked (sio_planread_verify) before the buffer goes out; a failed
+ * check sends the retryable trailer after the last whole sample, or cuts
+ * the connection when the sample's first bytes were already sent. A plan
+ * stream never waits: it has no notify and never suspends.
  * Nothing runs per stream: no thread, no byte queue. When the cursor has
  * nothing ready (SIO_ERR_AGAIN) the reader suspends the MHD connection; the
  * cursor's notify callback (sc_stream_notify, on the feed's producer
