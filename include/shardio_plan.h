@@ -139,9 +139,10 @@ sio_code sio_planread_open(sio_io *io, const sio_shardlist *list,
  * data pointer is NULL): the caller reads them (pread) and then calls
  * sio_planread_verify before it hands them on.
  * SIO_ERR_CHANGED: a shard changed, shrank or vanished under the plan,
- * SIO_ERR_UNSUPPORTED: a shard is not local (not a file, not in the
- * cache), other codes: the shard could not be read; sio_planread_errmsg
- * says which and why. After an error the reader stays at the failed
+ * SIO_ERR_BUSY: the process is out of file descriptors (the plan is
+ * still good: come back later), SIO_ERR_UNSUPPORTED: a shard is not
+ * local (not a file, not in the cache), other codes: the shard could not
+ * be read; sio_planread_errmsg says which and why. After an error the reader stays at the failed
  * position.
  */
 sio_code sio_planread_next(sio_planread *r, const sio_sample **out,

@@ -511,6 +511,17 @@ static int advance(sc_stream *s)
     const sio_extent *ext = NULL;
     if (s->plan) {
         rc = sio_planread_next(s->plan, &smp, &ext);
+        if (rc == SIO_ERR_BUSY) {
+            /* Out of descriptors for now: the plan stays, the consumer
+             * comes back and resumes. */
+            snprintf(reason, sizeof reason, "%s: %s", sio_strerror(rc),
+                     sio_planread_errmsg(s->plan));
+            SC_LOG(SIO_LOG_WARN, "event=stream_busy id=%s reason=\"%s\"",
+                   s->id, sio_planread_errmsg(s->plan));
+            write_error_retry(s, reason, SC_STREAM_CUT, 1,
+                              SEEK_BUSY_RETRY_MS);
+            return 1;
+        }
         if (rc != SIO_OK) {
             plan_failed(s, rc);
             return 1;

@@ -197,6 +197,16 @@ static pfile *file_for(sio_planread *r, uint32_t s, sio_code *rc)
     const char *url = sio_shardlist_url(r->list, s);
     int fd = -1;
     *rc = sio_io_open_fd(r->io, r->cfg.cache, url, &fd, &e);
+    if (*rc == SIO_ERR_BUSY) {
+        /* Out of descriptors: give back this reader's others, once. */
+        for (size_t i = 0; i < SIO_PLANREAD_FILES; i++)
+            if (r->files[i].fd >= 0) {
+                close(r->files[i].fd);
+                r->files[i].fd = -1;
+                r->files[i].unverified = 0;
+            }
+        *rc = sio_io_open_fd(r->io, r->cfg.cache, url, &fd, &e);
+    }
     if (*rc) {
         if (*rc == SIO_ERR_NOTFOUND)
             *rc = SIO_ERR_CHANGED; /* it was there when indexed */

@@ -244,15 +244,19 @@ static void fs_close(sio_stream *s)
 static const sio_stream_ops file_stream_ops = {fs_read, fs_errmsg, fs_close,
                                               NULL, NULL};
 
-/* Open path (url's) read-only: a regular file, else an error. */
+/* Open path (url's) read-only: a regular file, else an error; *oserr is
+ * open()'s errno when it failed (else 0). */
 static sio_code open_regular(const char *url, const char *path, int *fd,
-                             sio_error *err)
+                             int *oserr, sio_error *err)
 {
     struct stat st;
+    *oserr = 0;
     *fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (*fd < 0)
-        return sio_seterr(err, errno_code(errno), "open url=%s: %s", url,
-                          strerror(errno));
+    if (*fd < 0) {
+        *oserr = errno;
+        return sio_seterr(err, errno_code(*oserr), "open url=%s: %s", url,
+                          strerror(*oserr));
+    }
     if (fstat(*fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(*fd);
         *fd = -1;
@@ -279,7 +283,8 @@ static sio_code file_open_range(void *ctx, const char *url, uint64_t offset,
     fs->base.ops = &file_stream_ops;
     fs->st = ctx;
     fs->left = end > offset ? end - offset : 0;
-    rc = open_regular(url, path, &fs->fd, err);
+    int oserr;
+    rc = open_regular(url, path, &fs->fd, &oserr, err);
     if (rc)
         goto out;
     if (offset && lseek(fs->fd, (off_t)offset, SEEK_SET) < 0) {
@@ -313,7 +318,11 @@ static sio_code file_open_fd(void *ctx, const char *url, int *fd,
     if (rc)
         return rc;
     req_start(ctx, &t0);
-    rc = open_regular(url, path, fd, err);
+    int oserr;
+    rc = open_regular(url, path, fd, &oserr, err);
+    /* Out of descriptors: a limit of the moment, not the file's fault. */
+    if (oserr == EMFILE || oserr == ENFILE)
+        rc = SIO_ERR_BUSY;
     return req_end(ctx, &t0, SIO_STORE_GET, rc);
 }
 

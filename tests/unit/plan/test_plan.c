@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -297,6 +298,35 @@ static void one_dataset(int round)
                         "%llu start %llu\n", round, world, rank, (int)pol,
                         (unsigned long long)gs, (unsigned long long)start);
         }
+    }
+    /* Out of file descriptors: SIO_ERR_BUSY (the plan is still good), and
+     * the same reader goes on from the same position once there are. */
+    if (n > 0) {
+        struct rlimit old, low;
+        sio_planread *r = NULL;
+        const sio_sample *s = NULL;
+        const sio_extent *ext = NULL;
+        sio_planread_config pc = {.rank = 0, .world = 1};
+        CHECK(sio_planread_open(io, l, plan, &pc, &r, &e) == SIO_OK);
+        CHECK(getrlimit(RLIMIT_NOFILE, &old) == 0);
+        int probe = dup(0); /* the lowest free descriptor: all below it */
+        CHECK(probe >= 0);
+        close(probe);
+        low = old;
+        low.rlim_cur = (rlim_t)probe;
+        CHECK(setrlimit(RLIMIT_NOFILE, &low) == 0);
+        CHECK(sio_planread_next(r, &s, &ext) == SIO_ERR_BUSY);
+        CHECK(setrlimit(RLIMIT_NOFILE, &old) == 0);
+        CHECK_EQ_U64(sio_planread_position(r), 0);
+        CHECK(sio_planread_next(r, &s, &ext) == SIO_OK && s != NULL);
+        yitem got;
+        if (s) {
+            const sio_plan_item *it0 = sio_plan_item_at(plan, 0);
+            CHECK(planned_item(r, s, ext, &got) == 0);
+            CHECK(got.global == 0 && got.shard == it0->shard &&
+                  got.group == it0->group);
+        }
+        sio_planread_close(r);
     }
     /* A share the feed refuses is refused. */
     {
