@@ -426,6 +426,7 @@ typedef struct job_metrics {
     char name[SC_JOB_NAME_MAX + 1];
     int ready;
     uint64_t samples, bytes, opened, by_outcome[5];
+    uint64_t plans, plan_streams, feed_streams, plan_failures;
     uint64_t epochs, streams;
     epoch_counts cnt;
     uint64_t shards_skipped, samples_skipped;
@@ -572,6 +573,10 @@ sio_code sc_jobs_metrics(sc_jobs *j, sc_prom *p)
         x->samples = atomic_load(&job->ctr.samples);
         x->bytes = atomic_load(&job->ctr.bytes);
         x->opened = atomic_load(&job->streams_opened);
+        x->plans = atomic_load(&job->plans_built);
+        x->plan_streams = atomic_load(&job->plan_streams);
+        x->feed_streams = atomic_load(&job->feed_streams);
+        x->plan_failures = atomic_load(&job->plan_failures);
         for (int k = 0; k < 5; k++)
             x->by_outcome[k] = atomic_load(&job->streams_by_outcome[k]);
         for (fslot *s = job->slots; s; s = s->next) {
@@ -609,6 +614,25 @@ sio_code sc_jobs_metrics(sc_jobs *j, sc_prom *p)
                                         sc_stream_outcome_name(
                                             (sc_stream_outcome)k)}),
                         m[i].by_outcome[k]);
+    sc_prom_family(p, "shardcast_data_plane_streams_total", "counter",
+                   "Streams opened, by the plane that served them: plan "
+                   "(read from the epoch's plan) or feed.");
+    for (size_t i = 0; i < n; i++) {
+        sc_prom_u64(p, "shardcast_data_plane_streams_total",
+                    SC_PROM_LABELS({"shardcast_job", m[i].name},
+                                   {"plane", "plan"}),
+                    m[i].plan_streams);
+        sc_prom_u64(p, "shardcast_data_plane_streams_total",
+                    SC_PROM_LABELS({"shardcast_job", m[i].name},
+                                   {"plane", "feed"}),
+                    m[i].feed_streams);
+    }
+    PER_JOB(p, m, n, "shardcast_plans_built_total", "counter",
+            "Epoch plans built from the shard indexes.", m[i].plans);
+    PER_JOB(p, m, n, "shardcast_plan_failures_total", "counter",
+            "Plan streams ended because a shard file changed, shrank or "
+            "vanished under the plan (the epoch then streams from its feed).",
+            m[i].plan_failures);
     PER_JOB(p, m, n, "shardcast_streams_active", "gauge",
             "Streams bound to an epoch of the job.", m[i].streams);
     PER_JOB(p, m, n, "shardcast_epochs_in_flight", "gauge",
