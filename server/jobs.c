@@ -1140,7 +1140,7 @@ static sio_plan *slot_plan(sc_jobs *j, sc_job *job, fslot *slot)
         return NULL;
     }
     uint64_t now = sio_now_ms();
-    if (!slot->plan && !job->removed &&
+    if (!slot->plan && !job->removed && !slot->plan_never &&
         (!slot->plan_tried || now - slot->plan_tried_ms >= PLAN_RETRY_MS)) {
         sio_error err = {SIO_OK, ""};
         sio_plan *p = NULL;
@@ -1165,6 +1165,10 @@ static sio_plan *slot_plan(sc_jobs *j, sc_job *job, fslot *slot)
                    sio_plan_memory(p), (double)sio_plan_build_ns(p) / 1e6);
         } else {
             sio_plan_unref(p);
+            /* Compressed or remote shards, a mixed or too long epoch:
+             * this epoch streams, nothing to try again. */
+            if (rc == SIO_ERR_UNSUPPORTED || rc == SIO_ERR_LIMIT)
+                slot->plan_never = 1;
             SC_LOG(SIO_LOG_DEBUG,
                    "event=plan_unavailable job=%s epoch=%" PRIu64
                    " reason=\"%s\"", job->spec.name, slot->epoch,

@@ -55,6 +55,7 @@ typedef struct fslot {
     sio_plan *plan;       /* (mu) */
     int plan_building;    /* a build runs without the lock (mu) */
     int plan_tried;       /* a build was tried (mu) */
+    int plan_never;       /* the epoch cannot have one (mu) */
     uint64_t plan_tried_ms; /* when (mu) */
     _Atomic int plan_broken; /* a stream found a shard changed under it */
     struct fslot *next;

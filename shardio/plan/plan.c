@@ -25,6 +25,7 @@
 
 #include "core/core_int.h"
 #include "plan/plan_int.h"
+#include "shardio_cache.h"
 #include "store/store_int.h"
 
 static uint64_t mono_ns(void)
@@ -76,10 +77,16 @@ static sio_code check_shards(sio_io *io, const sio_shardlist *list,
         const char *url = sio_shardlist_url(list, i);
         /* Where the bytes are first: a shard that is not local is not
          * looked up further (no sidecar request to a store). */
-        if (!sio_io_fd_capable(io, cfg->cache, url))
+        if (!sio_io_fd_capable(io, cfg->cache, url)) {
+            /* A cached source's shard may be filled later: not yet. */
+            if (cfg->cache && sio_cache_covers(url))
+                return sio_seterr(err, SIO_ERR_AGAIN,
+                                  "shard %zu is not in the shard cache yet",
+                                  i);
             return sio_seterr(err, SIO_ERR_UNSUPPORTED,
                               "shard %zu is not a local file or a complete "
                               "shard-cache entry", i);
+        }
         /* In memory, else from state_dir or a sidecar. */
         sio_index_entry *e = sio_index_get(cfg->index, io, url,
                                            sio_shardlist_size(list, i));
