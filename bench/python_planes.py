@@ -12,20 +12,24 @@ workers, batches of 256, every sample verified against the manifest)
 reads epochs 1..E. Servers alternate feed, plan, feed, plan...; the
 figure is the median samples/s over epochs 2..E, then over the rounds.
 
-  bench/python_planes.py [--workers 1,4] [--epochs 4] [--rounds 2]
-                         [--shape images|tokens] [--out DIR]
+  bench/python_planes.sh [--workers 1,4] [--epochs 4] [--rounds 2]
+                         [--shape images|tokens] [--quick] [--out DIR]
 
-Needs what bench/run.sh needs (bench/prepare.sh installs it: nginx,
-python3-torch, the build). Output: results.json and results.md in --out.
+Needs what bench/run.sh needs (bench/python_planes.sh installs it through
+bench/prepare.sh: nginx, python3-torch, the build). --quick: the tiny
+dataset of the shape, W = 2, 2 epochs, one round (the smoke test). Output:
+results.json and results.md in --out.
 """
 
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -78,14 +82,23 @@ def one_server(ctx, cli, ds, workers, extra, epochs, log):
         for e in range(1, epochs + 1):
             rates.append(loader_epoch(ctx, srv, ds, workers, e))
             log("  epoch %d: %.0f samples/s" % (e, rates[-1]))
+        # Which plane served the streams (the job's status).
+        with urllib.request.urlopen(srv.url + "/v1/jobs/" + bc.JOB,
+                                    timeout=30) as r:
+            plane = json.loads(r.read().decode()).get("data_plane")
     finally:
         srv.stop()
-    return rates[1:] or rates
+    return rates[1:] or rates, plane
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
+    ap.add_argument("--data", default=None,
+                    help="dataset cache (default: BUILD/bench-data)")
+    ap.add_argument("--quick", action="store_true",
+                    help="tiny dataset, W = 2, 2 epochs, one round")
+    ap.add_argument("--command", default="bench/python_planes.sh")
     ap.add_argument("--workers", default="1,4")
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=2)
@@ -95,11 +108,14 @@ def main(argv=None):
                                                   "planes-python"))
     args = ap.parse_args(argv)
     workers = [int(w) for w in args.workers.split(",") if w]
-    shape = [s for s in bench.full_shapes() if s.name == args.shape][0]
+    shapes = bench.quick_shapes() if args.quick else bench.full_shapes()
+    if args.quick:
+        workers, args.epochs, args.rounds = [2], 2, 1
+    shape = [s for s in shapes if s.name == args.shape][0]
     cli, why = bench.CliBench.detect(args.build)
     if not cli:
         sys.exit("python_planes: %s" % why)
-    data = os.path.join(args.build, "bench-data")
+    data = args.data or os.path.join(args.build, "bench-data")
     workdir = tempfile.mkdtemp(prefix="shardcast-pyplanes-")
     ctx = Ctx(args.build, workdir)
     ctx.build = args.build
@@ -111,26 +127,29 @@ def main(argv=None):
         ds = ensure_dataset(data, shape, log)
         for w in workers:
             per = {name: [] for name, _ in PLANES}
+            planes = {name: [] for name, _ in PLANES}
             for r in range(args.rounds):
                 for name, extra in PLANES:
                     log("%s, W = %d, %s, round %d" % (shape.name, w, name,
                                                        r + 1))
-                    rates = one_server(ctx, cli, ds, w, extra, args.epochs,
-                                       log)
+                    rates, plane = one_server(ctx, cli, ds, w, extra,
+                                              args.epochs, log)
                     per[name].append(statistics.median(rates))
+                    planes[name].append(plane)
             feed = statistics.median(per["feed"])
             plan = statistics.median(per["plan"])
             rows.append({"shape": shape.label, "workers": w,
                          "feed_samples_per_s": feed,
                          "plan_samples_per_s": plan,
                          "plan_over_feed": plan / feed,
-                         "rounds": per})
+                         "rounds": per, "data_plane": planes})
     finally:
         if ctx.nginx.proc is not None:
             ctx.nginx.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
     os.makedirs(args.out, exist_ok=True)
     tree = bench.tree_state()
-    doc = {"command": "bench/python_planes.py " + " ".join(argv or sys.argv[1:]),
+    doc = {"format": "shardcast-planes-python/1", "command": args.command,
            "tree": tree["commit"][:7], "epochs": args.epochs,
            "rounds": args.rounds, "rows": rows}
     with open(os.path.join(args.out, "results.json"), "w") as f:
