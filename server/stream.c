@@ -455,11 +455,18 @@ static sio_code encode_skipped(sc_stream *s, const sio_sample *smp,
 /* The plan could not give the next sample (a shard changed, shrank or
  * vanished under it): the epoch drops its plan, and the consumer comes
  * back shortly and resumes where it is, from the streaming path. */
-static void plan_broken(sc_stream *s, sio_code rc)
+/* Why the plan could not go on (a file segment that came short leaves
+ * the reader no message of its own). */
+static const char *plan_why(const sc_stream *s)
 {
     const char *why = sio_planread_errmsg(s->plan);
+    return *why ? why : "a shard file ended early";
+}
+
+static void plan_broken(sc_stream *s, sio_code rc)
+{
     SC_LOG(SIO_LOG_WARN, "event=plan_failed id=%s code=%d reason=\"%s\"",
-           s->id, (int)rc, *why ? why : "a shard file ended early");
+           s->id, (int)rc, plan_why(s));
     if (s->plan_broken)
         atomic_store(s->plan_broken, 1);
     s->plan_failed = 1;
@@ -468,11 +475,9 @@ static void plan_broken(sc_stream *s, sio_code rc)
 static void plan_failed(sc_stream *s, sio_code rc)
 {
     char reason[REASON_MAX];
-    const char *why = sio_planread_errmsg(s->plan);
     plan_broken(s, rc);
     snprintf(reason, sizeof reason, "%s: %s (retry: the epoch is read "
-             "again by its feed)", sio_strerror(rc),
-             *why ? why : "a shard file ended early");
+             "again by its feed)", sio_strerror(rc), plan_why(s));
     write_error_retry(s, reason, SC_STREAM_CUT, 1, SC_STREAM_PLAN_RETRY_MS);
 }
 

@@ -19,8 +19,10 @@
  * Nothing is shared with other readers: no lock, no window, no thread;
  * the file descriptors are the reader's own.
  *
- * Change detection: each descriptor's identity (dev, inode, size, mtime)
- * is taken when it is opened. A write to the file moves mtime (and a
+ * Change detection: the plan holds each shard file's identity (dev,
+ * inode, size, mtime) as it was when the plan was built; a descriptor
+ * whose file is not that one is refused when opened. A write to the file
+ * moves mtime (and a
  * truncation the size) before its bytes are copied in, so comparing the
  * identity with fstat() after the bytes were copied and before they are
  * sent proves they are the indexed ones: sio_planread_next does it for
@@ -63,7 +65,6 @@ typedef struct pfile {
     int unverified;     /* extents of it were handed out since a check */
     int cached;         /* a shard-cache entry (its bytes are hits) */
     uint64_t used;      /* LRU clock */
-    struct stat st;     /* identity when opened */
 } pfile;
 
 /* A field being collected: offsets into names, its payload. */
@@ -100,17 +101,10 @@ struct sio_planread {
     sio_field *fields;
     sio_extent *ext;
     size_t nf, fcap;
+    size_t tcap;            /* entries of fields and ext */
     const sio_sample *held; /* a sample from the shard reader (fallback) */
     char err[700];
 };
-
-static int same_file(const struct stat *a, const struct stat *b)
-{
-    return a->st_dev == b->st_dev && a->st_ino == b->st_ino &&
-           a->st_size == b->st_size &&
-           a->st_mtim.tv_sec == b->st_mtim.tv_sec &&
-           a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
-}
 
 sio_code sio_planread_open(sio_io *io, const sio_shardlist *list,
                            sio_plan *plan, const sio_planread_config *cfg,
@@ -165,7 +159,8 @@ sio_code sio_planread_verify(sio_planread *r)
         pfile *f = &r->files[i];
         if (f->fd < 0 || !f->unverified)
             continue;
-        if (fstat(f->fd, &now) != 0 || !same_file(&now, &f->st)) {
+        if (fstat(f->fd, &now) != 0 ||
+            !plan_file_same(r->plan, f->shard, &now)) {
             f->unverified = 0;
             rc = changed(r, sio_shardlist_url(r->list, f->shard));
             close(f->fd);
@@ -213,13 +208,14 @@ static pfile *file_for(sio_planread *r, uint32_t s, sio_code *rc)
         snprintf(r->err, sizeof r->err, "%s", e.msg);
         return NULL;
     }
-    if (fstat(fd, &victim->st) != 0) {
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
         close(fd);
         *rc = SIO_ERR_IO;
         snprintf(r->err, sizeof r->err, "url=%s: cannot stat", url);
         return NULL;
     }
-    if (!plan_file_same(r->plan, s, &victim->st)) {
+    if (!plan_file_same(r->plan, s, &st)) {
         close(fd);
         *rc = SIO_ERR_CHANGED;
         snprintf(r->err, sizeof r->err,
@@ -331,15 +327,17 @@ static sio_code collect(sio_planread *r, const sio_plan_item *it,
         return SIO_ERR_CHANGED;
     }
     /* The field table (the reader's arrays; sizes only grow). */
-    size_t cap = r->fcap;
-    sio_field *nf = realloc(r->fields, cap * sizeof *nf);
-    if (!nf)
-        return SIO_ERR_NOMEM;
-    r->fields = nf;
-    sio_extent *nx = realloc(r->ext, cap * sizeof *nx);
-    if (!nx)
-        return SIO_ERR_NOMEM;
-    r->ext = nx;
+    if (r->tcap < r->nf) {
+        sio_field *nf = realloc(r->fields, r->fcap * sizeof *nf);
+        if (!nf)
+            return SIO_ERR_NOMEM;
+        r->fields = nf;
+        sio_extent *nx = realloc(r->ext, r->fcap * sizeof *nx);
+        if (!nx)
+            return SIO_ERR_NOMEM;
+        r->ext = nx;
+        r->tcap = r->fcap;
+    }
     for (size_t f = 0; f < r->nf; f++) {
         r->fields[f].name = r->names + r->pf[f].name_off;
         r->fields[f].data = r->pf[f].data;
@@ -413,9 +411,10 @@ static sio_code read_item(sio_planread *r, uint64_t t,
     if (!f)
         return rc;
     uint64_t end = it->end;
-    if (end == UINT64_MAX) /* the last group: up to the file's end */
-        end = (uint64_t)f->st.st_size > it->offset ? (uint64_t)f->st.st_size
-                                                    : it->offset;
+    if (end == UINT64_MAX) { /* the last group: up to the file's end */
+        uint64_t size = (uint64_t)r->plan->files[it->shard].size;
+        end = size > it->offset ? size : it->offset;
+    }
     uint64_t span = end - it->offset;
     int large = span > r->bufcap;
     sio_pread_stream_init(&r->ps, f->fd, it->offset, it->end);
@@ -427,7 +426,8 @@ static sio_code read_item(sio_planread *r, uint64_t t,
     if (rc == SIO_ERR_UNSUPPORTED)
         rc = read_by_shard(r, it, url, f->fd);
     /* What was read so far: was the file written to meanwhile? */
-    if (fstat(f->fd, &now) != 0 || !same_file(&now, &f->st)) {
+    if (fstat(f->fd, &now) != 0 ||
+        !plan_file_same(r->plan, it->shard, &now)) {
         close(f->fd);
         f->fd = -1;
         return changed(r, url);

@@ -34,7 +34,7 @@ import zipfile
 
 import pytest
 
-from server_testlib import REPO  # noqa: F401  (puts tests/integration on the path)
+from server_testlib import _FRAME, sample_payload
 from shardcast_testlib import wds_split
 
 # -- the data plane of each server -------------------------------------------
@@ -490,9 +490,6 @@ class Parsed:
             ", problem: " + self.problem if self.problem else "")
 
 
-_FRAME = struct.Struct("<BBHI")
-_SAMPLE = struct.Struct("<QQIHH")
-_FIELD = struct.Struct("<HI")
 
 
 def parse_frames(body):
@@ -515,18 +512,7 @@ def parse_frames(body):
             (idx,) = struct.unpack_from("<I", pl, 0)
             shards[idx] = pl[4:].decode("utf-8", "replace")
         elif t == 0x03:
-            index, position, shard, klen, nf = _SAMPLE.unpack_from(pl, 0)
-            q = _SAMPLE.size
-            key = pl[q:q + klen].decode("utf-8", "replace")
-            q += klen
-            fields = {}
-            for _ in range(nf):
-                nl, dl = _FIELD.unpack_from(pl, q)
-                q += _FIELD.size
-                name = pl[q:q + nl].decode()
-                q += nl
-                fields[name] = pl[q:q + dl]
-                q += dl
+            index, position, shard, key, fields, _ = sample_payload(pl)
             p.samples.append({"index": index, "position": position,
                               "shard": shards.get(shard, "#%d" % shard),
                               "key": key, "fields": fields})

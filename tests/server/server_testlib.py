@@ -25,6 +25,24 @@ _FIELD = struct.Struct("<HI")
 MAX_FRAME = 64 << 20
 
 
+def sample_payload(p):
+    """A SAMPLE frame's payload: (index, position, shard index, key,
+    {field: bytes}, bytes it took)."""
+    index, position, shard, klen, nf = _SAMPLE.unpack_from(p, 0)
+    o = _SAMPLE.size
+    key = p[o:o + klen].decode()
+    o += klen
+    fields = {}
+    for _ in range(nf):
+        nl, dl = _FIELD.unpack_from(p, o)
+        o += _FIELD.size
+        name = p[o:o + nl].decode()
+        o += nl
+        fields[name] = p[o:o + dl]
+        o += dl
+    return index, position, shard, key, fields, o
+
+
 def sanitized():
     """Is the server a sanitizer build? Its memory use then says nothing
     about shardcast's bounds (shadow memory, quarantine), so the memory
@@ -136,18 +154,7 @@ class FramesStream:
             elif t == 0x02:
                 pass
             elif t == 0x03:
-                index, position, shard, klen, nf = _SAMPLE.unpack_from(p, 0)
-                o = _SAMPLE.size
-                key = p[o:o + klen].decode()
-                o += klen
-                fields = {}
-                for _ in range(nf):
-                    nl, dl = _FIELD.unpack_from(p, o)
-                    o += _FIELD.size
-                    name = p[o:o + nl].decode()
-                    o += nl
-                    fields[name] = p[o:o + dl]
-                    o += dl
+                index, position, _, key, fields, o = sample_payload(p)
                 assert o == len(p), "SAMPLE frame length mismatch"
                 return {"index": index, "position": position, "key": key,
                         "hash": content_hash(fields), "bytes": sum(map(len, fields.values()))}
