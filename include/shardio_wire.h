@@ -48,6 +48,27 @@ extern "C" {
 
 #define SIO_TAR_BLOCK 512u
 
+/* Hex digits of a replica set's fingerprint (see sio_stream_ident). */
+#define SIO_FINGERPRINT_LEN 32u
+
+/*
+ * What a stream says of where it comes from, in both formats: the frames
+ * HEADER's identity keys, and the tar stream's first member, a pax global
+ * header (typeflag 'g', name "pax_global_header") with the records
+ *   SHARDCAST.job=<job>  SHARDCAST.epoch=<E>
+ *   SHARDCAST.fingerprint=<hex>  SHARDCAST.replica=<J>
+ *   SHARDCAST.replicas=<R>  SHARDCAST.served_by=<K>
+ * fingerprint: what fixes the order of the replica set's epochs (the
+ * server's /v1/topology?job= says what it covers); replica: the part of
+ * the epoch served; served_by: the answering server's own replica number.
+ */
+typedef struct sio_stream_ident {
+    char job[257];
+    uint64_t epoch;
+    char fingerprint[SIO_FINGERPRINT_LEN + 1];
+    uint32_t replica, replicas, served_by;
+} sio_stream_ident;
+
 /* Names of the trailer members of a tar stream. */
 #define SIO_TARW_END_NAME "__shardcast_end__"
 #define SIO_TARW_ERROR_NAME "__shardcast_error__"
@@ -280,6 +301,15 @@ sio_code sio_tarw_create(const char *const *fields, size_t nfields,
                          sio_tarw_write_fn fn, void *userdata,
                          sio_wenc **out, sio_error *err);
 
+/*
+ * Write the stream's identity as a pax global header (see
+ * sio_stream_ident). Only before the first sample; SIO_ERR_INVALID after,
+ * or for a job name that is empty or longer than 256 bytes or a
+ * fingerprint that is not SIO_FINGERPRINT_LEN hex digits.
+ */
+sio_code sio_tarw_write_ident(sio_wenc *enc, const sio_stream_ident *id,
+                              sio_error *err);
+
 /* ================================================================== */
 /* The frames format (format=frames), version 1                         */
 /* ================================================================== */
@@ -378,6 +408,15 @@ typedef struct sio_frames_header {
      * sample's source is the one whose part holds its shard index. */
     const sio_frames_source *sources;
     size_t nsources;
+    /* The replica set's identity (fingerprint NULL: not sent, and the
+     * keys are absent): HEADER gets "fingerprint" (what fixes the order of
+     * the set's epochs, SIO_FINGERPRINT_LEN hex digits), "replica" (the
+     * part of the epoch this stream serves), "replicas" (R) and
+     * "served_by" (the answering server's own replica). The decoder sets
+     * has_ident and points fingerprint at its own copy ("" without). */
+    const char *fingerprint;
+    uint32_t replica, replicas, served_by;
+    int has_ident;
 } sio_frames_header;
 
 /* ------------------------------------------------------------------ */
@@ -543,7 +582,9 @@ typedef enum sio_tarr_kind {
     SIO_TARR_NEED = 0, /* call again once `need` bytes are buffered */
     SIO_TARR_SAMPLE,   /* a complete sample */
     SIO_TARR_END,      /* the "__shardcast_end__" member */
-    SIO_TARR_ERROR     /* the "__shardcast_error__" member */
+    SIO_TARR_ERROR,    /* the "__shardcast_error__" member */
+    SIO_TARR_IDENT     /* the pax global header with the stream's identity
+                          (r->ident); skip `consumed` bytes and go on */
 } sio_tarr_kind;
 
 /* Sanity limits of the reader. */
@@ -575,6 +616,7 @@ typedef struct sio_tarr_result {
     sio_tarw_summary summary; /* END */
     sio_wire_error error;   /* ERROR: the trailer; an empty reason reads
                                "(no reason given)" */
+    sio_stream_ident ident; /* IDENT */
 } sio_tarr_result;
 
 /*

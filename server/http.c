@@ -38,6 +38,7 @@
 
 #include "auth.h"
 #include "log.h"
+#include "peers.h"
 #include "metrics.h"
 #include "request.h"
 #include "stream.h"
@@ -92,6 +93,7 @@ struct sc_server {
     sc_ratelimit *rl;
     sc_ratelimit *srl;     /* stream opens per address (--stream-rate-limit) */
     sc_connlimit *cl;      /* connections per address */
+    sc_peers *peers;       /* the replica set (--peers), instance id */
     struct MHD_Daemon *d;
     MHD_socket lsock; /* from MHD_quiesce_daemon; closed only after
                          MHD_stop_daemon (libmicrohttpd's manual) */
@@ -363,6 +365,44 @@ static enum MHD_Result answer_topology(req_ctx *ctx,
         "c div R of local world |{c' < W : c' mod R == J}| = "
         "(W - J + R - 1) div R; replica J reads the shards at permuted "
         "positions p with p mod R == J");
+    if (o) {
+        json_object_set_new(o, "instance",
+                            json_string(sc_peers_instance(ctx->srv->peers)));
+        json_object_set_new(o, "jobs", sc_jobs_fingerprints(ctx->srv->jobs));
+        json_t *pj = sc_peers_json(ctx->srv->peers);
+        if (pj)
+            json_object_set_new(o, "peers", pj);
+    }
+    if (o && ctx->req.job[0]) {
+        /* What fixes the order of this job's epochs over the set: the
+         * clients compare it across the replicas they use. */
+        sc_job_identity id;
+        char why[REASON_MAX];
+        unsigned st = sc_jobs_identity(ctx->srv->jobs, ctx->req.job, &id, why,
+                                       sizeof why);
+        if (st != 200) {
+            json_decref(o);
+            if (st == 503)
+                return reply_error_ra(ctx, conn, 503, why, 2);
+            return reply_error(ctx, conn, st, why);
+        }
+        json_t *order = json_pack(
+            "{s:i, s:s, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:s, s:I, s:I, "
+            "s:I, s:I}",
+            "contract", id.contract, "shards", id.shards, "nshards",
+            (json_int_t)id.nshards, "seed", (json_int_t)id.seed, "interleave",
+            (json_int_t)id.interleave, "shuffle_buffer",
+            (json_int_t)id.shuffle_buffer, "buffer_bytes",
+            (json_int_t)id.buffer_bytes, "partition", id.partition,
+            "on_error", id.on_error, "mix", id.mix, "epoch_size",
+            (json_int_t)id.epoch_size, "sample_max",
+            (json_int_t)id.sample_max, "field_max", (json_int_t)id.field_max,
+            "replicas", (json_int_t)id.replicas);
+        json_object_set_new(o, "job",
+                            json_pack("{s:s, s:s, s:o}", "name",
+                                      ctx->req.job, "fingerprint",
+                                      id.fingerprint, "order", order));
+    }
     if (o && ctx->req.world) {
         uint64_t W = ctx->req.world;
         uint64_t local = W > J ? (W - J + R - 1) / R : 0;
@@ -454,6 +494,7 @@ static enum MHD_Result answer_metrics(req_ctx *ctx,
     /* Per-job series name the jobs: only for authorised callers. */
     if (detail_allowed(srv, conn))
         sc_jobs_metrics(srv->jobs, &p);
+    sc_peers_metrics(srv->peers, &p);
     if (sc_prom_done(&p) != SIO_OK) {
         sio_wbuf_free(&b);
         return reply_error(ctx, conn, 503, "cannot build the metrics");
@@ -524,6 +565,10 @@ static enum MHD_Result answer_readyz(req_ctx *ctx,
     char reason[REASON_MAX];
     if (atomic_load(&srv->draining_flag))
         return reply_error(ctx, conn, 503, "draining");
+    if (!sc_peers_ready(srv->peers, reason, sizeof reason))
+        return reply_error(ctx, conn, 503,
+                           detail_allowed(srv, conn) ? reason
+                                                     : "replica conflict");
     if (!sc_jobs_ready(srv->jobs, reason, sizeof reason))
         /* Job names and their errors only to authorised callers. */
         return reply_error(ctx, conn, 503,
@@ -836,7 +881,8 @@ sio_code sc_server_start(const sc_config *cfg, sio_io *io, sc_jobs *jobs,
                                    cfg->stream_rate_burst);
     srv->cl = sc_connlimit_create(cfg->max_connections_ip,
                                   cfg->max_connections);
-    if (!srv->auth || !srv->rl || !srv->srl || !srv->cl) {
+    srv->peers = sc_peers_create(cfg, jobs);
+    if (!srv->auth || !srv->rl || !srv->srl || !srv->cl || !srv->peers) {
         snprintf(msg, msg_len, "out of memory");
         rc = SIO_ERR_NOMEM;
         goto out;
@@ -903,10 +949,17 @@ sio_code sc_server_start(const sc_config *cfg, sio_io *io, sc_jobs *jobs,
     const union MHD_DaemonInfo *di =
         MHD_get_daemon_info(srv->d, MHD_DAEMON_INFO_BIND_PORT);
     srv->port = di ? di->port : (uint16_t)cfg->port;
+    if (sc_peers_start(srv->peers) != 0) {
+        snprintf(msg, msg_len, "cannot start the peers thread");
+        MHD_stop_daemon(srv->d);
+        rc = SIO_ERR_NOMEM;
+        goto out;
+    }
     *out = srv;
     srv = NULL;
 out:
     if (srv) {
+        sc_peers_destroy(srv->peers);
         sc_connlimit_destroy(srv->cl);
         sc_ratelimit_destroy(srv->srl);
         sc_ratelimit_destroy(srv->rl);
@@ -968,6 +1021,7 @@ void sc_server_stop(sc_server *srv)
     MHD_stop_daemon(srv->d);
     if (srv->lsock != MHD_INVALID_SOCKET)
         close(srv->lsock);
+    sc_peers_destroy(srv->peers);
     sc_connlimit_destroy(srv->cl);
     sc_ratelimit_destroy(srv->srl);
     sc_ratelimit_destroy(srv->rl);

@@ -29,6 +29,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+
 #include "log.h"
 
 /* Manager tick: timers (idle feeds, prefetch, throughput) need no finer
@@ -523,6 +525,135 @@ out:
     return rc;
 }
 
+/* Hex of the first n/2 bytes of the SHA-256 of the pieces given (each
+ * followed by a NUL when sep). */
+static void sha_hex(const char *const *piece, size_t npieces, int sep,
+                    char *out, size_t n)
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+    int ok = c && EVP_DigestInit_ex(c, EVP_sha256(), NULL) == 1;
+    for (size_t i = 0; ok && i < npieces; i++)
+        ok = EVP_DigestUpdate(c, piece[i], strlen(piece[i]) + (sep ? 1 : 0)) ==
+             1;
+    ok = ok && EVP_DigestFinal_ex(c, md, &mdlen) == 1;
+    EVP_MD_CTX_free(c);
+    if (!ok) /* never seen: the digest is a software one */
+        memset(md, 0, sizeof md), mdlen = 32;
+    for (size_t i = 0; i < n / 2 && i < mdlen; i++)
+        snprintf(out + 2 * i, 3, "%02x", md[i]);
+}
+
+/* The order fields of a resolved job (job->mu held, list set), and its
+ * fingerprint over their canonical text. */
+static void job_identity(sc_jobs *j, const sc_job *job, sc_job_identity *id)
+{
+    const sc_jobspec *sp = &job->spec;
+    const job_res *r = job->res;
+    memset(id, 0, sizeof *id);
+    id->contract = r->nmix ? 2 : 1;
+    memcpy(id->shards, r->shards_hash, sizeof id->shards);
+    id->nshards = sio_shardlist_count(r->list);
+    id->seed = sp->seed;
+    id->interleave = sp->interleave;
+    id->shuffle_buffer = sp->shuffle_buffer;
+    id->buffer_bytes = sp->buffer_bytes;
+    id->partition = sio_partition_name((sio_partition)sp->partition);
+    id->on_error = sp->on_error == SIO_ON_ERROR_FAIL ? "fail" : "skip";
+    memcpy(id->mix, r->mix_hash, sizeof id->mix);
+    id->epoch_size = sp->epoch_size;
+    id->sample_max = sc_config_sample_max(j->cfg);
+    id->field_max = sc_config_field_max(j->cfg);
+    id->replicas = j->cfg->replicas > 1 ? j->cfg->replicas : 1;
+    char text[1024];
+    int n = snprintf(
+        text, sizeof text,
+        "shardcast-order\ncontract=%d\nshards=%s\nnshards=%" PRIu64
+        "\nseed=%" PRIu64 "\ninterleave=%" PRIu32 "\nshuffle_buffer=%" PRIu32
+        "\nbuffer_bytes=%" PRIu64 "\npartition=%s\non_error=%s\nmix=%s\n"
+        "epoch_size=%" PRIu64 "\nsample_max=%" PRIu64 "\nfield_max=%" PRIu64
+        "\nreplicas=%" PRIu32 "\n",
+        id->contract, id->shards, id->nshards, id->seed, id->interleave,
+        id->shuffle_buffer, id->buffer_bytes, id->partition, id->on_error,
+        id->mix, id->epoch_size, id->sample_max, id->field_max, id->replicas);
+    const char *one[1] = {text};
+    (void)n;
+    sha_hex(one, 1, 0, id->fingerprint, SIO_FINGERPRINT_LEN);
+}
+
+/* Hash the list and the mix of a job that just resolved (job->mu held),
+ * and set its fingerprint. */
+static void job_set_identity(sc_jobs *j, sc_job *job)
+{
+    job_res *r = job->res;
+    const sc_jobspec *sp = &job->spec;
+    size_t ns = sio_shardlist_count(r->list);
+    const char **urls = malloc((ns ? ns : 1) * sizeof *urls);
+    if (urls) {
+        for (size_t i = 0; i < ns; i++)
+            urls[i] = sio_shardlist_url(r->list, i);
+        sha_hex(urls, ns, 1, r->shards_hash, 16);
+        free(urls);
+    } else {
+        /* out of memory: a hash no list has, so the set disagrees loudly */
+        snprintf(r->shards_hash, sizeof r->shards_hash, "unhashed");
+    }
+    if (sp->sources || sp->epoch_size) {
+        char head[64];
+        snprintf(head, sizeof head, "epoch_size=%" PRIu64 "\n",
+                 sp->epoch_size);
+        const char *parts[2] = {head, sp->sources ? sp->sources : ""};
+        sha_hex(parts, 2, 0, r->mix_hash, 16);
+    } else {
+        snprintf(r->mix_hash, sizeof r->mix_hash, "none");
+    }
+    sc_job_identity id;
+    job_identity(j, job, &id);
+    memcpy(r->fingerprint, id.fingerprint, sizeof r->fingerprint);
+}
+
+unsigned sc_jobs_identity(sc_jobs *j, const char *name, sc_job_identity *out,
+                          char *reason, size_t reason_len)
+{
+    unsigned status = 200;
+    sc_job *job = sc_jobs_get_job(j, name);
+    if (!job) {
+        fail(reason, reason_len, "unknown job");
+        return 404;
+    }
+    pthread_mutex_lock(&job->mu);
+    if (job->removed) {
+        fail(reason, reason_len, "unknown job");
+        status = 404;
+    } else if (job->state != JOB_READY) {
+        fail(reason, reason_len, "job %s is not ready: %s", job->spec.name,
+             job->reason[0] ? job->reason : "resolving its source");
+        status = 503;
+    } else {
+        job_identity(j, job, out);
+    }
+    pthread_mutex_unlock(&job->mu);
+    sc_job_unref(job);
+    return status;
+}
+
+json_t *sc_jobs_fingerprints(sc_jobs *j)
+{
+    json_t *o = json_object();
+    pthread_mutex_lock(&j->mu);
+    for (size_t i = 0; o && i < j->njobs; i++) {
+        sc_job *job = j->jobs[i];
+        pthread_mutex_lock(&job->mu);
+        if (job->state == JOB_READY && !job->removed)
+            json_object_set_new(o, job->spec.name,
+                                json_string(job->res->fingerprint));
+        pthread_mutex_unlock(&job->mu);
+    }
+    pthread_mutex_unlock(&j->mu);
+    return o ? o : json_object();
+}
+
 static void *resolver_main(void *arg)
 {
     sc_jobs *j = arg;
@@ -576,10 +707,15 @@ static void *resolver_main(void *arg)
             due->res->mix_frames = mix.frames;
             due->res->mix_name_ptrs = mix.name_ptrs;
             memset(&mix, 0, sizeof mix);
+            job_set_identity(j, due);
             due->state = JOB_READY;
             due->reason[0] = '\0';
-            SC_LOG(SIO_LOG_INFO, "event=job_ready job=%s shards=%zu",
-                   due->spec.name, sio_shardlist_count(due->res->list));
+            SC_LOG(SIO_LOG_INFO,
+                   "event=job_ready job=%s shards=%zu fingerprint=%s "
+                   "replica=%" PRIu32 " replicas=%" PRIu32,
+                   due->spec.name, sio_shardlist_count(due->res->list),
+                   due->res->fingerprint, j->cfg->replica,
+                   j->cfg->replicas > 1 ? j->cfg->replicas : 1);
         } else {
             due->state = JOB_FAILED;
             snprintf(msg, sizeof msg, "cannot resolve the source: %s",
@@ -668,14 +804,14 @@ static void slot_released(void *ud)
  * the file when needed again; without a state_dir its decisions are
  * forgotten, see slot->unproven). */
 static sio_journal *job_journal(sc_jobs *j, sc_job *job, uint64_t epoch,
-                                int *fresh, sio_error *err)
+                                uint32_t part, int *fresh, sio_error *err)
 {
     job_res *r = job->res;
     sio_journal *jr = NULL;
     *fresh = 0;
     pthread_mutex_lock(&r->mu);
     for (size_t i = 0; i < r->njournals; i++)
-        if (r->journals[i].epoch == epoch) {
+        if (r->journals[i].epoch == epoch && r->journals[i].part == part) {
             r->journals[i].used = ++r->clock;
             r->journals[i].users++;
             jr = r->journals[i].j;
@@ -703,8 +839,7 @@ static sio_journal *job_journal(sc_jobs *j, sc_job *job, uint64_t epoch,
         uint64_t h = 0xcbf29ce484222325ull;
         snprintf(key, sizeof key, "%s|%" PRIu64 "|%u|%u|%" PRIu64 "|%d|%u|%u",
                  sp->source, sp->seed, sp->interleave, sp->shuffle_buffer,
-                 sp->buffer_bytes, sp->on_error, j->cfg->replica,
-                 j->cfg->replicas);
+                 sp->buffer_bytes, sp->on_error, part, j->cfg->replicas);
         for (const char *c = key; *c; c++)
             h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
         snprintf(path, sizeof path, "%s/journal/%s-%016" PRIx64,
@@ -723,6 +858,7 @@ static sio_journal *job_journal(sc_jobs *j, sc_job *job, uint64_t epoch,
         goto out;
     }
     r->journals[r->njournals].epoch = epoch;
+    r->journals[r->njournals].part = part;
     r->journals[r->njournals].used = ++r->clock;
     r->journals[r->njournals].users = 1;
     r->journals[r->njournals++].j = jr;
@@ -732,7 +868,8 @@ out:
 }
 
 static sio_code slot_open(sc_jobs *j, sc_job *job, uint64_t epoch,
-                          int prefetch, fslot **out, sio_error *err)
+                          uint32_t part, int prefetch, fslot **out,
+                          sio_error *err)
 {
     const sc_config *cfg = j->cfg;
     sio_epoch_config ec;
@@ -754,7 +891,7 @@ static sio_code slot_open(sc_jobs *j, sc_job *job, uint64_t epoch,
     ec.log.fn = sc_log_sio;
     ec.log.level = sc_log_level();
     ec.read_threads = job->spec.read_threads;
-    ec.replica = cfg->replicas > 1 ? cfg->replica : 0;
+    ec.replica = cfg->replicas > 1 ? part : 0;
     ec.replicas = cfg->replicas > 1 ? cfg->replicas : 0;
     /* Inside the memory formula: a larger sample is a bad one (skipped
      * and counted under on_error=skip). */
@@ -765,7 +902,7 @@ static sio_code slot_open(sc_jobs *j, sc_job *job, uint64_t epoch,
     ec.mix = job->res->mix;
     ec.nmix = job->res->nmix;
     int fresh = 0;
-    ec.journal = s->journal = job_journal(j, job, epoch, &fresh, err);
+    ec.journal = s->journal = job_journal(j, job, epoch, part, &fresh, err);
     if (!ec.journal) {
         free(s);
         return SIO_ERR_IO;
@@ -809,6 +946,7 @@ static sio_code slot_open(sc_jobs *j, sc_job *job, uint64_t epoch,
         return rc;
     }
     s->epoch = epoch;
+    s->part = part;
     s->last_ms = sio_now_ms();
     s->next = job->slots;
     job->slots = s;
@@ -916,10 +1054,10 @@ static size_t live_slots(const sc_job *job)
     return n;
 }
 
-static fslot *live_slot(sc_job *job, uint64_t epoch)
+static fslot *live_slot(sc_job *job, uint64_t epoch, uint32_t part)
 {
     for (fslot *s = job->slots; s; s = s->next)
-        if (!s->retired && s->epoch == epoch)
+        if (!s->retired && s->epoch == epoch && s->part == part)
             return s;
     return NULL;
 }
@@ -1092,6 +1230,23 @@ unsigned sc_jobs_stream_begin(sc_jobs *j, const sc_request *req,
                        ? SIO_PARTITION_NONE
                        : (sio_partition)job->spec.partition;
     p->format = req->format;
+    {
+        uint32_t nparts = j->cfg->replicas > 1 ? j->cfg->replicas : 1;
+        uint32_t own = j->cfg->replicas > 1 ? j->cfg->replica : 0;
+        if (req->route != SC_ROUTE_SAMPLE && req->has_replica &&
+            req->replica >= nparts) {
+            fail(reason, reason_len,
+                 "replica=%" PRIu32 " is not a replica of this set "
+                 "(--replicas %" PRIu32 ": 0..%" PRIu32 ")",
+                 req->replica, nparts, nparts - 1);
+            status = 400;
+            goto fail;
+        }
+        p->fingerprint = job->res->fingerprint;
+        p->replica = req->has_replica ? req->replica : own;
+        p->replicas = nparts;
+        p->served_by = own;
+    }
     p->fields = f->ptrs;
     p->nfields = nfields;
     p->counters = &job->ctr;
@@ -1234,7 +1389,19 @@ unsigned sc_jobs_open_stream(sc_jobs *j, sc_binding *b, const sc_request *req,
         }
         goto bound;
     }
-    slot = live_slot(job, req->epoch);
+    /* The part of the epoch asked for: this server's own, or, with
+     * replica=J, replica J's (any replica serves any part). */
+    uint32_t nparts = j->cfg->replicas > 1 ? j->cfg->replicas : 1;
+    uint32_t own = j->cfg->replicas > 1 ? j->cfg->replica : 0;
+    uint32_t part = req->has_replica ? req->replica : own;
+    if (part >= nparts) {
+        fail(reason, reason_len,
+             "replica=%" PRIu32 " is not a replica of this set (--replicas "
+             "%" PRIu32 ": 0..%" PRIu32 ")", part, nparts, nparts - 1);
+        status = 400;
+        goto out;
+    }
+    slot = live_slot(job, req->epoch, part);
     if (slot) {
         sio_feed_stats st;
         sio_feed_get_stats(slot->feed, &st, NULL, 0, NULL);
@@ -1271,7 +1438,7 @@ unsigned sc_jobs_open_stream(sc_jobs *j, sc_binding *b, const sc_request *req,
         }
         if (j->cfg->max_new_epochs_min)
             job->epoch_tokens -= 1.0; /* checked by feed_admission */
-        rc = slot_open(j, job, req->epoch, 0, &slot, &err);
+        rc = slot_open(j, job, req->epoch, part, 0, &slot, &err);
         if (rc == SIO_OK && !j->cfg->state_dir && slot->fresh_journal &&
             (req->start > 0 || req->global_start > 0))
             slot->unproven = 1;
@@ -1314,6 +1481,15 @@ unsigned sc_jobs_open_stream(sc_jobs *j, sc_binding *b, const sc_request *req,
     }
     atomic_fetch_add(&job->feed_streams, 1);
 attached:
+    if (part != own) {
+        atomic_fetch_add(&job->failover_streams, 1);
+        SC_LOG(SIO_LOG_INFO,
+               "event=failover_stream job=%s epoch=%" PRIu64
+               " replica=%" PRIu32 " served_by=%" PRIu32 " rank=%" PRIu32
+               " world=%" PRIu32 " start=%" PRIu64,
+               job->spec.name, req->epoch, part, own, req->rank, req->world,
+               req->start);
+    }
     slot->streams++;
     slot->served++;
     slot->prefetched = 0;
@@ -1497,16 +1673,19 @@ static void job_tick(sc_jobs *j, sc_job *job, uint64_t now, int sample_tp)
          * for an epoch served from its plan (its feed reads nothing), at
          * once: its plan then, when it can have one, else its feed's
          * window. */
+        /* Only this server's own part: the consumers of another
+         * replica's part return to it at their next epoch. */
+        uint32_t own = cfg->replicas > 1 ? cfg->replica : 0;
         if (cfg->prefetch && !job->removed && (st.ended || s->plan) &&
             !st.failed && s->served > 0 && s->epoch < UINT64_MAX &&
-            !live_slot(job, s->epoch + 1) &&
+            s->part == own && !live_slot(job, s->epoch + 1, own) &&
             live_slots(job) < cfg->max_epochs &&
             job->nfeeds < cfg->max_feeds_job &&
             atomic_load(&j->nfeeds) < cfg->max_feeds) {
             fslot *n = NULL;
             sio_error err = {SIO_OK, ""};
             int planned = plan_next_possible(j, job, s);
-            if (slot_open(j, job, s->epoch + 1, !planned, &n, &err) ==
+            if (slot_open(j, job, s->epoch + 1, own, !planned, &n, &err) ==
                 SIO_OK) {
                 n->prefetched = 1;
                 if (planned && !to_plan) {

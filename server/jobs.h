@@ -33,6 +33,7 @@
 #ifndef SC_JOBS_H
 #define SC_JOBS_H
 
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -95,6 +96,40 @@ void sc_jobs_wait_resolved(sc_jobs *j, uint32_t timeout_ms);
 
 /* Are all jobs resolved? 1, or 0 with a one-line reason. */
 int sc_jobs_ready(sc_jobs *j, char *reason, size_t reason_len);
+
+/*
+ * What fixes the order of a job's epochs over the replica set (README
+ * "Scale-out"): the fields below, and their fingerprint, the first
+ * SIO_FINGERPRINT_LEN hex digits of the SHA-256 of their canonical text.
+ * The server's own replica number is not part of it: every replica of a
+ * set that is set up right has the same fingerprint.
+ */
+typedef struct sc_job_identity {
+    char fingerprint[SIO_FINGERPRINT_LEN + 1];
+    int contract;            /* 1; 2 for a mixed job or one with an
+                                epoch_size */
+    char shards[17];         /* hash of the resolved shard list, in order */
+    uint64_t nshards;
+    uint64_t seed;
+    uint32_t interleave, shuffle_buffer;
+    uint64_t buffer_bytes;
+    const char *partition;   /* static strings */
+    const char *on_error;
+    char mix[17];            /* hash of the mixing spec and epoch_size, or
+                                "none" */
+    uint64_t epoch_size;
+    uint64_t sample_max, field_max; /* a larger sample is a bad one */
+    uint32_t replicas;       /* R */
+} sc_job_identity;
+
+/* The identity of job `name`: 200 with *out, 404 (no such job) or 503
+ * (its source is not resolved yet, *reason says why). */
+unsigned sc_jobs_identity(sc_jobs *j, const char *name, sc_job_identity *out,
+                          char *reason, size_t reason_len);
+
+/* {job name: fingerprint} of every job whose source is resolved (a new
+ * JSON object; an empty one when out of memory). */
+json_t *sc_jobs_fingerprints(sc_jobs *j);
 
 /* Storage for the field names a stream's filter points at while the
  * stream is created (sc_jobs_stream_begin fills it). */

@@ -22,6 +22,7 @@
 #include "shardio_cache.h"
 #include "shardio_index.h"
 #include "shardio_plan.h"
+#include "shardio_wire.h"
 
 /* Throughput is measured over the last THROUGHPUT_SECONDS, sampled every
  * second. */
@@ -36,6 +37,8 @@ enum { JOB_RESOLVING = 0, JOB_READY = 1, JOB_FAILED = 2 };
 
 typedef struct fslot {
     uint64_t epoch;
+    uint32_t part;        /* the replica whose part of the epoch it reads:
+                             the server's own, or another's (failover) */
     sio_feed *feed;
     unsigned streams;     /* bindings on it */
     uint64_t served;      /* streams ever opened on it */
@@ -72,6 +75,7 @@ typedef struct job_res {
     pthread_mutex_t mu;        /* guards the journal table */
     struct {
         uint64_t epoch, used;
+        uint32_t part;         /* replica part (fslot.part) */
         unsigned users;        /* feed families reading it */
         sio_journal *j;
     } journals[JOURNALS_MAX];
@@ -79,6 +83,12 @@ typedef struct job_res {
     uint64_t clock;
     uint64_t samples;          /* the dataset's good samples once every
                                   shard is indexed (0: not known yet) */
+    /* What fixes the order of the replica set's epochs (set with the
+     * list): the fingerprint of the "order" fields (sc_jobs_identity). */
+    char fingerprint[SIO_FINGERPRINT_LEN + 1];
+    char shards_hash[17];      /* of the resolved shard list */
+    char mix_hash[17];         /* of the mixing spec and epoch_size, or
+                                  "none" */
     sio_cache_user *cache;     /* the job's view of the shard cache (NULL:
                                   no cache, or cache=off) */
     /* A mixed job (or one with an epoch_size): its sources as parts of
@@ -149,6 +159,8 @@ struct sc_job {
      * feed, plan streams ended by a shard that changed under them. */
     atomic_uint_fast64_t plans_built, plan_streams, feed_streams;
     atomic_uint_fast64_t plan_failures;
+    /* Streams of another replica's part (replica=J, failover). */
+    atomic_uint_fast64_t failover_streams;
     pthread_cond_t plan_cv;    /* a plan build ended (with mu) */
     double epoch_tokens;       /* new-epoch bucket (mu) */
     uint64_t epoch_tokens_ms;  /* its last refill (mu); 0: full */

@@ -132,10 +132,13 @@ enum {
     P_GLOBAL_START,
     P_FORMAT,
     P_FIELDS,
+    P_REPLICA,
+    P_JOB,
     P_COUNT
 };
 static const char *const param_names[P_COUNT] = {
-    "rank", "world", "start", "global_start", "format", "fields"};
+    "rank", "world", "start", "global_start", "format", "fields", "replica",
+    "job"};
 
 /* Parameters each route takes (the params column of routes.h); any other
  * is a 400 naming it (a typo such as "globalstart" must not silently
@@ -143,8 +146,9 @@ static const char *const param_names[P_COUNT] = {
 #define PARAMS_NONE 0u
 #define PARAMS_STREAM                                                      \
     ((1u << P_RANK) | (1u << P_WORLD) | (1u << P_START) |                  \
-     (1u << P_GLOBAL_START) | (1u << P_FORMAT) | (1u << P_FIELDS))
-#define PARAMS_TOPOLOGY (1u << P_WORLD)
+     (1u << P_GLOBAL_START) | (1u << P_FORMAT) | (1u << P_FIELDS) |      \
+     (1u << P_REPLICA))
+#define PARAMS_TOPOLOGY ((1u << P_WORLD) | (1u << P_JOB))
 #define PARAMS_SAMPLE ((1u << P_FORMAT) | (1u << P_FIELDS))
 
 /* What the parser reads of the route table. */
@@ -252,6 +256,22 @@ static unsigned parse_query(const char *q, size_t len, unsigned accepted,
             else
                 return fail(400, reason, reason_len,
                             "unknown format (supported: tar, frames)");
+            break;
+        case P_REPLICA:
+            /* bounded by the server's R where it is used (jobs.c) */
+            if (sc_parse_u64(val, SC_REPLICAS_MAX - 1, &v) != 0)
+                return fail(400, reason, reason_len,
+                            "replica must be an integer in 0..%u",
+                            SC_REPLICAS_MAX - 1);
+            req->replica = (uint32_t)v;
+            req->has_replica = 1;
+            break;
+        case P_JOB:
+            if (!sc_job_name_valid(val))
+                return fail(400, reason, reason_len,
+                            "bad job name (1..%u of [A-Za-z0-9._-])",
+                            SC_JOB_NAME_MAX);
+            memcpy(req->job, val, strlen(val) + 1);
             break;
         case P_FIELDS:
             if (parse_fields(val, req) != 0)

@@ -26,6 +26,8 @@ int sc_job_name_char(int c);
 #define SC_QUERY_PARAMS_MAX 64u
 /* The largest world (ranks x DataLoader workers) a stream may name. */
 #define SC_WORLD_MAX 65536u
+/* Largest --replicas, and bound of a request's replica=. */
+#define SC_REPLICAS_MAX 1024u
 /* Largest epoch, start and global_start: both wire formats (the frames
  * HEADER JSON, the tar summary read by JSON parsers) carry them as signed
  * 64-bit integers, so one validation serves every format. */
@@ -54,6 +56,9 @@ typedef struct sc_request {
     uint64_t global_start; /* elastic resume: Y[global_start + i] goes to
                               consumer i mod world */
     sc_format format;
+    int has_replica;      /* replica= was given: stream that replica's part
+                             of the epoch (rank/world local to it) */
+    uint32_t replica;
     int has_fields;       /* fields= was given */
     size_t nfields;       /* 0 with has_fields 0: the job's default */
     char fields[SIO_TARW_FILTER_MAX][SIO_TARW_FIELD_NAME_MAX + 1];

@@ -12,6 +12,8 @@
  * the API is held to exactly the rules of a job from the command line.
  */
 #include "settings.h"
+#include "peers.h"
+#include "peers.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -274,10 +276,17 @@ static const setting settings[] = {
      "after --lag-grace-ms, or make everyone wait"},
     {"lag-grace-ms", NULL, SRV(lag_grace_ms), T_MS, "2000", 1, 86400000,
      NULL, "how long a full window may keep other consumers waiting"},
-    {"replica", NULL, SRV(replica), T_U32, "0", 0, 65535, NULL,
+    {"replica", NULL, SRV(replica), T_U32, "0", 0, 1023, NULL,
      "this server's replica number J (scale-out)"},
-    {"replicas", NULL, SRV(replicas), T_U32, "1", 1, 65536, NULL,
+    {"replicas", NULL, SRV(replicas), T_U32, "1", 1, 1024, NULL,
      "number of replicas R serving the same jobs"},
+    {"peers", NULL, SRV(peers), T_STRING, NULL, 1, 65536, NULL,
+     "the set's replicas: R base URLs in replica order, comma-separated, "
+     "or one URL with {j} (e.g. http://shardcast-{j}.shardcast-headless:"
+     "8080); each is asked for GET /v1/topology, and another server "
+     "answering as this --replica makes this one not ready"},
+    {"peer-interval", NULL, SRV(peer_interval_ms), T_MS, "5000", 100,
+     3600000, NULL, "how often the --peers are asked"},
 
     /* ---- object stores: the fetch engine (http, https, s3) and S3
      * listings; bounds are libshardio's (shardio.h) ---- */
@@ -1156,6 +1165,14 @@ static int check_config(sc_config *cfg, char *msg, size_t msg_len)
         return fail(msg, msg_len,
                     "--replica %u of --replicas %u: need replica < replicas",
                     cfg->replica, cfg->replicas);
+    if (cfg->peers) {
+        char why[300];
+        uint32_t R = cfg->replicas > 1 ? cfg->replicas : 1;
+        char **urls = sc_peers_parse(cfg->peers, R, why, sizeof why);
+        if (!urls)
+            return fail(msg, msg_len, "%s", why);
+        sc_peers_free_urls(urls, R);
+    }
     if (cfg->rate_limit && cfg->rate_burst < 1)
         return fail(msg, msg_len, "--rate-burst must be at least 1");
     if (cfg->cli_job.name || cfg->cli_job.source) {

@@ -126,6 +126,9 @@ typedef struct sc_config {
     uint32_t lag_samples;     /* --lag-samples: lagging threshold (0: half
                                  the window) */
     uint32_t replica, replicas; /* --replica J --replicas R */
+    char *peers;              /* --peers: the set's R URLs, or a template
+                                 with {j} (NULL: none) */
+    uint32_t peer_interval_ms; /* --peer-interval */
     char *state_dir;          /* --state-dir: indexes, journals (NULL) */
     uint64_t cache_bytes;     /* --cache-bytes: shard cache budget (0: no
                                  cache) */

@@ -380,6 +380,21 @@ static json_t *job_json(sc_jobs *j, sc_job *job, sio_feed_consumer *cons,
                       "feed_streams", jint(atomic_load(&job->feed_streams)),
                       "plan_failures",
                       jint(atomic_load(&job->plan_failures))));
+    if (o) {
+        /* The replica set: this server's part, and what fixes the order
+         * (GET /v1/topology?job= has the fields). */
+        uint32_t R = j->cfg->replicas > 1 ? j->cfg->replicas : 1;
+        json_object_set_new(
+            o, "replicas",
+            json_pack("{s:I, s:I, s:o, s:o}", "replica",
+                      (json_int_t)(R > 1 ? j->cfg->replica : 0), "replicas",
+                      (json_int_t)R, "fingerprint",
+                      job->state == JOB_READY
+                          ? json_string(job->res->fingerprint)
+                          : json_null(),
+                      "failover_streams",
+                      jint(atomic_load(&job->failover_streams))));
+    }
     if (o && job->res->nmix)
         json_object_set_new(o, "mix", job_mix_json(job));
     pthread_mutex_unlock(&job->mu);
@@ -427,6 +442,7 @@ typedef struct job_metrics {
     int ready;
     uint64_t samples, bytes, opened, by_outcome[5];
     uint64_t plans, plan_streams, feed_streams, plan_failures;
+    uint64_t failover_streams;
     uint64_t epochs, streams;
     epoch_counts cnt;
     uint64_t shards_skipped, samples_skipped;
@@ -577,6 +593,7 @@ sio_code sc_jobs_metrics(sc_jobs *j, sc_prom *p)
         x->plan_streams = atomic_load(&job->plan_streams);
         x->feed_streams = atomic_load(&job->feed_streams);
         x->plan_failures = atomic_load(&job->plan_failures);
+        x->failover_streams = atomic_load(&job->failover_streams);
         for (int k = 0; k < 5; k++)
             x->by_outcome[k] = atomic_load(&job->streams_by_outcome[k]);
         for (fslot *s = job->slots; s; s = s->next) {
@@ -627,6 +644,10 @@ sio_code sc_jobs_metrics(sc_jobs *j, sc_prom *p)
                                    {"plane", "feed"}),
                     m[i].feed_streams);
     }
+    PER_JOB(p, m, n, "shardcast_failover_streams_total", "counter",
+            "Streams this server served of another replica's part of an "
+            "epoch (replica=J: that replica failed its consumers).",
+            m[i].failover_streams);
     PER_JOB(p, m, n, "shardcast_plans_built_total", "counter",
             "Epoch plans built from the shard indexes.", m[i].plans);
     PER_JOB(p, m, n, "shardcast_plan_failures_total", "counter",

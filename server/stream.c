@@ -308,15 +308,39 @@ sio_code sc_stream_create(const sc_stream_params *p, sc_stream **out,
     s->conn = p->conn;
     snprintf(s->id, sizeof s->id, "%s", p->id ? p->id : "-");
     if (p->format == SC_FORMAT_FRAMES) {
-        sio_frames_header h = {p->job,      p->epoch,        p->rank,
-                               p->world,    p->start,        p->global_start,
-                               p->partition, p->sources,     p->nsources};
+        sio_frames_header h;
+        memset(&h, 0, sizeof h);
+        h.job = p->job;
+        h.epoch = p->epoch;
+        h.rank = p->rank;
+        h.world = p->world;
+        h.start = p->start;
+        h.global_start = p->global_start;
+        h.partition = p->partition;
+        h.sources = p->sources;
+        h.nsources = p->nsources;
+        h.fingerprint = p->fingerprint;
+        h.replica = p->replica;
+        h.replicas = p->replicas;
+        h.served_by = p->served_by;
         rc = sio_framew_create(&h, p->fields, p->nfields, sink, s, &s->enc,
                                err);
     } else {
         rc = sio_tarw_create(p->fields, p->nfields, sink, s, &s->enc, err);
         if (rc == SIO_OK && p->nsources)
             sio_wenc_set_sources(s->enc, p->source_names, p->nsources);
+        if (rc == SIO_OK && p->fingerprint && p->job) {
+            sio_stream_ident id;
+            memset(&id, 0, sizeof id);
+            snprintf(id.job, sizeof id.job, "%s", p->job);
+            id.epoch = p->epoch;
+            snprintf(id.fingerprint, sizeof id.fingerprint, "%s",
+                     p->fingerprint);
+            id.replica = p->replica;
+            id.replicas = p->replicas;
+            id.served_by = p->served_by;
+            rc = sio_tarw_write_ident(s->enc, &id, err);
+        }
     }
     s->source_sent = p->source_sent;
     s->nsources = p->nsources;

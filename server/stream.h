@@ -92,6 +92,11 @@ typedef struct sc_stream_params {
      * HEADER, named in tar pax headers, and samples sent counted per
      * source in source_sent[]. All owned by the job, which outlives the
      * stream. */
+    /* The replica set's identity, stated in the stream's header (both
+     * formats; fingerprint NULL: none): the fingerprint of what fixes the
+     * order, the part served, R, and this server's own replica. */
+    const char *fingerprint;
+    uint32_t replica, replicas, served_by;
     const sio_frames_source *sources;
     const char *const *source_names;
     size_t nsources;

@@ -953,6 +953,9 @@ static scc_code step_tar(scc_stream *s, const scc_sample **out, int *got)
         *got = 1;
         break;
     }
+    case SIO_TARR_IDENT: /* the stream's identity: skipped here */
+        s->rpos += r->consumed;
+        break;
     case SIO_TARR_END:
         s->rpos += r->consumed;
         take_summary(s, &r->summary);

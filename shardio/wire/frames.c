@@ -286,6 +286,27 @@ sio_code sio_framew_create(const sio_frames_header *h,
             goto out;
         }
     }
+    if (h->fingerprint) {
+        if (strlen(h->fingerprint) != SIO_FINGERPRINT_LEN ||
+            strspn(h->fingerprint, "0123456789abcdef") !=
+                SIO_FINGERPRINT_LEN ||
+            h->replicas == 0 || h->replica >= h->replicas ||
+            h->served_by >= h->replicas) {
+            rc = sio_seterr(err, SIO_ERR_INVALID, "framew: bad identity");
+            goto out;
+        }
+        if (json_object_set_new(obj, "fingerprint",
+                                json_string(h->fingerprint)) != 0 ||
+            json_object_set_new(obj, "replica",
+                                json_integer((json_int_t)h->replica)) != 0 ||
+            json_object_set_new(obj, "replicas",
+                                json_integer((json_int_t)h->replicas)) != 0 ||
+            json_object_set_new(obj, "served_by",
+                                json_integer((json_int_t)h->served_by)) != 0) {
+            rc = sio_seterr(err, SIO_ERR_NOMEM, "framew: out of memory");
+            goto out;
+        }
+    }
     rc = put(w, SIO_FRAMES_MAGIC, SIO_FRAMES_MAGIC_LEN);
     if (rc == SIO_OK)
         rc = emit_json(w, SIO_FRAME_HEADER, obj);
@@ -527,6 +548,7 @@ struct sio_framer {
 
     int got_header;
     char *job;
+    char fingerprint[SIO_FINGERPRINT_LEN + 1]; /* HEADER's, "" without */
     sio_frames_source *srcs; /* a mixed job's sources (HEADER) */
     char (*srcnames)[SIO_FRAMES_SOURCE_NAME_MAX + 1];
     size_t nsrcs;
@@ -786,6 +808,25 @@ static sio_code decode_header(sio_framer *f, const unsigned char *p,
         goto out;
     }
     h->job = f->job;
+    h->fingerprint = f->fingerprint;
+    json_t *fp = json_object_get(obj, "fingerprint");
+    if (fp) {
+        const char *fs = json_string_value(fp);
+        if (!fs || json_string_length(fp) != SIO_FINGERPRINT_LEN ||
+            strspn(fs, "0123456789abcdef") != SIO_FINGERPRINT_LEN ||
+            json_u32(obj, "replica", &h->replica) != 0 ||
+            json_u32(obj, "replicas", &h->replicas) != 0 ||
+            json_u32(obj, "served_by", &h->served_by) != 0 ||
+            h->replicas == 0 || h->replica >= h->replicas ||
+            h->served_by >= h->replicas) {
+            rc = fail(f, SIO_ERR_FORMAT,
+                      "frames: HEADER has a bad fingerprint, replica, "
+                      "replicas or served_by");
+            goto out;
+        }
+        memcpy(f->fingerprint, fs, SIO_FINGERPRINT_LEN + 1);
+        h->has_ident = 1;
+    }
     json_t *sv = json_object_get(obj, "sources");
     if (sv) {
         size_t n = json_is_array(sv) ? json_array_size(sv) : 0;

@@ -168,6 +168,75 @@ static sio_code parse_pax(const unsigned char *d, size_t n, pax_info *pi,
     return SIO_OK;
 }
 
+/* The records of the stream's pax global header into *id; 1 when it
+ * carries a well-formed identity (SHARDCAST.fingerprint and the numbers),
+ * 0 when it is some other global header, -1 when malformed. */
+static int parse_ident(const unsigned char *d, size_t n, sio_stream_ident *id)
+{
+    size_t off = 0;
+    int have_fp = 0, have_j = 0, have_r = 0, have_k = 0;
+    uint64_t v;
+    memset(id, 0, sizeof *id);
+    while (off < n) {
+        size_t i = off, rl = 0;
+        while (i < n && d[i] >= '0' && d[i] <= '9' && i - off < 8)
+            rl = rl * 10 + (size_t)(d[i++] - '0');
+        if (i == off || i >= n || d[i] != ' ' || rl <= i - off + 1 ||
+            rl > n - off || d[off + rl - 1] != '\n')
+            return -1;
+        const char *kv = (const char *)d + i + 1;
+        size_t kvlen = off + rl - 1 - (i + 1);
+        const char *eq = memchr(kv, '=', kvlen);
+        if (!eq)
+            return -1;
+        size_t klen = (size_t)(eq - kv);
+        const char *val = eq + 1;
+        size_t vlen = kvlen - klen - 1;
+#define PAX_IS(name) (klen == strlen(name) && memcmp(kv, name, klen) == 0)
+        if (PAX_IS("SHARDCAST.fingerprint")) {
+            if (vlen != SIO_FINGERPRINT_LEN)
+                return -1;
+            for (size_t k = 0; k < vlen; k++)
+                if (!strchr("0123456789abcdef", val[k]) || !val[k])
+                    return -1;
+            memcpy(id->fingerprint, val, vlen);
+            id->fingerprint[vlen] = '\0';
+            have_fp = 1;
+        } else if (PAX_IS("SHARDCAST.job")) {
+            if (vlen == 0 || vlen >= sizeof id->job || memchr(val, 0, vlen))
+                return -1;
+            memcpy(id->job, val, vlen);
+            id->job[vlen] = '\0';
+        } else if (PAX_IS("SHARDCAST.epoch")) {
+            if (parse_dec(val, vlen, &id->epoch) != 0)
+                return -1;
+        } else if (PAX_IS("SHARDCAST.replica") ||
+                   PAX_IS("SHARDCAST.replicas") ||
+                   PAX_IS("SHARDCAST.served_by")) {
+            if (parse_dec(val, vlen, &v) != 0 || v > UINT32_MAX)
+                return -1;
+            if (PAX_IS("SHARDCAST.replica")) {
+                id->replica = (uint32_t)v;
+                have_j = 1;
+            } else if (PAX_IS("SHARDCAST.replicas")) {
+                id->replicas = (uint32_t)v;
+                have_r = 1;
+            } else {
+                id->served_by = (uint32_t)v;
+                have_k = 1;
+            }
+        }
+#undef PAX_IS
+        off += rl;
+    }
+    if (!have_fp)
+        return 0;
+    if (!have_j || !have_r || !have_k || id->replicas == 0 ||
+        id->replica >= id->replicas || id->served_by >= id->replicas)
+        return -1;
+    return 1;
+}
+
 /* JSON of a trailer member into r (END summary or ERROR reason). */
 static sio_code parse_trailer(const unsigned char *d, size_t n, int is_end,
                               sio_tarr_result *r, sio_error *err)
@@ -270,7 +339,7 @@ sio_code sio_tarr_parse(const unsigned char *p, size_t len,
             goto out;
         }
         char type = (char)h[OFF_TYPEFLAG];
-        uint64_t limit = type == 'x' ? SIO_TARR_PAX_MAX : member_max;
+        uint64_t limit = (type == 'x' || type == 'g') ? SIO_TARR_PAX_MAX : member_max;
         if (size > limit) {
             rc = sio_seterr(err, SIO_ERR_LIMIT,
                             "tar: member of %llu bytes above the limit %llu",
@@ -299,6 +368,20 @@ sio_code sio_tarr_parse(const unsigned char *p, size_t len,
             have_pax = 1;
             off += total;
             continue;
+        }
+        if (type == 'g' && !in_sample && size <= SIO_TARR_PAX_MAX) {
+            int k = parse_ident(data, (size_t)size, &r->ident);
+            if (k < 0) {
+                rc = sio_seterr(err, SIO_ERR_FORMAT,
+                                "tar: malformed SHARDCAST identity in the "
+                                "global header");
+                goto out;
+            }
+            if (k > 0) {
+                r->kind = SIO_TARR_IDENT;
+                r->consumed = off + total;
+                goto out;
+            }
         }
         if (type != '0' && type != '\0') {
             /* Global headers, directories, links: not part of the stream

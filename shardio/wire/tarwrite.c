@@ -56,6 +56,7 @@ typedef struct sio_tarw {
     sio_wbuf pax;  /* pax records being built */
     const char *const *sources; /* a mixed job's source names */
     size_t nsources;
+    int started; /* a sample was written */
 } sio_tarw;
 
 static void tar_set_sources(sio_wenc *e, const char *const *names, size_t n)
@@ -281,6 +282,46 @@ out:
     return rc;
 }
 
+sio_code sio_tarw_write_ident(sio_wenc *enc, const sio_stream_ident *id,
+                              sio_error *err)
+{
+    sio_tarw *w = (sio_tarw *)enc;
+    char num[32];
+    sio_code rc = SIO_OK;
+    size_t jl = id ? strnlen(id->job, sizeof id->job) : 0;
+
+    if (!enc || enc->ops != &tar_ops || w->started || !id || jl == 0 ||
+        jl >= sizeof id->job ||
+        strlen(id->fingerprint) != SIO_FINGERPRINT_LEN ||
+        strspn(id->fingerprint, "0123456789abcdef") != SIO_FINGERPRINT_LEN)
+        return sio_seterr(err, SIO_ERR_INVALID, "tarw: bad identity");
+    w->pax.len = 0;
+    rc = pax_record(&w->pax, "SHARDCAST.job", id->job, jl);
+    int n = snprintf(num, sizeof num, "%" PRIu64, id->epoch);
+    if (rc == SIO_OK)
+        rc = pax_record(&w->pax, "SHARDCAST.epoch", num, (size_t)n);
+    if (rc == SIO_OK)
+        rc = pax_record(&w->pax, "SHARDCAST.fingerprint", id->fingerprint,
+                        SIO_FINGERPRINT_LEN);
+    const struct {
+        const char *k;
+        uint32_t v;
+    } nums[3] = {{"SHARDCAST.replica", id->replica},
+                 {"SHARDCAST.replicas", id->replicas},
+                 {"SHARDCAST.served_by", id->served_by}};
+    for (size_t i = 0; i < 3 && rc == SIO_OK; i++) {
+        n = snprintf(num, sizeof num, "%" PRIu32, nums[i].v);
+        rc = pax_record(&w->pax, nums[i].k, num, (size_t)n);
+    }
+    if (rc == SIO_OK)
+        rc = emit_member(w, "pax_global_header", 17, 'g', w->pax.data,
+                         w->pax.len);
+    if (rc != SIO_OK)
+        return sio_seterr(err, rc, "tarw: writing the identity: %s",
+                          sio_strerror(rc));
+    return SIO_OK;
+}
+
 /* A byte a member name may carry as it is: controls and '\\' (a path
  * separator to Windows extractors) become '_'. */
 static char name_byte(char c)
@@ -375,6 +416,7 @@ static sio_code tar_sample(sio_wenc *e, const sio_sample *s,
         rc = SIO_ERR_INVALID;
         goto out;
     }
+    w->started = 1;
     int pn = snprintf(paxname, sizeof paxname, "%0*" PRIu64 "/PaxHeader",
                       SIO_TARW_INDEX_DIGITS, s->global_index);
     for (size_t i = 0; i < s->nfields; i++) {

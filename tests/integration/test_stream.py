@@ -5,6 +5,7 @@ import gzip
 import hashlib
 import http.client
 import json
+import re
 import os
 import subprocess
 import sys
@@ -148,7 +149,16 @@ def test_python_tarfile_reads_raw_stream(small_server, small_wds):
         for ti in tf:
             data = tf.extractfile(ti).read() if ti.isreg() else None
             members.append((ti, data))
+        # The stream's identity: a pax global header tarfile keeps for the
+        # archive (and merges into every member's pax_headers).
+        ident = dict(tf.pax_headers)
     assert resp.read().strip(b"\0") == b""  # only padding may follow; no cut
+    assert set(ident) == {"SHARDCAST.job", "SHARDCAST.epoch", "SHARDCAST.fingerprint",
+                          "SHARDCAST.replica", "SHARDCAST.replicas", "SHARDCAST.served_by"}
+    assert ident["SHARDCAST.job"] == JOB and ident["SHARDCAST.epoch"] == "0"
+    assert re.fullmatch(r"[0-9a-f]{32}", ident["SHARDCAST.fingerprint"])
+    assert (ident["SHARDCAST.replica"], ident["SHARDCAST.replicas"],
+            ident["SHARDCAST.served_by"]) == ("0", "1", "0")
     resp.close()
 
     last, trailer_bytes = members[-1]
@@ -176,7 +186,7 @@ def test_python_tarfile_reads_raw_stream(small_server, small_wds):
             samples.append({"__key__": key, "__index__": g})
         else:
             assert samples and g == samples[-1]["__index__"], "member outside a sample"
-            assert not any(k.startswith("SHARDCAST.") for k in pax)
+            assert not any(k.startswith("SHARDCAST.") for k in pax if k not in ident)
         cur = samples[-1]
         ext = rest[len(cur["__key__"]) + 1:]
         assert ext not in cur
@@ -191,7 +201,9 @@ def test_raw_stream_headers_are_strict_ustar(small_server, small_wds):
     data = fetch_raw(small_server, JOB, 0, 0, 2)
     headers = walk_tar_headers(data)
     kinds = Counter(t for t, _, _ in headers)
-    assert set(kinds) == {b"0", b"x"}
+    assert set(kinds) == {b"0", b"x", b"g"}
+    # The stream's identity, first and once: a pax global header.
+    assert headers[0][0] == b"g" and kinds[b"g"] == 1
     # One pax header per sample (long names would add more; these are short).
     assert kinds[b"x"] == small_wds.total // 2
     assert headers[-1][1] == shardcast.END_MEMBER

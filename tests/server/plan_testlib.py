@@ -576,6 +576,13 @@ def parse_tar(body):
         if tf == b"x":
             pax = _pax_records(data)
             continue
+        if tf == b"g":
+            # the stream's identity (fingerprint, replica): its header
+            if p.samples or p.header is not None:
+                p.problem = "a global header after the stream began"
+                return p
+            p.header = _pax_records(data)
+            continue
         if pax and "path" in pax:
             name = pax["path"]
         recs, pax = pax or {}, None

@@ -43,7 +43,7 @@ static void mk_sample(tsample *t, const char *key, const char *url,
 
 static sio_frames_header hdr(const char *job, uint64_t start)
 {
-    sio_frames_header h = {job, 3, 1, 4, start, 0, SIO_PARTITION_EVEN_DROP, NULL, 0};
+    sio_frames_header h = {job, 3, 1, 4, start, 0, SIO_PARTITION_EVEN_DROP, NULL, 0, NULL, 0, 0, 0, 0};
     return h;
 }
 
@@ -975,8 +975,86 @@ static void test_error_trailer_retry(void)
     }
 }
 
+/* The replica set's identity in HEADER: written, decoded; absent keys
+ * leave has_ident 0; a malformed one is refused on both sides. */
+static void test_ident(void)
+{
+    sio_wbuf b;
+    sio_wenc *w = NULL;
+    sio_error e;
+    sio_frames_header h = hdr("job", 0);
+    h.fingerprint = "00112233445566778899aabbccddeeff";
+    h.replica = 1;
+    h.replicas = 3;
+    h.served_by = 2;
+    sio_wbuf_init(&b, 1 << 20);
+    CHECK(sio_framew_create(&h, NULL, 0, sio_wbuf_append, &b, &w, &e) ==
+          SIO_OK);
+    sio_wenc_destroy(w);
+    sio_framer *f = NULL;
+    CHECK(sio_framer_create(NULL, &f, &e) == SIO_OK);
+    size_t used = 0;
+    sio_frame_event ev;
+    CHECK(sio_framer_feed(f, b.data, b.len, &used, &ev) == SIO_OK);
+    CHECK(ev.type == SIO_FRAMER_HEADER && ev.header.has_ident);
+    CHECK(strcmp(ev.header.fingerprint, h.fingerprint) == 0);
+    CHECK(ev.header.replica == 1 && ev.header.replicas == 3 &&
+          ev.header.served_by == 2);
+    sio_framer_destroy(f);
+    sio_wbuf_free(&b);
+
+    /* Without: no keys, has_ident 0. */
+    h = hdr("job", 0);
+    sio_wbuf_init(&b, 1 << 20);
+    CHECK(sio_framew_create(&h, NULL, 0, sio_wbuf_append, &b, &w, &e) ==
+          SIO_OK);
+    sio_wenc_destroy(w);
+    CHECK(memmem(b.data, b.len, "fingerprint", 11) == NULL);
+    CHECK(sio_framer_create(NULL, &f, &e) == SIO_OK);
+    CHECK(sio_framer_feed(f, b.data, b.len, &used, &ev) == SIO_OK);
+    CHECK(ev.type == SIO_FRAMER_HEADER && !ev.header.has_ident);
+    sio_framer_destroy(f);
+    sio_wbuf_free(&b);
+
+    /* The writer refuses a part outside the set or a bad fingerprint. */
+    h.fingerprint = "00112233445566778899aabbccddeeff";
+    h.replicas = 2;
+    h.replica = 2;
+    sio_wbuf_init(&b, 1 << 20);
+    CHECK(sio_framew_create(&h, NULL, 0, sio_wbuf_append, &b, &w, &e) ==
+          SIO_ERR_INVALID);
+    h.replica = 0;
+    h.fingerprint = "short";
+    CHECK(sio_framew_create(&h, NULL, 0, sio_wbuf_append, &b, &w, &e) ==
+          SIO_ERR_INVALID);
+    sio_wbuf_free(&b);
+
+    /* Hostile HEADERs: a fingerprint that is not 32 hex digits, a replica
+     * at or above replicas, served_by missing. */
+    const char *bad[] = {
+        "\"fingerprint\":\"zz112233445566778899aabbccddeeff\",\"replica\":0,"
+        "\"replicas\":1,\"served_by\":0",
+        "\"fingerprint\":\"00112233445566778899aabbccddeeff\",\"replica\":3,"
+        "\"replicas\":3,\"served_by\":0",
+        "\"fingerprint\":\"00112233445566778899aabbccddeeff\",\"replica\":0,"
+        "\"replicas\":3"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char json[512];
+        snprintf(json, sizeof json,
+                 "{\"version\":1,\"job\":\"j\",\"epoch\":0,\"rank\":0,"
+                 "\"world\":1,\"start\":0,\"global_start\":0,"
+                 "\"partition\":\"even-drop\",\"fields\":null,%s}", bad[i]);
+        sio_wbuf_init(&b, 1 << 20);
+        sio_wbuf_append(&b, SIO_FRAMES_MAGIC, SIO_FRAMES_MAGIC_LEN);
+        put_json(&b, SIO_FRAME_HEADER, json);
+        expect(&b, SIO_ERR_FORMAT, "bad identity");
+        sio_wbuf_free(&b);
+    }
+}
+
 int main(void)
 {
+    test_ident();
     test_round_trip_every_split();
     test_round_trip_random_chunks();
     test_zero_copy_views();
