@@ -118,7 +118,8 @@ SHARDCAST_BUILD="$ROOT/build-asan" SHARDCAST_BIN="$ROOT/build-asan/shardcastd" \
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   run_pytest "pytest (server under ASan + UBSan)" -m "not conformance" \
   "$ROOT/tests/integration" "$ROOT/tests/server/test_seek.py" \
-  "$ROOT/tests/server/test_plan_golden.py" "$ROOT/tests/server/test_plan_faults.py"
+  "$ROOT/tests/server/test_plan_golden.py" "$ROOT/tests/server/test_plan_faults.py" \
+  "$ROOT/tests/server/test_replica_set.py"
 
 if [ ${#missing[@]} -eq 0 ]; then
   # The corpora are here: a conformance test that cannot find them fails

@@ -1327,6 +1327,7 @@ void sc_settings_free(sc_config *cfg)
     free(cfg->admin_token_file);
     free(cfg->state_dir);
     free(cfg->cache_dir);
+    free(cfg->peers);
     free((char *)(uintptr_t)cfg->io.fetch.ca_file);
     sc_jobspec_free(&cfg->cli_job);
     for (size_t i = 0; i < cfg->njobs; i++)

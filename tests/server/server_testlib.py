@@ -4,14 +4,19 @@ how fast and how far a stream is read), authenticated requests, and the
 content hash of shardcast.sample_hash. The module name is unique so it
 cannot clash with helpers of other test directories."""
 
+import glob
 import hashlib
 import http.client
 import json
 import os
+import shutil
 import socket
 import struct
+import subprocess
 import sys
 import time
+
+import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
@@ -209,3 +214,82 @@ def wait_for(pred, timeout, interval=0.1):
         if v or time.monotonic() > end:
             return v
         time.sleep(interval)
+
+
+# -- the store's side: nginx counts what it serves --------------------------
+
+class Nginx:
+    def __init__(self, root, workdir):
+        exe = shutil.which("nginx") or "/usr/sbin/nginx"
+        if not os.path.exists(exe):
+            pytest.fail("nginx not installed (apt-get install nginx-light)")
+        self.dir = os.path.join(workdir, "nginx-%d" % os.getpid())
+        os.makedirs(self.dir, exist_ok=True)
+        self.log = os.path.join(self.dir, "access.log")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        conf = os.path.join(self.dir, "nginx.conf")
+        with open(conf, "w") as f:
+            f.write("""
+daemon off;
+worker_processes 1;
+pid %(d)s/nginx.pid;
+error_log %(d)s/error.log;
+user root;
+events { worker_connections 256; }
+http {
+  log_format bytes '$body_bytes_sent $status $request_uri';
+  access_log %(log)s bytes;
+  client_body_temp_path %(d)s/tmp;
+  proxy_temp_path %(d)s/tmp;
+  fastcgi_temp_path %(d)s/tmp;
+  uwsgi_temp_path %(d)s/tmp;
+  scgi_temp_path %(d)s/tmp;
+  sendfile on;
+  server {
+    listen 127.0.0.1:%(port)d;
+    root %(root)s;
+  }
+}
+""" % {"d": self.dir, "log": self.log, "port": self.port, "root": root})
+        self.proc = subprocess.Popen([exe, "-c", conf, "-p", self.dir],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        ok = wait_for(lambda: self._up(), 10)
+        assert ok, "nginx did not start"
+
+    def _up(self):
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                return True
+        except OSError:
+            return False
+
+    def bytes_sent(self, suffix=".tar"):
+        total = 0
+        try:
+            with open(self.log) as f:
+                for line in f:
+                    parts = line.split()
+                    if len(parts) >= 3 and parts[2].split("?")[0].endswith(suffix):
+                        total += int(parts[0])
+        except FileNotFoundError:
+            pass
+        return total
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def shard_url(ng, d):
+    names = sorted(os.path.basename(p) for p in glob.glob(os.path.join(d, "*.tar")))
+    first, last = names[0], names[-1]
+    # mkwds names shards <prefix>-NNNNNN.tar
+    prefix = first.rsplit("-", 1)[0]
+    lo = first.rsplit("-", 1)[1][:-4]
+    hi = last.rsplit("-", 1)[1][:-4]
+    return "http://127.0.0.1:%d/%s-{%s..%s}.tar" % (ng.port, prefix, lo, hi)

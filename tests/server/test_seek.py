@@ -7,12 +7,9 @@ The store-side tests serve the shards with nginx (its access log counts
 the bytes it sent) and put a fault-injecting proxy between the consumers
 and shardcastd."""
 import glob
-import hashlib
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tarfile
@@ -25,6 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 
 from faultproxy import FaultProxy, Rule  # noqa: E402
+from server_testlib import (Nginx, shard_url)  # noqa: E402
 from server_testlib import (FramesStream, get_json, make_dataset, read_share,  # noqa: E402
                             request, sanitized, stream_path, wait_for)
 
@@ -198,75 +196,6 @@ def test_samples_endpoint_is_the_unshuffled_order(start, small_ds, workdir):
     assert st == 404
 
 
-# -- the store's side: nginx counts what it serves --------------------------
-
-class Nginx:
-    def __init__(self, root, workdir):
-        exe = shutil.which("nginx") or "/usr/sbin/nginx"
-        if not os.path.exists(exe):
-            pytest.fail("nginx not installed (apt-get install nginx-light)")
-        self.dir = os.path.join(workdir, "nginx-%d" % os.getpid())
-        os.makedirs(self.dir, exist_ok=True)
-        self.log = os.path.join(self.dir, "access.log")
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        conf = os.path.join(self.dir, "nginx.conf")
-        with open(conf, "w") as f:
-            f.write("""
-daemon off;
-worker_processes 1;
-pid %(d)s/nginx.pid;
-error_log %(d)s/error.log;
-user root;
-events { worker_connections 256; }
-http {
-  log_format bytes '$body_bytes_sent $status $request_uri';
-  access_log %(log)s bytes;
-  client_body_temp_path %(d)s/tmp;
-  proxy_temp_path %(d)s/tmp;
-  fastcgi_temp_path %(d)s/tmp;
-  uwsgi_temp_path %(d)s/tmp;
-  scgi_temp_path %(d)s/tmp;
-  sendfile on;
-  server {
-    listen 127.0.0.1:%(port)d;
-    root %(root)s;
-  }
-}
-""" % {"d": self.dir, "log": self.log, "port": self.port, "root": root})
-        self.proc = subprocess.Popen([exe, "-c", conf, "-p", self.dir],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        ok = wait_for(lambda: self._up(), 10)
-        assert ok, "nginx did not start"
-
-    def _up(self):
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                return True
-        except OSError:
-            return False
-
-    def bytes_sent(self, suffix=".tar"):
-        total = 0
-        try:
-            with open(self.log) as f:
-                for line in f:
-                    parts = line.split()
-                    if len(parts) >= 3 and parts[2].split("?")[0].endswith(suffix):
-                        total += int(parts[0])
-        except FileNotFoundError:
-            pass
-        return total
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-
-
 @pytest.fixture(scope="module")
 def big_ds(tmp_path_factory):
     """About 1 GB: 40 shards x 250 samples of ~100 KB."""
@@ -277,16 +206,6 @@ def big_ds(tmp_path_factory):
 
 def dataset_bytes(d):
     return sum(os.path.getsize(p) for p in glob.glob(os.path.join(d, "*.tar")))
-
-
-def shard_url(ng, d):
-    names = sorted(os.path.basename(p) for p in glob.glob(os.path.join(d, "*.tar")))
-    first, last = names[0], names[-1]
-    # mkwds names shards <prefix>-NNNNNN.tar
-    prefix = first.rsplit("-", 1)[0]
-    lo = first.rsplit("-", 1)[1][:-4]
-    hi = last.rsplit("-", 1)[1][:-4]
-    return "http://127.0.0.1:%d/%s-{%s..%s}.tar" % (ng.port, prefix, lo, hi)
 
 
 def test_resume_at_90_percent_of_an_indexed_epoch(start, big_ds, workdir):
