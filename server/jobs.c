@@ -268,6 +268,10 @@ unsigned sc_jobs_put(sc_jobs *j, const sc_jobspec *spec, char *reason,
     unsigned status;
     char src[256];
 
+    if (j->cfg->replicas > 1 && (spec->sources || spec->epoch_size)) {
+        fail(reason, reason_len, SC_MIX_REPLICAS_REASON, j->cfg->replicas);
+        return 400;
+    }
     job = job_new(j, spec);
     if (!job) {
         fail(reason, reason_len, "out of memory");
@@ -1046,11 +1050,15 @@ static unsigned check_world(sc_jobs *j, const sc_request *req, char *reason,
     return 0;
 }
 
-static size_t live_slots(const sc_job *job)
+/* Live slots of one part of the epochs: --max-epochs bounds each part a
+ * server serves (its own, and each part it covers for a replica that
+ * failed); the feed bounds (--max-feeds-per-job, --max-feeds) bound them
+ * all together. */
+static size_t live_slots(const sc_job *job, uint32_t part)
 {
     size_t n = 0;
     for (const fslot *s = job->slots; s; s = s->next)
-        n += !s->retired;
+        n += !s->retired && s->part == part;
     return n;
 }
 
@@ -1064,12 +1072,12 @@ static fslot *live_slot(sc_job *job, uint64_t epoch, uint32_t part)
 
 /* Make room for one more epoch: retire a live slot without streams,
  * preferring one whose epoch has ended, then the least recently used. */
-static int evict_one(sc_job *job)
+static int evict_one(sc_job *job, uint32_t part)
 {
     fslot *best = NULL;
     int best_ended = 0;
     for (fslot *s = job->slots; s; s = s->next) {
-        if (s->retired || s->streams)
+        if (s->retired || s->streams || s->part != part)
             continue;
         sio_feed_stats st;
         size_t held = 0;
@@ -1420,11 +1428,12 @@ unsigned sc_jobs_open_stream(sc_jobs *j, sc_binding *b, const sc_request *req,
         if (status)
             goto out;
         status = 500;
-        if (live_slots(job) >= j->cfg->max_epochs && !evict_one(job)) {
+        if (live_slots(job, part) >= j->cfg->max_epochs &&
+            !evict_one(job, part)) {
             char list[200] = "";
             size_t o = 0;
             for (fslot *x = job->slots; x && o + 24 < sizeof list; x = x->next)
-                if (!x->retired)
+                if (!x->retired && x->part == part)
                     o += (size_t)snprintf(list + o, sizeof list - o, "%s%" PRIu64,
                                           o ? ", " : "", x->epoch);
             fail(reason, reason_len,
@@ -1679,7 +1688,7 @@ static void job_tick(sc_jobs *j, sc_job *job, uint64_t now, int sample_tp)
         if (cfg->prefetch && !job->removed && (st.ended || s->plan) &&
             !st.failed && s->served > 0 && s->epoch < UINT64_MAX &&
             s->part == own && !live_slot(job, s->epoch + 1, own) &&
-            live_slots(job) < cfg->max_epochs &&
+            live_slots(job, own) < cfg->max_epochs &&
             job->nfeeds < cfg->max_feeds_job &&
             atomic_load(&j->nfeeds) < cfg->max_feeds) {
             fslot *n = NULL;

@@ -1165,6 +1165,16 @@ static int check_config(sc_config *cfg, char *msg, size_t msg_len)
         return fail(msg, msg_len,
                     "--replica %u of --replicas %u: need replica < replicas",
                     cfg->replica, cfg->replicas);
+    if (cfg->replicas > 1) {
+        if (cfg->cli_job.sources || cfg->cli_job.epoch_size)
+            return fail(msg, msg_len, "job %s: " SC_MIX_REPLICAS_REASON,
+                        cfg->cli_job.name ? cfg->cli_job.name : "(cli)",
+                        cfg->replicas);
+        for (size_t i = 0; i < cfg->njobs; i++)
+            if (cfg->jobs[i].sources || cfg->jobs[i].epoch_size)
+                return fail(msg, msg_len, "job %s: " SC_MIX_REPLICAS_REASON,
+                            cfg->jobs[i].name, cfg->replicas);
+    }
     if (cfg->peers) {
         char why[300];
         uint32_t R = cfg->replicas > 1 ? cfg->replicas : 1;

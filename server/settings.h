@@ -71,6 +71,15 @@ typedef struct sc_jobspec {
                                  array (sc_mix_parse), or NULL */
 } sc_jobspec;
 
+/* Why a mixed job (sources, or an epoch_size) is refused on a replica
+ * set (%u: R): its epoch is one sequence that draws every sample from all
+ * sources by quota, and cannot be dealt out by shard as R parts. */
+#define SC_MIX_REPLICAS_REASON                                             \
+    "a mixed job (\"sources\" or \"epoch_size\") cannot be split over "    \
+    "--replicas %u: its epoch is one sequence drawn from all sources by "  \
+    "quota, which R replicas cannot deal out by shard; serve it from one " \
+    "replica (--replicas 1) or a separate shardcastd"
+
 /* One source of a mixed job (README "Mixing datasets"). */
 #define SC_MIX_NAME_MAX 64u
 typedef struct sc_mixsrc {

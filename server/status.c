@@ -191,6 +191,9 @@ static json_t *epoch_json(const sc_config *cfg, sc_job *job, fslot *s,
         "consumers", jc, "missing", jm, "lagging", jl, "consumers_truncated",
         n > listed);
     if (o) {
+        /* whose part of the epoch: this server's own, or a failed
+         * replica's it covers for (replica=J) */
+        json_object_set_new(o, "replica", json_integer((json_int_t)s->part));
         json_object_set_new(o, "samples_total", s->count != UINT64_MAX
                                                     ? jint(s->count)
                                                     : json_null());

@@ -416,3 +416,24 @@ def test_failover_through_a_faulty_store(start, server_binary, big_rs_ds, workdi
                                          for j in range(3)], 2, 2, 720)
     finally:
         ng.stop()
+
+
+def test_mixed_jobs_are_refused_on_a_replica_set(server_binary, start, rs_ds):
+    """A mixed job's epoch is one sequence drawn from every source: a set
+    of R > 1 replicas refuses it at start (config) and at PUT (400), with
+    the reason; README "Scale-out" says the same."""
+    import subprocess
+    p = subprocess.run([server_binary, "--job", "m", "--source", rs_ds, "--epoch-size", "100",
+                        "--replica", "1", "--replicas", "2", "--port", "0"],
+                       capture_output=True, timeout=30)
+    assert p.returncode != 0
+    assert b"a mixed job (\"sources\" or \"epoch_size\") cannot be split over --replicas 2" \
+        in p.stderr
+    srv = start("--admin-token", "adm-token-1", "--replica", "1", "--replicas", "2",
+                "--port", str(free_port()))
+    body = json.dumps({"sources": [{"name": "a", "source": rs_ds, "weight": 1}]}).encode()
+    st, _, out = request(srv, "/v1/jobs/m", method="PUT", token="adm-token-1", body=body)
+    assert st == 400 and b"cannot be split over --replicas 2" in out, (st, out)
+    st, _, out = request(srv, "/v1/jobs/p", method="PUT", token="adm-token-1",
+                         body=json.dumps({"source": rs_ds}).encode())
+    assert st == 201, out
