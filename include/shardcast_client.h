@@ -51,7 +51,13 @@ typedef enum scc_code {
                               within the retry budget */
     SCC_ERR_PROTOCOL = 9,  /* the bytes violate the wire format */
     SCC_ERR_TIMEOUT = 10,  /* no byte for idle_timeout_ms */
-    SCC_ERR_LIMIT = 11     /* a sample or response above a client limit */
+    SCC_ERR_LIMIT = 11,    /* a sample or response above a client limit */
+    SCC_ERR_CONFIG = 12    /* the replica set is set up wrongly: replicas
+                              that report another place in the set, or
+                              disagree on the job's order (fingerprint),
+                              or a stream that is not the part asked for;
+                              never retried (detail names the replicas and
+                              the differing settings) */
 } scc_code;
 
 /* Fixed English text of a code; never NULL. */
@@ -73,6 +79,24 @@ typedef enum scc_format {
 #define SCC_URL_MAX 8192u           /* bytes of a stream URL */
 #define SCC_ERROR_BODY_MAX 4096u    /* bytes of an HTTP error body kept */
 #define SCC_SAMPLE_MAX_DEFAULT (1ull << 30) /* bytes of one sample (frame) */
+#define SCC_REPLICAS_MAX 65536u     /* URLs in a replica set */
+#define SCC_FINGERPRINT_MAX 64u     /* hex digits of a fingerprint */
+
+/* A failover, as told to scc_options.on_failover (see below). Strings are
+ * valid during the call only. */
+typedef struct scc_failover {
+    uint32_t part;        /* J: the replica whose part of the epoch the
+                             stream reads (its home replica) */
+    uint32_t from, to;    /* the replica that served the stream until it
+                             failed, and the one serving it now */
+    const char *from_url, *to_url; /* their base URLs */
+    uint64_t position;    /* position within the share it continues at */
+    uint32_t attempts;    /* attempts this took (1: the first one) */
+    uint64_t stalled_ms;  /* from the failure to the new connection's
+                             answer */
+    const char *reason;   /* why `from` was left */
+} scc_failover;
+typedef void (*scc_failover_fn)(void *userdata, const scc_failover *f);
 
 /*
  * How to open a stream. Initialise with scc_options_init() (which sets the
@@ -81,7 +105,32 @@ typedef enum scc_format {
  *
  * Either `url` is a full stream URL (".../v1/jobs/J/epochs/E/stream?
  * rank=R&world=W..."; its start= is replaced on resume and a format= is
- * added when missing), or `server` plus job/epoch/rank/world/... build it.
+ * added when missing), or `server` plus job/epoch/rank/world/... build it,
+ * or `replicas` (a replica set, below) plus job/epoch/rank/world/....
+ *
+ * A replica set: nreplicas >= 1 base URLs, replicas[j] being the server
+ * started with --replica j --replicas nreplicas. `server` and `url` are
+ * then not used, and rank/world are the GLOBAL consumer c of W: the stream
+ * reads replica J = c mod R's part of the epoch, as local rank c div R of
+ * a local world of (W - J + R - 1) div R consumers (scc_route; W < R is
+ * SCC_ERR_INVALID: a replica would have no consumer). Each request names
+ * the part (&replica=J), so that any replica can serve it:
+ *   - verify (default): scc_stream_open first asks every replica for
+ *     GET /v1/topology?job=JOB (scc_replicas_verify; skipped when
+ *     `fingerprint` is given) and fails with SCC_ERR_CONFIG unless every
+ *     replica that answers reports its own place (replica j of nreplicas)
+ *     and the same fingerprint; every stream header must then carry that
+ *     fingerprint and the part asked for, else SCC_ERR_CONFIG;
+ *   - failover: the stream starts at its home replica J (open tries the
+ *     other replicas once each when J cannot be reached or answers 5xx);
+ *     a failure that is retried (above) moves to the next replica of the
+ *     consumer's candidate list (home, then (J + 1 + ((l + i) mod (R - 1)))
+ *     mod R for i = 0..R-2, l the local rank; round and round, so a home
+ *     that comes back is used again) at once for the first round, with the
+ *     backoff after that, and resumes there at the position reached;
+ *   - no_verify: no topology check and no fingerprint is required; a
+ *     stream that states its identity must still be the part asked for,
+ *     and keep the fingerprint the stream first had across failovers.
  */
 typedef struct scc_options {
     const char *url;       /* full stream URL, or NULL */
@@ -111,6 +160,18 @@ typedef struct scc_options {
                                     that would start later is not made
                                     (default SCC_RETRY_BUDGET_DEFAULT_MS;
                                     0: attempts only) */
+    /* The replica set (see above); NULL/0: a single server. */
+    const char *const *replicas;
+    size_t nreplicas;
+    int no_verify;               /* 1: skip the replica set check */
+    const char *fingerprint;     /* the set's fingerprint as already
+                                    verified (scc_replicas_verify), so that
+                                    many streams check once; NULL: open
+                                    verifies */
+    scc_failover_fn on_failover; /* told of each failover, on the thread
+                                    that reads the stream, from within
+                                    scc_stream_open/next (NULL: none) */
+    void *on_failover_ud;
 } scc_options;
 
 /*
@@ -124,7 +185,8 @@ typedef struct scc_options {
  * defaults, 30 attempts within 120 s, ride out a rolling restart of the
  * server of a minute or so. A sample handed out starts a new budget.
  * scc_stream_open itself does not retry: a server that cannot be reached
- * or refuses at the start is reported at once.
+ * or refuses at the start is reported at once (with a replica set, once
+ * each replica of the consumer's candidate list was tried; see above).
  */
 #define SCC_RECONNECTS_DEFAULT 30u
 #define SCC_RETRY_BUDGET_DEFAULT_MS 120000u
@@ -172,7 +234,9 @@ typedef struct scc_stream scc_stream;
  * Open a stream: connect, send the request and read the response head. On
  * success the server accepted the request (200). Errors: SCC_ERR_INVALID,
  * SCC_ERR_CONNECT, SCC_ERR_NOTFOUND (unknown job), SCC_ERR_AUTH,
- * SCC_ERR_HTTP (with the server's reason), SCC_ERR_TIMEOUT, SCC_ERR_NOMEM.
+ * SCC_ERR_HTTP (with the server's reason), SCC_ERR_TIMEOUT, SCC_ERR_NOMEM,
+ * and with a replica set SCC_ERR_CONFIG (the check failed) and the codes
+ * of scc_replicas_verify.
  * On failure *out is still set when a stream could be created, so that
  * scc_stream_errmsg() gives the detail; destroy it with scc_stream_close().
  */
@@ -184,8 +248,10 @@ scc_code scc_stream_open(const scc_options *opts, scc_stream **out);
  * end the stream: SCC_ERR_SERVER (a final error trailer, or a retryable
  * one and the retry budget spent), SCC_ERR_CUT (broken, and the retry
  * budget spent or no reconnect allowed), SCC_ERR_PROTOCOL, SCC_ERR_TIMEOUT,
- * SCC_ERR_LIMIT, SCC_ERR_NOMEM, and on a failed reconnect the codes of
- * scc_stream_open. The sample's views are valid until the next call.
+ * SCC_ERR_LIMIT, SCC_ERR_NOMEM, SCC_ERR_CONFIG (with a replica set: a
+ * stream that is not the part asked for, or has another fingerprint; never
+ * retried), and on a failed reconnect the codes of scc_stream_open. The
+ * sample's views are valid until the next call.
  */
 scc_code scc_stream_next(scc_stream *s, const scc_sample **out);
 
@@ -219,8 +285,57 @@ const scc_summary *scc_stream_summary(const scc_stream *s);
 /* The stream's current URL (start= updated on resume); the token is not
  * part of it. */
 const char *scc_stream_url(const scc_stream *s);
+/* Failovers so far: connections that another replica of the set took
+ * over (0 without a replica set). */
+uint32_t scc_stream_failovers(const scc_stream *s);
+/* The replica (index into scc_options.replicas) serving the current
+ * connection, or -1 without a replica set. */
+int scc_stream_replica(const scc_stream *s);
+
+/* What a stream states of where it comes from (the frames HEADER's and
+ * the tar stream's global header's identity; see shardio_wire.h). */
+typedef struct scc_ident {
+    char job[257];
+    uint64_t epoch;
+    char fingerprint[SCC_FINGERPRINT_MAX + 1]; /* "" when not stated */
+    uint32_t replica;   /* the part of the epoch served */
+    uint32_t replicas;  /* R */
+    uint32_t served_by; /* the answering server's own replica number */
+} scc_ident;
+/* The identity of the current connection's stream, or NULL when it stated
+ * none (yet; a server without it, or before the first sample). */
+const scc_ident *scc_stream_ident(const scc_stream *s);
+
 /* Close the connection and free the stream (NULL is fine). */
 void scc_stream_close(scc_stream *s);
+
+/*
+ * Consumer c of W with a replica set of R: its replica J = c mod R, local
+ * rank c div R and local world (W - J + R - 1) div R. SCC_ERR_INVALID when
+ * R == 0, c >= W or W < R.
+ */
+scc_code scc_route(uint32_t consumer, uint32_t world, uint32_t replicas,
+                   uint32_t *replica, uint32_t *local_rank,
+                   uint32_t *local_world);
+
+/*
+ * The replica set check of scc_stream_open, on its own: GET
+ * {replicas[k]}/v1/topology?job=JOB on every replica of o->replicas (with
+ * o->token; connect and idle timeouts as for a stream). A replica that
+ * cannot be reached or times out is skipped (the others still have to
+ * agree); a 503 (the job still resolving) is asked again within the retry
+ * budget. SCC_OK with the common fingerprint in fp (NUL-terminated) when
+ * every replica that answered reports its own place, replica k of
+ * nreplicas, and all fingerprints are equal; SCC_ERR_CONFIG when not, with
+ * errmsg naming the replicas (URL, the place given, what each reports)
+ * and the fields of the job's "order" that differ, each replica's value;
+ * SCC_ERR_CONNECT when none answered; SCC_ERR_NOTFOUND, SCC_ERR_AUTH,
+ * SCC_ERR_HTTP as their names say; SCC_ERR_PROTOCOL for an answer that is
+ * not the expected JSON. errmsg (errlen bytes) may be NULL.
+ */
+scc_code scc_replicas_verify(const scc_options *o,
+                             char fp[SCC_FINGERPRINT_MAX + 1], char *errmsg,
+                             size_t errlen);
 
 /*
  * One-shot GET of url (e.g. a job's status), body bounded by max_body

@@ -42,6 +42,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "replicas.h"
 #include "shardio_wire.h"
 
 /* Bytes the stream may hold beyond what the unit being parsed needs: a
@@ -75,6 +76,8 @@ const char *scc_strerror(scc_code code)
     case SCC_ERR_PROTOCOL: return "malformed stream";
     case SCC_ERR_TIMEOUT: return "timed out";
     case SCC_ERR_LIMIT: return "limit exceeded";
+    case SCC_ERR_CONFIG:
+        return "the replica set is set up wrongly";
     }
     return "unknown error";
 }
@@ -117,7 +120,9 @@ static void sleep_ms(uint32_t ms)
 
 struct scc_stream {
     scc_options o;        /* copy; strings below */
-    char *url_base;       /* the request URL up to where start= goes */
+    char *url_base;       /* the request URL up to where start= goes
+                             (with a replica set: from the path on; the
+                             root is roots[at]) */
     char *url;            /* current request URL */
     char *auth;           /* "Authorization: Bearer ..." or NULL */
     struct curl_slist *headers;
@@ -161,7 +166,25 @@ struct scc_stream {
     scc_code failed;      /* sticky error once the stream is over */
     int have_summary;
     scc_summary summary;
-    char errmsg[1024];
+
+    /* The replica set (nrep == 0: a single server or a URL). */
+    char **roots;         /* base URLs, no trailing '/' */
+    uint32_t nrep;
+    uint32_t home, lrank, lworld; /* part J, local rank and world */
+    uint32_t cand;        /* index in the candidate list of the replica
+                             the current (or next) request goes to */
+    uint32_t at;          /* that replica */
+    int serving;          /* the replica that answered the last request
+                             with 200, -1 before one did */
+    char fp[SCC_FINGERPRINT_MAX + 1]; /* the fingerprint streams must
+                                         carry ("" until known) */
+    uint32_t failovers;
+    uint64_t fail_ms;     /* when the serving replica failed */
+    char fail_reason[512];
+    int ident_checked;    /* this response's identity was checked */
+    int has_ident;
+    scc_ident ident;
+    char errmsg[SCC_REPLICAS_MSG_MAX];
 };
 
 static scc_code seterr(scc_stream *s, scc_code rc, const char *fmt, ...)
@@ -173,6 +196,16 @@ static scc_code seterr(scc_stream *s, scc_code rc, const char *fmt, ...)
     vsnprintf(s->errmsg, sizeof s->errmsg, fmt, ap);
     va_end(ap);
     return rc;
+}
+
+/* Copy src into d (n bytes), cut short when longer. */
+static void scopy(char *d, size_t n, const char *src)
+{
+    size_t l = strlen(src);
+    if (l >= n)
+        l = n - 1;
+    memcpy(d, src, l);
+    d[l] = '\0';
 }
 
 static size_t on_header(char *buf, size_t size, size_t n, void *ud)
@@ -369,7 +402,8 @@ static scc_code request(scc_stream *s)
 {
     scc_code rc = SCC_OK;
     sio_error err;
-    size_t ulen = strlen(s->url_base) + 32;
+    const char *root = s->nrep ? s->roots[s->at] : "";
+    size_t ulen = strlen(root) + strlen(s->url_base) + 32;
 
     drop_transfer(s);
     free(s->url);
@@ -378,8 +412,10 @@ static scc_code request(scc_stream *s)
         rc = seterr(s, SCC_ERR_NOMEM, "out of memory");
         goto out;
     }
-    snprintf(s->url, ulen, "%sstart=%llu", s->url_base,
+    snprintf(s->url, ulen, "%s%sstart=%llu", root, s->url_base,
              (unsigned long long)s->next_pos);
+    s->ident_checked = 0;
+    s->has_ident = 0;
     s->rpos = s->rlen = 0;
     s->want = 0;
     s->magic_done = 0;
@@ -537,21 +573,31 @@ static scc_code build_base(scc_stream *s, const scc_options *o)
             bad |= append(&b, &len, &cap, "&");
         }
     } else {
-        if (!o->server || !o->job || !*o->job || o->world == 0 ||
-            o->rank >= o->world) {
+        if ((!s->nrep && !o->server) || !o->job || !*o->job ||
+            o->world == 0 || o->rank >= o->world) {
             rc = seterr(s, SCC_ERR_INVALID,
                         "need a URL, or server, job and rank < world");
             goto out;
         }
-        bad |= append(&b, &len, &cap, o->server);
-        while (!bad && len > 0 && b[len - 1] == '/')
-            b[--len] = '\0';
+        /* With a replica set, the root is the replica's (request()). */
+        if (!s->nrep) {
+            bad |= append(&b, &len, &cap, o->server);
+            while (!bad && len > 0 && b[len - 1] == '/')
+                b[--len] = '\0';
+        }
         bad |= append(&b, &len, &cap, "/v1/jobs/");
         bad |= append_esc(&b, &len, &cap, o->job);
         snprintf(num, sizeof num,
                  "/epochs/%llu/stream?rank=%u&world=%u&format=%s&",
-                 (unsigned long long)o->epoch, o->rank, o->world, fmt);
+                 (unsigned long long)o->epoch,
+                 s->nrep ? s->lrank : o->rank,
+                 s->nrep ? s->lworld : o->world, fmt);
         bad |= append(&b, &len, &cap, num);
+        if (s->nrep) {
+            /* The part asked for: any replica serves it. */
+            snprintf(num, sizeof num, "replica=%u&", s->home);
+            bad |= append(&b, &len, &cap, num);
+        }
         if (o->global_start) {
             snprintf(num, sizeof num, "global_start=%llu&",
                      (unsigned long long)o->global_start);
@@ -591,6 +637,115 @@ static uint64_t url_start(const char *url)
     return 0;
 }
 
+/* A new connection answered 200: when it is another replica than the one
+ * that served before, that is a failover (counted, and told). */
+static void note_serving(scc_stream *s, uint32_t attempts)
+{
+    if (s->nrep && s->serving >= 0 && (uint32_t)s->serving != s->at) {
+        s->failovers++;
+        if (s->o.on_failover) {
+            scc_failover f;
+            f.part = s->home;
+            f.from = (uint32_t)s->serving;
+            f.to = s->at;
+            f.from_url = s->roots[s->serving];
+            f.to_url = s->roots[s->at];
+            f.position = s->next_pos;
+            f.attempts = attempts;
+            f.stalled_ms = sio_now_ms() - s->fail_ms;
+            f.reason = s->fail_reason;
+            s->o.on_failover(s->o.on_failover_ud, &f);
+        }
+    }
+    s->serving = (int)s->at;
+}
+
+/* The replica set of opts: checks, the route, the roots. */
+static scc_code setup_replicas(scc_stream *s, const scc_options *o)
+{
+    if (o->url)
+        return seterr(s, SCC_ERR_INVALID, "a stream URL and a replica set "
+                      "exclude each other");
+    if (!o->replicas || o->nreplicas > SCC_REPLICAS_MAX)
+        return seterr(s, SCC_ERR_INVALID, "a replica set has 1..%u URLs",
+                      SCC_REPLICAS_MAX);
+    if (!o->job || !*o->job)
+        return seterr(s, SCC_ERR_INVALID, "need a job");
+    s->nrep = (uint32_t)o->nreplicas;
+    if (scc_route(o->rank, o->world, s->nrep, &s->home, &s->lrank,
+                  &s->lworld) != SCC_OK)
+        return seterr(s, SCC_ERR_INVALID,
+                      "consumer %u of world %u cannot be served by %u "
+                      "replicas: need rank < world and world >= replicas "
+                      "(every replica needs a consumer, or its part of the "
+                      "epoch is never read)", o->rank, o->world, s->nrep);
+    s->roots = calloc(s->nrep, sizeof *s->roots);
+    if (!s->roots)
+        return seterr(s, SCC_ERR_NOMEM, "out of memory");
+    for (uint32_t k = 0; k < s->nrep; k++) {
+        const char *r = o->replicas[k];
+        size_t rl = r ? strlen(r) : 0;
+        while (rl && r[rl - 1] == '/')
+            rl--;
+        if (rl == 0 || rl > SCC_URL_MAX)
+            return seterr(s, SCC_ERR_INVALID,
+                          "replica %u: empty or too long URL", k);
+        if (!(s->roots[k] = malloc(rl + 1)))
+            return seterr(s, SCC_ERR_NOMEM, "out of memory");
+        memcpy(s->roots[k], r, rl);
+        s->roots[k][rl] = '\0';
+    }
+    s->cand = 0;
+    s->at = s->home;
+    return SCC_OK;
+}
+
+/* Open with a replica set: the check (unless no_verify), then the home
+ * replica, and the others once each when it cannot serve. */
+static scc_code open_replicas(scc_stream *s, const scc_options *o)
+{
+    scc_code rc = SCC_OK;
+    if (!o->no_verify) {
+        if (o->fingerprint) {
+            if (!scc_fingerprint_ok(o->fingerprint))
+                return seterr(s, SCC_ERR_INVALID, "fingerprint: not 1..%u "
+                              "lowercase hex digits", SCC_FINGERPRINT_MAX);
+            snprintf(s->fp, sizeof s->fp, "%s", o->fingerprint);
+        } else {
+            rc = scc_replicas_verify(o, s->fp, s->errmsg, sizeof s->errmsg);
+            if (rc != SCC_OK)
+                return rc;
+        }
+    }
+    s->serving = (int)s->home;
+    for (uint32_t i = 0; i < s->nrep; i++) {
+        s->cand = i;
+        s->at = scc_candidate(s->home, s->lrank, s->nrep, i);
+        rc = request(s);
+        if (rc == SCC_OK) {
+            note_serving(s, i + 1);
+            return SCC_OK;
+        }
+        if (i == 0) {
+            scopy(s->fail_reason, sizeof s->fail_reason, s->errmsg);
+            s->fail_ms = sio_now_ms();
+        }
+        /* Another replica may serve what this one cannot reach or has no
+         * capacity for; not what it refuses. */
+        if (!(rc == SCC_ERR_CONNECT || rc == SCC_ERR_TIMEOUT ||
+              rc == SCC_ERR_CUT || (rc == SCC_ERR_HTTP && s->status >= 500)))
+            return rc;
+        if (s->nrep > 1 && i + 1 == s->nrep) {
+            char last[sizeof s->fail_reason];
+            scopy(last, sizeof last, s->errmsg);
+            seterr(s, rc, "%s; no other replica could serve replica %u's "
+                   "part either (the last: %s)", s->fail_reason, s->home,
+                   last);
+        }
+    }
+    return rc;
+}
+
 scc_code scc_stream_open(const scc_options *opts, scc_stream **out)
 {
     scc_code rc = SCC_OK;
@@ -612,12 +767,17 @@ scc_code scc_stream_open(const scc_options *opts, scc_stream **out)
         return SCC_ERR_NOMEM;
     *out = s;
     s->partition = -1;
+    s->serving = -1;
     s->o = *opts;
     /* The caller's strings are used during open only (build_base, the
-     * Authorization header); the copy must not point at them. */
+     * Authorization header, the replica set check); the copy must not
+     * point at them. */
     s->o.url = s->o.server = s->o.job = s->o.token = NULL;
     s->o.fields = NULL;
     s->o.nfields = 0;
+    s->o.replicas = NULL;
+    s->o.nreplicas = 0;
+    s->o.fingerprint = NULL;
     if (s->o.max_sample_bytes == 0)
         s->o.max_sample_bytes = SCC_SAMPLE_MAX_DEFAULT;
     if (s->o.max_sample_bytes > SIO_FRAME_PAYLOAD_MAX)
@@ -631,6 +791,11 @@ scc_code scc_stream_open(const scc_options *opts, scc_stream **out)
     s->payload_max = s->o.max_sample_bytes + RX_SLACK > SIO_FRAME_PAYLOAD_MAX
                          ? SIO_FRAME_PAYLOAD_MAX
                          : (uint32_t)(s->o.max_sample_bytes + RX_SLACK);
+    if (opts->nreplicas) {
+        rc = setup_replicas(s, opts);
+        if (rc != SCC_OK)
+            goto out;
+    }
     rc = build_base(s, opts);
     if (rc != SCC_OK)
         goto out;
@@ -657,7 +822,7 @@ scc_code scc_stream_open(const scc_options *opts, scc_stream **out)
         rc = seterr(s, SCC_ERR_NOMEM, "out of memory");
         goto out;
     }
-    rc = request(s);
+    rc = s->nrep ? open_replicas(s, opts) : request(s);
 out:
     if (rc != SCC_OK) {
         s->failed = rc;
@@ -667,12 +832,13 @@ out:
     return rc;
 }
 
-/* The pause before the next attempt of a streak: the doubling backoff,
- * or the server's advice when that is longer. */
-static uint32_t retry_delay(const scc_stream *s, uint32_t advice_ms)
+/* The pause before the next attempt of a streak: the doubling backoff
+ * (doubled n times), or the server's advice when that is longer. */
+static uint32_t retry_delay(const scc_stream *s, uint32_t advice_ms,
+                            uint32_t n)
 {
     uint32_t delay = s->o.reconnect_delay_ms;
-    for (uint32_t i = 0; i < s->streak && delay < RECONNECT_DELAY_MAX_MS; i++)
+    for (uint32_t i = 0; i < n && delay < RECONNECT_DELAY_MAX_MS; i++)
         delay *= 2;
     if (delay > RECONNECT_DELAY_MAX_MS)
         delay = RECONNECT_DELAY_MAX_MS;
@@ -695,26 +861,43 @@ static scc_code resume(scc_stream *s, scc_code why_code, const char *why)
     const char *spent = "attempts";
 
     snprintf(reason, sizeof reason, "%s", why);
-    if (s->streak == 0)
+    if (s->streak == 0) {
         s->streak_start_ms = sio_now_ms();
+        s->fail_ms = s->streak_start_ms;
+        scopy(s->fail_reason, sizeof s->fail_reason, why);
+    }
     s->retryable = 0;
     s->retry_after_ms = 0;
+    /* With a replica set, the first round through the other replicas goes
+     * at once (the backoff and the advice are about the one that failed);
+     * the backoff starts after it. */
+    uint32_t fast = s->nrep > 1 ? s->nrep - 1 : 0;
     for (;;) {
         if (s->streak >= s->o.max_reconnects)
             break;
-        uint32_t delay = retry_delay(s, advice);
+        uint32_t delay = s->streak < fast
+                             ? 0
+                             : retry_delay(s, advice, s->streak - fast);
         if (s->o.retry_budget_ms &&
             sio_now_ms() + delay - s->streak_start_ms > s->o.retry_budget_ms) {
             spent = "time";
             break;
         }
         drop_transfer(s);
-        sleep_ms(delay);
+        if (delay)
+            sleep_ms(delay);
         s->streak++;
         s->reconnects++;
+        if (s->nrep > 1) {
+            /* The next candidate: round and round, home included. */
+            s->cand = (s->cand + 1) % s->nrep;
+            s->at = scc_candidate(s->home, s->lrank, s->nrep, s->cand);
+        }
         rc = request(s);
-        if (rc == SCC_OK)
+        if (rc == SCC_OK) {
+            note_serving(s, s->streak);
             return SCC_OK;
+        }
         /* A server that is back but refuses the request (unknown job after
          * a restart, auth) will not change its mind: stop. Connection
          * failures and 5xx are worth another attempt. */
@@ -796,6 +979,54 @@ static scc_code server_error(scc_stream *s, const char *reason, int retryable,
     return seterr(s, SCC_ERR_SERVER, "server error: %s", reason);
 }
 
+/*
+ * The identity a response states (id), or that it stated none (NULL):
+ * with a replica set it must be the part asked for, of R replicas, carry
+ * the set's fingerprint (the verified one, or under no_verify the first
+ * one seen) and, when verified, come from the replica it is given as.
+ */
+static scc_code check_ident(scc_stream *s, const scc_ident *id)
+{
+    s->ident_checked = 1;
+    s->has_ident = id != NULL;
+    if (id)
+        s->ident = *id;
+    if (!s->nrep)
+        return SCC_OK;
+    const char *u = s->roots[s->at];
+    if (!id) {
+        if (s->o.no_verify)
+            return SCC_OK;
+        return seterr(s, SCC_ERR_CONFIG, "%s (replica %u of %u) sent its "
+                      "stream without the replica set's identity (no "
+                      "fingerprint): a shardcastd without the replica set "
+                      "check? (no_verify / --no-verify skips the check)", u,
+                      s->at, s->nrep);
+    }
+    if (id->replica != s->home || id->replicas != s->nrep)
+        return seterr(s, SCC_ERR_CONFIG, "%s (given as replica %u of %u) "
+                      "streams replica %u of %u's part of the epoch, but "
+                      "replica %u of %u's was asked for", u, s->at, s->nrep,
+                      id->replica, id->replicas, s->home, s->nrep);
+    if (!s->o.no_verify && id->served_by != s->at)
+        return seterr(s, SCC_ERR_CONFIG, "%s is given as replica %u of %u "
+                      "but its stream says it is replica %u (served_by): "
+                      "the replica set changed since it was checked", u,
+                      s->at, s->nrep, id->served_by);
+    if (!s->fp[0]) {
+        snprintf(s->fp, sizeof s->fp, "%s", id->fingerprint);
+        return SCC_OK;
+    }
+    if (strcmp(id->fingerprint, s->fp) != 0)
+        return seterr(s, SCC_ERR_CONFIG, "%s (replica %u of %u) streams job "
+                      "%s epoch %llu with fingerprint %s, but the replica "
+                      "set's is %s: its order settings differ from the "
+                      "others' (restarted with another configuration?)", u,
+                      s->at, s->nrep, id->job,
+                      (unsigned long long)id->epoch, id->fingerprint, s->fp);
+    return SCC_OK;
+}
+
 /* The current sample's fields: the decoder's views, as the client's. */
 static const scc_field *take_fields(scc_stream *s, const sio_frame_field *wf,
                                     size_t n)
@@ -864,7 +1095,20 @@ static scc_code step_frames(scc_stream *s, const scc_sample **out, int *got)
     }
     s->magic_done = 1;
     switch (ev.type) {
-    case SIO_FRAMER_HEADER:
+    case SIO_FRAMER_HEADER: {
+        scc_ident id;
+        memset(&id, 0, sizeof id);
+        snprintf(id.job, sizeof id.job, "%s",
+                 ev.header.job ? ev.header.job : "");
+        id.epoch = ev.header.epoch;
+        snprintf(id.fingerprint, sizeof id.fingerprint, "%s",
+                 ev.header.fingerprint ? ev.header.fingerprint : "");
+        id.replica = ev.header.replica;
+        id.replicas = ev.header.replicas;
+        id.served_by = ev.header.served_by;
+        rc = check_ident(s, ev.header.has_ident ? &id : NULL);
+        if (rc != SCC_OK)
+            goto out;
         s->partition = (int)ev.header.partition;
         if (ev.header.start != s->resp_start) {
             rc = seterr(s, SCC_ERR_PROTOCOL, "the server started at %llu, "
@@ -874,6 +1118,7 @@ static scc_code step_frames(scc_stream *s, const scc_sample **out, int *got)
             goto out;
         }
         break;
+    }
     case SIO_FRAMER_SAMPLE: {
         scc_sample *c2 = &s->cur;
         c2->global_index = ev.global_index;
@@ -928,6 +1173,9 @@ static scc_code step_tar(scc_stream *s, const scc_sample **out, int *got)
         break;
     case SIO_TARR_SAMPLE: {
         const sio_tarr_sample *t = &r->sample;
+        /* No identity before the first sample: the stream has none. */
+        if (!s->ident_checked && (rc = check_ident(s, NULL)) != SCC_OK)
+            goto out;
         if (t->position < s->next_pos) {
             rc = seterr(s, SCC_ERR_PROTOCOL, "tar: sample at position %llu, "
                         "expected at least %llu",
@@ -953,10 +1201,24 @@ static scc_code step_tar(scc_stream *s, const scc_sample **out, int *got)
         *got = 1;
         break;
     }
-    case SIO_TARR_IDENT: /* the stream's identity: skipped here */
+    case SIO_TARR_IDENT: {
+        /* The stream's identity (its first member). */
+        scc_ident id;
+        memset(&id, 0, sizeof id);
+        snprintf(id.job, sizeof id.job, "%s", r->ident.job);
+        id.epoch = r->ident.epoch;
+        snprintf(id.fingerprint, sizeof id.fingerprint, "%s",
+                 r->ident.fingerprint);
+        id.replica = r->ident.replica;
+        id.replicas = r->ident.replicas;
+        id.served_by = r->ident.served_by;
         s->rpos += r->consumed;
+        rc = check_ident(s, &id);
         break;
+    }
     case SIO_TARR_END:
+        if (!s->ident_checked && (rc = check_ident(s, NULL)) != SCC_OK)
+            goto out;
         s->rpos += r->consumed;
         take_summary(s, &r->summary);
         *out = NULL;
@@ -992,7 +1254,7 @@ scc_code scc_stream_next(scc_stream *s, const scc_sample **out)
                                          : step_tar(s, out, &got);
         if (rc == SCC_ERR_CUT || rc == SCC_ERR_TIMEOUT ||
             (rc == SCC_ERR_SERVER && s->retryable)) {
-            char why[1024];
+            char why[sizeof s->errmsg];
             snprintf(why, sizeof why, "%s", s->errmsg);
             rc = resume(s, rc, why);
         }
@@ -1121,6 +1383,21 @@ const char *scc_stream_url(const scc_stream *s)
     return s->url ? s->url : "";
 }
 
+uint32_t scc_stream_failovers(const scc_stream *s)
+{
+    return s->failovers;
+}
+
+int scc_stream_replica(const scc_stream *s)
+{
+    return s->nrep ? (int)s->at : -1;
+}
+
+const scc_ident *scc_stream_ident(const scc_stream *s)
+{
+    return s->has_ident ? &s->ident : NULL;
+}
+
 void scc_stream_close(scc_stream *s)
 {
     if (!s)
@@ -1135,6 +1412,10 @@ void scc_stream_close(scc_stream *s)
         free(s->auth);
     }
     sio_framer_destroy(s->framer);
+    if (s->roots)
+        for (uint32_t k = 0; k < s->nrep; k++)
+            free(s->roots[k]);
+    free(s->roots);
     free(s->url_base);
     free(s->url);
     free(s->rx);
