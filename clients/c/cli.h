@@ -28,15 +28,27 @@ enum {
     CLI_EXIT_VERIFY = 6,   /* bench --verify found wrong, missing or
                               duplicated samples */
     CLI_EXIT_AUTH = 7,     /* the server refused the token */
-    CLI_EXIT_HTTP = 8      /* another HTTP error from the server */
+    CLI_EXIT_HTTP = 8,     /* another HTTP error from the server */
+    CLI_EXIT_CONFIG = 9    /* the replica set is set up wrongly (replicas
+                              in the wrong place, or disagreeing on the
+                              job's order) */
 };
 
 /* Exit code for a client result. */
 int cli_exit_for(scc_code rc);
 
-/* Where a stream comes from: a URL or server + job + epoch + rank/world. */
+/* Where a stream comes from: a URL, or server + job + epoch + rank/world,
+ * or a replica set + job + epoch + rank/world (rank/world then global). */
 typedef struct cli_conn {
     const char *server;     /* --server, else $SHARDCAST_SERVER */
+    const char *replicas_arg; /* --replicas "URL,URL,..." */
+    char **replicas;        /* the replica set's base URLs (malloc'd, each
+                               malloc'd): --replicas, else $SHARDCAST_URLS,
+                               else $SHARDCAST_URL_TEMPLATE expanded for
+                               $SHARDCAST_REPLICAS; NULL: none */
+    size_t nreplicas;
+    const char *replicas_from; /* where they came from, for messages */
+    int no_verify;          /* --no-verify */
     const char *job;
     uint64_t epoch;
     uint32_t rank, world;
@@ -57,7 +69,7 @@ enum {
     OPT_SERVER = 1000, OPT_JOB, OPT_EPOCH, OPT_RANK, OPT_WORLD, OPT_START,
     OPT_GLOBAL_START, OPT_FIELDS, OPT_FORMAT, OPT_TOKEN_FILE,
     OPT_CONNECT_TIMEOUT_MS, OPT_IDLE_TIMEOUT_MS, OPT_RECONNECTS,
-    OPT_RETRY_BUDGET_MS,
+    OPT_RETRY_BUDGET_MS, OPT_REPLICAS, OPT_NO_VERIFY,
     /* deprecated spellings of the three durations (bare number: ms) */
     OPT_CONNECT_TIMEOUT, OPT_IDLE_TIMEOUT, OPT_RETRY_BUDGET, OPT_CONN_END
 };
@@ -76,6 +88,8 @@ enum {
     {"idle-timeout-ms", required_argument, 0, OPT_IDLE_TIMEOUT_MS},         \
     {"reconnects", required_argument, 0, OPT_RECONNECTS},                   \
     {"retry-budget-ms", required_argument, 0, OPT_RETRY_BUDGET_MS},         \
+    {"replicas", required_argument, 0, OPT_REPLICAS},                       \
+    {"no-verify", no_argument, 0, OPT_NO_VERIFY},                           \
     {"connect-timeout", required_argument, 0, OPT_CONNECT_TIMEOUT},         \
     {"idle-timeout", required_argument, 0, OPT_IDLE_TIMEOUT},               \
     {"retry-budget", required_argument, 0, OPT_RETRY_BUDGET}
@@ -87,8 +101,10 @@ void cli_conn_init(cli_conn *c);
 /* Handle option c with argument arg: 1 handled, 0 not a connection
  * option, -1 bad value (message printed). */
 int cli_conn_option(cli_conn *c, int opt, const char *arg, const char *cmd);
-/* After parsing: token from the environment, checks. 0 ok, -1 (message
- * printed). need_job: server and job are required. */
+/* After parsing: token, server or replica set from the environment,
+ * checks. 0 ok, -1 (message printed). need_job: server (or a replica set)
+ * and job are required; without it (a stream URL) no replica set may be
+ * given on the command line, and the environment's is not read. */
 int cli_conn_finish(cli_conn *c, const char *cmd, int need_job);
 /* Fill stream options (pointers into c). */
 void cli_conn_options(const cli_conn *c, scc_options *o);

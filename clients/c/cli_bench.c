@@ -35,6 +35,12 @@ static const char bench_help_head[] =
     "(payload bytes, 10^6), time to first sample and the per-consumer\n"
     "spread (min/median/max samples and MB/s). A progress line is drawn on\n"
     "stderr when it is a terminal, else a plain line every --interval.\n"
+    "With a replica set (--replicas) the ranks are global consumers, each\n"
+    "served by replica rank mod R; the set is checked once before the\n"
+    "consumers start, each failover is told on stderr as by `cat`, and the\n"
+    "summary adds the failovers and the max stall: the longest gap between\n"
+    "two samples of one consumer (and the longest from a replica's failure\n"
+    "to the next sample of a consumer it served).\n"
     "\n"
     "  -n, --consumers N     concurrent consumers (default 4, at most 1024)\n"
     "  --first-rank R        rank of the first consumer (default 0)\n"
@@ -66,7 +72,9 @@ static const char bench_help_head[] =
     "                        a mismatch. --fields may then name NAME\n"
     "  --json                print the summary as JSON on stdout\n"
     "  --interval D          time between plain progress lines (default 5s;\n"
-    "                        whole seconds, a bare number is seconds)\n"
+    "                        whole seconds, a bare number is seconds); they\n"
+    "                        give min_samples, the samples of the consumer\n"
+    "                        that has the fewest\n"
     "  --help                this text\n";
 
 static uint64_t now_ns(void)
@@ -76,12 +84,30 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* A failover of consumer ud's stream, told on stderr (the library prints
+ * nothing) and timed until its next sample. */
+static void on_failover(void *ud, const scc_failover *f)
+{
+    consumer *c = ud;
+    uint64_t now = now_ns();
+    uint64_t ago = f->stalled_ms * 1000000u;
+    fprintf(stderr, "shardcast bench: replica %u (%s) failed: %s; continuing "
+            "consumer %u at position %llu from replica %u (%s)\n", f->from,
+            f->from_url, f->reason, c->rank, (unsigned long long)f->position,
+            f->to, f->to_url);
+    c->fail_ns = ago < now ? now - ago : 0;
+    c->fail_pending = 1;
+}
+
 static void *consumer_main(void *arg)
 {
     consumer *c = arg;
     scc_stream *s = NULL;
     scc_options o = *c->base;
+    uint64_t last_ns = 0;
     o.rank = c->rank;
+    o.on_failover = on_failover;
+    o.on_failover_ud = c;
 
     c->ttfs_ns = UINT64_MAX;
     c->rc = scc_stream_open(&o, &s);
@@ -94,8 +120,17 @@ static void *consumer_main(void *arg)
             c->complete = 1;
             break;
         }
+        uint64_t now = now_ns();
         if (c->ttfs_ns == UINT64_MAX)
-            c->ttfs_ns = now_ns() - c->t0_ns;
+            c->ttfs_ns = now - c->t0_ns;
+        if (last_ns && now - last_ns > c->max_stall_ns)
+            c->max_stall_ns = now - last_ns;
+        last_ns = now;
+        if (c->fail_pending) {
+            c->fail_pending = 0;
+            if (now - c->fail_ns > c->failover_stall_ns)
+                c->failover_stall_ns = now - c->fail_ns;
+        }
         if (c->mf)
             bench_check_sample(c, smp);
         atomic_fetch_add(&c->bytes, smp->bytes);
@@ -110,6 +145,7 @@ static void *consumer_main(void *arg)
         snprintf(c->partition, sizeof c->partition, "%s", p ? p : "");
         c->wire_bytes = scc_stream_bytes(s);
         c->reconnects = scc_stream_reconnects(s);
+        c->failovers = scc_stream_failovers(s);
     }
     scc_stream_close(s);
     c->end_ns = now_ns() - c->t0_ns;
@@ -256,6 +292,22 @@ static int bench_run(const bench_args *a, manifest *mf, consumer *cs,
     if (!th)
         return CLI_EXIT_FAIL;
     cli_conn_options(&a->cc, &base);
+    char fp[SCC_FINGERPRINT_MAX + 1];
+    if (base.nreplicas && !base.no_verify) {
+        /* The replica set is checked once, not by every consumer. */
+        char *msg = malloc(8192);
+        scc_code rc = msg ? scc_replicas_verify(&base, fp, msg, 8192)
+                          : SCC_ERR_NOMEM;
+        if (rc != SCC_OK) {
+            fprintf(stderr, "shardcast bench: %s\n",
+                    msg ? msg : scc_strerror(rc));
+            free(msg);
+            free(th);
+            return cli_exit_for(rc);
+        }
+        free(msg);
+        base.fingerprint = fp;
+    }
     uint64_t t0 = now_ns();
     for (size_t i = 0; i < n; i++) {
         cs[i].rank = (uint32_t)(first + i);
@@ -276,12 +328,17 @@ static int bench_run(const bench_args *a, manifest *mf, consumer *cs,
     uint64_t last_print = t0;
     for (;;) {
         size_t ndone = 0;
-        uint64_t ts = 0, tb = 0;
+        uint64_t ts = 0, tb = 0, tmin = UINT64_MAX;
         for (size_t i = 0; i < started; i++) {
+            uint64_t cn = atomic_load(&cs[i].samples);
             ndone += atomic_load(&cs[i].done) != 0;
-            ts += atomic_load(&cs[i].samples);
+            ts += cn;
             tb += atomic_load(&cs[i].bytes);
+            if (cn < tmin)
+                tmin = cn;
         }
+        if (tmin == UINT64_MAX)
+            tmin = 0;
         uint64_t now = now_ns();
         double el = (double)(now - t0) / 1e9;
         if (ndone == started)
@@ -294,9 +351,11 @@ static int bench_run(const bench_args *a, manifest *mf, consumer *cs,
                     started);
         } else if (now - last_print >= interval * 1000000000ull) {
             fprintf(stderr, "bench: elapsed_s=%.1f samples=%" PRIu64
-                    " samples_per_s=%.0f mb_per_s=%.1f running=%zu\n", el, ts,
+                    " samples_per_s=%.0f mb_per_s=%.1f running=%zu"
+                    " min_samples=%" PRIu64 "\n", el, ts,
                     el > 0 ? (double)ts / el : 0.0,
-                    el > 0 ? (double)tb / 1e6 / el : 0.0, started - ndone);
+                    el > 0 ? (double)tb / 1e6 / el : 0.0, started - ndone,
+                    tmin);
             last_print = now;
         }
         struct timespec d = {0, 200 * 1000000L};

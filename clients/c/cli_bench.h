@@ -60,6 +60,12 @@ typedef struct consumer {
     uint64_t ttfs_ns, end_ns; /* UINT64_MAX: no sample */
     uint64_t wire_bytes;
     uint32_t reconnects;
+    uint32_t failovers;       /* connections another replica took over */
+    uint64_t max_stall_ns;    /* longest gap between two of its samples */
+    uint64_t failover_stall_ns; /* longest time from a replica's failure
+                                   to the next sample, over its failovers */
+    uint64_t fail_ns;         /* when the replica that failed did */
+    int fail_pending;         /* a failover waits for its first sample */
     scc_code rc;
     char err[512];
     char partition[16];

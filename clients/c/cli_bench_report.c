@@ -45,7 +45,8 @@ int bench_report(const bench_args *a, manifest *mf, const consumer *cs,
     uint64_t n = a->n, first = a->first;
     int ret = CLI_EXIT_OK;
 
-    uint64_t total = 0, bytes = 0, wire = 0, reconnects = 0;
+    uint64_t total = 0, bytes = 0, wire = 0, reconnects = 0, failovers = 0;
+    uint64_t max_stall = 0, fo_stall = 0;
     size_t failed = 0;
     int worst = CLI_EXIT_OK;
     double ttfs[3], sps[3], mbps[3];
@@ -55,6 +56,11 @@ int bench_report(const bench_args *a, manifest *mf, const consumer *cs,
         bytes += cs[i].bytes;
         wire += cs[i].wire_bytes;
         reconnects += cs[i].reconnects;
+        failovers += cs[i].failovers;
+        if (cs[i].max_stall_ns > max_stall)
+            max_stall = cs[i].max_stall_ns;
+        if (cs[i].failover_stall_ns > fo_stall)
+            fo_stall = cs[i].failover_stall_ns;
         if (cs[i].rc != SCC_OK) {
             failed++;
             if (worst == CLI_EXIT_OK)
@@ -96,6 +102,17 @@ int bench_report(const bench_args *a, manifest *mf, const consumer *cs,
                                 cs[i].ttfs_ns == UINT64_MAX
                                     ? json_null()
                                     : json_real((double)cs[i].ttfs_ns / 1e9));
+            json_object_set_new(d, "failovers",
+                                json_integer((json_int_t)cs[i].failovers));
+            json_object_set_new(d, "max_stall_s",
+                                json_real((double)cs[i].max_stall_ns / 1e9));
+            json_object_set_new(
+                d, "failover_stall_s",
+                json_real((double)cs[i].failover_stall_ns / 1e9));
+            if (a->cc.nreplicas)
+                json_object_set_new(
+                    d, "replica",
+                    json_integer((json_int_t)(cs[i].rank % a->cc.nreplicas)));
             if (cs[i].rc != SCC_OK)
                 json_object_set_new(d, "error", json_string(cs[i].err));
             json_array_append_new(detail, d);
@@ -113,6 +130,16 @@ int bench_report(const bench_args *a, manifest *mf, const consumer *cs,
             spread_json(sps), "mb_per_s", spread_json(mbps), "reconnects",
             (json_int_t)reconnects, "failed", (json_int_t)failed, "verify",
             jv, "consumers_detail", detail);
+        if (root) {
+            json_object_set_new(root, "replicas",
+                                json_integer((json_int_t)a->cc.nreplicas));
+            json_object_set_new(root, "failovers",
+                                json_integer((json_int_t)failovers));
+            json_object_set_new(root, "max_stall_s",
+                                json_real((double)max_stall / 1e9));
+            json_object_set_new(root, "max_failover_stall_s",
+                                json_real((double)fo_stall / 1e9));
+        }
         char *text = root ? json_dumps(root, JSON_INDENT(1) |
                                                  JSON_PRESERVE_ORDER)
                           : NULL;
@@ -137,6 +164,12 @@ int bench_report(const bench_args *a, manifest *mf, const consumer *cs,
                " MB/s min %.2f / median %.2f / max %.2f\n", sps[0], sps[1],
                sps[2], mbps[0], mbps[1], mbps[2]);
         printf("reconnects       %" PRIu64 "\n", reconnects);
+        if (a->cc.nreplicas)
+            printf("replicas         %zu\n", a->cc.nreplicas);
+        printf("failovers        %" PRIu64 "\n", failovers);
+        printf("max stall        %.3f s (longest gap between two samples of "
+               "a consumer); after a failover %.3f s\n",
+               (double)max_stall / 1e9, (double)fo_stall / 1e9);
         printf("failed           %zu\n", failed);
         if (a->verify) {
             printf("verify           %s\n", vmsg);

@@ -39,10 +39,45 @@ static const char cat_help_head[] =
     "frames and converts them. A broken connection is resumed from the\n"
     "position reached. Success ends the output with the __shardcast_end__\n"
     "member; a failure ends it with __shardcast_error__ and no end blocks.\n"
+    "The output starts with the stream's identity (a pax global header with\n"
+    "SHARDCAST.job, .epoch, .fingerprint, .replica, .replicas, .served_by)\n"
+    "when the server states one. With a replica set (--replicas), each\n"
+    "failover is told on stderr: \"replica J (URL) failed: WHY; continuing\n"
+    "consumer C at position P from replica K (URL)\".\n"
     "\n"
     "  -o, --output FILE     write here instead of stdout\n"
     "  -q, --quiet           no summary line on stderr\n"
     "  --help                this text\n";
+
+/* A failover, told on stderr (the library prints nothing). */
+static void on_failover(void *ud, const scc_failover *f)
+{
+    const cli_conn *cc = ud;
+    fprintf(stderr, "shardcast cat: replica %u (%s) failed: %s; continuing "
+            "consumer %u at position %llu from replica %u (%s)\n", f->from,
+            f->from_url, f->reason, cc->rank,
+            (unsigned long long)f->position, f->to, f->to_url);
+}
+
+/* The stream's identity as the tar stream's global header (the server's
+ * own first member, when it stated one). */
+static sio_code write_ident(sio_wenc *w, const scc_stream *s)
+{
+    const scc_ident *id = scc_stream_ident(s);
+    sio_stream_ident si;
+    sio_error err;
+    size_t fl = id ? strlen(id->fingerprint) : 0;
+    if (fl == 0 || fl > SIO_FINGERPRINT_LEN)
+        return SIO_OK;
+    memset(&si, 0, sizeof si);
+    snprintf(si.job, sizeof si.job, "%s", id->job);
+    si.epoch = id->epoch;
+    memcpy(si.fingerprint, id->fingerprint, fl + 1);
+    si.replica = id->replica;
+    si.replicas = id->replicas;
+    si.served_by = id->served_by;
+    return sio_tarw_write_ident(w, &si, &err);
+}
 
 static sio_code file_sink(void *ud, const void *data, size_t len)
 {
@@ -154,6 +189,8 @@ int cli_cat(int argc, char **argv)
     }
     cli_conn_options(&cc, &o);
     o.url = url;
+    o.on_failover = on_failover;
+    o.on_failover_ud = &cc;
 
     fields = calloc(SIO_FIELDS_MAX_DEFAULT, sizeof *fields);
     if (!fields) {
@@ -184,9 +221,21 @@ int cli_cat(int argc, char **argv)
         ret = CLI_EXIT_FAIL;
         goto out;
     }
+    int ident_done = 0;
     for (;;) {
         const scc_sample *smp = NULL;
         rc = scc_stream_next(s, &smp);
+        if (rc == SCC_OK && !ident_done) {
+            ident_done = 1;
+            sio_code wc = write_ident(w, s);
+            if (wc != SIO_OK) {
+                fprintf(stderr, "shardcast cat: writing the stream's "
+                        "identity: %s\n", wc == SIO_ERR_IO ? strerror(errno)
+                                                          : sio_strerror(wc));
+                ret = CLI_EXIT_FAIL;
+                break;
+            }
+        }
         if (rc != SCC_OK) {
             fprintf(stderr, "shardcast cat: %s\n", scc_stream_errmsg(s));
             ret = cli_exit_for(rc);
@@ -228,10 +277,11 @@ int cli_cat(int argc, char **argv)
     if (!quiet)
         fprintf(stderr,
                 "shardcast cat: samples=%llu payload_bytes=%llu "
-                "position=%llu reconnects=%u status=%s\n",
+                "position=%llu reconnects=%u failovers=%u status=%s\n",
                 (unsigned long long)nsamples, (unsigned long long)payload,
                 (unsigned long long)scc_stream_position(s),
-                scc_stream_reconnects(s), ret == CLI_EXIT_OK ? "ok" : "error");
+                scc_stream_reconnects(s), scc_stream_failovers(s),
+                ret == CLI_EXIT_OK ? "ok" : "error");
 out:
     sio_wenc_destroy(w);
     scc_stream_close(s);

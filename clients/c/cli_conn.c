@@ -16,6 +16,8 @@
 
 /* A token file larger than this is not a token. */
 #define TOKEN_MAX 4096u
+/* The placeholder of $SHARDCAST_URL_TEMPLATE. */
+#define TEMPLATE_J "{j}"
 
 const char cli_conn_help[] =
     "Stream selection (instead of a URL):\n"
@@ -27,6 +29,25 @@ const char cli_conn_help[] =
     "  --global-start G      elastic resume base\n"
     "  --fields a,b          send only these fields\n"
     "  --format frames|tar   wire format to request\n"
+    "Replica set (shardcastd --replica J --replicas R, one URL each):\n"
+    "  --replicas URL,URL,.. the replicas' base URLs, replica 0 first\n"
+    "                        (instead of --server; else $SHARDCAST_URLS, or\n"
+    "                        $SHARDCAST_URL_TEMPLATE with {j} for J and\n"
+    "                        $SHARDCAST_REPLICAS=R). --rank/--world are then\n"
+    "                        the global consumer c of W (W >= R): it reads\n"
+    "                        replica c mod R's part of the epoch as local\n"
+    "                        rank c div R. Before streaming, every replica is\n"
+    "                        asked for GET /v1/topology?job=JOB: each must\n"
+    "                        report its own place (replica j of R) and the\n"
+    "                        same fingerprint of the job's order, else the\n"
+    "                        command fails naming the replicas and the\n"
+    "                        settings that differ (exit 9); a replica that\n"
+    "                        cannot be reached is skipped. A stream that\n"
+    "                        breaks moves to another replica at once (any\n"
+    "                        replica serves any part), resuming at the\n"
+    "                        position reached, and a line on stderr says so\n"
+    "  --no-verify           skip that check (streams must still be the part\n"
+    "                        asked for, with one fingerprint throughout)\n"
     "Connection (durations take a unit, 500ms, 30s, 5m, 1h, as shardcastd's\n"
     "settings do; a bare number is ms for options named -ms):\n"
     "  --token-file FILE       bearer token (else $SHARDCAST_TOKEN)\n"
@@ -88,6 +109,8 @@ int cli_conn_option(cli_conn *c, int opt, const char *arg, const char *cmd)
     const char *what = NULL;
     switch (opt) {
     case OPT_SERVER: c->server = arg; return 1;
+    case OPT_REPLICAS: c->replicas_arg = arg; return 1;
+    case OPT_NO_VERIFY: c->no_verify = 1; return 1;
     case OPT_JOB: c->job = arg; return 1;
     case OPT_EPOCH:
         if (cli_parse_u64(arg, INT64_MAX, &c->epoch) != 0)
@@ -198,18 +221,182 @@ int cli_conn_option(cli_conn *c, int opt, const char *arg, const char *cmd)
     return 1;
 }
 
+/* A replica's base URL: http(s)://host..., no query or fragment. */
+static int base_url_ok(const char *u)
+{
+    return (strncmp(u, "http://", 7) == 0 || strncmp(u, "https://", 8) == 0) &&
+           strlen(u) > 8 && !strpbrk(u, "?# \t") && strlen(u) < SCC_URL_MAX;
+}
+
+static int add_replica(cli_conn *c, const char *u, size_t n, const char *cmd)
+{
+    while (n && (*u == ' ' || *u == '\t')) {
+        u++;
+        n--;
+    }
+    while (n && (u[n - 1] == ' ' || u[n - 1] == '\t' || u[n - 1] == '/'))
+        n--;
+    if (n == 0)
+        return 0; /* "a,,b" and a trailing comma: nothing */
+    if (c->nreplicas == SCC_REPLICAS_MAX) {
+        fprintf(stderr, "shardcast %s: %s: more than %u replicas\n", cmd,
+                c->replicas_from, SCC_REPLICAS_MAX);
+        return -1;
+    }
+    char *d = malloc(n + 1);
+    if (!d) {
+        fprintf(stderr, "shardcast %s: out of memory\n", cmd);
+        return -1;
+    }
+    memcpy(d, u, n);
+    d[n] = '\0';
+    c->replicas[c->nreplicas++] = d;
+    if (!base_url_ok(d)) {
+        fprintf(stderr, "shardcast %s: %s: \"%s\" is not an http(s)://HOST"
+                "[:PORT] base URL\n", cmd, c->replicas_from, d);
+        return -1;
+    }
+    for (size_t k = 0; k + 1 < c->nreplicas; k++)
+        if (strcmp(c->replicas[k], d) == 0) {
+            fprintf(stderr, "shardcast %s: %s: %s is given twice (as replica "
+                    "%zu and %zu)\n", cmd, c->replicas_from, d, k,
+                    c->nreplicas - 1);
+            return -1;
+        }
+    return 0;
+}
+
+/* The replica set from a comma-separated list. */
+static int replicas_from_list(cli_conn *c, const char *list, const char *cmd)
+{
+    size_t n = 1;
+    for (const char *p = list; *p; p++)
+        n += *p == ',';
+    if (n > SCC_REPLICAS_MAX)
+        n = SCC_REPLICAS_MAX + 1;
+    c->replicas = calloc(n, sizeof *c->replicas);
+    if (!c->replicas) {
+        fprintf(stderr, "shardcast %s: out of memory\n", cmd);
+        return -1;
+    }
+    for (const char *p = list;;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (add_replica(c, p, len, cmd) != 0)
+            return -1;
+        if (!e)
+            break;
+        p = e + 1;
+    }
+    if (c->nreplicas == 0) {
+        fprintf(stderr, "shardcast %s: %s names no replica\n", cmd,
+                c->replicas_from);
+        return -1;
+    }
+    return 0;
+}
+
+/* The replica set of a URL template with one {j}, for R replicas. */
+static int replicas_from_template(cli_conn *c, const char *tpl,
+                                  const char *rtext, const char *cmd)
+{
+    const char *at = strstr(tpl, TEMPLATE_J);
+    uint64_t r = 0;
+    if (!at || strstr(at + 1, TEMPLATE_J)) {
+        fprintf(stderr, "shardcast %s: SHARDCAST_URL_TEMPLATE \"%s\" must "
+                "hold %s exactly once\n", cmd, tpl, TEMPLATE_J);
+        return -1;
+    }
+    if (!rtext || cli_parse_u64(rtext, SCC_REPLICAS_MAX, &r) != 0 || r == 0) {
+        fprintf(stderr, "shardcast %s: SHARDCAST_URL_TEMPLATE needs "
+                "SHARDCAST_REPLICAS=R (1..%u), got \"%s\"\n", cmd,
+                SCC_REPLICAS_MAX, rtext ? rtext : "");
+        return -1;
+    }
+    c->replicas = calloc((size_t)r, sizeof *c->replicas);
+    if (!c->replicas) {
+        fprintf(stderr, "shardcast %s: out of memory\n", cmd);
+        return -1;
+    }
+    size_t head = (size_t)(at - tpl), tail = strlen(at + 3);
+    for (uint64_t j = 0; j < r; j++) {
+        char num[24];
+        int nl = snprintf(num, sizeof num, "%llu", (unsigned long long)j);
+        size_t n = head + (size_t)nl + tail;
+        char *u = malloc(n + 1);
+        if (!u) {
+            fprintf(stderr, "shardcast %s: out of memory\n", cmd);
+            return -1;
+        }
+        memcpy(u, tpl, head);
+        memcpy(u + head, num, (size_t)nl);
+        memcpy(u + head + (size_t)nl, at + 3, tail + 1);
+        int bad = add_replica(c, u, n, cmd);
+        free(u);
+        if (bad)
+            return -1;
+    }
+    return 0;
+}
+
+/* --replicas, else (no --server, and a server is needed) the
+ * environment's replica set. */
+static int conn_replicas(cli_conn *c, const char *cmd, int need_job)
+{
+    if (c->replicas_arg) {
+        if (!need_job) {
+            fprintf(stderr, "shardcast %s: give a stream URL or --replicas, "
+                    "not both\n", cmd);
+            return -1;
+        }
+        if (c->server) {
+            fprintf(stderr, "shardcast %s: give --server or --replicas, not "
+                    "both\n", cmd);
+            return -1;
+        }
+        c->replicas_from = "--replicas";
+        return replicas_from_list(c, c->replicas_arg, cmd);
+    }
+    if (!need_job || c->server)
+        return 0;
+    const char *urls = getenv("SHARDCAST_URLS");
+    const char *tpl = getenv("SHARDCAST_URL_TEMPLATE");
+    if (urls && !*urls)
+        urls = NULL;
+    if (tpl && !*tpl)
+        tpl = NULL;
+    if (urls && tpl) {
+        fprintf(stderr, "shardcast %s: set SHARDCAST_URLS or "
+                "SHARDCAST_URL_TEMPLATE, not both\n", cmd);
+        return -1;
+    }
+    if (urls) {
+        c->replicas_from = "SHARDCAST_URLS";
+        return replicas_from_list(c, urls, cmd);
+    }
+    if (tpl) {
+        c->replicas_from = "SHARDCAST_URL_TEMPLATE";
+        return replicas_from_template(c, tpl, getenv("SHARDCAST_REPLICAS"),
+                                      cmd);
+    }
+    return 0;
+}
+
 int cli_conn_finish(cli_conn *c, const char *cmd, int need_job)
 {
-    if (!c->server)
+    if (conn_replicas(c, cmd, need_job) != 0)
+        return -1;
+    if (!c->server && !c->nreplicas)
         c->server = getenv("SHARDCAST_SERVER");
     if (!c->token) {
         const char *t = getenv("SHARDCAST_TOKEN");
         if (t && *t && !(c->token = strdup(t)))
             return -1;
     }
-    if (need_job && (!c->server || !*c->server)) {
+    if (need_job && !c->nreplicas && (!c->server || !*c->server)) {
         fprintf(stderr, "shardcast %s: no server (--server or "
-                "$SHARDCAST_SERVER)\n", cmd);
+                "$SHARDCAST_SERVER, or a replica set: --replicas, "
+                "$SHARDCAST_URLS, $SHARDCAST_URL_TEMPLATE)\n", cmd);
         return -1;
     }
     if (need_job && (!c->job || !*c->job)) {
@@ -218,6 +405,13 @@ int cli_conn_finish(cli_conn *c, const char *cmd, int need_job)
     }
     if (c->rank >= c->world) {
         fprintf(stderr, "shardcast %s: --rank must be below --world\n", cmd);
+        return -1;
+    }
+    if (c->nreplicas > c->world) {
+        fprintf(stderr, "shardcast %s: --world %u is below the %zu replicas "
+                "(%s): every replica needs a consumer, or its part of the "
+                "epoch is never read\n", cmd, c->world, c->nreplicas,
+                c->replicas_from);
         return -1;
     }
     return 0;
@@ -241,6 +435,9 @@ void cli_conn_options(const cli_conn *c, scc_options *o)
     o->idle_timeout_ms = c->idle_timeout_ms;
     o->max_reconnects = c->reconnects;
     o->retry_budget_ms = c->retry_budget_ms;
+    o->replicas = (const char *const *)c->replicas;
+    o->nreplicas = c->nreplicas;
+    o->no_verify = c->no_verify;
 }
 
 void cli_conn_free(cli_conn *c)
@@ -252,4 +449,10 @@ void cli_conn_free(cli_conn *c)
     }
     c->fields_buf = NULL;
     c->token = NULL;
+    if (c->replicas)
+        for (size_t k = 0; k < c->nreplicas; k++)
+            free(c->replicas[k]);
+    free(c->replicas);
+    c->replicas = NULL;
+    c->nreplicas = 0;
 }

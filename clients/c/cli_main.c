@@ -31,6 +31,11 @@ static const char usage[] =
     "\n"
     "Environment:\n"
     "  SHARDCAST_SERVER  default for --server (e.g. http://127.0.0.1:8080)\n"
+    "  SHARDCAST_URLS    a replica set instead (cat, bench): the replicas'\n"
+    "                    base URLs, comma-separated, replica 0 first\n"
+    "  SHARDCAST_URL_TEMPLATE, SHARDCAST_REPLICAS\n"
+    "                    or a URL template with {j} for the replica number\n"
+    "                    and the number of replicas R (j = 0..R-1)\n"
     "  SHARDCAST_TOKEN   bearer token sent to the server (or --token-file)\n"
     "  AWS_* variables   S3 settings and credentials for `ls`\n"
     "\n"
@@ -44,7 +49,9 @@ static const char usage[] =
     "     could not be resumed, or malformed data\n"
     "  6  bench --verify: wrong, missing or duplicated samples\n"
     "  7  not authorised (token missing or refused)\n"
-    "  8  another HTTP error from the server\n";
+    "  8  another HTTP error from the server\n"
+    "  9  the replica set is set up wrongly: replicas in another place than\n"
+    "     the one given, or disagreeing on the job's order\n";
 
 int cli_exit_for(scc_code rc)
 {
@@ -61,6 +68,7 @@ int cli_exit_for(scc_code rc)
     case SCC_ERR_AUTH: return CLI_EXIT_AUTH;
     case SCC_ERR_HTTP: return CLI_EXIT_HTTP;
     case SCC_ERR_NOMEM: return CLI_EXIT_FAIL;
+    case SCC_ERR_CONFIG: return CLI_EXIT_CONFIG;
     }
     return CLI_EXIT_FAIL;
 }
