@@ -41,9 +41,9 @@ int cli_exit_for(scc_code rc);
  * or a replica set + job + epoch + rank/world (rank/world then global). */
 typedef struct cli_conn {
     const char *server;     /* --server, else $SHARDCAST_SERVER */
-    const char *replicas_arg; /* --replicas "URL,URL,..." */
+    const char *replicas_arg; /* --urls "URL,URL,..." */
     char **replicas;        /* the replica set's base URLs (malloc'd, each
-                               malloc'd): --replicas, else $SHARDCAST_URLS,
+                               malloc'd): --urls, else $SHARDCAST_URLS,
                                else $SHARDCAST_URL_TEMPLATE expanded for
                                $SHARDCAST_REPLICAS; NULL: none */
     size_t nreplicas;
@@ -69,7 +69,7 @@ enum {
     OPT_SERVER = 1000, OPT_JOB, OPT_EPOCH, OPT_RANK, OPT_WORLD, OPT_START,
     OPT_GLOBAL_START, OPT_FIELDS, OPT_FORMAT, OPT_TOKEN_FILE,
     OPT_CONNECT_TIMEOUT_MS, OPT_IDLE_TIMEOUT_MS, OPT_RECONNECTS,
-    OPT_RETRY_BUDGET_MS, OPT_REPLICAS, OPT_NO_VERIFY,
+    OPT_RETRY_BUDGET_MS, OPT_URLS, OPT_NO_VERIFY,
     /* deprecated spellings of the three durations (bare number: ms) */
     OPT_CONNECT_TIMEOUT, OPT_IDLE_TIMEOUT, OPT_RETRY_BUDGET, OPT_CONN_END
 };
@@ -88,7 +88,7 @@ enum {
     {"idle-timeout-ms", required_argument, 0, OPT_IDLE_TIMEOUT_MS},         \
     {"reconnects", required_argument, 0, OPT_RECONNECTS},                   \
     {"retry-budget-ms", required_argument, 0, OPT_RETRY_BUDGET_MS},         \
-    {"replicas", required_argument, 0, OPT_REPLICAS},                       \
+    {"urls", required_argument, 0, OPT_URLS},                       \
     {"no-verify", no_argument, 0, OPT_NO_VERIFY},                           \
     {"connect-timeout", required_argument, 0, OPT_CONNECT_TIMEOUT},         \
     {"idle-timeout", required_argument, 0, OPT_IDLE_TIMEOUT},               \

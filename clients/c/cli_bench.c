@@ -35,7 +35,7 @@ static const char bench_help_head[] =
     "(payload bytes, 10^6), time to first sample and the per-consumer\n"
     "spread (min/median/max samples and MB/s). A progress line is drawn on\n"
     "stderr when it is a terminal, else a plain line every --interval.\n"
-    "With a replica set (--replicas) the ranks are global consumers, each\n"
+    "With a replica set (--urls) the ranks are global consumers, each\n"
     "served by replica rank mod R; the set is checked once before the\n"
     "consumers start, each failover is told on stderr as by `cat`, and the\n"
     "summary adds the failovers and the max stall: the longest gap between\n"

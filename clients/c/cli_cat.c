@@ -41,7 +41,7 @@ static const char cat_help_head[] =
     "member; a failure ends it with __shardcast_error__ and no end blocks.\n"
     "The output starts with the stream's identity (a pax global header with\n"
     "SHARDCAST.job, .epoch, .fingerprint, .replica, .replicas, .served_by)\n"
-    "when the server states one. With a replica set (--replicas), each\n"
+    "when the server states one. With a replica set (--urls), each\n"
     "failover is told on stderr: \"replica J (URL) failed: WHY; continuing\n"
     "consumer C at position P from replica K (URL)\".\n"
     "\n"

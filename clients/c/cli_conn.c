@@ -30,7 +30,7 @@ const char cli_conn_help[] =
     "  --fields a,b          send only these fields\n"
     "  --format frames|tar   wire format to request\n"
     "Replica set (shardcastd --replica J --replicas R, one URL each):\n"
-    "  --replicas URL,URL,.. the replicas' base URLs, replica 0 first\n"
+    "  --urls URL,URL,...    the replicas' base URLs, replica 0 first\n"
     "                        (instead of --server; else $SHARDCAST_URLS, or\n"
     "                        $SHARDCAST_URL_TEMPLATE with {j} for J and\n"
     "                        $SHARDCAST_REPLICAS=R). --rank/--world are then\n"
@@ -109,7 +109,7 @@ int cli_conn_option(cli_conn *c, int opt, const char *arg, const char *cmd)
     const char *what = NULL;
     switch (opt) {
     case OPT_SERVER: c->server = arg; return 1;
-    case OPT_REPLICAS: c->replicas_arg = arg; return 1;
+    case OPT_URLS: c->replicas_arg = arg; return 1;
     case OPT_NO_VERIFY: c->no_verify = 1; return 1;
     case OPT_JOB: c->job = arg; return 1;
     case OPT_EPOCH:
@@ -339,22 +339,22 @@ static int replicas_from_template(cli_conn *c, const char *tpl,
     return 0;
 }
 
-/* --replicas, else (no --server, and a server is needed) the
+/* --urls, else (no --server, and a server is needed) the
  * environment's replica set. */
 static int conn_replicas(cli_conn *c, const char *cmd, int need_job)
 {
     if (c->replicas_arg) {
         if (!need_job) {
-            fprintf(stderr, "shardcast %s: give a stream URL or --replicas, "
+            fprintf(stderr, "shardcast %s: give a stream URL or --urls, "
                     "not both\n", cmd);
             return -1;
         }
         if (c->server) {
-            fprintf(stderr, "shardcast %s: give --server or --replicas, not "
+            fprintf(stderr, "shardcast %s: give --server or --urls, not "
                     "both\n", cmd);
             return -1;
         }
-        c->replicas_from = "--replicas";
+        c->replicas_from = "--urls";
         return replicas_from_list(c, c->replicas_arg, cmd);
     }
     if (!need_job || c->server)
@@ -395,7 +395,7 @@ int cli_conn_finish(cli_conn *c, const char *cmd, int need_job)
     }
     if (need_job && !c->nreplicas && (!c->server || !*c->server)) {
         fprintf(stderr, "shardcast %s: no server (--server or "
-                "$SHARDCAST_SERVER, or a replica set: --replicas, "
+                "$SHARDCAST_SERVER, or a replica set: --urls, "
                 "$SHARDCAST_URLS, $SHARDCAST_URL_TEMPLATE)\n", cmd);
         return -1;
     }

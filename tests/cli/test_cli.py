@@ -621,10 +621,9 @@ def option_names(text):
 def test_options_shared_with_shardcastd_read_the_same(cli):
     """An option spelled the same in shardcastd and shardcast means the same
     thing in the same units. The overlap is pinned here so that a new one
-    gets looked at; --idle-timeout is the one duration among them.
-    --replicas names the replica set in both: its size R for shardcastd,
-    its R base URLs for shardcast (a number there is refused as not a URL,
-    tests/cli/test_replicas_cli.py)."""
+    gets looked at; --idle-timeout is the one duration among them. (The
+    replica set is --replicas R for shardcastd and --urls URL,... for
+    shardcast: different things, different names.)"""
     from shardcast_testlib import find_server_binary
     srv = subprocess.run([find_server_binary(), "--help"], capture_output=True, text=True,
                          timeout=TIMEOUT).stdout
@@ -632,8 +631,7 @@ def test_options_shared_with_shardcastd_read_the_same(cli):
     client = set()
     for cmd in ("ls", "index", "cat", "stat", "bench"):
         client |= option_names(run(cli, cmd, "--help", check_rc=EXIT_OK).stdout.decode())
-    assert server & client == {"job", "fields", "state-dir", "token-file", "idle-timeout",
-                               "replicas"}, \
+    assert server & client == {"job", "fields", "state-dir", "token-file", "idle-timeout"}, \
         server & client
     assert re.search(r"--idle-timeout\s.*seconds", srv)
     # shardcastd reads "--idle-timeout 5m" as 300 s; shardcast reads it as

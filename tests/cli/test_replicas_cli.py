@@ -280,7 +280,7 @@ def test_two_replicas_claiming_one_place_fail_loudly(cli, cli_wds, replica_sets)
     for j in range(2):
         rs.ready(j)
     a, b = rs.urls
-    base = ["--replicas", "%s,%s" % (a, b), "--job", "train"]
+    base = ["--urls", "%s,%s" % (a, b), "--job", "train"]
     p = run(cli, "cat", *base, "--rank", "0", "--world", "2")
     err = p.stderr.decode()
     assert p.returncode == EXIT_CONFIG, (p.returncode, err)
@@ -317,13 +317,13 @@ def test_a_replica_with_another_seed_fails_naming_the_setting(cli, cli_wds, repl
 def test_replica_set_usage_errors(cli, cli_wds, replica_sets):
     rs = replica_sets(cli_wds.path, 2)
     a, b = rs.urls
-    p = run(cli, "cat", "--replicas", "%s,%s" % (a, b), "--job", "train", "--world", "1")
+    p = run(cli, "cat", "--urls", "%s,%s" % (a, b), "--job", "train", "--world", "1")
     assert p.returncode == EXIT_USAGE and b"every replica needs a consumer" in p.stderr
-    p = run(cli, "cat", "--replicas", a, "--server", b, "--job", "train")
+    p = run(cli, "cat", "--urls", a, "--server", b, "--job", "train")
     assert p.returncode == EXIT_USAGE and b"not both" in p.stderr
-    p = run(cli, "cat", "--replicas", "3", "--job", "train")
+    p = run(cli, "cat", "--urls", "3", "--job", "train")
     assert p.returncode == EXIT_USAGE and b"not an http(s)://" in p.stderr
-    p = run(cli, "cat", "--replicas", "%s,%s" % (a, a), "--job", "train", "--world", "2")
+    p = run(cli, "cat", "--urls", "%s,%s" % (a, a), "--job", "train", "--world", "2")
     assert p.returncode == EXIT_USAGE and b"given twice" in p.stderr
     p = run(cli, "cat", "--job", "train", env={"SHARDCAST_URL_TEMPLATE": rs.template})
     assert p.returncode == EXIT_USAGE and b"SHARDCAST_REPLICAS" in p.stderr
@@ -339,7 +339,7 @@ def test_replica_set_usage_errors(cli, cli_wds, replica_sets):
     assert b"failovers=0 status=ok" in p.stderr
     for cmd in ("cat", "bench"):
         text = run(cli, cmd, "--help").stdout.decode()
-        assert "--replicas URL,URL" in text and "--no-verify" in text
+        assert "--urls URL,URL" in text and "--no-verify" in text
     assert "  9  the replica set is set up wrongly" in run(cli, "--help").stdout.decode()
 
 
@@ -444,7 +444,7 @@ def test_cat_tells_the_failover_and_writes_the_same_share(cli, wds9, gated, repl
     for j in range(2):
         rs.ready(j)
     out = tmp_path / "failover.tar"
-    args = ["--replicas", ",".join(rs.urls), "--job", "train", "--rank", "0", "--world",
+    args = ["--urls", ",".join(rs.urls), "--job", "train", "--rank", "0", "--world",
             "2", "--epoch", "0"]
     p = subprocess.Popen([cli, "cat"] + args + ["-o", str(out)], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, env=clean_env())
