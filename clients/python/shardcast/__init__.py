@@ -10,15 +10,16 @@ Pillow are optional.
 
 __version__ = "0.2.0"
 
-from .errors import (ShardcastConnectionError, ShardcastDecodeError,  # noqa: E402
-                     ShardcastError, ShardcastHTTPError, ShardcastIncompleteError,
-                     ShardcastProtocolError, ShardcastStreamError)
+from .errors import (ShardcastConfigError, ShardcastConnectionError,  # noqa: E402
+                     ShardcastDecodeError, ShardcastError, ShardcastHTTPError,
+                     ShardcastIncompleteError, ShardcastProtocolError, ShardcastStreamError)
 from .hashing import sample_hash  # noqa: E402
 from .stream import (END_MEMBER, ERROR_MEMBER, FORMATS, FRAMES_CONTENT_TYPE,  # noqa: E402
                      TAR_CONTENT_TYPE, StreamReader, iter_stream, open_raw, stream_url)
 from .frames import FramesReader  # noqa: E402
 from .decode import Decoder, default_decoders, to_tuple  # noqa: E402
-from .state import global_cursor, loader_positions, merge_state_dicts  # noqa: E402
+from .state import (global_cursor, loader_positions, merge_state_dicts,  # noqa: E402
+                    replica_cursors)
 from .dataset import ShardcastDataset, server_from_env, share_length  # noqa: E402
 from .mapstyle import ShardcastMapDataset  # noqa: E402
 try:  # needs torch
@@ -43,9 +44,11 @@ __all__ = [
     "ShardcastDataset", "ShardcastMapDataset", "ShardcastDataLoader", "server_from_env",
     "share_length", "Ragged", "Topology", "Route", "StreamReader", "FramesReader", "open_stream", "iter_stream",
     "open_raw", "stream_url", "sample_hash", "Decoder", "default_decoders", "to_tuple",
-    "global_cursor", "loader_positions", "merge_state_dicts", "END_MEMBER", "ERROR_MEMBER",
+    "global_cursor", "loader_positions", "merge_state_dicts", "replica_cursors",
+    "END_MEMBER", "ERROR_MEMBER",
     "FORMATS", "FRAMES_CONTENT_TYPE", "TAR_CONTENT_TYPE", "ShardcastError",
     "ShardcastConnectionError", "ShardcastHTTPError", "ShardcastStreamError",
     "ShardcastIncompleteError", "ShardcastProtocolError", "ShardcastDecodeError",
+    "ShardcastConfigError",
     "__version__",
 ]

@@ -17,6 +17,7 @@ as consumer rank of world (one worker).
 """
 
 import json
+import logging
 import multiprocessing
 import multiprocessing.context
 import os
@@ -31,10 +32,13 @@ from .decode import make_decoder
 from .errors import (ShardcastConnectionError, ShardcastError, ShardcastHTTPError,
                      ShardcastIncompleteError, ShardcastStreamError)
 from .frames import FramesReader
+from .replicas import candidates, check_stream_ident, verify_replicas
 from .state import (global_cursor, loader_positions, make_state, normalize_state,
-                    worker_order)
+                    replica_cursors, worker_order)
 from .stream import FORMATS, StreamReader, normalize_fields, stream_url
 from .topology import Topology
+
+log = logging.getLogger("shardcast")
 
 try:  # torch is optional
     import torch.utils.data as _tud
@@ -56,6 +60,9 @@ MAX_BACKOFF = 5.0
 # backoff the 30 attempts span about 130 s, the time bound stops at 120 s.
 DEFAULT_RETRIES = 30
 DEFAULT_RETRY_TIMEOUT = 120.0
+# Seconds a GET /v1/topology of the verification may take (a small answer;
+# the dataset's timeout when that is shorter).
+VERIFY_TIMEOUT = 10.0
 
 
 def _env_int(name):
@@ -173,6 +180,17 @@ def _retryable(err):
     return isinstance(err, ShardcastHTTPError) and err.status in RETRY_STATUSES
 
 
+def _no_failover(err):
+    """A replica that predates failover refused replica= (HTTP 400
+    "unknown parameter replica"): the consumer tries its next candidate."""
+    return isinstance(err, ShardcastHTTPError) and err.status == 400 and \
+        "unknown parameter replica" in (err.reason or "")
+
+
+def _first_line(err):
+    return str(err).split("\n", 1)[0]
+
+
 def _retry_after(err):
     """The server's advice on when to come back (seconds), or None."""
     return getattr(err, "retry_after", None)
@@ -224,6 +242,41 @@ class ShardcastDataset(_Base):
              (with batch_size: one shardcast.Ragged per field and batch, in
              shared memory inside a DataLoader worker, so the DataLoader
              hands it to the main process without pickling the bytes)
+    topology the replicas (shardcast.Topology; default: SHARDCAST_URLS, or
+             SHARDCAST_URL_TEMPLATE with SHARDCAST_REPLICAS, else url alone)
+    verify   True (default): before its first stream each copy of the
+             dataset (each DataLoader worker's) asks every replica
+             GET /v1/topology?job=NAME once and checks that they are one
+             service: urls[k] is replica k of len(urls), and the job's
+             fingerprint (its seed, shard list, shuffle and partition
+             settings, ...) is the same on all; every stream's header must
+             then name that fingerprint and the part asked for. A replica
+             that does not answer is skipped with a warning (logger
+             "shardcast"); a 503 (job still resolving) is asked again
+             within the retry budget. Anything else raises
+             ShardcastConfigError naming the replicas (URL, J, R) and the
+             settings that differ with each replica's value; it is never
+             retried. False: no check
+
+    Replicas and failover (R = len(topology.urls) > 1): consumer c of W
+    streams part J = c mod R of the epoch from replica J (its home) as
+    local rank c div R. When that stream fails in a way worth retrying,
+    the next attempt goes to the next of its candidate replicas
+    (shardcast.replicas.candidates: the others in an order that spreads a
+    dead replica's consumers over the rest, then home again), asking for
+    part J (replica=J) from the position reached: still exactly once. Each
+    switch is logged as a warning (the replica that failed, the one taking
+    over, the position) and counted in `failovers` (in the copy that
+    iterates, like `reconnects`). How long it takes: a refused or reset
+    connection (a dead process, a replica restarting) is seen at once and
+    the other replica is asked after the first backoff (0.25 s by
+    default, the server's retry advice applies only to itself); a replica
+    that stops answering without closing its connections (a hung process,
+    a lost node) is seen after `timeout` seconds of silence, and a connect
+    to an unreachable host takes up to `timeout` too. Every new iteration
+    (epoch) starts at home again. The retry budget counts the attempts of
+    a streak across replicas: with R live replicas a failed one is left
+    after one attempt, and `retries` bounds the attempts over all of them.
 
     Yields dicts {"__key__", "__shard__", "__index__", "__position__",
     "<ext>": bytes or decoded value, ...} (or what map returns); raises a
@@ -237,7 +290,7 @@ class ShardcastDataset(_Base):
     def __init__(self, url=None, job=None, *, rank=None, world=None, fields=None, format="frames",
                  decode=False, map=None, timeout=60, retries=DEFAULT_RETRIES,
                  retry_timeout=DEFAULT_RETRY_TIMEOUT, backoff=0.25, epoch=0,
-                 topology=None, token=None, batch_size=None, tensors=False):
+                 topology=None, token=None, batch_size=None, tensors=False, verify=True):
         super().__init__()
         url = server_from_env(url)
         if not isinstance(job, str) or not job:
@@ -288,6 +341,10 @@ class ShardcastDataset(_Base):
         self._progress = None    # (consumer, world, global_start, position) of this copy
         self._items = None       # items yielded by this copy's current iteration
         self.reconnects = 0      # connections re-opened after a break (this copy)
+        self.failovers = 0       # of those, the ones that switched replica (this copy)
+        self.verify = bool(verify)
+        self._identity = None    # shardcast.replicas.Identity once verified (this copy)
+        self._fingerprint = None  # the fingerprint streams must name (verified or first seen)
         self._shared_epoch = None  # set_epoch's value, seen by persistent workers
         self._loader = None      # the ShardcastDataLoader iterating this dataset
         self._status_cache = None  # (samples_total, partition) once known
@@ -350,14 +407,40 @@ class ShardcastDataset(_Base):
                     "the main process or to resume with another number of consumers"
                     % (wk["id"], wk["num_workers"], wk["consumer"], st["world"]))
             c = wk["consumer"]
-            return c, big_w, st["positions"][c], st["global_start"]
+            gss = self._replica_starts(big_w)
+            return c, big_w, st["positions"][c], gss[c % len(gss)]
+        gss = self._replica_starts(big_w)
         if st["world"] != big_w:
-            # Elastic: the delivered set must be a prefix of the epoch.
-            g = global_cursor(st["world"], st["global_start"], st["positions"])
-            return rank * k + wid, big_w, 0, g
+            # Elastic: what each part delivered must be a prefix of it.
+            c = rank * k + wid
+            return c, big_w, 0, gss[c % len(gss)]
         starts = self._starts(st, rank, k)
         c = rank * k + worker_order(starts)[wid]
-        return c, big_w, starts[c - rank * k], st["global_start"]
+        return c, big_w, starts[c - rank * k], gss[c % len(gss)]
+
+    def _replica_starts(self, big_w):
+        """[G_0 .. G_{R-1}]: the global cursor each replica's part is dealt
+        from in this epoch's iteration with big_w consumers (one entry with
+        one replica): 0 without a resume state; the state's cursors with
+        the same number of consumers; with another (elastic), per part the
+        cursor after what the state's consumers of that part delivered
+        (shardcast.state.replica_cursors)."""
+        r = self.topology.replicas
+        st = self._resume
+        if st is None or st["epoch"] != self.epoch:
+            return [0] * r
+        starts = st["global_starts"] or [st["global_start"]] * r
+        if st["world"] == big_w:
+            return list(starts)
+        if r == 1:
+            return [global_cursor(st["world"], starts[0], st["positions"])]
+        if st["global_starts"] is None:
+            raise ValueError(
+                "this resume state does not say how many replicas it was taken with (a "
+                "state of one replica, or of a client that predates per-replica cursors): "
+                "with %d replicas it can only be resumed with the same number of "
+                "consumers (%d), not %d" % (r, st["world"], big_w))
+        return replica_cursors(st["world"], r, starts, st["positions"])
 
     @staticmethod
     def _starts(st, rank, k):
@@ -383,15 +466,16 @@ class ShardcastDataset(_Base):
         g = g if global_start is None else global_start
         return self._url(c, w, s, g)
 
-    def _url(self, c, w, start, gs):
+    def _url(self, c, w, start, gs, via=None):
+        """The stream URL of consumer c of w (its part J = c mod R, from
+        position start, part cursor gs), asked of replica `via` (None or J:
+        its home; another: with replica=J)."""
         r = self.topology.route(c, w)
-        if gs and len(self.topology.urls) > 1:
-            raise ValueError("elastic resume (a global cursor) is not supported "
-                             "across several replicas; resume with the same "
-                             "number of consumers instead")
-        return stream_url(r.url, self.job, self.epoch, r.local_rank, r.local_world,
+        away = via is not None and via != r.replica
+        base = self.topology.urls[via] if away else r.url
+        return stream_url(base, self.job, self.epoch, r.local_rank, r.local_world,
                           fields=self.fields, fmt=self.format, start=start or None,
-                          global_start=gs or None)
+                          global_start=gs or None, replica=r.replica if away else None)
 
     # -- iteration -------------------------------------------------------
 
@@ -437,20 +521,64 @@ class ShardcastDataset(_Base):
             self._items += 1
             yield out
 
-    def _open(self, c, w, start, gs):
-        url = self._url(c, w, start, gs)
-        headers = {"Authorization": "Bearer " + self.token} if self.token else None
+    def _headers(self):
+        return {"Authorization": "Bearer " + self.token} if self.token else None
+
+    def _verify_replicas(self):
+        """Check once per copy that the replicas are one service (see the
+        class doc: verify); raises ShardcastConfigError."""
+        if not self.verify or self._identity is not None:
+            return
+        ident = verify_replicas(self.topology, self.job,
+                                timeout=min(self.timeout, VERIFY_TIMEOUT),
+                                headers=self._headers(), retries=self.retries,
+                                retry_timeout=self.retry_timeout, backoff=self.backoff)
+        self._identity = ident
+        if ident.fingerprint is not None:
+            self._fingerprint = ident.fingerprint
+
+    def _ident_checker(self, url, part, via):
+        """The readers' check_ident for a stream of part `part` asked of
+        replica `via`: the header must name the verified fingerprint (the
+        first one seen when no replica stated one) and that part."""
+        if not self.verify:
+            return None
+        replicas = self.topology.replicas
+
+        def check(ident):
+            if ident is None:
+                return  # a server that predates fingerprints
+            check_stream_ident(ident, url=url, fingerprint=self._fingerprint, part=part,
+                               replicas=replicas, served=via)
+            if self._fingerprint is None:
+                self._fingerprint = ident["fingerprint"]
+        return check
+
+    def _open(self, c, w, start, gs, via=None):
+        url = self._url(c, w, start, gs, via)
+        part = c % self.topology.replicas
+        check = self._ident_checker(url, part, part if via is None else via)
         if self.format == "frames":
-            return FramesReader(url, timeout=self.timeout, headers=headers)
-        return StreamReader(url, timeout=self.timeout, headers=headers)
+            return FramesReader(url, timeout=self.timeout, headers=self._headers(),
+                                check_ident=check)
+        return StreamReader(url, timeout=self.timeout, headers=self._headers(),
+                            check_ident=check)
 
     def _iterate(self, c, w, start, gs):
+        self._verify_replicas()
+        route = self.topology.route(c, w)
+        home = route.replica
+        # Home first, then the other replicas (failover), round robin.
+        cands = candidates(home, route.local_rank, self.topology.replicas)
+        at = 0
         position = start
         failures = 0         # failed attempts since the last sample
         streak_start = None  # time.monotonic() of the streak's first failure
         decoder, fn = self._decoder, self.map
         while True:
-            reader = self._open(c, w, position, gs)
+            via = cands[at]
+            nxt = cands[(at + 1) % len(cands)]
+            reader = self._open(c, w, position, gs, via)
             try:
                 for sample in reader:
                     # (position of the sample, item); _deliver records the
@@ -464,13 +592,15 @@ class ShardcastDataset(_Base):
                     yield p, (fn(sample) if fn is not None else sample)
                 return
             except ShardcastError as e:
-                if not _retryable(e):
+                if not (_retryable(e) or (via != home and _no_failover(e))):
                     raise
                 now = time.monotonic()
                 if streak_start is None:
                     streak_start = now
                 failures += 1
-                delay = self._retry_delay(failures, _retry_after(e))
+                # The server's advice is about itself: it does not delay
+                # the move to another replica.
+                delay = self._retry_delay(failures, _retry_after(e) if nxt == via else None)
                 spent = None
                 if failures > self.retries:
                     spent = "attempts"
@@ -487,9 +617,18 @@ class ShardcastDataset(_Base):
                     e.attempts = failures
                     raise
                 e.__traceback__ = None
+                why = _first_line(e)
             finally:
                 reader.close()
             self.reconnects += 1
+            if nxt != via:
+                self.failovers += 1
+                log.warning("shardcast: replica %d (%s) failed: %s; continuing consumer %d "
+                            "(replica %d's part, local rank %d of %d) at position %d from "
+                            "replica %d (%s)", via, self.topology.urls[via], why, c, home,
+                            route.local_rank, route.local_world, position, nxt,
+                            self.topology.urls[nxt])
+            at = (at + 1) % len(cands)
             time.sleep(delay)
 
     def _retry_delay(self, failures, advice):
@@ -528,8 +667,10 @@ class ShardcastDataset(_Base):
                 c, w, gs, pos = self._progress
             else:  # this worker has not iterated yet: its plan, nothing consumed
                 c, w, pos, gs = self._plan(worker)
+            gss = self._replica_starts(w)
             return make_state(self.job, self.epoch, w, gs, {c: pos},
-                              {"consumer": c, "id": worker[0], "num_workers": worker[1]})
+                              {"consumer": c, "id": worker[0], "num_workers": worker[1]},
+                              global_starts=gss if len(gss) > 1 else None)
         if consumed is None and loader is None and num_workers is None \
                 and self._loader is not None and self._loader() is not None:
             # Iterated through a ShardcastDataLoader: it counted the items
@@ -560,28 +701,28 @@ class ShardcastDataset(_Base):
         rank, world = self.rank_world()
         k = max(1, num_workers or 0)
         positions = {}
-        gs = 0
+        gss = self._replica_starts(world * k)
         for r in range(world):
-            starts, gs = self._plan_start_for(r, k)
+            starts = self._plan_start_for(r, k)
             for i, p in enumerate(loader_positions(starts, consumed, num_workers or 0,
                                                    batch_size)):
                 positions[r * k + i] = p
         if own is not None:
             positions[own[0]] = own[3]
-        return make_state(self.job, self.epoch, world * k, gs, positions)
+        return make_state(self.job, self.epoch, world * k, gss[0], positions,
+                          global_starts=gss if len(gss) > 1 else None)
 
     def _plan_start_for(self, rank, k):
-        """(start positions of rank's k consumers in consumer order, the
-        global_start) for the current epoch and resume state."""
+        """The start positions of rank's k consumers in consumer order for
+        the current epoch and resume state (their global starts:
+        _replica_starts)."""
         st = self._resume
-        if st is None or st["epoch"] != self.epoch:
-            return [0] * k, 0
-        if st["world"] != self.rank_world()[1] * k:
-            return [0] * k, global_cursor(st["world"], st["global_start"], st["positions"])
+        if st is None or st["epoch"] != self.epoch or st["world"] != self.rank_world()[1] * k:
+            return [0] * k
         if st.get("worker") is not None:
             raise ValueError("a worker's state cannot be extended in the main process; "
                              "merge the workers' states with shardcast.merge_state_dicts")
-        return self._starts(st, rank, k), st["global_start"]
+        return self._starts(st, rank, k)
 
     def load_state_dict(self, state):
         """Resume from a state_dict(): selects its epoch, and the next
@@ -593,6 +734,16 @@ class ShardcastDataset(_Base):
         if st["job"] != self.job:
             raise ValueError("the state is of job %r, this dataset streams %r"
                              % (st["job"], self.job))
+        r = self.topology.replicas
+        if st["replicas"] is not None and st["replicas"] != r:
+            raise ValueError(
+                "the state was taken with %d replicas, this dataset streams from %d: each "
+                "replica's part of an epoch depends on the number of replicas, so the "
+                "state cannot be resumed with another one" % (st["replicas"], r))
+        if st["replicas"] is None and r > 1 and st["global_start"]:
+            raise ValueError(
+                "the state has a global cursor (global_start=%d) of one replica's epoch; "
+                "it cannot be resumed with %d replicas" % (st["global_start"], r))
         self._resume = None
         self.set_epoch(st["epoch"])
         self._resume = st

@@ -119,6 +119,19 @@ class ShardcastProtocolError(ShardcastError):
     or a member over the client's size limit)."""
 
 
+class ShardcastConfigError(ShardcastProtocolError):
+    """The replicas are not set up as one service, so streaming would lose
+    or repeat samples; never retried. Raised when the replicas' answers to
+    GET /v1/topology?job=NAME contradict each other or the client's replica
+    list (two replicas report the same J, a replica reports another J or R
+    than its place in the list, the job's settings differ between
+    replicas: different fingerprints), or when a stream's header names
+    another fingerprint or part than verified and requested. The message
+    names the replicas (URL, J, R) and the settings that differ, with each
+    replica's value. A subclass of ShardcastProtocolError, which
+    Topology.discover(verify=True) raised for such answers before."""
+
+
 class ShardcastDecodeError(ShardcastError, ValueError):
     """A field decoder (decode=) failed. Attributes: key (the sample's key)
     and field (the extension)."""

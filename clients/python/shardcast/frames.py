@@ -7,7 +7,9 @@ The format, all integers little-endian:
               L payload bytes
     0x01 HEADER  (first frame, exactly once) UTF-8 JSON {"version": 1, "job",
                  "epoch", "rank", "world", "start", "global_start",
-                 "partition", "fields"}
+                 "partition", "fields"}; a server with replica
+                 fingerprints adds "fingerprint", "replica" (the part
+                 served), "replicas" and "served_by"
     0x02 SHARD   u32 shard index, shard URL (rest of the payload, UTF-8);
                  sent before the first SAMPLE that refers to the shard
     0x03 SAMPLE  u64 global index, u64 position in the share, u32 shard
@@ -48,6 +50,7 @@ import urllib.parse
 from .errors import (ShardcastError, ShardcastIncompleteError, ShardcastProtocolError,
                      ShardcastStreamError)
 from . import _accel
+from .replicas import ident_from_header
 from .stream import FRAMES_CONTENT_TYPE, _RawBody, error_from_trailer, open_raw
 
 MAGIC = b"SCF1"
@@ -120,10 +123,16 @@ class FramesReader:
     decoder: "auto" (the C accelerator when available, else Python),
     "python" or "c" (ShardcastError when the accelerator is not available);
     `accelerated` says which one the reader uses.
+
+    The stream's identity (HEADER keys fingerprint / replica / replicas /
+    served_by, see shardcast.replicas) is in `ident` once the HEADER is
+    read, None from a server that sends none; check_ident(ident) is called
+    with it (also with None) before any sample is handed out, and may
+    raise.
     """
 
     def __init__(self, url, *, timeout=60.0, headers=None, max_frame=MAX_FRAME,
-                 read_size=READ_SIZE, decoder="auto"):
+                 read_size=READ_SIZE, decoder="auto", check_ident=None):
         if not 0 < max_frame <= MAX_FRAME:
             raise ValueError("max_frame must be within 1..%d" % MAX_FRAME)
         if decoder not in DECODERS:
@@ -149,6 +158,9 @@ class FramesReader:
                 except ValueError:
                     pass  # the server will reject the request itself
         self.header = None
+        self.ident = None
+        self.check_ident = check_ident
+        self._peeked_ident = None
         self._sources = None
         self.trailer = None
         self.samples_received = 0
@@ -239,6 +251,13 @@ class FramesReader:
         if not isinstance(start, int) or start < 0:
             raise self._bad("HEADER has a bad start %r" % (start,))
         self.position = start
+        self.ident = ident_from_header(h)
+        if self.ident is None:
+            # The C decoder's HEADER (an accelerator built before these
+            # keys) may lack them: take them from the HEADER's own JSON.
+            self.ident = self._peeked_ident
+        if self.check_ident is not None:
+            self.check_ident(self.ident)
 
     def _check_end(self, t):
         if t.get("status") != "ok":
@@ -357,10 +376,18 @@ class FramesReader:
         framer = self._c.Framer(self.max_frame)
         feed = framer.feed
         frames_error = self._c.FramesError
-        buf = bytearray(max(self.read_size, 64))
-        mv = memoryview(buf)
+        # The magic and HEADER frame, read ahead, go to the decoder first;
+        # then the body is received into one reused buffer.
+        head = self._peek_header(body)
+        big = bytearray(max(self.read_size, 64))
+        big_mv = memoryview(big)
         while True:
-            n = body.readinto(mv)
+            if head:
+                buf, n, head = head, len(head), None
+                mv = memoryview(buf)
+            else:
+                buf, mv = big, big_mv
+                n = body.readinto(mv)
             if not n:
                 if self.header is None:
                     raise self._cut(body, "before the HEADER frame")
@@ -391,6 +418,33 @@ class FramesReader:
                     return
                 else:
                     raise error_from_trailer(self.url, value, self._bad)
+
+    def _peek_header(self, body):
+        """For the C decoder: read the magic and the HEADER frame (only
+        those bytes), keep the identity keys of its JSON (see _check_header)
+        and return the bytes read, which the decoder is then fed first."""
+        head = bytearray()
+        need = len(MAGIC) + _FRAME_SIZE
+        while len(head) < need:
+            chunk = bytearray(need - len(head))
+            got = body.readinto(memoryview(chunk))
+            if not got:
+                return head
+            head += chunk[:got]
+            if len(head) == len(MAGIC) + _FRAME_SIZE == need:
+                if bytes(head[:len(MAGIC)]) != MAGIC:
+                    return head
+                ftype, _, _, length = _FRAME.unpack_from(head, len(MAGIC))
+                if ftype != HEADER or length > MAX_JSON_FRAME:
+                    return head
+                need += length
+        try:
+            h = json.loads(bytes(head[len(MAGIC) + _FRAME_SIZE:]).decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            return head  # the decoder reports it
+        if isinstance(h, dict):
+            self._peeked_ident = ident_from_header(h)
+        return head
 
     def _sample(self, buf, mv, p, end, shards):
         if end - p < _SAMPLE_SIZE:

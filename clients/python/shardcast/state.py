@@ -26,6 +26,25 @@ Two ways to resume from a state:
     resumed with a different W without delivering a sample twice or losing
     one, and is refused with ValueError.
 
+With R > 1 replicas (shardcast.topology) consumer c of W streams part
+J = c mod R of the epoch, Y_J (the part replica J serves), as local rank
+c div R of the LW_J(W) consumers of part J, from that part's own global
+cursor G_J. The state then carries the cursor of every part (keys added
+to the form above; a state of one replica has neither):
+
+     "replicas": R,
+     "global_starts": {"0": G_0, ..., "R-1": G_{R-1}},
+     "global_start": max(G_J)    # a client that predates global_starts
+                                 # refuses a non-zero global cursor with
+                                 # several replicas instead of misreading it
+
+and an elastic resume is the rule above applied to each part on its own:
+the positions of part J's consumers (c = J, J + R, J + 2R, ... in local
+rank order) must be a prefix Y_J[G_J .. G'_J) of the part, and the new
+run's consumers of part J start at 0 with global_start=G'_J
+(replica_cursors()). A state cannot be resumed with another R: the parts
+themselves change with R.
+
 Only plain data is stored: dicts with string keys at every depth, ints and
 strs. A state therefore goes through torch.save, pickle, json (unchanged:
 json.loads(json.dumps(s)) == s) and checkpointers that flatten nested
@@ -35,6 +54,10 @@ accepted; normalize_state() gives the internal form with int keys.
 """
 
 STATE_VERSION = 1
+# The largest global cursor the server accepts (2^63 - 1).
+GLOBAL_START_MAX = (1 << 63) - 1
+# The most replicas a state may name (shardcastd's bound on --replicas).
+MAX_REPLICAS = 65536
 
 
 def _nonneg_int(name, v):
@@ -52,13 +75,21 @@ def _nonneg_int(name, v):
     return v
 
 
-def make_state(job, epoch, world, global_start, positions, worker=None):
+def make_state(job, epoch, world, global_start, positions, worker=None,
+               global_starts=None):
     """A state dict (see the module doc) from its parts; positions maps
     consumer indices (ints, or their decimal strings) to positions, and is
-    stored with string keys."""
+    stored with string keys. global_starts: the global cursor of each of
+    R > 1 replicas' parts (a list); global_start is then their maximum.
+    None, or a list of one: the one-replica form."""
+    if global_starts is not None and len(global_starts) > 1:
+        global_start = max(global_starts)
     st = {"shardcast_state": STATE_VERSION, "job": job, "epoch": epoch, "world": world,
-          "global_start": global_start,
-          "positions": {str(int(c)): p for c, p in positions.items()}}
+          "global_start": global_start}
+    if global_starts is not None and len(global_starts) > 1:
+        st["replicas"] = len(global_starts)
+        st["global_starts"] = {str(j): g for j, g in enumerate(global_starts)}
+    st["positions"] = {str(int(c)): p for c, p in positions.items()}
     if worker is not None:
         st["worker"] = dict(worker)
     return st
@@ -86,7 +117,12 @@ def normalize_state(state):
     world = _nonneg_int("world", state.get("world"))
     if world < 1:
         raise ValueError("shardcast state: world must be >= 1")
-    gs = _nonneg_int("global_start", state.get("global_start", 0))
+    replicas, starts = _replica_starts(state, world)
+    gs = _nonneg_int("global_start", state.get("global_start",
+                                                max(starts) if starts else 0))
+    if starts is not None and gs != max(starts):
+        raise ValueError("shardcast state: global_start %d is not the largest of "
+                         "global_starts %s" % (gs, starts))
     raw = state.get("positions")
     if not isinstance(raw, dict):
         raise ValueError("shardcast state: positions must be a dict {consumer: position}")
@@ -107,10 +143,43 @@ def normalize_state(state):
         if worker["consumer"] not in positions:
             raise ValueError("shardcast state: the worker's consumer has no position")
     st = {"shardcast_state": STATE_VERSION, "job": job, "epoch": epoch, "world": world,
-          "global_start": gs, "positions": positions}
+          "global_start": gs, "replicas": replicas, "global_starts": starts,
+          "positions": positions}
     if worker is not None:
         st["worker"] = worker
     return st
+
+
+def _replica_starts(state, world):
+    """(R, [G_0 .. G_{R-1}]) of a state with several replicas' cursors,
+    (None, None) for the one-replica form; checked and bounded."""
+    r, raw = state.get("replicas"), state.get("global_starts")
+    if r is None and raw is None:
+        return None, None
+    if r is None or raw is None:
+        raise ValueError("shardcast state: replicas and global_starts go together")
+    r = _nonneg_int("replicas", r)
+    if not 1 <= r <= MAX_REPLICAS:
+        raise ValueError("shardcast state: replicas must be within 1..%d, not %d"
+                         % (MAX_REPLICAS, r))
+    if world < r:
+        raise ValueError("shardcast state: world %d is below replicas %d (a replica "
+                         "without consumers)" % (world, r))
+    if not isinstance(raw, dict) or len(raw) != r:
+        raise ValueError("shardcast state: global_starts must be a dict with one "
+                         "cursor per replica 0..%d" % (r - 1))
+    starts = [None] * r
+    for j, g in raw.items():
+        j = _nonneg_int("replica in global_starts", j)
+        if j >= r or starts[j] is not None:
+            raise ValueError("shardcast state: global_starts has replica %d twice or "
+                             "out of 0..%d" % (j, r - 1))
+        g = _nonneg_int("global_starts[%d]" % j, g)
+        if g > GLOBAL_START_MAX:
+            raise ValueError("shardcast state: global_starts[%d] = %d is above 2^63 - 1"
+                             % (j, g))
+        starts[j] = g
+    return r, starts
 
 
 def worker_order(starts):
@@ -186,6 +255,43 @@ def global_cursor(world, global_start, positions):
     return global_start + low * world + ahead
 
 
+def _local_world(j, world, replicas):
+    return (world - j + replicas - 1) // replicas if j < world else 0
+
+
+def replica_cursors(world, replicas, global_starts, positions):
+    """[G'_0 .. G'_{R-1}]: for each replica J, the global cursor of part J
+    such that what J's consumers (c = J + R*l, local rank l of
+    LW_J(world)) delivered at these positions is exactly Y_J[G_J .. G'_J),
+    G_J = global_starts[J]. positions: a dict {consumer: position} for
+    every consumer, or a list. Raises ValueError when a consumer is
+    missing, a replica has no consumer, or a part's delivered set is not a
+    prefix of it (see global_cursor)."""
+    if isinstance(positions, dict):
+        positions = _int_positions(positions)
+    else:
+        positions = dict(enumerate(positions))
+    missing = [c for c in range(world) if c not in positions]
+    if missing:
+        raise ValueError(
+            "a resume with a different number of consumers needs the positions of all %d "
+            "consumers; missing %s (merge the states of every rank and worker with "
+            "shardcast.merge_state_dicts)" % (world, missing[:8]))
+    if len(global_starts) != replicas or world < replicas:
+        raise ValueError("need one global start per replica (%d) and world %d >= replicas"
+                         % (replicas, world))
+    out = []
+    for j in range(replicas):
+        lw = _local_world(j, world, replicas)
+        local = [positions[j + replicas * l] for l in range(lw)]
+        try:
+            out.append(global_cursor(lw, global_starts[j], local))
+        except ValueError as e:
+            raise ValueError("replica %d's part (consumers %s): %s"
+                             % (j, list(range(j, world, replicas))[:8], e)) from None
+    return out
+
+
 def merge_state_dicts(states):
     """One state with the positions of every consumer, from the states of
     the workers (StatefulDataLoader's per-worker dataset states) or ranks of
@@ -197,7 +303,7 @@ def merge_state_dicts(states):
     first = states[0]
     positions = {}
     for s in states:
-        for k in ("job", "epoch", "world", "global_start"):
+        for k in ("job", "epoch", "world", "global_start", "replicas", "global_starts"):
             if s[k] != first[k]:
                 raise ValueError("cannot merge states with different %s (%r, %r)"
                                  % (k, first[k], s[k]))
@@ -207,4 +313,4 @@ def merge_state_dicts(states):
                                  % (c, positions[c], p))
             positions[c] = p
     return make_state(first["job"], first["epoch"], first["world"], first["global_start"],
-                      positions)
+                      positions, global_starts=first["global_starts"])

@@ -32,6 +32,7 @@ from . import __version__
 from .errors import (ShardcastConnectionError, ShardcastError, ShardcastHTTPError,
                      ShardcastIncompleteError, ShardcastProtocolError,
                      ShardcastStreamError)
+from .replicas import ident_from_pax
 
 END_MEMBER = "__shardcast_end__"
 ERROR_MEMBER = "__shardcast_error__"
@@ -60,7 +61,7 @@ FORMATS = ("frames", "tar")
 
 
 def stream_url(base_url, job, epoch, rank, world, *, start=None, fields=None,
-               fmt=None, global_start=None):
+               fmt=None, global_start=None, replica=None):
     """Build the URL of consumer `rank` of `world` for one epoch of a job.
 
     base_url is the server's root (e.g. "http://127.0.0.1:8080", possibly
@@ -68,7 +69,10 @@ def stream_url(base_url, job, epoch, rank, world, *, start=None, fields=None,
     or a comma-separated string; start is a resume position in the share;
     fmt is "tar" or "frames" (None: the server's default, tar);
     global_start is the global cursor an elastic resume deals from (the
-    share of consumer rank is then Y[global_start + rank + world * p]).
+    share of consumer rank is then Y[global_start + rank + world * p]);
+    replica asks the server at base_url for replica J's part of the epoch
+    (failover: rank and world are then the local rank and world within
+    part J, as replica J itself would serve them).
     """
     for name, v in (("epoch", epoch), ("rank", rank), ("world", world)):
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
@@ -86,6 +90,10 @@ def stream_url(base_url, job, epoch, rank, world, *, start=None, fields=None,
             raise ValueError("global_start must be a non-negative int, not %r"
                              % (global_start,))
         query.append(("global_start", str(global_start)))
+    if replica is not None:
+        if not isinstance(replica, int) or isinstance(replica, bool) or replica < 0:
+            raise ValueError("replica must be a non-negative int, not %r" % (replica,))
+        query.append(("replica", str(replica)))
     if fmt is not None:
         if fmt not in FORMATS:
             raise ValueError("format must be one of %s, not %r" % (FORMATS, fmt))
@@ -374,10 +382,17 @@ class StreamReader:
 
     A StreamReader is iterable once; use it as a context manager (or call
     close()) to release the connection when stopping early.
+
+    The stream's identity (a pax global header first in the stream with
+    the records SHARDCAST.fingerprint / .replica / .replicas / .served_by,
+    see shardcast.replicas) is in `ident` once the first member is read
+    ({"fingerprint", "replica", "replicas", "served_by"}, or None from a
+    server that sends none); check_ident(ident) is called with it (also
+    with None) before any sample is handed out, and may raise.
     """
 
     def __init__(self, url, *, timeout=60.0, headers=None, expect_all_fields=None,
-                 max_member=DEFAULT_MAX_MEMBER):
+                 max_member=DEFAULT_MAX_MEMBER, check_ident=None):
         self.url = url
         self.timeout = timeout
         self.headers = headers
@@ -390,6 +405,8 @@ class StreamReader:
         self.expect_all_fields = expect_all_fields
         self.trailer = None
         self.samples_received = 0
+        self.ident = None
+        self.check_ident = check_ident
         self._resp = None
         self._body = None
         self._used = False
@@ -449,11 +466,21 @@ class StreamReader:
         tf = tarfile.open(fileobj=body, mode="r|")
         cur = None      # the sample being assembled
         prefix = None   # "<G>/<key>." of the current sample
+        first = True
         while True:
             ti = tf.next()
             # tarfile keeps every TarInfo it returns; drop them so memory
             # stays flat over an epoch of millions of members.
             tf.members = []
+            if first:
+                # tarfile consumed the pax global header (if any) before
+                # the first member; its records are in tf.pax_headers (and
+                # merged into every member's pax_headers, where only
+                # SHARDCAST.key starts a sample: the grouping is unchanged).
+                first = False
+                self.ident = ident_from_pax(tf.pax_headers)
+                if self.check_ident is not None:
+                    self.check_ident(self.ident)
             if ti is None:
                 if body.failure is not None:
                     raise body.failure

@@ -18,7 +18,9 @@ would be missing from the run. `Topology.route` refuses W < R.
 Each replica's part is a pure function of (dataset, seed, epoch, J, R),
 so any replica count gives an exactly-once, reproducible epoch, and a
 replica that restarts serves the same part again: its consumers resume
-from their position (`start=`) and lose or repeat nothing. With the
+from their position (`start=`) and lose or repeat nothing. Any replica
+serves any part (a stream with replica=J): while a replica is down its
+consumers fail over to the others (shardcast.replicas.candidates). With the
 even-drop partition each replica drops its own remainder: at most
 (local world - 1) samples per replica and epoch.
 
@@ -29,7 +31,9 @@ Three ways to describe the replicas:
                     template="http://shardcast-{j}.shardcast-headless:8080")
 discover() asks one replica's GET /v1/topology for R (and checks that the
 replica is the one the template names); with verify=True every replica is
-asked and must report its own J and the same R.
+asked and must report its own J and the same R (shardcast.replicas, which
+ShardcastDataset also uses to check the job's fingerprint on every replica
+and to fail a consumer over to another replica).
 
 Standard library only; a Topology is immutable and safe to share between
 threads and DataLoader worker processes.
@@ -117,17 +121,23 @@ def expand_template(template, replicas):
     return [template.replace(PLACEHOLDER, str(j)) for j in range(replicas)]
 
 
-def fetch_topology(url, *, timeout=10.0, headers=None):
-    """GET {url}/v1/topology and return (replica, replicas, document).
+def fetch_topology(url, *, timeout=10.0, headers=None, job=None):
+    """GET {url}/v1/topology (with job: ?job=NAME) and return (replica,
+    replicas, document).
 
     Raises ShardcastConnectionError (cannot connect / read),
-    ShardcastHTTPError (status other than 200) or ShardcastProtocolError
-    (not the JSON object {"replica": J, "replicas": R, ...} with 0 <= J < R).
+    ShardcastHTTPError (status other than 200; retry_after from a
+    Retry-After header) or ShardcastProtocolError (not the JSON object
+    {"replica": J, "replicas": R, ...} with 0 <= J < R, or a "job" object
+    without a string fingerprint and an "order" object).
     """
     base = _check_base_url(url)
     parts = urllib.parse.urlsplit(base)
     conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     target = parts.path + "/v1/topology"
+    if job is not None:
+        target += "?job=" + urllib.parse.quote(job, safe="")
+    shown = base + target[len(parts.path):]
     conn = conn_cls(parts.netloc, timeout=timeout)
     try:
         try:
@@ -135,30 +145,42 @@ def fetch_topology(url, *, timeout=10.0, headers=None):
             resp = conn.getresponse()
             body = resp.read(MAX_TOPOLOGY_BODY + 1)
         except (OSError, http.client.HTTPException) as e:
-            raise ShardcastConnectionError("GET %s/v1/topology: %s" % (base, e)) from e
+            raise ShardcastConnectionError("GET %s: %s" % (shown, e)) from e
     finally:
         conn.close()
     if resp.status != 200:
-        reason = body[:512].decode("utf-8", "replace").strip()
-        raise ShardcastHTTPError("GET %s/v1/topology: HTTP %d: %s" % (base, resp.status, reason),
-                                 status=resp.status, reason=reason, url=base + "/v1/topology")
+        text = body[:512].decode("utf-8", "replace").strip()
+        first = text.splitlines()[0] if text else ""
+        reason = first[len("error:"):].strip() if first.startswith("error:") else text
+        after = (resp.getheader("Retry-After") or "").strip()
+        raise ShardcastHTTPError("GET %s: HTTP %d: %s" % (shown, resp.status, reason),
+                                 status=resp.status, reason=reason, url=shown,
+                                 retry_after=min(float(after), 600.0) if after.isdigit()
+                                 else None)
     if len(body) > MAX_TOPOLOGY_BODY:
-        raise ShardcastProtocolError("GET %s/v1/topology: body above %d bytes"
-                                     % (base, MAX_TOPOLOGY_BODY))
+        raise ShardcastProtocolError("GET %s: body above %d bytes"
+                                     % (shown, MAX_TOPOLOGY_BODY))
     try:
         doc = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
-        raise ShardcastProtocolError("GET %s/v1/topology: not JSON: %s" % (base, e)) from e
+        raise ShardcastProtocolError("GET %s: not JSON: %s" % (shown, e)) from e
     if not isinstance(doc, dict):
-        raise ShardcastProtocolError("GET %s/v1/topology: not a JSON object" % base)
+        raise ShardcastProtocolError("GET %s: not a JSON object" % shown)
     j, r = doc.get("replica"), doc.get("replicas")
     for name, v in (("replica", j), ("replicas", r)):
         if not isinstance(v, int) or isinstance(v, bool):
-            raise ShardcastProtocolError("GET %s/v1/topology: %r is not an integer"
-                                         % (base, name))
+            raise ShardcastProtocolError("GET %s: %r is not an integer"
+                                         % (shown, name))
     if not 1 <= r <= MAX_REPLICAS or not 0 <= j < r:
-        raise ShardcastProtocolError("GET %s/v1/topology: replica %d of %d is out of range"
-                                     % (base, j, r))
+        raise ShardcastProtocolError("GET %s: replica %d of %d is out of range"
+                                     % (shown, j, r))
+    jd = doc.get("job")
+    if job is not None and jd is not None:
+        if not isinstance(jd, dict) or not isinstance(jd.get("fingerprint"), str) \
+                or not jd["fingerprint"] or not isinstance(jd.get("order"), dict):
+            raise ShardcastProtocolError("GET %s: \"job\" is not an object with a "
+                                         "fingerprint string and an order object: %r"
+                                         % (shown, jd))
     return j, r, doc
 
 
@@ -192,7 +214,12 @@ class Topology:
         replica must be the one the template names for its J. With
         verify=True every replica is asked and must answer its own J and
         the same R: this catches replicas started with a different
-        --replicas (e.g. a StatefulSet scaled without its setting).
+        --replicas (e.g. a StatefulSet scaled without its setting) and
+        two replicas started with the same J; a replica that cannot be
+        reached is skipped with a warning (shardcast.replicas). Such
+        answers raise ShardcastConfigError (a ShardcastProtocolError).
+        ShardcastDataset(verify=True) checks the same and the job's
+        fingerprint before streaming.
         """
         j, r, _ = fetch_topology(url, timeout=timeout, headers=headers)
         if template is None:
@@ -211,12 +238,8 @@ class Topology:
                     "%s reports replica %d of %d, but the template names it replica %d"
                     % (url, j, r, topo.urls.index(asked)))
         if verify:
-            for k, u in enumerate(topo.urls):
-                jk, rk, _ = fetch_topology(u, timeout=timeout, headers=headers)
-                if (jk, rk) != (k, topo.replicas):
-                    raise ShardcastProtocolError(
-                        "%s reports replica %d of %d, expected replica %d of %d"
-                        % (u, jk, rk, k, topo.replicas))
+            from .replicas import verify_replicas
+            verify_replicas(topo, None, timeout=timeout, headers=headers)
         return topo
 
     @classmethod

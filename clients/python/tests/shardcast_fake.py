@@ -30,10 +30,25 @@ def json_frame(ftype, obj):
 
 
 def header_frame(job="j", epoch=0, rank=0, world=1, start=0, global_start=0,
-                 partition="even-drop", fields=None, version=1):
-    return json_frame(1, {"version": version, "job": job, "epoch": epoch, "rank": rank,
-                          "world": world, "start": start, "global_start": global_start,
-                          "partition": partition, "fields": fields})
+                 partition="even-drop", fields=None, version=1, ident=None):
+    """ident: the identity keys (fingerprint, replica, replicas, served_by)
+    added to the HEADER, as a server with replica fingerprints sends."""
+    h = {"version": version, "job": job, "epoch": epoch, "rank": rank,
+         "world": world, "start": start, "global_start": global_start,
+         "partition": partition, "fields": fields}
+    h.update(ident or {})
+    return json_frame(1, h)
+
+
+def tar_ident_header(ident, job="j", epoch=0):
+    """The pax global header a server with replica fingerprints sends
+    first in a tar stream (no end blocks)."""
+    buf = io.BytesIO()
+    recs = {"SHARDCAST.job": job, "SHARDCAST.epoch": str(epoch)}
+    recs.update({"SHARDCAST." + k: str(v) for k, v in ident.items()})
+    tf = tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT, pax_headers=recs)
+    tf.fileobj.flush()
+    return buf.getvalue()
 
 
 def shard_frame(idx, url):
@@ -103,6 +118,22 @@ class EpochServer:
     shuffled by random.Random(E); consumer c of W with global_start G and
     start s gets positions p = s .. (N - G) // W - 1, sample Y[G + c + W*p].
 
+    Replicas: `replica` J of `replicas` R (default 0 of 1). With R > 1 the
+    server deals part J of the epoch, Y_J = Y[J::R] (the fake's stand-in
+    for the server's part rule; every EpochServer over the same jobs agrees
+    on it); a stream request with replica=K deals part K (failover;
+    `accept_replica` False answers it 400 "unknown parameter replica" as a
+    server that predates failover does). GET /v1/topology[?job=NAME]
+    answers {"replica": J, "replicas": R}, with a "job" object
+    {"name", "fingerprint", "order"} when `fingerprint` is set (`order`:
+    the order object, default {"seed": 0, "replicas": R}); an unknown job
+    is 404. `topology_errors`: statuses answered (in order, one each) to
+    topology requests before the real answer, e.g. [503, 503];
+    `topology_requests` records their queries; `topology_job` False
+    answers ?job= with 400 "unknown parameter job" (an older server). With `fingerprint` set,
+    every stream states its identity (frames HEADER keys; tar pax global
+    header), `ident_override` (a dict) replacing any of its keys.
+
     cuts: a list of dicts {"after": n, "count": k} consumed in order: a
     matching stream request sends n samples, then half of the next
     sample's bytes, then the connection is reset. With "kind": "error" it
@@ -116,6 +147,14 @@ class EpochServer:
         self.jobs = jobs
         self.cuts = []
         self.requests = []
+        self.replica, self.replicas = 0, 1
+        self.accept_replica = True
+        self.fingerprint = None
+        self.order = None
+        self.ident_override = {}
+        self.topology_errors = []
+        self.topology_requests = []
+        self.topology_job = True
         self.lock = threading.Lock()
         outer = self
 
@@ -140,14 +179,18 @@ class EpochServer:
         self.httpd.shutdown()
         self.httpd.server_close()
 
-    def epoch_sequence(self, job, epoch):
+    def epoch_sequence(self, job, epoch, part=None):
+        """The epoch's sequence; with several replicas part `part` of it
+        (None: this server's own)."""
         seq = list(self.jobs[job])
         random.Random(epoch).shuffle(seq)
+        if self.replicas > 1:
+            seq = seq[(self.replica if part is None else part)::self.replicas]
         return seq
 
-    def share(self, job, epoch, c, w, start=0, global_start=0):
+    def share(self, job, epoch, c, w, start=0, global_start=0, part=None):
         """[(global index, position, sample)] of one consumer."""
-        seq = self.epoch_sequence(job, epoch)
+        seq = self.epoch_sequence(job, epoch, part)
         n = max(0, (len(seq) - global_start) // w)
         return [(global_start + c + w * p, p, seq[global_start + c + w * p])
                 for p in range(start, n)]
@@ -163,8 +206,44 @@ class EpochServer:
         h.end_headers()
         h.wfile.write(body)
 
+    def _topology(self, h, query):
+        q = {k: v[-1] for k, v in urllib.parse.parse_qs(query).items()}
+        with self.lock:
+            self.topology_requests.append(q)
+            err = self.topology_errors.pop(0) if self.topology_errors else None
+        if err is not None:
+            return self._error(h, err, "job 'x' is resolving", 0 if err == 503 else None)
+        if "job" in q and not self.topology_job:
+            return self._error(h, 400, "unknown parameter job")
+        doc = {"replica": self.replica, "replicas": self.replicas, "rule": "fake"}
+        job = q.get("job")
+        if job is not None:
+            if job not in self.jobs:
+                return self._error(h, 404, "unknown job '%s'" % job)
+            if self.fingerprint is not None:
+                doc["job"] = {"name": job, "fingerprint": self.fingerprint,
+                              "order": self.order if self.order is not None else
+                              {"seed": 0, "replicas": self.replicas}}
+        body = json.dumps(doc).encode()
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
+
+    def ident(self, part):
+        """The identity a stream of part `part` states (None: none)."""
+        if self.fingerprint is None:
+            return None
+        i = {"fingerprint": self.fingerprint, "replica": part, "replicas": self.replicas,
+             "served_by": self.replica}
+        i.update(self.ident_override)
+        return i
+
     def _handle(self, h):
         parts = urllib.parse.urlsplit(h.path)
+        if parts.path == "/v1/topology":
+            return self._topology(h, parts.query)
         seg = parts.path.split("/")
         if len(seg) != 7 or seg[1:3] != ["v1", "jobs"] or seg[4] != "epochs" \
                 or seg[6] != "stream":
@@ -188,18 +267,24 @@ class EpochServer:
             c, w = int(q["rank"]), int(q["world"])
             start = int(q.get("start", 0))
             gs = int(q.get("global_start", 0))
+            part = int(q.get("replica", self.replica))
         except (KeyError, ValueError):
             return self._error(h, 400, "bad parameters")
+        if "replica" in q and not self.accept_replica:
+            return self._error(h, 400, "unknown parameter replica")
         if not 0 <= c < w:
             return self._error(h, 400, "rank must be below world")
+        if not 0 <= part < self.replicas:
+            return self._error(h, 400, "replica must be below replicas")
         fmt = q.get("format", "tar")
         fields = q["fields"].split(",") if "fields" in q else None
-        share = self.share(job, epoch, c, w, start, gs)
+        share = self.share(job, epoch, c, w, start, gs, part)
+        ident = self.ident(part)
         if fmt == "frames":
-            pieces = self._frames(job, epoch, c, w, start, gs, fields, share)
+            pieces = self._frames(job, epoch, c, w, start, gs, fields, share, ident)
             ctype = "application/x-shardcast-frames"
         elif fmt == "tar":
-            pieces = self._tar(epoch, c, w, start, fields, share)
+            pieces = self._tar(epoch, c, w, start, fields, share, ident, job)
             ctype = "application/x-tar"
         else:
             return self._error(h, 400, "unknown format")
@@ -238,9 +323,10 @@ class EpochServer:
     def _keep(fields, wanted):
         return [(n, d) for n, d in fields if wanted is None or n in wanted]
 
-    def _frames(self, job, epoch, c, w, start, gs, wanted, share):
+    def _frames(self, job, epoch, c, w, start, gs, wanted, share, ident=None):
         """Pieces: [magic + HEADER, one per sample (SHARD + SAMPLE), END]."""
-        pieces = [MAGIC + header_frame(job, epoch, c, w, start, gs, "even-drop", wanted)]
+        pieces = [MAGIC + header_frame(job, epoch, c, w, start, gs, "even-drop", wanted,
+                                       ident=ident)]
         shard_ids = {}
         for g, p, (key, url, fields) in share:
             data = b""
@@ -252,10 +338,11 @@ class EpochServer:
         pieces.append(end_frame(len(share), start + len(share), epoch, c, w, start))
         return pieces
 
-    def _tar(self, epoch, c, w, start, wanted, share):
-        """Pieces: [b"", one per sample, end member + end blocks] of the tar
-        format (samples without kept fields send nothing)."""
-        pieces = [b""]
+    def _tar(self, epoch, c, w, start, wanted, share, ident=None, job="j"):
+        """Pieces: [the identity's pax global header or b"", one per sample,
+        end member + end blocks] of the tar format (samples without kept
+        fields send nothing)."""
+        pieces = [tar_ident_header(ident, job, epoch) if ident else b""]
         sent = 0
         for g, p, (key, url, fields) in share:
             buf = io.BytesIO()

@@ -76,10 +76,14 @@ class FakeServer:
                 pass
 
             def do_GET(self):
+                if self.path.split("?")[0] == "/v1/topology":
+                    # One replica, a server without fingerprints.
+                    outer.routes.setdefault("/v1/topology", (
+                        "json", (200, '{"replica": 0, "replicas": 1}')))
                 kind, payload = outer.routes.get(self.path.split("?")[0],
                                                  ("status", (404, "error: unknown path\n")))
                 outer.last_query = self.path.partition("?")[2]
-                if kind == "status":
+                if kind in ("status", "json"):
                     code, text = payload
                     body = text.encode()
                     self.send_response(code)

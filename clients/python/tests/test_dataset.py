@@ -111,8 +111,17 @@ def test_retries_are_bounded(server):
 
 
 def test_unknown_job_is_not_retried(server):
+    # The replica verification asks GET /v1/topology?job=nope first: its 404
+    # is final, and no stream is asked for.
+    server.topology_requests = []
     with pytest.raises(ShardcastHTTPError, match="unknown job 'nope'") as ei:
         list(ShardcastDataset(server.url, "nope", rank=0, world=1, backoff=0.01))
+    assert ei.value.status == 404 and len(server.requests) == 0
+    assert server.topology_requests == [{"job": "nope"}]
+    # Without verification the stream's own 404 is final too.
+    with pytest.raises(ShardcastHTTPError, match="unknown job 'nope'") as ei:
+        list(ShardcastDataset(server.url, "nope", rank=0, world=1, backoff=0.01,
+                              verify=False))
     assert ei.value.status == 404 and len(server.requests) == 1
 
 

@@ -12,6 +12,8 @@ from shardcast_fake import EpochServer, make_samples
 def test_consumers_routed_to_replicas():
     samples = make_samples(40)
     a, b = EpochServer({"j": samples}), EpochServer({"j": samples})
+    a.replicas = b.replicas = 2
+    b.replica = 1
     try:
         topo = Topology([a.url, b.url])
         got = {}
@@ -28,11 +30,14 @@ def test_consumers_routed_to_replicas():
         assert got[0] == [i for i, _, _ in a.share("j", 0, 0, 2)]
         assert got[2] == [i for i, _, _ in a.share("j", 0, 1, 2)]
         assert got[1] == [i for i, _, _ in b.share("j", 0, 0, 1)]
-        # a global cursor cannot be split across replicas
-        ds = ShardcastDataset("http://unused", "j", rank=0, world=3,
+        # a global cursor is the cursor of the consumer's part (elastic
+        # resume with replicas, test_replicas.py); the home replica is
+        # asked without replica=
+        ds = ShardcastDataset("http://unused", "j", rank=1, world=3,
                               topology=topo)
-        with pytest.raises(ValueError, match="replicas"):
-            ds.stream_url(global_start=10)
+        url = ds.stream_url(global_start=10)
+        assert url.startswith(b.url) and "global_start=10" in url
+        assert "replica=" not in url
     finally:
         a.stop()
         b.stop()
