@@ -1,4 +1,4 @@
-"""Helpers of test_replicas.py: shardcastd processes started as replicas J
+"""Helpers of test_replica_failover.py: shardcastd processes started as replicas J
 of R (--replica J --replicas R) on loopback, each of which can be killed
 (SIGKILL) and started again on the same port, their job status and
 metrics, and a summary of the samples a consumer delivered (made in the

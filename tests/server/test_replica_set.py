@@ -5,7 +5,7 @@ formats), a stream of another replica's part (replica=J: failover), and the
 
 The consumers here are raw HTTP readers (server_testlib.FramesStream) that
 do their own failover, so the server's part is tested apart from the
-clients (tests/integration/test_replicas.py and tests/cli cover those).
+clients (tests/integration/test_replica_failover.py and tests/cli cover those).
 """
 
 import json

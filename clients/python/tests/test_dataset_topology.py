@@ -31,7 +31,7 @@ def test_consumers_routed_to_replicas():
         assert got[2] == [i for i, _, _ in a.share("j", 0, 1, 2)]
         assert got[1] == [i for i, _, _ in b.share("j", 0, 0, 1)]
         # a global cursor is the cursor of the consumer's part (elastic
-        # resume with replicas, test_replicas.py); the home replica is
+        # resume with replicas, tests/integration/test_replica_failover.py); the home replica is
         # asked without replica=
         ds = ShardcastDataset("http://unused", "j", rank=1, world=3,
                               topology=topo)
