@@ -9,6 +9,7 @@ import re
 import secrets
 import subprocess
 import time
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -150,6 +151,49 @@ def test_scale_out_wiring(rendered):
                 "volumeMounts"):
         assert c[key] == base_c[key], key
     assert but_ephemeral_storage(c["resources"]) == but_ephemeral_storage(base_c["resources"])
+
+
+def scale_out_peers(rendered):
+    """(StatefulSet, headless Service, SHARDCAST_PEERS) of the scale-out
+    overlay."""
+    objects = rendered["overlays/scale-out"][0]
+    sts = by_kind(objects, "StatefulSet", "shardcast")[0]
+    headless = by_kind(objects, "Service", sts["spec"]["serviceName"])[0]
+    return sts, headless, env_of(container(objects))["SHARDCAST_PEERS"]["value"]
+
+
+def test_scale_out_peers_name_every_replica(rendered):
+    """SHARDCAST_PEERS is one {j} template over the headless Service's
+    per-pod names: expanded for j = 0 .. R-1 it names exactly the
+    StatefulSet's pods <name>-j in replica order, at the container's port
+    (the names resolve to pod IPs, not to a Service port)."""
+    sts, headless, peers = scale_out_peers(rendered)
+    assert peers.count("{j}") == 1 and "," not in peers, peers
+    assert headless["metadata"]["name"] in peers
+    R = sts["spec"]["replicas"]
+    port = container(rendered["overlays/scale-out"][0])["ports"][0]["containerPort"]
+    for j in range(R):
+        u = urllib.parse.urlsplit(peers.replace("{j}", str(j)))
+        assert u.scheme == "http" and u.path in ("", "/"), peers
+        pod = "%s-%d" % (sts["metadata"]["name"], j)          # StatefulSet pod name
+        assert u.hostname == "%s.%s" % (pod, sts["spec"]["serviceName"]), u.hostname
+        assert u.port == port
+    # The headless Service's port is that port too, selecting the pods.
+    assert [p["port"] for p in headless["spec"]["ports"]] == [port]
+    labels = sts["spec"]["template"]["metadata"]["labels"]
+    assert headless["spec"]["selector"].items() <= labels.items()
+
+
+def test_scale_out_headless_service_publishes_not_ready_replicas(rendered):
+    """A replica made not ready by a peer conflict keeps its DNS name:
+    otherwise its peers would lose sight of it and the conflict would hide
+    itself and flap (k8s/README.md, service-headless.yaml)."""
+    _, headless, _ = scale_out_peers(rendered)
+    assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"]["publishNotReadyAddresses"] is True
+    # The base's Service keeps only ready pods.
+    svc = by_kind(rendered["overlays/scale-out"][0], "Service", "shardcast")[0]
+    assert not svc["spec"].get("publishNotReadyAddresses", False)
 
 
 def test_example_job(rendered):
@@ -368,11 +412,17 @@ def test_network_policy_admits_only_training_pods_and_prometheus(rendered, k):
     assert admitted(pol, dict(CLIENT_LABEL, app="trainer"), other_ns, True, port)
     # Prometheus, by namespace and pod label.
     assert admitted(pol, PROMETHEUS, MONITORING_NS, False, port)
-    # Nobody else: unlabelled pods, shardcast's own pods, a labelled pod
-    # of another namespace, Prometheus-looking pods outside monitoring, any
-    # pod of the monitoring namespace, other ports.
+    # Scale-out: the replicas reach each other (the peers check asks every
+    # replica's GET /v1/topology); one server has no peers.
+    assert admitted(pol, pod_labels, other_ns, True, port) == (k == "overlays/scale-out")
+    assert not admitted(pol, pod_labels, other_ns, False, port)
+    # Nobody else: unlabelled pods, other components of shardcast, a
+    # labelled pod of another namespace, Prometheus-looking pods outside
+    # monitoring, any pod of the monitoring namespace, other ports.
     assert not admitted(pol, {"app": "trainer"}, other_ns, True, port)
-    assert not admitted(pol, pod_labels, other_ns, True, port)
+    assert not admitted(pol, dict(pod_labels, **{"app.kubernetes.io/component": "cli"}),
+                        other_ns, True, port)
+    assert not admitted(pol, {"app.kubernetes.io/component": "server"}, other_ns, True, port)
     assert not admitted(pol, dict(CLIENT_LABEL, **{"shardcast.io/client": "false"}),
                         other_ns, True, port)
     assert not admitted(pol, CLIENT_LABEL, other_ns, False, port)
