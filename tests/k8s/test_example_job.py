@@ -1,15 +1,17 @@
 """The example training Job's script (k8s/examples/training-job/train.py)
 run for real on loopback: 2 ranks x 2 DataLoader workers (W = 4) against
 2 replicas started as the scale-out StatefulSet starts them, with the
-consumer token, discovering R from /v1/topology. Together the ranks see
+consumer token, the replicas named as the Job names them: one URL template
+(SHARDCAST_URL_TEMPLATE) and SHARDCAST_REPLICAS. Together the ranks see
 every sample of the epoch exactly once, and the same sequence when run
-again."""
+again, also with a replica down (its consumers fail over to the other)."""
 
 import collections
 import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -18,6 +20,9 @@ from shardcast_testlib import make_dataset
 
 TRAIN = os.path.join(K8S, "examples", "training-job", "train.py")
 TOKEN = "example-job-token"
+# Where train.py finds the servers: the test sets the Job's pair only.
+SERVER_VARS = {"SHARDCAST_SERVER", "SHARDCAST_URL", "SHARDCAST_URLS", "SHARDCAST_URL_TEMPLATE",
+               "SHARDCAST_REPLICAS"}
 
 
 @pytest.fixture(scope="module")
@@ -31,17 +36,17 @@ def replicas(shardcastd, k8s_workdir):
     port = free_port(2)
     pods = [Replica(shardcastd, "shardcast-%d" % j, 2, host_of(j), port, ["--config", cfg],
                     k8s_workdir, extra_env={"SHARDCAST_TOKEN": TOKEN}) for j in range(2)]
-    yield pods, "http://127.0.1.{j}:%d" % port, manifest
+    yield pods, "http://127.0.1.{j}:%d" % port, manifest, (shardcastd, cfg, port, k8s_workdir)
     for p in pods:
         assert p.stop() == 0, p.log()
 
 
 def run_ranks(replicas, tmp_path, tag, extra=None):
-    pods, template, _ = replicas
+    pods, template = replicas[0], replicas[1]
     procs = []
     for rank in range(2):
-        env = dict(os.environ)
-        env.update({"SHARDCAST_SERVER": pods[0].url, "SHARDCAST_URL_TEMPLATE": template,
+        env = {k: v for k, v in os.environ.items() if k not in SERVER_VARS}
+        env.update({"SHARDCAST_URL_TEMPLATE": template, "SHARDCAST_REPLICAS": str(len(pods)),
                     "SHARDCAST_JOB": "train", "SHARDCAST_TOKEN": TOKEN,
                     "SHARDCAST_EPOCHS": "1", "SHARDCAST_WORKERS": "2", "RANK": str(rank),
                     "WORLD_SIZE": "2",
@@ -83,3 +88,25 @@ def test_training_job_resumes_from_its_checkpoint(replicas, tmp_path):
     assert all(len(r["epochs"]["0"]) == 10 for r in cut)
     resumed = run_ranks(replicas, tmp_path, "cut", ckpt)  # same report files
     assert [r["epochs"] for r in resumed] == [r["epochs"] for r in whole]
+
+
+def test_training_job_goes_on_with_a_replica_down(replicas, tmp_path):
+    """Replica 1 killed (its process gone): the ranks' consumers of replica 1
+    find its port refused and stream its part from replica 0 (the first
+    iteration's check skips the replica that does not answer). Still
+    every sample once, each rank the same sequence as with both up; then
+    the replica is started again under its pod name."""
+    pods = replicas[0]
+    binary, cfg, port, workdir = replicas[3]
+    whole = run_ranks(replicas, tmp_path, "up")
+    pods[1].kill()
+    try:
+        t0 = time.monotonic()
+        down = run_ranks(replicas, tmp_path, "down")
+        took = time.monotonic() - t0
+    finally:
+        pods[1].stop()
+        pods[1] = Replica(binary, "shardcast-1", 2, host_of(1), port, ["--config", cfg],
+                          workdir, extra_env={"SHARDCAST_TOKEN": TOKEN})
+    assert [r["epochs"] for r in down] == [r["epochs"] for r in whole]
+    print("example job with replica 1 down: %.1f s" % took)

@@ -196,6 +196,30 @@ def test_scale_out_headless_service_publishes_not_ready_replicas(rendered):
     assert not svc["spec"].get("publishNotReadyAddresses", False)
 
 
+def test_example_job_uses_the_scale_out_replicas(rendered):
+    """The training Job names the replicas by one template: the same URLs
+    the replicas give each other (SHARDCAST_PEERS), and R = the overlay's
+    replica count (two kustomizations: kept equal by this test, and at run
+    time by the client, which refuses replicas reporting another R). It
+    has enough consumers for every replica (W >= R)."""
+    sts, _, peers = scale_out_peers(rendered)
+    job = by_kind(rendered["examples/training-job"][0], "Job")[0]
+    e = env_of(job["spec"]["template"]["spec"]["containers"][0])
+    assert "SHARDCAST_SERVER" not in e and "SHARDCAST_URL" not in e
+    assert "SHARDCAST_URLS" not in e
+    template = e["SHARDCAST_URL_TEMPLATE"]["value"]
+    R = int(e["SHARDCAST_REPLICAS"]["value"])
+    assert R == sts["spec"]["replicas"], (
+        "the Job's SHARDCAST_REPLICAS=%d, k8s/overlays/scale-out has replicas.count %d: "
+        "change both" % (R, sts["spec"]["replicas"]))
+    assert template.count("{j}") == 1
+    assert [template.replace("{j}", str(j)) for j in range(R)] == \
+        [peers.replace("{j}", str(j)) for j in range(R)]
+    world = int(e["WORLD_SIZE"]["value"]) * int(e["SHARDCAST_WORKERS"]["value"])
+    assert world >= R
+    assert float(e["SHARDCAST_READ_TIMEOUT"]["value"]) > 0
+
+
 def test_example_job(rendered):
     objects = rendered["examples/training-job"][0]
     job = by_kind(objects, "Job")[0]

@@ -9,15 +9,20 @@ retried and resumed by the dataset itself) and ShardcastDataLoader, whose
 state_dict() is the resume point saved with the model's checkpoint.
 Environment:
 
-  SHARDCAST_SERVER        a shardcast server or Service (http://shardcast:8080);
-                          SHARDCAST_URL is read too (older name)
   SHARDCAST_URL_TEMPLATE  scale-out: the replicas' URLs with {j}, e.g.
-                          http://shardcast-{j}.shardcast-headless:8080
-                          (empty: a single replica)
+                          http://shardcast-{j}.shardcast-headless:8080,
+  SHARDCAST_REPLICAS      with R, their number (the Job sets both); or
+  SHARDCAST_URLS          the R URLs in replica order, comma-separated
+  SHARDCAST_SERVER        without those: the one shardcast server
+                          (http://shardcast:8080); SHARDCAST_URL is read
+                          too (older name)
   SHARDCAST_JOB           the job name
   SHARDCAST_TOKEN         consumer bearer token (empty: none)
   SHARDCAST_EPOCHS        epochs to run (default 1)
   SHARDCAST_WORKERS       DataLoader workers per rank (default 2)
+  SHARDCAST_READ_TIMEOUT  seconds without a byte before a stream counts as
+                          dead and the consumer fails over to another
+                          replica (default 60: the dataset's timeout=)
   SHARDCAST_CHECKPOINT    optional file: the loader's state_dict() and the
                           epoch are saved there every SHARDCAST_CHECKPOINT_EVERY
                           steps (default 100) and at the end of each epoch;
@@ -31,9 +36,14 @@ Environment:
                           run appends to the report it finds)
 
 Consumer c = RANK * workers + worker_id of W = WORLD_SIZE * workers
-streams from replica c mod R as local rank c div R (shardcast.topology).
-The replica's part of an epoch is a pure function of (dataset, seed,
-epoch, replica, replicas), so a resumed run continues the same sequence.
+streams from replica c mod R as local rank c div R (shardcast.topology);
+when that replica stops answering, the dataset continues the consumer's
+part from another replica at its position (exactly once), and the next
+epoch starts at replica c mod R again. Before its first stream each
+worker checks that every replica reports its own J, R and one job
+fingerprint, and refuses a wrong set. The replica's part of an epoch is a
+pure function of (dataset, seed, epoch, replica, replicas), so a resumed
+run continues the same sequence.
 """
 
 import json
@@ -68,25 +78,34 @@ def save(path, state):
 
 
 def main():
-    url = os.environ.get("SHARDCAST_SERVER") or os.environ["SHARDCAST_URL"]
-    template = os.environ.get("SHARDCAST_URL_TEMPLATE") or None
+    # The replicas: SHARDCAST_URLS, or SHARDCAST_URL_TEMPLATE with
+    # SHARDCAST_REPLICAS, else the one server SHARDCAST_SERVER.
+    server = os.environ.get("SHARDCAST_SERVER") or os.environ.get("SHARDCAST_URL") or None
+    if server is None and not (os.environ.get("SHARDCAST_URLS")
+                               or os.environ.get("SHARDCAST_URL_TEMPLATE")):
+        sys.exit("train.py: set SHARDCAST_URL_TEMPLATE and SHARDCAST_REPLICAS, "
+                 "SHARDCAST_URLS, or SHARDCAST_SERVER")
+    topology = Topology.from_env(server, os.environ)
     job = os.environ["SHARDCAST_JOB"]
     token = os.environ.get("SHARDCAST_TOKEN") or None
     epochs = env_int("SHARDCAST_EPOCHS", 1)
     workers = env_int("SHARDCAST_WORKERS", 2)
+    timeout = float(os.environ.get("SHARDCAST_READ_TIMEOUT") or 60)
     rank, world = env_int("RANK", 0), env_int("WORLD_SIZE", 1)
     report_path = os.environ.get("SHARDCAST_REPORT") or None
     ckpt_path = os.environ.get("SHARDCAST_CHECKPOINT") or None
     ckpt_every = env_int("SHARDCAST_CHECKPOINT_EVERY", 100)
     stop_after = env_int("SHARDCAST_STOP_AFTER", 0)
 
-    headers = {"Authorization": "Bearer " + token} if token else None
-    topology = Topology.discover(url, template=template, verify=True, headers=headers)
     print("rank %d/%d: %d replica(s) %s, %d worker(s)"
           % (rank, world, topology.replicas, ",".join(topology.urls), workers), flush=True)
 
-    dataset = shardcast.ShardcastDataset(url, job, rank=rank, world=world, token=token,
-                                         topology=topology, map=keep_label_and_hash)
+    # verify=True (the default): each worker's first iteration asks every
+    # replica's GET /v1/topology?job= and refuses a set that is not one
+    # service (a wrong SHARDCAST_REPLICAS, a replica with other settings).
+    dataset = shardcast.ShardcastDataset(server or topology.urls[0], job, rank=rank,
+                                         world=world, token=token, topology=topology,
+                                         timeout=timeout, map=keep_label_and_hash)
     loader = shardcast.ShardcastDataLoader(dataset, batch_size=None, num_workers=workers)
 
     report = {"rank": rank, "world": world, "workers": workers, "epochs": {}}
