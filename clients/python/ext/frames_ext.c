@@ -134,6 +134,19 @@ static PyObject *header_dict(const sio_frame_event *ev)
         }
         Py_DECREF(srcs);
     }
+    if (d && h->has_ident) {
+        /* the replica set's identity (README "Scale-out") */
+        PyObject *id = Py_BuildValue(
+            "{s:s,s:k,s:k,s:k}", "fingerprint", h->fingerprint, "replica",
+            (unsigned long)h->replica, "replicas", (unsigned long)h->replicas,
+            "served_by", (unsigned long)h->served_by);
+        if (!id || PyDict_Update(d, id)) {
+            Py_XDECREF(id);
+            Py_DECREF(d);
+            return NULL;
+        }
+        Py_DECREF(id);
+    }
     return d;
 }
 
