@@ -118,29 +118,43 @@ typedef struct pax_info {
     uint64_t index, position;
 } pax_info;
 
+/* One pax record "<len> <key>=<value>\n" at d[*off..n) (<len> counts
+ * the whole record): its key and value as views, *off moved past it.
+ * 0, or -1 when malformed. */
+static int pax_next(const unsigned char *d, size_t n, size_t *off,
+                    const char **k, size_t *klen, const char **v,
+                    size_t *vlen)
+{
+    size_t o = *off, i = o, rl = 0;
+    while (i < n && d[i] >= '0' && d[i] <= '9' && i - o < 8)
+        rl = rl * 10 + (size_t)(d[i++] - '0');
+    if (i == o || i >= n || d[i] != ' ' || rl <= i - o + 1 || rl > n - o ||
+        d[o + rl - 1] != '\n')
+        return -1;
+    const char *kv = (const char *)d + i + 1;
+    size_t kvlen = o + rl - 1 - (i + 1);
+    const char *eq = memchr(kv, '=', kvlen);
+    if (!eq)
+        return -1;
+    *k = kv;
+    *klen = (size_t)(eq - kv);
+    *v = eq + 1;
+    *vlen = kvlen - *klen - 1;
+    *off = o + rl;
+    return 0;
+}
+
 static sio_code parse_pax(const unsigned char *d, size_t n, pax_info *pi,
                           sio_error *err)
 {
     size_t off = 0;
     memset(pi, 0, sizeof *pi);
     while (off < n) {
-        /* "<len> <key>=<value>\n", <len> counting the whole record. */
-        size_t i = off, rl = 0;
-        while (i < n && d[i] >= '0' && d[i] <= '9' && i - off < 8)
-            rl = rl * 10 + (size_t)(d[i++] - '0');
-        if (i == off || i >= n || d[i] != ' ' || rl <= i - off + 1 ||
-            rl > n - off || d[off + rl - 1] != '\n')
+        const char *kv, *v;
+        size_t klen, vlen, at = off;
+        if (pax_next(d, n, &off, &kv, &klen, &v, &vlen) != 0)
             return sio_seterr(err, SIO_ERR_FORMAT,
-                              "tar: malformed pax record at byte %zu", off);
-        const char *kv = (const char *)d + i + 1;
-        size_t kvlen = off + rl - 1 - (i + 1);
-        const char *eq = memchr(kv, '=', kvlen);
-        if (!eq)
-            return sio_seterr(err, SIO_ERR_FORMAT,
-                              "tar: pax record without '='");
-        size_t klen = (size_t)(eq - kv);
-        const char *v = eq + 1;
-        size_t vlen = kvlen - klen - 1;
+                              "tar: malformed pax record at byte %zu", at);
 #define PAX_IS(name) (klen == strlen(name) && memcmp(kv, name, klen) == 0)
         if (PAX_IS("path")) {
             pi->path = v;
@@ -163,7 +177,6 @@ static sio_code parse_pax(const unsigned char *d, size_t n, pax_info *pi,
             pi->has_position = 1;
         }
 #undef PAX_IS
-        off += rl;
     }
     return SIO_OK;
 }
@@ -178,20 +191,10 @@ static int parse_ident(const unsigned char *d, size_t n, sio_stream_ident *id)
     uint64_t v;
     memset(id, 0, sizeof *id);
     while (off < n) {
-        size_t i = off, rl = 0;
-        while (i < n && d[i] >= '0' && d[i] <= '9' && i - off < 8)
-            rl = rl * 10 + (size_t)(d[i++] - '0');
-        if (i == off || i >= n || d[i] != ' ' || rl <= i - off + 1 ||
-            rl > n - off || d[off + rl - 1] != '\n')
+        const char *kv, *val;
+        size_t klen, vlen;
+        if (pax_next(d, n, &off, &kv, &klen, &val, &vlen) != 0)
             return -1;
-        const char *kv = (const char *)d + i + 1;
-        size_t kvlen = off + rl - 1 - (i + 1);
-        const char *eq = memchr(kv, '=', kvlen);
-        if (!eq)
-            return -1;
-        size_t klen = (size_t)(eq - kv);
-        const char *val = eq + 1;
-        size_t vlen = kvlen - klen - 1;
 #define PAX_IS(name) (klen == strlen(name) && memcmp(kv, name, klen) == 0)
         if (PAX_IS("SHARDCAST.fingerprint")) {
             if (vlen != SIO_FINGERPRINT_LEN)
@@ -227,7 +230,6 @@ static int parse_ident(const unsigned char *d, size_t n, sio_stream_ident *id)
             }
         }
 #undef PAX_IS
-        off += rl;
     }
     if (!have_fp)
         return 0;

@@ -28,7 +28,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -36,31 +35,11 @@ import urllib.request
 
 import pytest
 
-from shardcast_testlib import Server, find_server_binary, make_dataset
+from shardcast_testlib import Server, find_server_binary, free_port, host_of, make_dataset
 
 TIMEOUT = 120            # seconds any one wait may take (a loaded machine)
 EXIT_OK, EXIT_USAGE, EXIT_CONFIG = 0, 2, 9
 SHARDS, PER_SHARD = 9, 40
-
-
-def host_of(j):
-    return "127.0.1.%d" % j
-
-
-def free_port(replicas):
-    """A port free on 127.0.1.0 .. 127.0.1.(R-1) a moment ago."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind((host_of(0), 0))
-            port = s.getsockname()[1]
-        try:
-            for j in range(1, replicas):
-                with socket.socket() as s:
-                    s.bind((host_of(j), port))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no port free on every replica address")
 
 
 def clean_env(extra=None):

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tarfile
@@ -277,3 +278,25 @@ def wds_samples(path):
 
 def field_dict(sample):
     return {k: v for k, v in sample.items() if not (k.startswith("__") and k.endswith("__"))}
+
+
+def host_of(j):
+    """Loopback address of replica j (127.0.1.j): one URL template
+    "http://127.0.1.{j}:PORT" names every replica."""
+    return "127.0.1.%d" % j
+
+
+def free_port(replicas):
+    """A port free on 127.0.1.0 .. 127.0.1.(R-1) a moment ago."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind((host_of(0), 0))
+            port = s.getsockname()[1]
+        try:
+            for j in range(1, replicas):
+                with socket.socket() as s:
+                    s.bind((host_of(j), port))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no port free on every replica address")

@@ -8,7 +8,6 @@ import math
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -24,6 +23,8 @@ ENTRYPOINT = os.path.join(K8S, "image", "entrypoint.sh")
 for p in (os.path.join(REPO, "clients", "python"), os.path.join(REPO, "tests", "integration")):
     if p not in sys.path:
         sys.path.insert(0, p)
+
+from shardcast_testlib import free_port, host_of  # noqa: E402,F401
 
 # Every kustomization that must render (base, overlays, examples).
 KUSTOMIZATIONS = ["base", "overlays/scale-out", "overlays/prometheus-operator",
@@ -142,28 +143,6 @@ def server_binary():
     """$SHARDCAST_BIN, else build/shardcastd, else a build-*/shardcastd."""
     from shardcast_testlib import find_server_binary
     return find_server_binary()
-
-
-def host_of(j):
-    """Loopback address of replica j (127.0.1.j): one URL template
-    "http://127.0.1.{j}:PORT" names every replica."""
-    return "127.0.1.%d" % j
-
-
-def free_port(replicas):
-    """A port free on 127.0.1.0 .. 127.0.1.(R-1) a moment ago."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind((host_of(0), 0))
-            port = s.getsockname()[1]
-        try:
-            for j in range(1, replicas):
-                with socket.socket() as s:
-                    s.bind((host_of(j), port))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no port free on every replica address")
 
 
 class Replica:
