@@ -158,6 +158,36 @@ def test_verified_replicas_stream_their_identity(replicas, tiny_wds):
                                "replicas": 2, "served_by": via.j}, (fmt, via.j, part)
 
 
+@pytest.mark.parametrize("partition", ["even-drop", "none"])
+def test_length_over_replicas(replicas, tiny_wds, partition):
+    """len() of each consumer of a replica set is its share of its
+    replica's part (at its local rank and world), and samples_total() is
+    the sum of the parts: what the iteration then yields."""
+    a, b = replicas(2, tiny_wds, partition=partition)
+    topo = Topology([a.url, b.url])
+    W = 5
+    # Read once so that every shard is indexed; each replica's status then
+    # knows its part's length (refreshed every second).
+    for c in range(W):
+        list(ShardcastDataset(a.url, JOB, rank=c, world=W, topology=topo))
+    probe = ShardcastDataset(a.url, JOB, rank=0, world=W, topology=topo)
+    deadline = time.monotonic() + 60
+    while probe.samples_total(refresh=True) is None:
+        assert time.monotonic() < deadline, "the parts' lengths never became known"
+        time.sleep(0.1)
+    total = 0
+    for c in range(W):
+        ds = ShardcastDataset(a.url, JOB, rank=c, world=W, topology=topo)
+        want = len(ds)
+        got = list(ds)
+        assert len(got) == want, (c, len(got), want)
+        total += want
+    ds = ShardcastDataset(a.url, JOB, rank=0, world=W, topology=topo)
+    assert ds.samples_total() == tiny_wds.total
+    if partition == "none":
+        assert total == tiny_wds.total
+
+
 # --- failover ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -755,19 +755,37 @@ class ShardcastDataset(_Base):
     def samples_total(self, refresh=False):
         """The number of samples of an epoch (the dataset's length), from the
         server's status once every shard is indexed (samples_total of an
-        epoch the server has started); None while it is not known yet."""
-        if self._status_cache is None or refresh:
-            st = job_status(self.url, self.job, self.token, self.timeout)
+        epoch the server has started); None while it is not known yet.
+        With several replicas: the sum of their parts (each replica's
+        status knows its own part)."""
+        parts = [self._part_total(j, refresh) for j in range(self.topology.replicas)]
+        if any(n is None for n, _ in parts):
+            return None
+        return sum(n for n, _ in parts)
+
+    def _part_total(self, j, refresh=False):
+        """(samples of replica j's part of the epoch, partition policy) from
+        that replica's status, or (None, None) while it does not know it
+        (one replica: the server's whole epoch)."""
+        cache = self._status_cache if isinstance(self._status_cache, dict) else {}
+        if j not in cache or refresh:
+            several = self.topology.replicas > 1
+            url = self.topology.urls[j] if several else self.url
+            st = job_status(url, self.job, self.token, self.timeout)
             part = (st.get("settings") or {}).get("partition", "even-drop")
+            # A replica's status lists its own part's epochs and, after a
+            # failover, the parts it covers for others ("replica": J).
             eps = [e for e in st.get("epochs") or [] if isinstance(e, dict)
-                   and e.get("samples_total") is not None]
+                   and e.get("samples_total") is not None
+                   and (not several or e.get("replica", j) == j)]
             # Every epoch is a permutation of the same samples: the current
             # epoch's count, else any epoch's.
             mine = [e for e in eps if e.get("epoch") == self.epoch] or eps
             if not mine:
-                return None
-            self._status_cache = (int(mine[0]["samples_total"]), part)
-        return self._status_cache[0]
+                return None, None
+            cache[j] = (int(mine[0]["samples_total"]), part)
+            self._status_cache = cache
+        return cache[j]
 
     def __len__(self):
         """Items this process's next iteration yields (samples, or batches
@@ -775,20 +793,11 @@ class ShardcastDataset(_Base):
         inside a DataLoader worker; in the main process the rank's
         num_workers consumers, num_workers taken from the ShardcastDataLoader
         iterating it, else the num_workers attribute, else 1), minus what a
-        loaded resume state already delivered. TypeError while the server
-        does not know the epoch's length yet (no shard indexed fully, or
-        the epoch not started): len() then fails as for an iterable
-        without a length."""
-        try:
-            n = self.samples_total()
-        except ShardcastError as e:
-            # list(ds) asks len() for a hint and passes only TypeError.
-            raise TypeError("the length of job %r is not known: %s" % (self.job, e)) from e
-        if n is None:
-            raise TypeError("the length of epoch %d of job %r is not known yet: the "
-                            "server knows it once every shard is indexed (status "
-                            "samples_total)" % (self.epoch, self.job))
-        part = self._status_cache[1]
+        loaded resume state already delivered. With several replicas each
+        consumer's share is of its replica's part (at its local rank and
+        world). TypeError while the server does not know the epoch's length
+        yet (no shard indexed fully, or the epoch not started): len() then
+        fails as for an iterable without a length."""
         worker = _worker_info()
         if worker is not None:
             plans = [self._plan(worker)]
@@ -799,7 +808,23 @@ class ShardcastDataset(_Base):
             plans = [self._plan((i, k)) for i in range(k)]
         total = 0
         for c, w, start, gs in plans:
-            left = max(0, share_length(n, gs, c, w, part) - start)
+            try:
+                r = self.topology.route(c, w)
+            except ValueError as e:
+                # e.g. fewer consumers than replicas: the main process of a
+                # DataLoader whose num_workers it cannot see
+                raise TypeError("the length of job %r is not known here: %s"
+                                % (self.job, e)) from e
+            try:
+                n, part = self._part_total(r.replica)
+            except ShardcastError as e:
+                # list(ds) asks len() for a hint and passes only TypeError.
+                raise TypeError("the length of job %r is not known: %s" % (self.job, e)) from e
+            if n is None:
+                raise TypeError("the length of epoch %d of job %r is not known yet: the "
+                                "server knows it once every shard is indexed (status "
+                                "samples_total)" % (self.epoch, self.job))
+            left = max(0, share_length(n, gs, r.local_rank, r.local_world, part) - start)
             total += -(-left // self.batch_size) if self.batch_size else left
         return total
 
