@@ -36,7 +36,7 @@ from .replicas import candidates, check_stream_ident, verify_replicas
 from .state import (global_cursor, loader_positions, make_state, normalize_state,
                     replica_cursors, worker_order)
 from .stream import FORMATS, StreamReader, normalize_fields, stream_url
-from .topology import Topology
+from .topology import ENV_TEMPLATE, ENV_URLS, Topology
 
 log = logging.getLogger("shardcast")
 
@@ -95,8 +95,9 @@ def server_from_env(url=None):
             warnings.warn("%s is deprecated: set %s" % (name, ENV_SERVER),
                           DeprecationWarning, stacklevel=3)
             return v
-    raise ValueError("no server URL: pass url= or set %s (e.g. http://shardcast:8080)"
-                     % ENV_SERVER)
+    raise ValueError("no server URL: pass url= or set %s (e.g. http://shardcast:8080), "
+                     "or name a replica set with SHARDCAST_URLS or SHARDCAST_URL_TEMPLATE "
+                     "+ SHARDCAST_REPLICAS" % ENV_SERVER)
 
 
 def share_length(n, global_start, consumer, world, partition):
@@ -292,6 +293,12 @@ class ShardcastDataset(_Base):
                  retry_timeout=DEFAULT_RETRY_TIMEOUT, backoff=0.25, epoch=0,
                  topology=None, token=None, batch_size=None, tensors=False, verify=True):
         super().__init__()
+        if url is None and topology is None and not os.environ.get(ENV_SERVER) and (
+                os.environ.get(ENV_URLS) or os.environ.get(ENV_TEMPLATE)):
+            # Only a replica set is named: its first replica is the server
+            # asked for status.
+            topology = Topology.from_env(None, os.environ)
+            url = topology.urls[0]
         url = server_from_env(url)
         if not isinstance(job, str) or not job:
             raise ValueError("job must be a non-empty string")

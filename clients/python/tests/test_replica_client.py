@@ -518,3 +518,21 @@ def test_same_world_resume_with_replicas_keeps_the_cursors(replicas):
     for c in range(4):
         assert got[c] == consumer_keys(servers[0], 0, c, 4, 2, st["positions"][str(c)],
                                        [5, 2][c % 2])
+
+
+def test_a_replica_set_alone_names_the_server(monkeypatch):
+    """SHARDCAST_URLS (or the template) without SHARDCAST_SERVER or url=:
+    the dataset uses the set, its first replica for status."""
+    monkeypatch.delenv("SHARDCAST_SERVER", raising=False)
+    monkeypatch.delenv("SHARDCAST_URL", raising=False)
+    monkeypatch.setenv("SHARDCAST_URLS", "http://a:1,http://b:2")
+    ds = ShardcastDataset(job="j", rank=0, world=2)
+    assert ds.url == "http://a:1" and ds.topology.urls == ("http://a:1", "http://b:2")
+    monkeypatch.delenv("SHARDCAST_URLS")
+    monkeypatch.setenv("SHARDCAST_URL_TEMPLATE", "http://shardcast-{j}.h:8080")
+    monkeypatch.setenv("SHARDCAST_REPLICAS", "3")
+    ds = ShardcastDataset(job="j", rank=0, world=3)
+    assert ds.url == "http://shardcast-0.h:8080" and ds.topology.replicas == 3
+    monkeypatch.delenv("SHARDCAST_URL_TEMPLATE")
+    with pytest.raises(ValueError, match="SHARDCAST_URLS"):
+        ShardcastDataset(job="j")
