@@ -371,9 +371,19 @@ static int judge(sc_peers *p, uint32_t k, json_t *o, const char *why,
     return st;
 }
 
+static int stopping(sc_peers *p)
+{
+    pthread_mutex_lock(&p->mu);
+    int s = p->stop;
+    pthread_mutex_unlock(&p->mu);
+    return s;
+}
+
 static void poll_once(sc_peers *p)
 {
-    for (uint32_t k = 0; k < p->npeers; k++) {
+    /* One peer after the other, each bounded by PEER_TIMEOUT_MS; a stop
+     * waits for the one in flight at most. */
+    for (uint32_t k = 0; k < p->npeers && !stopping(p); k++) {
         char why[300] = "";
         json_t *o = fetch_topology(p, p->peers[k].url, why, sizeof why);
         peer now;
