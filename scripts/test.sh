@@ -13,9 +13,10 @@
 #     and the summary says so and why.
 # Everything else needs nothing beside the repository: the tests generate
 # their fixtures (tests/tools/mkfixtures.py, tests/tools/mksigv4.py).
-# Exit status is non-zero when anything fails, including a pytest run that
-# collected no tests (pytest exit code 5). A summary of every stage is
-# printed at the end, also when a stage fails.
+# Every stage runs, also after an earlier one failed (a stage whose build
+# failed is reported as not run). Exit status is non-zero when anything
+# fails, including a pytest run that collected no tests (pytest exit code
+# 5). A summary of every stage is printed at the end.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -30,7 +31,7 @@ for corpus in wds sigv4; do
   [ -d "$UPSTREAM/$corpus" ] || missing+=("$UPSTREAM/$corpus")
 done
 if [ ${#missing[@]} -eq 0 ]; then
-  CONFORMANCE="not reached (an earlier stage failed)"
+  CONFORMANCE="not reached (the script stopped before it)"
 else
   CONFORMANCE="NOT RUN: ${missing[*]} not found (the upstream corpora are \
 not beside this clone; set SHARED_DIR to a folder holding testdata/wds and \
@@ -94,52 +95,114 @@ else
   echo "== upstream conformance layer: $CONFORMANCE"
 fi
 
+# Every stage runs, also after one failed (a stage needing a build that
+# failed is reported as not run); the script then exits non-zero.
+FAILED=0
+# stage LABEL CMD...: run one stage; a failure is recorded, not fatal.
+stage() {
+  local label="$1"
+  shift
+  if ! "$@"; then
+    FAILED=1
+    echo "== stage failed: $label" >&2
+  fi
+}
+not_run() {
+  SUMMARY+=("$1: NOT RUN ($2)")
+  FAILED=1
+}
+
+BUILD_OK=1
+ASAN_OK=1
 echo "== build (warnings as errors)"
-"$ROOT/scripts/build.sh" "$ROOT/build" -DSHARDCAST_WERROR=ON \
-  -DSHARED_DIR="$SHARED_DIR"
+if ! "$ROOT/scripts/build.sh" "$ROOT/build" -DSHARDCAST_WERROR=ON \
+    -DSHARED_DIR="$SHARED_DIR"; then
+  BUILD_OK=0
+  SUMMARY+=("build: FAILED")
+  FAILED=1
+fi
 echo "== ctest"
-run_ctest "ctest" "$ROOT/build" -LE conformance
+if [ "$BUILD_OK" -eq 1 ]; then
+  stage ctest run_ctest "ctest" "$ROOT/build" -LE conformance
+else
+  not_run ctest "the build failed"
+fi
 
 echo "== build (ASan + UBSan)"
-"$ROOT/scripts/build.sh" "$ROOT/build-asan" -DSHARDCAST_WERROR=ON \
-  -DSHARDCAST_SANITIZE=ON -DSHARED_DIR="$SHARED_DIR"
+if ! "$ROOT/scripts/build.sh" "$ROOT/build-asan" -DSHARDCAST_WERROR=ON \
+    -DSHARDCAST_SANITIZE=ON -DSHARED_DIR="$SHARED_DIR"; then
+  ASAN_OK=0
+  SUMMARY+=("build (ASan + UBSan): FAILED")
+  FAILED=1
+fi
 echo "== ctest (ASan + UBSan)"
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  run_ctest "ctest (ASan + UBSan)" "$ROOT/build-asan" -LE conformance
+if [ "$ASAN_OK" -eq 1 ]; then
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    stage "ctest (ASan + UBSan)" run_ctest "ctest (ASan + UBSan)" \
+    "$ROOT/build-asan" -LE conformance
+else
+  not_run "ctest (ASan + UBSan)" "the sanitizer build failed"
+fi
 
 echo "== pytest"
-SHARDCAST_BUILD="$ROOT/build" SHARDCAST_BIN="$ROOT/build/shardcastd" \
-  SHARDCAST_REQUIRE_ACCEL=1 run_pytest "pytest" -m "not conformance" \
-  "$ROOT/tests" "$ROOT/clients/python/tests"
+if [ "$BUILD_OK" -eq 1 ]; then
+  SHARDCAST_BUILD="$ROOT/build" SHARDCAST_BIN="$ROOT/build/shardcastd" \
+    SHARDCAST_REQUIRE_ACCEL=1 stage pytest run_pytest "pytest" \
+    -m "not conformance" "$ROOT/tests" "$ROOT/clients/python/tests"
+else
+  not_run pytest "the build failed"
+fi
 
 echo "== pytest (server under ASan + UBSan)"
-SHARDCAST_BUILD="$ROOT/build-asan" SHARDCAST_BIN="$ROOT/build-asan/shardcastd" \
-  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  run_pytest "pytest (server under ASan + UBSan)" -m "not conformance" \
-  "$ROOT/tests/integration" "$ROOT/tests/server/test_seek.py" \
-  "$ROOT/tests/server/test_plan_golden.py" "$ROOT/tests/server/test_plan_faults.py" \
-  "$ROOT/tests/server/test_replica_set.py"
+if [ "$ASAN_OK" -eq 1 ]; then
+  SHARDCAST_BUILD="$ROOT/build-asan" SHARDCAST_BIN="$ROOT/build-asan/shardcastd" \
+    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    stage "pytest (ASan)" run_pytest "pytest (server under ASan + UBSan)" \
+    -m "not conformance" \
+    "$ROOT/tests/integration" "$ROOT/tests/server/test_seek.py" \
+    "$ROOT/tests/server/test_plan_golden.py" "$ROOT/tests/server/test_plan_faults.py" \
+    "$ROOT/tests/server/test_replica_set.py"
+else
+  not_run "pytest (server under ASan + UBSan)" "the sanitizer build failed"
+fi
 
 if [ ${#missing[@]} -eq 0 ]; then
   # The corpora are here: a conformance test that cannot find them fails
   # instead of skipping.
   export SHARDCAST_CONFORMANCE=require
-  CONFORMANCE="FAILED on $UPSTREAM (see the conformance lines above)"
-  echo "== upstream conformance layer: ctest"
-  run_ctest "conformance ctest" "$ROOT/build" -L conformance
-  echo "== upstream conformance layer: ctest (ASan + UBSan)"
-  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    run_ctest "conformance ctest (ASan + UBSan)" "$ROOT/build-asan" -L conformance
-  echo "== upstream conformance layer: pytest"
-  SHARDCAST_BUILD="$ROOT/build" SHARDCAST_BIN="$ROOT/build/shardcastd" \
-    SHARDCAST_REQUIRE_ACCEL=1 run_pytest "conformance pytest" -m conformance \
-    "$ROOT/tests" "$ROOT/clients/python/tests"
-  echo "== upstream conformance layer: pytest (server under ASan + UBSan)"
-  SHARDCAST_BUILD="$ROOT/build-asan" SHARDCAST_BIN="$ROOT/build-asan/shardcastd" \
-    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    run_pytest "conformance pytest (server under ASan + UBSan)" -m conformance \
-    "$ROOT/tests/integration"
-  CONFORMANCE="ran on $UPSTREAM (the conformance lines above)"
+  before="$FAILED"
+  FAILED=0
+  if [ "$BUILD_OK" -eq 1 ]; then
+    echo "== upstream conformance layer: ctest"
+    stage "conformance ctest" run_ctest "conformance ctest" "$ROOT/build" -L conformance
+    echo "== upstream conformance layer: pytest"
+    SHARDCAST_BUILD="$ROOT/build" SHARDCAST_BIN="$ROOT/build/shardcastd" \
+      SHARDCAST_REQUIRE_ACCEL=1 stage "conformance pytest" run_pytest \
+      "conformance pytest" -m conformance "$ROOT/tests" "$ROOT/clients/python/tests"
+  else
+    not_run "conformance (build/)" "the build failed"
+  fi
+  if [ "$ASAN_OK" -eq 1 ]; then
+    echo "== upstream conformance layer: ctest (ASan + UBSan)"
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+      stage "conformance ctest (ASan)" run_ctest "conformance ctest (ASan + UBSan)" \
+      "$ROOT/build-asan" -L conformance
+    echo "== upstream conformance layer: pytest (server under ASan + UBSan)"
+    SHARDCAST_BUILD="$ROOT/build-asan" SHARDCAST_BIN="$ROOT/build-asan/shardcastd" \
+      ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+      stage "conformance pytest (ASan)" run_pytest \
+      "conformance pytest (server under ASan + UBSan)" -m conformance \
+      "$ROOT/tests/integration"
+  else
+    not_run "conformance (build-asan/)" "the sanitizer build failed"
+  fi
+  if [ "$FAILED" -eq 0 ]; then
+    CONFORMANCE="ran on $UPSTREAM (the conformance lines above)"
+  else
+    CONFORMANCE="FAILED on $UPSTREAM (see the conformance lines above)"
+  fi
+  [ "$before" -eq 0 ] || FAILED=1
 fi
+exit "$FAILED"
