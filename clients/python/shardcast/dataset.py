@@ -35,6 +35,7 @@ from .frames import FramesReader
 from .replicas import candidates, check_stream_ident, verify_replicas
 from .state import (global_cursor, loader_positions, make_state, normalize_state,
                     replica_cursors, worker_order)
+from .streak import Streak
 from .stream import FORMATS, StreamReader, normalize_fields, stream_url
 from .topology import ENV_TEMPLATE, ENV_URLS, Topology
 
@@ -60,6 +61,11 @@ MAX_BACKOFF = 5.0
 # backoff the 30 attempts span about 130 s, the time bound stops at 120 s.
 DEFAULT_RETRIES = 30
 DEFAULT_RETRY_TIMEOUT = 120.0
+# The budget of a streak while no server has ever answered this dataset
+# copy (a wrong URL or port, a server that is not there): seconds. A server
+# that answered once (a stream, a status, an error) gets the long budget
+# above, which rides out its restart.
+DEFAULT_STARTUP_TIMEOUT = 10.0
 # Seconds a GET /v1/topology of the verification may take (a small answer;
 # the dataset's timeout when that is shorter).
 VERIFY_TIMEOUT = 10.0
@@ -227,6 +233,14 @@ class ShardcastDataset(_Base):
              attempt that could not start within it is not made. None: no
              time bound. Default 120, which with retries=30 rides out a
              rolling restart of the server of a minute or so
+    startup_timeout
+             the retry_timeout while no server has answered this dataset
+             copy yet (connection refused, unknown host, timeouts): a
+             wrong URL or port fails after this many seconds instead of
+             retry_timeout. Default 10. Every streak is logged (the
+             "shardcast" logger, WARNING): its first failure with the URL
+             and the reason, a line every 10 s while it lasts, and the
+             answer that ends it
     backoff  seconds before the first retry; doubled on each further one
              (with +-25% jitter, at most MAX_BACKOFF = 5 s); never shorter
              than the server's advice (retry_after_ms in the error trailer,
@@ -291,7 +305,8 @@ class ShardcastDataset(_Base):
     def __init__(self, url=None, job=None, *, rank=None, world=None, fields=None, format="frames",
                  decode=False, map=None, timeout=60, retries=DEFAULT_RETRIES,
                  retry_timeout=DEFAULT_RETRY_TIMEOUT, backoff=0.25, epoch=0,
-                 topology=None, token=None, batch_size=None, tensors=False, verify=True):
+                 topology=None, token=None, batch_size=None, tensors=False, verify=True,
+                 startup_timeout=DEFAULT_STARTUP_TIMEOUT):
         super().__init__()
         if url is None and topology is None and not os.environ.get(ENV_SERVER) and (
                 os.environ.get(ENV_URLS) or os.environ.get(ENV_TEMPLATE)):
@@ -342,6 +357,10 @@ class ShardcastDataset(_Base):
         self.timeout = timeout
         self.retries = retries
         self.retry_timeout = retry_timeout
+        if startup_timeout is not None and not startup_timeout > 0:
+            raise ValueError("startup_timeout must be > 0 seconds, or None")
+        self.startup_timeout = startup_timeout
+        self._seen = False       # a server answered this copy once
         self.backoff = backoff
         self.epoch = 0
         self._resume = None      # normalized state loaded by load_state_dict
@@ -541,6 +560,8 @@ class ShardcastDataset(_Base):
                                 headers=self._headers(), retries=self.retries,
                                 retry_timeout=self.retry_timeout, backoff=self.backoff)
         self._identity = ident
+        if ident.answers:
+            self._seen = True
         if ident.fingerprint is not None:
             self._fingerprint = ident.fingerprint
 
@@ -581,6 +602,7 @@ class ShardcastDataset(_Base):
         position = start
         failures = 0         # failed attempts since the last sample
         streak_start = None  # time.monotonic() of the streak's first failure
+        streak = Streak("consumer %d of %d of job %s, epoch %d" % (c, w, self.job, self.epoch))
         decoder, fn = self._decoder, self.map
         while True:
             via = cands[at]
@@ -592,15 +614,24 @@ class ShardcastDataset(_Base):
                     # progress when the item is handed out.
                     p = sample["__position__"]
                     position = p + 1
+                    if failures:
+                        streak.succeeded(self.topology.urls[via]
+                                         if self.topology.replicas > 1 else self.url)
+                    self._seen = True
                     failures = 0
                     streak_start = None
                     if decoder is not None:
                         sample = decoder(sample)
                     yield p, (fn(sample) if fn is not None else sample)
+                if failures:
+                    streak.succeeded(self.topology.urls[via]
+                                     if self.topology.replicas > 1 else self.url)
                 return
             except ShardcastError as e:
                 if not (_retryable(e) or (via != home and _no_failover(e))):
                     raise
+                if not isinstance(e, ShardcastConnectionError):
+                    self._seen = True  # a server answered (a status, a trailer, a cut body)
                 now = time.monotonic()
                 if streak_start is None:
                     streak_start = now
@@ -608,23 +639,35 @@ class ShardcastDataset(_Base):
                 # The server's advice is about itself: it does not delay
                 # the move to another replica.
                 delay = self._retry_delay(failures, _retry_after(e) if nxt == via else None)
+                # Until a server has answered this copy, a wrong URL or
+                # port must not look like a restart to ride out.
+                limit, which = self.retry_timeout, "retry_timeout"
+                if not self._seen and self.startup_timeout is not None and \
+                        (limit is None or self.startup_timeout < limit):
+                    limit, which = self.startup_timeout, "startup_timeout"
                 spent = None
                 if failures > self.retries:
                     spent = "attempts"
-                elif self.retry_timeout is not None and \
-                        now + delay - streak_start > self.retry_timeout:
+                elif limit is not None and now + delay - streak_start > limit:
                     spent = "time"
                 if spent is not None:
                     if self.retries:
+                        hint = ("; no shardcast server has answered this dataset yet: check "
+                                "the URL and port (%s)" % ", ".join(self.topology.urls)
+                                if not self._seen else "")
                         e.args = ("%s (gave up after %d attempts in %.1f s at position "
-                                  "%d: retry budget of %d attempts / %s s spent on %s)"
+                                  "%d: retry budget of %d attempts / %s = %s s spent on %s%s)"
                                   % (e.args[0] if e.args else e, failures,
-                                     now - streak_start, position, self.retries,
-                                     self.retry_timeout, spent),) + e.args[1:]
+                                     now - streak_start, position, self.retries, which,
+                                     limit, spent, hint),) + e.args[1:]
                     e.attempts = failures
                     raise
                 e.__traceback__ = None
                 why = _first_line(e)
+                streak.failed(self.topology.urls[via] if self.topology.replicas > 1
+                              else self.url, why, delay,
+                              "attempt %d of %d, %s %s s" % (failures, self.retries, which,
+                                                              limit), told=nxt != via)
             finally:
                 reader.close()
             self.reconnects += 1

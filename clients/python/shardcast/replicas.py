@@ -191,10 +191,12 @@ def verify_replicas(topology, job=None, *, timeout=10.0, headers=None, retries=3
     seconds from the first failure), ShardcastProtocolError for a
     malformed answer."""
     from .topology import fetch_topology
+    from .streak import Streak
     answers, skipped = [], []
     failures, streak_start = 0, None
     for k, url in enumerate(topology.urls):
         ask = job
+        streak = Streak("checking replica %d of job %s" % (k, job))
         while True:
             try:
                 j, r, doc = fetch_topology(url, timeout=timeout, headers=headers, job=ask)
@@ -227,12 +229,21 @@ def verify_replicas(topology, job=None, *, timeout=10.0, headers=None, retries=3
                                  retries, retry_timeout, spent),) + e.args[1:]
                     e.attempts = failures
                     raise
+                streak.failed(url, _first_line(e), delay,
+                              "attempt %d of %d, retry_timeout %s s" % (failures, retries,
+                                                                         retry_timeout))
                 sleep(delay)
                 continue
+            streak.succeeded(url)
             answers.append(_answer(k, url, j, r, doc, job))
             failures, streak_start = 0, None
             break
     return check_answers(topology.urls, job, answers, skipped)
+
+
+def _first_line(e):
+    text = str(e.args[0] if e.args else e)
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 def ident_from_header(h):
