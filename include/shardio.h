@@ -4,7 +4,7 @@
  * libshardio turns a source (a directory, paths, brace patterns, http(s)://
  * and s3:// URLs and prefixes, object sets, several joined by ::) into a
  * sorted shard list, reads tar/WebDataset shards (and zip) as a stream of
- * samples, and computes the deterministic order of an epoch (README.md,
+ * samples, and computes the deterministic order of an epoch (docs/order.md,
  * "The order of an epoch" and "Mixing datasets"); feeds deal an epoch to
  * many cursors. It knows nothing of HTTP serving.
  *
@@ -493,7 +493,7 @@ void sio_shard_close(sio_shard *sh);
 int sio_split_key(const char *name, size_t *key_len);
 
 /* ------------------------------------------------------------------ */
-/* Deterministic randomness (part of the public contract; see README)  */
+/* Deterministic randomness (part of the public contract; see docs/order.md)  */
 
 typedef struct sio_rng {
     uint64_t s[4];
@@ -501,7 +501,7 @@ typedef struct sio_rng {
 
 /* Stream identifiers used in the contract. */
 enum { SIO_RNG_SHARDS = 1, SIO_RNG_BUFFER = 2, SIO_RNG_MIX = 3 };
-/* The stream of pass k of source s of a mixed epoch (README "Mixing"). */
+/* The stream of pass k of source s of a mixed epoch (docs/order.md "Mixing datasets"). */
 #define SIO_RNG_PASS(s, k) ((((uint64_t)(s) + 1) << 32) | (uint32_t)(k))
 
 /* Seed xoshiro256** from (seed, epoch, stream) through SplitMix64. */
@@ -524,7 +524,7 @@ typedef struct sio_journal sio_journal;
 #define SIO_EPOCH_BUFFER_MAX (64u * 1024u * 1024u)
 
 /* ------------------------------------------------------------------ */
-/* Mixing (contract version 2; README "Mixing datasets")               */
+/* Mixing (contract version 2; docs/order.md "Mixing datasets")               */
 
 /* How a source's samples per epoch (its quota) are set. */
 typedef enum sio_mix_kind {

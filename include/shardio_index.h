@@ -262,6 +262,11 @@ uint64_t sio_journal_record(sio_journal *j, uint32_t shard, uint64_t groups,
                             sio_code code, const char *reason);
 /* Decisions recorded. */
 size_t sio_journal_count(sio_journal *j);
+/* The first `max` decisions in the order they were made (shard and the
+ * groups kept before the cut; groups may be NULL); returns how many there
+ * are in all. */
+size_t sio_journal_list(sio_journal *j, uint32_t *shards, uint64_t *groups,
+                        size_t max);
 /* 1 when the journal is persisted (a restart will find it). */
 int sio_journal_persistent(const sio_journal *j);
 

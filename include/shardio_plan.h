@@ -34,7 +34,7 @@
  * the plan (the streaming path then applies its own rules). No sample is
  * ever returned from bytes that differ from the ones indexed.
  *
- * Cost (README "The data plane"): building a plan is PRNG and index
+ * Cost (docs/architecture.md "The data plane"): building a plan is PRNG and index
  * arithmetic, sizeof(sio_plan_item) = 40 bytes per sample of the epoch.
  *
  * Threading: a plan is immutable once built (any thread may read it); a

@@ -204,6 +204,17 @@ sio_code sio_tar_key_sanitize(const char *key, size_t klen, sio_wbuf *out);
 typedef struct sio_wenc sio_wenc;
 
 /* The summary written at the clean end. */
+/*
+ * What the epoch skipped, told in the END summary of both formats as
+ * "skipped": a JSON object the caller builds, e.g. {"shards":3,
+ * "samples":40,"shard_urls":["s3://b/x-7.tar",...]} (at most
+ * SIO_WIRE_SKIPPED_MAX bytes; a longer one is not sent). Set before
+ * sio_wenc_end(); the text must live until then. Readers ignore keys they
+ * do not know.
+ */
+#define SIO_WIRE_SKIPPED_MAX 8192u
+void sio_wenc_set_skipped(sio_wenc *e, const char *json);
+
 typedef struct sio_tarw_summary {
     uint64_t epoch;
     uint32_t rank;
@@ -373,7 +384,7 @@ sio_code sio_tarw_write_ident(sio_wenc *enc, const sio_stream_ident *id,
  * by shard index; indices at or above this (the library's own limit on
  * shards in one dataset) are refused with SIO_ERR_LIMIT. The bitmap grows
  * with the largest index seen: one bit per shard of the dataset (128 bytes
- * for 1,000 shards, 1.25 MB at this limit), which the README's memory
+ * for 1,000 shards, 1.25 MB at this limit), which the memory formula of docs/architecture.md
  * formula counts per frames stream. */
 #define SIO_FRAMEW_SHARDS_MAX 10000000u
 
@@ -512,6 +523,10 @@ typedef struct sio_frame_event {
 
     /* END */
     sio_tarw_summary summary;
+    /* END (call): the summary's JSON as sent, for what the struct does
+     * not hold (e.g. "skipped", sio_wenc_set_skipped) */
+    const char *end_json;
+    size_t end_json_len;
 
     /* ERROR (decoder until the decoder is destroyed) */
     const char *reason;
@@ -614,6 +629,10 @@ typedef struct sio_tarr_result {
     size_t consumed;        /* SAMPLE/END/ERROR: bytes that belong to it */
     sio_tarr_sample sample; /* SAMPLE */
     sio_tarw_summary summary; /* END */
+    const char *end_json;     /* END: its JSON as sent (a view into the
+                                 buffer), for keys the struct does not
+                                 hold, e.g. "skipped" */
+    size_t end_json_len;
     sio_wire_error error;   /* ERROR: the trailer; an empty reason reads
                                "(no reason given)" */
     sio_stream_ident ident; /* IDENT */

@@ -1372,6 +1372,56 @@ static unsigned plan_stream(sc_jobs *j, sc_job *job, fslot *slot,
     return 1;
 }
 
+/* Shard URLs an END summary names at most, and the bytes of each. */
+#define SKIPPED_URLS_MAX 16u
+#define SKIPPED_URL_MAX 400u
+
+/* The END summary's "skipped" (sc_stream_skipped_fn) of a stream bound to
+ * an epoch: the shards the epoch's journal cut short or skipped (their
+ * count and the first SKIPPED_URLS_MAX, redacted) and the bad samples its
+ * reader skipped so far; nothing when there are none. */
+static void binding_skipped(void *ud, char *buf, size_t len)
+{
+    sc_binding *b = ud;
+    fslot *slot = b->slot;
+    uint32_t shards[SKIPPED_URLS_MAX];
+    buf[0] = '\0';
+    if (!slot || !slot->journal)
+        return;
+    size_t n = sio_journal_list(slot->journal, shards, NULL, SKIPPED_URLS_MAX);
+    sio_feed_stats st;
+    memset(&st, 0, sizeof st);
+    sio_feed_get_stats(slot->feed, &st, NULL, 0, NULL);
+    uint64_t bad = st.epoch.samples_skipped;
+    if (n == 0 && bad == 0)
+        return;
+    json_t *urls = json_array();
+    const sio_shardlist *l = b->job->res->list;
+    for (size_t i = 0; urls && i < n && i < SKIPPED_URLS_MAX; i++) {
+        char red[SKIPPED_URL_MAX];
+        if (shards[i] >= sio_shardlist_count(l))
+            continue;
+        sc_redact_source(sio_shardlist_url(l, shards[i]), red, sizeof red);
+        json_array_append_new(urls, json_string(red));
+    }
+    json_t *o = json_pack("{s:I, s:I, s:o}", "shards", (json_int_t)n,
+                          "samples", (json_int_t)bad, "shard_urls",
+                          urls ? urls : json_array());
+    /* URLs that escape to more than fits are left out, the last first
+     * (the count stays exact). */
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_t *ua = o ? json_object_get(o, "shard_urls") : NULL;
+    while (text && strlen(text) >= len && json_array_size(ua) > 0) {
+        free(text);
+        json_array_remove(ua, json_array_size(ua) - 1);
+        text = json_dumps(o, JSON_COMPACT);
+    }
+    if (text && strlen(text) < len)
+        memcpy(buf, text, strlen(text) + 1);
+    free(text);
+    json_decref(o);
+}
+
 unsigned sc_jobs_open_stream(sc_jobs *j, sc_binding *b, const sc_request *req,
                              sc_stream *s, unsigned *retry_after,
                              char *reason, size_t reason_len)
@@ -1504,6 +1554,7 @@ attached:
     slot->prefetched = 0;
     slot->last_ms = sio_now_ms();
     b->slot = slot;
+    sc_stream_set_skipped(s, binding_skipped, b);
 bound:
     sc_stream_set_cursor(s, b->cur);
     b->s = s;

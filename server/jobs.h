@@ -98,7 +98,7 @@ void sc_jobs_wait_resolved(sc_jobs *j, uint32_t timeout_ms);
 int sc_jobs_ready(sc_jobs *j, char *reason, size_t reason_len);
 
 /*
- * What fixes the order of a job's epochs over the replica set (README
+ * What fixes the order of a job's epochs over the replica set (docs/operations.md
  * "Scale-out"): the fields below, and their fingerprint, the first
  * SIO_FINGERPRINT_LEN hex digits of the SHA-256 of their canonical text.
  * The server's own replica number is not part of it: every replica of a

@@ -80,7 +80,7 @@ typedef struct sc_jobspec {
     "quota, which R replicas cannot deal out by shard; serve it from one " \
     "replica (--replicas 1) or a separate shardcastd"
 
-/* One source of a mixed job (README "Mixing datasets"). */
+/* One source of a mixed job (docs/order.md "Mixing datasets"). */
 #define SC_MIX_NAME_MAX 64u
 typedef struct sc_mixsrc {
     char name[SC_MIX_NAME_MAX + 1];

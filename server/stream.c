@@ -44,6 +44,9 @@ typedef struct seg {
 enum { ST_STREAMING = 0, ST_END_OK, ST_END_ERROR };
 
 struct sc_stream {
+    sc_stream_skipped_fn skipped_fn; /* what the epoch skipped (END) */
+    void *skipped_ud;
+    char skipped[SIO_WIRE_SKIPPED_MAX + 1];
     pthread_mutex_t mu;
     struct MHD_Connection *conn;
     int suspended; /* we suspended conn and owe it a resume (mu) */
@@ -365,6 +368,13 @@ void sc_stream_set_cursor(sc_stream *s, sio_cursor *c)
     s->cursor = c;
 }
 
+void sc_stream_set_skipped(sc_stream *s, sc_stream_skipped_fn fn,
+                           void *userdata)
+{
+    s->skipped_fn = fn;
+    s->skipped_ud = userdata;
+}
+
 void sc_stream_set_planread(sc_stream *s, sio_planread *r,
                             _Atomic int *broken)
 {
@@ -578,6 +588,10 @@ static int advance(sc_stream *s)
     if (!smp) {
         sio_tarw_summary sum = {s->epoch, s->rank,    s->world,
                                 s->start, s->samples, s->position};
+        s->skipped[0] = '\0';
+        if (s->skipped_fn)
+            s->skipped_fn(s->skipped_ud, s->skipped, sizeof s->skipped);
+        sio_wenc_set_skipped(s->enc, s->skipped[0] ? s->skipped : NULL);
         rc = sio_wenc_end(s->enc, &sum);
         if (rc != SIO_OK) {
             snprintf(reason, sizeof reason, "cannot encode the end: %s",

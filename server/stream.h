@@ -131,6 +131,15 @@ void sc_stream_set_planread(sc_stream *s, sio_planread *r,
 /* The retry advice of that trailer. */
 #define SC_STREAM_PLAN_RETRY_MS 200u
 
+/* What the epoch skipped, asked when the share ends cleanly: fn writes a
+ * JSON object of at most len - 1 bytes into buf (SIO_WIRE_SKIPPED_MAX +
+ * 1), or leaves it empty when nothing was skipped; it goes into the END
+ * summary as "skipped" (sio_wenc_set_skipped). Called on the stream's
+ * thread; userdata outlives the stream (the binding). */
+typedef void (*sc_stream_skipped_fn)(void *userdata, char *buf, size_t len);
+void sc_stream_set_skipped(sc_stream *s, sc_stream_skipped_fn fn,
+                           void *userdata);
+
 /* The sio_notify_fn of the stream's cursor (any thread, feed lock held). */
 void sc_stream_notify(void *stream);
 

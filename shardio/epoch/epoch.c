@@ -2,7 +2,7 @@
  * epoch.c — the global sample sequence Y of one epoch, from data or from
  * the shard indexes alone.
  *
- * Order (README "The order of an epoch"):
+ * Order (docs/order.md "The order of an epoch"):
  *  1. shard order: sio_permute() of the shard list with the stream
  *     SIO_RNG_SHARDS of (seed, epoch);
  *  2. interleave: K slots take shards in permuted order; samples are taken

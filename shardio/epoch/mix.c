@@ -1,5 +1,5 @@
 /*
- * mix.c — the quotas of a mixed epoch (README "Mixing datasets").
+ * mix.c — the quotas of a mixed epoch (docs/order.md "Mixing datasets").
  *
  * Pure arithmetic on the sources' specs and sizes; the same steps, in the
  * same order, are in tests/contract/reference.py (IEEE doubles give the

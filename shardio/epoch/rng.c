@@ -2,7 +2,7 @@
  * rng.c — the deterministic PRNG of the epoch contract.
  *
  * These functions are part of shardcast's public determinism contract
- * (README, "The order of an epoch"): changing any of them changes every
+ * (docs/order.md, "The order of an epoch"): changing any of them changes every
  * epoch's order, so they are pinned by golden tests and must never change
  * silently.
  *

@@ -1,5 +1,5 @@
 /*
- * objset.c — object-set sources (README "Datasets of small objects").
+ * objset.c — object-set sources (docs/operations.md "Datasets of small objects").
  *
  * A source "<prefix>?objects[=N]" takes every object under the prefix (an
  * s3:// prefix, an http-free store with a listing, or a local directory),

@@ -2,7 +2,7 @@
  * source.c — resolving a source string to the dataset's shard list.
  *
  * Listing order is bytewise-sorted per directory/prefix; brace patterns and
- * several specs keep their written order (README.md, "The order of an epoch").
+ * several specs keep their written order (docs/order.md, "The order of an epoch").
  * A sio_shardlist is immutable after it is built and may be shared by
  * threads. It owns its strings.
  */

@@ -1091,6 +1091,23 @@ size_t sio_journal_count(sio_journal *j)
     return n;
 }
 
+size_t sio_journal_list(sio_journal *j, uint32_t *shards, uint64_t *groups,
+                        size_t max)
+{
+    size_t n;
+    if (!j)
+        return 0;
+    pthread_mutex_lock(&j->mu);
+    n = j->n;
+    for (size_t i = 0; i < n && i < max; i++) {
+        shards[i] = j->v[i].shard;
+        if (groups)
+            groups[i] = j->v[i].groups;
+    }
+    pthread_mutex_unlock(&j->mu);
+    return n;
+}
+
 int sio_journal_persistent(const sio_journal *j)
 {
     return j && j->fp != NULL;

@@ -28,7 +28,7 @@
  *    tests/unit/tar/test_zip.c): encrypted entries, entries whose end cannot be
  *    found (stored with a data descriptor that has no signature),
  *    compression methods libarchive lacks.
- * Grouping follows upstream WebDataset (README.md, "Shard formats"): key = path up to
+ * Grouping follows upstream WebDataset (docs/architecture.md, "Shard formats"): key = path up to
  * the first dot of the last component, extension = the rest (lowercased);
  * consecutive members with one key form a sample; non-regular members, names
  * without such a split and top-level "__*__" names are skipped; a repeated

@@ -67,16 +67,24 @@ int sio_wire_filter_keeps(const sio_wire_filter *f, const char *name)
     return 0;
 }
 
-size_t sio_wire_summary_json(const sio_tarw_summary *sum,
+size_t sio_wire_summary_json(const sio_tarw_summary *sum, const char *skipped,
                              char buf[SIO_WIRE_SUMMARY_MAX])
 {
+    if (skipped && strlen(skipped) > SIO_WIRE_SKIPPED_MAX)
+        skipped = NULL;
     int n = snprintf(buf, SIO_WIRE_SUMMARY_MAX,
                      "{\"status\":\"ok\",\"epoch\":%" PRIu64 ",\"rank\":%" PRIu32
                      ",\"world\":%" PRIu32 ",\"start\":%" PRIu64
-                     ",\"samples\":%" PRIu64 ",\"position\":%" PRIu64 "}",
+                     ",\"samples\":%" PRIu64 ",\"position\":%" PRIu64 "%s%s}",
                      sum->epoch, sum->rank, sum->world, sum->start,
-                     sum->samples, sum->position);
-    return n > 0 ? (size_t)n : 0;
+                     sum->samples, sum->position, skipped ? ",\"skipped\":" : "",
+                     skipped ? skipped : "");
+    return n > 0 && (size_t)n < SIO_WIRE_SUMMARY_MAX ? (size_t)n : 0;
+}
+
+void sio_wenc_set_skipped(sio_wenc *e, const char *json)
+{
+    e->skipped = json;
 }
 
 /* ------------------------------------------------------------------ */

@@ -54,6 +54,7 @@ typedef struct sio_wenc_ops {
 struct sio_wenc {
     const sio_wenc_ops *ops;
     sio_wire_sink out;
+    const char *skipped; /* sio_wenc_set_skipped (NULL: none) */
 };
 
 /* The fields= filter of an encoder: n == 0 keeps every field. */
@@ -73,12 +74,13 @@ sio_code sio_wire_filter_set(sio_wire_filter *f, const char *const *fields,
 int sio_wire_filter_keeps(const sio_wire_filter *f, const char *name);
 
 /* Room for the end summary's JSON, NUL included. */
-#define SIO_WIRE_SUMMARY_MAX 320u
+#define SIO_WIRE_SUMMARY_MAX (320u + SIO_WIRE_SKIPPED_MAX)
 
 /* Write the end summary {"status":"ok","epoch":E,"rank":R,"world":W,
- * "start":S,"samples":N,"position":P} into buf; returns its length (the
- * largest values need under 200 bytes). */
-size_t sio_wire_summary_json(const sio_tarw_summary *sum,
+ * "start":S,"samples":N,"position":P} into buf, with "skipped":<json>
+ * when skipped is not NULL (at most SIO_WIRE_SKIPPED_MAX bytes, else it is
+ * left out); returns its length (the numbers need under 200 bytes). */
+size_t sio_wire_summary_json(const sio_tarw_summary *sum, const char *skipped,
                              char buf[SIO_WIRE_SUMMARY_MAX]);
 
 #endif /* SHARDIO_WIRE_COMMON_H */

@@ -480,7 +480,7 @@ static sio_code frames_end(sio_wenc *e, const sio_tarw_summary *sum)
         rc = SIO_ERR_INVALID;
         goto out;
     }
-    size_t n = sio_wire_summary_json(sum, json);
+    size_t n = sio_wire_summary_json(sum, e->skipped, json);
     rc = emit_frame(w, SIO_FRAME_END, json, n);
     if (rc != SIO_OK)
         w->failed = 1;
@@ -1080,6 +1080,8 @@ static sio_code decode_end(sio_framer *f, const unsigned char *p, size_t len,
     f->st = D_DONE;
     f->status = SIO_FRAMER_ENDED;
     ev->type = SIO_FRAMER_END;
+    ev->end_json = (const char *)p;
+    ev->end_json_len = len;
 out:
     json_decref(obj);
     return rc;

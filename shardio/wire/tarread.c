@@ -420,6 +420,10 @@ sio_code sio_tarr_parse(const unsigned char *p, size_t len,
             rc = parse_trailer(data, (size_t)size,
                                name_is(name, nlen, SIO_TARW_END_NAME), r,
                                err);
+            if (rc == SIO_OK && r->kind == SIO_TARR_END) {
+                r->end_json = (const char *)data;
+                r->end_json_len = (size_t)size;
+            }
             r->consumed = off + total;
             goto out;
         }

@@ -476,7 +476,7 @@ static sio_code tar_end(sio_wenc *e, const sio_tarw_summary *sum)
     sio_code rc;
     char json[SIO_WIRE_SUMMARY_MAX];
 
-    size_t n = sio_wire_summary_json(sum, json);
+    size_t n = sio_wire_summary_json(sum, e->skipped, json);
     rc = emit_member(w, SIO_TARW_END_NAME, strlen(SIO_TARW_END_NAME), '0',
                      json, (uint64_t)n);
     if (rc != SIO_OK)

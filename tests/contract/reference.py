@@ -1,12 +1,12 @@
 """An independent implementation of shardcast's epoch order, in Python.
 
-This is the determinism contract of README "The order of an epoch", written
+This is the determinism contract of docs/order.md "The order of an epoch", written
 a second time from its text so the C library can be checked against it:
 SplitMix64 seeding, xoshiro256**, rejection sampling, Fisher-Yates, the
 K-way interleave, the buffer shuffle with its byte cap, and the partition
 policies. Reading uses Python's tarfile and the WebDataset grouping rule.
 
-Mixing (README "Mixing datasets", contract version 2) is written the same
+Mixing (docs/order.md "Mixing datasets", contract version 2) is written the same
 way from its text: mix_quotas (step 2), source_passes (step 3) and
 mix_order (steps 1, 4 and 5).
 """
@@ -56,7 +56,7 @@ class Rng:
         return result
 
     def below(self, n):
-        # below(1) is 0 without a draw (the C library agrees). README step 1
+        # below(1) is 0 without a draw (the C library agrees). docs/order.md step 1
         # read literally would draw once; observable with a byte cap, when
         # the buffer holds one sample and the next one does not fit.
         if n <= 1:
@@ -276,7 +276,7 @@ def mix_quotas(specs, epoch_size, counts):
         raise MixRefused("weights need epoch_size")
     r = epoch_size - fixed
     if r < 0:
-        # Not spelled out by the README: the fixed quotas exceed epoch_size,
+        # Not spelled out by docs/order.md: the fixed quotas exceed epoch_size,
         # so no share of it is left for the weights.
         raise MixRefused("fixed quotas %d exceed epoch_size %d"
                          % (fixed, epoch_size))

@@ -11,7 +11,7 @@ than every buffer. Peak RSS (VmHWM) must stay within
 where base is the peak RSS of the same program with every buffer at its
 minimum (code, libraries, one sample in flight), measured here, and SLACK
 (16 MiB) covers decompressor state, allocator slack and the few samples
-each stage may hold beyond its byte cap (one per stage). README "Memory"
+each stage may hold beyond its byte cap (one per stage). docs/architecture.md "Memory"
 documents the same formula.
 """
 import json

@@ -1,5 +1,5 @@
 """A mixed epoch of the C library equals the independent Python reference
-(README "Mixing datasets", contract version 2).
+(docs/order.md "Mixing datasets", contract version 2).
 
 sio_order takes one --mix KIND:VALUE[:r]:SOURCE per source and prints one
 line per sample: "<global index> <shard index> <index in shard> <bytes>
@@ -248,7 +248,7 @@ REFUSED_CASES = [
     ("repeat-above-max", [("n0", "repeat", W20 * (1 + 2.0 ** -52), 0)], None),
     ("repeat-inf", [("n0", "repeat", float("inf"), 0)], None),
     ("repeat-nan", [("n5", "repeat", float("nan"), 0)], None),
-    # not spelled out by the README: fixed quotas larger than epoch_size
+    # not spelled out by docs/order.md: fixed quotas larger than epoch_size
     ("fixed-over-epoch-size", [("n5", "choose", 10, 0), ("n7", "weight", 1, 0)], 5),
 ]
 

@@ -479,4 +479,16 @@ def test_corrupt_shard_on_error_skip_completes(start_server, workdir):
     intact = {m["key"] for m in ds.manifest["samples"] if m["shard"] != bad}
     assert intact <= got
     assert len(got) == len(samples) < ds.total
+    # The skip reaches the consumer: the END summary of both formats names
+    # the shard (redacted URL) and the counts.
+    for reader in (shardcast.FramesReader, shardcast.StreamReader):
+        with reader(shardcast.stream_url(srv.url, "k", 0, 0, 1,
+                                         fmt="frames" if reader is shardcast.FramesReader
+                                         else "tar")) as r:
+            list(r)
+            trailer = r.trailer
+        sk = trailer["skipped"]
+        assert sk["shards"] == 1 and len(sk["shard_urls"]) == 1, trailer
+        assert sk["shard_urls"][0].endswith("/" + bad), sk
+        assert isinstance(sk["samples"], int) and sk["samples"] >= 0
 

@@ -1,4 +1,4 @@
-"""Object-set sources against s3rver (README "Datasets of small objects"):
+"""Object-set sources against s3rver (docs/operations.md "Datasets of small objects"):
 a prefix of 20,000 small objects (10,000 samples of a .jpg and a .json in
 one folder) read as virtual shards, exactly once against the manifest,
 with every byte checked, the same order on a second server, and the same

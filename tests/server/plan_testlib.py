@@ -304,7 +304,7 @@ def make_random_dataset(path, seed, plan, tag):
 
 
 def make_objects_dataset(path, seed, nsamples, tag="ob"):
-    """A directory tree of small objects (README "Datasets of small
+    """A directory tree of small objects (docs/operations.md "Datasets of small
     objects"): <path>/<tag>/<group>/<i>.<ext> plus a README the rule
     skips. Returns {key relative to path: fields}."""
     rng = random.Random(seed)
@@ -635,7 +635,7 @@ def wait_until(pred, timeout, what, interval=0.05):
 
 
 def wait_indexed(server, job, total, timeout=60):
-    """Until the job's status knows an epoch's exact length (README: once
+    """Until the job's status knows an epoch's exact length (docs/operations.md: once
     every shard is indexed; status refreshes it every second): from then
     on an epoch opened can be planned."""
     import http.client

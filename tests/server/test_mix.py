@@ -1,4 +1,4 @@
-"""Mixed jobs through the real server (README "Mixing datasets"): sources
+"""Mixed jobs through the real server (docs/order.md "Mixing datasets"): sources
 with weights, repeat and choose, with and without replacement, and an
 epoch_size; the order the server streams equals the library's (sio_order
 --mix), every sample names its source in all three readers (frames in

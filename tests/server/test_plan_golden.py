@@ -1,4 +1,4 @@
-"""The data plane's byte identity (README "The order of an epoch", "Seekable
+"""The data plane's byte identity (docs/order.md "The order of an epoch", "Seekable
 epochs", "HTTP API (v1)"): a stream served from an epoch's plan (the order
 Y computed from the shard indexes, sample bytes read straight from the
 shard files) is EXACTLY the response the feed path gives, for every job,
@@ -435,7 +435,7 @@ def test_objects_source_matches(golden):
 
 @pytest.mark.parametrize("how", ["cli-state-dir", "cli-sidecar", "restart"])
 def test_indexes_on_disk_make_the_first_epoch_a_plan(start, server_binary, tmp_path, how):
-    """Indexes that are on disk when the server starts (README "Seekable
+    """Indexes that are on disk when the server starts (docs/operations.md "Seekable
     epochs": `shardcast index --state-dir`, `--sidecar` files next to the
     shards, a restarted server's state dir) count as indexed: the very
     first stream of an epoch is served from a plan, not from a feed that

@@ -1,4 +1,4 @@
-"""The replica set, from the server's side (README "Scale-out"): what a
+"""The replica set, from the server's side (docs/operations.md "Scale-out"): what a
 replica says of itself (GET /v1/topology?job=, the identity in both stream
 formats), a stream of another replica's part (replica=J: failover), and the
 --peers check that makes a second server with the same --replica not ready.
@@ -421,7 +421,7 @@ def test_failover_through_a_faulty_store(start, server_binary, big_rs_ds, workdi
 def test_mixed_jobs_are_refused_on_a_replica_set(server_binary, start, rs_ds):
     """A mixed job's epoch is one sequence drawn from every source: a set
     of R > 1 replicas refuses it at start (config) and at PUT (400), with
-    the reason; README "Scale-out" says the same."""
+    the reason; docs/operations.md "Scale-out" says the same."""
     import subprocess
     p = subprocess.run([server_binary, "--job", "m", "--source", rs_ds, "--epoch-size", "100",
                         "--replica", "1", "--replicas", "2", "--port", "0"],

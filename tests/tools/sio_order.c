@@ -9,7 +9,7 @@
  *   sio_order --mix KIND:VALUE[:r]:SOURCE ... [--epoch-size N] [options]
  *
  * One line per sample: "<global index> <shard index> <index in shard>
- * <bytes> <key>", and " <source>" for a mixed epoch. A mixed epoch (README
+ * <bytes> <key>", and " <source>" for a mixed epoch. A mixed epoch (docs/order.md
  * "Mixing datasets") takes one --mix per source: KIND weight, repeat or
  * choose, its VALUE, ":r" for shards drawn with replacement, then the
  * source (the rest of the argument). Used by the contract tests, which

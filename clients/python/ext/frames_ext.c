@@ -135,7 +135,7 @@ static PyObject *header_dict(const sio_frame_event *ev)
         Py_DECREF(srcs);
     }
     if (d && h->has_ident) {
-        /* the replica set's identity (README "Scale-out") */
+        /* the replica set's identity (docs/operations.md "Scale-out") */
         PyObject *id = Py_BuildValue(
             "{s:s,s:k,s:k,s:k}", "fingerprint", h->fingerprint, "replica",
             (unsigned long)h->replica, "replicas", (unsigned long)h->replicas,
@@ -153,6 +153,19 @@ static PyObject *header_dict(const sio_frame_event *ev)
 static PyObject *end_dict(const sio_frame_event *ev)
 {
     const sio_tarw_summary *s = &ev->summary;
+    if (ev->end_json && ev->end_json_len) {
+        /* The summary as sent: its keys beyond the struct's too (what the
+         * epoch skipped). The decoder checked it is JSON. */
+        PyObject *json = PyImport_ImportModule("json");
+        PyObject *d = json ? PyObject_CallMethod(json, "loads", "s#", ev->end_json,
+                                                 (Py_ssize_t)ev->end_json_len)
+                           : NULL;
+        Py_XDECREF(json);
+        if (d && PyDict_Check(d))
+            return d;
+        Py_XDECREF(d);
+        PyErr_Clear();
+    }
     return Py_BuildValue("{s:s,s:K,s:k,s:k,s:K,s:K,s:K}", "status", "ok",
                          "epoch", (unsigned long long)s->epoch, "rank",
                          (unsigned long)s->rank, "world",

@@ -1,5 +1,5 @@
 /*
- * test_mix.c — mixed epochs (README "Mixing datasets", contract version 2):
+ * test_mix.c — mixed epochs (docs/order.md "Mixing datasets", contract version 2):
  * the quota rules, the mix sequence rebuilt from first principles (the
  * draw with stream 3 over the quotas left, each source's passes as
  * version-1 epochs with B = 1 and their own order stream), passes without
