@@ -469,7 +469,7 @@ def test_corrupt_shard_on_error_fail_is_reported(start_server, workdir):
     assert srv.alive(), srv.log()
 
 
-def test_corrupt_shard_on_error_skip_completes(start_server, workdir):
+def test_corrupt_shard_on_error_skip_completes(start_server, workdir, caplog):
     ds, bad = _corrupt_dataset(workdir, "corrupt-skip")
     srv = start_server(ds.path, job="k", extra=["--on-error", "skip"])
     samples, trailer = read_samples(srv, "k", 0, 0, 1)
@@ -491,4 +491,10 @@ def test_corrupt_shard_on_error_skip_completes(start_server, workdir):
         assert sk["shards"] == 1 and len(sk["shard_urls"]) == 1, trailer
         assert sk["shard_urls"][0].endswith("/" + bad), sk
         assert isinstance(sk["samples"], int) and sk["samples"] >= 0
+    # The dataset tells it (a warning on the shardcast logger).
+    import logging
+    with caplog.at_level(logging.WARNING, logger="shardcast"):
+        list(ShardcastDataset(srv.url, "k", rank=0, world=1))
+    told = [r.getMessage() for r in caplog.records if "skipped 1 shard(s)" in r.getMessage()]
+    assert told and bad in told[0], [r.getMessage() for r in caplog.records]
 

@@ -626,6 +626,7 @@ class ShardcastDataset(_Base):
                 if failures:
                     streak.succeeded(self.topology.urls[via]
                                      if self.topology.replicas > 1 else self.url)
+                self._tell_skips(reader.trailer, c, w)
                 return
             except ShardcastError as e:
                 if not (_retryable(e) or (via != home and _no_failover(e))):
@@ -680,6 +681,22 @@ class ShardcastDataset(_Base):
                             self.topology.urls[nxt])
             at = (at + 1) % len(cands)
             time.sleep(delay)
+
+    def _tell_skips(self, trailer, c, w):
+        """Warn (the shardcast logger) when the epoch skipped shards or
+        samples, as the END summary says: the epoch is short of them."""
+        sk = trailer.get("skipped") if isinstance(trailer, dict) else None
+        if not isinstance(sk, dict):
+            return
+        shards, samples = sk.get("shards") or 0, sk.get("samples") or 0
+        if not shards and not samples:
+            return
+        urls = [u for u in sk.get("shard_urls") or [] if isinstance(u, str)]
+        more = " and %d more" % (shards - len(urls)) if shards > len(urls) else ""
+        log.warning("shardcast: epoch %d of job %s skipped %d shard(s) and %d bad sample(s) "
+                    "(on_error=skip; consumer %d of %d got the rest of its share)%s%s",
+                    self.epoch, self.job, shards, samples, c, w,
+                    (": " + ", ".join(urls) + more) if urls else "", "")
 
     def _retry_delay(self, failures, advice):
         """Seconds to wait before attempt `failures` + 1: the jittered
