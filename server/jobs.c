@@ -155,11 +155,13 @@ static void slot_close(sc_job *job, fslot *s)
         sio_feed_get_stats(s->feed, &st, NULL, 0, NULL);
         sio_feed_close(s->feed);
         pthread_mutex_lock(&job->mu);
-        job->shards_skipped_closed += st.epoch.shards_skipped;
+        if (s->served) { /* read ahead and never streamed: not counted */
+            job->shards_skipped_closed += st.epoch.shards_skipped;
+            job->samples_skipped_closed += st.epoch.samples_skipped;
+        }
         st.seek.active = st.seek.replaying = 0;
         st.seek.window_bytes = 0;
         sc_seek_add(&job->seeks_closed, &st.seek);
-        job->samples_skipped_closed += st.epoch.samples_skipped;
         pthread_mutex_unlock(&job->mu);
     }
     sio_plan_unref(s->plan);

@@ -145,8 +145,14 @@ static json_t *epoch_json(const sc_config *cfg, sc_job *job, fslot *s,
     cnt->lagging += lagging;
     cnt->window_samples += st.window_samples;
     cnt->window_bytes += st.window_bytes;
-    cnt->shards_skipped += st.epoch.shards_skipped;
-    cnt->samples_skipped += st.epoch.samples_skipped;
+    /* An epoch read ahead (prefetch) that nobody has streamed yet does not
+     * count its skips for the job: they are told once it is served, so a
+     * bad shard read by the epoch consumed and by the next one read ahead
+     * counts once, not twice. The epoch's own entry shows them. */
+    if (s->served) {
+        cnt->shards_skipped += st.epoch.shards_skipped;
+        cnt->samples_skipped += st.epoch.samples_skipped;
+    }
     sc_seek_add(&cnt->seek, &st.seek);
     if (!detail)
         return NULL;
