@@ -732,10 +732,12 @@ static void *resolver_main(void *arg)
             due->backoff_ms = due->backoff_ms * 2 > RESOLVE_BACKOFF_MAX_MS
                                    ? RESOLVE_BACKOFF_MAX_MS
                                    : due->backoff_ms * 2;
+            char q[REASON_MAX + 16];
             SC_LOG(SIO_LOG_WARN,
                    "event=job_source_failed job=%s source=\"%s\" code=%d "
-                   "retry_ms=%" PRIu64,
+                   "reason=%s retry_ms=%" PRIu64,
                    due->spec.name, src, (int)rc,
+                   sc_log_quote(q, sizeof q, due->reason, strlen(due->reason)),
                    due->next_resolve_ms - sio_now_ms());
         }
         pthread_mutex_unlock(&due->mu);

@@ -100,7 +100,9 @@ int main(int argc, char **argv)
     iocfg.log.fn = sc_log_sio;
     iocfg.log.level = cfg.log_level;
     if (sio_io_create(&iocfg, &io, &err) != SIO_OK) {
-        SC_LOG(SIO_LOG_ERROR, "event=startup_failed step=io code=%d", err.code);
+        char q[sizeof err.msg + 16];
+        SC_LOG(SIO_LOG_ERROR, "event=startup_failed step=io code=%d reason=%s",
+               err.code, sc_log_quote(q, sizeof q, err.msg, strlen(err.msg)));
         fprintf(stderr, "shardcastd: %s\n", err.msg);
         goto out;
     }
@@ -115,7 +117,9 @@ int main(int argc, char **argv)
     sc_jobs_wait_resolved(jobs, STARTUP_RESOLVE_MS);
 
     if (sc_server_start(&cfg, io, jobs, &srv, msg, sizeof msg) != SIO_OK) {
-        SC_LOG(SIO_LOG_ERROR, "event=startup_failed step=http");
+        char q[sizeof msg + 16];
+        SC_LOG(SIO_LOG_ERROR, "event=startup_failed step=http reason=%s",
+               sc_log_quote(q, sizeof q, msg, strlen(msg)));
         fprintf(stderr, "shardcastd: %s\n", msg);
         goto out;
     }

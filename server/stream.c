@@ -26,6 +26,7 @@
 
 #include "log.h"
 #include "metrics.h"
+#include "settings.h"
 #include "shardio_wire.h"
 
 #define REASON_MAX 512
@@ -573,8 +574,10 @@ static int advance(sc_stream *s)
     if (rc != SIO_OK) {
         snprintf(reason, sizeof reason, "%s: %s", sio_strerror(rc),
                  sio_cursor_errmsg(s->cursor));
-        SC_LOG(SIO_LOG_WARN, "event=stream_failed id=%s code=%d", s->id,
-               (int)rc);
+        char red[REASON_MAX], q[REASON_MAX + 16];
+        sc_redact_source(reason, red, sizeof red);
+        SC_LOG(SIO_LOG_WARN, "event=stream_failed id=%s code=%d reason=%s",
+               s->id, (int)rc, sc_log_quote(q, sizeof q, red, strlen(red)));
         /* The seek limits were reached (the consumer fell behind the
          * window, or needs the even-pad tail): it comes back shortly and
          * resumes where it is. */
