@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <openssl/evp.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -277,10 +278,35 @@ out:
 
 /* The store --------------------------------------------------------------- */
 
+/* The key an index file is named by: a local shard's absolute path with
+ * links and "." / ".." resolved, however the source spells it (a
+ * relative path, "file://", "file://localhost"), so that `shardcast index
+ * shards` and a server given /data/shards find one file; remote URLs as
+ * they are. */
+static void index_key(const char *url, char *out, size_t cap)
+{
+    const char *path = NULL;
+    char real[PATH_MAX];
+    if (strncmp(url, "file://localhost/", 17) == 0)
+        path = url + 16;
+    else if (strncmp(url, "file://", 7) == 0)
+        path = url + 7;
+    else if (!strstr(url, "://"))
+        path = url;
+    if (path && realpath(path, real) && strlen(real) < cap) {
+        memcpy(out, real, strlen(real) + 1);
+        return;
+    }
+    snprintf(out, cap, "%s", url);
+}
+
 static void url_hash(const char *url, char hex[65])
 {
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int mdlen = 0;
+    char key[PATH_MAX + 8192];
+    index_key(url, key, sizeof key);
+    url = key;
     EVP_Digest(url, strlen(url), md, &mdlen, EVP_sha256(), NULL);
     for (unsigned i = 0; i < 32 && i < mdlen; i++)
         snprintf(hex + 2 * i, 3, "%02x", md[i]);

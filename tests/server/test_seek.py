@@ -438,3 +438,33 @@ def test_unprovable_resume_without_state_dir(start, workdir):
     # from the start: the skip is this server's own decision, no error
     got, outcome, _ = read_share(srv, "train", 1, 0, 1)
     assert outcome == "end" and 800 < len(got) < 1200
+
+
+def test_an_index_is_found_however_the_source_is_spelled(start, server_binary, workdir):
+    """`shardcast index shards` from the dataset's parent directory (a
+    relative path) and a server given the absolute path, then the
+    file:// spelling: one index file per shard, found by both; nothing is
+    indexed twice."""
+    parent = os.path.join(workdir, "spelling")
+    d = os.path.join(parent, "shards")
+    make_dataset(d, shards=3, per_shard=50, size=800, seed=31)
+    cli = os.path.join(os.path.dirname(server_binary), "shardcast")
+    state = os.path.join(workdir, "spelling-state")
+    out = subprocess.run([cli, "index", "--state-dir", state, "shards"], cwd=parent,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    files = sorted(glob.glob(os.path.join(state, "index", "*")))
+    assert len(files) == 3, files
+    for source in (d, "file://" + d, os.path.join(d, ".", "..", "shards")):
+        srv = start("--job", "train", "--source", source, "--state-dir", state)
+        assert wait_for(lambda: get_json(srv, "/v1/jobs/train")["state"] == "ready", 30)
+        got, outcome, _ = read_share(srv, "train", 0, 0, 1)
+        assert outcome == "end" and len(got) == 150
+        _, _, body = request(srv, "/metrics")
+        m = {ln.split()[0]: float(ln.split()[-1]) for ln in body.decode().splitlines()
+             if ln.startswith("shardcast_index_") and not ln.startswith("#")}
+        assert m.get("shardcast_index_built_total", 0) == 0, (source, m)
+        assert m.get("shardcast_index_loaded_total", 0) == 3, (source, m)
+        srv.proc.terminate()
+        srv.proc.wait(30)
+    assert sorted(glob.glob(os.path.join(state, "index", "*"))) == files
