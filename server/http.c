@@ -22,6 +22,7 @@
 #include "http.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <microhttpd.h>
@@ -941,8 +942,20 @@ sio_code sc_server_start(const sc_config *cfg, sio_io *io, sc_jobs *jobs,
         MHD_OPTION_NOTIFY_CONNECTION, notify_connection, srv,
         MHD_OPTION_END);
     if (!srv->d) {
-        snprintf(msg, msg_len, "cannot start the HTTP daemon on %s port %u",
-                 cfg->listen, (unsigned)cfg->port);
+        /* libmicrohttpd logs "Failed to bind to port 0" (it was handed an
+         * address, not a port): bind once more here to say why. */
+        char why[160] = "";
+        int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int one = 1;
+        if (fd >= 0) {
+            setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+            if (bind(fd, sa, sa->sa_family == AF_INET6 ? sizeof a6
+                                                        : sizeof a4) != 0)
+                snprintf(why, sizeof why, ": %s", strerror(errno));
+            close(fd);
+        }
+        snprintf(msg, msg_len, "cannot listen on %s port %u%s", cfg->listen,
+                 (unsigned)cfg->port, why);
         rc = SIO_ERR_IO;
         goto out;
     }

@@ -638,3 +638,13 @@ def test_options_shared_with_shardcastd_read_the_same(cli):
     # 5 minutes too (and no warning: a unit is unambiguous).
     p = run(cli, "cat", "--help", check_rc=EXIT_OK)
     assert b"--idle-timeout-ms" in p.stdout and b"Deprecated" in p.stdout
+
+
+def test_top_help_names_each_option_under_its_command(cli):
+    """`--count` is an option of ls, and the top-level help says so."""
+    text = run(cli, "--help", check_rc=EXIT_OK).stdout.decode()
+    lines = text.splitlines()
+    at = next(i for i, ln in enumerate(lines) if "--count" in ln)
+    assert lines[at - 1].strip().startswith("ls SOURCE"), lines[at - 1:at + 1]
+    assert "--count" in run(cli, "ls", "--help", check_rc=EXIT_OK).stdout.decode()
+    assert "--count" not in run(cli, "index", "--help", check_rc=EXIT_OK).stdout.decode()

@@ -14,3 +14,14 @@ def test_a_source_that_fails_is_logged_with_its_reason(start, workdir):
     assert line, srv.log()
     assert 'reason="' in line and "no-such-directory" in line, line
     assert "No such file" in line or "not found" in line.lower(), line
+
+
+def test_a_port_in_use_is_named(start, server_binary, small_ds):
+    import subprocess
+    srv = start("--job", "train", "--source", small_ds.path)
+    p = subprocess.run([server_binary, "--job", "train", "--source", small_ds.path,
+                        "--listen", srv.host, "--port", str(srv.port)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0
+    assert "cannot listen on %s port %d: Address already in use" % (srv.host, srv.port) \
+        in p.stderr, p.stderr[-2000:]
