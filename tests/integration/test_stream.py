@@ -512,3 +512,14 @@ def test_corrupt_shard_on_error_skip_completes(start_server, workdir, caplog):
     assert eps[0]["shards_skipped"] == 1 and eps[1]["prefetched"]
     assert st["skipped"]["shards"] == 1, st["skipped"]
 
+
+
+def test_length_is_known_as_soon_as_the_indexing_epoch_ends(start_server, workdir):
+    """The epoch that indexed the last shard has ended: len() answers at
+    once (it used to raise TypeError until the server's next tick)."""
+    d = os.path.join(workdir, "len-at-once")
+    ds_ = Dataset(d, make_dataset(d, shards=4, per_shard=25, size=500, seed=8))
+    srv = start_server(ds_.path, job="n")
+    ds = ShardcastDataset(srv.url, "n", rank=0, world=1)
+    assert len(list(ds)) == ds_.total
+    assert len(ShardcastDataset(srv.url, "n", rank=0, world=1)) == ds_.total
