@@ -6,7 +6,8 @@
 #
 #   tests/stress-ctest.sh [RUNS=20] [COPIES=4] [BUILD_DIR=build]
 #
-# Each copy runs every test command of the build directory one after the
+# Each copy runs every test command of the build directory (the fixture
+# set-ups run once, first) one after the
 # other, with the environment and working directory ctest would give it
 # (the tests keep their files in directories of their own, mkdtemp). Prints one
 # line per run and a summary; exits non-zero when any test failed, and
@@ -26,14 +27,24 @@ trap 'rm -rf "$WORK"' EXIT
 "$PY" - "$WORK/tests.json" "$WORK/tests.sh" <<'EOF'
 import json, shlex, sys
 tests = json.load(open(sys.argv[1]))["tests"]
-with open(sys.argv[2], "w") as out:
+# Fixture set-ups (they write the shared fixtures the others read) run
+# once, before the copies; the copies run every other test.
+with open(sys.argv[2], "w") as out, open(sys.argv[2] + ".setup", "w") as setup:
     for t in tests:
         props = {p["name"]: p["value"] for p in t.get("properties", [])}
         env = " ".join(shlex.quote(e) for e in props.get("ENVIRONMENT", []))
         wd = props.get("WORKING_DIRECTORY", ".")
         cmd = " ".join(shlex.quote(a) for a in t["command"])
-        out.write("%s\t%s\t%s\t%s\n" % (t["name"], wd, env, cmd))
+        line = "%s\t%s\t%s\t%s\n" % (t["name"], wd, env, cmd)
+        (setup if props.get("FIXTURES_SETUP") else out).write(line)
 EOF
+while IFS=$'\t' read -r name wd env cmd; do
+  if ! (cd "$wd" && eval "env $env $cmd") > "$WORK/setup.out" 2>&1; then
+    echo "stress-ctest: the fixture set-up $name failed:" >&2
+    tail -n 20 "$WORK/setup.out" >&2
+    exit 1
+  fi
+done < "$WORK/tests.sh.setup"
 ntests=$(wc -l < "$WORK/tests.sh")
 echo "stress-ctest: $ntests tests x $COPIES copies at once x $RUNS runs ($BUILD)"
 
