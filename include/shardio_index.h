@@ -92,7 +92,12 @@ typedef struct sio_index_entry sio_index_entry;
 typedef struct sio_index_config {
     const char *dir;       /* where index files live; NULL: memory only */
     int sidecars;          /* 1: look for "<shard URL>.scidx" once per
-                              shard before building an index */
+                              shard before building an index: a local
+                              shard's always; a remote shard's when the
+                              listing that found it showed one, or, with
+                              probe_sidecars, when no listing said (a
+                              brace pattern): a request per shard */
+    int probe_sidecars;
     sio_logger log;
 } sio_index_config;
 

@@ -1862,6 +1862,7 @@ sio_code sc_jobs_create(const sc_config *cfg, sio_io *io, sc_jobs **out,
         sio_index_config ic = {0};
         sio_error e;
         ic.sidecars = cfg->index_sidecars;
+        ic.probe_sidecars = cfg->index_sidecars_probe;
         ic.log.fn = sc_log_sio;
         ic.log.level = sc_log_level();
         if (cfg->state_dir) {

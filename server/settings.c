@@ -256,7 +256,13 @@ static const setting settings[] = {
      "a cache entry unused for this many seconds is evicted before any "
      "other"},
     {"index-sidecars", NULL, SRV(index_sidecars), T_BOOL, "true", 0, 0, NULL,
-     "read a shard's index from \"<shard URL>.scidx\" when it exists"},
+     "read a shard's index from \"<shard URL>.scidx\" when it exists (local "
+     "shards: always looked for; remote: when the source's listing shows "
+     "it)"},
+    {"index-sidecars-probe", NULL, SRV(index_sidecars_probe), T_BOOL,
+     "false", 0, 0, NULL,
+     "also ask the store for the sidecar of every remote shard no listing "
+     "told about (a brace pattern): one request per shard"},
     {"max-seeks", NULL, SRV(max_seeks), T_U32, "4", 1, 256, NULL,
      "seek feeds per epoch at once (reconnects, late ranks, laggards)"},
     {"max-seeks-total", NULL, SRV(max_seeks_total), T_U32, "32", 1, 65536,

@@ -146,6 +146,7 @@ typedef struct sc_config {
     uint32_t cache_idle;      /* --cache-idle: seconds after which an unused
                                  entry is evicted first */
     int index_sidecars;       /* --index-sidecars */
+    int index_sidecars_probe; /* --index-sidecars-probe */
     uint32_t max_seeks;       /* --max-seeks: per epoch */
     uint32_t max_seeks_total; /* --max-seeks-total: per server */
     int lag_policy;           /* --lag-policy: sio_feed_lag */

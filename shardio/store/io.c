@@ -5,6 +5,7 @@
  * backends' own contexts, which do their own locking; any thread may use it.
  * Ownership: the io owns each backend context and destroys it.
  */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -32,7 +33,18 @@ static const sio_backend_ops *const backends[] = {
  * ones. Registered before the io is shared; immutable afterwards. */
 #define IO_EXTRA_BACKENDS_MAX 4
 
+/* One shard's sidecar fact from a listing (sio_io_sidecar_hint). */
+typedef struct side_hint {
+    struct side_hint *next;
+    int present;
+    char url[];
+} side_hint;
+#define SIDE_HINT_BUCKETS 65536u
+
 struct sio_io {
+    pthread_mutex_t hint_mu;
+    side_hint **hints;    /* SIDE_HINT_BUCKETS chains, made on first use */
+    size_t nhints;
     sio_io_config cfg;
     sio_fetch *fetch; /* the engine of the http and s3 backends */
     void *ctx[NBACKENDS];
@@ -48,6 +60,7 @@ sio_code sio_io_create(const sio_io_config *cfg, sio_io **out, sio_error *err)
     sio_io *io = calloc(1, sizeof *io);
     if (!io)
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    pthread_mutex_init(&io->hint_mu, NULL);
     if (cfg)
         io->cfg = *cfg;
     if (io->cfg.read_buffer == 0)
@@ -128,7 +141,60 @@ void sio_io_destroy(sio_io *io)
         if (io->ctx[i] && backends[i]->destroy)
             backends[i]->destroy(io->ctx[i]);
     sio_fetch_destroy(io->fetch);
+    for (size_t b = 0; io->hints && b < SIDE_HINT_BUCKETS; b++)
+        for (side_hint *h = io->hints[b], *n; h; h = n) {
+            n = h->next;
+            free(h);
+        }
+    free(io->hints);
+    pthread_mutex_destroy(&io->hint_mu);
     free(io);
+}
+
+static size_t hint_bucket(const char *url)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *c = url; *c; c++)
+        h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
+    return (size_t)(h % SIDE_HINT_BUCKETS);
+}
+
+void sio_io_sidecar_hint(sio_io *io, const char *url, int present)
+{
+    size_t b = hint_bucket(url);
+    pthread_mutex_lock(&io->hint_mu);
+    if (!io->hints)
+        io->hints = calloc(SIDE_HINT_BUCKETS, sizeof *io->hints);
+    side_hint *h = io->hints ? io->hints[b] : NULL;
+    while (h && strcmp(h->url, url) != 0)
+        h = h->next;
+    if (h) {
+        h->present = present; /* the newest listing is right */
+    } else if (io->hints && io->nhints < SIO_IO_SIDECAR_HINTS_MAX &&
+               (h = malloc(sizeof *h + strlen(url) + 1)) != NULL) {
+        memcpy(h->url, url, strlen(url) + 1);
+        h->present = present;
+        h->next = io->hints[b];
+        io->hints[b] = h;
+        io->nhints++;
+    }
+    pthread_mutex_unlock(&io->hint_mu);
+}
+
+int sio_io_sidecar_known(sio_io *io, const char *url)
+{
+    int known = -1;
+    if (!io)
+        return -1;
+    size_t b = hint_bucket(url);
+    pthread_mutex_lock(&io->hint_mu);
+    for (side_hint *h = io->hints ? io->hints[b] : NULL; h; h = h->next)
+        if (strcmp(h->url, url) == 0) {
+            known = h->present;
+            break;
+        }
+    pthread_mutex_unlock(&io->hint_mu);
+    return known;
 }
 
 sio_code sio_io_backend(sio_io *io, const char *url,

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "shardio_index.h"
 #include "store/store_int.h"
 
 /* Longest single spec inside a source string. */
@@ -63,6 +64,23 @@ static int has_brace_group(const char *s)
     return o && strchr(o, '}');
 }
 
+/* Is name in the sorted listing? */
+static int in_listing(const sio_objlist *dir, const char *name)
+{
+    size_t lo = 0, hi = dir->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(dir->v[mid].url, name);
+        if (c == 0)
+            return 1;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return 0;
+}
+
 /* Add one spec (directory/prefix, brace pattern or single object). */
 static sio_code add_spec(sio_io *io, const char *spec, unsigned flags,
                          sio_objlist *out, sio_error *err)
@@ -110,6 +128,20 @@ static sio_code add_spec(sio_io *io, const char *spec, unsigned flags,
             if (!(flags & SIO_RESOLVE_ALL_OBJECTS) &&
                 !is_shard_name(dir.v[i].url))
                 continue;
+            /* The listing says whether the shard has an index sidecar:
+             * the index then asks the store for it only when it is there. */
+            if (is_shard_name(dir.v[i].url)) {
+                size_t ul = strlen(dir.v[i].url);
+                char *side = malloc(ul + sizeof SIO_INDEX_SUFFIX);
+                if (side) {
+                    memcpy(side, dir.v[i].url, ul);
+                    memcpy(side + ul, SIO_INDEX_SUFFIX,
+                           sizeof SIO_INDEX_SUFFIX);
+                    sio_io_sidecar_hint(io, dir.v[i].url,
+                                        in_listing(&dir, side));
+                    free(side);
+                }
+            }
             rc = sio_objlist_add(out, dir.v[i].url, dir.v[i].size);
             if (rc) {
                 sio_seterr(err, rc, "too many shards (max %zu)", out->max);

@@ -71,6 +71,17 @@ void sio_cache_add_hit_bytes(struct sio_cache_user *u, uint64_t n);
 /* Is url a local file (its backend opens descriptors itself)? */
 int sio_io_url_is_file(sio_io *io, const char *url);
 
+/* What listings told about index sidecars: shard url was listed, and
+ * "<url>.scidx" was (present 1) or was not (0) in the same listing. The
+ * index asks the store for a sidecar only where a listing showed one (or
+ * where it was told to probe), so that a store is not sent a request per
+ * shard for files that are not there. At most SIO_IO_SIDECAR_HINTS_MAX
+ * shards are remembered (beyond that: unknown). Thread-safe. */
+#define SIO_IO_SIDECAR_HINTS_MAX (1u << 24)
+void sio_io_sidecar_hint(sio_io *io, const char *url, int present);
+/* 1 present, 0 absent, -1 no listing said. */
+int sio_io_sidecar_known(sio_io *io, const char *url);
+
 /* sio_io_open_fd that counts no cache hit (a look at the file). */
 sio_code sio_io_open_fd_probe(sio_io *io, struct sio_cache_user *cache,
                               const char *url, int *fd, sio_error *err);

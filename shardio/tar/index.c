@@ -67,6 +67,7 @@ struct sio_index {
     pthread_mutex_t mu;
     char *dir;
     int sidecars;
+    int probe_sidecars;   /* ask for unlisted remote shards' sidecars */
     sio_logger log;
     sio_index_entry **b;
     size_t nb, n;
@@ -373,6 +374,7 @@ sio_code sio_index_open(const sio_index_config *cfg, sio_index **out,
     }
     if (cfg) {
         x->sidecars = cfg->sidecars;
+        x->probe_sidecars = cfg->probe_sidecars;
         x->log = cfg->log;
         if (cfg->dir && cfg->dir[0]) {
             x->dir = strdup(cfg->dir);
@@ -575,6 +577,14 @@ static struct side_dir *side_dir(sio_index *x, sio_io *io, const char *url,
  * asks found none. */
 static int side_ask(sio_index *x, sio_io *io, const char *url)
 {
+    /* A listing said whether the sidecar is there: no request needed to
+     * find out. Without one (a brace pattern), a remote store is asked
+     * only when told to probe; a local file costs a stat, not a request. */
+    int known = sio_io_sidecar_known(io, url);
+    if (known >= 0)
+        return known;
+    if (!x->probe_sidecars && !sio_io_url_is_file(io, url))
+        return 0;
     pthread_mutex_lock(&x->sidemu);
     struct side_dir *d = side_dir(x, io, url, 0);
     int ask = !d || d->hits > 0 || d->misses < SIDECAR_GIVE_UP;
