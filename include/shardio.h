@@ -26,13 +26,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shardcast_version.h"
 #include "shardio_hist.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define SIO_VERSION_STRING "0.1.0"
+/* shardcast's version: SHARDCAST_VERSION_STRING of the generated
+ * shardcast_version.h (CMakeLists.txt's project(VERSION)). */
+#define SIO_VERSION_STRING SHARDCAST_VERSION_STRING
 
 /* Result codes. Values are fixed; new ones are only ever appended. */
 typedef enum sio_code {

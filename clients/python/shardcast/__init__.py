@@ -8,7 +8,8 @@ Standard library only (http.client, struct, tarfile); torch, numpy and
 Pillow are optional.
 """
 
-__version__ = "0.2.0"
+from ._version import version as __version__  # noqa: E402  CMakeLists.txt's project(VERSION)
+from ._accel import describe as accelerator_info  # noqa: E402
 
 from .errors import (ShardcastConfigError, ShardcastConnectionError,  # noqa: E402
                      ShardcastDecodeError, ShardcastError, ShardcastHTTPError,
@@ -50,5 +51,5 @@ __all__ = [
     "ShardcastConnectionError", "ShardcastHTTPError", "ShardcastStreamError",
     "ShardcastIncompleteError", "ShardcastProtocolError", "ShardcastDecodeError",
     "ShardcastConfigError",
-    "__version__",
+    "__version__", "accelerator_info",
 ]

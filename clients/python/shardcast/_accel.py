@@ -1,13 +1,16 @@
 """Finding the optional C accelerator of the frames reader (shardcast._frames,
-built by CMake from clients/python/ext/frames_ext.c over the frames decoder
-of the wire module, shardcast_wire).
+compiled from clients/python/ext/frames_ext.c over the frames decoder of the
+wire module, shardcast_wire: by `pip install clients/python` into the
+installed package, or by CMake into <build>/python/).
 
-Looked for, in order: an installed shardcast/_frames*.so next to this file,
-then <SHARDCAST_BUILD>/python/ and <repo>/build/python/ (a source tree).
+Looked for, in order: an installed shardcast/_frames*.so next to this file
+(what pip installs), then <SHARDCAST_BUILD>/python/ and <repo>/build/python/
+(a source tree).
 Only a file whose name ends in one of this interpreter's extension suffixes
 is loaded, so a module built for another Python is never tried.
 SHARDCAST_ACCEL=0 turns the accelerator off (the pure-Python reader is then
-used); load() returns None when it is off or not found.
+used); load() returns None when it is off or not found. describe() says in
+words which reader is used and why.
 """
 
 import importlib.machinery
@@ -55,3 +58,19 @@ def load():
             break
     _cache.append(mod)
     return mod
+
+
+def describe():
+    """One line: the frames decoder in use (the C accelerator and its file,
+    or the pure-Python reader and why)."""
+    if os.environ.get("SHARDCAST_ACCEL", "") == "0":
+        return "python (SHARDCAST_ACCEL=0)"
+    mod = load()
+    if mod is not None:
+        return "c (%s)" % os.path.normpath(getattr(mod, "__file__", _NAME))
+    from . import _version
+    note = _version.accel_build
+    if note and note.startswith("not built"):
+        return "python (accelerator %s)" % note   # what the package build said
+    return "python (no shardcast._frames for this Python next to the package, in " \
+           "$SHARDCAST_BUILD/python or the repository's build/python)"
