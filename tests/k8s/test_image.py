@@ -143,11 +143,15 @@ def test_recipe_is_multistage_debian12_nonroot():
     assert all(s[1] == "${BASE_IMAGE}" for s in st)
     build, runtime = st[0][2], st[1][2]
     assert any("cmake --build" in i for i in build)
+    # the daemon is installed by the install rules (component server) into
+    # a staging tree, which the runtime stage copies whole
+    assert any(re.search(r"DESTDIR=/install cmake --install /build --component server\b", i)
+               for i in build), build
     rt = "\n".join(runtime)
     # runtime: only the listed packages, no compiler, no -dev package
     assert "runtime-packages.txt" in rt
     assert not re.search(r"-dev\b|build-essential|cmake|gcc", rt), rt
-    assert "COPY --from=build /build/shardcastd /usr/local/bin/shardcastd" in rt
+    assert "COPY --from=build /install/ /" in rt
     assert "k8s/image/entrypoint.sh /usr/local/bin/shardcast-entrypoint" in rt
     users = [i for i in runtime if i.upper().startswith("USER ")]
     assert users and users[-1].split()[1] == "65532:65532", users
