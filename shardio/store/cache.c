@@ -91,7 +91,10 @@ typedef struct memo {
     struct memo *next;
     uint64_t h;
     char *url;
+    int checked;        /* the job checked or filled the entry */
     char validator[SIO_VALIDATOR_MAX]; /* "": the job filled it itself */
+    uint64_t size;      /* what a HEAD said of an object the cache did not
+                           take (UINT64_MAX: none) */
 } memo;
 
 struct sio_cache_user {
@@ -180,24 +183,62 @@ static int memo_ok(sio_cache_user *u, const char *url, const char *v)
     int ok;
     pthread_mutex_lock(&u->mu);
     memo *m = memo_find(u, url, h);
-    ok = m && (!m->validator[0] || strcmp(m->validator, v) == 0);
+    ok = m && m->checked &&
+         (!m->validator[0] || strcmp(m->validator, v) == 0);
     pthread_mutex_unlock(&u->mu);
     return ok;
 }
 
 /* Remember that the job checked url at validator v ("": filled it). A
  * failed allocation only costs a later check. */
+/* url's memo, made when missing (u->mu held); NULL when memory ran out. */
+static memo *memo_get(sio_cache_user *u, const char *url, uint64_t h);
+
 static void memo_set(sio_cache_user *u, const char *url, const char *v)
 {
     uint64_t h = hash_str(url);
     pthread_mutex_lock(&u->mu);
+    memo *m = memo_get(u, url, h);
+    if (m) {
+        m->checked = 1;
+        snprintf(m->validator, sizeof m->validator, "%s", v);
+    }
+    pthread_mutex_unlock(&u->mu);
+}
+
+/* Remember the size a HEAD gave for an object the cache did not take, so
+ * that the next epoch does not ask the store again while it still cannot
+ * take it (sio_cache_open). */
+static void memo_size_set(sio_cache_user *u, const char *url, uint64_t size)
+{
+    uint64_t h = hash_str(url);
+    pthread_mutex_lock(&u->mu);
+    memo *m = memo_get(u, url, h);
+    if (m)
+        m->size = size;
+    pthread_mutex_unlock(&u->mu);
+}
+
+static uint64_t memo_size(sio_cache_user *u, const char *url)
+{
+    uint64_t h = hash_str(url), size = UINT64_MAX;
+    pthread_mutex_lock(&u->mu);
+    memo *m = memo_find(u, url, h);
+    if (m)
+        size = m->size;
+    pthread_mutex_unlock(&u->mu);
+    return size;
+}
+
+static memo *memo_get(sio_cache_user *u, const char *url, uint64_t h)
+{
     memo *m = memo_find(u, url, h);
     if (!m) {
         if (u->n + 1 > u->cap * 2) {
             size_t ncap = u->cap ? u->cap * 2 : 64;
             memo **nt = calloc(ncap, sizeof *nt);
             if (!nt)
-                goto out;
+                return NULL;
             for (size_t i = 0; i < u->cap; i++) {
                 memo *x = u->tab[i];
                 while (x) {
@@ -214,16 +255,15 @@ static void memo_set(sio_cache_user *u, const char *url, const char *v)
         m = calloc(1, sizeof *m);
         if (!m || !(m->url = strdup(url))) {
             free(m);
-            goto out;
+            return NULL;
         }
         m->h = h;
+        m->size = UINT64_MAX;
         m->next = u->tab[h & (u->cap - 1)];
         u->tab[h & (u->cap - 1)] = m;
         u->n++;
     }
-    snprintf(m->validator, sizeof m->validator, "%s", v);
-out:
-    pthread_mutex_unlock(&u->mu);
+    return m;
 }
 
 /* ------------------------------------------------------------------ */
@@ -463,6 +503,26 @@ static int cmp_victim(const void *a, const void *b)
 
 /* Make room for `charge` bytes of an object of priority prio under the
  * stable-subset policy: 1 (charged) or 0 (nothing changed). c->mu held. */
+/* Could admit() take charge now (c->mu held)? It changes nothing. */
+static int admit_possible(sio_cache *c, uint64_t charge, uint64_t prio)
+{
+    if (charge > c->budget)
+        return 0;
+    if (c->used + charge <= c->budget)
+        return 1;
+    uint64_t need = c->used + charge - c->budget, avail = 0;
+    uint64_t now = now_s();
+    for (size_t i = 0; i < c->tab_cap && avail < need; i++)
+        for (entry *e = c->tab[i]; e; e = e->next) {
+            if (e->refs || e->state == E_FILLING)
+                continue;
+            if (now - e->last_use < c->idle_s && e->prio >= prio)
+                continue;
+            avail += e->charge;
+        }
+    return avail >= need;
+}
+
 static int admit(sio_cache *c, uint64_t charge, uint64_t prio)
 {
     if (charge > c->budget)
@@ -1379,12 +1439,24 @@ again:
     } else if (offset == 0 && !c->stopping && c->fills < c->max_fills) {
         /* A new entry: its size decides admission. */
         uint64_t size = headed ? oi.size : size_hint;
-        if (size == UINT64_MAX && !headed) {
+        uint64_t known = size == UINT64_MAX && !headed ? memo_size(u, url)
+                                                       : UINT64_MAX;
+        if (known != UINT64_MAX &&
+            !admit_possible(c, known, sio_cache_priority(url))) {
+            /* A HEAD told this job the size before, and it still does not
+             * fit: no request to find that out again (the bytes come from
+             * the store directly, as they would after a HEAD). */
+            size = UINT64_MAX;
+            headed = 1;
+            oi.validator[0] = '\0';
+        } else if (size == UINT64_MAX && !headed) {
             sio_error he;
             pthread_mutex_unlock(&c->mu);
             atomic_fetch_add(&c->validations, 1);
             headed = ops->head(ctx, url, &oi, &he) == SIO_OK;
             size = headed ? oi.size : UINT64_MAX;
+            if (headed)
+                memo_size_set(u, url, size);
             pthread_mutex_lock(&c->mu);
             if (headed && find(c, url)) {
                 /* Another reader started the entry meanwhile: follow it

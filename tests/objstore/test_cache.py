@@ -427,12 +427,14 @@ def test_half_the_dataset_cached_keeps_a_stable_half(tmp_path):
             try:
                 per_epoch = []
                 sidecar_gets = []
+                heads = []
                 for epoch in range(4):
                     proxy.reset_counters()
                     check_once(read_epoch(srv.url, "train", epoch), manifest)
                     per_epoch.append(shard_bytes(proxy))
                     sidecar_gets.append(proxy.count(method="GET",
                                                     path=r"\.scidx$"))
+                    heads.append(proxy.count(method="HEAD", path=SHARD))
                     server = srv.json("/v1/jobs")["cache"]
                     assert server["used_bytes"] <= budget
                     assert cache_files(state / "cache")[0] <= budget
@@ -443,6 +445,11 @@ def test_half_the_dataset_cached_keeps_a_stable_half(tmp_path):
     # a brace pattern, no listing: the store is not asked for sidecars
     # (--index-sidecars-probe would)
     assert sidecar_gets == [0, 0, 0, 0], sidecar_gets
+    # What a HEAD told the job is kept: once the subset has settled, an
+    # epoch asks the store nothing about the shards the cache cannot take
+    # (it asked about each one every epoch before).
+    print("HEADs per epoch:", heads)
+    assert heads[3] == 0, heads
     for b in per_epoch[1:]:
         assert b <= 0.55 * total, (per_epoch, total)
         assert b >= 0.40 * total, (per_epoch, total)
