@@ -32,23 +32,13 @@
 #include "prom.h"
 #include "settings.h"
 
-/* Bytes of one peer URL, and of a topology answer read from a peer. */
-#define SC_PEER_URL_MAX 1024u
+/* Bytes of a topology answer read from a peer. */
 #define SC_PEER_BODY_MAX (256u * 1024u)
 /* Hex digits of a process's instance id. */
 #define SC_INSTANCE_LEN 16u
 
 typedef struct sc_peers sc_peers;
 
-/*
- * Expand a --peers value for a set of R replicas: a comma-separated list
- * of exactly R http(s)://host[:port] URLs, or one URL holding "{j}".
- * Returns the R URLs (malloc'd array of malloc'd strings; free with
- * sc_peers_free_urls), or NULL with a one-line reason in msg.
- */
-char **sc_peers_parse(const char *spec, uint32_t replicas, char *msg,
-                      size_t msg_len);
-void sc_peers_free_urls(char **urls, uint32_t n);
 
 /* The module: an instance id for this process and, with cfg->peers, the
  * polling thread (started by sc_peers_start). NULL: out of memory. */

@@ -8,7 +8,6 @@
 #include "request.h"
 #include "shardio.h"
 
-#include "settings.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -336,23 +335,6 @@ static int method_in(const char *method, const char *list)
             m++;
     }
     return 0;
-}
-
-int sc_job_name_char(int c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-           (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
-}
-
-int sc_job_name_valid(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > SC_JOB_NAME_MAX)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (!sc_job_name_char((unsigned char)s[i]))
-            return 0;
-    return 1;
 }
 
 unsigned sc_request_parse(const char *method, const char *target,

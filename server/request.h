@@ -12,15 +12,9 @@
 #include <stdint.h>
 
 #include "routes.h"
+#include "names.h"
 #include "shardio_wire.h"
 
-/* A job name: at most this many bytes (after percent-decoding). */
-#define SC_JOB_NAME_MAX 128u
-/* The job-name rule, the one every job name passes (request paths, job
- * specs, --job): 1..SC_JOB_NAME_MAX bytes of [A-Za-z0-9._-]. */
-int sc_job_name_valid(const char *name);
-/* May c appear in a job name? */
-int sc_job_name_char(int c);
 
 /* Query parameters beyond this many make the request a 400. */
 #define SC_QUERY_PARAMS_MAX 64u
@@ -32,8 +26,6 @@ int sc_job_name_char(int c);
  * HEADER JSON, the tar summary read by JSON parsers) carry them as signed
  * 64-bit integers, so one validation serves every format. */
 #define SC_INT_PARAM_MAX ((uint64_t)INT64_MAX)
-/* The longest request target the parser accepts (callers may set lower). */
-#define SC_TARGET_MAX 65536u
 
 /* The routes, in the order of the route table (routes.h). */
 typedef enum sc_route {

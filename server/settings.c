@@ -12,8 +12,6 @@
  * the API is held to exactly the rules of a job from the command line.
  */
 #include "settings.h"
-#include "peers.h"
-#include "peers.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -27,7 +25,6 @@
 #include <strings.h>
 
 #include "log.h"
-#include "request.h"
 #include "shardio.h"
 #include "shardio_units.h"
 
@@ -380,33 +377,118 @@ static int fail(char *msg, size_t msg_len, const char *fmt, ...)
     return -1;
 }
 
-int sc_fields_split(const char *list,
-                    char names[][SIO_TARW_FIELD_NAME_MAX + 1], size_t *n)
+/* --peers ----------------------------------------------------------- */
+
+static int is_http_url(const char *u)
 {
-    const char *p = list;
-    *n = 0;
-    for (;;) {
+    return strncmp(u, "http://", 7) == 0 || strncmp(u, "https://", 8) == 0;
+}
+
+void sc_peers_free_urls(char **urls, uint32_t n)
+{
+    if (!urls)
+        return;
+    for (uint32_t i = 0; i < n; i++)
+        free(urls[i]);
+    free(urls);
+}
+
+/* One URL of the list: http(s)://host..., no query, no fragment, no
+ * space, bounded; a trailing '/' dropped. */
+static char *peer_url(const char *s, size_t n, char *msg, size_t msg_len)
+{
+    while (n && (s[0] == ' ' || s[0] == '\t'))
+        s++, n--;
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+        n--;
+    while (n && s[n - 1] == '/')
+        n--;
+    if (n == 0 || n > SC_PEER_URL_MAX) {
+        snprintf(msg, msg_len, "--peers: a URL is empty or longer than %u "
+                 "bytes", SC_PEER_URL_MAX);
+        return NULL;
+    }
+    char *u = strndup(s, n);
+    if (!u) {
+        snprintf(msg, msg_len, "out of memory");
+        return NULL;
+    }
+    if (!is_http_url(u) || strlen(u) != n || strpbrk(u, "?# \t\r\n") ||
+        (strncmp(u, "http://", 7) == 0 ? n == 7 : n == 8)) {
+        snprintf(msg, msg_len,
+                 "--peers: \"%.100s\" is not an http(s)://host[:port] URL", u);
+        free(u);
+        return NULL;
+    }
+    return u;
+}
+
+char **sc_peers_parse(const char *spec, uint32_t replicas, char *msg,
+                      size_t msg_len)
+{
+    char **urls = NULL;
+    uint32_t n = 0;
+    if (!spec || replicas == 0) {
+        snprintf(msg, msg_len, "--peers: nothing to parse");
+        return NULL;
+    }
+    urls = calloc(replicas, sizeof *urls);
+    if (!urls) {
+        snprintf(msg, msg_len, "out of memory");
+        return NULL;
+    }
+    const char *ph = strstr(spec, "{j}");
+    if (ph) {
+        if (strchr(spec, ',') || strstr(ph + 3, "{j}")) {
+            snprintf(msg, msg_len, "--peers: give a list of URLs or one "
+                     "template with {j} once, not both");
+            goto fail;
+        }
+        for (n = 0; n < replicas; n++) {
+            char buf[SC_PEER_URL_MAX + 16];
+            int k = snprintf(buf, sizeof buf, "%.*s%" PRIu32 "%s",
+                             (int)(ph - spec), spec, n, ph + 3);
+            if (k < 0 || (size_t)k >= sizeof buf) {
+                snprintf(msg, msg_len, "--peers: the template is longer than "
+                         "%u bytes", SC_PEER_URL_MAX);
+                goto fail;
+            }
+            if (!(urls[n] = peer_url(buf, (size_t)k, msg, msg_len)))
+                goto fail;
+        }
+        return urls;
+    }
+    for (const char *p = spec;;) {
         const char *comma = strchr(p, ',');
         size_t len = comma ? (size_t)(comma - p) : strlen(p);
-        if (len == 0 || len > SIO_TARW_FIELD_NAME_MAX ||
-            *n >= SIO_TARW_FILTER_MAX)
-            return -1;
-        char *f = names[*n];
-        for (size_t i = 0; i < len; i++) {
-            unsigned char c = (unsigned char)p[i];
-            if (!isalnum(c) && c != '.' && c != '_' && c != '-' && c != '+')
-                return -1;
-            f[i] = (char)tolower(c);
+        if (n == replicas) {
+            snprintf(msg, msg_len, "--peers lists more than --replicas %" PRIu32
+                     " URLs (one per replica, in replica order)", replicas);
+            goto fail;
         }
-        f[len] = '\0';
-        for (size_t j = 0; j < *n; j++)
-            if (strcmp(names[j], f) == 0)
-                return -1;
-        (*n)++;
+        if (!(urls[n] = peer_url(p, len, msg, msg_len)))
+            goto fail;
+        n++;
         if (!comma)
-            return 0;
+            break;
         p = comma + 1;
     }
+    if (n != replicas) {
+        snprintf(msg, msg_len, "--peers lists %" PRIu32 " URLs for --replicas "
+                 "%" PRIu32 " (one per replica, in replica order)", n,
+                 replicas);
+        goto fail;
+    }
+    for (uint32_t a = 0; a < n; a++)
+        for (uint32_t b = a + 1; b < n; b++)
+            if (strcmp(urls[a], urls[b]) == 0) {
+                snprintf(msg, msg_len, "--peers names %.200s twice", urls[a]);
+                goto fail;
+            }
+    return urls;
+fail:
+    sc_peers_free_urls(urls, replicas);
+    return NULL;
 }
 
 /* Where a setting is named in messages: --name for the command line and

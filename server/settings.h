@@ -36,6 +36,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "names.h"
 #include "shardio.h"
 #include "shardio_wire.h"
 
@@ -239,11 +240,17 @@ void sc_redact_source(const char *src, char *dst, size_t cap);
 uint64_t sc_config_sample_max(const sc_config *cfg);
 uint64_t sc_config_field_max(const sc_config *cfg);
 
-/* Check a comma-separated field list: 1..SIO_TARW_FILTER_MAX distinct
- * names of 1..SIO_TARW_FIELD_NAME_MAX bytes of [A-Za-z0-9._+-]. Writes the
- * lowercased names into names[i] (each SIO_TARW_FIELD_NAME_MAX+1 bytes) and
- * their count into *n. Returns 0, or -1 when the list is invalid. */
-int sc_fields_split(const char *list,
-                    char names[][SIO_TARW_FIELD_NAME_MAX + 1], size_t *n);
+
+/* Bytes of one --peers URL. */
+#define SC_PEER_URL_MAX 1024u
+/*
+ * Expand a --peers value for a set of R replicas: a comma-separated list
+ * of exactly R http(s)://host[:port] URLs, or one URL holding "{j}".
+ * Returns the R URLs (malloc'd array of malloc'd strings; free with
+ * sc_peers_free_urls), or NULL with a one-line reason in msg.
+ */
+char **sc_peers_parse(const char *spec, uint32_t replicas, char *msg,
+                      size_t msg_len);
+void sc_peers_free_urls(char **urls, uint32_t n);
 
 #endif /* SC_SETTINGS_H */
