@@ -43,7 +43,9 @@ static void raise_nofile(void)
     if (rl.rlim_cur < rl.rlim_max) {
         rl.rlim_cur = rl.rlim_max;
         if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
-            SC_LOG(SIO_LOG_WARN, "event=rlimit_nofile_failed errno=%d", errno);
+            SC_LOG(SIO_LOG_WARN,
+                   "event=rlimit_nofile_failed errno=%d reason=\"%s\"", errno,
+                   strerror(errno));
     }
     SC_LOG(SIO_LOG_INFO, "event=rlimit_nofile before=%llu now=%llu",
            (unsigned long long)before, (unsigned long long)rl.rlim_cur);
@@ -90,7 +92,9 @@ int main(int argc, char **argv)
 
     /* From here on no thread waits on write(2) to log (log.h). */
     if (sc_log_start((size_t)cfg.log_queue_bytes) != 0)
-        SC_LOG(SIO_LOG_WARN, "event=log_thread_failed");
+        SC_LOG(SIO_LOG_WARN,
+               "event=log_thread_failed reason=\"cannot start the logging "
+               "thread: lines are written by the threads that log\"");
     SC_LOG(SIO_LOG_INFO, "event=start version=%s", SIO_VERSION_STRING);
     sc_settings_log(&cfg);
     raise_nofile();

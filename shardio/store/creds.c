@@ -1058,11 +1058,13 @@ sio_code sio_creds_get(sio_creds *c, int may_block, sio_creds_value *out,
                     src_names[src]);
         c->loaded = 1;
         if (c->cur.expires_at && !c->thread_started) {
-            if (pthread_create(&c->thread, NULL, refresher, c) == 0)
+            int prc = pthread_create(&c->thread, NULL, refresher, c);
+            if (prc == 0)
                 c->thread_started = 1;
             else
                 SIO_LOG(&c->log, SIO_LOG_WARN,
-                        "event=credentials_refresher_failed");
+                        "event=credentials_refresher_failed reason=\"%s\"",
+                        strerror(prc));
         }
     }
     if (value_copy(out, &c->cur))

@@ -928,10 +928,15 @@ void sio_index_finish(sio_index_entry *e, uint64_t ngroups)
         snprintf(tmp, sizeof tmp, "%s/%s.scidx.tmp", x->dir, e->hash);
         snprintf(fin, sizeof fin, "%s/%s%s", x->dir, e->hash,
                  SIO_INDEX_SUFFIX);
-        if (e->write_failed || rename(tmp, fin) != 0) {
+        int rerr = 0;
+        if (e->write_failed || (rename(tmp, fin) != 0 && (rerr = errno))) {
             unlink(tmp);
             SIO_LOG(&x->log, SIO_LOG_WARN,
-                    "event=index_write_failed hash=%.16s", e->hash);
+                    "event=index_write_failed hash=%.16s reason=\"%s\"",
+                    e->hash,
+                    rerr ? strerror(rerr)
+                         : "writing the index file failed (disk full or "
+                           "not writable)");
             atomic_fetch_add(&x->write_errors, 1);
         } else {
             free(e->path);
