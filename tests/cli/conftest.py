@@ -9,7 +9,6 @@ a failure, never a skip.
 Run: /usr/bin/python3 -m pytest tests/cli
 """
 
-import glob
 import os
 import shutil
 import sys
@@ -21,27 +20,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
 
-from shardcast_testlib import Dataset, Server, find_server_binary, make_dataset  # noqa: E402
-
-
-def find_cli():
-    env = os.environ.get("SHARDCAST_CLI")
-    if env:
-        return env if os.access(env, os.X_OK) else None
-    cands = []
-    if os.environ.get("SHARDCAST_BUILD"):
-        cands.append(os.path.join(os.environ["SHARDCAST_BUILD"], "shardcast"))
-    cands.append(os.path.join(REPO, "build", "shardcast"))
-    cands += sorted(glob.glob(os.path.join(REPO, "build-*", "shardcast")))
-    for c in cands:
-        if os.path.isfile(c) and os.access(c, os.X_OK):
-            return c
-    return None
+from shardcast_testlib import (Dataset, Server, find_cli_binary,  # noqa: E402
+                               find_server_binary, make_dataset)
 
 
 @pytest.fixture(scope="session")
 def cli():
-    b = find_cli()
+    b = find_cli_binary()
     if b is None:
         pytest.fail("the shardcast command was not found: build it (cmake into "
                     "build/ or build-*/) or set SHARDCAST_CLI", pytrace=False)

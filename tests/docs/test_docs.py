@@ -69,7 +69,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
 
-from shardcast_testlib import find_server_binary  # noqa: E402
+from shardcast_testlib import find_cli_binary, find_server_binary  # noqa: E402
 
 README = "README.md"
 PY_README = "clients/python/README.md"
@@ -228,22 +228,6 @@ def make_shards(out):
     return keys
 
 
-def find_cli(server):
-    env = os.environ.get("SHARDCAST_CLI")
-    if env:
-        return env if os.access(env, os.X_OK) else None
-    cands = []
-    if os.environ.get("SHARDCAST_BUILD"):
-        cands.append(os.path.join(os.environ["SHARDCAST_BUILD"], "shardcast"))
-    cands.append(os.path.join(os.path.dirname(server), "shardcast"))
-    cands.append(os.path.join(REPO, "build", "shardcast"))
-    cands += sorted(glob.glob(os.path.join(REPO, "build-*", "shardcast")))
-    for c in cands:
-        if os.path.isfile(c) and os.access(c, os.X_OK):
-            return c
-    return None
-
-
 @pytest.fixture(scope="session")
 def docs_env():
     """A working directory with shards/, a bin/ with the build's shardcastd
@@ -253,7 +237,7 @@ def docs_env():
     if server is None:
         pytest.fail("shardcastd not found: build it (scripts/build.sh) or set SHARDCAST_BIN",
                     pytrace=False)
-    cli = find_cli(server)
+    cli = find_cli_binary(server)
     if cli is None:
         pytest.fail("the shardcast command was not found: build it or set SHARDCAST_CLI "
                     "(or SHARDCAST_BUILD)", pytrace=False)

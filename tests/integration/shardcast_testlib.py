@@ -44,6 +44,26 @@ def find_server_binary():
     return None
 
 
+def find_cli_binary(server=None):
+    """The shardcast command: $SHARDCAST_CLI, else next to
+    $SHARDCAST_BUILD, else next to `server` (a shardcastd path), else
+    build/ or build-*/; None when there is none."""
+    env = os.environ.get("SHARDCAST_CLI")
+    if env:
+        return env if os.access(env, os.X_OK) else None
+    cands = []
+    if os.environ.get("SHARDCAST_BUILD"):
+        cands.append(os.path.join(os.environ["SHARDCAST_BUILD"], "shardcast"))
+    if server:
+        cands.append(os.path.join(os.path.dirname(server), "shardcast"))
+    cands.append(os.path.join(REPO, "build", "shardcast"))
+    cands += sorted(glob.glob(os.path.join(REPO, "build-*", "shardcast")))
+    for c in cands:
+        if os.path.isfile(c) and os.access(c, os.X_OK):
+            return c
+    return None
+
+
 def shared_dir():
     d = os.environ.get("SHARED_DIR") or os.path.join(REPO, "..", "shared")
     return os.path.abspath(d)
