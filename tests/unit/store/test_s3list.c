@@ -749,13 +749,17 @@ static void test_odd_stores(void)
     fake_reset(&f);
 
     /* start-after ignored: found out by the first split, serial from
-     * there; no duplicate, and not many more pages than serial (20). */
+     * there; no duplicate, and not many more pages than serial (20): the
+     * extra ones are those in flight when the split's answer shows the
+     * store ignored start-after, which depends on the scheduling (22 on
+     * a quiet machine, 23 seen with 4 copies of the suite at once); the
+     * bound allows one per listing thread. */
     f.ignore_start_after = 1;
     do_list(srv.port, "s3://b/o/", "", "", SIO_SHARDS_MAX, &par);
     CHECK(par.rc == SIO_OK);
     CHECK(same_set(&par.got, &want));
     CHECK_EQ_U64(atomic_load(&f.sa_reqs), 1);
-    CHECK(atomic_load(&f.reqs) <= 22);
+    CHECK(atomic_load(&f.reqs) <= 20 + (int)SIO_S3_LIST_WORKERS_DEFAULT);
     printf("store ignoring start-after: %d pages (serial: 20)\n",
            atomic_load(&f.reqs));
     sio_objlist_free(&par.got);
