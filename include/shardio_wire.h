@@ -207,7 +207,7 @@ typedef struct sio_wenc sio_wenc;
 /*
  * What the epoch skipped, told in the END summary of both formats as
  * "skipped": a JSON object the caller builds, e.g. {"shards":3,
- * "samples":40,"shard_urls":["s3://b/x-7.tar",...]} (at most
+ * "shard_urls":["s3://b/x-7.tar",...]} (at most
  * SIO_WIRE_SKIPPED_MAX bytes; a longer one is not sent). Set before
  * sio_wenc_end(); the text must live until then. Readers ignore keys they
  * do not know.

@@ -1381,9 +1381,12 @@ static unsigned plan_stream(sc_jobs *j, sc_job *job, fslot *slot,
 #define SKIPPED_URL_MAX 400u
 
 /* The END summary's "skipped" (sc_stream_skipped_fn) of a stream bound to
- * an epoch: the shards the epoch's journal cut short or skipped (their
- * count and the first SKIPPED_URLS_MAX, redacted) and the bad samples its
- * reader skipped so far; nothing when there are none. */
+ * an epoch: the shards the epoch's journal cut short or skipped when the
+ * share ended (their count and the first SKIPPED_URLS_MAX, redacted);
+ * nothing when there are none. Only the journal: it is what every reader
+ * of the epoch follows, on either data plane, so both planes send the
+ * same bytes (a count of single bad samples depends on how far the
+ * epoch's reader has got). */
 static void binding_skipped(void *ud, char *buf, size_t len)
 {
     sc_binding *b = ud;
@@ -1393,11 +1396,7 @@ static void binding_skipped(void *ud, char *buf, size_t len)
     if (!slot || !slot->journal)
         return;
     size_t n = sio_journal_list(slot->journal, shards, NULL, SKIPPED_URLS_MAX);
-    sio_feed_stats st;
-    memset(&st, 0, sizeof st);
-    sio_feed_get_stats(slot->feed, &st, NULL, 0, NULL);
-    uint64_t bad = st.epoch.samples_skipped;
-    if (n == 0 && bad == 0)
+    if (n == 0)
         return;
     json_t *urls = json_array();
     const sio_shardlist *l = b->job->res->list;
@@ -1408,9 +1407,8 @@ static void binding_skipped(void *ud, char *buf, size_t len)
         sc_redact_source(sio_shardlist_url(l, shards[i]), red, sizeof red);
         json_array_append_new(urls, json_string(red));
     }
-    json_t *o = json_pack("{s:I, s:I, s:o}", "shards", (json_int_t)n,
-                          "samples", (json_int_t)bad, "shard_urls",
-                          urls ? urls : json_array());
+    json_t *o = json_pack("{s:I, s:o}", "shards", (json_int_t)n,
+                          "shard_urls", urls ? urls : json_array());
     /* URLs that escape to more than fits are left out, the last first
      * (the count stays exact). */
     char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;

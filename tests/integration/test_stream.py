@@ -490,7 +490,7 @@ def test_corrupt_shard_on_error_skip_completes(start_server, workdir, caplog):
         sk = trailer["skipped"]
         assert sk["shards"] == 1 and len(sk["shard_urls"]) == 1, trailer
         assert sk["shard_urls"][0].endswith("/" + bad), sk
-        assert isinstance(sk["samples"], int) and sk["samples"] >= 0
+        assert set(sk) == {"shards", "shard_urls"}, sk
     # The dataset tells it (a warning on the shardcast logger).
     import logging
     with caplog.at_level(logging.WARNING, logger="shardcast"):

@@ -688,15 +688,15 @@ class ShardcastDataset(_Base):
         sk = trailer.get("skipped") if isinstance(trailer, dict) else None
         if not isinstance(sk, dict):
             return
-        shards, samples = sk.get("shards") or 0, sk.get("samples") or 0
-        if not shards and not samples:
+        shards = sk.get("shards") or 0
+        if not isinstance(shards, int) or shards <= 0:
             return
         urls = [u for u in sk.get("shard_urls") or [] if isinstance(u, str)]
         more = " and %d more" % (shards - len(urls)) if shards > len(urls) else ""
-        log.warning("shardcast: epoch %d of job %s skipped %d shard(s) and %d bad sample(s) "
-                    "(on_error=skip; consumer %d of %d got the rest of its share)%s%s",
-                    self.epoch, self.job, shards, samples, c, w,
-                    (": " + ", ".join(urls) + more) if urls else "", "")
+        log.warning("shardcast: epoch %d of job %s skipped %d shard(s) or their rest "
+                    "(on_error=skip; consumer %d of %d got the rest of its share)%s",
+                    self.epoch, self.job, shards, c, w,
+                    (": " + ", ".join(urls) + more) if urls else "")
 
     def _retry_delay(self, failures, advice):
         """Seconds to wait before attempt `failures` + 1: the jittered
