@@ -151,6 +151,11 @@ void sio_io_destroy(sio_io *io)
     free(io);
 }
 
+const sio_logger *sio_io_logger(const sio_io *io)
+{
+    return io ? &io->cfg.log : NULL;
+}
+
 static size_t hint_bucket(const char *url)
 {
     uint64_t h = 0xcbf29ce484222325ull;

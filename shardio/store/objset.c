@@ -32,7 +32,9 @@
  * registered and live as long as the io. A stream is used by one thread.
  */
 #include <dirent.h>
+#include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sys/stat.h>
 #include <stdio.h>
@@ -41,6 +43,7 @@
 
 #include <openssl/evp.h>
 
+#include "core/core_int.h"
 #include "store/backend_ops.h"
 #include "store/store_int.h"
 #include "shardio_wire.h"
@@ -52,11 +55,15 @@
 #define OBJSET_AHEAD_BYTES (16u << 20)
 /* Longest relative name of a member (a pax path= value). */
 #define OBJSET_NAME_MAX 4096u
+/* Directory levels a walk of a local tree goes down at most. */
+#define WALK_DEPTH_MAX 16
 
 typedef struct objset {
     struct objset *next;
     char *prefix;          /* ends with '/' */
     uint32_t per;
+    int links;             /* links=inside: follow symbolic links that
+                              resolve inside the directory */
     int folders;           /* pair=folders: the first path component is
                               not part of a member's name */
     char digest[17];
@@ -500,7 +507,8 @@ int sio_objset_spec(const char *spec)
 {
     const char *q = strstr(spec, OBJSET_MARK);
     return q && (q[sizeof OBJSET_MARK - 1] == '\0' ||
-                 q[sizeof OBJSET_MARK - 1] == '=') &&
+                 q[sizeof OBJSET_MARK - 1] == '=' ||
+                 q[sizeof OBJSET_MARK - 1] == '&') &&
            !strstr(q, "&set=");
 }
 
@@ -531,19 +539,43 @@ static int cmp_folders(const void *a, const void *b, void *arg)
     return c ? c : strcmp(x->url, y->url);
 }
 
-/* Every regular file under dir (recursively, at most 16 levels), as
- * "<url_prefix><relative path>" with its size. */
-static sio_code walk(const char *dir, const char *url, int depth,
+/* What a walk of a local tree keeps to: its root (resolved), whether
+ * links inside it are followed, the directories on the current path (no
+ * loops), and the links it passed over. */
+typedef struct walker {
+    char root[PATH_MAX];
+    size_t rootlen;
+    int links;
+    struct {
+        dev_t dev;
+        ino_t ino;
+    } path[WALK_DEPTH_MAX + 2];
+    int npath;
+    unsigned skipped;
+} walker;
+
+/* Every regular file under dir (recursively, at most WALK_DEPTH_MAX
+ * levels), as "<url_prefix><relative path>" with its size. Symbolic links
+ * are not followed (counted in w->skipped); with w->links, a link that
+ * resolves inside the root is, unless it leads back to a directory on
+ * the current path (a loop). */
+static sio_code walk(walker *w, const char *dir, const char *url, int depth,
                      sio_objlist *out, sio_error *err)
 {
     DIR *d;
     struct dirent *e;
     sio_code rc = SIO_OK;
-    if (depth > 16)
+    struct stat dst;
+    if (depth > WALK_DEPTH_MAX)
         return SIO_OK;
     d = opendir(dir);
     if (!d)
         return sio_seterr(err, SIO_ERR_NOTFOUND, "opendir %s", dir);
+    if (fstat(dirfd(d), &dst) == 0 && w->npath < WALK_DEPTH_MAX + 2) {
+        w->path[w->npath].dev = dst.st_dev;
+        w->path[w->npath].ino = dst.st_ino;
+        w->npath++;
+    }
     while (rc == SIO_OK && (e = readdir(d)) != NULL) {
         char p[8192], u[8192];
         struct stat st;
@@ -552,13 +584,31 @@ static sio_code walk(const char *dir, const char *url, int depth,
             continue;
         if (snprintf(p, sizeof p, "%s%s", dir, e->d_name) >= (int)sizeof p ||
             snprintf(u, sizeof u, "%s%s", url, e->d_name) >= (int)sizeof u ||
-            stat(p, &st) != 0)
+            lstat(p, &st) != 0)
             continue;
+        if (S_ISLNK(st.st_mode)) {
+            char real[PATH_MAX];
+            if (!w->links || !realpath(p, real) ||
+                strncmp(real, w->root, w->rootlen) != 0 ||
+                (real[w->rootlen] != '/' && real[w->rootlen] != '\0') ||
+                stat(real, &st) != 0) {
+                w->skipped++;
+                continue;
+            }
+            int loop = 0;
+            for (int i = 0; S_ISDIR(st.st_mode) && i < w->npath; i++)
+                loop |= w->path[i].dev == st.st_dev &&
+                        w->path[i].ino == st.st_ino;
+            if (loop) {
+                w->skipped++;
+                continue;
+            }
+        }
         if (S_ISDIR(st.st_mode)) {
             strcat(p, "/");
             strcat(u, "/");
             if (strlen(p) < sizeof p - 1 && strlen(u) < sizeof u - 1)
-                rc = walk(p, u, depth + 1, out, err);
+                rc = walk(w, p, u, depth + 1, out, err);
         } else if (S_ISREG(st.st_mode)) {
             rc = sio_objlist_add(out, u, (uint64_t)st.st_size);
             if (rc)
@@ -566,6 +616,8 @@ static sio_code walk(const char *dir, const char *url, int depth,
         }
     }
     closedir(d);
+    if (w->npath > 0)
+        w->npath--;
     return rc;
 }
 
@@ -595,8 +647,8 @@ sio_code sio_objset_resolve(sio_io *io, const char *spec, sio_objlist *out,
     sio_code rc;
     unsigned long per = OBJSET_PER_DEFAULT;
 
-    int folders = 0;
-    /* Options: "objects[=N]" then "&pair=folders". */
+    int folders = 0, links = 0;
+    /* Options: "objects[=N]", "&pair=folders", "&links=inside". */
     const char *o = q + 1;
     while (*o) {
         const char *amp = strchr(o, '&');
@@ -614,11 +666,14 @@ sio_code sio_objset_resolve(sio_io *io, const char *spec, sio_objlist *out,
                                   "1..%u", OBJSET_PER_MAX);
         } else if (len == 12 && !strncmp(o, "pair=folders", 12)) {
             folders = 1;
+        } else if (len == 12 && !strncmp(o, "links=inside", 12)) {
+            links = 1;
         } else if (!(len == 7 && !strncmp(o, "objects", 7))) {
         badopt:
             return sio_seterr(err, SIO_ERR_INVALID,
                               "object set options: ?objects[=N][&pair="
-                              "folders], not %.*s", (int)(len > 64 ? 64 : len),
+                              "folders][&links=inside], not %.*s",
+                              (int)(len > 64 ? 64 : len),
                               o);
         }
         o += len + (amp ? 1 : 0);
@@ -642,6 +697,7 @@ sio_code sio_objset_resolve(sio_io *io, const char *spec, sio_objlist *out,
     s->prefix[plen] = '\0';
     s->per = (uint32_t)per;
     s->folders = folders;
+    s->links = links;
     sio_objlist_init(&l, out->max);
     rc = sio_io_backend(io, s->prefix, &ops, &ctx, err);
     if (rc == SIO_OK && !ops->is_container(ctx, s->prefix))
@@ -649,9 +705,32 @@ sio_code sio_objset_resolve(sio_io *io, const char *spec, sio_objlist *out,
                         "an object set needs a prefix or directory to list: "
                         "%s", s->prefix);
     if (rc == SIO_OK && ops == &sio_backend_file &&
-        strncmp(s->prefix, "file://", 7) != 0)
-        rc = walk(s->prefix, s->prefix, 0, &l, err); /* a local tree */
-    else if (rc == SIO_OK)
+        strncmp(s->prefix, "file://", 7) != 0) {
+        /* A local tree: nothing outside it, whatever links it holds. */
+        walker *w = calloc(1, sizeof *w);
+        if (!w) {
+            rc = sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+        } else if (!realpath(s->prefix, w->root)) {
+            rc = sio_seterr(err, SIO_ERR_NOTFOUND, "%s: %s", s->prefix,
+                            strerror(errno));
+        } else {
+            w->rootlen = strlen(w->root);
+            if (w->rootlen == 1) /* "/" */
+                w->rootlen = 0;
+            w->links = links;
+            rc = walk(w, s->prefix, s->prefix, 0, &l, err);
+            if (w->skipped)
+                SIO_LOG(sio_io_logger(io), SIO_LOG_WARN,
+                        "event=objset_links_skipped dir=%s count=%u "
+                        "reason=\"%s\"", s->prefix, w->skipped,
+                        links ? "symbolic links that resolve outside the "
+                                "directory, dangle or loop are not followed"
+                              : "symbolic links are not followed (object "
+                                "set option links=inside follows those that "
+                                "stay inside the directory)");
+        }
+        free(w);
+    } else if (rc == SIO_OK)
         rc = ops->list(ctx, s->prefix, &l, err);
     if (rc)
         goto fail;
@@ -689,6 +768,8 @@ sio_code sio_objset_resolve(sio_io *io, const char *spec, sio_objlist *out,
     }
     EVP_DigestUpdate(md, &s->per, sizeof s->per);
     EVP_DigestUpdate(md, &s->folders, sizeof s->folders);
+    if (s->links) /* (absent before links=inside: old ids unchanged) */
+        EVP_DigestUpdate(md, "links=inside", 12);
     s->first[0] = 0;
     for (size_t i = 0; i < l.n; i++) {
         const char *u = l.v[i].url;

@@ -71,6 +71,9 @@ void sio_cache_add_hit_bytes(struct sio_cache_user *u, uint64_t n);
 /* Is url a local file (its backend opens descriptors itself)? */
 int sio_io_url_is_file(sio_io *io, const char *url);
 
+/* The io's logger (for store code with no other). */
+const sio_logger *sio_io_logger(const sio_io *io);
+
 /* What listings told about index sidecars: shard url was listed, and
  * "<url>.scidx" was (present 1) or was not (0) in the same listing. The
  * index asks the store for a sidecar only where a listing showed one (or
