@@ -573,7 +573,7 @@ static void job_identity(sc_jobs *j, const sc_job *job, sc_job_identity *id)
     id->field_max = sc_config_field_max(j->cfg);
     id->replicas = j->cfg->replicas > 1 ? j->cfg->replicas : 1;
     char text[1024];
-    int n = snprintf(
+    snprintf(
         text, sizeof text,
         "shardcast-order\ncontract=%d\nshards=%s\nnshards=%" PRIu64
         "\nseed=%" PRIu64 "\ninterleave=%" PRIu32 "\nshuffle_buffer=%" PRIu32
@@ -584,7 +584,6 @@ static void job_identity(sc_jobs *j, const sc_job *job, sc_job_identity *id)
         id->shuffle_buffer, id->buffer_bytes, id->partition, id->on_error,
         id->mix, id->epoch_size, id->sample_max, id->field_max, id->replicas);
     const char *one[1] = {text};
-    (void)n;
     sha_hex(one, 1, 0, id->fingerprint, SIO_FINGERPRINT_LEN);
 }
 

@@ -47,7 +47,6 @@ enum { ST_STREAMING = 0, ST_END_OK, ST_END_ERROR };
 struct sc_stream {
     sc_stream_skipped_fn skipped_fn; /* what the epoch skipped (END) */
     void *skipped_ud;
-    char skipped[SIO_WIRE_SKIPPED_MAX + 1];
     pthread_mutex_t mu;
     struct MHD_Connection *conn;
     int suspended; /* we suspended conn and owe it a resume (mu) */
@@ -591,11 +590,19 @@ static int advance(sc_stream *s)
     if (!smp) {
         sio_tarw_summary sum = {s->epoch, s->rank,    s->world,
                                 s->start, s->samples, s->position};
-        s->skipped[0] = '\0';
-        if (s->skipped_fn)
-            s->skipped_fn(s->skipped_ud, s->skipped, sizeof s->skipped);
-        sio_wenc_set_skipped(s->enc, s->skipped[0] ? s->skipped : NULL);
+        /* Only while the end is encoded (the sink copies it): no stream
+         * holds the buffer for its whole life. Out of memory: no
+         * "skipped", the end itself still goes. */
+        char *skipped = s->skipped_fn ? malloc(SIO_WIRE_SKIPPED_MAX + 1)
+                                      : NULL;
+        if (skipped) {
+            skipped[0] = '\0';
+            s->skipped_fn(s->skipped_ud, skipped, SIO_WIRE_SKIPPED_MAX + 1);
+        }
+        sio_wenc_set_skipped(s->enc, skipped && skipped[0] ? skipped : NULL);
         rc = sio_wenc_end(s->enc, &sum);
+        sio_wenc_set_skipped(s->enc, NULL);
+        free(skipped);
         if (rc != SIO_OK) {
             snprintf(reason, sizeof reason, "cannot encode the end: %s",
                      sio_strerror(rc));
