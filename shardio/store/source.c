@@ -128,8 +128,10 @@ static sio_code add_spec(sio_io *io, const char *spec, unsigned flags,
             if (!(flags & SIO_RESOLVE_ALL_OBJECTS) &&
                 !is_shard_name(dir.v[i].url))
                 continue;
-            /* The listing says whether the shard has an index sidecar:
-             * the index then asks the store for it only when it is there. */
+            /* The listing shows the shard's index sidecar: the index asks
+             * the store for it (and, unless told to probe, for no other:
+             * only the sidecars that exist are remembered, so the memory
+             * follows them, not the shards). */
             if (is_shard_name(dir.v[i].url)) {
                 size_t ul = strlen(dir.v[i].url);
                 char *side = malloc(ul + sizeof SIO_INDEX_SUFFIX);
@@ -137,8 +139,8 @@ static sio_code add_spec(sio_io *io, const char *spec, unsigned flags,
                     memcpy(side, dir.v[i].url, ul);
                     memcpy(side + ul, SIO_INDEX_SUFFIX,
                            sizeof SIO_INDEX_SUFFIX);
-                    sio_io_sidecar_hint(io, dir.v[i].url,
-                                        in_listing(&dir, side));
+                    if (in_listing(&dir, side))
+                        sio_io_sidecar_hint(io, dir.v[i].url, 1);
                     free(side);
                 }
             }

@@ -74,13 +74,14 @@ int sio_io_url_is_file(sio_io *io, const char *url);
 /* The io's logger (for store code with no other). */
 const sio_logger *sio_io_logger(const sio_io *io);
 
-/* What listings told about index sidecars: shard url was listed, and
- * "<url>.scidx" was (present 1) or was not (0) in the same listing. The
- * index asks the store for a sidecar only where a listing showed one (or
- * where it was told to probe), so that a store is not sent a request per
- * shard for files that are not there. At most SIO_IO_SIDECAR_HINTS_MAX
- * shards are remembered (beyond that: unknown). Thread-safe. */
-#define SIO_IO_SIDECAR_HINTS_MAX (1u << 24)
+/* What listings told about index sidecars: shard url was listed with
+ * "<url>.scidx" beside it (present 1; listings record only those, so the
+ * memory follows the sidecars that exist). The index asks a remote store
+ * for a sidecar only where a listing showed one (or where it was told to
+ * probe), so that a store is not sent a request per shard for files that
+ * are not there. At most SIO_IO_SIDECAR_HINTS_MAX are remembered (beyond
+ * that: unknown). Thread-safe. */
+#define SIO_IO_SIDECAR_HINTS_MAX (1u << 22)
 void sio_io_sidecar_hint(sio_io *io, const char *url, int present);
 /* 1 present, 0 absent, -1 no listing said. */
 int sio_io_sidecar_known(sio_io *io, const char *url);
