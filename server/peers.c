@@ -188,7 +188,7 @@ static long long jnum(json_t *o, const char *k, long long max)
 
 /* The state of peer k from its answer o (NULL: none, why says so). */
 static int judge(sc_peers *p, uint32_t k, json_t *o, const char *why,
-                 peer *out)
+                 json_t *mine, peer *out)
 {
     uint32_t J = p->cfg->replica, R = p->cfg->replicas > 1 ? p->cfg->replicas
                                                            : 1;
@@ -239,7 +239,6 @@ static int judge(sc_peers *p, uint32_t k, json_t *o, const char *why,
     }
     /* Jobs both serve must agree on what fixes their order. */
     json_t *theirs = json_object_get(o, "jobs");
-    json_t *mine = sc_jobs_fingerprints(p->jobs);
     const char *name;
     json_t *fp;
     int st = PEER_OK;
@@ -255,7 +254,6 @@ static int judge(sc_peers *p, uint32_t k, json_t *o, const char *why,
             break;
         }
     }
-    json_decref(mine);
     return st;
 }
 
@@ -270,13 +268,15 @@ static int stopping(sc_peers *p)
 static void poll_once(sc_peers *p)
 {
     /* One peer after the other, each bounded by PEER_TIMEOUT_MS; a stop
-     * waits for the one in flight at most. */
+     * waits for the one in flight at most. This server's fingerprints,
+     * once per round. */
+    json_t *mine = sc_jobs_fingerprints(p->jobs);
     for (uint32_t k = 0; k < p->npeers && !stopping(p); k++) {
         char why[300] = "";
         json_t *o = fetch_topology(p, p->peers[k].url, why, sizeof why);
         peer now;
         memset(&now, 0, sizeof now);
-        int st = judge(p, k, o, why, &now);
+        int st = judge(p, k, o, why, mine, &now);
         json_decref(o);
         pthread_mutex_lock(&p->mu);
         peer *pe = &p->peers[k];
@@ -298,6 +298,7 @@ static void poll_once(sc_peers *p)
                    "detail=\"%s\"",
                    k, pe->url, state_names[st], now.detail);
     }
+    json_decref(mine);
 }
 
 static void *peers_main(void *arg)
