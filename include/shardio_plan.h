@@ -94,6 +94,10 @@ void sio_plan_unref(sio_plan *p);
 
 /* N, the number of samples of Y. */
 uint64_t sio_plan_count(const sio_plan *p);
+/* The bad samples (SIO_INDEX_GROUP_BAD groups, up to the journal's cut)
+ * of the shards Y draws from: what the epoch's feed would have counted as
+ * skipped. */
+uint64_t sio_plan_skipped(const sio_plan *p);
 /* Y[i] (i < count). */
 const sio_plan_item *sio_plan_item_at(const sio_plan *p, uint64_t i);
 /* Bytes the plan holds (its items and the struct). */

@@ -157,7 +157,8 @@ static void slot_close(sc_job *job, fslot *s)
         pthread_mutex_lock(&job->mu);
         if (s->served) { /* read ahead and never streamed: not counted */
             job->shards_skipped_closed += st.epoch.shards_skipped;
-            job->samples_skipped_closed += st.epoch.samples_skipped;
+            job->samples_skipped_closed +=
+                slot_samples_skipped(s, st.epoch.samples_skipped);
         }
         st.seek.active = st.seek.replaying = 0;
         st.seek.window_bytes = 0;

@@ -64,6 +64,17 @@ typedef struct fslot {
     struct fslot *next;
 } fslot;
 
+/* The epoch's bad samples: its feed counts those it read past; a plan
+ * knows those of the shards it draws from. A plan that broke hands the
+ * epoch to its feed, which then counts them again: the larger count.
+ * (job mu held, or the slot no longer shared) */
+static inline uint64_t slot_samples_skipped(const fslot *s,
+                                            uint64_t feed_skipped)
+{
+    uint64_t p = s->plan ? sio_plan_skipped(s->plan) : 0;
+    return p > feed_skipped ? p : feed_skipped;
+}
+
 typedef struct sc_job sc_job;
 
 /* What a job's feeds read while they run: the shard list and the epoch

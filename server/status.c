@@ -151,7 +151,8 @@ static json_t *epoch_json(const sc_config *cfg, sc_job *job, fslot *s,
      * counts once, not twice. The epoch's own entry shows them. */
     if (s->served) {
         cnt->shards_skipped += st.epoch.shards_skipped;
-        cnt->samples_skipped += st.epoch.samples_skipped;
+        cnt->samples_skipped +=
+            slot_samples_skipped(s, st.epoch.samples_skipped);
     }
     sc_seek_add(&cnt->seek, &st.seek);
     if (!detail)
@@ -191,7 +192,8 @@ static json_t *epoch_json(const sc_config *cfg, sc_job *job, fslot *s,
         "bytes", jint(st.epoch.bytes), "shards_done",
         jint(st.epoch.shards_done), "shards_skipped",
         jint(st.epoch.shards_skipped), "samples_skipped",
-        jint(st.epoch.samples_skipped), "consumers_total", jint(n),
+        jint(slot_samples_skipped(s, st.epoch.samples_skipped)),
+        "consumers_total", jint(n),
         "attached", (json_int_t)attached, "missing_count",
         (json_int_t)missing, "lagging_count", (json_int_t)lagging,
         "consumers", jc, "missing", jm, "lagging", jl, "consumers_truncated",

@@ -139,6 +139,41 @@ sio_code sio_plan_possible(sio_io *io, const sio_shardlist *list,
     return rc;
 }
 
+/* Bad groups of the shards the n items draw from, each shard once, up
+ * to the journal's cut. */
+static uint64_t bad_groups(const sio_epoch_config *cfg,
+                           sio_index_entry **ents, size_t total,
+                           const sio_plan_item *items, uint64_t n)
+{
+    unsigned char *seen = calloc(total ? total : 1, 1);
+    uint64_t bad = 0;
+    if (!seen)
+        return 0;
+    for (uint64_t i = 0; i < n; i++) {
+        uint32_t s = items[i].shard;
+        if (s >= total || seen[s] || !ents[s])
+            continue;
+        seen[s] = 1;
+        sio_index_info info;
+        uint64_t cut = UINT64_MAX;
+        sio_index_get_info(ents[s], &info);
+        if (cfg->journal && !sio_journal_cut(cfg->journal, s, &cut))
+            cut = UINT64_MAX;
+        if (cut >= info.known) {
+            bad += info.known - info.good;
+            continue;
+        }
+        for (uint64_t g = 0; g < cut; g++) {
+            sio_index_group gr;
+            if (sio_index_group_get(ents[s], g, &gr) &&
+                (gr.flags & SIO_INDEX_GROUP_BAD))
+                bad++;
+        }
+    }
+    free(seen);
+    return bad;
+}
+
 sio_code sio_plan_build(sio_io *io, const sio_shardlist *list,
                         const sio_epoch_config *cfg, uint64_t max_samples,
                         sio_plan **out, sio_error *err)
@@ -220,6 +255,7 @@ sio_code sio_plan_build(sio_io *io, const sio_shardlist *list,
                                       .keyhash = g.keyhash};
     }
     p->n = n;
+    p->skipped = bad_groups(cfg, ents, total, p->items, n);
     atomic_init(&p->refs, 1);
     p->build_ns = mono_ns() - t0;
     *out = p;
@@ -254,6 +290,11 @@ void sio_plan_unref(sio_plan *p)
 uint64_t sio_plan_count(const sio_plan *p)
 {
     return p->n;
+}
+
+uint64_t sio_plan_skipped(const sio_plan *p)
+{
+    return p->skipped;
 }
 
 const sio_plan_item *sio_plan_item_at(const sio_plan *p, uint64_t i)

@@ -26,6 +26,7 @@ typedef struct plan_file {
 struct sio_plan {
     atomic_uint refs;
     uint64_t n;
+    uint64_t skipped; /* bad samples of the epoch's shards (not in Y) */
     uint64_t build_ns;
     sio_plan_item *items;
     plan_file *files; /* by shard list index */

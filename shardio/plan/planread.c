@@ -266,6 +266,14 @@ static sio_code collect(sio_planread *r, const sio_plan_item *it,
             snprintf(r->err, sizeof r->err, "url=%s: %s", url, r->tp.err);
             return rc == SIO_ERR_NOMEM ? rc : SIO_ERR_CHANGED;
         }
+        if (r->tp.damaged) {
+            /* The index took this range for a whole sample: a header
+             * dropped for its checksum means it is not that sample. */
+            snprintf(r->err, sizeof r->err,
+                     "url=%s: damaged tar header (bad checksum) inside an "
+                     "indexed sample", url);
+            return SIO_ERR_CHANGED;
+        }
         if (what == SIO_TARP_UNSUPPORTED)
             return SIO_ERR_UNSUPPORTED;
         if (what == SIO_TARP_END)

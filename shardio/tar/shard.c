@@ -87,8 +87,12 @@ struct sio_shard {
     sio_tar_entry cur;       /* the entry whose header was read last */
     int pending;             /* cur: header read, data not yet consumed */
     int eof;
-    int bad;                 /* current sample had a repeated field */
+    int bad;                 /* the current sample is bad (bad_reason) */
     char bad_reason[320];
+    int damaged;             /* a damaged header was dropped since the
+                                last member taken (tar_damage) */
+    int bad_next;            /* the next group is bad (a damaged header
+                                before its first member) */
     uint64_t groups;         /* key groups seen (good and bad), counted
                                 from at.first_group */
     sample_builder sb;
@@ -655,6 +659,8 @@ static sio_code next_header(sio_shard *sh)
             plain_stream_error(sh);
             return fail(sh, rc, sh->tp.err);
         }
+        if (sh->tp.damaged)
+            sh->damaged = 1;
         if (what != SIO_TARP_UNSUPPORTED) {
             sh->pending = what == SIO_TARP_ENTRY;
             return SIO_OK;
@@ -676,8 +682,13 @@ static sio_code next_header(sio_shard *sh)
             sh->pending = 0;
             return SIO_OK;
         }
-        if (r == ARCHIVE_RETRY)
+        if (r == ARCHIVE_RETRY) {
+            /* A tar header with a bad checksum, dropped (the plain
+             * reader's t->damaged). */
+            if (!sh->zip)
+                sh->damaged = 1;
             continue;
+        }
         if (r < ARCHIVE_WARN) {
             if (sh->zip && e && archive_entry_is_metadata_encrypted(e))
                 return fail(sh, SIO_ERR_UNSUPPORTED,
@@ -823,6 +834,17 @@ static void offer_group(sio_shard *sh, uint64_t g, uint64_t end, int bad)
         free(f);
 }
 
+/* A header with a bad checksum was dropped inside the current sample or
+ * next to it: whatever member it began is lost, so the sample is bad
+ * (counted, or fatal under on_error=fail), never delivered shortened. */
+static void tar_damage(sio_shard *sh)
+{
+    snprintf(sh->bad_reason, sizeof sh->bad_reason,
+             "damaged tar header (bad checksum) in or next to the sample: "
+             "a member may be lost");
+    sh->bad = 1;
+}
+
 /* Read the next group into the builder. Returns SIO_OK with *open set
  * when a group was read (sh->bad tells whether it is good), *open = 0 at
  * the end of the shard. */
@@ -834,6 +856,10 @@ static sio_code read_group(sio_shard *sh, int *open)
     *open = 0;
     sb_reset(&sh->sb);
     sh->bad = 0;
+    if (sh->bad_next) {
+        sh->bad_next = 0;
+        tar_damage(sh);
+    }
     for (;;) {
         if (!sh->pending) {
             rc = next_header(sh);
@@ -841,6 +867,9 @@ static sio_code read_group(sio_shard *sh, int *open)
                 return rc;
         }
         if (!sh->pending) { /* end of the archive */
+            if (sh->damaged && *open)
+                tar_damage(sh);
+            sh->damaged = 0;
             sh->eof = 1;
             break;
         }
@@ -867,14 +896,26 @@ static sio_code read_group(sio_shard *sh, int *open)
             /* A different key closes the current sample; the member stays
              * pending for the next call. */
             if (keylen != sh->sb.keylen ||
-                memcmp(name, sh->sb.key, keylen) != 0)
+                memcmp(name, sh->sb.key, keylen) != 0) {
+                /* A damaged header between two samples: whose member it
+                 * was is unknown, so both are bad. */
+                if (sh->damaged) {
+                    tar_damage(sh);
+                    sh->bad_next = 1;
+                    sh->damaged = 0;
+                }
                 break;
+            }
         } else {
             rc = sb_set_key(&sh->sb, name, keylen);
             if (rc)
                 return fail(sh, rc, "out of memory");
             *open = 1;
             sh->gstart = e->hdr_pos;
+        }
+        if (sh->damaged) {
+            tar_damage(sh);
+            sh->damaged = 0;
         }
         sh->pending = 0;
         /* A zip entry of the sample is read to its end before the next

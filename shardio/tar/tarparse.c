@@ -55,6 +55,7 @@ void sio_tarp_reset(sio_tar_plain *t, sio_stream *stream, unsigned char *buf,
     t->fmt = FMT_NONE;
     t->data_left = t->pad = 0;
     t->rc = SIO_OK;
+    t->damaged = 0;
     t->name[0] = t->lname[0] = t->err[0] = '\0';
 }
 
@@ -541,6 +542,8 @@ static sio_code next_entry(sio_tar_plain *t, sio_tar_entry *e, int *what,
                                   "after an extension header)");
             consume(t, BLOCK);
             e->hdr_pos = t->off;
+            if (t->damaged < UINT32_MAX)
+                t->damaged++;
             continue;
         }
         if (nexts >= 32)
@@ -699,6 +702,7 @@ unsupported:
 sio_code sio_tarp_next(sio_tar_plain *t, sio_tar_entry *e, int *what)
 {
     char *pax = NULL;
+    t->damaged = 0;
     sio_code rc = next_entry(t, e, what, &pax);
     free(pax);
     return rc;

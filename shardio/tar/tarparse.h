@@ -51,6 +51,9 @@ typedef struct sio_tar_plain {
     uint64_t data_left; /* unread data of the current entry */
     uint64_t pad;       /* padding after it */
     sio_code rc;        /* the stream's error (when a call failed) */
+    uint32_t damaged;   /* header blocks dropped for a bad checksum
+                           before the entry or end the last
+                           sio_tarp_next returned (0: none) */
     char name[SIO_TARP_NAME_MAX + 1];
     char lname[SIO_TARP_NAME_MAX + 1]; /* the last GNU long name read */
     char err[256];
@@ -71,6 +74,10 @@ void sio_tarp_init(sio_tar_plain *t, sio_stream *stream, unsigned char *buf,
 void sio_tarp_reset(sio_tar_plain *t, sio_stream *stream, unsigned char *buf,
                     size_t cap, uint64_t offset);
 /* Skip what is left of the current entry, read the next header(s).
+ * Blocks dropped on the way for a bad checksum (libarchive's
+ * resynchronisation) are counted in t->damaged: the entry returned, or
+ * the end, follows a damaged header, so whatever that header began was
+ * lost (the caller must not take the samples around it as whole).
  * Returns SIO_OK with *what set, or an error (t->err says why:
  * SIO_ERR_FORMAT for a damaged or truncated archive, the stream's code for
  * a read error). */

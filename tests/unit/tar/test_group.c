@@ -475,6 +475,112 @@ static void test_limits(void)
     unlink(path);
 }
 
+/* A header with a bad checksum inside a shard (bytes flipped on disk):
+ * the samples around it are bad (counted), never delivered without the
+ * member it began; the plain reader and libarchive (gzip) agree. */
+static void damaged_case(int member, const char *want, int want_bad,
+                         int gzip)
+{
+    static char pay[8][600];
+    static const char *names[8] = {"a.bin", "a.cls", "b.bin", "b.cls",
+                                   "c.bin", "d.bin", "d.cls", "e.bin"};
+    tar_member m[8];
+    for (int i = 0; i < 8; i++) {
+        for (size_t k = 0; k < sizeof pay[i]; k++)
+            pay[i][k] = (char)('a' + (k * 7 + (size_t)i) % 26);
+        m[i] = (tar_member){names[i], pay[i], sizeof pay[i]};
+    }
+    char path[] = "/tmp/shardcast-test-XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    CHECK(write_tar(path, m, 8, "none", "ustar") == 0);
+    /* ustar, 600-byte members: member i's header is at i * 1536. */
+    FILE *f = fopen(path, "r+b");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    unsigned char b;
+    CHECK(fseek(f, (long)member * 1536 + 140, SEEK_SET) == 0);
+    CHECK(fread(&b, 1, 1, f) == 1);
+    b ^= 0x5a;
+    CHECK(fseek(f, (long)member * 1536 + 140, SEEK_SET) == 0);
+    CHECK(fwrite(&b, 1, 1, f) == 1);
+    fclose(f);
+    char gz[64] = "";
+    if (gzip) {
+        char cmd[200];
+        snprintf(gz, sizeof gz, "%s.tar.gz", path);
+        snprintf(cmd, sizeof cmd, "gzip -c %s > %s", path, gz);
+        CHECK(system(cmd) == 0);
+    }
+    const sio_sample *v[8];
+    int bad;
+    sio_code rc;
+    size_t n = read_all(gzip ? gz : path, v, 8, &bad, &rc);
+    if (!want) {
+        CHECK(rc == SIO_ERR_FORMAT);
+        CHECK_EQ_U64(n, 0);
+        want = "";
+    } else {
+        CHECK(rc == SIO_OK);
+    }
+    char got[16] = "";
+    for (size_t i = 0; i < n && i < 8; i++) {
+        strncat(got, v[i]->key, 1);
+        /* every sample delivered is whole: all its fields, all bytes */
+        size_t want_fields = strchr("abd", v[i]->key[0]) ? 2 : 1;
+        CHECK_EQ_U64(v[i]->nfields, want_fields);
+        for (size_t k = 0; k < v[i]->nfields; k++)
+            CHECK_EQ_U64(v[i]->fields[k].len, 600);
+    }
+    if (strcmp(got, want) != 0 || bad != want_bad)
+        fprintf(stderr, "damaged member %d (%s): got %s bad %d, want %s "
+                "bad %d\n", member, gzip ? "gzip" : "plain", got, bad, want,
+                want_bad);
+    CHECK(strcmp(got, want) == 0);
+    CHECK_EQ_U64((uint64_t)bad, (uint64_t)want_bad);
+    release(v, n, 8);
+    if (gzip)
+        unlink(gz);
+    unlink(path);
+}
+
+static void test_damaged_header(void)
+{
+    for (int gzip = 0; gzip < 2; gzip++) {
+        /* a.bin, the first header: not a tar (the whole shard fails) */
+        damaged_case(0, NULL, 0, gzip);
+        damaged_case(2, "cde", 2, gzip);  /* b.bin: a or b lost it */
+        damaged_case(3, "ade", 2, gzip);  /* b.cls: b or c */
+        damaged_case(4, "ae", 2, gzip);   /* c.bin: b, c and d */
+        damaged_case(6, "abc", 2, gzip);  /* d.cls: d or e */
+        damaged_case(7, "abc", 1, gzip);  /* e.bin, the last: d and e */
+    }
+    /* The message names the damage. */
+    const tar_member m[] = {{"a.bin", "one", 0}, {"b.bin", "two", 0},
+                            {"c.bin", "three", 0}};
+    char path[] = "/tmp/shardcast-test-XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    CHECK(write_tar(path, m, 3, "none", "ustar") == 0);
+    FILE *f = fopen(path, "r+b");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    CHECK(fseek(f, 1024 + 140, SEEK_SET) == 0);
+    fputc('Z', f);
+    fclose(f);
+    sio_shard *sh = NULL;
+    const sio_sample *s = NULL;
+    CHECK(sio_shard_open(io, path, 0, NULL, &sh, NULL) == SIO_OK);
+    CHECK(sio_shard_next(sh, &s) == SIO_ERR_SAMPLE);
+    CHECK(strstr(sio_shard_errmsg(sh), "damaged tar header") != NULL);
+    CHECK(sio_shard_next(sh, &s) == SIO_ERR_SAMPLE);
+    CHECK(sio_shard_next(sh, &s) == SIO_OK && s == NULL);
+    sio_shard_close(sh);
+    unlink(path);
+}
+
 static void test_missing(void)
 {
     sio_shard *sh = NULL;
@@ -517,6 +623,7 @@ int main(int argc, char **argv)
         test_rules("none", "ustar");
         test_truncated();
         test_limits();
+        test_damaged_header();
         test_missing();
     }
     sio_io_destroy(io);

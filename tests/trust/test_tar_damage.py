@@ -1,0 +1,137 @@
+"""A tar header that fails its checksum inside a shard (issue: damaged
+headers count): the samples around it are bad samples, skipped and counted
+under on_error=skip, fatal under on_error=fail; never delivered without
+the member the damaged header began. Every path: the epoch's feed, its
+plan (indexed local shards), seeks and samples/{i}."""
+
+import hashlib
+import io
+import json
+import os
+import tarfile
+
+import pytest
+
+from server_testlib import (FramesStream, get_json, read_share, request, stream_path,
+                            wait_for)
+
+SHARDS, PER_SHARD = 3, 20
+DAMAGED = (1, 7)  # shard 1, sample 7: its first member's (.bin) header
+BAD = {(1, 6), (1, 7)}  # the damage lies between 6 and 7: both are bad
+
+
+def payload(s, i):
+    return hashlib.sha256(b"%d/%d" % (s, i)).digest() * 100  # 3200 bytes
+
+
+def make_shards(root):
+    os.makedirs(root, exist_ok=True)
+    want = {}
+    for s in range(SHARDS):
+        path = os.path.join(root, "s%d.tar" % s)
+        with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as t:
+            for i in range(PER_SHARD):
+                key = "s%d_%03d" % (s, i)
+                for ext, data in (("bin", payload(s, i)), ("cls", b"%d" % i)):
+                    ti = tarfile.TarInfo("%s.%s" % (key, ext))
+                    ti.size = len(data)
+                    t.addfile(ti, io.BytesIO(data))
+                want[key] = (s, i)
+    return want
+
+
+def damage(root):
+    s, i = DAMAGED
+    path = os.path.join(root, "s%d.tar" % s)
+    with tarfile.open(path) as t:
+        m = t.getmember("s%d_%03d.bin" % (s, i))
+    with open(path, "r+b") as f:
+        f.seek(m.offset + 140)  # the mtime field: the checksum fails
+        b = f.read(1)
+        f.seek(m.offset + 140)
+        f.write(bytes([b[0] ^ 0x5A]))
+
+
+def expected_hash(s, i):
+    # server_testlib.content_hash over the two fields
+    from server_testlib import content_hash
+    return content_hash({"bin": payload(s, i), "cls": b"%d" % i})
+
+
+def check_samples(samples, want):
+    keys = [x["key"] for x in samples]
+    assert len(keys) == len(set(keys)), "a sample twice"
+    good = {k for k, si in want.items() if si not in BAD}
+    assert set(keys) == good, (sorted(set(keys) ^ good))
+    for x in samples:
+        assert x["hash"] == expected_hash(*want[x["key"]]), x["key"]
+
+
+@pytest.fixture(scope="module")
+def damaged_dir(workdir):
+    root = os.path.join(workdir, "tar-damage")
+    want = make_shards(root)
+    damage(root)
+    return root, want
+
+
+def ready(srv, job):
+    assert wait_for(lambda: get_json(srv, "/v1/jobs/" + job)["state"] == "ready", 60), srv.log()
+
+
+@pytest.mark.parametrize("plane", ["stream", "auto"])
+def test_damaged_header_is_a_counted_bad_sample(start, damaged_dir, workdir, plane):
+    root, want = damaged_dir
+    state = os.path.join(workdir, "tar-damage-state-" + plane)
+    srv = start("--job", "d", "--source", root, "--on-error", "skip", "--shuffle-buffer", "16",
+                "--state-dir", state, "--data-plane", plane)
+    ready(srv, "d")
+    # Epoch 0 (the feed reads and indexes the shards), then epoch 1 (the
+    # plan, when the data plane may use it), two ranks each.
+    for epoch in (0, 1):
+        got = []
+        for rank in range(2):
+            samples, outcome, trailer = read_share(srv, "d", epoch, rank, 2)
+            assert outcome == "end", (outcome, trailer, srv.log())
+            got += samples
+        check_samples(got, want)
+    st = get_json(srv, "/v1/jobs/d")
+    # counted once per epoch served, by the feed and by the plan alike
+    assert st["skipped"]["samples"] == 2 * len(BAD), st["skipped"]
+    if plane == "auto":
+        assert st["data_plane"]["plan_streams"] >= 2, st["data_plane"]
+    log = srv.log(full=True)
+    assert "damaged tar header" in log, log[-3000:]
+    # samples/{i}: the dataset's good samples in shard and tar order.
+    dataset = sorted(k for k, si in want.items() if si not in BAD)
+    for i in list(range(0, len(dataset), 5)) + [len(dataset) - 1]:
+        st_, _, body = request(srv, "/v1/jobs/d/samples/%d" % i)
+        assert st_ == 200, body[:300]
+        assert dataset[i].encode() in body, (i, dataset[i])
+    st_, _, body = request(srv, "/v1/jobs/d/samples/%d" % len(dataset))
+    assert st_ == 404 and b"%d samples" % len(dataset) in body, body[:300]
+    order, outcome, _ = read_share(srv, "d", 1, 0, 1)
+    assert outcome == "end" and len(order) == len(want) - len(BAD)
+    # A seek into the middle continues with the same samples.
+    tail, outcome, _ = read_share(srv, "d", 1, 0, 1, start=len(order) // 2)
+    assert outcome == "end"
+    assert [x["key"] for x in tail] == [x["key"] for x in order[len(order) // 2:]]
+
+
+def test_damaged_header_is_fatal_under_on_error_fail(start, damaged_dir):
+    root, want = damaged_dir
+    srv = start("--job", "f", "--source", root, "--on-error", "fail",
+                "--shuffle-buffer", "1")
+    ready(srv, "f")
+    s = FramesStream(srv, stream_path("f", 0, 0, 1))
+    try:
+        samples = s.read_all()
+    finally:
+        s.close()
+    assert s.outcome == "error", (s.outcome, s.trailer)
+    assert "damaged tar header" in json.dumps(s.trailer) or \
+        "bad sample" in json.dumps(s.trailer), s.trailer
+    # what came before the error is whole and right
+    for x in samples:
+        assert (want[x["key"]]) not in BAD
+        assert x["hash"] == expected_hash(*want[x["key"]])
