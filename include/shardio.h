@@ -285,6 +285,14 @@ void sio_io_busy_add(sio_io *io, int delta);
 sio_code sio_brace_expand(const char *pattern, size_t max_items, char ***out,
                           size_t *n, sio_error *err);
 
+/*
+ * The number of names pattern expands to, counted without expanding or
+ * allocating: the product of the braces' choice counts (1 without braces),
+ * saturated at UINT64_MAX. The syntax and the length and brace limits are
+ * those of sio_brace_expand (SIO_ERR_INVALID, SIO_ERR_LIMIT; *n is then 0).
+ */
+sio_code sio_brace_count(const char *pattern, uint64_t *n, sio_error *err);
+
 /* Free an array of n malloc'd strings and the array. NULL is fine. */
 void sio_strv_free(char **v, size_t n);
 
@@ -318,6 +326,39 @@ enum {
 sio_code sio_shardlist_resolve_ex(sio_io *io, const char *source,
                                   unsigned flags, sio_shardlist **out,
                                   sio_error *err);
+
+/* What a source names before any I/O (sio_source_check). */
+typedef struct sio_source_counts {
+    uint64_t specs;    /* specs (the pieces between "::" or whitespace) */
+    uint64_t names;    /* shards named without a listing: a brace pattern's
+                          count, 1 for any other spec; saturated */
+    uint64_t listings; /* specs without braces, which may be a directory,
+                          a prefix or an object set: they add what they
+                          list when resolved */
+} sio_source_counts;
+
+/*
+ * Check source without I/O and add what it names to *c (zero it first;
+ * several sources add up). Checked: the split into specs and their length,
+ * brace syntax and counts (counted, never expanded), the scheme (local
+ * path, file://, http(s)://, s3://), URL syntax, and, unless
+ * allow_link_local, http(s) hosts that are link-local or instance-metadata
+ * addresses in any spelling (decimal, hex, octal, short forms,
+ * percent-encoded, IPv4-mapped, -compatible or NAT64 IPv6, fe80::/10;
+ * braces in a host are expanded, at most 64 hosts). SIO_ERR_INVALID,
+ * SIO_ERR_LIMIT or SIO_ERR_UNSUPPORTED with err naming the spec (its URL
+ * redacted). Host names and listings are left to resolution.
+ */
+sio_code sio_source_check(const char *source, int allow_link_local,
+                          sio_source_counts *c, sio_error *err);
+
+/* sio_shardlist_resolve_ex holding the list to at most max shards (0 or
+ * more than the library's 10^7: 10^7): a brace pattern is counted before
+ * it is expanded, and a listing stops at max objects; beyond,
+ * SIO_ERR_LIMIT. A server passes each job's bound. */
+sio_code sio_shardlist_resolve_max(sio_io *io, const char *source,
+                                   unsigned flags, size_t max,
+                                   sio_shardlist **out, sio_error *err);
 
 /* Build a shard list from explicit URLs/paths, taken in order (copied). */
 sio_code sio_shardlist_from_urls(const char *const *urls, size_t n,

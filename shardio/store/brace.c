@@ -9,8 +9,12 @@
  * shell. Several braces give the cartesian product, the leftmost varying
  * slowest, so names come out in written order.
  *
+ * The count is known before anything is allocated (sio_brace_count): a
+ * server bounds a job spec by it without expanding.
+ *
  * Stateless; the result is owned by the caller.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +36,7 @@ typedef struct seg {
     int width;       /* zero padding width for ranges, 0 for none */
     const char *alt; /* alternatives text between braces */
     size_t altlen;
-    size_t count;    /* number of choices */
+    uint64_t count;  /* number of choices (>= 1) */
 } seg;
 
 void sio_strv_free(char **v, size_t n)
@@ -85,7 +89,7 @@ static void parse_group(seg *g, const char *body, size_t len)
             g->lo = a;
             g->hi = b;
             g->width = (za || zb) ? (int)(la > lb ? la : lb) : 0;
-            g->count = (size_t)(a <= b ? b - a : a - b) + 1;
+            g->count = (uint64_t)(a <= b ? b - a : a - b) + 1;
             return;
         }
     }
@@ -127,27 +131,27 @@ static int emit_choice(const seg *g, size_t k, char *buf, size_t cap,
     return 0;
 }
 
-sio_code sio_brace_expand(const char *pattern, size_t max_items, char ***out,
-                          size_t *n, sio_error *err)
-{
+/* A pattern split into literal text and groups. total is the product of
+ * the groups' counts, saturated at UINT64_MAX (never wrapped). */
+typedef struct split {
     seg segs[2 * BRACE_GROUPS_MAX + 1];
-    size_t nseg = 0, ngroups = 0, total = 1, plen, i;
-    char **v = NULL, *buf = NULL;
-    size_t done = 0, bufcap;
-    sio_code rc = SIO_OK;
+    size_t nseg, ngroups, plen;
+    uint64_t total;
+} split;
+
+/* Split pattern (syntax and the length and group limits; no count limit,
+ * no allocation). */
+static sio_code split_pattern(const char *pattern, split *sp, sio_error *err)
+{
     const char *p, *lit;
 
-    *out = NULL;
-    *n = 0;
-    if (!max_items)
-        max_items = SIO_BRACE_MAX_DEFAULT;
-    plen = strlen(pattern);
-    if (plen > BRACE_PATTERN_MAX)
+    memset(sp, 0, sizeof *sp);
+    sp->total = 1;
+    sp->plen = strlen(pattern);
+    if (sp->plen > BRACE_PATTERN_MAX)
         return sio_seterr(err, SIO_ERR_LIMIT, "pattern longer than %d bytes",
                           BRACE_PATTERN_MAX);
-    /* Split into literal text and groups. */
     p = lit = pattern;
-    memset(segs, 0, sizeof segs);
     while (*p) {
         if (*p == '}')
             return sio_seterr(err, SIO_ERR_INVALID,
@@ -168,26 +172,61 @@ sio_code sio_brace_expand(const char *pattern, size_t max_items, char ***out,
             p = close + 1;
             continue;
         }
-        if (ngroups == BRACE_GROUPS_MAX)
+        if (sp->ngroups == BRACE_GROUPS_MAX)
             return sio_seterr(err, SIO_ERR_LIMIT, "more than %d braces",
                               BRACE_GROUPS_MAX);
-        segs[nseg].kind = 0;
-        segs[nseg].lit = lit;
-        segs[nseg].litlen = (size_t)(p - lit);
-        nseg++;
-        segs[nseg++] = g;
-        ngroups++;
-        if (g.count > max_items || total > max_items / g.count)
-            return sio_seterr(err, SIO_ERR_LIMIT,
-                              "pattern expands to more than %zu names",
-                              max_items);
-        total *= g.count;
+        sp->segs[sp->nseg].kind = 0;
+        sp->segs[sp->nseg].lit = lit;
+        sp->segs[sp->nseg].litlen = (size_t)(p - lit);
+        sp->nseg++;
+        sp->segs[sp->nseg++] = g;
+        sp->ngroups++;
+        /* g.count >= 1: the product only grows; saturate, never wrap */
+        sp->total = sp->total > UINT64_MAX / g.count ? UINT64_MAX
+                                                     : sp->total * g.count;
         p = lit = close + 1;
     }
-    segs[nseg].kind = 0;
-    segs[nseg].lit = lit;
-    segs[nseg].litlen = (size_t)(p - lit);
-    nseg++;
+    sp->segs[sp->nseg].kind = 0;
+    sp->segs[sp->nseg].lit = lit;
+    sp->segs[sp->nseg].litlen = (size_t)(p - lit);
+    sp->nseg++;
+    return SIO_OK;
+}
+
+sio_code sio_brace_count(const char *pattern, uint64_t *n, sio_error *err)
+{
+    split sp;
+    sio_code rc = split_pattern(pattern, &sp, err);
+    *n = rc ? 0 : sp.total;
+    return rc;
+}
+
+sio_code sio_brace_expand(const char *pattern, size_t max_items, char ***out,
+                          size_t *n, sio_error *err)
+{
+    split sp;
+    seg *segs = sp.segs;
+    size_t nseg, ngroups, total, plen, i;
+    char **v = NULL, *buf = NULL;
+    size_t done = 0, bufcap;
+    sio_code rc;
+
+    *out = NULL;
+    *n = 0;
+    if (!max_items)
+        max_items = SIO_BRACE_MAX_DEFAULT;
+    /* Counted before anything is allocated. */
+    rc = split_pattern(pattern, &sp, err);
+    if (rc)
+        return rc;
+    if (sp.total > max_items)
+        return sio_seterr(err, SIO_ERR_LIMIT,
+                          "pattern expands to more than %zu names",
+                          max_items);
+    nseg = sp.nseg;
+    ngroups = sp.ngroups;
+    total = (size_t)sp.total;
+    plen = sp.plen;
 
     /* Each name is at most the pattern plus the widest numbers. */
     bufcap = plen + (size_t)ngroups * (BRACE_DIGITS_MAX + 2) + 1;
@@ -203,8 +242,8 @@ sio_code sio_brace_expand(const char *pattern, size_t max_items, char ***out,
         for (i = nseg; i-- > 0;) {
             if (segs[i].kind == 0)
                 continue;
-            k[i] = rem % segs[i].count;
-            rem /= segs[i].count;
+            k[i] = (size_t)(rem % segs[i].count);
+            rem = (size_t)(rem / segs[i].count);
         }
         for (i = 0; i < nseg; i++) {
             if (segs[i].kind == 0) {

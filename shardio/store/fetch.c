@@ -360,6 +360,11 @@ int sio_addr_is_link_local(const struct sockaddr *sa)
                                               0,    0,    0,    0,    0, 0, 0};
         static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                                                  0xff, 0xff};
+        /* IPv4-compatible ::a.b.c.d (deprecated, still parsed) and the
+         * NAT64 well-known prefix 64:ff9b::/96 carry an IPv4 address too */
+        static const unsigned char compat[12] = {0};
+        static const unsigned char nat64[12] = {0, 0x64, 0xff, 0x9b, 0, 0,
+                                                0, 0,    0,    0,    0, 0};
         const unsigned char *a6 =
             (const unsigned char *)&((const struct sockaddr_in6 *)(const void *)sa)
                 ->sin6_addr;
@@ -368,7 +373,8 @@ int sio_addr_is_link_local(const struct sockaddr *sa)
         /* fd00:ec2::254, AWS's IPv6 IMDS (the last group is 0x0254). */
         if (memcmp(a6, ec2, 14) == 0 && a6[14] == 0x02 && a6[15] == 0x54)
             return 1;
-        if (memcmp(a6, mapped, 12) != 0)
+        if (memcmp(a6, mapped, 12) != 0 && memcmp(a6, compat, 12) != 0 &&
+            memcmp(a6, nat64, 12) != 0)
             return 0;
         b = a6 + 12;
     } else {

@@ -164,8 +164,8 @@ typedef struct sio_fetch_request {
 } sio_fetch_request;
 
 /* Is the socket address link-local or an instance-metadata address
- * (169.254.0.0/16, 100.100.100.200, fe80::/10, fd00:ec2::254, and their
- * IPv4-mapped forms)? */
+ * (169.254.0.0/16, 100.100.100.200, fe80::/10, fd00:ec2::254, and the IPv4
+ * ones IPv4-mapped, IPv4-compatible or behind the NAT64 prefix)? */
 int sio_addr_is_link_local(const struct sockaddr *sa);
 
 typedef struct sio_fetch_response {

@@ -6,16 +6,12 @@
  * A sio_shardlist is immutable after it is built and may be shared by
  * threads. It owns its strings.
  */
-#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "shardio_index.h"
 #include "store/store_int.h"
-
-/* Longest single spec inside a source string. */
-#define SOURCE_SPEC_MAX 8192
 
 struct sio_shardlist {
     sio_objlist objs;
@@ -58,12 +54,6 @@ static int is_shard_name(const char *url)
     return 0;
 }
 
-static int has_brace_group(const char *s)
-{
-    const char *o = strchr(s, '{');
-    return o && strchr(o, '}');
-}
-
 /* Is name in the sorted listing? */
 static int in_listing(const sio_objlist *dir, const char *name)
 {
@@ -99,8 +89,17 @@ static sio_code add_spec(sio_io *io, const char *spec, unsigned flags,
     sio_objlist_init(&dir, out->max);
     if (rc)
         goto out;
-    if (has_brace_group(spec)) {
-        rc = sio_brace_expand(spec, out->max, &names, &nnames, err);
+    if (sio_source_has_braces(spec)) {
+        /* Counted before it is expanded: at most what the list has left. */
+        uint64_t count;
+        rc = sio_brace_count(spec, &count, err);
+        if (rc == SIO_OK && count > out->max - out->n)
+            rc = sio_seterr(err, SIO_ERR_LIMIT,
+                            "too many shards (max %zu): a pattern names "
+                            "%llu", out->max, (unsigned long long)count);
+        if (rc == SIO_OK)
+            rc = sio_brace_expand(spec, out->max - out->n, &names, &nnames,
+                                  err);
         if (rc)
             goto out;
         for (i = 0; i < nnames; i++) {
@@ -175,9 +174,18 @@ sio_code sio_shardlist_resolve_ex(sio_io *io, const char *source,
                                   unsigned flags, sio_shardlist **out,
                                   sio_error *err)
 {
+    return sio_shardlist_resolve_max(io, source, flags, SIO_SHARDS_MAX, out,
+                                     err);
+}
+
+sio_code sio_shardlist_resolve_max(sio_io *io, const char *source,
+                                   unsigned flags, size_t max,
+                                   sio_shardlist **out, sio_error *err)
+{
     sio_shardlist *l = NULL;
-    char spec[SOURCE_SPEC_MAX];
+    char spec[SIO_SOURCE_SPEC_MAX];
     const char *p = source;
+    int got;
     sio_code rc = SIO_OK;
 
     *out = NULL;
@@ -186,35 +194,18 @@ sio_code sio_shardlist_resolve_ex(sio_io *io, const char *source,
     l = calloc(1, sizeof *l);
     if (!l)
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
-    sio_objlist_init(&l->objs, SIO_SHARDS_MAX);
+    sio_objlist_init(&l->objs,
+                     max && max < SIO_SHARDS_MAX ? max : SIO_SHARDS_MAX);
     for (;;) {
-        while (*p && (isspace((unsigned char)*p) ||
-                      (p[0] == ':' && p[1] == ':')))
-            p += (*p == ':') ? 2 : 1;
-        if (!*p)
+        rc = sio_source_next(&p, spec, &got, err);
+        if (rc || !got)
             break;
-        size_t len = 0;
-        int bracket = 0; /* "::" inside [...] is an IPv6 host, not a split */
-        while (p[len] && !isspace((unsigned char)p[len]) &&
-               (bracket || !(p[len] == ':' && p[len + 1] == ':'))) {
-            if (p[len] == '[')
-                bracket = 1;
-            else if (p[len] == ']')
-                bracket = 0;
-            len++;
-        }
-        if (len >= sizeof spec) {
-            rc = sio_seterr(err, SIO_ERR_LIMIT, "source spec longer than %d",
-                            SOURCE_SPEC_MAX);
-            goto out;
-        }
-        memcpy(spec, p, len);
-        spec[len] = '\0';
-        p += len;
         rc = add_spec(io, spec, flags, &l->objs, err);
         if (rc)
             goto out;
     }
+    if (rc)
+        goto out;
     if (l->objs.n == 0) {
         rc = sio_seterr(err, SIO_ERR_NOTFOUND, "source has no shards: %s",
                         source);

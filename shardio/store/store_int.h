@@ -33,6 +33,18 @@ struct sio_objlist {
 /* Sanity limit on the number of shards in one dataset. */
 #define SIO_SHARDS_MAX 10000000u
 
+/* Longest single spec inside a source string. */
+#define SIO_SOURCE_SPEC_MAX 8192u
+
+/* The next spec of the source string at *cursor (specs are separated by
+ * "::" or whitespace; "::" inside [...] is an IPv6 host) copied into
+ * spec[SIO_SOURCE_SPEC_MAX], *got 1; *got 0 at the end. SIO_ERR_LIMIT for
+ * a longer spec. Advances *cursor (srccheck.c). */
+sio_code sio_source_next(const char **cursor, char *spec, int *got,
+                         sio_error *err);
+/* Does spec hold a brace group ('{' with a '}' after it)? */
+int sio_source_has_braces(const char *spec);
+
 void sio_objlist_init(sio_objlist *l, size_t max);
 /* Append a copy of url. */
 sio_code sio_objlist_add(sio_objlist *l, const char *url, uint64_t size);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "store/fetch.h"
 #include "store/store_int.h"
 #include "store/url.h"
 
@@ -34,6 +35,129 @@ int sio_url_host_is_local_or_ip(const char *host)
     if (strcasecmp(host, "localhost") == 0)
         return 1;
     return hl > 10 && strcasecmp(host + hl - 10, ".localhost") == 0;
+}
+
+static int hexval(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    c = tolower(c);
+    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* inet_aton(3)'s reading of s: 1 to 4 parts; each part decimal, "0x" hex
+ * or "0" octal; all parts but the last are one byte, the last fills the
+ * remaining bytes. 0 when s is no such literal. */
+static int ipv4_any_form(const char *s, unsigned char out[4])
+{
+    uint64_t part[4];
+    size_t np = 0;
+    const char *p = s;
+    for (;;) {
+        uint64_t v = 0;
+        int base = 10, digits = 0;
+        if (np == 4 || !isdigit((unsigned char)*p))
+            return 0;
+        if (*p == '0') {
+            p++;
+            if (*p == 'x' || *p == 'X') {
+                base = 16;
+                p++;
+            } else {
+                base = 8;
+                digits = 1; /* "0" itself */
+            }
+        }
+        for (;; p++) {
+            int d = hexval((unsigned char)*p);
+            if (d < 0 || d >= base)
+                break;
+            v = v * (uint64_t)base + (uint64_t)d;
+            if (v > 0xffffffffu) /* longer than any address: no wrap */
+                return 0;
+            digits = 1;
+        }
+        if (!digits)
+            return 0;
+        part[np++] = v;
+        if (*p != '.')
+            break;
+        p++;
+    }
+    if (*p)
+        return 0;
+    uint64_t last_max = np == 1 ? 0xffffffffu : 0xffffffu >> (8 * (np - 2));
+    for (size_t i = 0; i + 1 < np; i++)
+        if (part[i] > 0xff)
+            return 0;
+    if (part[np - 1] > last_max)
+        return 0;
+    uint32_t a = (uint32_t)part[np - 1];
+    for (size_t i = 0; i + 1 < np; i++)
+        a |= (uint32_t)part[i] << (24 - 8 * i);
+    out[0] = (unsigned char)(a >> 24);
+    out[1] = (unsigned char)(a >> 16);
+    out[2] = (unsigned char)(a >> 8);
+    out[3] = (unsigned char)a;
+    return 1;
+}
+
+int sio_url_host_addr(const char *host, int ipv6, unsigned char addr[16])
+{
+    char h[SIO_URL_HOST_MAX + 1];
+    size_t hl = strlen(host), o = 0;
+    if (hl > SIO_URL_HOST_MAX)
+        return -1;
+    if (ipv6) {
+        /* "[fe80::1%25eth0]": the zone id goes; the address must parse */
+        size_t al = strcspn(host, "%");
+        memcpy(h, host, al);
+        h[al] = '\0';
+        return inet_pton(AF_INET6, h, addr) == 1 ? AF_INET6 : -1;
+    }
+    /* Decoded the way libcurl decodes a host name before resolving it
+     * (an invalid escape stays as written). */
+    for (size_t i = 0; i < hl; i++) {
+        unsigned char c = (unsigned char)host[i];
+        if (c == '%' && i + 2 < hl &&
+            hexval((unsigned char)host[i + 1]) >= 0 &&
+            hexval((unsigned char)host[i + 2]) >= 0) {
+            c = (unsigned char)(hexval((unsigned char)host[i + 1]) * 16 +
+                                hexval((unsigned char)host[i + 2]));
+            i += 2;
+        }
+        if (c < 0x20 || c == 0x7f)
+            return -1;
+        h[o++] = (char)c;
+    }
+    h[o] = '\0';
+    /* "169.254.169.254." is the same address to the resolver */
+    if (o > 1 && h[o - 1] == '.')
+        h[--o] = '\0';
+    if (ipv4_any_form(h, addr))
+        return AF_INET;
+    return 0;
+}
+
+int sio_url_host_is_link_local(const char *host, int ipv6)
+{
+    unsigned char a[16];
+    struct sockaddr_in s4;
+    struct sockaddr_in6 s6;
+    switch (sio_url_host_addr(host, ipv6, a)) {
+    case AF_INET:
+        memset(&s4, 0, sizeof s4);
+        s4.sin_family = AF_INET;
+        memcpy(&s4.sin_addr, a, 4);
+        return sio_addr_is_link_local((const struct sockaddr *)(void *)&s4);
+    case AF_INET6:
+        memset(&s6, 0, sizeof s6);
+        s6.sin6_family = AF_INET6;
+        memcpy(&s6.sin6_addr, a, 16);
+        return sio_addr_is_link_local((const struct sockaddr *)(void *)&s6);
+    default:
+        return 0;
+    }
 }
 
 void sio_url_authority(const sio_url *u, char *buf, size_t len)

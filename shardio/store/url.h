@@ -47,6 +47,30 @@ void sio_url_authority(const sio_url *u, char *buf, size_t len);
  * .localhost): endpoints where virtual-hosted S3 addressing cannot work. */
 int sio_url_host_is_local_or_ip(const char *host);
 
+/*
+ * The address a URL's host names, read the way libcurl and the resolver
+ * read it: percent-encoding decoded (libcurl decodes a host name before
+ * resolving it), then an IPv4 literal in any inet_aton(3) spelling (1 to 4
+ * parts, each decimal, 0x hex or 0 octal: 169.254.169.254, 2852039166,
+ * 0xa9fea9fe, 0251.0376.0251.0376, 169.254.43518; one trailing dot
+ * allowed), or, when bracketed (ipv6 set; the zone id after '%' dropped),
+ * an IPv6 literal. Returns AF_INET (addr[0..3]) or AF_INET6 (addr[0..15]),
+ * 0 for a host name (resolved later; the connection checks what DNS
+ * says), -1 for a host no URL parser accepts (a control byte once
+ * decoded, a bracketed host that is no IPv6 literal).
+ */
+int sio_url_host_addr(const char *host, int ipv6, unsigned char addr[16]);
+
+/*
+ * Is host (as sio_url_host_addr reads it) a link-local or instance-metadata
+ * address in any spelling: 169.254.0.0/16, 100.100.100.200, fe80::/10,
+ * fd00:ec2::254, and IPv4 ones embedded in IPv6 (IPv4-mapped ::ffff:0:0/96,
+ * IPv4-compatible ::/96, NAT64 64:ff9b::/96)? The rule is
+ * sio_addr_is_link_local's (fetch.h), which checks the resolved address
+ * when a request connects; this one lets a job spec be refused before.
+ */
+int sio_url_host_is_link_local(const char *host, int ipv6);
+
 /* SIO_URL_MAX, sio_url_param_is_credential and the redaction:
  * core/redact.h and include/shardio.h. */
 
