@@ -64,7 +64,7 @@
 
 /* Status codes counted per route in metrics (the last slot: any other). */
 static const unsigned counted_codes[] = {200, 201, 204, 400, 401, 403, 404,
-                                         405, 409, 413, 414, 429, 500, 503,
+                                         405, 409, 413, 414, 422, 429, 500, 503,
                                          0};
 #define NCODES (sizeof counted_codes / sizeof counted_codes[0])
 #define NROUTES SC_ROUTE_COUNT

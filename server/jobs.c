@@ -36,6 +36,11 @@
 /* Manager tick: timers (idle feeds, prefetch, throughput) need no finer
  * resolution. */
 #define TICK_MS 500u
+/* The refusal of a job that failed for good (422, never retried by the
+ * clients): its name and why. */
+#define SC_JOB_FAILED_FMT                                                  \
+    "job %s failed and will not be retried: %s (not retryable; PUT the "   \
+    "job again once its source is fixed)"
 /* Resolution retries back off from 1 s to 60 s. */
 #define RESOLVE_BACKOFF_MIN_MS 1000u
 #define RESOLVE_BACKOFF_MAX_MS 60000u
@@ -269,30 +274,56 @@ unsigned sc_jobs_put(sc_jobs *j, const sc_jobspec *spec, char *reason,
 {
     sc_job *old = NULL, *job;
     unsigned status;
+    uint64_t shards, held = 0;
     char src[256];
 
     if (j->cfg->replicas > 1 && (spec->sources || spec->epoch_size)) {
         fail(reason, reason_len, SC_MIX_REPLICAS_REASON, j->cfg->replicas);
         return 400;
     }
+    /* What no resolution could change is refused now, before anything is
+     * allocated for the job. */
+    if (sc_jobspec_check(spec, j->cfg, &shards, reason, reason_len) != 0)
+        return 422;
     job = job_new(j, spec);
     if (!job) {
         fail(reason, reason_len, "out of memory");
         return 503;
     }
+    job->shards = shards;
     pthread_mutex_lock(&j->mu);
     size_t i = find_job(j, spec->name);
     if (i != SIZE_MAX && sc_jobspec_equal(&j->jobs[i]->spec, spec)) {
-        pthread_mutex_unlock(&j->mu);
-        job_free(job); /* never shared: no feed, nothing to join */
-        fail(reason, reason_len, "unchanged");
-        return 200;
+        /* The same spec again re-resolves a job that failed for good
+         * (its source may be fixed now); any other stays as it is. */
+        sc_job *cur = j->jobs[i];
+        pthread_mutex_lock(&cur->mu);
+        int failed = cur->permanent;
+        pthread_mutex_unlock(&cur->mu);
+        if (!failed) {
+            pthread_mutex_unlock(&j->mu);
+            job_free(job); /* never shared: no feed, nothing to join */
+            fail(reason, reason_len, "unchanged");
+            return 200;
+        }
     }
     if (i == SIZE_MAX && j->njobs >= j->cfg->max_jobs) {
         pthread_mutex_unlock(&j->mu);
         job_free(job);
         fail(reason, reason_len, "job limit reached (--max-jobs %u)",
              j->cfg->max_jobs);
+        return 409;
+    }
+    for (size_t k = 0; k < j->njobs; k++)
+        if (k != i)
+            held += j->jobs[k]->shards;
+    if (held + shards > j->cfg->max_shards) {
+        pthread_mutex_unlock(&j->mu);
+        job_free(job);
+        fail(reason, reason_len,
+             "the server's shards are spent: the job names %" PRIu64
+             ", the other jobs hold %" PRIu64 " of --max-shards %" PRIu64,
+             shards, held, j->cfg->max_shards);
         return 409;
     }
     if (i != SIZE_MAX) {
@@ -414,9 +445,12 @@ static sio_code count_part(sc_jobs *j, sc_job *job, const sio_shardlist *list,
 }
 
 /* Resolve a job's source, or each of its sources into one list with the
- * quotas of a mixed epoch (an epoch_size alone makes one source). */
-static sio_code resolve_job(sc_jobs *j, sc_job *job, sio_shardlist **out,
-                            job_mix *mix, sio_error *err)
+ * quotas of a mixed epoch (an epoch_size alone makes one source), of at
+ * most max shards (max >= 1) in all: patterns are counted before they are
+ * expanded and listings stop there. */
+static sio_code resolve_job(sc_jobs *j, sc_job *job, size_t max,
+                            sio_shardlist **out, job_mix *mix,
+                            sio_error *err)
 {
     const sc_jobspec *sp = &job->spec;
     sc_mixsrc *ms = NULL;
@@ -429,7 +463,8 @@ static sio_code resolve_job(sc_jobs *j, sc_job *job, sio_shardlist **out,
 
     *out = NULL;
     if (!sp->sources && !sp->epoch_size)
-        return sio_shardlist_resolve(j->io, sp->source, out, err);
+        return sio_shardlist_resolve_max(j->io, sp->source, 0, max, out,
+                                         err);
     if (sp->sources) {
         if (sc_mix_parse(sp->sources, &ms, &n, msg, sizeof msg) != 0)
             return jerr(err, SIO_ERR_INVALID, "%s", msg);
@@ -461,7 +496,12 @@ static sio_code resolve_job(sc_jobs *j, sc_job *job, sio_shardlist **out,
     mix->n = (uint32_t)n;
     uint64_t first = 0;
     for (size_t i = 0; i < n; i++) {
-        rc = sio_shardlist_resolve(j->io, ms[i].source, &parts[i], err);
+        if (first >= max)
+            rc = jerr(err, SIO_ERR_LIMIT, "too many shards (max %zu)", max);
+        else
+            rc = sio_shardlist_resolve_max(j->io, ms[i].source, 0,
+                                           max - (size_t)first, &parts[i],
+                                           err);
         if (rc == SIO_OK && sio_shardlist_count(parts[i]) == 0)
             rc = jerr(err, SIO_ERR_NOTFOUND, "no shards");
         if (rc) {
@@ -632,6 +672,10 @@ unsigned sc_jobs_identity(sc_jobs *j, const char *name, sc_job_identity *out,
     if (job->removed) {
         fail(reason, reason_len, "unknown job");
         status = 404;
+    } else if (job->state != JOB_READY && job->permanent) {
+        fail(reason, reason_len, SC_JOB_FAILED_FMT, job->spec.name,
+             job->reason);
+        status = 422;
     } else if (job->state != JOB_READY) {
         fail(reason, reason_len, "job %s is not ready: %s", job->spec.name,
              job->reason[0] ? job->reason : "resolving its source");
@@ -660,6 +704,27 @@ json_t *sc_jobs_fingerprints(sc_jobs *j)
     return o ? o : json_object();
 }
 
+/* Failures another attempt cannot change: the source is wrong (missing,
+ * empty, refused by the store, over a bound, malformed), not the store
+ * unreachable or busy. The job stays failed, its streams answer 422, and
+ * only a PUT of the job (the same spec too) resolves it again. */
+static int resolve_permanent(sio_code rc)
+{
+    return rc == SIO_ERR_NOTFOUND || rc == SIO_ERR_INVALID ||
+           rc == SIO_ERR_LIMIT || rc == SIO_ERR_UNSUPPORTED ||
+           rc == SIO_ERR_AUTH || rc == SIO_ERR_FORMAT;
+}
+
+/* Shards of --max-shards the jobs other than job leave (j->mu held). */
+static uint64_t shards_left(sc_jobs *j, const sc_job *job)
+{
+    uint64_t held = 0;
+    for (size_t k = 0; k < j->njobs; k++)
+        if (j->jobs[k] != job)
+            held += j->jobs[k]->shards;
+    return held < j->cfg->max_shards ? j->cfg->max_shards - held : 0;
+}
+
 static void *resolver_main(void *arg)
 {
     sc_jobs *j = arg;
@@ -670,7 +735,7 @@ static void *resolver_main(void *arg)
         for (size_t i = 0; i < j->njobs; i++) {
             sc_job *job = j->jobs[i];
             pthread_mutex_lock(&job->mu);
-            if (job->state != JOB_READY) {
+            if (job->state != JOB_READY && !job->permanent) {
                 if (job->next_resolve_ms <= now && !due) {
                     due = job;
                     job_ref(job);
@@ -686,6 +751,11 @@ static void *resolver_main(void *arg)
             pthread_cond_timedwait(&j->resolve, &j->mu, &ts);
             continue;
         }
+        /* The job's bound: its own, and what the other jobs leave of the
+         * server's (a listing counts only now). */
+        uint64_t left = shards_left(j, due);
+        size_t max = left < j->cfg->max_job_shards ? (size_t)left
+                                                   : j->cfg->max_job_shards;
         pthread_mutex_unlock(&j->mu);
 
         /* Listing a bucket may take a while: no lock is held. spec.source
@@ -695,10 +765,32 @@ static void *resolver_main(void *arg)
         char src[256], msg[600];
         job_mix mix;
         memset(&mix, 0, sizeof mix);
-        sio_code rc = resolve_job(j, due, &list, &mix, &err);
+        sio_code rc = max ? resolve_job(j, due, max, &list, &mix, &err)
+                          : jerr(&err, SIO_ERR_LIMIT,
+                                 "the other jobs hold all of --max-shards");
         if (rc == SIO_OK && sio_shardlist_count(list) == 0) {
             rc = SIO_ERR_NOTFOUND;
             snprintf(err.msg, sizeof err.msg, "the source has no shards");
+        }
+        if (rc == SIO_OK) {
+            /* Held now; other jobs may have taken shards meanwhile. */
+            pthread_mutex_lock(&j->mu);
+            left = shards_left(j, due);
+            if (sio_shardlist_count(list) > left)
+                rc = jerr(&err, SIO_ERR_LIMIT,
+                          "the source has %zu shards, the other jobs leave "
+                          "%" PRIu64 " of --max-shards %" PRIu64,
+                          sio_shardlist_count(list), left,
+                          j->cfg->max_shards);
+            else
+                due->shards = sio_shardlist_count(list);
+            pthread_mutex_unlock(&j->mu);
+        }
+        if (rc == SIO_ERR_LIMIT && strstr(err.msg, "too many shards")) {
+            size_t l = strlen(err.msg);
+            snprintf(err.msg + l, sizeof err.msg - l,
+                     " (--max-job-shards %" PRIu32 ", --max-shards %" PRIu64
+                     ")", j->cfg->max_job_shards, j->cfg->max_shards);
         }
         sc_redact_source(due->spec.source, src, sizeof src);
         pthread_mutex_lock(&due->mu);
@@ -724,21 +816,23 @@ static void *resolver_main(void *arg)
                    j->cfg->replicas > 1 ? j->cfg->replicas : 1);
         } else {
             due->state = JOB_FAILED;
+            due->permanent = resolve_permanent(rc);
             snprintf(msg, sizeof msg, "cannot resolve the source: %s",
                      err.msg[0] ? err.msg : sio_strerror(rc));
             sc_redact_source(msg, due->reason, sizeof due->reason);
             job_error(due, msg);
-            due->next_resolve_ms = sio_now_ms() + due->backoff_ms;
+            due->next_resolve_ms =
+                due->permanent ? UINT64_MAX : sio_now_ms() + due->backoff_ms;
             due->backoff_ms = due->backoff_ms * 2 > RESOLVE_BACKOFF_MAX_MS
                                    ? RESOLVE_BACKOFF_MAX_MS
                                    : due->backoff_ms * 2;
             char q[REASON_MAX + 16];
             SC_LOG(SIO_LOG_WARN,
                    "event=job_source_failed job=%s source=\"%s\" code=%d "
-                   "reason=%s retry_ms=%" PRIu64,
-                   due->spec.name, src, (int)rc,
+                   "permanent=%d reason=%s retry_ms=%" PRIu64,
+                   due->spec.name, src, (int)rc, due->permanent,
                    sc_log_quote(q, sizeof q, due->reason, strlen(due->reason)),
-                   due->next_resolve_ms - sio_now_ms());
+                   due->permanent ? 0 : due->next_resolve_ms - sio_now_ms());
         }
         pthread_mutex_unlock(&due->mu);
         sio_shardlist_free(list);
@@ -1212,6 +1306,12 @@ unsigned sc_jobs_stream_begin(sc_jobs *j, const sc_request *req,
     if (job->removed) {
         fail(reason, reason_len, "unknown job");
         status = 404;
+        goto fail;
+    }
+    if (job->state != JOB_READY && job->permanent) {
+        fail(reason, reason_len, SC_JOB_FAILED_FMT, job->spec.name,
+             job->reason);
+        status = 422;
         goto fail;
     }
     if (job->state != JOB_READY) {

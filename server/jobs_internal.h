@@ -151,6 +151,12 @@ struct sc_job {
     int attempts;              /* resolution attempts (mu) */
     int removed;               /* deleted or replaced (mu) */
     char reason[REASON_MAX];   /* why not ready (mu) */
+    int permanent;             /* JOB_FAILED for good: the source is
+                                  wrong, not the store busy; not resolved
+                                  again, streams get 422 (mu) */
+    uint64_t shards;           /* held against --max-shards: counted at
+                                  PUT, the list's length once resolved
+                                  (the registry's j->mu) */
     uint64_t next_resolve_ms, backoff_ms;
     fslot *slots;              /* live and retired (mu) */
     sc_binding *bindings;      /* (mu) */

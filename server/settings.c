@@ -211,6 +211,20 @@ static const setting settings[] = {
     {"max-field-bytes", NULL, SRV(max_field_bytes), T_BYTES, "0", 0,
      UINT64_C(1) << 30, NULL,
      "largest field (tar member) of a sample (0: max-sample-bytes)"},
+    {"max-job-sources", NULL, SRV(max_job_sources), T_U32, "1024", 1,
+     65536, NULL,
+     "source specs (directories, prefixes, patterns, objects: the pieces "
+     "of a job's source, or of all its sources, split at ::) of one job; "
+     "a PUT over it is refused with 422"},
+    {"max-job-shards", NULL, SRV(max_job_shards), T_U32, "10000000", 1,
+     10000000, NULL,
+     "shards of one job: its brace patterns are counted at PUT (422 "
+     "beyond), its listings are cut there when it resolves (the job "
+     "fails, not retryable)"},
+    {"max-shards", NULL, SRV(max_shards), T_U64, "20000000", 1,
+     UINT64_C(1) << 32, NULL,
+     "shards of all jobs together (each takes memory: about 100 bytes "
+     "plus its URL); a PUT over it is refused with 409"},
     {"allow-link-local-sources", NULL, IO(allow_link_local), T_BOOL,
      "false", 0, 0, NULL,
      "let http(s)/s3 sources reach link-local and instance-metadata "
@@ -987,6 +1001,61 @@ int sc_mix_parse(const char *json, sc_mixsrc **out, size_t *n, char *msg,
     return rc;
 }
 
+int sc_jobspec_check(const sc_jobspec *spec, const sc_config *cfg,
+                     uint64_t *shards, char *reason, size_t reason_len)
+{
+    sio_source_counts c = {0, 0, 0};
+    sio_error err = {SIO_OK, ""};
+    sc_mixsrc *ms = NULL;
+    size_t n = 0, i = 0;
+    char shown[sizeof err.msg];
+    int rc = 0;
+
+    *shards = 0;
+    if (spec->sources &&
+        sc_mix_parse(spec->sources, &ms, &n, reason, reason_len) != 0)
+        return -1;
+    for (i = 0; i < (spec->sources ? n : 1); i++) {
+        const char *src = spec->sources ? ms[i].source : spec->source;
+        if (sio_source_check(src, cfg->io.allow_link_local, &c, &err) !=
+            SIO_OK) {
+            sc_redact_source(err.msg, shown, sizeof shown);
+            if (spec->sources)
+                rc = fail(reason, reason_len, "sources[%zu] (%s): %s", i,
+                          ms[i].name, shown);
+            else
+                rc = fail(reason, reason_len, "source: %s", shown);
+            goto out;
+        }
+        /* Counted as they add up: a job of 256 sources of 10^9 names
+         * stops at the first source over the bound. */
+        if (c.specs > cfg->max_job_sources) {
+            rc = fail(reason, reason_len,
+                      "the job has more than %" PRIu32 " source specs "
+                      "(--max-job-sources)", cfg->max_job_sources);
+            goto out;
+        }
+        if (c.names > cfg->max_job_shards) {
+            char count[32];
+            if (c.names == UINT64_MAX)
+                snprintf(count, sizeof count, "more than 2^64");
+            else
+                snprintf(count, sizeof count, "%" PRIu64, c.names);
+            rc = fail(reason, reason_len,
+                      "the job's sources name %s shards%s, more than "
+                      "--max-job-shards %" PRIu32 " (counted, not "
+                      "expanded)", count,
+                      spec->sources && i + 1 < n ? " already" : "",
+                      cfg->max_job_shards);
+            goto out;
+        }
+    }
+    *shards = c.names;
+out:
+    sc_mix_free(ms, n);
+    return rc;
+}
+
 /* Fill *out from a job object (defaults for absent keys). `where` names
  * the object in messages ("job 2 of the config file", "the job"). */
 static int jobspec_from_json(const json_t *obj, const char *url_name,
@@ -1290,6 +1359,24 @@ static int check_config(sc_config *cfg, char *msg, size_t msg_len)
     if (total > cfg->max_jobs)
         return fail(msg, msg_len, "%zu jobs configured, --max-jobs is %u",
                     total, cfg->max_jobs);
+    /* What a PUT would refuse is refused at start-up: each job's sources
+     * and bounds, and the shards of all of them together. */
+    uint64_t shards_all = 0;
+    for (size_t i = 0; i <= cfg->njobs; i++) {
+        const sc_jobspec *sp = i < cfg->njobs ? &cfg->jobs[i] : &cfg->cli_job;
+        uint64_t shards;
+        char why[512];
+        if (!sp->name)
+            continue;
+        if (sc_jobspec_check(sp, cfg, &shards, why, sizeof why) != 0)
+            return fail(msg, msg_len, "job %s: %s", sp->name, why);
+        shards_all += shards; /* each at most --max-job-shards: no wrap */
+        if (shards_all > cfg->max_shards)
+            return fail(msg, msg_len,
+                        "the configured jobs name %" PRIu64 " shards up to "
+                        "job %s, more than --max-shards %" PRIu64,
+                        shards_all, sp->name, cfg->max_shards);
+    }
     for (size_t i = 0; i < cfg->njobs; i++) {
         if (cfg->cli_job.name && !strcmp(cfg->cli_job.name, cfg->jobs[i].name))
             return fail(msg, msg_len, "job \"%s\" is defined twice",

@@ -165,6 +165,9 @@ typedef struct sc_config {
     uint64_t max_sample_bytes;   /* --max-sample-bytes (0: derived) */
     uint64_t max_field_bytes;    /* --max-field-bytes (0: derived) */
     uint64_t log_queue_bytes;    /* --log-queue-bytes */
+    uint32_t max_job_sources;    /* --max-job-sources: specs of one job */
+    uint32_t max_job_shards;     /* --max-job-shards: shards of one job */
+    uint64_t max_shards;         /* --max-shards: shards of all jobs */
     /* Object-store settings (the io scope): the fetch engine's
      * (--fetch-*, --ca-file), the S3 listing's (--s3-list-*) and
      * --allow-link-local-sources, as libshardio takes them; the log
@@ -223,6 +226,19 @@ char *sc_settings_json(const sc_config *cfg);
  */
 int sc_jobspec_parse(const char *json, size_t len, const char *name,
                      sc_jobspec *out, char *reason, size_t reason_len);
+
+/*
+ * Check a parsed job spec's sources without I/O (sio_source_check: brace
+ * syntax, schemes, URLs, link-local hosts unless
+ * cfg->io.allow_link_local), and its bounds: at most cfg->max_job_sources
+ * specs (the pieces of "source", or of every "sources" entry, split at
+ * "::") and at most cfg->max_job_shards shards named by its patterns and
+ * other specs (counted, never expanded; a directory or prefix counts 1
+ * here and is bounded again when listed). *shards gets that count. Returns
+ * 0, or -1 with a one-line reason naming the spec and the bound.
+ */
+int sc_jobspec_check(const sc_jobspec *spec, const sc_config *cfg,
+                     uint64_t *shards, char *reason, size_t reason_len);
 
 /* Deep copy; -1 when out of memory. */
 int sc_jobspec_copy(sc_jobspec *dst, const sc_jobspec *src);
