@@ -368,6 +368,12 @@ static json_t *job_json(sc_jobs *j, sc_job *job, sio_feed_consumer *cons,
         "skipped", "shards",
         jint(job->shards_skipped_closed + cnt.shards_skipped), "samples",
         jint(job->samples_skipped_closed + cnt.samples_skipped));
+    /* A failed job: retried (transient) or failed for good (permanent:
+     * its streams answer 422 until a PUT). */
+    if (o && job->state == JOB_FAILED)
+        json_object_set_new(o, "failure", json_string(job->permanent
+                                                          ? "permanent"
+                                                          : "transient"));
     if (o && detail) {
         json_t *errs = json_array();
         for (size_t i = 0; i < job->nerrors; i++) {

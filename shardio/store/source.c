@@ -13,6 +13,9 @@
 #include "shardio_index.h"
 #include "store/store_int.h"
 
+/* Objects a listing may hold beyond twice the shards it may add. */
+#define SOURCE_LISTING_SLACK 64u
+
 struct sio_shardlist {
     sio_objlist objs;
 };
@@ -86,7 +89,12 @@ static sio_code add_spec(sio_io *io, const char *spec, unsigned flags,
     if (sio_objset_spec(spec))
         return sio_objset_resolve(io, spec, out, err);
     rc = sio_io_backend(io, spec, &ops, &ctx, err);
-    sio_objlist_init(&dir, out->max);
+    /* A listing holds the shards and what lies beside them (an index
+     * sidecar per shard, a manifest): it stops at twice the shards the
+     * list may still take, plus a little. */
+    sio_objlist_init(&dir, out->max - out->n < SIO_SHARDS_MAX / 2
+                               ? 2 * (out->max - out->n) + SOURCE_LISTING_SLACK
+                               : SIO_SHARDS_MAX);
     if (rc)
         goto out;
     if (sio_source_has_braces(spec)) {
@@ -120,6 +128,10 @@ static sio_code add_spec(sio_io *io, const char *spec, unsigned flags,
         }
     } else if (ops->is_container(ctx, spec)) {
         rc = ops->list(ctx, spec, &dir, err);
+        if (rc == SIO_ERR_LIMIT)
+            sio_seterr(err, rc,
+                       "too many shards (max %zu): the listing of %s holds "
+                       "more than %zu objects", out->max, spec, dir.max);
         if (rc)
             goto out;
         sio_objlist_sort(&dir);

@@ -9,7 +9,10 @@
  * given), a source within SC_SOURCE_MAX, values within the settings
  * table's bounds and a valid field filter; it survives a copy and compares
  * equal to it; a rejection always comes with a reason and leaves nothing
- * allocated.
+ * allocated. An accepted spec then goes through the checks a PUT makes
+ * before any work (sc_jobspec_check; byte 0's bit 1 allows link-local
+ * sources): a spec they pass names at most --max-job-shards shards, and a
+ * refusal has a reason.
  */
 #include <ctype.h>
 #include <stdint.h>
@@ -25,6 +28,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     sc_jobspec spec, copy;
+    sc_config cfg;
+    uint64_t shards;
     char reason[256];
     char names[SIO_TARW_FILTER_MAX][SIO_TARW_FIELD_NAME_MAX + 1];
     size_t n = 0;
@@ -49,8 +54,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 abort();
         if (url_name && strcmp(spec.name, url_name) != 0)
             abort();
-        size_t sl = strlen(spec.source);
-        if (sl == 0 || sl > SC_SOURCE_MAX)
+        size_t sl = spec.source ? strlen(spec.source) : 0;
+        if (!spec.source != !!spec.sources || (spec.source && sl == 0) ||
+            sl > SC_SOURCE_MAX)
             abort();
         if (spec.shuffle_buffer < 1 || spec.interleave < 1 ||
             spec.interleave > 4096 ||
@@ -66,6 +72,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (!sc_jobspec_equal(&copy, &spec))
                 abort();
             sc_jobspec_free(&copy);
+        }
+        /* What a PUT checks before any work: a spec that passes names at
+         * most the bound; a refusal says why. */
+        memset(&cfg, 0, sizeof cfg);
+        cfg.max_job_sources = 1024;
+        cfg.max_job_shards = 10000000;
+        cfg.io.allow_link_local = (data[0] & 2) != 0;
+        reason[0] = '\0';
+        if (sc_jobspec_check(&spec, &cfg, &shards, reason, sizeof reason) ==
+            0) {
+            if (shards > cfg.max_job_shards)
+                abort();
+        } else if (reason[0] == '\0') {
+            abort();
         }
         sc_jobspec_free(&spec);
     } else if (reason[0] == '\0' || spec.name || spec.source || spec.fields) {

@@ -176,13 +176,14 @@ def test_jobs_from_config_file_and_api(start, small_ds, workdir):
     assert st == 404
     st, _, _ = request(srv, "/v1/jobs/c", "DELETE", **auth)
     assert st == 404
-    # A job with a missing source is created but not ready, and says why.
+    # A job with a missing source is created, fails for good and says why:
+    # its streams get a non-retryable 422 (tests/trust/test_spec_bounds.py).
     st, _, _ = request(srv, "/v1/jobs/d", "PUT", body=json.dumps(
         {"source": os.path.join(workdir, "no-such-dir")}), **auth)
     assert st == 201
     assert wait_for(lambda: get_json(srv, "/v1/jobs/d")["state"] == "failed", 5)
     st, hdrs, body = request(srv, stream_path("d", 0, 0, 1))
-    assert st == 503 and "not ready" in body.decode() and "retry-after" in hdrs
+    assert st == 422 and "no-such-dir" in body.decode() and "retry-after" not in hdrs
     assert srv.alive()
 
 
@@ -297,6 +298,11 @@ def test_readyz_transitions(start, workdir):
     assert st == 503 and "job late" in body.decode()
     assert request(srv, "/healthz")[0] == 200
     make_dataset(later, shards=2, per_shard=5, size=300, seed=1)
+    # A missing source fails the job for good: a PUT (the same spec too)
+    # resolves it again.
+    st, _, _ = request(srv, "/v1/jobs/late", "PUT", token=ADMIN,
+                       body=json.dumps({"source": later}))
+    assert st == 200
     assert wait_for(lambda: request(srv, "/readyz")[0] == 200, 10), srv.log()
     # A new job that cannot resolve makes the server unready again ...
     request(srv, "/v1/jobs/gone", "PUT", token=ADMIN,
