@@ -201,71 +201,125 @@ sio_code sio_brace_count(const char *pattern, uint64_t *n, sio_error *err)
     return rc;
 }
 
+/* Walking a pattern's names in order, one buffer for all of them. */
+struct sio_brace_iter {
+    split sp;
+    uint64_t next; /* index of the next name */
+    char *buf;
+    size_t cap;
+};
+
+sio_code sio_brace_iter_open(const char *pattern, uint64_t max,
+                             sio_brace_iter **out, uint64_t *count,
+                             sio_error *err)
+{
+    sio_brace_iter *it;
+    sio_code rc;
+
+    *out = NULL;
+    *count = 0;
+    it = calloc(1, sizeof *it);
+    if (!it)
+        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    /* Counted before anything else is allocated. */
+    rc = split_pattern(pattern, &it->sp, err);
+    if (rc == SIO_OK && it->sp.total > max)
+        rc = sio_seterr(err, SIO_ERR_LIMIT,
+                        "pattern expands to more than %llu names",
+                        (unsigned long long)max);
+    if (rc) {
+        free(it);
+        return rc;
+    }
+    /* Each name is at most the pattern plus the widest numbers. */
+    it->cap = it->sp.plen + it->sp.ngroups * (BRACE_DIGITS_MAX + 2) + 1;
+    it->buf = malloc(it->cap);
+    if (!it->buf) {
+        free(it);
+        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    }
+    *count = it->sp.total;
+    *out = it;
+    return SIO_OK;
+}
+
+sio_code sio_brace_iter_next(sio_brace_iter *it, const char **name,
+                             sio_error *err)
+{
+    const split *sp = &it->sp;
+    size_t k[2 * BRACE_GROUPS_MAX + 1], o = 0, i;
+    uint64_t rem = it->next;
+
+    *name = NULL;
+    if (it->next == sp->total)
+        return SIO_OK;
+    /* Mixed-radix digits of the index, leftmost group most significant. */
+    for (i = sp->nseg; i-- > 0;) {
+        if (sp->segs[i].kind == 0)
+            continue;
+        k[i] = (size_t)(rem % sp->segs[i].count);
+        rem /= sp->segs[i].count;
+    }
+    for (i = 0; i < sp->nseg; i++) {
+        if (sp->segs[i].kind == 0) {
+            memcpy(it->buf + o, sp->segs[i].lit, sp->segs[i].litlen);
+            o += sp->segs[i].litlen;
+        } else if (emit_choice(&sp->segs[i], k[i], it->buf, it->cap, &o) !=
+                   0) {
+            return sio_seterr(err, SIO_ERR_LIMIT, "name too long");
+        }
+    }
+    it->buf[o] = '\0';
+    it->next++;
+    *name = it->buf;
+    return SIO_OK;
+}
+
+void sio_brace_iter_free(sio_brace_iter *it)
+{
+    if (!it)
+        return;
+    free(it->buf);
+    free(it);
+}
+
 sio_code sio_brace_expand(const char *pattern, size_t max_items, char ***out,
                           size_t *n, sio_error *err)
 {
-    split sp;
-    seg *segs = sp.segs;
-    size_t nseg, ngroups, total, plen, i;
-    char **v = NULL, *buf = NULL;
-    size_t done = 0, bufcap;
+    sio_brace_iter *it = NULL;
+    char **v = NULL;
+    const char *name;
+    uint64_t total;
+    size_t done = 0;
     sio_code rc;
 
     *out = NULL;
     *n = 0;
     if (!max_items)
         max_items = SIO_BRACE_MAX_DEFAULT;
-    /* Counted before anything is allocated. */
-    rc = split_pattern(pattern, &sp, err);
+    rc = sio_brace_iter_open(pattern, max_items, &it, &total, err);
     if (rc)
         return rc;
-    if (sp.total > max_items)
-        return sio_seterr(err, SIO_ERR_LIMIT,
-                          "pattern expands to more than %zu names",
-                          max_items);
-    nseg = sp.nseg;
-    ngroups = sp.ngroups;
-    total = (size_t)sp.total;
-    plen = sp.plen;
-
-    /* Each name is at most the pattern plus the widest numbers. */
-    bufcap = plen + (size_t)ngroups * (BRACE_DIGITS_MAX + 2) + 1;
-    buf = malloc(bufcap);
-    v = calloc(total, sizeof *v);
-    if (!buf || !v) {
+    v = calloc((size_t)total, sizeof *v);
+    if (!v) {
         rc = sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
         goto out;
     }
     for (done = 0; done < total; done++) {
-        /* Mixed-radix digits of `done`, leftmost group most significant. */
-        size_t rem = done, o = 0, k[2 * BRACE_GROUPS_MAX + 1];
-        for (i = nseg; i-- > 0;) {
-            if (segs[i].kind == 0)
-                continue;
-            k[i] = (size_t)(rem % segs[i].count);
-            rem = (size_t)(rem / segs[i].count);
-        }
-        for (i = 0; i < nseg; i++) {
-            if (segs[i].kind == 0) {
-                memcpy(buf + o, segs[i].lit, segs[i].litlen);
-                o += segs[i].litlen;
-            } else if (emit_choice(&segs[i], k[i], buf, bufcap, &o) != 0) {
-                rc = sio_seterr(err, SIO_ERR_LIMIT, "name too long");
-                goto out;
-            }
-        }
-        buf[o] = '\0';
-        v[done] = strdup(buf);
+        rc = sio_brace_iter_next(it, &name, err);
+        if (rc)
+            goto out;
+        v[done] = strdup(name);
         if (!v[done]) {
             rc = sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
             goto out;
         }
     }
     *out = v;
-    *n = total;
+    *n = (size_t)total;
     v = NULL;
 out:
-    free(buf);
+    sio_brace_iter_free(it);
     if (v)
         sio_strv_free(v, done);
     return rc;

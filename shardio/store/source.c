@@ -80,8 +80,8 @@ static sio_code add_spec(sio_io *io, const char *spec, unsigned flags,
 {
     const sio_backend_ops *ops;
     void *ctx;
-    char **names = NULL;
-    size_t nnames = 0, i;
+    sio_brace_iter *it = NULL;
+    size_t i;
     sio_objlist dir;
     uint64_t size;
     sio_code rc;
@@ -98,34 +98,34 @@ static sio_code add_spec(sio_io *io, const char *spec, unsigned flags,
     if (rc)
         goto out;
     if (sio_source_has_braces(spec)) {
-        /* Counted before it is expanded: at most what the list has left. */
+        /* Counted before a name is made, at most what the list has left;
+         * then named one at a time, straight into the list. */
         uint64_t count;
-        rc = sio_brace_count(spec, &count, err);
-        if (rc == SIO_OK && count > out->max - out->n)
-            rc = sio_seterr(err, SIO_ERR_LIMIT,
-                            "too many shards (max %zu): a pattern names "
-                            "%llu", out->max, (unsigned long long)count);
-        if (rc == SIO_OK)
-            rc = sio_brace_expand(spec, out->max - out->n, &names, &nnames,
-                                  err);
-        if (rc)
-            goto out;
-        for (i = 0; i < nnames; i++) {
+        const char *name;
+        rc = sio_brace_iter_open(spec, out->max - out->n, &it, &count, err);
+        if (rc == SIO_ERR_LIMIT && sio_brace_count(spec, &count, NULL) == 0)
+            sio_seterr(err, rc, "too many shards (max %zu): a pattern names "
+                       "%llu", out->max, (unsigned long long)count);
+        while (rc == SIO_OK &&
+               (rc = sio_brace_iter_next(it, &name, err)) == SIO_OK &&
+               name) {
             size = UINT64_MAX;
             /* Local shards are checked now; remote ones are not probed one
              * by one (no listing, no HEAD storm): a missing one surfaces
              * when it is read and follows on_error. */
             if (ops == &sio_backend_file) {
-                rc = ops->stat(ctx, names[i], &size, err);
+                rc = ops->stat(ctx, name, &size, err);
                 if (rc)
                     goto out;
             }
-            rc = sio_objlist_add(out, names[i], size);
+            rc = sio_objlist_add(out, name, size);
             if (rc) {
                 sio_seterr(err, rc, "too many shards (max %zu)", out->max);
                 goto out;
             }
         }
+        if (rc)
+            goto out;
     } else if (ops->is_container(ctx, spec)) {
         rc = ops->list(ctx, spec, &dir, err);
         if (rc == SIO_ERR_LIMIT)
@@ -171,7 +171,7 @@ static sio_code add_spec(sio_io *io, const char *spec, unsigned flags,
             sio_seterr(err, rc, "too many shards (max %zu)", out->max);
     }
 out:
-    sio_strv_free(names, nnames);
+    sio_brace_iter_free(it);
     sio_objlist_free(&dir);
     return rc;
 }

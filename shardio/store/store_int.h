@@ -45,6 +45,18 @@ sio_code sio_source_next(const char **cursor, char *spec, int *got,
 /* Does spec hold a brace group ('{' with a '}' after it)? */
 int sio_source_has_braces(const char *spec);
 
+/* A brace pattern's names one at a time, in order (brace.c): open counts
+ * them (SIO_ERR_LIMIT beyond max, before anything is expanded); each next
+ * gives the next name in *name, valid until the following call (NULL at
+ * the end). One thread at a time; free with sio_brace_iter_free. */
+typedef struct sio_brace_iter sio_brace_iter;
+sio_code sio_brace_iter_open(const char *pattern, uint64_t max,
+                             sio_brace_iter **it, uint64_t *count,
+                             sio_error *err);
+sio_code sio_brace_iter_next(sio_brace_iter *it, const char **name,
+                             sio_error *err);
+void sio_brace_iter_free(sio_brace_iter *it);
+
 void sio_objlist_init(sio_objlist *l, size_t max);
 /* Append a copy of url. */
 sio_code sio_objlist_add(sio_objlist *l, const char *url, uint64_t size);

@@ -13,6 +13,7 @@
 
 #include "check.h"
 #include "shardio.h"
+#include "store/store_int.h"
 #include "store/url.h"
 
 /* The count agrees with the expansion wherever the expansion is cheap. */
@@ -76,6 +77,36 @@ static void test_count(void)
               SIO_ERR_LIMIT);
         CHECK(v == NULL && n == 0);
     }
+}
+
+/* The iterator names what the expansion names, in order, one buffer for
+ * all; it refuses over its maximum before naming anything. */
+static void test_iter(void)
+{
+    static const char *const want[] = {"d0/s00.tar", "d0/s01.tar",
+                                       "d0/s02.tar", "d1/s00.tar",
+                                       "d1/s01.tar", "d1/s02.tar"};
+    sio_brace_iter *it = NULL;
+    const char *name = "x";
+    uint64_t count = 0;
+    size_t n = 0;
+    CHECK(sio_brace_iter_open("d{0..1}/s{00..02}.tar", 6, &it, &count,
+                              NULL) == SIO_OK);
+    CHECK_EQ_U64(count, 6);
+    while (it && sio_brace_iter_next(it, &name, NULL) == SIO_OK && name) {
+        CHECK(n < 6 && strcmp(name, want[n]) == 0);
+        n++;
+    }
+    CHECK_EQ_U64(n, 6);
+    CHECK(name == NULL);
+    sio_brace_iter_free(it);
+    it = NULL;
+    CHECK(sio_brace_iter_open("d{0..1}/s{00..02}.tar", 5, &it, &count,
+                              NULL) == SIO_ERR_LIMIT);
+    CHECK(it == NULL && count == 0);
+    CHECK(sio_brace_iter_open("s-{000000000..999999999}", 10000000, &it,
+                              &count, NULL) == SIO_ERR_LIMIT);
+    CHECK(it == NULL);
 }
 
 /* host (as in a URL) reads as the IPv4 address want (dotted), or with
@@ -255,6 +286,7 @@ static void test_source_check(void)
 int main(void)
 {
     test_count();
+    test_iter();
     test_hosts();
     test_source_check();
     CHECK_MAIN_END();
