@@ -284,7 +284,7 @@ def test_clients_give_up_at_once_with_the_reason(start, workdir):
                         "--retry-budget-ms", "600000"],
                        capture_output=True, timeout=120)
     err = p.stderr.decode()
-    assert p.returncode != 0 and "422" in err and "No such file" in err, (p.returncode, err)
+    assert p.returncode == 8 and "422" in err and "No such file" in err, (p.returncode, err)
     # Once the source exists, a PUT of the same spec resolves it again.
     make_dataset(missing, shards=2, per_shard=3, size=200, seed=5)
     st, body = put(srv, "later", {"source": missing})
