@@ -263,6 +263,32 @@ def test_a_listing_over_the_bound_fails_the_job_for_good(start, workdir):
     refused_for_good(srv2, "dir", "too many shards (max 2)")
 
 
+def test_s3_sources_that_fail_for_good(start, workdir):
+    """A prefix listing past the job's bound, a missing bucket (404) and a
+    refused key (403) fail the job for good; the listing stops at the bound
+    instead of taking the whole prefix."""
+    sys.path.insert(0, os.path.join(HERE, "..", "support"))
+    from s3rver import S3rver
+    d = os.path.join(workdir, "spec-s3")
+    make_dataset(d, shards=6, per_shard=3, size=200, seed=9)
+    with S3rver() as s3:
+        s3.create_bucket("data")
+        s3.upload_dir("data", d, prefix="train/")
+        srv = start("--admin-token", ADMIN, "--max-job-shards", "4", env=s3.env())
+        assert put(srv, "big", {"source": "s3://data/train/"})[0] == 201
+        refused_for_good(srv, "big", "too many shards (max 4)")
+        assert put(srv, "nobucket", {"source": "s3://no-such-bucket/train/"})[0] == 201
+        refused_for_good(srv, "nobucket", "status=404")
+        names = sorted(n for n in os.listdir(d) if n.endswith(".tar"))
+        four = "s3://data/train/{%s}" % ",".join(names[:4])
+        assert put(srv, "four", {"source": four})[0] == 201
+        assert settled(srv, "four")["state"] == "ready"
+        env = dict(s3.env(), AWS_ACCESS_KEY_ID="NOSUCHKEYID")
+        srv2 = start("--admin-token", ADMIN, env=env)
+        assert put(srv2, "denied", {"source": "s3://data/train/"})[0] == 201
+        refused_for_good(srv2, "denied", "status=403")
+
+
 def test_clients_give_up_at_once_with_the_reason(start, workdir):
     missing = os.path.join(workdir, "spec-later")
     srv = start("--admin-token", ADMIN)
