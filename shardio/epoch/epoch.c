@@ -223,6 +223,11 @@ struct sio_epoch {
  * the member under p->mu, drops p->mu and only then locks the member. A
  * member that leaves (sio_epoch_close) waits until it has no visitors.
  */
+/* Samples a pool thread reads in one member before it looks at the pool
+ * again: fewer trips through p->mu; a consumer that waits meanwhile is
+ * served by an idle thread or reads itself. */
+#define POOL_VISIT_STEPS 16
+
 typedef struct rpool {
     pthread_mutex_t mu;
     pthread_cond_t work;     /* threads: a kick */
@@ -806,26 +811,31 @@ static int pool_kick(rpool *p, sio_epoch *ep, int urgent)
     return idle;
 }
 
-/* Fill one reader of member m, if one wants it (no lock held): the one
- * its consumer waits for, else as an epoch's own thread would pick.
- * Returns 1 when it read. */
+/* Fill readers of member m while one wants a sample, up to
+ * POOL_VISIT_STEPS samples (no lock held): the one its consumer waits for
+ * first, else as an epoch's own thread would pick. Returns 1 when it
+ * read. */
 static int pool_visit(sio_epoch *m)
 {
-    reader *pick = NULL;
-    pthread_mutex_lock(&m->mu);
-    if (!m->stop) {
-        if (m->consumer_waiting && m->waiting_for &&
-            reader_wants(m, m->waiting_for))
-            pick = (reader *)(uintptr_t)m->waiting_for;
-        else
-            pick = pick_reader(m);
-        if (pick)
-            pick->busy = 1;
-    }
-    pthread_mutex_unlock(&m->mu);
-    if (pick)
+    int steps = 0;
+    for (;;) {
+        reader *pick = NULL;
+        pthread_mutex_lock(&m->mu);
+        if (!m->stop && steps < POOL_VISIT_STEPS) {
+            if (m->consumer_waiting && m->waiting_for &&
+                reader_wants(m, m->waiting_for))
+                pick = (reader *)(uintptr_t)m->waiting_for;
+            else
+                pick = pick_reader(m);
+            if (pick)
+                pick->busy = 1;
+        }
+        pthread_mutex_unlock(&m->mu);
+        if (!pick)
+            return steps > 0;
         reader_step(m, pick);
-    return pick != NULL;
+        steps++;
+    }
 }
 
 static void *pool_main(void *arg)
