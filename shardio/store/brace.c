@@ -9,7 +9,9 @@
  * shell. Several braces give the cartesian product, the leftmost varying
  * slowest, so names come out in written order.
  *
- * Stateless; the result is owned by the caller.
+ * Stateless. sio_brace_each hands the names to a callback one at a time,
+ * so a caller that packs them (the shard list) never holds one malloc'd
+ * string per name; sio_brace_expand's array is owned by the caller.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,18 +129,16 @@ static int emit_choice(const seg *g, size_t k, char *buf, size_t cap,
     return 0;
 }
 
-sio_code sio_brace_expand(const char *pattern, size_t max_items, char ***out,
-                          size_t *n, sio_error *err)
+sio_code sio_brace_each(const char *pattern, size_t max_items,
+                        sio_brace_emit emit, void *arg, sio_error *err)
 {
     seg segs[2 * BRACE_GROUPS_MAX + 1];
     size_t nseg = 0, ngroups = 0, total = 1, plen, i;
-    char **v = NULL, *buf = NULL;
+    char *buf = NULL;
     size_t done = 0, bufcap;
     sio_code rc = SIO_OK;
     const char *p, *lit;
 
-    *out = NULL;
-    *n = 0;
     if (!max_items)
         max_items = SIO_BRACE_MAX_DEFAULT;
     plen = strlen(pattern);
@@ -192,8 +192,7 @@ sio_code sio_brace_expand(const char *pattern, size_t max_items, char ***out,
     /* Each name is at most the pattern plus the widest numbers. */
     bufcap = plen + (size_t)ngroups * (BRACE_DIGITS_MAX + 2) + 1;
     buf = malloc(bufcap);
-    v = calloc(total, sizeof *v);
-    if (!buf || !v) {
+    if (!buf) {
         rc = sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
         goto out;
     }
@@ -216,18 +215,51 @@ sio_code sio_brace_expand(const char *pattern, size_t max_items, char ***out,
             }
         }
         buf[o] = '\0';
-        v[done] = strdup(buf);
-        if (!v[done]) {
-            rc = sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+        rc = emit(arg, buf, err);
+        if (rc)
             goto out;
-        }
     }
-    *out = v;
-    *n = total;
-    v = NULL;
 out:
     free(buf);
-    if (v)
-        sio_strv_free(v, done);
     return rc;
+}
+
+/* sio_brace_expand's sink: the names as an array of malloc'd strings. */
+typedef struct strv {
+    char **v;
+    size_t n, cap;
+} strv;
+
+static sio_code strv_emit(void *arg, const char *name, sio_error *err)
+{
+    strv *sv = arg;
+    if (sv->n == sv->cap) {
+        size_t ncap = sv->cap ? sv->cap * 2 : 64;
+        char **nv = realloc(sv->v, ncap * sizeof *nv);
+        if (!nv)
+            return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+        sv->v = nv;
+        sv->cap = ncap;
+    }
+    sv->v[sv->n] = strdup(name);
+    if (!sv->v[sv->n])
+        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    sv->n++;
+    return SIO_OK;
+}
+
+sio_code sio_brace_expand(const char *pattern, size_t max_items, char ***out,
+                          size_t *n, sio_error *err)
+{
+    strv sv = {NULL, 0, 0};
+    sio_code rc = sio_brace_each(pattern, max_items, strv_emit, &sv, err);
+    *out = NULL;
+    *n = 0;
+    if (rc) {
+        sio_strv_free(sv.v, sv.n);
+        return rc;
+    }
+    *out = sv.v;
+    *n = sv.n;
+    return SIO_OK;
 }

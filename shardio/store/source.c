@@ -158,14 +158,40 @@ static int in_listing(const sio_objlist *dir, const char *name)
     return 0;
 }
 
+/* A brace pattern's names go straight into the list, packed as they come
+ * (never one malloc'd string per name). */
+typedef struct brace_sink {
+    sio_shardlist *l;
+    const sio_backend_ops *ops;
+    void *ctx;
+} brace_sink;
+
+static sio_code brace_add(void *arg, const char *name, sio_error *err)
+{
+    brace_sink *b = arg;
+    uint64_t size = UINT64_MAX;
+    sio_code rc;
+    /* Local shards are checked now; remote ones are not probed one by one
+     * (no listing, no HEAD storm): a missing one surfaces when it is read
+     * and follows on_error. */
+    if (b->ops == &sio_backend_file) {
+        rc = b->ops->stat(b->ctx, name, &size, err);
+        if (rc)
+            return rc;
+    }
+    rc = list_add(b->l, name, size);
+    if (rc)
+        sio_seterr(err, rc, "too many shards (max %u)", SIO_SHARDS_MAX);
+    return rc;
+}
+
 /* Add one spec (directory/prefix, brace pattern or single object). */
 static sio_code add_spec(sio_io *io, const char *spec, unsigned flags,
                          sio_shardlist *out, sio_error *err)
 {
     const sio_backend_ops *ops;
     void *ctx;
-    char **names = NULL;
-    size_t nnames = 0, i;
+    size_t i;
     sio_objlist dir;
     uint64_t size;
     sio_code rc;
@@ -186,26 +212,8 @@ static sio_code add_spec(sio_io *io, const char *spec, unsigned flags,
     if (rc)
         goto out;
     if (has_brace_group(spec)) {
-        rc = sio_brace_expand(spec, SIO_SHARDS_MAX, &names, &nnames, err);
-        if (rc)
-            goto out;
-        for (i = 0; i < nnames; i++) {
-            size = UINT64_MAX;
-            /* Local shards are checked now; remote ones are not probed one
-             * by one (no listing, no HEAD storm): a missing one surfaces
-             * when it is read and follows on_error. */
-            if (ops == &sio_backend_file) {
-                rc = ops->stat(ctx, names[i], &size, err);
-                if (rc)
-                    goto out;
-            }
-            rc = list_add(out, names[i], size);
-            if (rc) {
-                sio_seterr(err, rc, "too many shards (max %u)",
-                           SIO_SHARDS_MAX);
-                goto out;
-            }
-        }
+        brace_sink b = {out, ops, ctx};
+        rc = sio_brace_each(spec, SIO_SHARDS_MAX, brace_add, &b, err);
     } else if (ops->is_container(ctx, spec)) {
         rc = ops->list(ctx, spec, &dir, err);
         if (rc)
@@ -248,7 +256,6 @@ static sio_code add_spec(sio_io *io, const char *spec, unsigned flags,
             sio_seterr(err, rc, "too many shards (max %u)", SIO_SHARDS_MAX);
     }
 out:
-    sio_strv_free(names, nnames);
     sio_objlist_free(&dir);
     return rc;
 }

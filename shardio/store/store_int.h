@@ -33,6 +33,15 @@ struct sio_objlist {
 /* Sanity limit on the number of shards in one dataset. */
 #define SIO_SHARDS_MAX 10000000u
 
+/* The names of a brace pattern (sio_brace_expand's grammar and limits),
+ * in order, handed to emit one at a time: name is valid during the call
+ * only; an error emit returns (with err set) stops the expansion and is
+ * returned. */
+typedef sio_code (*sio_brace_emit)(void *arg, const char *name,
+                                   sio_error *err);
+sio_code sio_brace_each(const char *pattern, size_t max_items,
+                        sio_brace_emit emit, void *arg, sio_error *err);
+
 void sio_objlist_init(sio_objlist *l, size_t max);
 /* Append a copy of url. */
 sio_code sio_objlist_add(sio_objlist *l, const char *url, uint64_t size);
