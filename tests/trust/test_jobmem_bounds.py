@@ -157,3 +157,24 @@ def test_mix_of_256_sources_shares_a_bounded_thread_pool(server, many):
                           11, 0, 2, 64)
     assert quotas == [per] * 256
     assert keys == [smp[0] for _, _, smp in y]
+
+
+def test_mix_threads_are_given_back_with_the_job(server, many):
+    """A mixed epoch cut in the middle (its pool threads busy with the
+    sources' readers) and its job deleted: every thread of the job ends."""
+    body = {"seed": 5, "shuffle_buffer": 16, "interleave": 2,
+            "sources": [{"name": "s%03d" % i, "source": p, "choose": 4}
+                        for i, p in enumerate(many)]}
+    idle = proc_status(server, "Threads")
+    put_job(server, "cut", body)
+    wait_state(server, "cut", ("ready",), 60)
+    s = FramesStream(server, stream_path("cut", 0, 0, 1))
+    for _ in range(100):
+        assert s.next_sample() is not None, (s.outcome, s.trailer)
+    busy = proc_status(server, "Threads")
+    s.close()
+    st, _, _ = request(server, "/v1/jobs/cut", method="DELETE", token=ADMIN)
+    assert st == 204
+    back = wait_for(lambda: proc_status(server, "Threads") <= idle, 60)
+    assert back, "threads: %d idle, %d while streaming, %d after DELETE" % (
+        idle, busy, proc_status(server, "Threads"))
