@@ -235,7 +235,7 @@ typedef struct rpool {
     sio_epoch **members;     /* at most cap: one sub-epoch per source */
     uint32_t nmembers, cap;
     uint32_t next;           /* where a round-robin scan starts */
-    uint64_t kicks;          /* bumped by every kick */
+    int pending;             /* kicked since a thread began its scan */
     sio_epoch *urgent;       /* its consumer waits for a reader */
     sio_epoch *hint;         /* kicked last */
     uint32_t idle;           /* threads waiting for a kick */
@@ -799,7 +799,7 @@ static int pool_kick(rpool *p, sio_epoch *ep, int urgent)
 {
     int idle;
     pthread_mutex_lock(&p->mu);
-    p->kicks++;
+    p->pending = 1;
     if (urgent)
         p->urgent = ep;
     else
@@ -843,8 +843,11 @@ static void *pool_main(void *arg)
     rpool *p = arg;
     pthread_mutex_lock(&p->mu);
     while (!p->stop) {
-        uint64_t kicks = p->kicks;
         int found = 0;
+        /* This scan covers every kick so far: another thread that finds
+         * nothing may sleep unless a kick comes after this point (a kick
+         * seen by every thread would have them all scan again). */
+        p->pending = 0;
         /* urgent, hint, then the members from p->next; the member list
          * may change whenever p->mu is dropped */
         for (uint32_t k = 0; k < p->nmembers + 2 && !found && !p->stop;
@@ -869,7 +872,7 @@ static void *pool_main(void *arg)
             if (found && k >= 2 && p->nmembers)
                 p->next = (p->next + k - 1) % p->nmembers;
         }
-        if (!found && p->kicks == kicks && !p->stop) {
+        if (!found && !p->pending && !p->stop) {
             p->idle++;
             pthread_cond_wait(&p->work, &p->mu);
             p->idle--;
@@ -941,7 +944,7 @@ static sio_code pool_join(rpool *p, sio_epoch *ep, sio_error *err)
     } else {
         p->members[p->nmembers++] = ep;
         ep->rp = p;
-        p->kicks++;
+        p->pending = 1;
         pthread_cond_broadcast(&p->work);
     }
     pthread_mutex_unlock(&p->mu);
