@@ -47,9 +47,10 @@
  *
  * Threading: one sio_epoch is driven by one thread; its worker threads
  * share ep->mu. The sub-epochs of a mixed epoch have no threads of their
- * own: one pool of the mixed epoch fills all their readers (rpool below). Ownership: the epoch holds references to buffered samples
- * and releases them on close; each sample handed out is a new reference
- * for the caller.
+ * own: one pool of the mixed epoch fills all their readers (rpool below).
+ * Ownership: the epoch holds references to buffered samples and releases
+ * them on close; each sample handed out is a new reference for the
+ * caller.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -223,11 +224,6 @@ struct sio_epoch {
  * the member under p->mu, drops p->mu and only then locks the member. A
  * member that leaves (sio_epoch_close) waits until it has no visitors.
  */
-/* Samples a pool thread reads in one member before it looks at the pool
- * again: fewer trips through p->mu; a consumer that waits meanwhile is
- * served by an idle thread or reads itself. */
-#define POOL_VISIT_STEPS 16
-
 typedef struct rpool {
     pthread_mutex_t mu;
     pthread_cond_t work;     /* threads: a kick */
@@ -243,6 +239,11 @@ typedef struct rpool {
     uint32_t nthreads;
     int stop;
 } rpool;
+
+/* Samples a pool thread reads in one member before it looks at the pool
+ * again: fewer trips through p->mu; a consumer that waits meanwhile is
+ * served by an idle thread or reads itself. */
+#define POOL_VISIT_STEPS 16
 
 static int pool_kick(rpool *p, sio_epoch *ep, int urgent);
 
