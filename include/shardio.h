@@ -580,6 +580,10 @@ typedef enum sio_mix_kind {
 /* Limits: sources of one job, and passes of one source in one epoch. */
 #define SIO_MIX_SOURCES_MAX 256u
 #define SIO_MIX_PASSES_MAX (1u << 20)
+/* Reader threads one mixed epoch's sources share (unless read_threads
+ * alone asks for more): a thread per source would be 512 threads for 256
+ * sources at read_threads 2. */
+#define SIO_MIX_THREADS_MAX 16u
 /* Bounds of a weight (and of repeat's upper end). */
 #define SIO_MIX_WEIGHT_MIN (1.0 / 1048576.0)
 #define SIO_MIX_WEIGHT_MAX 1048576.0
@@ -624,7 +628,9 @@ typedef struct sio_epoch_config {
      * calling thread reads, nothing runs ahead); the K shards in the slots
      * and the next readahead_shards of the permuted order are open at once;
      * each holds at most readahead_bytes of decoded samples (0: 4 MiB) and
-     * SIO_READAHEAD_SAMPLES samples. */
+     * SIO_READAHEAD_SAMPLES samples. A mixed epoch's sources share one
+     * pool of min(read_threads x sources, max(read_threads,
+     * SIO_MIX_THREADS_MAX)) threads. */
     uint32_t read_threads;
     uint32_t readahead_shards;
     uint64_t readahead_bytes;

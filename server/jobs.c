@@ -29,6 +29,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <openssl/evp.h>
 
 #include "log.h"
@@ -46,6 +50,19 @@
 #define RESOLVE_BACKOFF_MAX_MS 60000u
 /* A server that ends with feeds still closing waits this long for them. */
 #define CLOSERS_WAIT_MS 5000u
+
+/* Give the pages of freed memory back to the system. A resolution (a
+ * brace pattern's names, listings) and a freed job leave many small
+ * chunks free inside malloc's heaps, which glibc returns by itself only
+ * from the top of a heap (a job's shard list is a few large blocks,
+ * returned when freed). Manager and resolver threads only: it walks every
+ * arena under its lock. */
+static void heap_give_back(void)
+{
+#if defined(__GLIBC__)
+    malloc_trim(0);
+#endif
+}
 
 static void res_unref(job_res *r)
 {
@@ -838,6 +855,7 @@ static void *resolver_main(void *arg)
         sio_shardlist_free(list);
         job_mix_free(&mix);
         sc_job_unref(due);
+        heap_give_back();
         pthread_mutex_lock(&j->mu);
         pthread_cond_broadcast(&j->resolved);
     }
@@ -1900,11 +1918,16 @@ static void *manager_main(void *arg)
             reap_one(j, b);
             pthread_mutex_lock(&j->mu);
         }
-        while (j->dead) {
-            sc_job *job = j->dead;
-            j->dead = job->dead_next;
+        if (j->dead) {
+            while (j->dead) {
+                sc_job *job = j->dead;
+                j->dead = job->dead_next;
+                pthread_mutex_unlock(&j->mu);
+                job_free(job);
+                pthread_mutex_lock(&j->mu);
+            }
             pthread_mutex_unlock(&j->mu);
-            job_free(job);
+            heap_give_back();
             pthread_mutex_lock(&j->mu);
         }
         if (j->stop)

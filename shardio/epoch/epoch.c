@@ -46,9 +46,11 @@
  * the journal, so the sequence never changes once decided.
  *
  * Threading: one sio_epoch is driven by one thread; its worker threads
- * share ep->mu. Ownership: the epoch holds references to buffered samples
- * and releases them on close; each sample handed out is a new reference
- * for the caller.
+ * share ep->mu. The sub-epochs of a mixed epoch have no threads of their
+ * own: one pool of the mixed epoch fills all their readers (rpool below).
+ * Ownership: the epoch holds references to buffered samples and releases
+ * them on close; each sample handed out is a new reference for the
+ * caller.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -148,7 +150,9 @@ struct sio_epoch {
     uint32_t cur, active;
     int started;
     int meta;                   /* slots walk indexes, buffer holds stubs */
-    sio_index_entry **ixv;      /* entry per shard list index, lazily */
+    sio_index_entry **ixv;      /* entry per shard list index - ixbase,
+                                   lazily */
+    size_t ixbase;              /* the first shard of a range, else 0 */
 
     pthread_mutex_t mu;
     pthread_cond_t work;    /* workers: a reader needs filling */
@@ -161,6 +165,12 @@ struct sio_epoch {
     size_t ahead_end;       /* readers were made for positions < ahead_end */
     pthread_t *threads;
     uint32_t nthreads;
+    /* Reader threads from a pool instead (a mixed epoch's sub-epoch; the
+     * pool is not owned). visitors: pool threads inside this epoch;
+     * leaving: sio_epoch_close waits for them to go (both under rp->mu). */
+    struct rpool *rp;
+    uint32_t visitors;
+    int leaving;
     int stop;
     /* Waiters, so that signals are only sent to someone waiting: a
      * wake-up per sample would cost more than decoding the sample. */
@@ -192,9 +202,50 @@ struct sio_epoch {
      * of each next sample's source with stream SIO_RNG_MIX. */
     struct mixsrc *msrc;
     uint32_t nmsrc;
-    uint32_t sub_threads;   /* read_threads of each sub-epoch */
+    uint32_t sub_threads;   /* read_threads of the epoch's config */
+    struct rpool *pool;     /* the sources' reader threads (owned) */
     sio_rng mrng;
 };
+
+/*
+ * The reader pool of a mixed epoch: its threads fill the readers of every
+ * source's sub-epoch, so a mix of 256 sources runs at most
+ * SIO_MIX_THREADS_MAX threads, not read_threads per source. Which reader
+ * a thread fills and when changes nothing in the order: the consuming
+ * side decides, as with an epoch's own threads. A thread looks first at
+ * the sub-epoch whose consumer waits (`urgent`), then at the one kicked
+ * last, then at every member round robin; when no pool thread is idle the
+ * consumer reads the shard it waits for itself.
+ *
+ * Locking: p->mu guards the member list, the kick state, idle, stop and
+ * each member's visitors / leaving. A member kicks the pool with its own
+ * mu held: the lock order is member mu, then p->mu. A thread never holds
+ * p->mu while it takes a member's mu: it counts itself as a visitor of
+ * the member under p->mu, drops p->mu and only then locks the member. A
+ * member that leaves (sio_epoch_close) waits until it has no visitors.
+ */
+typedef struct rpool {
+    pthread_mutex_t mu;
+    pthread_cond_t work;     /* threads: a kick */
+    pthread_cond_t left;     /* a leaving member: a visitor went */
+    sio_epoch **members;     /* at most cap: one sub-epoch per source */
+    uint32_t nmembers, cap;
+    uint32_t next;           /* where a round-robin scan starts */
+    int pending;             /* kicked since a thread began its scan */
+    sio_epoch *urgent;       /* its consumer waits for a reader */
+    sio_epoch *hint;         /* kicked last */
+    uint32_t idle;           /* threads waiting for a kick */
+    pthread_t *threads;
+    uint32_t nthreads;
+    int stop;
+} rpool;
+
+/* Samples a pool thread reads in one member before it looks at the pool
+ * again: fewer trips through p->mu; a consumer that waits meanwhile is
+ * served by an idle thread or reads itself. */
+#define POOL_VISIT_STEPS 16
+
+static int pool_kick(rpool *p, sio_epoch *ep, int urgent);
 
 typedef struct mixsrc {
     sio_mix_source def;
@@ -271,14 +322,14 @@ static sio_index_entry *shard_ix(sio_epoch *ep, uint32_t idx)
     if (!ep->cfg.index || !ep->ixv)
         return NULL;
     pthread_mutex_lock(&ep->mu);
-    e = ep->ixv[idx];
+    e = ep->ixv[idx - ep->ixbase];
     pthread_mutex_unlock(&ep->mu);
     if (e)
         return e;
     e = sio_index_get(ep->cfg.index, ep->io, sio_shardlist_url(ep->list, idx),
                       sio_shardlist_size(ep->list, idx));
     pthread_mutex_lock(&ep->mu);
-    ep->ixv[idx] = e;
+    ep->ixv[idx - ep->ixbase] = e;
     pthread_mutex_unlock(&ep->mu);
     return e;
 }
@@ -552,6 +603,8 @@ static sio_code ensure_readers(sio_epoch *ep, size_t end)
     }
     if (ep->workers_idle)
         pthread_cond_broadcast(&ep->work);
+    if (ep->rp)
+        pool_kick(ep->rp, ep, 0);
     return SIO_OK;
 }
 
@@ -690,6 +743,21 @@ static void vfetch(sio_epoch *ep, size_t i)
     pthread_cond_broadcast(&ep->ready);
 }
 
+/* The reader a thread should fill next, or NULL (mu held): emptiest
+ * queue first, then the earliest position. */
+static reader *pick_reader(sio_epoch *ep)
+{
+    reader *pick = NULL;
+    for (size_t i = 0; i < ep->nreaders; i++) {
+        reader *r = ep->readers[i];
+        if (reader_wants(ep, r) &&
+            (!pick || r->qlen < pick->qlen ||
+             (r->qlen == pick->qlen && r->pos < pick->pos)))
+            pick = r;
+    }
+    return pick;
+}
+
 static void *worker_main(void *arg)
 {
     sio_epoch *ep = arg;
@@ -698,14 +766,7 @@ static void *worker_main(void *arg)
         reader *pick = NULL;
         if (ep->stop)
             break;
-        /* Emptiest queue first, then the earliest position. */
-        for (size_t i = 0; i < ep->nreaders; i++) {
-            reader *r = ep->readers[i];
-            if (reader_wants(ep, r) &&
-                (!pick || r->qlen < pick->qlen ||
-                 (r->qlen == pick->qlen && r->pos < pick->pos)))
-                pick = r;
-        }
+        pick = pick_reader(ep);
         if (!pick) {
             ep->workers_idle++;
             pthread_cond_wait(&ep->work, &ep->mu);
@@ -729,6 +790,190 @@ static sio_code start_threads(sio_epoch *ep, sio_error *err)
         ep->nthreads++;
     }
     return SIO_OK;
+}
+
+/* Reader pool -------------------------------------------------------- */
+
+/* Tell the pool that ep may have a reader to fill (ep->mu held); urgent:
+ * ep's consumer waits for one. Returns 1 when a thread was idle. */
+static int pool_kick(rpool *p, sio_epoch *ep, int urgent)
+{
+    int idle;
+    pthread_mutex_lock(&p->mu);
+    p->pending = 1;
+    if (urgent)
+        p->urgent = ep;
+    else
+        p->hint = ep;
+    idle = p->idle > 0;
+    if (idle)
+        pthread_cond_signal(&p->work);
+    pthread_mutex_unlock(&p->mu);
+    return idle;
+}
+
+/* Fill readers of member m while one wants a sample, up to
+ * POOL_VISIT_STEPS samples (no lock held): the one its consumer waits for
+ * first, else as an epoch's own thread would pick. Returns 1 when it
+ * read. */
+static int pool_visit(sio_epoch *m)
+{
+    int steps = 0;
+    for (;;) {
+        reader *pick = NULL;
+        pthread_mutex_lock(&m->mu);
+        if (!m->stop && steps < POOL_VISIT_STEPS) {
+            if (m->consumer_waiting && m->waiting_for &&
+                reader_wants(m, m->waiting_for))
+                pick = (reader *)(uintptr_t)m->waiting_for;
+            else
+                pick = pick_reader(m);
+            if (pick)
+                pick->busy = 1;
+        }
+        pthread_mutex_unlock(&m->mu);
+        if (!pick)
+            return steps > 0;
+        reader_step(m, pick);
+        steps++;
+    }
+}
+
+static void *pool_main(void *arg)
+{
+    rpool *p = arg;
+    pthread_mutex_lock(&p->mu);
+    while (!p->stop) {
+        int found = 0;
+        /* This scan covers every kick so far: another thread that finds
+         * nothing may sleep unless a kick comes after this point (a kick
+         * seen by every thread would have them all scan again). */
+        p->pending = 0;
+        /* urgent, hint, then the members from p->next; the member list
+         * may change whenever p->mu is dropped */
+        for (uint32_t k = 0; k < p->nmembers + 2 && !found && !p->stop;
+             k++) {
+            sio_epoch *m;
+            if (k < 2)
+                m = k == 0 ? p->urgent : p->hint;
+            else
+                m = p->members[(p->next + k - 2) % p->nmembers];
+            if (!m)
+                continue;
+            m->visitors++;
+            pthread_mutex_unlock(&p->mu);
+            found = pool_visit(m);
+            pthread_mutex_lock(&p->mu);
+            if (--m->visitors == 0 && m->leaving)
+                pthread_cond_broadcast(&p->left);
+            if (!found && p->urgent == m)
+                p->urgent = NULL;
+            if (!found && p->hint == m)
+                p->hint = NULL;
+            if (found && k >= 2 && p->nmembers)
+                p->next = (p->next + k - 1) % p->nmembers;
+        }
+        if (!found && !p->pending && !p->stop) {
+            p->idle++;
+            pthread_cond_wait(&p->work, &p->mu);
+            p->idle--;
+        }
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+/* Stop and free a mixed epoch's pool (its members have left). */
+static void pool_free(rpool *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->work);
+    pthread_mutex_unlock(&p->mu);
+    for (uint32_t i = 0; i < p->nthreads; i++)
+        pthread_join(p->threads[i], NULL);
+    pthread_cond_destroy(&p->left);
+    pthread_cond_destroy(&p->work);
+    pthread_mutex_destroy(&p->mu);
+    free(p->threads);
+    free(p->members);
+    free(p);
+}
+
+/* The pool of mixed epoch ep: min(read_threads x sources,
+ * max(read_threads, SIO_MIX_THREADS_MAX)) threads; none without
+ * read_threads (the consuming thread reads). */
+static sio_code pool_start(sio_epoch *ep, sio_error *err)
+{
+    uint32_t rt = ep->sub_threads;
+    uint64_t n = (uint64_t)rt * ep->nmsrc;
+    uint32_t most = rt > SIO_MIX_THREADS_MAX ? rt : SIO_MIX_THREADS_MAX;
+    rpool *p;
+    if (n > most)
+        n = most;
+    if (n == 0)
+        return SIO_OK;
+    p = calloc(1, sizeof *p);
+    if (!p)
+        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->work, NULL);
+    pthread_cond_init(&p->left, NULL);
+    p->cap = ep->nmsrc;
+    p->members = calloc(p->cap, sizeof *p->members);
+    p->threads = calloc((size_t)n, sizeof *p->threads);
+    ep->pool = p;
+    if (!p->members || !p->threads)
+        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    for (uint32_t i = 0; i < (uint32_t)n; i++) {
+        if (pthread_create(&p->threads[i], NULL, pool_main, p) != 0)
+            return sio_seterr(err, SIO_ERR_NOMEM, "cannot start a thread");
+        p->nthreads++;
+    }
+    return SIO_OK;
+}
+
+/* Sub-epoch ep takes its reader threads from p. */
+static sio_code pool_join(rpool *p, sio_epoch *ep, sio_error *err)
+{
+    sio_code rc = SIO_OK;
+    pthread_mutex_lock(&p->mu);
+    if (p->nmembers == p->cap) { /* one sub-epoch per source at a time */
+        rc = sio_seterr(err, SIO_ERR_INVALID, "reader pool full");
+    } else {
+        p->members[p->nmembers++] = ep;
+        ep->rp = p;
+        p->pending = 1;
+        pthread_cond_broadcast(&p->work);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
+/* ep leaves its pool (ep->stop set): no pool thread is inside it after
+ * this. */
+static void pool_leave(sio_epoch *ep)
+{
+    rpool *p = ep->rp;
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    for (uint32_t i = 0; i < p->nmembers; i++)
+        if (p->members[i] == ep) {
+            p->members[i] = p->members[--p->nmembers];
+            break;
+        }
+    if (p->urgent == ep)
+        p->urgent = NULL;
+    if (p->hint == ep)
+        p->hint = NULL;
+    ep->leaving = 1;
+    while (ep->visitors > 0)
+        pthread_cond_wait(&p->left, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+    ep->rp = NULL;
 }
 
 /* Everything but the readers and threads (shared by both opens). */
@@ -823,8 +1068,12 @@ static sio_code epoch_new(sio_io *io, const sio_shardlist *list,
     ep->outq = malloc(((size_t)cfg->buffer_samples + 1) * sizeof *ep->outq);
     ep->threads = calloc(cfg->read_threads ? cfg->read_threads : 1,
                          sizeof *ep->threads);
+    /* A range (a mixed source's pass) indexes only its own shards. */
+    ep->ixbase = cfg->range_count ? cfg->range_first : 0;
     if (cfg->index)
-        ep->ixv = calloc(total ? total : 1, sizeof *ep->ixv);
+        ep->ixv = calloc(cfg->range_count ? cfg->range_count
+                                          : total ? total : 1,
+                         sizeof *ep->ixv);
     if (!ep->perm || !ep->slots || !ep->readers || !ep->buf || !ep->outq ||
         !ep->threads || (cfg->index && !ep->ixv)) {
         sio_epoch_close(ep);
@@ -892,10 +1141,12 @@ void sio_epoch_close(sio_epoch *ep)
     ep->stop = 1;
     pthread_cond_broadcast(&ep->work);
     pthread_mutex_unlock(&ep->mu);
+    pool_leave(ep);
     for (uint32_t i = 0; i < ep->nthreads; i++)
         pthread_join(ep->threads[i], NULL);
     for (uint32_t i = 0; i < ep->nmsrc; i++)
         sio_epoch_close(ep->msrc[i].sub);
+    pool_free(ep->pool);
     free(ep->msrc);
     for (size_t i = 0; ep->readers && i < ep->nreaders; i++)
         reader_free(ep->readers[i]);
@@ -976,11 +1227,16 @@ static void slot_take(sio_epoch *ep, reader *r, const sio_sample **out,
     *out = NULL;
     pthread_mutex_lock(&ep->mu);
     while (r->qlen == 0 && !r->done && !ep->stop) {
-        if (!r->busy && ep->nthreads == 0) {
+        /* Without threads, or when every pool thread is busy elsewhere,
+         * the shard waited for is read here. */
+        if (!r->busy && ep->nthreads == 0 &&
+            (!ep->rp || !pool_kick(ep->rp, ep, 1))) {
             r->busy = 1;
             pthread_mutex_unlock(&ep->mu);
             reader_step(ep, r);
             pthread_mutex_lock(&ep->mu);
+            if (ep->rp) /* its queue may want more */
+                pool_kick(ep->rp, ep, 0);
             continue;
         }
         if (!r->busy && ep->workers_idle) /* a worker must look at it */
@@ -999,6 +1255,8 @@ static void slot_take(sio_epoch *ep, reader *r, const sio_sample **out,
         r->qbytes -= (*out)->bytes;
         if (was_full && ep->workers_idle) /* room again */
             pthread_cond_signal(&ep->work);
+        else if (was_full && ep->rp)
+            pool_kick(ep->rp, ep, 0);
     } else if (!r->done) {
         *rc_out = SIO_ERR_CANCELED;
         snprintf(msg, msglen, "canceled");
@@ -1057,6 +1315,10 @@ static sio_code meta_take(sio_epoch *ep, reader *r, const sio_sample **out,
     }
 }
 
+static sio_code epoch_open(sio_io *io, const sio_shardlist *list,
+                           const sio_epoch_config *cfg, uint64_t pos,
+                           rpool *pool, sio_epoch **out, sio_error *err);
+
 /* The configuration of pass k of mixed source i: the version-1
  * interleave (no buffer) over the source's part of the list, its order
  * drawn with stream SIO_RNG_PASS(i, k). */
@@ -1069,7 +1331,7 @@ static void pass_config(const sio_epoch *ep, uint32_t i, uint32_t k,
     c->buffer_samples = 1;
     c->buffer_bytes = 0;
     c->replica = c->replicas = 0;
-    c->read_threads = ep->sub_threads;
+    c->read_threads = ep->pool ? 0 : ep->sub_threads;
     c->range_first = ep->msrc[i].def.first;
     c->range_count = ep->msrc[i].def.count;
     c->resample = ep->msrc[i].def.resample;
@@ -1098,7 +1360,7 @@ static sio_code source_take(sio_epoch *ep, uint32_t i,
             }
             pass_config(ep, i, m->pass, &c);
             e.msg[0] = '\0';
-            rc = sio_epoch_open(ep->io, ep->list, &c, &sub, &e);
+            rc = epoch_open(ep->io, ep->list, &c, 0, ep->pool, &sub, &e);
             if (rc) {
                 snprintf(ep->err, sizeof ep->err, "mixed source %u: %s", i,
                          e.msg);
@@ -1479,9 +1741,11 @@ static sio_code meta_run(sio_epoch *ep, uint64_t pos, sio_error *err)
     return SIO_OK;
 }
 
-sio_code sio_epoch_open_at(sio_io *io, const sio_shardlist *list,
+/* sio_epoch_open_at; a sub-epoch of a mixed epoch takes its reader
+ * threads from pool (NULL: its own, cfg->read_threads of them). */
+static sio_code epoch_open(sio_io *io, const sio_shardlist *list,
                            const sio_epoch_config *cfg, uint64_t pos,
-                           sio_epoch **out, sio_error *err)
+                           rpool *pool, sio_epoch **out, sio_error *err)
 {
     sio_epoch *ep = NULL;
     sio_code rc;
@@ -1512,7 +1776,12 @@ sio_code sio_epoch_open_at(sio_io *io, const sio_shardlist *list,
             goto out;
         }
     }
-    rc = start_threads(ep, err);
+    if (pool)
+        rc = pool_join(pool, ep, err);
+    else if (ep->nmsrc)
+        rc = pool_start(ep, err);
+    else
+        rc = start_threads(ep, err);
     if (rc)
         goto out;
     /* Stats count what this epoch hands out, from pos on. */
@@ -1522,6 +1791,13 @@ sio_code sio_epoch_open_at(sio_io *io, const sio_shardlist *list,
 out:
     sio_epoch_close(ep);
     return rc;
+}
+
+sio_code sio_epoch_open_at(sio_io *io, const sio_shardlist *list,
+                           const sio_epoch_config *cfg, uint64_t pos,
+                           sio_epoch **out, sio_error *err)
+{
+    return epoch_open(io, list, cfg, pos, NULL, out, err);
 }
 
 sio_code sio_epoch_order(sio_io *io, const sio_shardlist *list,
