@@ -749,8 +749,10 @@ static void vfetch(sio_epoch *ep, size_t i)
                 sio_sample_unref(s);
                 rc = SIO_ERR_CHANGED;
                 snprintf(msg, sizeof msg, "shard %u group %" PRIu64
-                         " differs from its index: changed since indexed",
-                         shard, v[want[got]].group);
+                         " differs from its index%s", shard,
+                         v[want[got]].group,
+                         info.hint ? " (key or size)"
+                                   : ": changed since indexed");
                 break;
             }
             pthread_mutex_lock(&ep->mu);

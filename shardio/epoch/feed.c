@@ -48,6 +48,7 @@
  * Ownership: a window owns one reference per held sample; a cursor hands
  * out new references.
  */
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -573,6 +574,10 @@ static sio_code reopen_epoch(sio_feed *f)
     if (f->stop)
         sio_epoch_cancel(ep);
     pthread_mutex_unlock(mu);
+    SIO_LOG(&f->ecfg.log, SIO_LOG_WARN,
+            "event=epoch_reopened position=%" PRIu64 " how=%s reason=\"a "
+            "shard index it relied on was wrong and is rebuilt\"", at,
+            f->sample_mode ? "sample" : replay ? "replay" : "seek");
     return SIO_OK;
 }
 
