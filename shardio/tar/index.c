@@ -44,6 +44,10 @@
 /* A sidecar larger than this is ignored (it would be read into memory). */
 #define INDEX_SIDECAR_MAX (256ull << 20)
 #define INDEX_BUCKETS_MIN 1024u
+/* A check read of a file's first group asks the store for the group and
+ * this much after it: enough for the next group's headers (pax and GNU
+ * long-name headers included), which tell where the group ends. */
+#define INDEX_PROBE_SLACK (16u << 10)
 
 struct sio_index_entry {
     pthread_mutex_t mu;
@@ -652,7 +656,7 @@ static void probe_finish(void *ud, uint64_t ngroups)
  * taken, and not counted against it).
  */
 static int probe_group(sio_io *io, const char *url, const sio_index_file *f,
-                       uint64_t i, char *why, size_t len)
+                       uint64_t size, uint64_t i, char *why, size_t len)
 {
     probe p = {.want = i};
     sio_group_recorder rec = {probe_offer, probe_finish, &p};
@@ -662,8 +666,15 @@ static int probe_group(sio_io *io, const char *url, const sio_index_file *f,
     sio_code rc;
     int res = 0;
     if (i > 0) {
+        /* the last group: from its offset to the shard's end */
         at.offset = f->groups[i].offset;
         at.first_group = at.skip_until = i;
+    } else if (f->ngroups != 1) {
+        /* the first group and the next one's headers, not the shard (an
+         * index of one group is checked to the shard's end) */
+        uint64_t end = f->ngroups > 1 ? f->groups[0].end : 0;
+        if (end < size && size - end > INDEX_PROBE_SLACK)
+            at.end = end + INDEX_PROBE_SLACK;
     }
     rc = sio_shard_open_at(io, url, 0, NULL, &at, &sh, NULL);
     if (rc == SIO_OK) {
@@ -727,9 +738,9 @@ static int entry_vet(sio_index_entry *e, sio_io *io, const char *data,
     }
     if (f->flags & SIO_INDEX_STREAM_ONLY)
         return 0;
-    res = probe_group(io, e->url, f, 0, why, wlen);
+    res = probe_group(io, e->url, f, size, 0, why, wlen);
     if (res == 0 && f->ngroups > 1)
-        res = probe_group(io, e->url, f, f->ngroups - 1, why, wlen);
+        res = probe_group(io, e->url, f, size, f->ngroups - 1, why, wlen);
     if (res != 0) {
         free(f->groups);
         memset(f, 0, sizeof *f);
