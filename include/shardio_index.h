@@ -52,7 +52,8 @@
  * can write to the bucket; a file under state_dir by whoever can write
  * there). One is adopted only when (sio_index_check) its counts and
  * offsets are plausible for the shard's size as the store reports it
- * now, and when a read of its first and last groups agrees with it. The
+ * now; before it is relied on (sio_index_vet) a read of its first and
+ * last groups must agree with it. The
  * groups in between are checked as shard readers read them: the first
  * read that disagrees (another key, size, offset or validity, a group
  * past its end, a shard that ends elsewhere) drops the adopted index
@@ -135,6 +136,20 @@ void sio_index_close(sio_index *x);
  */
 sio_index_entry *sio_index_get(sio_index *x, sio_io *io, const char *url,
                                uint64_t size);
+
+/*
+ * Before relying on entry e's groups (a seek's offsets, counts, a plan):
+ * run the checks that wait for such a use. A file or sidecar of a remote
+ * shard whose size no listing gave is loaded now, the size asked of the
+ * store (a HEAD); an adopted file's first and last groups are read (through
+ * cache, this job's view of the shard cache, or NULL) and the file dropped
+ * when they disagree. Readers that start at the shard's start need none of
+ * this: what they read checks every group. Once per entry; cheap after.
+ * Thread-safe.
+ */
+struct sio_cache_user;
+void sio_index_vet(sio_index_entry *e, sio_io *io,
+                   struct sio_cache_user *cache);
 
 /* The entry of url if the store holds it already, else NULL: never reads
  * a file or a sidecar (for callers that must not block). */

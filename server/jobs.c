@@ -389,6 +389,7 @@ static sio_code count_part(sc_jobs *j, sc_job *job, const sio_shardlist *list,
         sio_index_info info;
         if (!e)
             return jerr(err, SIO_ERR_NOMEM, "out of memory");
+        sio_index_vet(e, j->io, NULL); /* the count relies on it */
         sio_index_get_info(e, &info);
         if (info.complete)
             continue;

@@ -296,6 +296,16 @@ static sio_index_entry *shard_ix(sio_epoch *ep, uint32_t idx)
     return e;
 }
 
+/* The index entry of shard idx for a use that relies on its groups (a
+ * seek's offsets, counts): the checks that wait for such a use are run
+ * first (sio_index_vet), which may leave it empty. */
+static sio_index_entry *shard_ixv(sio_epoch *ep, uint32_t idx)
+{
+    sio_index_entry *e = shard_ix(ep, idx);
+    sio_index_vet(e, ep->io, ep->cfg.cache);
+    return e;
+}
+
 static int transient(sio_code rc)
 {
     return rc == SIO_ERR_IO || rc == SIO_ERR_RETRY;
@@ -359,6 +369,7 @@ static void place_at(sio_epoch *ep, uint32_t idx, uint64_t g, sio_shard_at *at,
     cache_at(ep, idx, at);
     if (!e || g == 0)
         return;
+    sio_index_vet(e, ep->io, ep->cfg.cache);
     sio_index_get_info(e, &info);
     if (info.stream_only)
         return;
@@ -659,7 +670,7 @@ static void vfetch(sio_epoch *ep, size_t i)
     char msg[640] = "";
 
     pthread_mutex_unlock(&ep->mu);
-    e = shard_ix(ep, shard);
+    e = shard_ixv(ep, shard);
     pthread_mutex_lock(&ep->mu);
     if (e)
         sio_index_get_info(e, &info);
@@ -1113,7 +1124,7 @@ static void slot_take(sio_epoch *ep, reader *r, const sio_sample **out,
 static sio_code meta_take(sio_epoch *ep, reader *r, const sio_sample **out,
                           sio_code *rc_out, char *msg, size_t msglen)
 {
-    sio_index_entry *e = shard_ix(ep, r->idx);
+    sio_index_entry *e = shard_ixv(ep, r->idx);
     uint64_t cut = UINT64_MAX;
     *out = NULL;
     if (!e)
@@ -1693,7 +1704,7 @@ sio_code sio_epoch_open_sample(sio_io *io, const sio_shardlist *list,
         return rc;
     size_t total = sio_shardlist_count(list);
     for (uint32_t idx = 0; idx < total; idx++) {
-        sio_index_entry *e = shard_ix(ep, idx);
+        sio_index_entry *e = shard_ixv(ep, idx);
         sio_index_info info;
         if (!e) {
             rc = sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
@@ -1762,7 +1773,7 @@ out:
  * cut: SIO_OK, or SIO_ERR_AGAIN while the index is not complete. */
 static sio_code shard_good(sio_epoch *ep, uint32_t idx, uint64_t *good)
 {
-    sio_index_entry *e = shard_ix(ep, idx);
+    sio_index_entry *e = shard_ixv(ep, idx);
     sio_index_info info;
     uint64_t cut;
     *good = 0;

@@ -65,6 +65,12 @@ struct sio_index_entry {
      * read agreed with so far; gen: times loaded groups were dropped. */
     int src;
     uint64_t confirmed, gen;
+    /* Checks that wait for someone who relies on the index
+     * (sio_index_vet): deferred, a file may exist but the shard's size was
+     * not known; unprobed, the first and last groups were not read yet.
+     * settled: neither is pending (read without the lock). */
+    int deferred, unprobed;
+    atomic_int settled;
     FILE *tmp;            /* being written (dir set) */
     uint64_t sum;         /* FNV-1a 64 of what tmp holds */
     int write_failed;
@@ -647,7 +653,7 @@ static void probe_finish(void *ud, uint64_t ngroups)
 }
 
 /*
- * Read group i of the shard as f says it lies (group 0 from the shard's
+ * Read group i of the shard as the index says it lies (group 0 from the shard's
  * start, so that nothing before it goes unseen; another from its offset)
  * and compare what the reader reports: offset, end (the next group's
  * offset, or the tar's end), payload bytes, validity and key. For an
@@ -655,24 +661,27 @@ static void probe_finish(void *ud, uint64_t ngroups)
  * (why says how); -1: the shard could not be read (the index is not
  * taken, and not counted against it).
  */
-static int probe_group(sio_io *io, const char *url, const sio_index_file *f,
-                       uint64_t size, uint64_t i, char *why, size_t len)
+static int probe_group(sio_io *io, struct sio_cache_user *cache,
+                       const char *url, const sio_index_group *groups,
+                       uint64_t ngroups, uint64_t size, uint64_t i, char *why,
+                       size_t len)
 {
     probe p = {.want = i};
     sio_group_recorder rec = {probe_offer, probe_finish, &p};
-    sio_shard_at at = {.end = UINT64_MAX, .rec = &rec};
+    sio_shard_at at = {.end = UINT64_MAX, .rec = &rec, .cache = cache,
+                       .size_hint = size};
     sio_shard *sh = NULL;
     const sio_sample *s = NULL;
     sio_code rc;
     int res = 0;
     if (i > 0) {
         /* the last group: from its offset to the shard's end */
-        at.offset = f->groups[i].offset;
+        at.offset = groups[i].offset;
         at.first_group = at.skip_until = i;
-    } else if (f->ngroups != 1) {
+    } else if (ngroups != 1) {
         /* the first group and the next one's headers, not the shard (an
          * index of one group is checked to the shard's end) */
-        uint64_t end = f->ngroups > 1 ? f->groups[0].end : 0;
+        uint64_t end = ngroups > 1 ? groups[0].end : 0;
         if (end < size && size - end > INDEX_PROBE_SLACK)
             at.end = end + INDEX_PROBE_SLACK;
     }
@@ -688,7 +697,7 @@ static int probe_group(sio_io *io, const char *url, const sio_index_file *f,
         res = i > 0 && rc == SIO_ERR_FORMAT ? 1 : -1;
         snprintf(why, len, "group %" PRIu64 " cannot be read at offset %"
                  PRIu64 ": %s", i, at.offset, sh ? sio_shard_errmsg(sh) : "");
-    } else if (f->ngroups == 0) {
+    } else if (ngroups == 0) {
         if (p.got) {
             res = 1;
             snprintf(why, len, "the index is empty, the shard is not");
@@ -698,7 +707,7 @@ static int probe_group(sio_io *io, const char *url, const sio_index_file *f,
         snprintf(why, len, "no group %" PRIu64 " at offset %" PRIu64, i,
                  at.offset);
     } else {
-        const sio_index_group *w = &f->groups[i];
+        const sio_index_group *w = &groups[i];
         if (p.g.offset != w->offset || p.g.end != w->end ||
             p.g.bytes != w->bytes || p.g.flags != w->flags ||
             p.g.keyhash != w->keyhash) {
@@ -714,17 +723,18 @@ static int probe_group(sio_io *io, const char *url, const sio_index_file *f,
     return res;
 }
 
-/* Is a parsed file fit to adopt for e? Plausible for the shard's size,
- * and its first and last groups agree with a read of the shard (a
- * compressed shard's offsets are not byte offsets: plausibility only).
- * 0: yes; 1: rejected (why); -1: cannot tell now (why). */
-static int entry_vet(sio_index_entry *e, sio_io *io, const char *data,
-                     size_t len, sio_index_file *f, char *why, size_t wlen)
+/* Is a file's content plausible for e's shard (e->mu held)? The size
+ * from the store (a stat or HEAD when no listing gave one), then the
+ * count, before anything is allocated, then the rules of
+ * sio_index_check. 0: *f holds it; 1: rejected (why); 2: corrupt (why);
+ * -1: cannot tell (why). */
+static int entry_plausible(sio_index_entry *e, sio_io *io, const char *data,
+                           size_t len, sio_index_file *f, char *why,
+                           size_t wlen)
 {
     sio_error er;
     uint64_t size = shard_size(e, io);
     sio_code rc;
-    int res;
     er.msg[0] = '\0';
     if (size == UINT64_MAX) {
         snprintf(why, wlen, "the shard's size is unknown");
@@ -736,15 +746,19 @@ static int entry_vet(sio_index_entry *e, sio_io *io, const char *data,
         snprintf(why, wlen, "%s", er.msg);
         return rc == SIO_ERR_LIMIT ? 1 : rc == SIO_ERR_NOMEM ? -1 : 2;
     }
-    if (f->flags & SIO_INDEX_STREAM_ONLY)
-        return 0;
-    res = probe_group(io, e->url, f, size, 0, why, wlen);
-    if (res == 0 && f->ngroups > 1)
-        res = probe_group(io, e->url, f, size, f->ngroups - 1, why, wlen);
-    if (res != 0) {
-        free(f->groups);
-        memset(f, 0, sizeof *f);
-    }
+    return 0;
+}
+
+/* Do e's adopted first and last groups agree with a read of the shard
+ * (e->mu held)? 0: yes; 1: no (why); -1: the shard could not be read. */
+static int entry_probe(sio_index_entry *e, sio_io *io,
+                       struct sio_cache_user *cache, char *why, size_t wlen)
+{
+    int res = probe_group(io, cache, e->url, e->g, e->n, e->size, 0, why,
+                          wlen);
+    if (res == 0 && e->n > 1)
+        res = probe_group(io, cache, e->url, e->g, e->n, e->size, e->n - 1,
+                          why, wlen);
     return res;
 }
 
@@ -890,7 +904,7 @@ static void side_result(sio_index *x, sio_io *io, const char *url, int hit)
 /* Try the persisted file, then a sidecar (e->mu held, x->mu not held).
  * Either is taken only when entry_vet finds it fit; a rejected persisted
  * file is removed (the read that indexes the shard writes a new one). */
-static void entry_load(sio_index_entry *e, sio_io *io)
+static void entry_load(sio_index_entry *e, sio_io *io, int lazy)
 {
     sio_index *x = e->x;
     sio_index_file f;
@@ -899,10 +913,21 @@ static void entry_load(sio_index_entry *e, sio_io *io)
     int src = SRC_READ;
     char path[4200], why[400];
 
-    if (x->dir &&
-        snprintf(path, sizeof path, "%s/%s%s", x->dir, e->hash,
-                 SIO_INDEX_SUFFIX) < (int)sizeof path &&
-        (data = read_file(path, SIO_INDEX_FILE_MAX, &len)) != NULL)
+    int have_path = x->dir && snprintf(path, sizeof path, "%s/%s%s", x->dir,
+                                       e->hash, SIO_INDEX_SUFFIX) <
+                                  (int)sizeof path;
+    /* A persisted file of a remote shard of unknown size (no listing: a
+     * brace pattern) would need a HEAD before it could be held against
+     * the shard: that waits for someone who relies on the index
+     * (sio_index_vet); a reader from the start indexes the shard
+     * meanwhile. (A sidecar is asked for only when a listing showed it, or
+     * when told to probe: a request per shard was accepted then.) */
+    if (lazy && have_path && (e->size == UINT64_MAX || e->size == 0) &&
+        !(io && sio_io_url_is_file(io, e->url)) && access(path, F_OK) == 0) {
+        e->deferred = 1;
+        return;
+    }
+    if (have_path && (data = read_file(path, SIO_INDEX_FILE_MAX, &len)) != NULL)
         src = SRC_STATE;
     if (!data && io && x->sidecars && side_ask(x, io, e->url)) {
         size_t ul = strlen(e->url);
@@ -921,7 +946,8 @@ static void entry_load(sio_index_entry *e, sio_io *io)
         return;
     /* Without the store there is no size to hold the file against and no
      * way to read the shard: nothing is taken. */
-    int res = io ? entry_vet(e, io, data, len, &f, why, sizeof why) : -1;
+    int res = io ? entry_plausible(e, io, data, len, &f, why, sizeof why)
+                 : -1;
     if (!io)
         snprintf(why, sizeof why, "no store to check it against");
     free(data);
@@ -945,6 +971,9 @@ static void entry_load(sio_index_entry *e, sio_io *io)
     }
     int ok = entry_adopt(e, &f, src);
     if (ok) {
+        /* a compressed shard's offsets are not byte offsets: its count
+         * was all there was to check */
+        e->unprobed = !e->stream_only;
         atomic_fetch_add(&x->loaded, 1);
         atomic_fetch_add(&x->complete, 1);
         atomic_fetch_add(&x->groups, e->n);
@@ -974,6 +1003,7 @@ static void entry_drop(sio_index_entry *e, const char *reason)
     e->complete = e->stream_only = 0;
     e->src = SRC_READ;
     e->confirmed = 0;
+    e->unprobed = 0;
     e->gen++;
 }
 
@@ -989,6 +1019,33 @@ int sio_index_reject(sio_index_entry *e, const char *reason)
     }
     pthread_mutex_unlock(&e->mu);
     return dropped;
+}
+
+void sio_index_vet(sio_index_entry *e, sio_io *io,
+                   struct sio_cache_user *cache)
+{
+    char why[400];
+    if (!e || atomic_load(&e->settled))
+        return;
+    pthread_mutex_lock(&e->mu);
+    if (e->deferred) {
+        e->deferred = 0;
+        if (io && !e->complete && e->n == 0)
+            entry_load(e, io, 0);
+    }
+    if (e->unprobed && e->complete && e->src != SRC_READ) {
+        int res = io ? entry_probe(e, io, cache, why, sizeof why) : -1;
+        if (res == 1)
+            entry_drop(e, why);
+        else if (res < 0)
+            SIO_LOG(&e->x->log, SIO_LOG_INFO,
+                    "event=index_unchecked what=%s hash=%.16s reason=\"%s\": "
+                    "kept, checked by the reads to come", src_name[e->src],
+                    e->hash, io ? why : "no store to check it against");
+    }
+    e->unprobed = 0;
+    atomic_store(&e->settled, 1);
+    pthread_mutex_unlock(&e->mu);
 }
 
 static void rehash(sio_index *x)
@@ -1066,7 +1123,8 @@ sio_index_entry *sio_index_get(sio_index *x, sio_io *io, const char *url,
     if (x->n > x->nb * 2)
         rehash(x);
     pthread_mutex_unlock(&x->mu);
-    entry_load(e, io);
+    entry_load(e, io, 1);
+    atomic_store(&e->settled, !e->deferred && !e->unprobed);
     pthread_mutex_unlock(&e->mu);
     return e;
 }
@@ -1285,6 +1343,7 @@ void sio_index_finish(sio_index_entry *e, uint64_t ngroups)
             entry_drop(e, why);
         } else if (e->confirmed == e->n) {
             e->src = SRC_READ;
+            e->unprobed = 0;
         }
     }
     if (e->complete || ngroups != e->n) {
