@@ -730,6 +730,12 @@ sio_code sio_epoch_count(sio_io *io, const sio_shardlist *list,
  */
 sio_code sio_epoch_next(sio_epoch *ep, const sio_sample **out);
 const char *sio_epoch_errmsg(const sio_epoch *ep);
+/* 1 when the epoch failed because a shard index it relied on (a seek's
+ * offsets, a sample's place) was loaded from a file or sidecar that a read
+ * then disagreed with: the index was dropped and the shard indexed again
+ * by reading it, so an epoch opened again at the position reached is
+ * right (the feed does so). Call after sio_epoch_next failed. */
+int sio_epoch_index_dropped(const sio_epoch *ep);
 
 /* Counters of an epoch so far. */
 /* Samples a mixed epoch took from source s so far (0 unmixed). */

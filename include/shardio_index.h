@@ -48,6 +48,17 @@
  *   Nothing may follow the trailer. A file without it is incomplete and
  *   never used.
  *
+ * Index files are hints, never trusted (a sidecar is written by whoever
+ * can write to the bucket; a file under state_dir by whoever can write
+ * there). One is adopted only when (sio_index_check) its counts and
+ * offsets are plausible for the shard's size as the store reports it
+ * now; before it is relied on (sio_index_vet) a read of its first and
+ * last groups must agree with it. The
+ * groups in between are checked as shard readers read them: the first
+ * read that disagrees (another key, size, offset or validity, a group
+ * past its end, a shard that ends elsewhere) drops the adopted index
+ * (sio_index_reject) and the shard is indexed again by reading it.
+ *
  * Threading: an sio_index and its entries are thread-safe. Entries live
  * until the index is closed.
  */
@@ -70,6 +81,14 @@ extern "C" {
 #define SIO_INDEX_FIELDS_MAX 1024u
 #define SIO_INDEX_GROUPS_MAX (1ull << 26)      /* groups in one shard */
 #define SIO_INDEX_FILE_MAX (1ull << 30)        /* bytes of one file */
+/* Plausibility (sio_index_check). A group of a tar spans at least one
+ * 512-byte header block and its payload: so a shard of S bytes holds at
+ * most S/512 groups, at most S/1024 of them with a payload. A compressed
+ * shard's groups are counted against its compressed size at 4 bytes per
+ * group at least (a tar header compresses to no less: its name and
+ * checksum differ from the previous one). */
+#define SIO_INDEX_GROUP_SPAN_MIN 512u
+#define SIO_INDEX_PACKED_GROUP_MIN 4u
 
 enum { SIO_INDEX_STREAM_ONLY = 1u };
 enum { SIO_INDEX_GROUP_BAD = 1u };
@@ -118,6 +137,20 @@ void sio_index_close(sio_index *x);
 sio_index_entry *sio_index_get(sio_index *x, sio_io *io, const char *url,
                                uint64_t size);
 
+/*
+ * Before relying on entry e's groups (a seek's offsets, counts, a plan):
+ * run the checks that wait for such a use. A file or sidecar of a remote
+ * shard whose size no listing gave is loaded now, the size asked of the
+ * store (a HEAD); an adopted file's first and last groups are read (through
+ * cache, this job's view of the shard cache, or NULL) and the file dropped
+ * when they disagree. Readers that start at the shard's start need none of
+ * this: what they read checks every group. Once per entry; cheap after.
+ * Thread-safe.
+ */
+struct sio_cache_user;
+void sio_index_vet(sio_index_entry *e, sio_io *io,
+                   struct sio_cache_user *cache);
+
 /* The entry of url if the store holds it already, else NULL: never reads
  * a file or a sidecar (for callers that must not block). */
 sio_index_entry *sio_index_peek(sio_index *x, const char *url);
@@ -135,8 +168,23 @@ typedef struct sio_index_info {
     uint64_t size;     /* the shard's size it describes (UINT64_MAX or 0:
                           unknown) */
     uint64_t mtime;    /* a local file's mtime in seconds (0: unknown) */
+    int hint;          /* loaded from a file or sidecar and not yet read
+                          through from start to end: may still be dropped */
+    uint64_t gen;      /* times the entry's groups were dropped */
 } sio_index_info;
 void sio_index_get_info(sio_index_entry *e, sio_index_info *info);
+
+/*
+ * Drop the entry's loaded groups because a read disagreed with them
+ * (reason: one line, no URL; it is logged with the URL redacted, and
+ * counted as rejected by the file's source). The persisted file is
+ * removed; the entry is empty again and the next reader from the start
+ * indexes the shard anew. Does nothing to an entry that was built by
+ * reading (a disagreement there means the shard changed, which readers
+ * report themselves) or that is empty. Returns 1 when it dropped
+ * something. Thread-safe.
+ */
+int sio_index_reject(sio_index_entry *e, const char *reason);
 
 /* A field of a group being recorded. */
 typedef struct sio_index_field {
@@ -192,6 +240,12 @@ typedef struct sio_index_stats {
     uint64_t built;         /* entries completed by reading */
     uint64_t invalid;       /* files refused (stale, corrupt) */
     uint64_t write_errors;
+    /* Files and sidecars implausible for their shard, or dropped after a
+     * read disagreed with them (by where they came from). */
+    uint64_t rejected_state, rejected_sidecar;
+    uint64_t dropped;       /* adopted ones of those, dropped after a read:
+                               what was computed from them (an epoch's
+                               length, a plan) is stale when this grows */
 } sio_index_stats;
 void sio_index_get_stats(sio_index *x, sio_index_stats *st);
 
@@ -207,6 +261,30 @@ typedef struct sio_index_file {
     sio_index_group *groups;
 } sio_index_file;
 sio_code sio_index_parse(const void *data, size_t len, sio_index_file *out,
+                         sio_error *err);
+
+/*
+ * As sio_index_parse, for a shard of shard_size bytes: the group count
+ * the trailer claims is checked against the shard's size before anything
+ * is allocated (memory is bounded by the shard's size, not by what the
+ * file says), and what parses must pass sio_index_check. SIO_ERR_LIMIT
+ * when the file is well-formed but implausible for the shard.
+ */
+sio_code sio_index_parse_for(const void *data, size_t len, uint64_t shard_size,
+                             sio_index_file *out, sio_error *err);
+
+/*
+ * Is a parsed index plausible for a shard of `size` bytes (UINT64_MAX or
+ * 0: unknown, which is never plausible)? For a tar: at most
+ * size/SIO_INDEX_GROUP_SPAN_MIN groups; every group starts inside the
+ * shard; groups follow each other with no gap (each ends where the next
+ * starts; the last one at the tar's end, UINT64_MAX); each spans at
+ * least a header block plus its payload, so the payloads sum to at most
+ * the size. For a compressed shard (offsets in the decompressed stream):
+ * at most size/SIO_INDEX_PACKED_GROUP_MIN groups. SIO_OK, or
+ * SIO_ERR_LIMIT with err naming the first rule broken.
+ */
+sio_code sio_index_check(const sio_index_file *f, uint64_t size,
                          sio_error *err);
 
 /* Where a shard reader starts and what it skips (sio_shard_open_at). */

@@ -438,6 +438,7 @@ static sio_code count_part(sc_jobs *j, sc_job *job, const sio_shardlist *list,
         sio_index_info info;
         if (!e)
             return jerr(err, SIO_ERR_NOMEM, "out of memory");
+        sio_index_vet(e, j->io, NULL); /* the count relies on it */
         sio_index_get_info(e, &info);
         if (info.complete)
             continue;
@@ -1034,6 +1035,11 @@ static sio_code slot_open(sc_jobs *j, sc_job *job, uint64_t epoch,
     s->unproven = 0;
     s->fresh_journal = fresh;
     s->count = UINT64_MAX;
+    if (j->index) {
+        sio_index_stats ist;
+        sio_index_get_stats(j->index, &ist);
+        s->ix_dropped = ist.dropped;
+    }
     s->ec = ec;
     s->partition = job->spec.partition;
     memset(&fc, 0, sizeof fc);
@@ -1797,6 +1803,20 @@ static int plan_next_possible(sc_jobs *j, sc_job *job, const fslot *s)
     return sio_plan_possible(j->io, job->res->list, &ec, &err) == SIO_OK;
 }
 
+void sc_slot_indexes_checked(sc_jobs *j, fslot *s)
+{
+    sio_index_stats ist;
+    if (!j->index)
+        return;
+    sio_index_get_stats(j->index, &ist);
+    if (ist.dropped == s->ix_dropped)
+        return;
+    s->ix_dropped = ist.dropped;
+    s->count = UINT64_MAX;
+    if (s->plan || s->plan_building)
+        atomic_store(&s->plan_broken, 1);
+}
+
 /* Timers of one job: throughput, retirement, prefetch; closes the slots
  * that are retired and unused. */
 static void job_tick(sc_jobs *j, sc_job *job, uint64_t now, int sample_tp)
@@ -1826,6 +1846,7 @@ static void job_tick(sc_jobs *j, sc_job *job, uint64_t now, int sample_tp)
     for (fslot *s = job->slots; s; s = s->next) {
         if (s->retired)
             continue;
+        sc_slot_indexes_checked(j, s);
         /* The epoch's exact length, once every shard is indexed. */
         if (sample_tp && s->count == UINT64_MAX && job->res->list)
             sio_epoch_count(j->io, job->res->list, &s->ec, &s->count);

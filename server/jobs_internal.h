@@ -50,6 +50,9 @@ typedef struct fslot {
     int unproven;         /* opened for a resume with no journal to prove
                              the sequence (no state_dir, fresh process) */
     uint64_t count;       /* samples of the epoch, UINT64_MAX: unknown */
+    uint64_t ix_dropped;  /* the index store's `dropped` when count and
+                             plan were computed (a loaded index dropped
+                             since makes both stale) */
     sio_epoch_config ec;  /* what fixes its order */
     int partition;        /* the job's policy */
     /* The epoch's plan (--data-plane auto): built once its shards are
@@ -76,6 +79,12 @@ static inline uint64_t slot_samples_skipped(const fslot *s,
 }
 
 typedef struct sc_job sc_job;
+
+/* A loaded shard index was dropped since s's length or plan was computed
+ * (a read disagreed with it): both may be wrong. The length is counted
+ * again from the indexes rebuilt; the epoch streams from its feed from
+ * then on. job->mu held. */
+void sc_slot_indexes_checked(sc_jobs *j, fslot *s);
 
 /* What a job's feeds read while they run: the shard list and the epoch
  * journals. Feeds may finish closing after their job is freed (a closer

@@ -205,6 +205,7 @@ static json_t *epoch_json(const sc_config *cfg, sc_job *job, fslot *s,
         /* The epoch's length as soon as every shard is indexed, not at
          * the manager's next tick (a client asking right after the epoch
          * that indexed the last shard ended gets it). */
+        sc_slot_indexes_checked(job->owner, s);
         if (s->count == UINT64_MAX && job->res->list && st.ended)
             sio_epoch_count(job->owner->io, job->res->list, &s->ec, &s->count);
         json_object_set_new(o, "samples_total", s->count != UINT64_MAX
@@ -746,6 +747,12 @@ sio_code sc_jobs_metrics(sc_jobs *j, sc_prom *p)
            "Shard indexes completed by streaming the shard.", ix.built);
     scalar(p, "shardcast_index_invalid_total", "counter",
            "Index files refused as stale or corrupt.", ix.invalid);
+    static const char *const index_sources[] = {"sidecar", "state"};
+    by_label(p, "shardcast_index_rejected_total", "counter",
+             "Index sidecars and state_dir index files not adopted as "
+             "implausible for their shard, or dropped after a read "
+             "disagreed with them.", "source", index_sources,
+             (const uint64_t[]){ix.rejected_sidecar, ix.rejected_state}, 2);
     /* By backend (and latency by operation): metrics.c. */
     sc_metrics_write_store(j->io, p);
     cache_metrics(j, p);

@@ -113,6 +113,9 @@ typedef struct reader {
     uint64_t g;              /* meta: the next group */
     int skipped;             /* ended by a journal decision */
     unsigned retries;        /* transient failures so far */
+    int placed;              /* opened at an offset of a loaded index ... */
+    uint64_t ixgen;          /* ... of this generation (sio_index_info) */
+    int ixwrong;             /* ended because that index was wrong */
 } reader;
 
 /* A buffer entry of meta mode: a sample known only by its place. */
@@ -179,6 +182,7 @@ struct sio_epoch {
     const reader *waiting_for; /* ... for this reader (NULL: for a
                                   virtual entry, or anything) */
 
+    int index_dropped;      /* a loaded index turned out wrong (mu) */
     vent *vents;            /* virtual entries (after a seek), sorted */
     size_t nvents;
     char vmsg[640];         /* why a virtual entry failed */
@@ -262,6 +266,15 @@ const char *sio_epoch_errmsg(const sio_epoch *ep)
     return ep->err;
 }
 
+int sio_epoch_index_dropped(const sio_epoch *ep)
+{
+    int d;
+    pthread_mutex_lock((pthread_mutex_t *)&ep->mu);
+    d = ep->index_dropped;
+    pthread_mutex_unlock((pthread_mutex_t *)&ep->mu);
+    return d;
+}
+
 void sio_epoch_get_stats(const sio_epoch *ep, sio_epoch_stats *st)
 {
     *st = ep->st;
@@ -334,6 +347,16 @@ static sio_index_entry *shard_ix(sio_epoch *ep, uint32_t idx)
     return e;
 }
 
+/* The index entry of shard idx for a use that relies on its groups (a
+ * seek's offsets, counts): the checks that wait for such a use are run
+ * first (sio_index_vet), which may leave it empty. */
+static sio_index_entry *shard_ixv(sio_epoch *ep, uint32_t idx)
+{
+    sio_index_entry *e = shard_ix(ep, idx);
+    sio_index_vet(e, ep->io, ep->cfg.cache);
+    return e;
+}
+
 static int transient(sio_code rc)
 {
     return rc == SIO_ERR_IO || rc == SIO_ERR_RETRY;
@@ -380,7 +403,11 @@ static void cache_at(const sio_epoch *ep, uint32_t idx, sio_shard_at *at)
     at->size_hint = size == UINT64_MAX ? 0 : size;
 }
 
-static void place_at(sio_epoch *ep, uint32_t idx, uint64_t g, sio_shard_at *at)
+/* *hint_gen: the generation of a loaded (not yet read through) index
+ * that gave the offset, UINT64_MAX when none did: a read that goes wrong
+ * from such an offset says the index is wrong, not the shard. */
+static void place_at(sio_epoch *ep, uint32_t idx, uint64_t g, sio_shard_at *at,
+                     uint64_t *hint_gen)
 {
     sio_index_entry *e = shard_ix(ep, idx);
     sio_index_info info;
@@ -389,12 +416,16 @@ static void place_at(sio_epoch *ep, uint32_t idx, uint64_t g, sio_shard_at *at)
     at->end = UINT64_MAX;
     at->skip_until = g;
     at->rec = sio_index_recorder(e);
+    *hint_gen = UINT64_MAX;
     cache_at(ep, idx, at);
     if (!e || g == 0)
         return;
+    sio_index_vet(e, ep->io, ep->cfg.cache);
     sio_index_get_info(e, &info);
     if (info.stream_only)
         return;
+    if (info.hint)
+        *hint_gen = info.gen;
     if (sio_index_group_get(e, g, &gr)) {
         at->offset = gr.offset;
         at->first_group = g;
@@ -411,7 +442,40 @@ static void place_at(sio_epoch *ep, uint32_t idx, uint64_t g, sio_shard_at *at)
     if (k > 0) {
         at->offset = gr.offset;
         at->first_group = k - 1;
+    } else {
+        *hint_gen = UINT64_MAX;
     }
+}
+
+/*
+ * Shard idx's loaded index (of generation gen, or any when UINT64_MAX)
+ * disagreed with a read (why): drop it unless that happened already, and
+ * index the shard by reading it, so that the epoch opened again is right.
+ * Returns 1 when the index was (or had been) dropped: the epoch must fail
+ * with index_dropped set rather than skip the shard. mu NOT held.
+ */
+static int index_wrong(sio_epoch *ep, uint32_t idx, uint64_t gen,
+                       const char *why)
+{
+    sio_index_entry *e = shard_ix(ep, idx);
+    sio_index_info info;
+    sio_error er;
+    if (!e)
+        return 0;
+    int dropped = sio_index_reject(e, why);
+    sio_index_get_info(e, &info);
+    if (!dropped && (gen == UINT64_MAX || info.gen == gen))
+        return 0;
+    if (!info.complete &&
+        sio_index_build(ep->io, sio_shardlist_url(ep->list, idx), idx,
+                        &ep->cfg.limits, e, &er) != SIO_OK)
+        SIO_LOG(&ep->cfg.log, SIO_LOG_WARN,
+                "event=index_rebuild_failed shard=%u reason=\"%s\": a seek "
+                "replays the epoch instead", idx, er.msg);
+    pthread_mutex_lock(&ep->mu);
+    ep->index_dropped = 1;
+    pthread_mutex_unlock(&ep->mu);
+    return 1;
 }
 
 static void reader_free(reader *r)
@@ -447,7 +511,10 @@ static sio_code reader_open(sio_epoch *ep, reader *r, char *msg, size_t len)
     sio_shard_at at;
     sio_error e;
     sio_code rc;
-    place_at(ep, r->idx, r->start_group, &at);
+    uint64_t gen;
+    place_at(ep, r->idx, r->start_group, &at, &gen);
+    r->placed = gen != UINT64_MAX;
+    r->ixgen = gen;
     e.msg[0] = '\0';
     rc = sio_shard_open_at(ep->io, sio_shardlist_url(ep->list, r->idx),
                            r->idx, &ep->cfg.limits, &at, &r->sh, &e);
@@ -533,9 +600,36 @@ static void reader_step(sio_epoch *ep, reader *r)
         msg[0] = '\0';
     }
     uint64_t reached = r->sh ? sio_shard_groups(r->sh) : r->start_group;
+    if (r->placed && !skipped && !stopped && rc != SIO_ERR_SAMPLE &&
+        !transient(rc) && !fatal_code(rc)) {
+        /* Read from an offset a loaded index gave: a shard that fails
+         * there, or a read that made the index drop its groups (another
+         * key, a count it does not have), says the index was wrong. The
+         * sample is not handed out and nothing is journaled: the epoch
+         * fails, to be opened again from the index rebuilt. */
+        sio_index_info info;
+        sio_index_entry *e = shard_ix(ep, r->idx);
+        if (e)
+            sio_index_get_info(e, &info);
+        if (e && (rc != SIO_OK || info.gen != r->ixgen)) {
+            char why[700];
+            snprintf(why, sizeof why, "a read from group %" PRIu64 " went "
+                     "wrong: %s", r->start_group,
+                     rc != SIO_OK ? msg : "disagreed with the index");
+            if (index_wrong(ep, r->idx, r->ixgen, why)) {
+                sio_sample_unref(s);
+                s = NULL;
+                rc = SIO_ERR_CHANGED;
+                r->ixwrong = 1;
+                snprintf(msg, sizeof msg, "shard %u: its index, loaded from "
+                         "a file or sidecar, was wrong and is dropped (%.400s)",
+                         r->idx, why);
+            }
+        }
+    }
     if (rc != SIO_OK && rc != SIO_ERR_SAMPLE && !skipped && !stopped &&
-        !fatal_code(rc) && ep->cfg.on_error == SIO_ON_ERROR_SKIP &&
-        ep->cfg.journal) {
+        !fatal_code(rc) && !r->ixwrong &&
+        ep->cfg.on_error == SIO_ON_ERROR_SKIP && ep->cfg.journal) {
         /* A permanent failure (or retries spent): the decision every reader
          * of this epoch follows. */
         uint64_t d = sio_journal_record(ep->cfg.journal, r->idx, reached, rc,
@@ -629,11 +723,15 @@ static void vfetch(sio_epoch *ep, size_t i)
     char msg[640] = "";
 
     pthread_mutex_unlock(&ep->mu);
-    e = shard_ix(ep, shard);
+    e = shard_ixv(ep, shard);
     pthread_mutex_lock(&ep->mu);
     if (e)
         sio_index_get_info(e, &info);
     if (!e || !sio_index_group_get(e, v[i].group, &g0)) {
+        /* An index dropped since the seek was computed: the epoch is
+         * opened again from the one rebuilt. */
+        if (e && info.gen > 0)
+            ep->index_dropped = 1;
         v[i].state = V_FAILED;
         snprintf(ep->vmsg, sizeof ep->vmsg,
                  "shard %u group %" PRIu64 " is not indexed", shard,
@@ -715,8 +813,10 @@ static void vfetch(sio_epoch *ep, size_t i)
                 sio_sample_unref(s);
                 rc = SIO_ERR_CHANGED;
                 snprintf(msg, sizeof msg, "shard %u group %" PRIu64
-                         " differs from its index: changed since indexed",
-                         shard, v[want[got]].group);
+                         " differs from its index%s", shard,
+                         v[want[got]].group,
+                         info.hint ? " (key or size)"
+                                   : ": changed since indexed");
                 break;
             }
             pthread_mutex_lock(&ep->mu);
@@ -732,6 +832,16 @@ static void vfetch(sio_epoch *ep, size_t i)
             break;
         if (backoff(ep, attempt++))
             break;
+    }
+    /* A loaded index the read disagreed with (another key or size, no
+     * tar header at its offset, a shard that ends before its group): it
+     * is dropped and rebuilt, and the epoch fails to be opened again. */
+    if (got < nw && info.hint && rc != SIO_OK && !transient(rc) &&
+        !fatal_code(rc) && index_wrong(ep, shard, info.gen, msg)) {
+        char m2[sizeof msg];
+        snprintf(m2, sizeof m2, "shard %u: its index, loaded from a file or "
+                 "sidecar, was wrong and is dropped (%.400s)", shard, msg);
+        snprintf(msg, sizeof msg, "%s", m2);
     }
     pthread_mutex_lock(&ep->mu);
     for (size_t k = got; k < nw; k++) {
@@ -1272,7 +1382,7 @@ static void slot_take(sio_epoch *ep, reader *r, const sio_sample **out,
 static sio_code meta_take(sio_epoch *ep, reader *r, const sio_sample **out,
                           sio_code *rc_out, char *msg, size_t msglen)
 {
-    sio_index_entry *e = shard_ix(ep, r->idx);
+    sio_index_entry *e = shard_ixv(ep, r->idx);
     uint64_t cut = UINT64_MAX;
     *out = NULL;
     if (!e)
@@ -1489,7 +1599,7 @@ static sio_code interleave_next(sio_epoch *ep, const sio_sample **out)
                 ep->failed = 1;
                 return end_rc;
             }
-            if (fatal_code(end_rc)) {
+            if (fatal_code(end_rc) || r->ixwrong) {
                 snprintf(ep->err, sizeof ep->err, "%s", why);
                 ep->failed = 1;
                 return end_rc;
@@ -1870,7 +1980,7 @@ sio_code sio_epoch_open_sample(sio_io *io, const sio_shardlist *list,
         return rc;
     size_t total = sio_shardlist_count(list);
     for (uint32_t idx = 0; idx < total; idx++) {
-        sio_index_entry *e = shard_ix(ep, idx);
+        sio_index_entry *e = shard_ixv(ep, idx);
         sio_index_info info;
         if (!e) {
             rc = sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
@@ -1939,7 +2049,7 @@ out:
  * cut: SIO_OK, or SIO_ERR_AGAIN while the index is not complete. */
 static sio_code shard_good(sio_epoch *ep, uint32_t idx, uint64_t *good)
 {
-    sio_index_entry *e = shard_ix(ep, idx);
+    sio_index_entry *e = shard_ixv(ep, idx);
     sio_index_info info;
     uint64_t cut;
     *good = 0;

@@ -48,6 +48,7 @@
  * Ownership: a window owns one reference per held sample; a cursor hands
  * out new references.
  */
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -78,6 +79,10 @@
 #define FEED_WAKE_BATCH_DEFAULT 16u
 /* Read-ahead per shard of a seek feed's epoch. */
 #define SEEK_READAHEAD_BYTES (1ull << 20)
+/* Times one feed opens its epoch again after a shard index it relied on
+ * was dropped (sio_epoch_index_dropped); each drop rebuilds that shard's
+ * index, so a second one means another shard's was wrong too. */
+#define FEED_REOPENS_MAX 4u
 /* Internal step result: the cursor must move to a seek feed. */
 #define STEP_SEEK ((sio_code)1000)
 
@@ -157,6 +162,12 @@ struct sio_feed {
     int replay;             /* child: not reachable by a seek; replays */
     int attached_once;      /* a cursor has been here */
     int sample_mode;        /* one sample of the unshuffled order */
+    sio_epoch *dropped_eps[FEED_REOPENS_MAX]; /* epochs that failed on a
+                               wrong index, closed with the feed (a
+                               stopping feed may be cancelling one) */
+    uint32_t reopens;
+    uint64_t skip_below;    /* a replay after a reopen: samples below this
+                               are in the window already */
     sio_code fail_rc;
     char errmsg[800];
     sio_cursor *cursors;
@@ -516,6 +527,60 @@ static sio_code open_epoch(sio_feed *f)
     return rc;
 }
 
+/*
+ * f's epoch failed because a shard index loaded from a file or sidecar
+ * turned out wrong (it was dropped and the shard indexed again by reading
+ * it). Open the epoch again where it stopped: from the indexes as they
+ * are now, else by a replay that keeps nothing below that position; a
+ * sample feed looks its sample up again. The consumers see no error.
+ * Returns SIO_OK with f->ep replaced. mu NOT held; only the producer
+ * thread calls it.
+ */
+static sio_code reopen_epoch(sio_feed *f)
+{
+    pthread_mutex_t *mu = &f->fam->mu;
+    sio_epoch *ep = NULL;
+    sio_error e;
+    sio_code rc;
+    uint64_t at;
+    int replay = 0;
+
+    pthread_mutex_lock(mu);
+    at = f->hi;
+    rc = f->stop || f->reopens >= FEED_REOPENS_MAX ? SIO_ERR_CANCELED
+                                                   : SIO_OK;
+    pthread_mutex_unlock(mu);
+    if (rc)
+        return rc;
+    if (f->sample_mode) {
+        rc = sio_epoch_open_sample(f->io, f->list, &f->ecfg, f->base, &ep, &e);
+    } else {
+        rc = sio_epoch_open_at(f->io, f->list, &f->ecfg, at, &ep, &e);
+        if (rc == SIO_ERR_AGAIN || rc == SIO_ERR_UNSUPPORTED) {
+            rc = sio_epoch_open(f->io, f->list, &f->ecfg, &ep, &e);
+            replay = 1;
+        }
+    }
+    if (rc)
+        return rc;
+    pthread_mutex_lock(mu);
+    sio_epoch_cancel(f->ep); /* its readers stop now */
+    f->dropped_eps[f->reopens++] = f->ep;
+    f->ep = ep;
+    if (replay) {
+        f->replay = 1;
+        f->skip_below = at;
+    }
+    if (f->stop)
+        sio_epoch_cancel(ep);
+    pthread_mutex_unlock(mu);
+    SIO_LOG(&f->ecfg.log, SIO_LOG_WARN,
+            "event=epoch_reopened position=%" PRIu64 " how=%s reason=\"a "
+            "shard index it relied on was wrong and is rebuilt\"", at,
+            f->sample_mode ? "sample" : replay ? "replay" : "seek");
+    return SIO_OK;
+}
+
 static void *producer_main(void *arg)
 {
     sio_feed *f = arg;
@@ -572,6 +637,9 @@ static void *producer_main(void *arg)
         pthread_mutex_unlock(mu);
         const sio_sample *s = NULL;
         rc = sio_epoch_next(f->ep, &s);
+        while (rc != SIO_OK && sio_epoch_index_dropped(f->ep) &&
+               reopen_epoch(f) == SIO_OK)
+            rc = sio_epoch_next(f->ep, &s);
         sio_epoch_stats est;
         sio_epoch_get_stats(f->ep, &est);
         pthread_mutex_lock(mu);
@@ -588,6 +656,8 @@ static void *producer_main(void *arg)
             f->n_end = sio_epoch_emitted(f->ep);
             if (!f->stop && !f->sample_mode)
                 f->root->n_known = f->n_end + 1; /* +1: 0 means unknown */
+        } else if (s->global_index < f->skip_below) {
+            sio_sample_unref(s); /* produced before the reopen */
         } else if (s->global_index < f->lo) {
             sio_sample_unref(s); /* a replay before its first need */
             f->hi = f->lo;
@@ -641,6 +711,8 @@ static void family_unref(family *fam)
 static void feed_free(sio_feed *f)
 {
     sio_epoch_close(f->ep);
+    for (uint32_t i = 0; i < f->reopens; i++)
+        sio_epoch_close(f->dropped_eps[i]);
     for (uint64_t i = f->lo; f->win && i < f->hi; i++)
         sio_sample_unref(f->win[i % f->cfg.window_samples]);
     for (size_t g = 0; g < FEED_GROUPS_MAX; g++)

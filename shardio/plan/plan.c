@@ -93,6 +93,10 @@ static sio_code check_shards(sio_io *io, const sio_shardlist *list,
         sio_index_info info;
         if (!e)
             return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+        /* A plan being built relies on it (whether one could be is
+         * answered from what is loaded, reading no shard byte). */
+        if (files)
+            sio_index_vet(e, io, cfg->cache);
         sio_index_get_info(e, &info);
         if (info.stream_only)
             return sio_seterr(err, SIO_ERR_UNSUPPORTED,

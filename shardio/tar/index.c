@@ -44,6 +44,10 @@
 /* A sidecar larger than this is ignored (it would be read into memory). */
 #define INDEX_SIDECAR_MAX (256ull << 20)
 #define INDEX_BUCKETS_MIN 1024u
+/* A check read of a file's first group asks the store for the group and
+ * this much after it: enough for the next group's headers (pax and GNU
+ * long-name headers included), which tell where the group ends. */
+#define INDEX_PROBE_SLACK (16u << 10)
 
 struct sio_index_entry {
     pthread_mutex_t mu;
@@ -55,6 +59,18 @@ struct sio_index_entry {
     uint64_t n, cap;
     uint64_t good, bytes;
     int complete, stream_only;
+    /* Where the groups came from: read here, or loaded from a file
+     * (SRC_STATE, SRC_SIDECAR: a hint until a read from the start to the
+     * end agreed with every group); confirmed: the leading groups such a
+     * read agreed with so far; gen: times loaded groups were dropped. */
+    int src;
+    uint64_t confirmed, gen;
+    /* Checks that wait for someone who relies on the index
+     * (sio_index_vet): deferred, a file may exist but the shard's size was
+     * not known; unprobed, the first and last groups were not read yet.
+     * settled: neither is pending (read without the lock). */
+    int deferred, unprobed;
+    atomic_int settled;
     FILE *tmp;            /* being written (dir set) */
     uint64_t sum;         /* FNV-1a 64 of what tmp holds */
     int write_failed;
@@ -62,6 +78,9 @@ struct sio_index_entry {
     struct sio_index_entry *next; /* hash chain */
     sio_index *x;
 };
+
+enum { SRC_READ = 0, SRC_STATE = 1, SRC_SIDECAR = 2 };
+static const char *const src_name[] = {"read", "state", "sidecar"};
 
 struct sio_index {
     pthread_mutex_t mu;
@@ -74,7 +93,7 @@ struct sio_index {
     /* Counters: atomic, so that no entry path takes x->mu (an entry's
      * lock is never held while taking the store's). */
     atomic_uint_fast64_t entries, complete, groups, loaded, built, invalid,
-        write_errors;
+        write_errors, rejected[3], dropped;
     /* Remote directories whose sidecars keep being absent: after
      * SIDECAR_GIVE_UP misses and no hit, a directory is not asked again
      * (each ask is a request to the store, which may throttle). sidemu
@@ -152,12 +171,21 @@ uint32_t sio_index_keyhash(const char *key, size_t len)
 
 /* The parser -------------------------------------------------------------- */
 
-sio_code sio_index_parse(const void *data, size_t len, sio_index_file *out,
-                         sio_error *err)
+/* The smallest group record: 'G', offset, end, bytes, flags, keylen,
+ * nfields and a one-byte key (a bad group has no fields). */
+#define INDEX_RECORD_MIN (1 + 8 + 8 + 8 + 4 + 2 + 2 + 1)
+
+/* Parse data; with size (not UINT64_MAX) the group count the trailer
+ * claims is checked against the shard's size before the groups are
+ * allocated. The trailer is where it must be (the file's last bytes), so
+ * its count is known before the records are read; the records must then
+ * agree with it. */
+static sio_code parse(const void *data, size_t len, uint64_t size,
+                      sio_index_file *out, sio_error *err)
 {
     const unsigned char *p = data, *end = p + len;
     sio_index_group *g = NULL;
-    uint64_t n = 0, cap = 0;
+    uint64_t n = 0, claim, most;
     sio_code rc = SIO_OK;
 
     memset(out, 0, sizeof *out);
@@ -176,6 +204,29 @@ sio_code sio_index_parse(const void *data, size_t len, sio_index_file *out,
                           out->flags);
     out->size = get_u64(p + 16);
     out->mtime = get_u64(p + 24);
+    if (*(end - INDEX_TRAILER_LEN) != 'E')
+        return sio_seterr(err, SIO_ERR_FORMAT, "index without trailer");
+    claim = get_u64(end - INDEX_TRAILER_LEN + 1);
+    most = (len - INDEX_HEADER_LEN - INDEX_TRAILER_LEN) / INDEX_RECORD_MIN;
+    if (claim > most || claim > SIO_INDEX_GROUPS_MAX)
+        return sio_seterr(err, SIO_ERR_FORMAT,
+                          "trailer counts %" PRIu64 " groups, a file of %zu "
+                          "bytes holds at most %" PRIu64, claim, len,
+                          most < SIO_INDEX_GROUPS_MAX
+                              ? most
+                              : (uint64_t)SIO_INDEX_GROUPS_MAX);
+    if (size != UINT64_MAX) {
+        most = size / ((out->flags & SIO_INDEX_STREAM_ONLY)
+                           ? SIO_INDEX_PACKED_GROUP_MIN
+                           : SIO_INDEX_GROUP_SPAN_MIN);
+        if (claim > most)
+            return sio_seterr(err, SIO_ERR_LIMIT,
+                              "index claims %" PRIu64 " groups, a shard of "
+                              "%" PRIu64 " bytes holds at most %" PRIu64,
+                              claim, size, most);
+    }
+    if (claim && !(g = malloc((size_t)claim * sizeof *g)))
+        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
     p += INDEX_HEADER_LEN;
     for (;;) {
         if (p >= end) {
@@ -207,9 +258,9 @@ sio_code sio_index_parse(const void *data, size_t len, sio_index_file *out,
                             (size_t)(p - (const unsigned char *)data));
             goto out;
         }
-        if (n >= SIO_INDEX_GROUPS_MAX) {
-            rc = sio_seterr(err, SIO_ERR_FORMAT, "more than %llu groups",
-                            (unsigned long long)SIO_INDEX_GROUPS_MAX);
+        if (n >= claim) {
+            rc = sio_seterr(err, SIO_ERR_FORMAT,
+                            "more groups than the trailer's %" PRIu64, claim);
             goto out;
         }
         sio_index_group r;
@@ -257,16 +308,6 @@ sio_code sio_index_parse(const void *data, size_t len, sio_index_file *out,
                             "bad group %" PRIu64 " with payload", n);
             goto out;
         }
-        if (n == cap) {
-            uint64_t nc = cap ? cap * 2 : 256;
-            sio_index_group *ng = realloc(g, (size_t)nc * sizeof *ng);
-            if (!ng) {
-                rc = sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
-                goto out;
-            }
-            g = ng;
-            cap = nc;
-        }
         g[n++] = r;
     }
     out->ngroups = n;
@@ -274,6 +315,84 @@ sio_code sio_index_parse(const void *data, size_t len, sio_index_file *out,
     g = NULL;
 out:
     free(g);
+    return rc;
+}
+
+sio_code sio_index_parse(const void *data, size_t len, sio_index_file *out,
+                         sio_error *err)
+{
+    return parse(data, len, UINT64_MAX, out, err);
+}
+
+sio_code sio_index_check(const sio_index_file *f, uint64_t size,
+                         sio_error *err)
+{
+    uint64_t most;
+    if (size == 0 || size == UINT64_MAX)
+        return sio_seterr(err, SIO_ERR_LIMIT, "the shard's size is unknown");
+    if (f->flags & SIO_INDEX_STREAM_ONLY) {
+        /* Offsets are positions in the decompressed stream: only the
+         * count can be held against the compressed size. */
+        most = size / SIO_INDEX_PACKED_GROUP_MIN;
+        if (f->ngroups > most)
+            return sio_seterr(err, SIO_ERR_LIMIT,
+                              "%" PRIu64 " groups in a compressed shard of "
+                              "%" PRIu64 " bytes (at most %" PRIu64 ")",
+                              f->ngroups, size, most);
+        return SIO_OK;
+    }
+    most = size / SIO_INDEX_GROUP_SPAN_MIN;
+    if (f->ngroups > most)
+        return sio_seterr(err, SIO_ERR_LIMIT,
+                          "%" PRIu64 " groups in a shard of %" PRIu64
+                          " bytes (at most %" PRIu64 ")",
+                          f->ngroups, size, most);
+    /* With no gap between groups, every span inside the shard and each at
+     * least a header block plus its payload, the payloads sum to at most
+     * the shard's size. */
+    for (uint64_t i = 0; i < f->ngroups; i++) {
+        const sio_index_group *g = &f->groups[i];
+        int last = i + 1 == f->ngroups;
+        if (g->offset >= size)
+            return sio_seterr(err, SIO_ERR_LIMIT,
+                              "group %" PRIu64 " starts at %" PRIu64
+                              ", past the shard's %" PRIu64 " bytes",
+                              i, g->offset, size);
+        if (last ? g->end != UINT64_MAX : g->end != f->groups[i + 1].offset)
+            return sio_seterr(err, SIO_ERR_LIMIT,
+                              last ? "the last group (%" PRIu64 ") does not "
+                                     "reach the tar's end"
+                                   : "group %" PRIu64 " does not end where "
+                                     "the next one starts",
+                              i);
+        uint64_t span = (last ? size : g->end) - g->offset;
+        if (g->end != UINT64_MAX && g->end > size)
+            return sio_seterr(err, SIO_ERR_LIMIT,
+                              "group %" PRIu64 " ends past the shard's %"
+                              PRIu64 " bytes", i, size);
+        if (span < SIO_INDEX_GROUP_SPAN_MIN ||
+            span - SIO_INDEX_GROUP_SPAN_MIN < g->bytes)
+            return sio_seterr(err, SIO_ERR_LIMIT,
+                              "group %" PRIu64 " holds %" PRIu64 " payload "
+                              "bytes in %" PRIu64 " bytes of tar",
+                              i, g->bytes, span);
+    }
+    return SIO_OK;
+}
+
+sio_code sio_index_parse_for(const void *data, size_t len, uint64_t shard_size,
+                             sio_index_file *out, sio_error *err)
+{
+    sio_code rc;
+    if (shard_size == 0 || shard_size == UINT64_MAX) {
+        memset(out, 0, sizeof *out);
+        return sio_seterr(err, SIO_ERR_LIMIT, "the shard's size is unknown");
+    }
+    rc = parse(data, len, shard_size, out, err);
+    if (rc == SIO_OK && (rc = sio_index_check(out, shard_size, err)) != SIO_OK) {
+        free(out->groups);
+        memset(out, 0, sizeof *out);
+    }
     return rc;
 }
 
@@ -446,14 +565,27 @@ static uint64_t local_mtime(const char *url)
     return (uint64_t)st.st_mtime;
 }
 
-/* Take a parsed file as e's content when it fits the shard (e->mu held). */
-static int entry_adopt(sio_index_entry *e, sio_index_file *f, const char *what)
+/* Log and count a loaded index that is not taken, or is dropped, for a
+ * reason of its own (not a stale file: that is "invalid"). */
+static void note_rejected(sio_index_entry *e, int src, const char *reason)
+{
+    char shown[512];
+    sio_url_redact(e->url, shown, sizeof shown);
+    atomic_fetch_add(&e->x->rejected[src], 1);
+    SIO_LOG(&e->x->log, SIO_LOG_WARN,
+            "event=index_rejected url=%s source=%s reason=\"%s\"", shown,
+            src_name[src], reason);
+}
+
+/* Take a parsed, checked file as e's content when it fits the shard
+ * (e->mu held). */
+static int entry_adopt(sio_index_entry *e, sio_index_file *f, int src)
 {
     sio_index *x = e->x;
     if ((e->size != UINT64_MAX && f->size != UINT64_MAX && f->size != e->size) ||
         (e->mtime && f->mtime && f->mtime != e->mtime)) {
         SIO_LOG(&x->log, SIO_LOG_INFO,
-                "event=index_stale what=%s hash=%.16s", what, e->hash);
+                "event=index_stale what=%s hash=%.16s", src_name[src], e->hash);
         free(f->groups);
         return 0;
     }
@@ -461,12 +593,173 @@ static int entry_adopt(sio_index_entry *e, sio_index_file *f, const char *what)
     e->n = e->cap = f->ngroups;
     e->complete = 1;
     e->stream_only = (f->flags & SIO_INDEX_STREAM_ONLY) != 0;
+    e->src = src;
+    e->confirmed = 0;
     for (uint64_t i = 0; i < e->n; i++) {
         if (!(e->g[i].flags & SIO_INDEX_GROUP_BAD))
             e->good++;
         e->bytes += e->g[i].bytes;
     }
     return 1;
+}
+
+/* The shard's size now: the listing's, else the store's (a stat of a
+ * local file, a HEAD of a remote object). UINT64_MAX when unknown. Asked
+ * only when a file or sidecar was found, so a shard without one costs no
+ * request. */
+static uint64_t shard_size(sio_index_entry *e, sio_io *io)
+{
+    const sio_backend_ops *ops;
+    void *ctx;
+    uint64_t size;
+    if (e->size != UINT64_MAX && e->size != 0)
+        return e->size;
+    if (sio_io_backend(io, e->url, &ops, &ctx, NULL) != SIO_OK || !ops->stat ||
+        ops->stat(ctx, e->url, &size, NULL) != SIO_OK || size == 0 ||
+        size == UINT64_MAX)
+        return UINT64_MAX;
+    return size;
+}
+
+/* What a check read saw of the group it wanted. */
+typedef struct probe {
+    uint64_t want;
+    int got;
+    sio_index_group g;
+} probe;
+
+static void probe_offer(void *ud, uint64_t g, const sio_index_group *grp,
+                        const char *key, size_t keylen,
+                        const sio_index_field *fields, size_t nfields,
+                        int stream_only)
+{
+    probe *p = ud;
+    (void)fields;
+    (void)nfields;
+    (void)stream_only;
+    if (p->got || g != p->want)
+        return;
+    p->g = *grp;
+    p->g.keyhash = sio_index_keyhash(key, keylen);
+    if (p->g.flags & SIO_INDEX_GROUP_BAD)
+        p->g.bytes = 0;
+    p->got = 1;
+}
+
+static void probe_finish(void *ud, uint64_t ngroups)
+{
+    (void)ud;
+    (void)ngroups;
+}
+
+/*
+ * Read group i of the shard as the index says it lies (group 0 from the shard's
+ * start, so that nothing before it goes unseen; another from its offset)
+ * and compare what the reader reports: offset, end (the next group's
+ * offset, or the tar's end), payload bytes, validity and key. For an
+ * empty index, the shard must have no group. 0: agrees; 1: disagrees
+ * (why says how); -1: the shard could not be read (the index is not
+ * taken, and not counted against it).
+ */
+static int probe_group(sio_io *io, struct sio_cache_user *cache,
+                       const char *url, const sio_index_group *groups,
+                       uint64_t ngroups, uint64_t size, uint64_t i, char *why,
+                       size_t len)
+{
+    probe p = {.want = i};
+    sio_group_recorder rec = {probe_offer, probe_finish, &p};
+    sio_shard_at at = {.end = UINT64_MAX, .rec = &rec, .cache = cache,
+                       .size_hint = size};
+    sio_shard *sh = NULL;
+    const sio_sample *s = NULL;
+    sio_code rc;
+    int res = 0;
+    if (i > 0) {
+        /* the last group: from its offset to the shard's end */
+        at.offset = groups[i].offset;
+        at.first_group = at.skip_until = i;
+    } else if (ngroups != 1) {
+        /* the first group and the next one's headers, not the shard (an
+         * index of one group is checked to the shard's end) */
+        uint64_t end = ngroups > 1 ? groups[0].end : 0;
+        if (end < size && size - end > INDEX_PROBE_SLACK)
+            at.end = end + INDEX_PROBE_SLACK;
+    }
+    rc = sio_shard_open_at(io, url, 0, NULL, &at, &sh, NULL);
+    if (rc == SIO_OK) {
+        rc = sio_shard_next(sh, &s);
+        if (rc == SIO_ERR_SAMPLE)
+            rc = SIO_OK; /* a bad group: offered as bad */
+        sio_sample_unref(s);
+    }
+    if (rc != SIO_OK) {
+        /* No tar header where the index says a group starts. */
+        res = i > 0 && rc == SIO_ERR_FORMAT ? 1 : -1;
+        snprintf(why, len, "group %" PRIu64 " cannot be read at offset %"
+                 PRIu64 ": %s", i, at.offset, sh ? sio_shard_errmsg(sh) : "");
+    } else if (ngroups == 0) {
+        if (p.got) {
+            res = 1;
+            snprintf(why, len, "the index is empty, the shard is not");
+        }
+    } else if (!p.got) {
+        res = 1;
+        snprintf(why, len, "no group %" PRIu64 " at offset %" PRIu64, i,
+                 at.offset);
+    } else {
+        const sio_index_group *w = &groups[i];
+        if (p.g.offset != w->offset || p.g.end != w->end ||
+            p.g.bytes != w->bytes || p.g.flags != w->flags ||
+            p.g.keyhash != w->keyhash) {
+            res = 1;
+            snprintf(why, len, "group %" PRIu64 " differs from the shard "
+                     "(offset %" PRIu64 "/%" PRIu64 ", end %" PRIu64 "/%"
+                     PRIu64 ", bytes %" PRIu64 "/%" PRIu64 ", %s key)",
+                     i, w->offset, p.g.offset, w->end, p.g.end, w->bytes,
+                     p.g.bytes, p.g.keyhash == w->keyhash ? "same" : "another");
+        }
+    }
+    sio_shard_close(sh);
+    return res;
+}
+
+/* Is a file's content plausible for e's shard (e->mu held)? The size
+ * from the store (a stat or HEAD when no listing gave one), then the
+ * count, before anything is allocated, then the rules of
+ * sio_index_check. 0: *f holds it; 1: rejected (why); 2: corrupt (why);
+ * -1: cannot tell (why). */
+static int entry_plausible(sio_index_entry *e, sio_io *io, const char *data,
+                           size_t len, sio_index_file *f, char *why,
+                           size_t wlen)
+{
+    sio_error er;
+    uint64_t size = shard_size(e, io);
+    sio_code rc;
+    er.msg[0] = '\0';
+    if (size == UINT64_MAX) {
+        snprintf(why, wlen, "the shard's size is unknown");
+        return -1;
+    }
+    e->size = size;
+    rc = sio_index_parse_for(data, len, size, f, &er);
+    if (rc != SIO_OK) {
+        snprintf(why, wlen, "%s", er.msg);
+        return rc == SIO_ERR_LIMIT ? 1 : rc == SIO_ERR_NOMEM ? -1 : 2;
+    }
+    return 0;
+}
+
+/* Do e's adopted first and last groups agree with a read of the shard
+ * (e->mu held)? 0: yes; 1: no (why); -1: the shard could not be read. */
+static int entry_probe(sio_index_entry *e, sio_io *io,
+                       struct sio_cache_user *cache, char *why, size_t wlen)
+{
+    int res = probe_group(io, cache, e->url, e->g, e->n, e->size, 0, why,
+                          wlen);
+    if (res == 0 && e->n > 1)
+        res = probe_group(io, cache, e->url, e->g, e->n, e->size, e->n - 1,
+                          why, wlen);
+    return res;
 }
 
 /* Read a whole local file (bounded). */
@@ -608,22 +901,34 @@ static void side_result(sio_index *x, sio_io *io, const char *url, int hit)
     pthread_mutex_unlock(&x->sidemu);
 }
 
-/* Try the persisted file, then a sidecar (e->mu held, x->mu not held). */
-static void entry_load(sio_index_entry *e, sio_io *io)
+/* Try the persisted file, then a sidecar (e->mu held, x->mu not held).
+ * Either is taken only when entry_vet finds it fit; a rejected persisted
+ * file is removed (the read that indexes the shard writes a new one). */
+static void entry_load(sio_index_entry *e, sio_io *io, int lazy)
 {
     sio_index *x = e->x;
     sio_index_file f;
-    sio_error er;
     void *data = NULL;
     size_t len = 0;
-    const char *what = NULL;
-    char path[4200];
+    int src = SRC_READ;
+    char path[4200], why[400];
 
-    if (x->dir &&
-        snprintf(path, sizeof path, "%s/%s%s", x->dir, e->hash,
-                 SIO_INDEX_SUFFIX) < (int)sizeof path &&
-        (data = read_file(path, SIO_INDEX_FILE_MAX, &len)) != NULL)
-        what = "state";
+    int have_path = x->dir && snprintf(path, sizeof path, "%s/%s%s", x->dir,
+                                       e->hash, SIO_INDEX_SUFFIX) <
+                                  (int)sizeof path;
+    /* A persisted file of a remote shard of unknown size (no listing: a
+     * brace pattern) would need a HEAD before it could be held against
+     * the shard: that waits for someone who relies on the index
+     * (sio_index_vet); a reader from the start indexes the shard
+     * meanwhile. (A sidecar is asked for only when a listing showed it, or
+     * when told to probe: a request per shard was accepted then.) */
+    if (lazy && have_path && (e->size == UINT64_MAX || e->size == 0) &&
+        !(io && sio_io_url_is_file(io, e->url)) && access(path, F_OK) == 0) {
+        e->deferred = 1;
+        return;
+    }
+    if (have_path && (data = read_file(path, SIO_INDEX_FILE_MAX, &len)) != NULL)
+        src = SRC_STATE;
     if (!data && io && x->sidecars && side_ask(x, io, e->url)) {
         size_t ul = strlen(e->url);
         char *side = malloc(ul + sizeof SIO_INDEX_SUFFIX);
@@ -633,31 +938,114 @@ static void entry_load(sio_index_entry *e, sio_io *io)
             data = read_object(io, side, INDEX_SIDECAR_MAX, &len);
             free(side);
             if (data)
-                what = "sidecar";
+                src = SRC_SIDECAR;
             side_result(x, io, e->url, data != NULL);
         }
     }
     if (!data)
         return;
-    if (sio_index_parse(data, len, &f, &er) != SIO_OK) {
+    /* Without the store there is no size to hold the file against and no
+     * way to read the shard: nothing is taken. */
+    int res = io ? entry_plausible(e, io, data, len, &f, why, sizeof why)
+                 : -1;
+    if (!io)
+        snprintf(why, sizeof why, "no store to check it against");
+    free(data);
+    if (res == 2) {
         SIO_LOG(&x->log, SIO_LOG_WARN,
-                "event=index_invalid what=%s hash=%.16s reason=\"%s\"", what,
-                e->hash, er.msg);
+                "event=index_invalid what=%s hash=%.16s reason=\"%s\"",
+                src_name[src], e->hash, why);
         atomic_fetch_add(&x->invalid, 1);
-        free(data);
         return;
     }
-    free(data);
-    int ok = entry_adopt(e, &f, what);
+    if (res == 1)
+        note_rejected(e, src, why);
+    if (res < 0)
+        SIO_LOG(&x->log, SIO_LOG_INFO,
+                "event=index_unchecked what=%s hash=%.16s reason=\"%s\": the "
+                "shard is indexed by reading it", src_name[src], e->hash, why);
+    if (res != 0) {
+        if (res == 1 && src == SRC_STATE)
+            unlink(path);
+        return;
+    }
+    int ok = entry_adopt(e, &f, src);
     if (ok) {
+        /* a compressed shard's offsets are not byte offsets: its count
+         * was all there was to check */
+        e->unprobed = !e->stream_only;
         atomic_fetch_add(&x->loaded, 1);
         atomic_fetch_add(&x->complete, 1);
         atomic_fetch_add(&x->groups, e->n);
     } else {
         atomic_fetch_add(&x->invalid, 1);
     }
-    if (ok && strcmp(what, "state") == 0)
+    if (ok && src == SRC_STATE)
         e->path = strdup(path);
+}
+
+/* Drop e's loaded groups (e->mu held): e is empty again. */
+static void entry_drop(sio_index_entry *e, const char *reason)
+{
+    sio_index *x = e->x;
+    note_rejected(e, e->src, reason);
+    if (e->path) {
+        unlink(e->path);
+        free(e->path);
+        e->path = NULL;
+    }
+    atomic_fetch_sub(&x->complete, 1);
+    atomic_fetch_sub(&x->groups, e->n);
+    atomic_fetch_add(&x->dropped, 1);
+    free(e->g);
+    e->g = NULL;
+    e->n = e->cap = e->good = e->bytes = 0;
+    e->complete = e->stream_only = 0;
+    e->src = SRC_READ;
+    e->confirmed = 0;
+    e->unprobed = 0;
+    e->gen++;
+}
+
+int sio_index_reject(sio_index_entry *e, const char *reason)
+{
+    int dropped = 0;
+    if (!e)
+        return 0;
+    pthread_mutex_lock(&e->mu);
+    if (e->src != SRC_READ && e->complete) {
+        entry_drop(e, reason);
+        dropped = 1;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return dropped;
+}
+
+void sio_index_vet(sio_index_entry *e, sio_io *io,
+                   struct sio_cache_user *cache)
+{
+    char why[400];
+    if (!e || atomic_load(&e->settled))
+        return;
+    pthread_mutex_lock(&e->mu);
+    if (e->deferred) {
+        e->deferred = 0;
+        if (io && !e->complete && e->n == 0)
+            entry_load(e, io, 0);
+    }
+    if (e->unprobed && e->complete && e->src != SRC_READ) {
+        int res = io ? entry_probe(e, io, cache, why, sizeof why) : -1;
+        if (res == 1)
+            entry_drop(e, why);
+        else if (res < 0)
+            SIO_LOG(&e->x->log, SIO_LOG_INFO,
+                    "event=index_unchecked what=%s hash=%.16s reason=\"%s\": "
+                    "kept, checked by the reads to come", src_name[e->src],
+                    e->hash, io ? why : "no store to check it against");
+    }
+    e->unprobed = 0;
+    atomic_store(&e->settled, 1);
+    pthread_mutex_unlock(&e->mu);
 }
 
 static void rehash(sio_index *x)
@@ -735,7 +1123,8 @@ sio_index_entry *sio_index_get(sio_index *x, sio_io *io, const char *url,
     if (x->n > x->nb * 2)
         rehash(x);
     pthread_mutex_unlock(&x->mu);
-    entry_load(e, io);
+    entry_load(e, io, 1);
+    atomic_store(&e->settled, !e->deferred && !e->unprobed);
     pthread_mutex_unlock(&e->mu);
     return e;
 }
@@ -771,6 +1160,8 @@ void sio_index_get_info(sio_index_entry *e, sio_index_info *info)
     info->bytes = e->bytes;
     info->size = e->size;
     info->mtime = e->mtime;
+    info->hint = e->src != SRC_READ;
+    info->gen = e->gen;
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -838,6 +1229,40 @@ const sio_group_recorder *sio_index_recorder(sio_index_entry *e)
     return e ? &e->rec : NULL;
 }
 
+/* A reader offers group g of a shard whose index was loaded (e->mu
+ * held): agreeing groups read from the start are confirmed one by one;
+ * the first that disagrees drops the loaded groups (then, when g is 0,
+ * the offer starts the index anew). */
+static void hint_offer(sio_index_entry *e, uint64_t g,
+                       const sio_index_group *grp, const char *key,
+                       size_t keylen, int stream_only)
+{
+    char why[300];
+    uint64_t bytes = (grp->flags & SIO_INDEX_GROUP_BAD) ? 0 : grp->bytes;
+    if (g >= e->n) {
+        snprintf(why, sizeof why, "a read found group %" PRIu64 " past the "
+                 "index's %" PRIu64, g, e->n);
+    } else {
+        const sio_index_group *w = &e->g[g];
+        /* A compressed shard's offsets count decompressed bytes: the
+         * readers agree on them, so they are compared as well. */
+        if (w->offset == grp->offset && w->end == grp->end &&
+            w->bytes == bytes && w->flags == grp->flags &&
+            w->keyhash == sio_index_keyhash(key, keylen) &&
+            !stream_only == !e->stream_only) {
+            if (g == e->confirmed)
+                e->confirmed++;
+            return;
+        }
+        snprintf(why, sizeof why, "a read of group %" PRIu64 " disagrees "
+                 "(offset %" PRIu64 "/%" PRIu64 ", bytes %" PRIu64 "/%" PRIu64
+                 ", %s key)", g, w->offset, grp->offset, w->bytes, bytes,
+                 w->keyhash == sio_index_keyhash(key, keylen) ? "same"
+                                                              : "another");
+    }
+    entry_drop(e, why);
+}
+
 void sio_index_offer(sio_index_entry *e, uint64_t g, const sio_index_group *grp,
                      const char *key, size_t keylen,
                      const sio_index_field *fields, size_t nfields,
@@ -846,6 +1271,8 @@ void sio_index_offer(sio_index_entry *e, uint64_t g, const sio_index_group *grp,
     if (!e)
         return;
     pthread_mutex_lock(&e->mu);
+    if (e->complete && e->src != SRC_READ)
+        hint_offer(e, g, grp, key, keylen, stream_only);
     if (e->complete || g != e->n || g >= SIO_INDEX_GROUPS_MAX ||
         keylen == 0 || keylen > SIO_INDEX_KEY_MAX ||
         nfields > SIO_INDEX_FIELDS_MAX) {
@@ -905,6 +1332,20 @@ void sio_index_finish(sio_index_entry *e, uint64_t ngroups)
         return;
     x = e->x;
     pthread_mutex_lock(&e->mu);
+    if (e->complete && e->src != SRC_READ) {
+        /* A read reached the shard's end: a loaded index that counts
+         * other groups is dropped; one whose every group a read from the
+         * start agreed with is the shard's index from now on. */
+        if (ngroups != e->n) {
+            char why[160];
+            snprintf(why, sizeof why, "the shard ends after %" PRIu64
+                     " groups, the index counts %" PRIu64, ngroups, e->n);
+            entry_drop(e, why);
+        } else if (e->confirmed == e->n) {
+            e->src = SRC_READ;
+            e->unprobed = 0;
+        }
+    }
     if (e->complete || ngroups != e->n) {
         pthread_mutex_unlock(&e->mu);
         return;
@@ -950,9 +1391,10 @@ void sio_index_finish(sio_index_entry *e, uint64_t ngroups)
     atomic_fetch_add(&x->groups, n);
 }
 
-sio_code sio_index_build(sio_io *io, const char *url, uint32_t index,
-                         const sio_shard_limits *limits, sio_index_entry *e,
-                         sio_error *err)
+/* One read of the shard from its start, offering every group to e. */
+static sio_code build_pass(sio_io *io, const char *url, uint32_t index,
+                           const sio_shard_limits *limits, sio_index_entry *e,
+                           sio_error *err)
 {
     sio_shard *sh = NULL;
     sio_shard_at at = {.end = UINT64_MAX, .rec = sio_index_recorder(e)};
@@ -976,6 +1418,22 @@ sio_code sio_index_build(sio_io *io, const char *url, uint32_t index,
     return rc;
 }
 
+sio_code sio_index_build(sio_io *io, const char *url, uint32_t index,
+                         const sio_shard_limits *limits, sio_index_entry *e,
+                         sio_error *err)
+{
+    sio_index_info before, after;
+    sio_index_get_info(e, &before);
+    sio_code rc = build_pass(io, url, index, limits, e, err);
+    sio_index_get_info(e, &after);
+    /* A loaded index this read disagreed with was dropped midway, after
+     * the groups before were offered (and taken as agreeing): a second
+     * read from the start records them all. */
+    if (rc == SIO_OK && !after.complete && after.gen != before.gen)
+        rc = build_pass(io, url, index, limits, e, err);
+    return rc;
+}
+
 void sio_index_get_stats(sio_index *x, sio_index_stats *st)
 {
     st->entries = atomic_load(&x->entries);
@@ -985,6 +1443,9 @@ void sio_index_get_stats(sio_index *x, sio_index_stats *st)
     st->built = atomic_load(&x->built);
     st->invalid = atomic_load(&x->invalid);
     st->write_errors = atomic_load(&x->write_errors);
+    st->rejected_state = atomic_load(&x->rejected[SRC_STATE]);
+    st->rejected_sidecar = atomic_load(&x->rejected[SRC_SIDECAR]);
+    st->dropped = atomic_load(&x->dropped);
 }
 
 /* Journals ---------------------------------------------------------------- */
