@@ -71,6 +71,8 @@ typedef struct pfile {
     int fd;             /* -1: free slot */
     int sfd;            /* a cache entry's block sums (-1: a local file) */
     int unverified;     /* extents of it were handed out since a check */
+    sio_cache_carry *carry; /* a cache entry's last checked block (NULL:
+                               a local file) */
     int cached;         /* a shard-cache entry (its bytes are hits) */
     uint64_t used;      /* LRU clock */
 } pfile;
@@ -160,6 +162,8 @@ static void file_close(pfile *f)
         close(f->sfd);
     f->fd = f->sfd = -1;
     f->unverified = 0;
+    free(f->carry);
+    f->carry = NULL;
 }
 
 static sio_code changed(sio_planread *r, const char *url)
@@ -235,6 +239,13 @@ static pfile *file_for(sio_planread *r, uint32_t s, sio_code *rc)
         snprintf(r->err, sizeof r->err,
                  "url=%s is not the file the epoch's plan was made from "
                  "(rewritten or replaced since)", url);
+        return NULL;
+    }
+    if (sfd >= 0 && !(victim->carry = calloc(1, sizeof *victim->carry))) {
+        close(fd);
+        close(sfd);
+        *rc = SIO_ERR_NOMEM;
+        snprintf(r->err, sizeof r->err, "out of memory");
         return NULL;
     }
     victim->fd = fd;
@@ -443,7 +454,8 @@ static sio_code read_item(sio_planread *r, uint64_t t,
     sio_pread_stream_init(&r->ps, f->fd, it->offset, it->end);
     if (f->sfd >= 0)
         sio_pread_stream_checked(&r->ps, r->cfg.cache, url, f->sfd,
-                                 (uint64_t)r->plan->files[it->shard].size);
+                                 (uint64_t)r->plan->files[it->shard].size,
+                                 f->carry);
     /* A small sample: one read of exactly its range. */
     sio_tarp_reset(&r->tp, &r->ps.base, r->buf,
                    large ? PLANREAD_HEADERS : span ? (size_t)span : 1,
@@ -531,7 +543,7 @@ sio_code sio_planread_pread(sio_planread *r, int fd, void *buf, size_t n,
                                                                f->shard),
                                fd, f->sfd,
                                (uint64_t)r->plan->files[f->shard].size, buf,
-                               n, off, r->err, sizeof r->err);
+                               n, off, f->carry, r->err, sizeof r->err);
     }
     unsigned char *p = buf;
     while (n > 0) {

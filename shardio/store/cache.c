@@ -1807,26 +1807,46 @@ sio_code sio_cache_check(sio_cache_user *u, const char *url, int fd, int sfd,
 
 sio_code sio_cache_pread(sio_cache_user *u, const char *url, int fd, int sfd,
                          uint64_t size, void *buf, size_t len, uint64_t off,
-                         char *msg, size_t cap)
+                         sio_cache_carry *carry, char *msg, size_t cap)
 {
     unsigned char pre[CACHE_BLOCK], suf[CACHE_BLOCK];
+    unsigned char *dst = buf;
     uint64_t bad = off / CACHE_BLOCK;
     if (len == 0)
         return SIO_OK;
     uint64_t end = off + len;
     if (end < off || end > size) {
+        if (carry)
+            carry->len = 0;
         snprintf(msg, cap, "url=%s: read at %" PRIu64 " past the cache "
                  "entry's %" PRIu64 " bytes", url, off, size);
         return SIO_ERR_CHANGED;
     }
     uint64_t bs = off - off % CACHE_BLOCK;
+    if (carry && carry->len && carry->blk == bs / CACHE_BLOCK && off > bs &&
+        off - bs < carry->len) {
+        /* The first block was checked by the previous read: its bytes
+         * come from that copy, the rest starts at a block boundary. */
+        size_t n = (size_t)(carry->len - (off - bs));
+        if (n > len)
+            n = len;
+        memcpy(dst, carry->b + (off - bs), n);
+        dst += n;
+        off += n;
+        len -= n;
+        if (len == 0)
+            return SIO_OK;
+        bs = off - off % CACHE_BLOCK;
+    }
+    if (carry)
+        carry->len = 0;
     uint64_t be = end % CACHE_BLOCK ? end - end % CACHE_BLOCK + CACHE_BLOCK
                                     : end;
     if (be > size)
         be = size;
     /* The edges of the first and last blocks come in the same call. */
     struct iovec iov[3] = {{pre, (size_t)(off - bs)},
-                           {buf, len},
+                           {dst, len},
                            {suf, (size_t)(be - end)}};
     size_t total = iov[0].iov_len + len + iov[2].iov_len, done = 0;
     ssize_t r;
@@ -1848,9 +1868,23 @@ sio_code sio_cache_pread(sio_cache_user *u, const char *url, int fd, int sfd,
             at += l;
         }
     }
-    if (check_range(fd, sfd, size, off, buf, len, pre, suf, &bad) == 0)
-        return SIO_OK;
-    return check_failed(u, url, fd, bad, msg, cap);
+    if (check_range(fd, sfd, size, off, dst, len, pre, suf, &bad) != 0)
+        return check_failed(u, url, fd, bad, msg, cap);
+    if (carry && end < be) {
+        /* Keep the checked last block for a read that goes on from end. */
+        uint64_t lb = (end - 1) / CACHE_BLOCK * CACHE_BLOCK;
+        size_t head = (size_t)(end - lb), from_pre = 0;
+        if (lb < off) { /* the block began before this range */
+            from_pre = (size_t)(off - lb);
+            memcpy(carry->b, pre + (lb - bs), from_pre);
+        }
+        memcpy(carry->b + from_pre, dst + (lb + from_pre - off),
+               head - from_pre);
+        memcpy(carry->b + head, suf, (size_t)(be - end));
+        carry->blk = lb / CACHE_BLOCK;
+        carry->len = be - lb;
+    }
+    return SIO_OK;
 }
 
 sio_code sio_cache_open(sio_cache_user *u, const sio_backend_ops *ops,

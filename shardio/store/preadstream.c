@@ -37,7 +37,7 @@ static sio_code pr_read(sio_stream *s, void *buf, size_t cap, size_t *got)
         if (cap > p->size - p->pos)
             cap = (size_t)(p->size - p->pos);
         sio_code rc = sio_cache_pread(p->cu, p->url, p->fd, p->sfd, p->size,
-                                      buf, cap, p->pos, p->err,
+                                      buf, cap, p->pos, p->carry, p->err,
                                       sizeof p->err);
         if (rc)
             return rc;
@@ -99,8 +99,10 @@ void sio_pread_stream_init(pread_stream *p, int fd, uint64_t offset,
 }
 
 void sio_pread_stream_checked(pread_stream *p, struct sio_cache_user *u,
-                              const char *url, int sfd, uint64_t size)
+                              const char *url, int sfd, uint64_t size,
+                              sio_cache_carry *carry)
 {
+    p->carry = carry;
     p->cu = u;
     p->url = url;
     p->sfd = sfd;

@@ -83,6 +83,8 @@ sio_code sio_cache_open(struct sio_cache_user *u, const sio_backend_ops *ops,
                         uint64_t offset, uint64_t end, sio_stream **out,
                         sio_error *err);
 
+#define SIO_CACHE_BLOCK 4096u /* bytes of an entry summed together */
+
 /* A complete shard-cache entry of url that this job has checked: 1, with
  * new read-only descriptors of its bytes in *fd and of its block sums in
  * *sfd when fd is not NULL (a cache hit when count). Every byte read
@@ -101,17 +103,29 @@ sio_code sio_cache_check(struct sio_cache_user *u, const char *url, int fd,
                          int sfd, uint64_t size, uint64_t off,
                          const void *buf, size_t len, char *msg, size_t cap);
 
+/* The last block a checked read ended inside, kept checked so that a
+ * read going on from there (an extent read in pieces) neither reads nor
+ * sums it again. Belongs to one descriptor: its owner sets len to 0 when
+ * it reads another file or closes this one. */
+typedef struct sio_cache_carry {
+    uint64_t blk;   /* block index */
+    uint64_t len;   /* bytes of the block held (0: none) */
+    unsigned char b[SIO_CACHE_BLOCK];
+} sio_cache_carry;
+
 /* Read bytes [off, off + len) of url's entry through fd into buf and
  * check them as sio_cache_check does (the edge blocks' other bytes come
- * in the same preadv). SIO_OK with every byte read, else as
- * sio_cache_check (a file that ends early counts as damaged). */
+ * in the same preadv; with carry, a first block it holds is not read
+ * again, and the last block, when the range ends inside it, is kept).
+ * SIO_OK with every byte read, else as sio_cache_check (a file that ends
+ * early counts as damaged). */
 sio_code sio_cache_pread(struct sio_cache_user *u, const char *url, int fd,
                          int sfd, uint64_t size, void *buf, size_t len,
-                         uint64_t off, char *msg, size_t cap);
+                         uint64_t off, sio_cache_carry *carry, char *msg,
+                         size_t cap);
 
 /* The on-disk formats of the cache (shardio_cache.h), for the loader,
  * tests and the fuzzer. */
-#define SIO_CACHE_BLOCK 4096u   /* bytes summed together */
 #define SIO_CACHE_SUMS_HDR 32u  /* the sums file's header */
 #define SIO_CACHE_URL_MAX 8192u /* longest URL an entry keeps */
 /* The sums header of an object of size bytes. */
@@ -194,6 +208,7 @@ struct pread_stream {
     const char *url;
     int sfd;
     uint64_t size;
+    sio_cache_carry *carry; /* may be NULL */
 };
 void sio_pread_stream_init(pread_stream *p, int fd, uint64_t offset,
                            uint64_t end);
@@ -201,7 +216,8 @@ void sio_pread_stream_init(pread_stream *p, int fd, uint64_t offset,
  * entry (of size bytes; sums in sfd, from sio_io_open_fd_checked); a
  * block that fails is SIO_ERR_CHANGED. u and url must outlive p's use. */
 void sio_pread_stream_checked(pread_stream *p, struct sio_cache_user *u,
-                              const char *url, int sfd, uint64_t size);
+                              const char *url, int sfd, uint64_t size,
+                              sio_cache_carry *carry);
 
 /* A stream over bytes in memory (not copied: data must outlive it). */
 sio_code sio_stream_memory(const void *data, size_t len, sio_stream **out);

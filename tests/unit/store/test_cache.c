@@ -911,7 +911,7 @@ static void test_checked_pread(const char *dir)
     for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
         memset(buf, 0, sizeof buf);
         CHECK(sio_cache_pread(u, "fake://cp", fd, sfd, 50000, buf,
-                              (size_t)at[i][1], at[i][0], msg,
+                              (size_t)at[i][1], at[i][0], NULL, msg,
                               sizeof msg) == SIO_OK);
         CHECK(memcmp(buf, want + at[i][0], (size_t)at[i][1]) == 0);
         CHECK(sio_cache_check(u, "fake://cp", fd, sfd, 50000, at[i][0],
@@ -919,16 +919,30 @@ static void test_checked_pread(const char *dir)
                               sizeof msg) == SIO_OK);
     }
     CHECK(sio_cache_pread(u, "fake://cp", fd, sfd, 50000, buf, 2, 49999,
-                          msg, sizeof msg) == SIO_ERR_CHANGED);
+                          NULL, msg, sizeof msg) == SIO_ERR_CHANGED);
+    /* An extent read in pieces that do not fall on blocks, with the
+     * carried block. */
+    static sio_cache_carry carry;
+    static unsigned char whole[50000];
+    for (size_t step = 1000; step <= 13000; step += 3000) {
+        carry.len = 0;
+        memset(whole, 0, sizeof whole);
+        for (uint64_t o = 123; o < 50000; o += step) {
+            size_t n = 50000 - o < step ? (size_t)(50000 - o) : step;
+            CHECK(sio_cache_pread(u, "fake://cp", fd, sfd, 50000, whole + o,
+                                  n, o, &carry, msg, sizeof msg) == SIO_OK);
+        }
+        CHECK(memcmp(whole + 123, want + 123, 50000 - 123) == 0);
+    }
     CHECK_EQ_U64(corrupt_count(c), 0);
     /* One byte outside the range read, inside its last block. */
     char p[4096];
     CHECK(entry_file(dir, "fake://cp", ".data", p, sizeof p));
     flip(p, -1, 12287, 1);
-    CHECK(sio_cache_pread(u, "fake://cp", fd, sfd, 50000, buf, 100, 0, msg,
-                          sizeof msg) == SIO_OK);
+    CHECK(sio_cache_pread(u, "fake://cp", fd, sfd, 50000, buf, 100, 0, NULL,
+                          msg, sizeof msg) == SIO_OK);
     CHECK(sio_cache_pread(u, "fake://cp", fd, sfd, 50000, buf, 10, 8200,
-                          msg, sizeof msg) == SIO_ERR_CHANGED);
+                          NULL, msg, sizeof msg) == SIO_ERR_CHANGED);
     CHECK(strstr(msg, "block 2") != NULL);
     CHECK_EQ_U64(corrupt_count(c), 1);
     CHECK(sio_cache_entry_fd(u, "fake://cp", NULL, NULL, 0) == 0);
