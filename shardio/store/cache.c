@@ -455,9 +455,10 @@ static int pwrite_full(int fd, const void *buf, size_t n, uint64_t off)
 static int check_range(int dfd, int sfd, uint64_t size, uint64_t off,
                        const unsigned char *buf, size_t len,
                        const unsigned char *pre, const unsigned char *suf,
-                       uint64_t *bad)
+                       sio_cache_carry *cr, uint64_t *bad)
 {
-    unsigned char edge[CACHE_BLOCK], raw[CHECK_SUMS_BATCH * 4];
+    unsigned char edge[CACHE_BLOCK], batch[CHECK_SUMS_BATCH * 4];
+    const unsigned char *raw;
     if (len == 0)
         return 0;
     uint64_t end = off + len;
@@ -468,11 +469,32 @@ static int check_range(int dfd, int sfd, uint64_t size, uint64_t off,
     uint64_t b1 = (end - 1) / CACHE_BLOCK;
     for (uint64_t b = off / CACHE_BLOCK; b <= b1;) {
         uint64_t ns = b1 - b + 1;
-        if (ns > CHECK_SUMS_BATCH)
-            ns = CHECK_SUMS_BATCH;
         *bad = b;
-        if (pread_full(sfd, raw, (size_t)ns * 4, SUMS_HDR + b * 4) != 0)
-            return 1;
+        if (cr) {
+            /* From the reader's window of sums, loaded when b is not in. */
+            if (b < cr->sw_first || b - cr->sw_first >= cr->sw_n) {
+                uint64_t first = b - b % SIO_CACHE_SUMS_WINDOW;
+                ssize_t r;
+                cr->sw_n = 0;
+                do
+                    r = pread(sfd, cr->sw, sizeof cr->sw,
+                              (off_t)(SUMS_HDR + first * 4));
+                while (r < 0 && errno == EINTR);
+                if (r < 0 || (uint64_t)r / 4 <= b - first)
+                    return 1;
+                cr->sw_first = first;
+                cr->sw_n = (uint64_t)r / 4;
+            }
+            raw = cr->sw + 4 * (b - cr->sw_first);
+            if (ns > cr->sw_first + cr->sw_n - b)
+                ns = cr->sw_first + cr->sw_n - b;
+        } else {
+            if (ns > CHECK_SUMS_BATCH)
+                ns = CHECK_SUMS_BATCH;
+            if (pread_full(sfd, batch, (size_t)ns * 4, SUMS_HDR + b * 4) != 0)
+                return 1;
+            raw = batch;
+        }
         for (uint64_t k = 0; k < ns; k++, b++) {
             uint64_t bs = b * CACHE_BLOCK;
             uint64_t be = bs + CACHE_BLOCK < size ? bs + CACHE_BLOCK : size;
@@ -1555,7 +1577,7 @@ static size_t read_entry(cstream *s, entry *e, uint64_t have, void *buf,
             n -= n % CACHE_BLOCK;
         io = pread_full(e->fd, buf, n, s->pos) != 0;
         damaged = !io && check_range(e->fd, e->sfd, e->size, s->pos, buf, n,
-                                     NULL, NULL, &bad);
+                                     NULL, NULL, NULL, &bad);
         if (!io && !damaged)
             return n;
     } else {
@@ -1563,7 +1585,8 @@ static size_t read_entry(cstream *s, entry *e, uint64_t have, void *buf,
             s->blk_len = 0;
             io = pread_full(e->fd, s->blk, (size_t)(be - bs), bs) != 0;
             damaged = !io && check_range(e->fd, e->sfd, e->size, bs, s->blk,
-                                         (size_t)(be - bs), NULL, NULL, &bad);
+                                         (size_t)(be - bs), NULL, NULL, NULL,
+                                         &bad);
             if (!io && !damaged) {
                 s->blk_at = bs;
                 s->blk_len = be - bs;
@@ -1800,7 +1823,7 @@ sio_code sio_cache_check(sio_cache_user *u, const char *url, int fd, int sfd,
                          size_t len, char *msg, size_t cap)
 {
     uint64_t bad = 0;
-    if (check_range(fd, sfd, size, off, buf, len, NULL, NULL, &bad) == 0)
+    if (check_range(fd, sfd, size, off, buf, len, NULL, NULL, NULL, &bad) == 0)
         return SIO_OK;
     return check_failed(u, url, fd, bad, msg, cap);
 }
@@ -1868,7 +1891,7 @@ sio_code sio_cache_pread(sio_cache_user *u, const char *url, int fd, int sfd,
             at += l;
         }
     }
-    if (check_range(fd, sfd, size, off, dst, len, pre, suf, &bad) != 0)
+    if (check_range(fd, sfd, size, off, dst, len, pre, suf, carry, &bad) != 0)
         return check_failed(u, url, fd, bad, msg, cap);
     if (carry && end < be) {
         /* Keep the checked last block for a read that goes on from end. */

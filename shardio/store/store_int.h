@@ -103,14 +103,20 @@ sio_code sio_cache_check(struct sio_cache_user *u, const char *url, int fd,
                          int sfd, uint64_t size, uint64_t off,
                          const void *buf, size_t len, char *msg, size_t cap);
 
-/* The last block a checked read ended inside, kept checked so that a
- * read going on from there (an extent read in pieces) neither reads nor
- * sums it again. Belongs to one descriptor: its owner sets len to 0 when
- * it reads another file or closes this one. */
+/* What a reader of one entry descriptor keeps between checked reads:
+ * the last block a read ended inside, checked, so that a read going on
+ * from there (an extent read in pieces) neither reads nor sums it again;
+ * and a window of the entry's sums (those of 4 MiB of data), so that
+ * reads near each other read the sums once. A complete entry's sums never
+ * change. Belongs to one descriptor: zero it (calloc) for a new one. */
+#define SIO_CACHE_SUMS_WINDOW 1024u
 typedef struct sio_cache_carry {
     uint64_t blk;   /* block index */
     uint64_t len;   /* bytes of the block held (0: none) */
     unsigned char b[SIO_CACHE_BLOCK];
+    uint64_t sw_first;  /* block of the window's first sum */
+    uint64_t sw_n;      /* sums in the window (0: none) */
+    unsigned char sw[SIO_CACHE_SUMS_WINDOW * 4];
 } sio_cache_carry;
 
 /* Read bytes [off, off + len) of url's entry through fd into buf and

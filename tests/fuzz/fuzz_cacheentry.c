@@ -140,7 +140,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
      * the first kept: the same bytes when both pass. */
     static sio_cache_carry carry;
     size_t half = len / 2;
-    carry.len = 0;
+    memset(&carry, 0, sizeof carry);
     got = sio_cache_pread(user, "fuzz://x", dfd, sfd, dlen, buf, half, off,
                           &carry, msg, sizeof msg) == SIO_OK &&
           sio_cache_pread(user, "fuzz://x", dfd, sfd, dlen, buf + half,

@@ -925,7 +925,7 @@ static void test_checked_pread(const char *dir)
     static sio_cache_carry carry;
     static unsigned char whole[50000];
     for (size_t step = 1000; step <= 13000; step += 3000) {
-        carry.len = 0;
+        memset(&carry, 0, sizeof carry);
         memset(whole, 0, sizeof whole);
         for (uint64_t o = 123; o < 50000; o += step) {
             size_t n = 50000 - o < step ? (size_t)(50000 - o) : step;
