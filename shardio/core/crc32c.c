@@ -23,8 +23,9 @@
 #endif
 
 #define POLY 0x82F63B78u
-/* Bytes per lane of the interleaved loop (a multiple of 8). */
-#define LANE 1024u
+/* Bytes per lane of the interleaved loop (a multiple of 8): three lanes
+ * cover a 4 KiB block (the cache's) but for 16 bytes. */
+#define LANE 1360u
 
 static uint32_t tab[8][256];
 /* shift[k][b]: the register b << 8k followed by LANE zero bytes. */
