@@ -11,7 +11,15 @@ run in turn, R rounds, and the report gives medians (core-seconds per GB
 of payload) and the hit / store-read ratio measured in the same rounds.
 
     /usr/bin/python3 bench/cache_cpu.py [--rounds 3] [--epochs 4]
-        [--data DIR] [--out bench/results/cache-cpu-DATE]
+        [--data DIR | --size BYTES --samples-per-shard N]
+        [--compare OTHER_SHARDCASTD] [--plane auto|stream]
+        [--out bench/results/cache-cpu-DATE]
+
+What the cache's block checks cost: --compare names a second shardcastd
+built without them (e.g. from the commit before they came); its cache
+ways run in the same rounds, and the report adds the hits' cost with
+checks against without. --size 1024 measures small samples (the checks'
+edge blocks and extra reads weigh most there).
 
 Needs nginx and a built shardcastd (SHARDCAST_BIN or build/shardcastd).
 Nothing but 127.0.0.1 is used.
@@ -98,12 +106,13 @@ def read_epoch(url, epoch, world):
     return sum(got)
 
 
-def run_way(binary, source, extra, epochs, world):
+def run_way(binary, source, extra, epochs, world, plane):
     """[(epoch, payload bytes, server cpu s, wall s)] of one server."""
     p = subprocess.Popen(
         [binary, "--job", "train", "--source", source, "--port", "0",
          "--seed", "1", "--prefetch", "false", "--log-level", "warn",
-         *extra], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+         "--data-plane", plane, *extra], stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
         text=True)
     line = p.stdout.readline()
     if not line.startswith("listening="):
@@ -128,7 +137,12 @@ def main():
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--data", help="dataset directory (default: generate "
-                    "16 shards x 100 samples of ~100 KiB)")
+                    "16 shards x --samples-per-shard samples of ~--size)")
+    ap.add_argument("--size", type=int, default=102400)
+    ap.add_argument("--samples-per-shard", type=int, default=100)
+    ap.add_argument("--compare", help="another shardcastd (without the "
+                    "cache's block checks) whose cache ways run alongside")
+    ap.add_argument("--plane", default="auto", choices=("auto", "stream"))
     ap.add_argument("--out", default=str(
         REPO / "bench" / "results" /
         ("cache-cpu-" + datetime.date.today().isoformat())))
@@ -143,29 +157,35 @@ def main():
             subprocess.run(["/usr/bin/python3",
                             str(REPO / "tests" / "tools" / "mkwds.py"),
                             "--out", data, "--shards", "16",
-                            "--samples-per-shard", "100", "--size",
-                            "102400", "--seed", "7", "--prefix", "shard"],
+                            "--samples-per-shard", str(a.samples_per_shard),
+                            "--size", str(a.size), "--seed", "7",
+                            "--prefix", "shard"],
                            check=True, stdout=subprocess.DEVNULL)
         shards = sorted(f for f in os.listdir(data) if f.endswith(".tar"))
         ng = Nginx(data, work)
         try:
             http = " :: ".join("http://127.0.0.1:%d/%s" % (ng.port, s)
                                for s in shards)
+            disk = ["--cache-bytes", "64GiB", "--cache-dir", ""]
+            mem = ["--cache-bytes", "64GiB"]
             ways = {
-                "file": (data, []),
-                "http": (http, []),
-                "http+cache(disk)": (http, ["--cache-bytes", "64GiB",
-                                            "--cache-dir", ""]),
-                "http+cache(memory)": (http, ["--cache-bytes", "64GiB"]),
+                "file": (binary, data, []),
+                "http": (binary, http, []),
+                "http+cache(disk)": (binary, http, disk),
+                "http+cache(memory)": (binary, http, mem),
             }
+            if a.compare:
+                ways["http+cache(disk) no checks"] = (a.compare, http, disk)
+                ways["http+cache(memory) no checks"] = (a.compare, http, mem)
             rows = {k: [] for k in ways}
             for rnd in range(a.rounds):
-                for name, (src, extra) in ways.items():
+                for name, (exe, src, extra) in ways.items():
                     extra = list(extra)
                     if "--cache-dir" in extra:
-                        d = work / ("cache-%d" % rnd)
+                        d = work / ("cache-%d-%s" % (rnd, len(name)))
                         extra[extra.index("--cache-dir") + 1] = str(d)
-                    res = run_way(binary, src, extra, a.epochs, a.world)
+                    res = run_way(exe, src, extra, a.epochs, a.world,
+                                  a.plane)
                     rows[name].extend(dict(round=rnd, epoch=e, bytes=b,
                                            cpu_s=c, wall_s=w)
                                       for e, b, c, w in res)
@@ -193,17 +213,44 @@ def main():
         "cache memory, later epochs (hits)": med("http+cache(memory)",
                                                  lambda e: e > 0),
     }
+    if a.compare:
+        summary["cache disk, hits, no checks"] = med(
+            "http+cache(disk) no checks", lambda e: e > 0)
+        summary["cache memory, hits, no checks"] = med(
+            "http+cache(memory) no checks", lambda e: e > 0)
     ratio = {k: v / summary["http (store read)"] for k, v in summary.items()}
+    cost = {}
+    if a.compare:
+        # The checks' cost: per round, hits with checks over hits without
+        # (the same round: the machine's load alike), then the median.
+        for kind in ("disk", "memory"):
+            per = []
+            for rnd in range(a.rounds):
+                def cps(name):
+                    v = [r["cpu_s"] / (r["bytes"] / 1e9) for r in rows[name]
+                         if r["round"] == rnd and r["epoch"] > 0]
+                    return statistics.median(v) if v else None
+                w = cps("http+cache(%s)" % kind)
+                wo = cps("http+cache(%s) no checks" % kind)
+                if w and wo:
+                    per.append(w / wo - 1)
+            cost[kind] = statistics.median(per) if per else None
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(
         {"rounds": a.rounds, "epochs": a.epochs, "world": a.world,
-         "summary_core_s_per_gb": summary, "ratio_to_store_read": ratio,
+         "size": a.size, "samples_per_shard": a.samples_per_shard,
+         "plane": a.plane, "summary_core_s_per_gb": summary,
+         "ratio_to_store_read": ratio, "checks_cost": cost,
          "rows": rows}, indent=1))
     lines = ["| way | server core-s per GB (median) | x store read |",
              "|---|--:|--:|"]
     for k, v in summary.items():
         lines.append("| %s | %.2f | %.2f |" % (k, v, ratio[k]))
+    for kind, v in cost.items():
+        if v is not None:
+            lines.append("| checks' cost, %s hits (median of rounds) | "
+                         "%+.1f%% | |" % (kind, 100 * v))
     (out / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -4,7 +4,7 @@
  *
  * Entries are whole objects (shards) from http(s):// and s3:// sources,
  * keyed by URL and checked by validator (the store's ETag, else
- * Last-Modified) and size. They live in files under a directory (kept
+ * Last-Modified) and size, their bytes by block checksums (below). They live in files under a directory (kept
  * across restarts) or, without one, in memory (memfd). A shard is filled
  * by one background transfer however many readers want it at once
  * (single-flight); readers follow the fill as it is written, so nobody
@@ -14,6 +14,34 @@
  * metadata says it is there (metadata written to a temporary file, fsync'd
  * and renamed), so a killed process never leaves an entry that serves
  * bytes the store did not send.
+ *
+ * Integrity: nothing read back from an entry is trusted without its
+ * checksum. Each entry's bytes are cut into blocks of 4 KiB (the last one
+ * shorter) and each block carries a CRC-32C, computed by the fill as it
+ * writes the block. The sums sit beside the data ("<id>.sums" in the
+ * directory, a second memfd in memory) in this format, little-endian:
+ *   bytes 0..7    magic "SCSUMS1\n"
+ *   bytes 8..11   format version (1)
+ *   bytes 12..15  block size (4096; another is not this format)
+ *   bytes 16..23  the object's size
+ *   bytes 24..27  zero
+ *   bytes 28..31  CRC-32C of bytes 0..27
+ *   then one CRC-32C per block, block i at 32 + 4 * i.
+ * The fill writes a block's sum before readers may read the block (bytes
+ * are published at block boundaries), and fsyncs the sums with the data
+ * before the metadata says those bytes are durable; a partial entry
+ * resumes at a block boundary. Every read of entry bytes, by the cache's
+ * streams and by the plan's readers of its descriptors, checks the blocks
+ * it returns (reading the rest of an edge block a range cuts). A block
+ * that fails its sum (or cannot be read) drops the entry: the reader
+ * goes on from the store at the same position (a stream) or fails the
+ * sample as changed (the plan, whose consumer retries), a later open
+ * fills the entry again, and the failure is counted (`corrupt`) and
+ * logged (event=cache_corrupt). At start-up an entry whose metadata or
+ * sums header does not parse, or whose sums do not belong to its object,
+ * is removed; one whose sums or data stop short is cut back to the last
+ * block both cover (and filled again from there when used). The data
+ * itself is checked when it is read, not at start-up.
  *
  * Validation: a job (sio_cache_user) checks each entry once before it
  * uses it: with a HEAD to the store (0 body bytes) unless the job itself
@@ -96,6 +124,8 @@ typedef struct sio_cache_stats {
     uint64_t validations;    /* HEAD requests made to check an entry */
     uint64_t write_errors;   /* cache storage failures (the entry is
                                 dropped; readers go to the store) */
+    uint64_t corrupt;        /* reads of entry bytes that failed their
+                                block checksum (the entry is dropped) */
 } sio_cache_stats;
 
 void sio_cache_get_stats(const sio_cache *c, sio_cache_stats *st);

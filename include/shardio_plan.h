@@ -140,8 +140,8 @@ sio_code sio_planread_open(sio_io *io, const sio_shardlist *list,
  * until the next call or close, never to be unreferenced. *ext is NULL
  * when its payload is in memory; otherwise ext[i] says where field i's
  * bytes lie (ext[i].fd >= 0: in that file at that offset, and the field's
- * data pointer is NULL): the caller reads them (pread) and then calls
- * sio_planread_verify before it hands them on.
+ * data pointer is NULL): the caller reads them (sio_planread_pread) and
+ * then calls sio_planread_verify before it hands them on.
  * SIO_ERR_CHANGED: a shard changed, shrank or vanished under the plan,
  * SIO_ERR_BUSY: the process is out of file descriptors (the plan is
  * still good: come back later), SIO_ERR_UNSUPPORTED: a shard is not
@@ -151,6 +151,13 @@ sio_code sio_planread_open(sio_io *io, const sio_shardlist *list,
  */
 sio_code sio_planread_next(sio_planread *r, const sio_sample **out,
                            const sio_extent **ext);
+/* Read n bytes of an extent (fd and offset from sio_planread_next) into
+ * buf: SIO_OK, or SIO_ERR_CHANGED when the file ended early or a shard
+ * cache entry's bytes failed their block check (the entry is dropped;
+ * sio_planread_errmsg says why). Read extents this way, then call
+ * sio_planread_verify. */
+sio_code sio_planread_pread(sio_planread *r, int fd, void *buf, size_t n,
+                            uint64_t off);
 /* Have the files whose extents were handed out since the last check kept
  * their identity? SIO_OK, or SIO_ERR_CHANGED: the bytes read from them
  * since may not be the indexed ones (sio_planread_errmsg). */
@@ -168,7 +175,9 @@ void sio_planread_close(sio_planread *r);
  * duplicate of a complete shard-cache entry for http(s) and s3 objects
  * that this job's cache view has checked. SIO_ERR_UNSUPPORTED: no such
  * place (an object store without a complete cache entry, a virtual
- * shard). The caller closes *fd.
+ * shard). The caller closes *fd. The bytes of a cache entry read through
+ * it are not checked against the entry's block sums (shardio_cache.h):
+ * libshardio's own readers (sio_planread) use a form that checks them.
  */
 sio_code sio_io_open_fd(sio_io *io, struct sio_cache_user *cache,
                         const char *url, int *fd, sio_error *err);

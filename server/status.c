@@ -298,7 +298,7 @@ static json_t *cache_json(sc_jobs *j)
     sio_cache_get_stats(j->cache, &cs);
     return json_pack(
         "{s:o, s:o, s:o, s:o, s:o, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
-        "s:o, s:o}",
+        "s:o, s:o, s:o}",
         "budget_bytes", jint(cs.budget), "used_bytes", jint(cs.used_bytes),
         "data_bytes", jint(cs.data_bytes), "entries", jint(cs.entries),
         "complete", jint(cs.complete), "fills", (json_int_t)cs.fills, "hits",
@@ -306,7 +306,7 @@ static json_t *cache_json(sc_jobs *j)
         jint(cs.hit_bytes), "miss_bytes", jint(cs.miss_bytes), "store_bytes",
         jint(cs.store_bytes), "evictions", jint(cs.evictions), "stale",
         jint(cs.stale), "rejected", jint(cs.rejected), "validations",
-        jint(cs.validations));
+        jint(cs.validations), "corrupt", jint(cs.corrupt));
 }
 
 static json_t *job_json(sc_jobs *j, sc_job *job, sio_feed_consumer *cons,
@@ -573,6 +573,10 @@ static void cache_metrics(sc_jobs *j, sc_prom *p)
     scalar(p, "shardcast_cache_validations_total", "counter",
            "HEAD requests made to check an entry against the store.",
            cs.validations);
+    scalar(p, "shardcast_cache_corrupt_total", "counter",
+           "Reads of cache entry bytes that failed their block checksum "
+           "(the entry is dropped and read again from the store).",
+           cs.corrupt);
     scalar(p, "shardcast_cache_errors_total", "counter",
            "Cache storage failures (the entry is dropped, readers go to "
            "the store).", cs.write_errors);

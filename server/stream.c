@@ -198,21 +198,14 @@ static void segments_done(sc_stream *s)
 }
 
 /* Read a file segment's next k bytes into dst (pread: the one copy the
- * payload makes before the socket). 0, or -1 when the file ended early or
- * failed (it changed under the plan). */
+ * payload makes before the socket; a shard-cache entry's bytes are
+ * checked against its block sums as they are read). 0, or -1 when the
+ * file ended early, failed or failed its check (it changed under the
+ * plan). */
 static int read_extent(sc_stream *s, const seg *g, char *dst, size_t k)
 {
-    uint64_t at = g->foff + s->segoff;
-    while (k > 0) {
-        ssize_t r = pread(g->fd, dst, k, (off_t)at);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        dst += r;
-        k -= (size_t)r;
-        at += (uint64_t)r;
-    }
+    if (sio_planread_pread(s->plan, g->fd, dst, k, g->foff + s->segoff))
+        return -1;
     s->file_read = 1;
     return 0;
 }

@@ -33,6 +33,12 @@
  * change too. The sample must also be the indexed one: the same key hash,
  * payload size and group.
  *
+ * Cache entries: a shard held by the shard cache is read through its
+ * entry's descriptor and every byte is checked against the entry's block
+ * sums as it is read (the tar reader's preads, the extents by
+ * sio_planread_pread, the range the shard reader fallback reads); a
+ * block that fails drops the entry and fails the sample as changed.
+ *
  * Threading: one thread at a time. Ownership: the reader owns its
  * descriptors, its buffer and the sample it hands out (valid until the
  * next call), and holds a reference on the plan.
@@ -40,6 +46,7 @@
 #include "shardio_plan.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,7 +69,10 @@
 typedef struct pfile {
     uint32_t shard;
     int fd;             /* -1: free slot */
+    int sfd;            /* a cache entry's block sums (-1: a local file) */
     int unverified;     /* extents of it were handed out since a check */
+    sio_cache_carry *carry; /* a cache entry's last checked block (NULL:
+                               a local file) */
     int cached;         /* a shard-cache entry (its bytes are hits) */
     uint64_t used;      /* LRU clock */
 } pfile;
@@ -139,9 +149,21 @@ sio_code sio_planread_open(sio_io *io, const sio_shardlist *list,
                                  cfg->world, cfg->policy);
     r->k = cfg->start;
     for (size_t i = 0; i < SIO_PLANREAD_FILES; i++)
-        r->files[i].fd = -1;
+        r->files[i].fd = r->files[i].sfd = -1;
     *out = r;
     return SIO_OK;
+}
+
+static void file_close(pfile *f)
+{
+    if (f->fd >= 0)
+        close(f->fd);
+    if (f->sfd >= 0)
+        close(f->sfd);
+    f->fd = f->sfd = -1;
+    f->unverified = 0;
+    free(f->carry);
+    f->carry = NULL;
 }
 
 static sio_code changed(sio_planread *r, const char *url)
@@ -161,10 +183,8 @@ sio_code sio_planread_verify(sio_planread *r)
             continue;
         if (fstat(f->fd, &now) != 0 ||
             !plan_file_same(r->plan, f->shard, &now)) {
-            f->unverified = 0;
             rc = changed(r, sio_shardlist_url(r->list, f->shard));
-            close(f->fd);
-            f->fd = -1;
+            file_close(f);
         }
     }
     return rc;
@@ -184,23 +204,17 @@ static pfile *file_for(sio_planread *r, uint32_t s, sio_code *rc)
         if (f->fd < 0 || (victim->fd >= 0 && f->used < victim->used))
             victim = f;
     }
-    if (victim->fd >= 0)
-        close(victim->fd);
-    victim->fd = -1;
-    victim->unverified = 0;
+    file_close(victim);
     sio_error e = {SIO_OK, ""};
     const char *url = sio_shardlist_url(r->list, s);
-    int fd = -1;
-    *rc = sio_io_open_fd(r->io, r->cfg.cache, url, &fd, &e);
+    int fd = -1, sfd = -1;
+    *rc = sio_io_open_fd_checked(r->io, r->cfg.cache, url, &fd, &sfd, &e);
     if (*rc == SIO_ERR_BUSY) {
         /* Out of descriptors: give back this reader's others, once. */
         for (size_t i = 0; i < SIO_PLANREAD_FILES; i++)
-            if (r->files[i].fd >= 0) {
-                close(r->files[i].fd);
-                r->files[i].fd = -1;
-                r->files[i].unverified = 0;
-            }
-        *rc = sio_io_open_fd(r->io, r->cfg.cache, url, &fd, &e);
+            file_close(&r->files[i]);
+        *rc = sio_io_open_fd_checked(r->io, r->cfg.cache, url, &fd, &sfd,
+                                     &e);
     }
     if (*rc) {
         if (*rc == SIO_ERR_NOTFOUND)
@@ -211,19 +225,31 @@ static pfile *file_for(sio_planread *r, uint32_t s, sio_code *rc)
     struct stat st;
     if (fstat(fd, &st) != 0) {
         close(fd);
+        if (sfd >= 0)
+            close(sfd);
         *rc = SIO_ERR_IO;
         snprintf(r->err, sizeof r->err, "url=%s: cannot stat", url);
         return NULL;
     }
     if (!plan_file_same(r->plan, s, &st)) {
         close(fd);
+        if (sfd >= 0)
+            close(sfd);
         *rc = SIO_ERR_CHANGED;
         snprintf(r->err, sizeof r->err,
                  "url=%s is not the file the epoch's plan was made from "
                  "(rewritten or replaced since)", url);
         return NULL;
     }
+    if (sfd >= 0 && !(victim->carry = calloc(1, sizeof *victim->carry))) {
+        close(fd);
+        close(sfd);
+        *rc = SIO_ERR_NOMEM;
+        snprintf(r->err, sizeof r->err, "out of memory");
+        return NULL;
+    }
     victim->fd = fd;
+    victim->sfd = sfd;
     victim->shard = s;
     victim->used = ++r->clock;
     victim->cached = r->cfg.cache && !sio_io_url_is_file(r->io, url);
@@ -426,18 +452,29 @@ static sio_code read_item(sio_planread *r, uint64_t t,
     uint64_t span = end - it->offset;
     int large = span > r->bufcap;
     sio_pread_stream_init(&r->ps, f->fd, it->offset, it->end);
+    if (f->sfd >= 0)
+        sio_pread_stream_checked(&r->ps, r->cfg.cache, url, f->sfd,
+                                 (uint64_t)r->plan->files[it->shard].size,
+                                 f->carry);
     /* A small sample: one read of exactly its range. */
     sio_tarp_reset(&r->tp, &r->ps.base, r->buf,
                    large ? PLANREAD_HEADERS : span ? (size_t)span : 1,
                    it->offset);
     rc = collect(r, it, url, large, f->fd);
+    if (rc == SIO_ERR_UNSUPPORTED && f->sfd >= 0)
+        /* The shard reader reads the descriptor itself: the range is
+         * checked first (a cache file is never written once complete). */
+        rc = sio_cache_check(r->cfg.cache, url, f->fd, f->sfd,
+                             (uint64_t)r->plan->files[it->shard].size,
+                             it->offset, NULL, (size_t)span, r->err,
+                             sizeof r->err) == SIO_OK ? SIO_ERR_UNSUPPORTED
+                                                       : SIO_ERR_CHANGED;
     if (rc == SIO_ERR_UNSUPPORTED)
         rc = read_by_shard(r, it, url, f->fd);
     /* What was read so far: was the file written to meanwhile? */
     if (fstat(f->fd, &now) != 0 ||
         !plan_file_same(r->plan, it->shard, &now)) {
-        close(f->fd);
-        f->fd = -1;
+        file_close(f);
         return changed(r, url);
     }
     if (rc)
@@ -495,6 +532,37 @@ sio_code sio_planread_next(sio_planread *r, const sio_sample **out,
     return rc;
 }
 
+sio_code sio_planread_pread(sio_planread *r, int fd, void *buf, size_t n,
+                            uint64_t off)
+{
+    for (size_t i = 0; i < SIO_PLANREAD_FILES; i++) {
+        pfile *f = &r->files[i];
+        if (f->fd != fd || f->sfd < 0)
+            continue;
+        return sio_cache_pread(r->cfg.cache, sio_shardlist_url(r->list,
+                                                               f->shard),
+                               fd, f->sfd,
+                               (uint64_t)r->plan->files[f->shard].size, buf,
+                               n, off, f->carry, r->err, sizeof r->err);
+    }
+    unsigned char *p = buf;
+    while (n > 0) {
+        ssize_t got = pread(fd, p, n, (off_t)off);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0) {
+            snprintf(r->err, sizeof r->err,
+                     "a shard file ended or failed at %" PRIu64
+                     " (it changed under the epoch's plan)", off);
+            return SIO_ERR_CHANGED;
+        }
+        p += got;
+        n -= (size_t)got;
+        off += (uint64_t)got;
+    }
+    return SIO_OK;
+}
+
 const char *sio_planread_errmsg(const sio_planread *r)
 {
     return r->err;
@@ -516,8 +584,7 @@ void sio_planread_close(sio_planread *r)
         return;
     flush_hits(r);
     for (size_t i = 0; i < SIO_PLANREAD_FILES; i++)
-        if (r->files[i].fd >= 0)
-            close(r->files[i].fd);
+        file_close(&r->files[i]);
     sio_sample_unref(r->held);
     sio_pool_put(r->buf, r->bufcap);
     free(r->key);

@@ -2,17 +2,26 @@
  * cache.c — the shard cache (include/shardio_cache.h has the contract).
  *
  * Layout of a cache directory: per entry "<id>.data" (the object's bytes
- * from offset 0) and "<id>.meta" (text: format line, url, validator, size,
- * durable length, complete flag), where id is 32 hex digits of SHA-256 of
- * the URL, a dot and a 16-digit generation, so an entry refilled after a
- * change never shares a file with the one it replaces. Temporary files end
- * in ".tmp". Anything else in the directory is left alone.
+ * from offset 0), "<id>.sums" (the block sums, format in shardio_cache.h)
+ * and "<id>.meta" (text: format line, url, validator, size, durable
+ * length, complete flag), where id is 32 hex digits of SHA-256 of the URL,
+ * a dot and a 16-digit generation, so an entry refilled after a change
+ * never shares a file with the one it replaces. Temporary files end in
+ * ".tmp". Anything else in the directory is left alone. A memory entry
+ * keeps its data and its sums in two memfds.
+ *
+ * Checks: the fill sums each block as it writes it, and publishes e->have
+ * only at block boundaries (or the object's end), after the sums of the
+ * blocks below it are written; every read of entry bytes (cs_read, and
+ * sio_cache_check for the plan's descriptors) checks the blocks it
+ * returns, reading the rest of a partial edge block to do so. A block that
+ * fails drops the entry (corrupt()); the reader goes to the store.
  *
  * Threading: one mutex (c->mu) guards the table, the entries' states,
  * reference counts and the budget. Data is written by the fill thread and
  * read with pread() by streams without the lock: bytes below e->have are
- * written and never change. Lock order: a user's mutex may be taken while
- * c->mu is held, never the other way round.
+ * written, summed and never change. Lock order: a user's mutex may be
+ * taken while c->mu is held, never the other way round.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -25,17 +34,24 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <openssl/evp.h>
 
+#include "core/crc32c.h"
 #include "store/backend_ops.h"
 #include "store/store_int.h"
 #include "shardio_cache.h"
 
-#define CACHE_META_MAGIC "shardcast-cache 1"
-#define CACHE_URL_MAX 8192u
+/* 2: block sums beside the data (entries of format 1 are removed). */
+#define CACHE_META_MAGIC "shardcast-cache 2"
+#define CACHE_URL_MAX SIO_CACHE_URL_MAX
+#define CACHE_BLOCK SIO_CACHE_BLOCK
+#define SUMS_HDR SIO_CACHE_SUMS_HDR
+#define SUMS_MAGIC "SCSUMS1\n"
+#define SUMS_VERSION 1u
 /* The fill makes its progress durable (fdatasync, metadata) this often. */
 #define CACHE_SYNC_EVERY (64u << 20)
 /* One read of the fill. */
@@ -54,11 +70,14 @@ typedef struct entry {
     char validator[SIO_VALIDATOR_MAX]; /* "" until the fill learns it */
     uint64_t size;      /* object size */
     uint64_t charge;    /* against the budget, released when freed */
-    _Atomic uint64_t have; /* bytes [0, have) are written */
-    uint64_t durable;   /* bytes fsync'd and recorded in the metadata */
+    _Atomic uint64_t have; /* bytes [0, have) and their block sums are
+                              written: a multiple of CACHE_BLOCK, or size */
+    uint64_t durable;   /* bytes fsync'd (data and sums) and recorded in
+                           the metadata */
     estate state;
     int in_table;       /* 0: dropped (files unlinked), freed at refs 0 */
     int fd;             /* -1: closed (opened while refs > 0) */
+    int sfd;            /* the block sums, open when fd is */
     unsigned refs;
     uint64_t last_use;  /* monotonic seconds */
     pthread_cond_t cv;  /* fill progress and end */
@@ -81,7 +100,7 @@ struct sio_cache {
     _Atomic uint64_t hits, misses, hit_bytes, miss_bytes, store_bytes;
     _Atomic uint64_t fills_started, fills_done, fills_failed;
     _Atomic uint64_t evictions, evicted_bytes, stale, rejected;
-    _Atomic uint64_t validations, write_errors;
+    _Atomic uint64_t validations, write_errors, corrupt;
 };
 
 /* ------------------------------------------------------------------ */
@@ -347,6 +366,166 @@ static int write_meta(sio_cache *c, const entry *e, uint64_t durable,
 }
 
 /* ------------------------------------------------------------------ */
+/* Block sums                                                          */
+
+static void put_le32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint32_t get_le32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+           (uint32_t)p[3] << 24;
+}
+
+static uint64_t nblocks(uint64_t bytes)
+{
+    return bytes / CACHE_BLOCK + (bytes % CACHE_BLOCK != 0);
+}
+
+void sio_cache_sums_header(uint64_t size, unsigned char out[SUMS_HDR])
+{
+    memset(out, 0, SUMS_HDR);
+    memcpy(out, SUMS_MAGIC, 8);
+    put_le32(out + 8, SUMS_VERSION);
+    put_le32(out + 12, CACHE_BLOCK);
+    put_le32(out + 16, (uint32_t)size);
+    put_le32(out + 20, (uint32_t)(size >> 32));
+    put_le32(out + 28, sio_crc32c(0, out, 28));
+}
+
+int sio_cache_sums_header_parse(const unsigned char *p, size_t n,
+                                uint64_t *size)
+{
+    if (n < SUMS_HDR || memcmp(p, SUMS_MAGIC, 8) != 0 ||
+        get_le32(p + 8) != SUMS_VERSION || get_le32(p + 12) != CACHE_BLOCK ||
+        get_le32(p + 24) != 0 || get_le32(p + 28) != sio_crc32c(0, p, 28))
+        return -1;
+    *size = (uint64_t)get_le32(p + 16) | (uint64_t)get_le32(p + 20) << 32;
+    return *size <= SIO_CACHE_BYTES_MAX ? 0 : -1;
+}
+
+static int pread_full(int fd, void *buf, size_t n, uint64_t off)
+{
+    unsigned char *p = buf;
+    while (n > 0) {
+        ssize_t r = pread(fd, p, n, (off_t)off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        p += r;
+        n -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return 0;
+}
+
+static int pwrite_full(int fd, const void *buf, size_t n, uint64_t off)
+{
+    const unsigned char *p = buf;
+    while (n > 0) {
+        ssize_t r = pwrite(fd, p, n, (off_t)off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            if (r == 0)
+                errno = EIO;
+            return -1;
+        }
+        p += r;
+        n -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return 0;
+}
+
+/* Sums read per pread while checking a range. */
+#define CHECK_SUMS_BATCH 256u
+
+/* Check bytes [off, off + len) of an entry of `size` bytes, data in dfd,
+ * sums in sfd: buf holds those bytes (NULL: they are read from dfd); the
+ * parts of the first and last blocks outside the range are in pre and suf
+ * when not NULL (the bytes from the block's start to off, and from the
+ * range's end to its block's end), else read to sum the whole blocks.
+ * 0: every block matches; 1: block *bad does not, or its bytes or sum
+ * could not be read (the entry cannot be trusted). */
+static int check_range(int dfd, int sfd, uint64_t size, uint64_t off,
+                       const unsigned char *buf, size_t len,
+                       const unsigned char *pre, const unsigned char *suf,
+                       sio_cache_carry *cr, uint64_t *bad)
+{
+    unsigned char edge[CACHE_BLOCK], batch[CHECK_SUMS_BATCH * 4];
+    const unsigned char *raw;
+    if (len == 0)
+        return 0;
+    uint64_t end = off + len;
+    if (end < off || end > size) {
+        *bad = off / CACHE_BLOCK;
+        return 1;
+    }
+    uint64_t b1 = (end - 1) / CACHE_BLOCK;
+    for (uint64_t b = off / CACHE_BLOCK; b <= b1;) {
+        uint64_t ns = b1 - b + 1;
+        *bad = b;
+        if (cr) {
+            /* From the reader's window of sums, loaded when b is not in. */
+            if (b < cr->sw_first || b - cr->sw_first >= cr->sw_n) {
+                uint64_t first = b - b % SIO_CACHE_SUMS_WINDOW;
+                ssize_t r;
+                cr->sw_n = 0;
+                do
+                    r = pread(sfd, cr->sw, sizeof cr->sw,
+                              (off_t)(SUMS_HDR + first * 4));
+                while (r < 0 && errno == EINTR);
+                if (r < 0 || (uint64_t)r / 4 <= b - first)
+                    return 1;
+                cr->sw_first = first;
+                cr->sw_n = (uint64_t)r / 4;
+            }
+            raw = cr->sw + 4 * (b - cr->sw_first);
+            if (ns > cr->sw_first + cr->sw_n - b)
+                ns = cr->sw_first + cr->sw_n - b;
+        } else {
+            if (ns > CHECK_SUMS_BATCH)
+                ns = CHECK_SUMS_BATCH;
+            if (pread_full(sfd, batch, (size_t)ns * 4, SUMS_HDR + b * 4) != 0)
+                return 1;
+            raw = batch;
+        }
+        for (uint64_t k = 0; k < ns; k++, b++) {
+            uint64_t bs = b * CACHE_BLOCK;
+            uint64_t be = bs + CACHE_BLOCK < size ? bs + CACHE_BLOCK : size;
+            uint64_t lo = bs > off ? bs : off, hi = be < end ? be : end;
+            uint32_t crc = 0;
+            *bad = b;
+            if (lo > bs) {
+                if (!pre && pread_full(dfd, edge, (size_t)(lo - bs), bs) != 0)
+                    return 1;
+                crc = sio_crc32c(crc, pre ? pre : edge, (size_t)(lo - bs));
+            }
+            if (buf) {
+                crc = sio_crc32c(crc, buf + (lo - off), (size_t)(hi - lo));
+            } else {
+                if (pread_full(dfd, edge, (size_t)(hi - lo), lo) != 0)
+                    return 1;
+                crc = sio_crc32c(crc, edge, (size_t)(hi - lo));
+            }
+            if (hi < be) {
+                if (!suf && pread_full(dfd, edge, (size_t)(be - hi), hi) != 0)
+                    return 1;
+                crc = sio_crc32c(crc, suf ? suf : edge, (size_t)(be - hi));
+            }
+            if (crc != get_le32(raw + 4 * k))
+                return 1;
+        }
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
 /* The table                                                           */
 
 static entry *find(sio_cache *c, const char *url)
@@ -404,7 +583,7 @@ static entry *entry_new(sio_cache *c, const char *url, uint64_t size)
     snprintf(e->id, sizeof e->id, "%s.%016" PRIx64, hex, ++c->gen);
     e->size = size;
     e->charge = size;
-    e->fd = -1;
+    e->fd = e->sfd = -1;
     e->last_use = now_s();
     pthread_cond_init(&e->cv, NULL);
     return e;
@@ -415,6 +594,8 @@ static void entry_free(sio_cache *c, entry *e)
     c->used -= e->charge;
     if (e->fd >= 0)
         close(e->fd);
+    if (e->sfd >= 0)
+        close(e->sfd);
     pthread_cond_destroy(&e->cv);
     free(e->url);
     free(e);
@@ -441,13 +622,15 @@ static void drop(sio_cache *c, entry *e)
         unlink(p);
         entry_path(c, e, ".data", p, sizeof p);
         unlink(p);
+        entry_path(c, e, ".sums", p, sizeof p);
+        unlink(p);
     }
     pthread_cond_broadcast(&e->cv);
     if (e->refs == 0)
         entry_free(c, e);
 }
 
-/* Open e's data file (c->mu held). */
+/* Open e's data and sums files (c->mu held). */
 static int entry_open_fd(sio_cache *c, entry *e)
 {
     char p[4096];
@@ -455,12 +638,21 @@ static int entry_open_fd(sio_cache *c, entry *e)
         return 0;
     if (!c->dir) {
         e->fd = memfd_create("shardcast-cache", MFD_CLOEXEC);
+        e->sfd = memfd_create("shardcast-cache-sums", MFD_CLOEXEC);
     } else {
         entry_path(c, e, ".data", p, sizeof p);
-        e->fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        e->fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        entry_path(c, e, ".sums", p, sizeof p);
+        e->sfd = open(p, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     }
-    if (e->fd < 0)
+    if (e->fd < 0 || e->sfd < 0) {
+        if (e->fd >= 0)
+            close(e->fd);
+        if (e->sfd >= 0)
+            close(e->sfd);
+        e->fd = e->sfd = -1;
         return -1;
+    }
     (void)posix_fadvise(e->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     return 0;
 }
@@ -481,7 +673,8 @@ static void unref(sio_cache *c, entry *e)
     }
     if (c->dir && e->fd >= 0) {
         close(e->fd);
-        e->fd = -1;
+        close(e->sfd);
+        e->fd = e->sfd = -1;
     }
 }
 
@@ -569,75 +762,182 @@ static int admit(sio_cache *c, uint64_t charge, uint64_t prio)
 /* ------------------------------------------------------------------ */
 /* Loading a directory                                                 */
 
-/* Parse one metadata file into a new entry; NULL when it is not valid. */
+/* A metadata file longer than this is not one of ours. */
+#define CACHE_META_MAX (CACHE_URL_MAX + 2048u)
+
+/* A decimal number of at most 20 digits, nothing else: 0, or -1. */
+static int parse_u64(const char *s, size_t n, uint64_t *out)
+{
+    uint64_t v = 0;
+    if (n == 0 || n > 20)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        unsigned d = (unsigned char)s[i] - '0';
+        if (d > 9 || v > (UINT64_MAX - d) / 10)
+            return -1;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return 0;
+}
+
+int sio_cache_entry_parse(const char *meta, size_t mlen,
+                          const unsigned char *hdr, size_t hlen,
+                          uint64_t sums_len, uint64_t data_len,
+                          sio_cache_entry_info *out)
+{
+    enum { K_URL = 1, K_VAL = 2, K_SIZE = 4, K_HAVE = 8, K_COMPLETE = 16 };
+    unsigned seen = 0;
+    uint64_t hsize, complete = 2;
+    size_t pos = 0, nlines = 0;
+
+    memset(out, 0, sizeof *out);
+    if (mlen > CACHE_META_MAX || memchr(meta, '\0', mlen))
+        return -1;
+    while (pos < mlen) {
+        const char *line = meta + pos;
+        const char *nl = memchr(line, '\n', mlen - pos);
+        if (!nl)
+            return -1; /* a cut last line */
+        size_t l = (size_t)(nl - line);
+        pos += l + 1;
+        if (nlines++ == 0) {
+            if (l != strlen(CACHE_META_MAGIC) ||
+                memcmp(line, CACHE_META_MAGIC, l) != 0)
+                return -1;
+            continue;
+        }
+        const char *sp = memchr(line, ' ', l);
+        if (!sp)
+            return -1;
+        size_t kl = (size_t)(sp - line), vl = l - kl - 1;
+        const char *v = sp + 1;
+        unsigned k = kl == 3 && !memcmp(line, "url", 3)         ? K_URL
+                     : kl == 9 && !memcmp(line, "validator", 9) ? K_VAL
+                     : kl == 4 && !memcmp(line, "size", 4)      ? K_SIZE
+                     : kl == 4 && !memcmp(line, "have", 4)      ? K_HAVE
+                     : kl == 8 && !memcmp(line, "complete", 8)  ? K_COMPLETE
+                                                                : 0;
+        if (!k || (seen & k))
+            return -1; /* unknown or repeated */
+        seen |= k;
+        if (k == K_URL || k == K_VAL) {
+            char *dst = k == K_URL ? out->url : out->validator;
+            size_t cap = k == K_URL ? sizeof out->url : sizeof out->validator;
+            if (vl == 0 || vl >= cap)
+                return -1;
+            memcpy(dst, v, vl);
+            dst[vl] = '\0';
+            if (!line_safe(dst, cap - 1))
+                return -1;
+        } else if (parse_u64(v, vl, k == K_SIZE   ? &out->size
+                                    : k == K_HAVE ? &out->have
+                                                  : &complete) != 0) {
+            return -1;
+        }
+    }
+    if (seen != (K_URL | K_VAL | K_SIZE | K_HAVE | K_COMPLETE) ||
+        complete > 1 || out->size > SIO_CACHE_BYTES_MAX ||
+        out->have > out->size || (complete && out->have != out->size))
+        return -1;
+    out->complete = (int)complete;
+    /* The sums must be this object's; the bytes they cover are the most
+     * the entry may claim, a complete entry only with all of them. */
+    if (sio_cache_sums_header_parse(hdr, hlen, &hsize) != 0 ||
+        hsize != out->size || sums_len < SUMS_HDR)
+        return -1;
+    uint64_t ns = (sums_len - SUMS_HDR) / 4;
+    uint64_t cov = ns >= nblocks(out->size) ? out->size : ns * CACHE_BLOCK;
+    if (out->complete && data_len > out->size)
+        return -1; /* longer than the object: not this entry's data */
+    if (out->have > cov)
+        out->have = cov;
+    if (out->have > data_len)
+        out->have = data_len;
+    if (out->have != out->size) {
+        out->have -= out->have % CACHE_BLOCK; /* resumes at a block */
+        out->complete = 0;
+    }
+    return 0;
+}
+
+/* Read at most cap bytes of a regular file (no symbolic link) into buf:
+ * *len, and the file's length in *flen; -1 when it cannot be read. */
+static int read_head(const char *path, void *buf, size_t cap, size_t *len,
+                     uint64_t *flen)
+{
+    struct stat st;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return -1;
+    int rc = -1;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+        size_t want = (uint64_t)st.st_size < cap ? (size_t)st.st_size : cap;
+        if (pread_full(fd, buf, want, 0) == 0) {
+            *len = want;
+            *flen = (uint64_t)st.st_size;
+            rc = 0;
+        }
+    }
+    close(fd);
+    return rc;
+}
+
+/* Judge one entry on disk (sio_cache_entry_parse) and make a new entry of
+ * it; its files are cut to what the checks cover. NULL when it is not
+ * valid. */
 static entry *load_meta(sio_cache *c, const char *dir, const char *id)
 {
-    char p[4096], line[CACHE_URL_MAX + 64], url[CACHE_URL_MAX + 1];
-    char val[SIO_VALIDATOR_MAX];
-    uint64_t size = UINT64_MAX, have = UINT64_MAX;
-    int complete = -1, ok = 1, nlines = 0;
+    char p[4096], *meta = malloc(CACHE_META_MAX + 1);
+    unsigned char hdr[SUMS_HDR];
+    size_t mlen = 0, hlen = 0;
+    uint64_t mflen = 0, sums_len = 0, data_len = 0;
+    sio_cache_entry_info *in = malloc(sizeof *in);
     entry *e = NULL;
+    struct stat st;
 
-    url[0] = val[0] = '\0';
+    if (!meta || !in)
+        goto out;
     snprintf(p, sizeof p, "%s/%s.meta", dir, id);
-    FILE *f = fopen(p, "r");
-    if (!f)
-        return NULL;
-    while (ok && fgets(line, sizeof line, f)) {
-        size_t l = strlen(line);
-        if (l == 0 || line[l - 1] != '\n') {
-            ok = 0;
-            break;
-        }
-        line[--l] = '\0';
-        if (nlines++ == 0) {
-            ok = strcmp(line, CACHE_META_MAGIC) == 0;
-        } else if (strncmp(line, "url ", 4) == 0) {
-            ok = l - 4 <= CACHE_URL_MAX;
-            if (ok)
-                memcpy(url, line + 4, l - 4 + 1);
-        } else if (strncmp(line, "validator ", 10) == 0) {
-            ok = l - 10 < sizeof val;
-            if (ok)
-                memcpy(val, line + 10, l - 10 + 1);
-        } else if (strncmp(line, "size ", 5) == 0) {
-            ok = sscanf(line + 5, "%" SCNu64, &size) == 1;
-        } else if (strncmp(line, "have ", 5) == 0) {
-            ok = sscanf(line + 5, "%" SCNu64, &have) == 1;
-        } else if (strncmp(line, "complete ", 9) == 0) {
-            complete = atoi(line + 9) != 0;
-        }
-    }
-    fclose(f);
-    if (!ok || !url[0] || !val[0] || size == UINT64_MAX ||
-        have == UINT64_MAX || complete < 0 || have > size ||
-        (complete && have != size) || !line_safe(url, CACHE_URL_MAX))
-        return NULL;
+    if (read_head(p, meta, CACHE_META_MAX + 1, &mlen, &mflen) != 0 ||
+        mflen > CACHE_META_MAX)
+        goto out;
+    snprintf(p, sizeof p, "%s/%s.sums", dir, id);
+    if (read_head(p, hdr, sizeof hdr, &hlen, &sums_len) != 0)
+        goto out;
+    snprintf(p, sizeof p, "%s/%s.data", dir, id);
+    if (lstat(p, &st) != 0 || !S_ISREG(st.st_mode))
+        goto out;
+    data_len = (uint64_t)st.st_size;
+    if (sio_cache_entry_parse(meta, mlen, hdr, hlen, sums_len, data_len,
+                              in) != 0)
+        goto out;
     {
         char hex[33];
-        url_hex(url, hex);
+        url_hex(in->url, hex);
         if (strncmp(hex, id, 32) != 0)
-            return NULL; /* not this URL's file */
+            goto out; /* not this URL's file */
     }
-    struct stat st;
-    snprintf(p, sizeof p, "%s/%s.data", dir, id);
-    if (stat(p, &st) != 0 || !S_ISREG(st.st_mode))
-        return NULL;
-    if ((uint64_t)st.st_size < have)
-        return NULL; /* the durable bytes are not all there */
-    if (complete && (uint64_t)st.st_size != size)
-        return NULL;
-    if (!complete && (uint64_t)st.st_size > have &&
-        truncate(p, (off_t)have) != 0)
-        return NULL;
-    e = entry_new(c, url, size);
+    if (!in->complete) {
+        /* Bytes past what is summed and durable are not kept. */
+        if (data_len > in->have && truncate(p, (off_t)in->have) != 0)
+            goto out;
+        uint64_t slen = SUMS_HDR + 4 * nblocks(in->have);
+        snprintf(p, sizeof p, "%s/%s.sums", dir, id);
+        if (sums_len > slen && truncate(p, (off_t)slen) != 0)
+            goto out;
+    }
+    e = entry_new(c, in->url, in->size);
     if (!e)
-        return NULL;
+        goto out;
     snprintf(e->id, sizeof e->id, "%s", id);
-    snprintf(e->validator, sizeof e->validator, "%s", val);
-    atomic_store(&e->have, have);
-    e->durable = have;
-    e->state = complete ? E_COMPLETE : E_PARTIAL;
+    snprintf(e->validator, sizeof e->validator, "%s", in->validator);
+    atomic_store(&e->have, in->have);
+    e->durable = in->have;
+    e->state = in->complete ? E_COMPLETE : E_PARTIAL;
+out:
+    free(meta);
+    free(in);
     return e;
 }
 
@@ -658,6 +958,8 @@ static void remove_entry_files(const char *dir, const char *id)
     snprintf(p, sizeof p, "%s/%s.meta", dir, id);
     unlink(p);
     snprintf(p, sizeof p, "%s/%s.data", dir, id);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/%s.sums", dir, id);
     unlink(p);
 }
 
@@ -683,13 +985,14 @@ static sio_code load_dir(sio_cache *c, sio_error *err)
                 unlink(p);
                 continue;
             }
-            if (strcmp(ext, ".meta") != 0 && strcmp(ext, ".data") != 0)
+            if (strcmp(ext, ".meta") != 0 && strcmp(ext, ".data") != 0 &&
+                strcmp(ext, ".sums") != 0)
                 continue;
-            /* Each id is judged once, by its .meta; a .data alone is an
-             * entry whose metadata was never written. */
+            /* Each id is judged once, by its .meta; a .data or .sums
+             * alone is an entry whose metadata was never written. */
             char p[4096];
             snprintf(p, sizeof p, "%s/%s.meta", c->dir, id);
-            if (strcmp(ext, ".data") == 0) {
+            if (strcmp(ext, ".meta") != 0) {
                 if (access(p, F_OK) != 0) {
                     remove_entry_files(c->dir, id);
                     removed++;
@@ -890,6 +1193,7 @@ void sio_cache_get_stats(const sio_cache *cc, sio_cache_stats *st)
     st->rejected = atomic_load(&c->rejected);
     st->validations = atomic_load(&c->validations);
     st->write_errors = atomic_load(&c->write_errors);
+    st->corrupt = atomic_load(&c->corrupt);
 }
 
 void sio_cache_held(sio_cache *c,
@@ -932,6 +1236,17 @@ static int fill_drops(sio_code rc)
            rc == SIO_ERR_AUTH || rc == SIO_ERR_FORMAT;
 }
 
+/* Make bytes [0, have) of e durable: data and sums fsync'd, then the
+ * metadata says so (e->durable). 0, or -1 with errno. */
+static int sync_to(sio_cache *c, entry *e, uint64_t have, int complete)
+{
+    if (fdatasync(e->fd) != 0 || fdatasync(e->sfd) != 0 ||
+        write_meta(c, e, have, complete) != 0)
+        return -1;
+    e->durable = have;
+    return 0;
+}
+
 static void *fill_main(void *arg)
 {
     fill *f = arg;
@@ -941,13 +1256,22 @@ static void *fill_main(void *arg)
     sio_error er;
     sio_code rc = SIO_OK;
     int local_err = 0, first = 1;
+    /* have is at a block boundary (or the end): the fill resumes there,
+     * and bcrc sums the block being written. */
     uint64_t pos = atomic_load(&e->have);
+    uint32_t bcrc = 0;
     unsigned char *buf = malloc(CACHE_FILL_CHUNK);
+    unsigned char hdr[SUMS_HDR];
+    unsigned char sums[(CACHE_FILL_CHUNK / CACHE_BLOCK + 1) * 4];
 
     er.msg[0] = '\0';
-    if (!buf)
+    sio_cache_sums_header(e->size, hdr);
+    if (!buf) {
         rc = SIO_ERR_NOMEM;
-    else if (pos == e->size && pos > 0)
+    } else if (pwrite_full(e->sfd, hdr, sizeof hdr, 0) != 0) {
+        rc = sio_seterr(&er, SIO_ERR_IO, "cache sums: %s", strerror(errno));
+        local_err = 1;
+    } else if (pos == e->size && pos > 0)
         first = 0; /* every byte is there; only the metadata was missing */
     else if (f->ops->open_range)
         rc = f->ops->open_range(f->ctx, e->url, pos, UINT64_MAX, &s, &er);
@@ -1017,51 +1341,61 @@ static void *fill_main(void *arg)
                             e->size);
             break;
         }
-        for (size_t w = 0; w < got;) {
-            ssize_t r = pwrite(e->fd, buf + w, got - w, (off_t)(pos + w));
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r <= 0) {
-                rc = sio_seterr(&er, SIO_ERR_IO, "cache write: %s",
-                                r < 0 ? strerror(errno) : "no progress");
-                local_err = 1;
-                break;
-            }
-            w += (size_t)r;
-        }
-        if (rc)
+        if (pwrite_full(e->fd, buf, got, pos) != 0) {
+            rc = sio_seterr(&er, SIO_ERR_IO, "cache write: %s",
+                            strerror(errno));
+            local_err = 1;
             break;
+        }
+        /* The sums of the blocks these bytes complete, then have moves
+         * up to the last of them: readers never see bytes unsummed. */
+        size_t ns = 0;
+        uint64_t first_blk = pos / CACHE_BLOCK;
+        for (size_t i = 0; i < got;) {
+            uint64_t at = pos + i;
+            size_t n = CACHE_BLOCK - (size_t)(at % CACHE_BLOCK);
+            if (n > got - i)
+                n = got - i;
+            bcrc = sio_crc32c(bcrc, buf + i, n);
+            i += n;
+            if ((at + n) % CACHE_BLOCK == 0 || at + n == e->size) {
+                put_le32(sums + 4 * ns++, bcrc);
+                bcrc = 0;
+            }
+        }
+        if (ns && pwrite_full(e->sfd, sums, ns * 4,
+                              SUMS_HDR + first_blk * 4) != 0) {
+            rc = sio_seterr(&er, SIO_ERR_IO, "cache sums: %s",
+                            strerror(errno));
+            local_err = 1;
+            break;
+        }
         pos += got;
         atomic_fetch_add(&c->store_bytes, got);
+        uint64_t have = pos == e->size ? pos : pos - pos % CACHE_BLOCK;
         pthread_mutex_lock(&c->mu);
-        atomic_store(&e->have, pos);
         if (e->in_table)
-            c->data += got;
+            c->data += have - atomic_load(&e->have);
+        atomic_store(&e->have, have);
         pthread_cond_broadcast(&e->cv);
         pthread_mutex_unlock(&c->mu);
-        if (c->dir && pos - e->durable >= CACHE_SYNC_EVERY && pos < e->size) {
-            if (fdatasync(e->fd) != 0 || write_meta(c, e, pos, 0) != 0) {
+        if (c->dir && have - e->durable >= CACHE_SYNC_EVERY &&
+            have < e->size) {
+            if (sync_to(c, e, have, 0) != 0) {
                 rc = sio_seterr(&er, SIO_ERR_IO, "cache sync: %s",
                                 strerror(errno));
                 local_err = 1;
                 break;
             }
-            e->durable = pos;
         }
     }
-    if (rc == SIO_OK && c->dir) {
-        if (fdatasync(e->fd) != 0 || write_meta(c, e, pos, 1) != 0) {
-            rc = sio_seterr(&er, SIO_ERR_IO, "cache sync: %s",
-                            strerror(errno));
-            local_err = 1;
-        } else {
-            e->durable = pos;
-        }
+    if (rc == SIO_OK && c->dir && sync_to(c, e, pos, 1) != 0) {
+        rc = sio_seterr(&er, SIO_ERR_IO, "cache sync: %s", strerror(errno));
+        local_err = 1;
     }
-    if (rc && !local_err && !fill_drops(rc) && c->dir && pos > e->durable &&
-        e->validator[0] && fdatasync(e->fd) == 0 &&
-        write_meta(c, e, pos, 0) == 0)
-        e->durable = pos; /* a resumable partial entry */
+    if (rc && !local_err && !fill_drops(rc) && c->dir &&
+        atomic_load(&e->have) > e->durable && e->validator[0])
+        (void)sync_to(c, e, atomic_load(&e->have), 0); /* resumable */
     if (s)
         s->ops->close(s);
     free(buf);
@@ -1153,6 +1487,9 @@ typedef struct cstream {
     int check;                /* direct's first answer must match expect */
     char expect[SIO_VALIDATOR_MAX];
     char err[512];
+    /* A checked block, for reads that do not cover whole blocks. */
+    uint64_t blk_at, blk_len;  /* blk_len 0: none */
+    unsigned char blk[CACHE_BLOCK];
 } cstream;
 
 static void count(cstream *s, size_t n)
@@ -1209,6 +1546,74 @@ static sio_code read_direct(cstream *s, void *buf, size_t cap, size_t *got)
     return SIO_OK;
 }
 
+/* A read of e failed its check at block blk (or its bytes could not be
+ * read: damaged storage): drop the entry, count it, say so (c->mu held).
+ * A reader that comes later fills it again from the store. */
+static void corrupt(sio_cache *c, entry *e, uint64_t blk)
+{
+    atomic_fetch_add(&c->corrupt, 1);
+    SIO_LOG(&c->log, SIO_LOG_WARN,
+            "event=cache_corrupt url=%s block=%" PRIu64 " offset=%" PRIu64
+            " entry=%s", e->url, blk, blk * CACHE_BLOCK, e->id);
+    drop(c, e);
+}
+
+/* Entry bytes at s->pos into buf (at most cap, below have), checked: the
+ * bytes read, or 0 when the entry failed (dropped: the caller goes to the
+ * store). Whole blocks go straight into buf; a read that starts inside a
+ * block or is shorter than one goes through s->blk. */
+static size_t read_entry(cstream *s, entry *e, uint64_t have, void *buf,
+                         size_t cap)
+{
+    sio_cache *c = s->c;
+    uint64_t bs = s->pos - s->pos % CACHE_BLOCK, bad = s->pos / CACHE_BLOCK;
+    uint64_t be = bs + CACHE_BLOCK < have ? bs + CACHE_BLOCK : have;
+    int io = 0, damaged = 0;
+    if (s->pos == bs && cap >= be - bs) {
+        size_t n = cap;
+        if (n > have - s->pos)
+            n = (size_t)(have - s->pos);
+        if (s->pos + n != e->size)
+            n -= n % CACHE_BLOCK;
+        io = pread_full(e->fd, buf, n, s->pos) != 0;
+        damaged = !io && check_range(e->fd, e->sfd, e->size, s->pos, buf, n,
+                                     NULL, NULL, NULL, &bad);
+        if (!io && !damaged)
+            return n;
+    } else {
+        if (!s->blk_len || s->blk_at != bs) {
+            s->blk_len = 0;
+            io = pread_full(e->fd, s->blk, (size_t)(be - bs), bs) != 0;
+            damaged = !io && check_range(e->fd, e->sfd, e->size, bs, s->blk,
+                                         (size_t)(be - bs), NULL, NULL, NULL,
+                                         &bad);
+            if (!io && !damaged) {
+                s->blk_at = bs;
+                s->blk_len = be - bs;
+            }
+        }
+        if (s->blk_len) {
+            size_t n = (size_t)(be - s->pos);
+            if (n > cap)
+                n = cap;
+            memcpy(buf, s->blk + (s->pos - bs), n);
+            return n;
+        }
+    }
+    pthread_mutex_lock(&c->mu);
+    snprintf(s->expect, sizeof s->expect, "%s", e->validator);
+    if (io) {
+        /* The cache's storage failed (a short or failed read): the store
+         * has the bytes. */
+        atomic_fetch_add(&c->write_errors, 1);
+        drop(c, e);
+    } else {
+        corrupt(c, e, bad);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return 0;
+}
+
 static sio_code cs_read(sio_stream *st, void *buf, size_t cap, size_t *got)
 {
     cstream *s = (cstream *)st;
@@ -1224,23 +1629,11 @@ static sio_code cs_read(sio_stream *st, void *buf, size_t cap, size_t *got)
         entry *e = s->e;
         uint64_t have = atomic_load(&e->have);
         if (s->pos < have) {
-            size_t n = cap;
-            if (n > have - s->pos)
-                n = (size_t)(have - s->pos);
-            ssize_t r = pread(e->fd, buf, n, (off_t)s->pos);
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r <= 0) {
-                /* The cache's storage failed: the store has the bytes. */
-                atomic_fetch_add(&c->write_errors, 1);
-                pthread_mutex_lock(&c->mu);
-                snprintf(s->expect, sizeof s->expect, "%s", e->validator);
-                drop(c, e);
-                pthread_mutex_unlock(&c->mu);
-                break;
-            }
-            s->pos += (uint64_t)r;
-            *got = (size_t)r;
+            size_t n = read_entry(s, e, have, buf, cap);
+            if (n == 0)
+                break; /* dropped: the store from here */
+            s->pos += n;
+            *got = n;
             count(s, *got);
             return SIO_OK;
         }
@@ -1327,32 +1720,46 @@ void sio_cache_add_hit_bytes(sio_cache_user *u, uint64_t n)
     atomic_fetch_add(&u->hit_bytes, n);
 }
 
+/* A new read-only descriptor of e's data (ext ".data", fd e->fd) or sums
+ * (".sums", e->sfd); -1 when it cannot be had (c->mu held). */
+static int entry_dup(sio_cache *c, entry *e, int efd, const char *ext)
+{
+    char p[4096];
+    if (efd >= 0)
+        return fcntl(efd, F_DUPFD_CLOEXEC, 0);
+    if (!c->dir)
+        return -1;
+    entry_path(c, e, ext, p, sizeof p);
+    return open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+}
+
 /* A complete entry of url that this job has checked: 1, and with fd
- * non-NULL a new read-only descriptor of its data in *fd (the plan's data
- * plane reads it with pread; the descriptor keeps the bytes even if the
- * entry is evicted meanwhile). 0 otherwise. */
+ * non-NULL new read-only descriptors of its data in *fd and of its block
+ * sums in *sfd (the plan's data plane reads them with pread and checks
+ * what it reads with sio_cache_check; the descriptors keep the bytes even
+ * if the entry is evicted meanwhile). 0 otherwise. */
 int sio_cache_entry_fd(sio_cache_user *u, const char *url, int *fd,
-                       int count)
+                       int *sfd, int count)
 {
     sio_cache *c = u->c;
-    char p[4096];
     int ok = 0;
 
     if (fd)
-        *fd = -1;
+        *fd = *sfd = -1;
     pthread_mutex_lock(&c->mu);
     entry *e = find(c, url);
     if (e && e->state == E_COMPLETE && e->validator[0] &&
         memo_ok(u, url, e->validator)) {
         if (!fd) {
             ok = 1;
-        } else if (e->fd >= 0) {
-            *fd = fcntl(e->fd, F_DUPFD_CLOEXEC, 0);
-            ok = *fd >= 0;
-        } else if (c->dir) {
-            entry_path(c, e, ".data", p, sizeof p);
-            *fd = open(p, O_RDONLY | O_CLOEXEC);
-            ok = *fd >= 0;
+        } else {
+            *fd = entry_dup(c, e, e->fd, ".data");
+            *sfd = *fd >= 0 ? entry_dup(c, e, e->sfd, ".sums") : -1;
+            ok = *sfd >= 0;
+            if (!ok && *fd >= 0) {
+                close(*fd);
+                *fd = -1;
+            }
         }
         if (ok && fd)
             e->last_use = now_s();
@@ -1363,6 +1770,144 @@ int sio_cache_entry_fd(sio_cache_user *u, const char *url, int *fd,
     }
     pthread_mutex_unlock(&c->mu);
     return ok;
+}
+
+/* Is fd a descriptor of e's data (c->mu held)? */
+static int entry_is(sio_cache *c, entry *e, int fd)
+{
+    struct stat a, b;
+    char p[4096];
+    if (fstat(fd, &a) != 0)
+        return 0;
+    if (e->fd >= 0) {
+        if (fstat(e->fd, &b) != 0)
+            return 0;
+    } else {
+        if (!c->dir)
+            return 0;
+        entry_path(c, e, ".data", p, sizeof p);
+        if (stat(p, &b) != 0)
+            return 0;
+    }
+    return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+/* A read through a plan descriptor failed its check at block bad: drop
+ * the entry when fd is still its data, count, log, say why (msg). */
+static sio_code check_failed(sio_cache_user *u, const char *url, int fd,
+                             uint64_t bad, char *msg, size_t cap)
+{
+    sio_cache *c = u->c;
+    pthread_mutex_lock(&c->mu);
+    entry *e = find(c, url);
+    if (e && entry_is(c, e, fd)) {
+        corrupt(c, e, bad);
+    } else {
+        /* The entry is gone or replaced already: counted all the same,
+         * these bytes were damaged too. */
+        atomic_fetch_add(&c->corrupt, 1);
+        SIO_LOG(&c->log, SIO_LOG_WARN,
+                "event=cache_corrupt url=%s block=%" PRIu64
+                " offset=%" PRIu64 " entry=gone", url, bad,
+                bad * CACHE_BLOCK);
+    }
+    pthread_mutex_unlock(&c->mu);
+    snprintf(msg, cap,
+             "url=%s: shard cache entry block %" PRIu64 " failed its check "
+             "(entry dropped: read again from the store)", url, bad);
+    return SIO_ERR_CHANGED;
+}
+
+sio_code sio_cache_check(sio_cache_user *u, const char *url, int fd, int sfd,
+                         uint64_t size, uint64_t off, const void *buf,
+                         size_t len, char *msg, size_t cap)
+{
+    uint64_t bad = 0;
+    if (check_range(fd, sfd, size, off, buf, len, NULL, NULL, NULL, &bad) == 0)
+        return SIO_OK;
+    return check_failed(u, url, fd, bad, msg, cap);
+}
+
+sio_code sio_cache_pread(sio_cache_user *u, const char *url, int fd, int sfd,
+                         uint64_t size, void *buf, size_t len, uint64_t off,
+                         sio_cache_carry *carry, char *msg, size_t cap)
+{
+    unsigned char pre[CACHE_BLOCK], suf[CACHE_BLOCK];
+    unsigned char *dst = buf;
+    uint64_t bad = off / CACHE_BLOCK;
+    if (len == 0)
+        return SIO_OK;
+    uint64_t end = off + len;
+    if (end < off || end > size) {
+        if (carry)
+            carry->len = 0;
+        snprintf(msg, cap, "url=%s: read at %" PRIu64 " past the cache "
+                 "entry's %" PRIu64 " bytes", url, off, size);
+        return SIO_ERR_CHANGED;
+    }
+    uint64_t bs = off - off % CACHE_BLOCK;
+    if (carry && carry->len && carry->blk == bs / CACHE_BLOCK && off > bs &&
+        off - bs < carry->len) {
+        /* The first block was checked by the previous read: its bytes
+         * come from that copy, the rest starts at a block boundary. */
+        size_t n = (size_t)(carry->len - (off - bs));
+        if (n > len)
+            n = len;
+        memcpy(dst, carry->b + (off - bs), n);
+        dst += n;
+        off += n;
+        len -= n;
+        if (len == 0)
+            return SIO_OK;
+        bs = off - off % CACHE_BLOCK;
+    }
+    if (carry)
+        carry->len = 0;
+    uint64_t be = end % CACHE_BLOCK ? end - end % CACHE_BLOCK + CACHE_BLOCK
+                                    : end;
+    if (be > size)
+        be = size;
+    /* The edges of the first and last blocks come in the same call. */
+    struct iovec iov[3] = {{pre, (size_t)(off - bs)},
+                           {dst, len},
+                           {suf, (size_t)(be - end)}};
+    size_t total = iov[0].iov_len + len + iov[2].iov_len, done = 0;
+    ssize_t r;
+    do
+        r = preadv(fd, iov, 3, (off_t)bs);
+    while (r < 0 && errno == EINTR);
+    if (r > 0)
+        done = (size_t)r;
+    if (done < total) {
+        /* A short read: the rest piece by piece (a file cut short fails). */
+        uint64_t at = bs;
+        for (int i = 0; i < 3; i++) {
+            size_t l = iov[i].iov_len;
+            if (done < l &&
+                pread_full(fd, (unsigned char *)iov[i].iov_base + done,
+                           l - done, at + done) != 0)
+                return check_failed(u, url, fd, bad, msg, cap);
+            done = done > l ? done - l : 0;
+            at += l;
+        }
+    }
+    if (check_range(fd, sfd, size, off, dst, len, pre, suf, carry, &bad) != 0)
+        return check_failed(u, url, fd, bad, msg, cap);
+    if (carry && end < be) {
+        /* Keep the checked last block for a read that goes on from end. */
+        uint64_t lb = (end - 1) / CACHE_BLOCK * CACHE_BLOCK;
+        size_t head = (size_t)(end - lb), from_pre = 0;
+        if (lb < off) { /* the block began before this range */
+            from_pre = (size_t)(off - lb);
+            memcpy(carry->b, pre + (lb - bs), from_pre);
+        }
+        memcpy(carry->b + from_pre, dst + (lb + from_pre - off),
+               head - from_pre);
+        memcpy(carry->b + head, suf, (size_t)(be - end));
+        carry->blk = lb / CACHE_BLOCK;
+        carry->len = be - lb;
+    }
+    return SIO_OK;
 }
 
 sio_code sio_cache_open(sio_cache_user *u, const sio_backend_ops *ops,

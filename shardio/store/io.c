@@ -8,8 +8,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <unistd.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "store/backend_ops.h"
 #include "store/store_int.h"
@@ -317,22 +317,31 @@ int sio_io_fd_capable(sio_io *io, struct sio_cache_user *cache,
         return 0;
     if (ops->open_fd)
         return 1;
-    return cache && ops->head && sio_cache_entry_fd(cache, url, NULL, 0);
+    return cache && ops->head && sio_cache_entry_fd(cache, url, NULL, NULL, 0);
 }
 
 static sio_code open_fd(sio_io *io, struct sio_cache_user *cache,
-                        const char *url, int *fd, int count, sio_error *err)
+                        const char *url, int *fd, int *sfd, int count,
+                        sio_error *err)
 {
     const sio_backend_ops *ops;
     void *ctx;
+    int sums = -1;
     *fd = -1;
+    if (sfd)
+        *sfd = -1;
     sio_code rc = sio_io_backend(io, url, &ops, &ctx, err);
     if (rc)
         return rc;
     if (ops->open_fd)
         return ops->open_fd(ctx, url, fd, err);
-    if (cache && ops->head && sio_cache_entry_fd(cache, url, fd, count))
+    if (cache && ops->head && sio_cache_entry_fd(cache, url, fd, &sums, count)) {
+        if (sfd)
+            *sfd = sums;
+        else
+            close(sums);
         return SIO_OK;
+    }
     return sio_seterr(err, SIO_ERR_UNSUPPORTED,
                       "url=%s: not in the shard cache", url);
 }
@@ -340,11 +349,18 @@ static sio_code open_fd(sio_io *io, struct sio_cache_user *cache,
 sio_code sio_io_open_fd(sio_io *io, struct sio_cache_user *cache,
                         const char *url, int *fd, sio_error *err)
 {
-    return open_fd(io, cache, url, fd, 1, err);
+    return open_fd(io, cache, url, fd, NULL, 1, err);
+}
+
+sio_code sio_io_open_fd_checked(sio_io *io, struct sio_cache_user *cache,
+                                const char *url, int *fd, int *sfd,
+                                sio_error *err)
+{
+    return open_fd(io, cache, url, fd, sfd, 1, err);
 }
 
 sio_code sio_io_open_fd_probe(sio_io *io, struct sio_cache_user *cache,
                               const char *url, int *fd, sio_error *err)
 {
-    return open_fd(io, cache, url, fd, 0, err);
+    return open_fd(io, cache, url, fd, NULL, 0, err);
 }

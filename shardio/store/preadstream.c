@@ -4,7 +4,9 @@
  * plane hands a sample's byte range to the tar reader without a backend.
  *
  * A file that ends before `end` has shrunk since it was indexed: the read
- * fails with SIO_ERR_CHANGED, never returns a short object.
+ * fails with SIO_ERR_CHANGED, never returns a short object. Over a
+ * shard-cache entry (sio_pread_stream_checked) every read is checked
+ * against the entry's block sums; a block that fails is SIO_ERR_CHANGED.
  *
  * Threading: one thread at a time, like every sio_stream. Ownership: the
  * descriptor is borrowed (the caller closes it after the stream).
@@ -28,6 +30,21 @@ static sio_code pr_read(sio_stream *s, void *buf, size_t cap, size_t *got)
         cap = (size_t)(p->end - p->pos);
     if (cap > (size_t)1 << 30)
         cap = (size_t)1 << 30;
+    if (p->cu) {
+        /* Checked whole: a cache entry is never shorter than its size. */
+        if (p->pos >= p->size)
+            return SIO_OK;
+        if (cap > p->size - p->pos)
+            cap = (size_t)(p->size - p->pos);
+        sio_code rc = sio_cache_pread(p->cu, p->url, p->fd, p->sfd, p->size,
+                                      buf, cap, p->pos, p->carry, p->err,
+                                      sizeof p->err);
+        if (rc)
+            return rc;
+        p->pos += cap;
+        *got = cap;
+        return SIO_OK;
+    }
     for (;;) {
         ssize_t r = pread(p->fd, buf, cap, (off_t)p->pos);
         if (r < 0 && errno == EINTR)
@@ -79,6 +96,17 @@ void sio_pread_stream_init(pread_stream *p, int fd, uint64_t offset,
     p->fd = fd;
     p->pos = offset;
     p->end = end;
+}
+
+void sio_pread_stream_checked(pread_stream *p, struct sio_cache_user *u,
+                              const char *url, int sfd, uint64_t size,
+                              sio_cache_carry *carry)
+{
+    p->carry = carry;
+    p->cu = u;
+    p->url = url;
+    p->sfd = sfd;
+    p->size = size;
 }
 
 sio_code sio_stream_pread(int fd, uint64_t offset, uint64_t end,

@@ -83,11 +83,81 @@ sio_code sio_cache_open(struct sio_cache_user *u, const sio_backend_ops *ops,
                         uint64_t offset, uint64_t end, sio_stream **out,
                         sio_error *err);
 
+#define SIO_CACHE_BLOCK 4096u /* bytes of an entry summed together */
+
 /* A complete shard-cache entry of url that this job has checked: 1, with
- * a new read-only descriptor of its bytes in *fd when fd is not NULL
- * (a cache hit when count). */
+ * new read-only descriptors of its bytes in *fd and of its block sums in
+ * *sfd when fd is not NULL (a cache hit when count). Every byte read
+ * through *fd must pass sio_cache_check before it is used. */
 int sio_cache_entry_fd(struct sio_cache_user *u, const char *url, int *fd,
-                       int count);
+                       int *sfd, int count);
+
+/* Check bytes [off, off + len) of url's entry (of size bytes) read
+ * through fd, sums sfd (sio_cache_entry_fd): buf holds those bytes (NULL:
+ * they are read again from fd); the rest of the edge blocks is read from
+ * fd. SIO_OK, or SIO_ERR_CHANGED when a block fails its sum or cannot be
+ * read: the entry is dropped (a later open fills it again from the store),
+ * counted (sio_cache_stats.corrupt) and logged; msg (cap bytes) says
+ * which block. Thread-safe. */
+sio_code sio_cache_check(struct sio_cache_user *u, const char *url, int fd,
+                         int sfd, uint64_t size, uint64_t off,
+                         const void *buf, size_t len, char *msg, size_t cap);
+
+/* What a reader of one entry descriptor keeps between checked reads:
+ * the last block a read ended inside, checked, so that a read going on
+ * from there (an extent read in pieces) neither reads nor sums it again;
+ * and a window of the entry's sums (those of 4 MiB of data), so that
+ * reads near each other read the sums once. A complete entry's sums never
+ * change. Belongs to one descriptor: zero it (calloc) for a new one. */
+#define SIO_CACHE_SUMS_WINDOW 1024u
+typedef struct sio_cache_carry {
+    uint64_t blk;   /* block index */
+    uint64_t len;   /* bytes of the block held (0: none) */
+    unsigned char b[SIO_CACHE_BLOCK];
+    uint64_t sw_first;  /* block of the window's first sum */
+    uint64_t sw_n;      /* sums in the window (0: none) */
+    unsigned char sw[SIO_CACHE_SUMS_WINDOW * 4];
+} sio_cache_carry;
+
+/* Read bytes [off, off + len) of url's entry through fd into buf and
+ * check them as sio_cache_check does (the edge blocks' other bytes come
+ * in the same preadv; with carry, a first block it holds is not read
+ * again, and the last block, when the range ends inside it, is kept).
+ * SIO_OK with every byte read, else as sio_cache_check (a file that ends
+ * early counts as damaged). */
+sio_code sio_cache_pread(struct sio_cache_user *u, const char *url, int fd,
+                         int sfd, uint64_t size, void *buf, size_t len,
+                         uint64_t off, sio_cache_carry *carry, char *msg,
+                         size_t cap);
+
+/* The on-disk formats of the cache (shardio_cache.h), for the loader,
+ * tests and the fuzzer. */
+#define SIO_CACHE_SUMS_HDR 32u  /* the sums file's header */
+#define SIO_CACHE_URL_MAX 8192u /* longest URL an entry keeps */
+/* The sums header of an object of size bytes. */
+void sio_cache_sums_header(uint64_t size, unsigned char out[32]);
+/* Parse a sums header (n bytes at p): 0 and the object's *size, or -1
+ * (bad magic, version, block size, reserved bytes or header sum). */
+int sio_cache_sums_header_parse(const unsigned char *p, size_t n,
+                                uint64_t *size);
+/* What an entry on disk may be trusted with. */
+typedef struct sio_cache_entry_info {
+    char url[SIO_CACHE_URL_MAX + 1];
+    char validator[SIO_VALIDATOR_MAX];
+    uint64_t size;  /* the object's */
+    uint64_t have;  /* bytes usable from offset 0: a multiple of
+                       SIO_CACHE_BLOCK, or size */
+    int complete;   /* have == size, every sum present */
+} sio_cache_entry_info;
+/* Judge an entry found on disk from its metadata file's text (meta, mlen
+ * bytes, not NUL-terminated), the first hlen bytes of its sums file (hdr),
+ * the sums file's length and the data file's length: 0 and *out (have cut
+ * to what the sums and data cover, at a block boundary unless complete),
+ * or -1: not an entry (remove it). Pure: no I/O, any input. */
+int sio_cache_entry_parse(const char *meta, size_t mlen,
+                          const unsigned char *hdr, size_t hlen,
+                          uint64_t sums_len, uint64_t data_len,
+                          sio_cache_entry_info *out);
 
 /* Bytes a job read from complete cache entries in place (the plan's data
  * plane): counted as cache hit bytes. */
@@ -110,6 +180,14 @@ void sio_io_sidecar_hint(sio_io *io, const char *url, int present);
 /* 1 present, 0 absent, -1 no listing said. */
 int sio_io_sidecar_known(sio_io *io, const char *url);
 
+/* sio_io_open_fd for readers that check what they read: a cache entry's
+ * block sums come in *sfd (-1 for a local file, whose bytes have no
+ * sums); every byte read through *fd of an entry must then pass
+ * sio_cache_check. The caller closes both. */
+sio_code sio_io_open_fd_checked(sio_io *io, struct sio_cache_user *cache,
+                                const char *url, int *fd, int *sfd,
+                                sio_error *err);
+
 /* sio_io_open_fd that counts no cache hit (a look at the file). */
 sio_code sio_io_open_fd_probe(sio_io *io, struct sio_cache_user *cache,
                               const char *url, int *fd, sio_error *err);
@@ -130,9 +208,22 @@ struct pread_stream {
     int fd;
     uint64_t pos, end;
     char err[160];
+    /* A shard-cache entry's descriptor (sio_pread_stream_checked): every
+     * read goes through sio_cache_pread (cu NULL: plain pread). */
+    struct sio_cache_user *cu;
+    const char *url;
+    int sfd;
+    uint64_t size;
+    sio_cache_carry *carry; /* may be NULL */
 };
 void sio_pread_stream_init(pread_stream *p, int fd, uint64_t offset,
                            uint64_t end);
+/* Make p's reads check the bytes against the block sums of url's cache
+ * entry (of size bytes; sums in sfd, from sio_io_open_fd_checked); a
+ * block that fails is SIO_ERR_CHANGED. u and url must outlive p's use. */
+void sio_pread_stream_checked(pread_stream *p, struct sio_cache_user *u,
+                              const char *url, int sfd, uint64_t size,
+                              sio_cache_carry *carry);
 
 /* A stream over bytes in memory (not copied: data must outlive it). */
 sio_code sio_stream_memory(const void *data, size_t len, sio_stream **out);

@@ -2,8 +2,10 @@
  * test_cache.c — the shard cache against a store that counts what it is
  * asked: single-flight, hits and ranged reads from cached bytes, budget and
  * the stable-subset policy, validation (a changed object never served
- * stale), restart reuse, resume of partial entries, and broken files left
- * by a crash never served.
+ * stale), restart reuse, resume of partial entries, broken files left
+ * by a crash never served, and integrity: bytes or sums damaged in an
+ * entry (running, or while stopped) never served, the entry dropped and
+ * filled again; what an entry on disk may claim.
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -613,9 +615,10 @@ static void test_broken_files(const char *dir)
     sio_cache_user_destroy(u);
     sio_cache_destroy(c);
 
-    /* a: its data cut short (complete says 200000); b: its metadata is
-     * garbage; c: intact. Plus orphans: data without metadata, a
-     * temporary metadata file. */
+    /* a: its data cut short (complete says 200000): kept as a partial
+     * entry of the 24 whole blocks left (98304 bytes), resumed from there;
+     * b: its metadata is garbage; c: intact. Plus orphans: data without
+     * metadata, a temporary metadata file. */
     DIR *d = opendir(dir);
     struct dirent *de;
     char p[4096], ida[64] = "", idb[64] = "";
@@ -652,10 +655,11 @@ static void test_broken_files(const char *dir)
     c = make(dir, 64 << 20);
     sio_cache_stats st;
     sio_cache_get_stats(c, &st);
-    CHECK_EQ_U64(st.entries, 1);
+    CHECK_EQ_U64(st.entries, 2);
+    CHECK_EQ_U64(st.complete, 1);
     int nmeta;
-    CHECK_EQ_U64(data_on_disk(dir, &nmeta), 200000);
-    CHECK_EQ_U64(nmeta, 1);
+    CHECK_EQ_U64(data_on_disk(dir, &nmeta), 200000 + 98304);
+    CHECK_EQ_U64(nmeta, 2);
     CHECK(access(p, F_OK) == 0);
     sio_cache_user_create(c, &u);
     reset_counts();
@@ -663,7 +667,7 @@ static void test_broken_files(const char *dir)
     CHECK(read_check(u, "fake://bf-b", 0, UINT64_MAX, NULL));
     CHECK(read_check(u, "fake://bf-c", 0, UINT64_MAX, NULL));
     wait_fills(c);
-    CHECK_EQ_U64(atomic_load(&store.bytes), 400000);
+    CHECK_EQ_U64(atomic_load(&store.bytes), 200000 + (200000 - 98304));
     sio_cache_user_destroy(u);
     sio_cache_destroy(c);
     unlink(p);
@@ -712,6 +716,316 @@ static void test_config_bounds(void)
     CHECK(!sio_cache_covers("/data/k.tar"));
 }
 
+/* ---- integrity: block sums ------------------------------------------ */
+
+/* The path of url's entry file ext (".data", ".sums") in dir. */
+static int entry_file(const char *dir, const char *url, const char *ext,
+                      char *out, size_t cap)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    int found = 0;
+    while (d && !found && (de = readdir(d)) != NULL) {
+        size_t l = strlen(de->d_name);
+        char p[4096], text[512];
+        if (l < 6 || strcmp(de->d_name + l - 5, ".meta") != 0)
+            continue;
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        FILE *f = fopen(p, "r");
+        size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+        if (f)
+            fclose(f);
+        text[n] = '\0';
+        char want[128];
+        snprintf(want, sizeof want, "\nurl %s\n", url);
+        if (strstr(text, want)) {
+            snprintf(out, cap, "%s/%.*s%s", dir, (int)(l - 5), de->d_name,
+                     ext);
+            found = 1;
+        }
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
+/* Flip the n bytes at off of a file (or a descriptor when path is NULL). */
+static void flip(const char *path, int fd, uint64_t off, size_t n)
+{
+    unsigned char b[64];
+    int own = path != NULL;
+    if (own)
+        fd = open(path, O_RDWR);
+    CHECK(fd >= 0 && n <= sizeof b);
+    CHECK(pread(fd, b, n, (off_t)off) == (ssize_t)n);
+    for (size_t i = 0; i < n; i++)
+        b[i] ^= 0x5a;
+    CHECK(pwrite(fd, b, n, (off_t)off) == (ssize_t)n);
+    if (own)
+        close(fd);
+}
+
+static uint64_t corrupt_count(sio_cache *c)
+{
+    sio_cache_stats st;
+    sio_cache_get_stats(c, &st);
+    return st.corrupt;
+}
+
+/* Damaged data or sums are never served: the stream goes on from the
+ * store at the same byte, the entry is dropped, counted, and filled again
+ * by the next reader; after that the entry serves hits again. Also after
+ * a restart (the data is checked when read, not when loaded). */
+static void test_corrupt_stream(const char *dir)
+{
+    char p[4096];
+    sio_cache *c = make(dir, 64 << 20);
+    sio_cache_user *u;
+    sio_cache_user_create(c, &u);
+    put_obj("fake://cr-a", 300000, 21);
+    CHECK(read_check(u, "fake://cr-a", 0, UINT64_MAX, NULL));
+    wait_fills(c);
+
+    /* 64 bytes flipped in the middle of the data. */
+    CHECK(entry_file(dir, "fake://cr-a", ".data", p, sizeof p));
+    flip(p, -1, 150000, 64);
+    reset_counts();
+    CHECK(read_check(u, "fake://cr-a", 149990, 150010, NULL));
+    CHECK_EQ_U64(corrupt_count(c), 1);
+    CHECK(access(p, F_OK) != 0); /* dropped: its files removed */
+    CHECK(read_check(u, "fake://cr-a", 0, UINT64_MAX, NULL)); /* refill */
+    wait_fills(c);
+    reset_counts();
+    CHECK(read_check(u, "fake://cr-a", 0, UINT64_MAX, NULL));
+    CHECK_EQ_U64(atomic_load(&store.bytes), 0); /* a hit again */
+
+    /* A whole-object read that meets the damage half-way: the first
+     * blocks from the cache, the rest from the store. */
+    CHECK(entry_file(dir, "fake://cr-a", ".data", p, sizeof p));
+    flip(p, -1, 200000, 1);
+    reset_counts();
+    CHECK(read_check(u, "fake://cr-a", 0, UINT64_MAX, NULL));
+    CHECK_EQ_U64(corrupt_count(c), 2);
+    CHECK(atomic_load(&store.bytes) < 300000);
+
+    /* A damaged sum is a damaged entry too. */
+    CHECK(read_check(u, "fake://cr-a", 0, UINT64_MAX, NULL));
+    wait_fills(c);
+    CHECK(entry_file(dir, "fake://cr-a", ".sums", p, sizeof p));
+    flip(p, -1, SIO_CACHE_SUMS_HDR + 4 * 10, 1);
+    CHECK(read_check(u, "fake://cr-a", 0, UINT64_MAX, NULL));
+    CHECK_EQ_U64(corrupt_count(c), 3);
+    CHECK(read_check(u, "fake://cr-a", 0, UINT64_MAX, NULL));
+    wait_fills(c);
+    sio_cache_user_destroy(u);
+    sio_cache_destroy(c);
+
+    /* Damage while stopped: loaded, caught when read. */
+    CHECK(entry_file(dir, "fake://cr-a", ".data", p, sizeof p));
+    flip(p, -1, 4096 * 5 + 7, 3);
+    c = make(dir, 64 << 20);
+    sio_cache_user_create(c, &u);
+    sio_cache_stats st;
+    sio_cache_get_stats(c, &st);
+    CHECK_EQ_U64(st.complete, 1);
+    CHECK(read_check(u, "fake://cr-a", 0, UINT64_MAX, NULL));
+    CHECK_EQ_U64(corrupt_count(c), 1);
+    CHECK(read_check(u, "fake://cr-a", 0, UINT64_MAX, NULL));
+    wait_fills(c);
+    sio_cache_user_destroy(u);
+    sio_cache_destroy(c);
+
+    /* A sums header that does not check out: the entry is removed at
+     * start-up. */
+    CHECK(entry_file(dir, "fake://cr-a", ".sums", p, sizeof p));
+    flip(p, -1, 17, 1);
+    c = make(dir, 64 << 20);
+    sio_cache_get_stats(c, &st);
+    CHECK_EQ_U64(st.entries, 0);
+    CHECK(access(p, F_OK) != 0);
+    sio_cache_destroy(c);
+    rm_rf(dir);
+}
+
+/* The descriptor of the named memfd ("/memfd:NAME (deleted)") opened
+ * last, -1 when none. */
+static int find_memfd(const char *name)
+{
+    int found = -1;
+    char want[128];
+    snprintf(want, sizeof want, "/memfd:%s (deleted)", name);
+    for (int fd = 3; fd < 1024; fd++) {
+        char p[64], l[256];
+        snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
+        ssize_t n = readlink(p, l, sizeof l - 1);
+        if (n <= 0)
+            continue;
+        l[n] = '\0';
+        if (strcmp(l, want) == 0)
+            found = fd;
+    }
+    return found;
+}
+
+static void test_corrupt_memory(void)
+{
+    sio_cache *c = make(NULL, 8 << 20);
+    sio_cache_user *u;
+    sio_cache_user_create(c, &u);
+    put_obj("fake://cr-mem", 100000, 22);
+    CHECK(read_check(u, "fake://cr-mem", 0, UINT64_MAX, NULL));
+    wait_fills(c);
+    int fd = find_memfd("shardcast-cache");
+    CHECK(fd >= 0);
+    if (fd >= 0)
+        flip(NULL, fd, 5000, 64);
+    CHECK(read_check(u, "fake://cr-mem", 0, UINT64_MAX, NULL));
+    CHECK_EQ_U64(corrupt_count(c), 1);
+    CHECK(read_check(u, "fake://cr-mem", 0, UINT64_MAX, NULL));
+    wait_fills(c);
+    reset_counts();
+    CHECK(read_check(u, "fake://cr-mem", 0, UINT64_MAX, NULL));
+    CHECK_EQ_U64(atomic_load(&store.bytes), 0);
+    sio_cache_user_destroy(u);
+    sio_cache_destroy(c);
+}
+
+/* The plan's reads of an entry's descriptors: any range, checked with
+ * its edge blocks; a damaged block drops the entry. */
+static void test_checked_pread(const char *dir)
+{
+    char msg[256];
+    unsigned char buf[20000];
+    sio_cache *c = make(dir, 64 << 20);
+    sio_cache_user *u;
+    sio_cache_user_create(c, &u);
+    put_obj("fake://cp", 50000, 23);
+    CHECK(read_check(u, "fake://cp", 0, UINT64_MAX, NULL));
+    wait_fills(c);
+    int fd = -1, sfd = -1;
+    CHECK(sio_cache_entry_fd(u, "fake://cp", &fd, &sfd, 0) == 1);
+    const unsigned char *want = obj("fake://cp")->data;
+    static const uint64_t at[][2] = {{0, 1},     {1, 4095},  {4095, 2},
+                                     {4096, 4096}, {100, 19000}, {49999, 1},
+                                     {45000, 5000}, {0, 20000}};
+    for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
+        memset(buf, 0, sizeof buf);
+        CHECK(sio_cache_pread(u, "fake://cp", fd, sfd, 50000, buf,
+                              (size_t)at[i][1], at[i][0], NULL, msg,
+                              sizeof msg) == SIO_OK);
+        CHECK(memcmp(buf, want + at[i][0], (size_t)at[i][1]) == 0);
+        CHECK(sio_cache_check(u, "fake://cp", fd, sfd, 50000, at[i][0],
+                              NULL, (size_t)at[i][1], msg,
+                              sizeof msg) == SIO_OK);
+    }
+    CHECK(sio_cache_pread(u, "fake://cp", fd, sfd, 50000, buf, 2, 49999,
+                          NULL, msg, sizeof msg) == SIO_ERR_CHANGED);
+    /* An extent read in pieces that do not fall on blocks, with the
+     * carried block. */
+    static sio_cache_carry carry;
+    static unsigned char whole[50000];
+    for (size_t step = 1000; step <= 13000; step += 3000) {
+        memset(&carry, 0, sizeof carry);
+        memset(whole, 0, sizeof whole);
+        for (uint64_t o = 123; o < 50000; o += step) {
+            size_t n = 50000 - o < step ? (size_t)(50000 - o) : step;
+            CHECK(sio_cache_pread(u, "fake://cp", fd, sfd, 50000, whole + o,
+                                  n, o, &carry, msg, sizeof msg) == SIO_OK);
+        }
+        CHECK(memcmp(whole + 123, want + 123, 50000 - 123) == 0);
+    }
+    CHECK_EQ_U64(corrupt_count(c), 0);
+    /* One byte outside the range read, inside its last block. */
+    char p[4096];
+    CHECK(entry_file(dir, "fake://cp", ".data", p, sizeof p));
+    flip(p, -1, 12287, 1);
+    CHECK(sio_cache_pread(u, "fake://cp", fd, sfd, 50000, buf, 100, 0, NULL,
+                          msg, sizeof msg) == SIO_OK);
+    CHECK(sio_cache_pread(u, "fake://cp", fd, sfd, 50000, buf, 10, 8200,
+                          NULL, msg, sizeof msg) == SIO_ERR_CHANGED);
+    CHECK(strstr(msg, "block 2") != NULL);
+    CHECK_EQ_U64(corrupt_count(c), 1);
+    CHECK(sio_cache_entry_fd(u, "fake://cp", NULL, NULL, 0) == 0);
+    close(fd);
+    close(sfd);
+    sio_cache_user_destroy(u);
+    sio_cache_destroy(c);
+    rm_rf(dir);
+}
+
+/* What an entry on disk may claim (sio_cache_entry_parse). */
+static int parse(const char *meta, uint64_t size_in_hdr, uint64_t sums_len,
+                 uint64_t data_len, sio_cache_entry_info *in)
+{
+    unsigned char hdr[SIO_CACHE_SUMS_HDR];
+    sio_cache_sums_header(size_in_hdr, hdr);
+    return sio_cache_entry_parse(meta, strlen(meta), hdr, sizeof hdr,
+                                 sums_len, data_len, in);
+}
+
+static void test_entry_parse(void)
+{
+    static sio_cache_entry_info in;
+    const char *ok = "shardcast-cache 2\nurl http://h/a.tar\nvalidator "
+                     "\"x\"\nsize 10000\nhave 10000\ncomplete 1\n";
+    uint64_t full = SIO_CACHE_SUMS_HDR + 4 * 3;
+    CHECK(parse(ok, 10000, full, 10000, &in) == 0);
+    CHECK(in.complete && in.have == 10000 && in.size == 10000);
+    CHECK(strcmp(in.url, "http://h/a.tar") == 0);
+    /* sums or data short: a partial entry of the blocks both cover */
+    CHECK(parse(ok, 10000, full - 1, 10000, &in) == 0);
+    CHECK(!in.complete && in.have == 8192);
+    CHECK(parse(ok, 10000, full, 5000, &in) == 0);
+    CHECK(!in.complete && in.have == 4096);
+    CHECK(parse(ok, 10000, SIO_CACHE_SUMS_HDR, 10000, &in) == 0);
+    CHECK(in.have == 0);
+    /* not this object's sums, no sums, data longer than the object */
+    CHECK(parse(ok, 10001, full, 10000, &in) == -1);
+    CHECK(parse(ok, 10000, 0, 10000, &in) == -1);
+    CHECK(parse(ok, 10000, full, 10001, &in) == -1);
+    unsigned char hdr[SIO_CACHE_SUMS_HDR];
+    sio_cache_sums_header(10000, hdr);
+    for (size_t i = 0; i < sizeof hdr; i++) {
+        hdr[i] ^= 1;
+        CHECK(sio_cache_entry_parse(ok, strlen(ok), hdr, sizeof hdr, full,
+                                    10000, &in) == -1);
+        hdr[i] ^= 1;
+    }
+    CHECK(sio_cache_entry_parse(ok, strlen(ok), hdr, 31, full, 10000,
+                                &in) == -1);
+    /* metadata that is not exactly ours */
+    static const char *const bad[] = {
+        "shardcast-cache 1\nurl u\nvalidator v\nsize 1\nhave 1\ncomplete 1\n",
+        "shardcast-cache 2\nurl u\nvalidator v\nsize 1\nhave 1\n",
+        "shardcast-cache 2\nurl u\nvalidator v\nsize 1\nhave 1\ncomplete 1",
+        "shardcast-cache 2\nurl u\nurl u\nvalidator v\nsize 1\nhave 1\n"
+        "complete 1\n",
+        "shardcast-cache 2\nurl u\nvalidator v\nsize -1\nhave 1\ncomplete 1\n",
+        "shardcast-cache 2\nurl u\nvalidator v\nsize  1\nhave 1\ncomplete 1\n",
+        "shardcast-cache 2\nurl u\nvalidator v\nsize 1\nhave 2\ncomplete 0\n",
+        "shardcast-cache 2\nurl u\nvalidator v\nsize 2\nhave 1\ncomplete 1\n",
+        "shardcast-cache 2\nurl u\nvalidator v\nsize 1\nhave 1\ncomplete 2\n",
+        "shardcast-cache 2\nurl \nvalidator v\nsize 1\nhave 1\ncomplete 1\n",
+        "shardcast-cache 2\nurl u\nvalidator v\nsize 1\nhave 1\ncomplete 1\n"
+        "extra 1\n",
+        "shardcast-cache 2\nurl u\tv\nvalidator v\nsize 1\nhave 1\n"
+        "complete 1\n",
+        "shardcast-cache 2\nurl u\nvalidator v\nsize 99999999999999999999\n"
+        "have 1\ncomplete 0\n",
+        "shardcast-cache 2\nurl u\nvalidator v\nsize 1125899906842625\n"
+        "have 1\ncomplete 0\n",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK(parse(bad[i], 1, SIO_CACHE_SUMS_HDR + 4, 1, &in) == -1);
+    const char *nul = "shardcast-cache 2\nurl u\0x\nvalidator v\nsize 1\n"
+                      "have 1\ncomplete 1\n";
+    sio_cache_sums_header(1, hdr);
+    CHECK(sio_cache_entry_parse(nul, 60, hdr, sizeof hdr,
+                                SIO_CACHE_SUMS_HDR + 4, 1, &in) == -1);
+}
+
+/* ---- main ------------------------------------------------------------ */
+
 int main(void)
 {
     pthread_mutex_init(&store.mu, NULL);
@@ -728,6 +1042,10 @@ int main(void)
     test_partial_resume(dir);
     test_broken_files(dir);
     test_budget_lowered(dir);
+    test_entry_parse();
+    test_corrupt_stream(dir);
+    test_corrupt_memory();
+    test_checked_pread(dir);
     rm_rf(dir);
     rmdir(dir);
     CHECK_MAIN_END();
