@@ -762,19 +762,30 @@ static int entry_probe(sio_index_entry *e, sio_io *io,
     return res;
 }
 
-/* Read a whole local file (bounded). */
-static void *read_file(const char *path, size_t max, size_t *len)
+/* The buffer of a bounded read grown to hold n + more bytes: doubling
+ * from 64 KiB, never past max + 1 (a byte past max says "too long"). */
+static size_t read_grow(size_t cap, size_t max)
+{
+    size_t nc = cap ? (cap > SIZE_MAX / 2 ? SIZE_MAX : cap * 2) : 65536;
+    return nc > max ? max + 1 : nc;
+}
+
+/* Read a whole local file of at most max bytes (a longer one: NULL with
+ * *over set). */
+static void *read_file(const char *path, size_t max, size_t *len, int *over)
 {
     FILE *fp = fopen(path, "rb");
     unsigned char *buf = NULL;
     size_t cap = 0, n = 0;
+    *over = 0;
     if (!fp)
         return NULL;
     for (;;) {
         if (n == cap) {
-            size_t nc = cap ? cap * 2 : 65536;
+            size_t nc = read_grow(cap, max);
             unsigned char *nb;
-            if (cap >= max) {
+            if (cap > max) {
+                *over = 1;
                 free(buf);
                 fclose(fp);
                 return NULL;
@@ -794,18 +805,26 @@ static void *read_file(const char *path, size_t max, size_t *len)
             break;
     }
     fclose(fp);
+    if (n > max) {
+        *over = 1;
+        free(buf);
+        return NULL;
+    }
     *len = n;
     return buf;
 }
 
-/* Read an object through its backend (a sidecar), bounded. */
-static void *read_object(sio_io *io, const char *url, size_t max, size_t *len)
+/* Read an object through its backend (a sidecar) of at most max bytes
+ * (a longer one: NULL with *over set). */
+static void *read_object(sio_io *io, const char *url, size_t max, size_t *len,
+                         int *over)
 {
     const sio_backend_ops *ops;
     void *ctx;
     sio_stream *s = NULL;
     unsigned char *buf = NULL;
     size_t cap = 0, n = 0;
+    *over = 0;
     if (sio_io_backend(io, url, &ops, &ctx, NULL) != SIO_OK)
         return NULL;
     if (ops->open(ctx, url, 0, &s, NULL) != SIO_OK)
@@ -813,10 +832,12 @@ static void *read_object(sio_io *io, const char *url, size_t max, size_t *len)
     for (;;) {
         size_t got = 0;
         if (n == cap) {
-            size_t nc = cap ? cap * 2 : 65536;
+            size_t nc = read_grow(cap, max);
             unsigned char *nb;
-            if (cap >= max)
+            if (cap > max) {
+                *over = 1;
                 goto fail;
+            }
             nb = realloc(buf, nc);
             if (!nb)
                 goto fail;
@@ -830,6 +851,11 @@ static void *read_object(sio_io *io, const char *url, size_t max, size_t *len)
         n += got;
     }
     s->ops->close(s);
+    if (n > max) {
+        *over = 1;
+        free(buf);
+        return NULL;
+    }
     *len = n;
     return buf;
 fail:
@@ -901,6 +927,21 @@ static void side_result(sio_index *x, sio_io *io, const char *url, int hit)
     pthread_mutex_unlock(&x->sidemu);
 }
 
+/* The most bytes an index file of a shard of `size` bytes may take
+ * (max when the size is unknown): every group spans at least a 512-byte
+ * tar header, which also holds its key and field names, so an index takes
+ * less than the shard; a compressed shard (up to size/4 groups) packs its
+ * names tighter: 16 bytes of index a shard byte, plus 64 KiB. Memory for
+ * reading an index thus follows the shard's size, not what the file
+ * claims. */
+static size_t index_file_bound(uint64_t size, size_t max)
+{
+    if (size == UINT64_MAX || size == 0 || max <= 65536 ||
+        size > (max - 65536) / 16)
+        return max;
+    return (size_t)(65536 + 16 * size);
+}
+
 /* Try the persisted file, then a sidecar (e->mu held, x->mu not held).
  * Either is taken only when entry_vet finds it fit; a rejected persisted
  * file is removed (the read that indexes the shard writes a new one). */
@@ -927,18 +968,43 @@ static void entry_load(sio_index_entry *e, sio_io *io, int lazy)
         e->deferred = 1;
         return;
     }
-    if (have_path && (data = read_file(path, SIO_INDEX_FILE_MAX, &len)) != NULL)
-        src = SRC_STATE;
+    /* The shard's size bounds what is read: the listing's, or a local
+     * file's (a stat); a remote shard is not asked (a HEAD) before a file
+     * was found. */
+    uint64_t known = e->size != UINT64_MAX && e->size != 0 ? e->size
+                     : io && sio_io_url_is_file(io, e->url) ? shard_size(e, io)
+                                                            : UINT64_MAX;
+    int over = 0;
+    if (have_path) {
+        size_t max = index_file_bound(known, SIO_INDEX_FILE_MAX);
+        data = read_file(path, max, &len, &over);
+        if (data) {
+            src = SRC_STATE;
+        } else if (over) {
+            snprintf(why, sizeof why, "file above %zu bytes, the most an "
+                     "index of the shard's %" PRIu64 " bytes takes", max,
+                     known);
+            note_rejected(e, SRC_STATE, why);
+            unlink(path);
+        }
+    }
     if (!data && io && x->sidecars && side_ask(x, io, e->url)) {
         size_t ul = strlen(e->url);
         char *side = malloc(ul + sizeof SIO_INDEX_SUFFIX);
         if (side) {
             memcpy(side, e->url, ul);
             memcpy(side + ul, SIO_INDEX_SUFFIX, sizeof SIO_INDEX_SUFFIX);
-            data = read_object(io, side, INDEX_SIDECAR_MAX, &len);
+            size_t max = index_file_bound(known, INDEX_SIDECAR_MAX);
+            data = read_object(io, side, max, &len, &over);
             free(side);
-            if (data)
+            if (data) {
                 src = SRC_SIDECAR;
+            } else if (over) {
+                snprintf(why, sizeof why, "sidecar above %zu bytes, the "
+                         "most an index of the shard's %" PRIu64 " bytes "
+                         "takes", max, known);
+                note_rejected(e, SRC_SIDECAR, why);
+            }
             side_result(x, io, e->url, data != NULL);
         }
     }
