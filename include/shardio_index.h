@@ -334,8 +334,12 @@ uint64_t sio_shard_groups(const sio_shard *sh);
  */
 typedef struct sio_journal sio_journal;
 
-/* Open (and load) the journal at path; NULL: memory only. */
-sio_code sio_journal_open(const char *path, sio_journal **out,
+/* Open (and load) the journal at path (NULL: memory only) of a dataset of
+ * `shards` shards (0: SIO_SHARDS_MAX). The file is not trusted: it is read
+ * up to one decision per shard; lines that do not parse, name a shard
+ * past the dataset or repeat a shard's decision are not decisions (the
+ * first one for a shard wins). Lookups take O(log n). */
+sio_code sio_journal_open(const char *path, size_t shards, sio_journal **out,
                           sio_error *err);
 void sio_journal_close(sio_journal *j);
 /* 1 with *groups when shard s has a decision. */

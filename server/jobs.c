@@ -974,7 +974,8 @@ static sio_journal *job_journal(sc_jobs *j, sc_job *job, uint64_t epoch,
     } else {
         *fresh = 1;
     }
-    if (sio_journal_open(pp, &jr, err) != SIO_OK) {
+    if (sio_journal_open(pp, r->list ? sio_shardlist_count(r->list) : 0,
+                         &jr, err) != SIO_OK) {
         jr = NULL;
         goto out;
     }

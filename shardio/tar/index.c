@@ -1524,66 +1524,191 @@ typedef struct jentry {
 struct sio_journal {
     pthread_mutex_t mu;
     FILE *fp;
-    jentry *v;
+    jentry *v;     /* decisions in the order they were taken */
+    size_t *ord;   /* positions in v, sorted by shard (lookups) */
     size_t n, cap;
+    size_t max;    /* shards of the dataset: a decision names one below */
 };
 
-/* Sanity limit on decisions in one journal (one per shard at most). */
-#define JOURNAL_MAX SIO_SHARDS_MAX
+/* The position in ord where shard is, or would be inserted. */
+static size_t journal_pos(const sio_journal *j, uint32_t shard)
+{
+    size_t lo = 0, hi = j->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (j->v[j->ord[mid]].shard < shard)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
 
 static int journal_find(const sio_journal *j, uint32_t shard, uint64_t *groups)
 {
-    for (size_t i = 0; i < j->n; i++)
-        if (j->v[i].shard == shard) {
-            *groups = j->v[i].groups;
-            return 1;
-        }
+    size_t at = journal_pos(j, shard);
+    if (at < j->n && j->v[j->ord[at]].shard == shard) {
+        *groups = j->v[j->ord[at]].groups;
+        return 1;
+    }
     return 0;
 }
 
+static int journal_reserve(sio_journal *j, size_t want)
+{
+    if (want <= j->cap)
+        return 0;
+    size_t nc = j->cap ? j->cap : 16;
+    while (nc < want)
+        nc = nc > j->max / 2 ? j->max : nc * 2;
+    if (nc < want)
+        return -1;
+    jentry *nv = realloc(j->v, nc * sizeof *nv);
+    if (!nv)
+        return -1;
+    j->v = nv;
+    size_t *no = realloc(j->ord, nc * sizeof *no);
+    if (!no)
+        return -1;
+    j->ord = no;
+    j->cap = nc;
+    return 0;
+}
+
+/* Add a decision for a shard that has none (it is not there: checked). */
 static int journal_add(sio_journal *j, uint32_t shard, uint64_t groups)
 {
-    if (j->n >= JOURNAL_MAX)
+    if (j->n >= j->max || journal_reserve(j, j->n + 1))
         return -1;
-    if (j->n == j->cap) {
-        size_t nc = j->cap ? j->cap * 2 : 16;
-        jentry *nv = realloc(j->v, nc * sizeof *nv);
-        if (!nv)
-            return -1;
-        j->v = nv;
-        j->cap = nc;
-    }
+    size_t at = journal_pos(j, shard);
+    memmove(j->ord + at + 1, j->ord + at, (j->n - at) * sizeof *j->ord);
+    j->ord[at] = j->n;
     j->v[j->n].shard = shard;
     j->v[j->n].groups = groups;
     j->n++;
     return 0;
 }
 
-sio_code sio_journal_open(const char *path, sio_journal **out, sio_error *err)
+typedef struct jsort {
+    uint32_t shard;
+    size_t pos;
+} jsort;
+
+static int cmp_jsort(const void *a, const void *b)
+{
+    const jsort *x = a, *y = b;
+    if (x->shard != y->shard)
+        return x->shard < y->shard ? -1 : 1;
+    return x->pos < y->pos ? -1 : x->pos > y->pos; /* the first first */
+}
+
+/* Settle what was loaded (v[0..n) in file order): the first decision for
+ * a shard wins, later ones for it are dropped (v keeps its order), and
+ * ord is built. */
+static void journal_settle(sio_journal *j)
+{
+    size_t n = j->n, kept = 0;
+    if (n == 0)
+        return;
+    jsort *t = malloc(n * sizeof *t);
+    if (!t) {
+        j->n = 0; /* no memory: the decisions are taken again */
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        t[i] = (jsort){j->v[i].shard, i};
+    qsort(t, n, sizeof *t, cmp_jsort);
+    /* a repeat is marked by a shard number past every real one */
+    for (size_t i = 1; i < n; i++)
+        if (t[i].shard == t[i - 1].shard)
+            j->v[t[i].pos].shard = UINT32_MAX;
+    for (size_t i = 0; i < n; i++)
+        if (j->v[i].shard != UINT32_MAX)
+            j->v[kept++] = j->v[i];
+    j->n = kept;
+    for (size_t i = 0; i < kept; i++)
+        t[i] = (jsort){j->v[i].shard, i};
+    qsort(t, kept, sizeof *t, cmp_jsort);
+    for (size_t i = 0; i < kept; i++)
+        j->ord[i] = t[i].pos;
+    free(t);
+}
+
+/* The next line of a journal file into line[cap] (NUL-terminated, the
+ * newline dropped): 1; 2 for a line that cannot be a decision (longer
+ * than cap - 1 or holding a NUL byte); -1 for a last line without its
+ * newline (torn); 0 at the end. */
+static int journal_line(FILE *in, char *line, size_t cap)
+{
+    size_t n = 0;
+    int c, bad = 0;
+    while ((c = getc(in)) != EOF) {
+        if (c == '\n') {
+            line[n < cap ? n : cap - 1] = '\0';
+            return bad ? 2 : 1;
+        }
+        if (c == '\0' || n + 1 >= cap)
+            bad = 1;
+        else
+            line[n] = (char)c;
+        n++;
+    }
+    return n ? -1 : 0;
+}
+
+sio_code sio_journal_open(const char *path, size_t shards, sio_journal **out,
+                          sio_error *err)
 {
     sio_journal *j = calloc(1, sizeof *j);
     *out = NULL;
     if (!j)
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&j->mu, NULL);
+    j->max = shards && shards < SIO_SHARDS_MAX ? shards : SIO_SHARDS_MAX;
     if (path) {
         FILE *in = fopen(path, "r");
         if (in) {
+            /* A journal holds at most one decision per shard: its lines
+             * are read up to the dataset's shards (a longer file is not
+             * one the server wrote); a line that does not parse or names
+             * a shard past the dataset is not a decision. */
             char line[1024];
-            while (fgets(line, sizeof line, in)) {
+            int cut = 0, r;
+            size_t lines = 0;
+            off_t whole = 0; /* where the last complete line ends */
+            while (lines < j->max && (r = journal_line(in, line,
+                                                       sizeof line)) != 0) {
                 unsigned long long s, g;
-                uint64_t have;
-                /* A torn last line (crash while appending) is ignored:
-                 * its decision was never acted on before the fsync. */
-                if (!strchr(line, '\n'))
+                if (r < 0) {
+                    /* A torn last line (crash while appending) is ignored
+                     * (its decision was never acted on before the fsync)
+                     * and cut off, so the next decision starts a line of
+                     * its own. */
+                    cut = 1;
                     break;
+                }
+                whole = ftello(in);
+                lines++;
+                if (r == 2)
+                    continue; /* overlong or holding a NUL: no decision */
                 if (sscanf(line, "SKIP %llu %llu", &s, &g) != 2 ||
-                    s >= SIO_SHARDS_MAX)
+                    s >= j->max)
                     continue;
-                if (!journal_find(j, (uint32_t)s, &have))
-                    journal_add(j, (uint32_t)s, (uint64_t)g);
+                if (journal_reserve(j, j->n + 1))
+                    break;
+                j->v[j->n].shard = (uint32_t)s;
+                j->v[j->n].groups = (uint64_t)g;
+                j->n++;
             }
             fclose(in);
+            journal_settle(j);
+            if (cut && whole >= 0 && truncate(path, whole) != 0) {
+                sio_code rc = sio_seterr(err, SIO_ERR_IO,
+                                         "cannot cut the torn last line of "
+                                         "%s: %s", path, strerror(errno));
+                sio_journal_close(j);
+                return rc;
+            }
         }
         j->fp = fopen(path, "a");
         if (!j->fp) {
@@ -1604,6 +1729,7 @@ void sio_journal_close(sio_journal *j)
     if (j->fp)
         fclose(j->fp);
     free(j->v);
+    free(j->ord);
     pthread_mutex_destroy(&j->mu);
     free(j);
 }
@@ -1630,7 +1756,11 @@ uint64_t sio_journal_record(sio_journal *j, uint32_t shard, uint64_t groups,
         pthread_mutex_unlock(&j->mu);
         return have;
     }
-    journal_add(j, shard, groups);
+    if (journal_add(j, shard, groups) != 0) {
+        /* past the dataset's shards, or no memory: not taken */
+        pthread_mutex_unlock(&j->mu);
+        return groups;
+    }
     if (j->fp) {
         /* The reason is one line of printable text, no secrets (callers
          * pass redacted text). */

@@ -148,14 +148,14 @@ static void one_dataset(int round)
         sio_journal *j = NULL;
         char jpath[700];
         snprintf(jpath, sizeof jpath, "%s/journal-%d", state, trial);
-        CHECK(sio_journal_open(jpath, &j, NULL) == SIO_OK);
+        CHECK(sio_journal_open(jpath, 0, &j, NULL) == SIO_OK);
         uint64_t cut = rnd() % 10;
         CHECK_EQ_U64(sio_journal_record(j, 0, cut, SIO_ERR_NOTFOUND, "gone"),
                      cut);
         CHECK_EQ_U64(sio_journal_record(j, 0, cut + 3, SIO_ERR_IO, "later"),
                      cut); /* the first decision wins */
         sio_journal_close(j);
-        CHECK(sio_journal_open(jpath, &j, NULL) == SIO_OK); /* reloaded */
+        CHECK(sio_journal_open(jpath, 0, &j, NULL) == SIO_OK); /* reloaded */
         uint64_t have = 0;
         CHECK(sio_journal_cut(j, 0, &have) && have == cut);
         c.journal = j;

@@ -345,7 +345,7 @@ static void one_dataset(int round)
         char jpath[700];
         sio_journal *j = NULL;
         snprintf(jpath, sizeof jpath, "%s/journal", dir);
-        CHECK(sio_journal_open(jpath, &j, NULL) == SIO_OK);
+        CHECK(sio_journal_open(jpath, 0, &j, NULL) == SIO_OK);
         sio_journal_record(j, 0, rnd() % 8, SIO_ERR_NOTFOUND, "gone");
         sio_epoch_config cj = c;
         cj.journal = j;
