@@ -857,6 +857,10 @@ int sio_cache_entry_parse(const char *meta, size_t mlen,
     if (out->have != out->size) {
         out->have -= out->have % CACHE_BLOCK; /* resumes at a block */
         out->complete = 0;
+    } else {
+        /* every byte is there and summed (a fill stopped before it said
+         * so): the entry is whole, its reads are checked all the same */
+        out->complete = 1;
     }
     return 0;
 }
