@@ -848,8 +848,6 @@ int sio_cache_entry_parse(const char *meta, size_t mlen,
         return -1;
     uint64_t ns = (sums_len - SUMS_HDR) / 4;
     uint64_t cov = ns >= nblocks(out->size) ? out->size : ns * CACHE_BLOCK;
-    if (out->complete && data_len > out->size)
-        return -1; /* longer than the object: not this entry's data */
     if (out->have > cov)
         out->have = cov;
     if (out->have > data_len)
@@ -862,6 +860,8 @@ int sio_cache_entry_parse(const char *meta, size_t mlen,
          * so): the entry is whole, its reads are checked all the same */
         out->complete = 1;
     }
+    if (out->complete && data_len > out->size)
+        return -1; /* longer than the object: not this entry's data */
     return 0;
 }
 

@@ -571,10 +571,12 @@ static sio_code walk(walker *w, const char *dir, const char *url, int depth,
     d = opendir(dir);
     if (!d)
         return sio_seterr(err, SIO_ERR_NOTFOUND, "opendir %s", dir);
+    int pushed = 0; /* this directory is on the loop-check path */
     if (fstat(dirfd(d), &dst) == 0 && w->npath < WALK_DEPTH_MAX + 2) {
         w->path[w->npath].dev = dst.st_dev;
         w->path[w->npath].ino = dst.st_ino;
         w->npath++;
+        pushed = 1;
     }
     while (rc == SIO_OK && (e = readdir(d)) != NULL) {
         char p[8192], u[8192];
@@ -616,7 +618,7 @@ static sio_code walk(walker *w, const char *dir, const char *url, int depth,
         }
     }
     closedir(d);
-    if (w->npath > 0)
+    if (pushed)
         w->npath--;
     return rc;
 }
@@ -698,7 +700,9 @@ sio_code sio_objset_resolve(sio_io *io, const char *spec, sio_objlist *out,
     s->per = (uint32_t)per;
     s->folders = folders;
     s->links = links;
-    sio_objlist_init(&l, out->max);
+    /* objects, not shards: out->max bounds the virtual shards made of
+     * them (up to `per` objects each) */
+    sio_objlist_init(&l, SIO_SHARDS_MAX);
     rc = sio_io_backend(io, s->prefix, &ops, &ctx, err);
     if (rc == SIO_OK && !ops->is_container(ctx, s->prefix))
         rc = sio_seterr(err, SIO_ERR_NOTFOUND,

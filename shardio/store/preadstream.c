@@ -31,7 +31,16 @@ static sio_code pr_read(sio_stream *s, void *buf, size_t cap, size_t *got)
     if (cap > (size_t)1 << 30)
         cap = (size_t)1 << 30;
     if (p->cu) {
-        /* Checked whole: a cache entry is never shorter than its size. */
+        /* Checked whole: a cache entry is never shorter than its size;
+         * a range reaching past it was not indexed from this object. */
+        if (p->end != UINT64_MAX && p->end > p->size) {
+            snprintf(p->err, sizeof p->err,
+                     "the entry ends at %llu, before the indexed %llu "
+                     "(it shrank)",
+                     (unsigned long long)p->size,
+                     (unsigned long long)p->end);
+            return SIO_ERR_CHANGED;
+        }
         if (p->pos >= p->size)
             return SIO_OK;
         if (cap > p->size - p->pos)
