@@ -148,8 +148,11 @@ sio_index_entry *sio_index_get(sio_index *x, sio_io *io, const char *url,
  * Thread-safe.
  */
 struct sio_cache_user;
+/* limits: the sample limits the index was built with (they decide which
+ * groups are bad); NULL: the defaults. */
 void sio_index_vet(sio_index_entry *e, sio_io *io,
-                   struct sio_cache_user *cache);
+                   struct sio_cache_user *cache,
+                   const sio_shard_limits *limits);
 
 /* The entry of url if the store holds it already, else NULL: never reads
  * a file or a sidecar (for callers that must not block). */
@@ -158,6 +161,10 @@ sio_index_entry *sio_index_peek(sio_index *x, const char *url);
 /* Group g of the entry: 1 with *out filled when it is known, 0 when not
  * (yet). Thread-safe. */
 int sio_index_group_get(sio_index_entry *e, uint64_t g, sio_index_group *out);
+/* Good and bad groups among the first `upto` known ones (a journal's cut;
+ * UINT64_MAX: all). Thread-safe. */
+void sio_index_tally(sio_index_entry *e, uint64_t upto, uint64_t *good,
+                     uint64_t *bad);
 
 typedef struct sio_index_info {
     uint64_t known;    /* groups recorded so far */

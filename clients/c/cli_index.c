@@ -155,7 +155,7 @@ int cli_index(int argc, char **argv)
         }
         /* A file already there is checked before it is called present
          * (and copied as a sidecar). */
-        sio_index_vet(e, io, NULL);
+        sio_index_vet(e, io, NULL, NULL);
         sio_index_get_info(e, &info);
         if (!info.complete) {
             sio_code rc = sio_index_build(io, url, (uint32_t)i, NULL, e, &err);

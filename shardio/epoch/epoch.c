@@ -353,7 +353,7 @@ static sio_index_entry *shard_ix(sio_epoch *ep, uint32_t idx)
 static sio_index_entry *shard_ixv(sio_epoch *ep, uint32_t idx)
 {
     sio_index_entry *e = shard_ix(ep, idx);
-    sio_index_vet(e, ep->io, ep->cfg.cache);
+    sio_index_vet(e, ep->io, ep->cfg.cache, &ep->cfg.limits);
     return e;
 }
 
@@ -420,7 +420,7 @@ static void place_at(sio_epoch *ep, uint32_t idx, uint64_t g, sio_shard_at *at,
     cache_at(ep, idx, at);
     if (!e || g == 0)
         return;
-    sio_index_vet(e, ep->io, ep->cfg.cache);
+    sio_index_vet(e, ep->io, ep->cfg.cache, &ep->cfg.limits);
     sio_index_get_info(e, &info);
     if (info.stream_only)
         return;
@@ -611,7 +611,10 @@ static void reader_step(sio_epoch *ep, reader *r)
         sio_index_entry *e = shard_ix(ep, r->idx);
         if (e)
             sio_index_get_info(e, &info);
-        if (e && (rc != SIO_OK || info.gen != r->ixgen)) {
+        /* (a read that failed after groups that agreed blames the
+         * shard, not the index) */
+        if (e && ((rc != SIO_OK && reached == r->start_group) ||
+                  info.gen != r->ixgen)) {
             char why[700];
             snprintf(why, sizeof why, "a read from group %" PRIu64 " went "
                      "wrong: %s", r->start_group,
@@ -772,7 +775,17 @@ static void vfetch(sio_epoch *ep, size_t i)
             at.skip_until = v[want[got]].group;
         } else {
             sio_index_group gs;
-            sio_index_group_get(e, v[want[got]].group, &gs);
+            if (!sio_index_group_get(e, v[want[got]].group, &gs)) {
+                /* the index was dropped since the gather */
+                pthread_mutex_lock(&ep->mu);
+                ep->index_dropped = 1;
+                pthread_mutex_unlock(&ep->mu);
+                rc = SIO_ERR_CHANGED;
+                snprintf(msg, sizeof msg, "shard %u group %" PRIu64
+                         " is not indexed any more", shard,
+                         v[want[got]].group);
+                break;
+            }
             at.offset = gs.offset;
             at.end = gl.end;
             at.first_group = v[want[got]].group;
@@ -1488,6 +1501,12 @@ static sio_code source_take(sio_epoch *ep, uint32_t i,
         if (rc) {
             snprintf(ep->err, sizeof ep->err, "%s", sio_epoch_errmsg(m->sub));
             ep->failed = 1;
+            if (sio_epoch_index_dropped(m->sub)) {
+                /* the feed opens the mixed epoch again */
+                pthread_mutex_lock(&ep->mu);
+                ep->index_dropped = 1;
+                pthread_mutex_unlock(&ep->mu);
+            }
             return rc;
         }
         if (*out) {
@@ -2060,12 +2079,8 @@ static sio_code shard_good(sio_epoch *ep, uint32_t idx, uint64_t *good)
         return SIO_ERR_AGAIN;
     if (ep->cfg.journal && sio_journal_cut(ep->cfg.journal, idx, &cut) &&
         cut < info.known) {
-        for (uint64_t g = 0; g < cut; g++) {
-            sio_index_group gr;
-            if (sio_index_group_get(e, g, &gr) &&
-                !(gr.flags & SIO_INDEX_GROUP_BAD))
-                (*good)++;
-        }
+        uint64_t bad;
+        sio_index_tally(e, cut, good, &bad);
     } else {
         *good = info.good;
     }

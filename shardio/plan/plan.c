@@ -96,7 +96,7 @@ static sio_code check_shards(sio_io *io, const sio_shardlist *list,
         /* A plan being built relies on it (whether one could be is
          * answered from what is loaded, reading no shard byte). */
         if (files)
-            sio_index_vet(e, io, cfg->cache);
+            sio_index_vet(e, io, cfg->cache, &cfg->limits);
         sio_index_get_info(e, &info);
         if (info.stream_only)
             return sio_seterr(err, SIO_ERR_UNSUPPORTED,
@@ -158,21 +158,11 @@ static uint64_t bad_groups(const sio_epoch_config *cfg,
         if (s >= total || seen[s] || !ents[s])
             continue;
         seen[s] = 1;
-        sio_index_info info;
-        uint64_t cut = UINT64_MAX;
-        sio_index_get_info(ents[s], &info);
+        uint64_t cut = UINT64_MAX, good, nbad;
         if (cfg->journal && !sio_journal_cut(cfg->journal, s, &cut))
             cut = UINT64_MAX;
-        if (cut >= info.known) {
-            bad += info.known - info.good;
-            continue;
-        }
-        for (uint64_t g = 0; g < cut; g++) {
-            sio_index_group gr;
-            if (sio_index_group_get(ents[s], g, &gr) &&
-                (gr.flags & SIO_INDEX_GROUP_BAD))
-                bad++;
-        }
+        sio_index_tally(ents[s], cut, &good, &nbad);
+        bad += nbad;
     }
     free(seen);
     return bad;

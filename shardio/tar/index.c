@@ -662,6 +662,7 @@ static void probe_finish(void *ud, uint64_t ngroups)
  * taken, and not counted against it).
  */
 static int probe_group(sio_io *io, struct sio_cache_user *cache,
+                       const sio_shard_limits *limits,
                        const char *url, const sio_index_group *groups,
                        uint64_t ngroups, uint64_t size, uint64_t i, char *why,
                        size_t len)
@@ -685,7 +686,7 @@ static int probe_group(sio_io *io, struct sio_cache_user *cache,
         if (end < size && size - end > INDEX_PROBE_SLACK)
             at.end = end + INDEX_PROBE_SLACK;
     }
-    rc = sio_shard_open_at(io, url, 0, NULL, &at, &sh, NULL);
+    rc = sio_shard_open_at(io, url, 0, limits, &at, &sh, NULL);
     if (rc == SIO_OK) {
         rc = sio_shard_next(sh, &s);
         if (rc == SIO_ERR_SAMPLE)
@@ -752,13 +753,14 @@ static int entry_plausible(sio_index_entry *e, sio_io *io, const char *data,
 /* Do e's adopted first and last groups agree with a read of the shard
  * (e->mu held)? 0: yes; 1: no (why); -1: the shard could not be read. */
 static int entry_probe(sio_index_entry *e, sio_io *io,
-                       struct sio_cache_user *cache, char *why, size_t wlen)
+                       struct sio_cache_user *cache,
+                       const sio_shard_limits *limits, char *why, size_t wlen)
 {
-    int res = probe_group(io, cache, e->url, e->g, e->n, e->size, 0, why,
-                          wlen);
-    if (res == 0 && e->n > 1)
-        res = probe_group(io, cache, e->url, e->g, e->n, e->size, e->n - 1,
+    int res = probe_group(io, cache, limits, e->url, e->g, e->n, e->size, 0,
                           why, wlen);
+    if (res == 0 && e->n > 1)
+        res = probe_group(io, cache, limits, e->url, e->g, e->n, e->size,
+                          e->n - 1, why, wlen);
     return res;
 }
 
@@ -969,11 +971,14 @@ static void entry_load(sio_index_entry *e, sio_io *io, int lazy)
         return;
     }
     /* The shard's size bounds what is read: the listing's, or a local
-     * file's (a stat); a remote shard is not asked (a HEAD) before a file
-     * was found. */
+     * file's (a stat); a remote shard is asked (a HEAD) only when a file
+     * was found (the deferred load, !lazy), not for every shard. */
     uint64_t known = e->size != UINT64_MAX && e->size != 0 ? e->size
-                     : io && sio_io_url_is_file(io, e->url) ? shard_size(e, io)
-                                                            : UINT64_MAX;
+                     : io && (!lazy || sio_io_url_is_file(io, e->url))
+                         ? shard_size(e, io)
+                         : UINT64_MAX;
+    if (known != UINT64_MAX)
+        e->size = known; /* asked once (entry_plausible takes it) */
     int over = 0;
     if (have_path) {
         size_t max = index_file_bound(known, SIO_INDEX_FILE_MAX);
@@ -1088,7 +1093,8 @@ int sio_index_reject(sio_index_entry *e, const char *reason)
 }
 
 void sio_index_vet(sio_index_entry *e, sio_io *io,
-                   struct sio_cache_user *cache)
+                   struct sio_cache_user *cache,
+                   const sio_shard_limits *limits)
 {
     char why[400];
     if (!e || atomic_load(&e->settled))
@@ -1100,7 +1106,8 @@ void sio_index_vet(sio_index_entry *e, sio_io *io,
             entry_load(e, io, 0);
     }
     if (e->unprobed && e->complete && e->src != SRC_READ) {
-        int res = io ? entry_probe(e, io, cache, why, sizeof why) : -1;
+        int res =
+            io ? entry_probe(e, io, cache, limits, why, sizeof why) : -1;
         if (res == 1)
             entry_drop(e, why);
         else if (res < 0)
@@ -1214,6 +1221,19 @@ int sio_index_group_get(sio_index_entry *e, uint64_t g, sio_index_group *out)
         *out = e->g[g];
     pthread_mutex_unlock(&e->mu);
     return known;
+}
+
+void sio_index_tally(sio_index_entry *e, uint64_t upto, uint64_t *good,
+                     uint64_t *bad)
+{
+    uint64_t nbad = 0;
+    pthread_mutex_lock(&e->mu);
+    uint64_t n = upto < e->n ? upto : e->n;
+    for (uint64_t g = 0; g < n; g++)
+        nbad += (e->g[g].flags & SIO_INDEX_GROUP_BAD) != 0;
+    pthread_mutex_unlock(&e->mu);
+    *good = n - nbad;
+    *bad = nbad;
 }
 
 void sio_index_get_info(sio_index_entry *e, sio_index_info *info)

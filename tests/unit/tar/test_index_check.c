@@ -200,7 +200,7 @@ static sio_index_entry *load_forged(fixture *fx, const unsigned char *b,
     write_file(fx->file, b, n);
     CHECK(sio_index_open(&cfg, x, NULL) == SIO_OK);
     sio_index_entry *e = sio_index_get(*x, fx->io, fx->shard, fx->size);
-    sio_index_vet(e, fx->io, NULL); /* as a seek does before relying on it */
+    sio_index_vet(e, fx->io, NULL, NULL); /* as a seek does before relying on it */
     sio_index_get_stats(*x, st);
     return e;
 }
@@ -380,7 +380,7 @@ static void test_forged_files(void)
         write_file(fx.file, b, n);
         CHECK(sio_index_open(&cfg, &x, NULL) == SIO_OK);
         sio_index_entry *e = sio_index_get(x, fx.io, fx.shard, UINT64_MAX);
-        sio_index_vet(e, fx.io, NULL);
+        sio_index_vet(e, fx.io, NULL, NULL);
         sio_index_get_stats(x, &st);
         sio_index_get_info(e, &info);
         CHECK(st.loaded == 1 && info.complete && info.size == fx.size);
