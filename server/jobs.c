@@ -438,7 +438,7 @@ static sio_code count_part(sc_jobs *j, sc_job *job, const sio_shardlist *list,
         sio_index_info info;
         if (!e)
             return jerr(err, SIO_ERR_NOMEM, "out of memory");
-        sio_index_vet(e, j->io, NULL); /* the count relies on it */
+        sio_index_vet(e, j->io, NULL, &lim); /* the count relies on it */
         sio_index_get_info(e, &info);
         if (info.complete)
             continue;
@@ -532,11 +532,7 @@ static sio_code resolve_job(sc_jobs *j, sc_job *job, size_t max,
         mix->src[i].first = (uint32_t)first;
         mix->src[i].count = (uint32_t)sio_shardlist_count(parts[i]);
         mix->src[i].resample = ms[i].resample;
-        first += mix->src[i].count;
-        if (first > UINT32_MAX) { /* the concatenation refuses sooner */
-            rc = jerr(err, SIO_ERR_LIMIT, "too many shards");
-            goto out;
-        }
+        first += mix->src[i].count; /* <= max <= SIO_SHARDS_MAX */
         snprintf(mix->names[i], sizeof mix->names[i], "%s", ms[i].name);
         specs[i].kind = (sio_mix_kind)ms[i].kind;
         specs[i].value = ms[i].value;
@@ -772,8 +768,10 @@ static void *resolver_main(void *arg)
         /* The job's bound: its own, and what the other jobs leave of the
          * server's (a listing counts only now). */
         uint64_t left = shards_left(j, due);
-        size_t max = left < j->cfg->max_job_shards ? (size_t)left
-                                                   : j->cfg->max_job_shards;
+        /* a bound set by the other jobs may lift when they go: not
+         * permanent */
+        int others = left < j->cfg->max_job_shards;
+        size_t max = others ? (size_t)left : j->cfg->max_job_shards;
         pthread_mutex_unlock(&j->mu);
 
         /* Listing a bucket may take a while: no lock is held. spec.source
@@ -794,21 +792,30 @@ static void *resolver_main(void *arg)
             /* Held now; other jobs may have taken shards meanwhile. */
             pthread_mutex_lock(&j->mu);
             left = shards_left(j, due);
-            if (sio_shardlist_count(list) > left)
+            if (sio_shardlist_count(list) > left) {
+                others = 1;
                 rc = jerr(&err, SIO_ERR_LIMIT,
                           "the source has %zu shards, the other jobs leave "
                           "%" PRIu64 " of --max-shards %" PRIu64,
                           sio_shardlist_count(list), left,
                           j->cfg->max_shards);
-            else
+            } else {
                 due->shards = sio_shardlist_count(list);
+            }
             pthread_mutex_unlock(&j->mu);
         }
-        if (rc == SIO_ERR_LIMIT && strstr(err.msg, "too many shards")) {
+        if (rc == SIO_ERR_LIMIT) {
+            /* (what else a source can exceed, its specs' length and
+             * counts, its PUT refused) */
             size_t l = strlen(err.msg);
-            snprintf(err.msg + l, sizeof err.msg - l,
-                     " (--max-job-shards %" PRIu32 ", --max-shards %" PRIu64
-                     ")", j->cfg->max_job_shards, j->cfg->max_shards);
+            if (others)
+                snprintf(err.msg + l, sizeof err.msg - l,
+                         " (--max-shards %" PRIu64 ": the other jobs hold "
+                         "the rest; retried)", j->cfg->max_shards);
+            else
+                snprintf(err.msg + l, sizeof err.msg - l,
+                         " (--max-job-shards %" PRIu32 ")",
+                         j->cfg->max_job_shards);
         }
         sc_redact_source(due->spec.source, src, sizeof src);
         pthread_mutex_lock(&due->mu);
@@ -834,7 +841,8 @@ static void *resolver_main(void *arg)
                    j->cfg->replicas > 1 ? j->cfg->replicas : 1);
         } else {
             due->state = JOB_FAILED;
-            due->permanent = resolve_permanent(rc);
+            due->permanent =
+                resolve_permanent(rc) && !(rc == SIO_ERR_LIMIT && others);
             snprintf(msg, sizeof msg, "cannot resolve the source: %s",
                      err.msg[0] ? err.msg : sio_strerror(rc));
             sc_redact_source(msg, due->reason, sizeof due->reason);
@@ -856,7 +864,8 @@ static void *resolver_main(void *arg)
         sio_shardlist_free(list);
         job_mix_free(&mix);
         sc_job_unref(due);
-        heap_give_back();
+        if (rc == SIO_OK)
+            heap_give_back(); /* what the listing took and left */
         pthread_mutex_lock(&j->mu);
         pthread_cond_broadcast(&j->resolved);
     }
@@ -1804,7 +1813,13 @@ static int plan_next_possible(sc_jobs *j, sc_job *job, const fslot *s)
     return sio_plan_possible(j->io, job->res->list, &ec, &err) == SIO_OK;
 }
 
-void sc_slot_indexes_checked(sc_jobs *j, fslot *s)
+/* A loaded shard index was dropped since s's length or plan was computed
+ * (a read disagreed with it): both may be wrong. The length is counted
+ * again from the indexes rebuilt; the epoch streams from its feed from
+ * then on. (The server's index counts drops of every job's shards, so a
+ * drop for one job re-counts the others' epochs too: a rare event, and
+ * only a cost.) job->mu held. */
+static void slot_indexes_checked(sc_jobs *j, fslot *s)
 {
     sio_index_stats ist;
     if (!j->index)
@@ -1847,7 +1862,7 @@ static void job_tick(sc_jobs *j, sc_job *job, uint64_t now, int sample_tp)
     for (fslot *s = job->slots; s; s = s->next) {
         if (s->retired)
             continue;
-        sc_slot_indexes_checked(j, s);
+        slot_indexes_checked(j, s);
         /* The epoch's exact length, once every shard is indexed. */
         if (sample_tp && s->count == UINT64_MAX && job->res->list)
             sio_epoch_count(j->io, job->res->list, &s->ec, &s->count);

@@ -80,11 +80,6 @@ static inline uint64_t slot_samples_skipped(const fslot *s,
 
 typedef struct sc_job sc_job;
 
-/* A loaded shard index was dropped since s's length or plan was computed
- * (a read disagreed with it): both may be wrong. The length is counted
- * again from the indexes rebuilt; the epoch streams from its feed from
- * then on. job->mu held. */
-void sc_slot_indexes_checked(sc_jobs *j, fslot *s);
 
 /* What a job's feeds read while they run: the shard list and the epoch
  * journals. Feeds may finish closing after their job is freed (a closer

@@ -223,7 +223,7 @@ static const setting settings[] = {
      "fails, not retryable)"},
     {"max-shards", NULL, SRV(max_shards), T_U64, "20000000", 1,
      UINT64_C(1) << 32, NULL,
-     "shards of all jobs together (each takes memory: about 32 bytes "
+     "shards of all jobs together (each takes memory: 16 bytes "
      "plus its URL); a PUT over it is refused with 409"},
     {"allow-link-local-sources", NULL, IO(allow_link_local), T_BOOL,
      "false", 0, 0, NULL,

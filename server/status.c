@@ -202,12 +202,9 @@ static json_t *epoch_json(const sc_config *cfg, sc_job *job, fslot *s,
         /* whose part of the epoch: this server's own, or a failed
          * replica's it covers for (replica=J) */
         json_object_set_new(o, "replica", json_integer((json_int_t)s->part));
-        /* The epoch's length as soon as every shard is indexed, not at
-         * the manager's next tick (a client asking right after the epoch
-         * that indexed the last shard ended gets it). */
-        sc_slot_indexes_checked(job->owner, s);
-        if (s->count == UINT64_MAX && job->res->list && st.ended)
-            sio_epoch_count(job->owner->io, job->res->list, &s->ec, &s->count);
+        /* The epoch's length once the manager has counted it (it may read
+         * indexes from the store: never here, on an HTTP thread under
+         * the job's lock). */
         json_object_set_new(o, "samples_total", s->count != UINT64_MAX
                                                     ? jint(s->count)
                                                     : json_null());
