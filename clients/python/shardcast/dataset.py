@@ -35,7 +35,7 @@ from .frames import FramesReader
 from .replicas import candidates, check_stream_ident, verify_replicas
 from .state import (global_cursor, loader_positions, make_state, normalize_state,
                     replica_cursors, worker_order)
-from .streak import Streak
+from .streak import Streak, first_line
 from .stream import FORMATS, StreamReader, normalize_fields, stream_url
 from .topology import ENV_TEMPLATE, ENV_URLS, Topology
 
@@ -192,10 +192,6 @@ def _no_failover(err):
     "unknown parameter replica"): the consumer tries its next candidate."""
     return isinstance(err, ShardcastHTTPError) and err.status == 400 and \
         "unknown parameter replica" in (err.reason or "")
-
-
-def _first_line(err):
-    return str(err).split("\n", 1)[0]
 
 
 def _retry_after(err):
@@ -664,7 +660,7 @@ class ShardcastDataset(_Base):
                     e.attempts = failures
                     raise
                 e.__traceback__ = None
-                why = _first_line(e)
+                why = first_line(e)
                 streak.failed(self.topology.urls[via] if self.topology.replicas > 1
                               else self.url, why, delay,
                               "attempt %d of %d, %s %s s" % (failures, self.retries, which,

@@ -46,6 +46,7 @@ import random
 import time
 
 from .errors import ShardcastConfigError, ShardcastConnectionError, ShardcastHTTPError
+from .streak import first_line
 
 log = logging.getLogger("shardcast")
 
@@ -229,7 +230,7 @@ def verify_replicas(topology, job=None, *, timeout=10.0, headers=None, retries=3
                                  retries, retry_timeout, spent),) + e.args[1:]
                     e.attempts = failures
                     raise
-                streak.failed(url, _first_line(e), delay,
+                streak.failed(url, first_line(e), delay,
                               "attempt %d of %d, retry_timeout %s s" % (failures, retries,
                                                                          retry_timeout))
                 sleep(delay)
@@ -239,11 +240,6 @@ def verify_replicas(topology, job=None, *, timeout=10.0, headers=None, retries=3
             failures, streak_start = 0, None
             break
     return check_answers(topology.urls, job, answers, skipped)
-
-
-def _first_line(e):
-    text = str(e.args[0] if e.args else e)
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 def ident_from_header(h):

@@ -29,7 +29,6 @@ class Streak:
         self.start = None     # when the open streak began, None: none open
         self.attempts = 0
         self.last_line = None
-        self.last_reason = None
 
     def failed(self, url, reason, next_in, budget=None, told=False):
         """An attempt at `url` failed with `reason`; the next one comes in
@@ -38,7 +37,6 @@ class Streak:
         a new streak's first line is left out."""
         now = self.clock()
         self.attempts += 1
-        self.last_reason = reason
         left = ("; %s" % budget) if budget else ""
         if self.start is None:
             self.start = now
@@ -65,3 +63,9 @@ class Streak:
     @property
     def open(self):
         return self.start is not None
+
+
+def first_line(e):
+    """The first line of an error's text (its type's name when empty)."""
+    text = str(e.args[0] if e.args else e)
+    return text.splitlines()[0] if text.strip() else type(e).__name__
