@@ -179,10 +179,10 @@ def main():
                 ways["http+cache(memory) no checks"] = (a.compare, http, mem)
             rows = {k: [] for k in ways}
             for rnd in range(a.rounds):
-                for name, (exe, src, extra) in ways.items():
+                for wi, (name, (exe, src, extra)) in enumerate(ways.items()):
                     extra = list(extra)
                     if "--cache-dir" in extra:
-                        d = work / ("cache-%d-%s" % (rnd, len(name)))
+                        d = work / ("cache-%d-%d" % (rnd, wi))
                         extra[extra.index("--cache-dir") + 1] = str(d)
                     res = run_way(exe, src, extra, a.epochs, a.world,
                                   a.plane)

@@ -52,7 +52,8 @@ echo "stress-ctest: $ntests tests x $COPIES copies at once x $RUNS runs ($BUILD)
 one_copy() {
   local k="$1" name wd env cmd
   while IFS=$'\t' read -r name wd env cmd; do
-    if ! (cd "$wd" && eval "env $env $cmd") > "$WORK/out.$k" 2>&1; then
+    # ctest's own limit: a hung test is a failure, not a stalled run
+    if ! (cd "$wd" && eval "timeout 300 env $env $cmd") > "$WORK/out.$k" 2>&1; then
       cp "$WORK/out.$k" "$WORK/fail.$k.$name"
     fi
   done < "$WORK/tests.sh"

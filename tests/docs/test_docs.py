@@ -75,7 +75,7 @@ README = "README.md"
 PY_README = "clients/python/README.md"
 
 # The documentation whose links and paths are checked.
-DOC_FILES = [README, PY_README] + sorted(
+DOC_FILES = [README, PY_README, "SECURITY.md"] + sorted(
     os.path.relpath(p, REPO) for p in glob.glob(os.path.join(REPO, "docs", "*.md")))
 
 # The runnable blocks of each file: name -> language.

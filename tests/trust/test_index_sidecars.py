@@ -30,7 +30,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "server"))
 
-from server_testlib import (FramesStream, Server, find_server_binary,  # noqa: E402
+from server_testlib import (FramesStream, Server,  # noqa: E402
                             make_dataset, read_share, request, sanitized)
 
 SHARDS, PER_SHARD, SIZE = 6, 400, 1500
@@ -46,38 +46,11 @@ FORGED = 1  # which shard's index is forged (in list order)
 
 # -- fixtures -----------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def server_binary():
-    b = find_server_binary()
-    if b is None:
-        pytest.fail("shardcastd not found: build it or set SHARDCAST_BIN",
-                    pytrace=False)
-    return b
-
-
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("index-trust"))
-
-
-@pytest.fixture
-def start(server_binary, workdir):
-    servers = []
-
-    def run(*args):
-        s = Server(server_binary, list(args) + ["--drain-grace", "2"], workdir)
-        servers.append(s)
-        return s
-
-    yield run
-    bad = ["%s: exit %s\n%s" % (" ".join(s.args), rc, s.log())
-           for s in servers for rc in [s.stop()] if rc not in (0, None)]
-    assert not bad, "shardcastd did not exit cleanly:\n" + "\n".join(bad)
-
+# server_binary, workdir and start: tests/server/server_fixtures.py
 
 @pytest.fixture(scope="module")
 def dataset(workdir):
-    d = os.path.join(workdir, "ds")
+    d = os.path.join(workdir, "index-trust-ds")
     make_dataset(d, shards=SHARDS, per_shard=PER_SHARD, size=SIZE, seed=27)
     return d
 

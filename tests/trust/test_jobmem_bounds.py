@@ -24,7 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "server"))
 sys.path.insert(0, os.path.join(HERE, "..", "contract"))
 
-from server_testlib import (FramesStream, Server, find_server_binary,  # noqa: E402
+from server_testlib import (FramesStream,  # noqa: E402
                             get_json, make_dataset, request, sanitized,
                             stream_path, wait_for)
 from reference import mix_order  # noqa: E402
@@ -42,11 +42,7 @@ MIX_THREADS_SLACK = 2 * (16 + 2) + 8
 
 
 @pytest.fixture
-def server(tmp_path):
-    binary = find_server_binary()
-    if binary is None:
-        pytest.fail("shardcastd not found: build it or set SHARDCAST_BIN",
-                    pytrace=False)
+def server(start):
     env = None
     if sanitized():
         # ASan keeps up to 256 MiB of freed memory in its quarantine and
@@ -55,23 +51,11 @@ def server(tmp_path):
         # let the memory bound hold under ASan too.
         env = {"ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") +
                ":quarantine_size_mb=16:allocator_release_to_os_interval_ms=0"}
-    srv = Server(binary, ["--admin-token", ADMIN, "--drain-grace", "2"],
-                 str(tmp_path), env=env)
-    yield srv
-    rc = srv.stop()
-    assert rc in (0, None), "shardcastd did not exit cleanly:\n" + srv.log()
-
-
-def proc_status(srv, key):
-    with open("/proc/%d/status" % srv.pid) as f:
-        for ln in f:
-            if ln.startswith(key + ":"):
-                return int(ln.split()[1])
-    raise AssertionError("no %s in /proc/%d/status" % (key, srv.pid))
+    return start("--admin-token", ADMIN, env=env)
 
 
 def rss(srv):
-    return proc_status(srv, "VmRSS") * 1024
+    return srv.proc_status("VmRSS") * 1024
 
 
 def put_job(srv, name, body):
@@ -105,13 +89,13 @@ def test_delete_gives_a_big_jobs_memory_back(server):
         assert resolved - before < n * 64 + RETURN_SLACK, \
             "resolved: %d MiB over the idle server for %d shards" % (
                 (resolved - before) // MIB, n)
-        peak = proc_status(server, "VmHWM") * 1024
+        peak = server.proc_status("VmHWM") * 1024
         assert peak - before < n * 80 + RETURN_SLACK, \
             "peak: %d MiB over the idle server for %d shards" % (
                 (peak - before) // MIB, n)
     st, _, _ = request(server, "/v1/jobs/big", method="DELETE", token=ADMIN)
     assert st == 204
-    wait_for(lambda: request(server, "/v1/jobs/big")[0] == 404, 30)
+    assert wait_for(lambda: request(server, "/v1/jobs/big")[0] == 404, 30)
     # The manager frees the job after the DELETE: wait for the memory to
     # come back (a state), then hold it to the bound.
     back = wait_for(lambda: rss(server) <= before + RETURN_SLACK, 60)
@@ -136,7 +120,7 @@ def test_mix_of_256_sources_shares_a_bounded_thread_pool(server, many):
     body = {"seed": 11, "shuffle_buffer": 64, "interleave": 2,
             "sources": [{"name": "s%03d" % i, "source": p, "choose": per}
                         for i, p in enumerate(many)]}
-    idle = proc_status(server, "Threads")
+    idle = server.proc_status("Threads")
     put_job(server, "mix256", body)
     wait_state(server, "mix256", ("ready",), 60)
     s = FramesStream(server, stream_path("mix256", 0, 0, 1))
@@ -146,7 +130,7 @@ def test_mix_of_256_sources_shares_a_bounded_thread_pool(server, many):
         if smp is None:
             break
         keys.append(smp["key"])
-        peak = max(peak, proc_status(server, "Threads"))
+        peak = max(peak, server.proc_status("Threads"))
     s.close()
     assert s.outcome == "end", (s.outcome, s.trailer)
     assert peak <= idle + MIX_THREADS_SLACK, \
@@ -165,16 +149,16 @@ def test_mix_threads_are_given_back_with_the_job(server, many):
     body = {"seed": 5, "shuffle_buffer": 16, "interleave": 2,
             "sources": [{"name": "s%03d" % i, "source": p, "choose": 4}
                         for i, p in enumerate(many)]}
-    idle = proc_status(server, "Threads")
+    idle = server.proc_status("Threads")
     put_job(server, "cut", body)
     wait_state(server, "cut", ("ready",), 60)
     s = FramesStream(server, stream_path("cut", 0, 0, 1))
     for _ in range(100):
         assert s.next_sample() is not None, (s.outcome, s.trailer)
-    busy = proc_status(server, "Threads")
+    busy = server.proc_status("Threads")
     s.close()
     st, _, _ = request(server, "/v1/jobs/cut", method="DELETE", token=ADMIN)
     assert st == 204
-    back = wait_for(lambda: proc_status(server, "Threads") <= idle, 60)
+    back = wait_for(lambda: server.proc_status("Threads") <= idle, 60)
     assert back, "threads: %d idle, %d while streaming, %d after DELETE" % (
-        idle, busy, proc_status(server, "Threads"))
+        idle, busy, server.proc_status("Threads"))
