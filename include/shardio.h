@@ -967,6 +967,8 @@ typedef struct sio_feed_stats {
     uint64_t window_samples, window_bytes;
     int ended;              /* the epoch has been read to its end */
     int failed;
+    uint64_t length;        /* N, once a feed of the family read the epoch
+                               to its end; UINT64_MAX before */
     sio_epoch_stats epoch;
     sio_feed_seek_stats seek;
 } sio_feed_stats;

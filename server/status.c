@@ -202,9 +202,13 @@ static json_t *epoch_json(const sc_config *cfg, sc_job *job, fslot *s,
         /* whose part of the epoch: this server's own, or a failed
          * replica's it covers for (replica=J) */
         json_object_set_new(o, "replica", json_integer((json_int_t)s->part));
-        /* The epoch's length once the manager has counted it (it may read
-         * indexes from the store: never here, on an HTTP thread under
-         * the job's lock). */
+        /* The epoch's length: read to its end, the feed knows it (so a
+         * client asking right after the epoch that indexed the last shard
+         * ended gets it); before, once the manager has counted it from
+         * the indexes (which may read them from the store: never here, on
+         * an HTTP thread under the job's lock). */
+        if (s->count == UINT64_MAX && st.length != UINT64_MAX)
+            s->count = st.length;
         json_object_set_new(o, "samples_total", s->count != UINT64_MAX
                                                     ? jint(s->count)
                                                     : json_null());

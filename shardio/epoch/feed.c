@@ -1414,6 +1414,7 @@ void sio_feed_get_stats(sio_feed *f, sio_feed_stats *st,
     st->window_bytes = f->bytes;
     st->ended = f->ended;
     st->failed = f->failed;
+    st->length = f->root->n_known ? f->root->n_known - 1 : UINT64_MAX;
     st->epoch = f->est;
     st->seek = f->seek;
     st->seek.active = f->nchildren;

@@ -262,12 +262,23 @@ def test_a_listing_over_the_bound_fails_the_job_for_good(start, workdir):
     assert settled(srv, "four")["state"] == "ready"
     st, _, _ = request(srv, stream_path("four", 0, 0, 1))
     assert st == 200
-    # a server whose shards the others hold: the listing is cut there too
+    # a server whose shards the others hold: the listing is cut there too,
+    # but that bound lifts when they go: the job is retried, not failed for
+    # good, and resolves once the other job is deleted
     srv2 = start("--admin-token", ADMIN, "--max-shards", "6")
     assert put(srv2, "four", {"source": pattern})[0] == 201
     assert settled(srv2, "four")["state"] == "ready"
     assert put(srv2, "dir", {"source": d})[0] == 201
-    refused_for_good(srv2, "dir", "too many shards (max 2)")
+    assert wait_for(lambda: state(srv2, "dir").get("failure") == "transient", 60), \
+        state(srv2, "dir")
+    st_json = state(srv2, "dir")
+    assert "too many shards (max 2)" in st_json["reason"], st_json
+    assert "--max-shards 6" in st_json["reason"], st_json
+    st, hdrs, _ = request(srv2, stream_path("dir", 0, 0, 1))
+    assert st == 503 and "retry-after" in hdrs, (st, hdrs)
+    st, _, _ = request(srv2, "/v1/jobs/four", method="DELETE", token=ADMIN)
+    assert st == 204
+    assert wait_for(lambda: state(srv2, "dir")["state"] == "ready", 120), state(srv2, "dir")
 
 
 def test_s3_sources_that_fail_for_good(start, workdir):
