@@ -13,7 +13,7 @@ import threading
 import time
 import urllib.request
 
-from shardcast_testlib import STARTUP_TIMEOUT, STOP_TIMEOUT  # puts the client on the path
+from shardcast_testlib import STARTUP_TIMEOUT, STOP_TIMEOUT, wait_log_text  # puts the client on the path
 
 import shardcast  # noqa: E402
 
@@ -81,6 +81,10 @@ class Replica:
     def log(self):
         with open(self.stderr_path, "rb") as f:
             return f.read().decode("utf-8", "replace")[-8000:]
+
+    def wait_log(self, *needles, timeout=60):
+        """The log's end once every needle is in it (see wait_log_text)."""
+        return wait_log_text(self.log, self.proc.poll, needles, timeout)
 
     def alive(self):
         return self.proc is not None and self.proc.poll() is None

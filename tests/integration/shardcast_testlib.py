@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tarfile
 import threading
+import time
 
 import pytest
 
@@ -84,6 +85,22 @@ def upstream_corpus(name):
     pytest.skip(msg)
 
 
+
+def wait_log_text(read, exited, needles, timeout=60):
+    """read() once every needle is in it, once the process has exited
+    (exited() is not None: its log is complete) or after timeout seconds.
+    A server writes its log lines from a logging thread, after the event
+    that made them: a test that saw the event (a skipped sample, a peer's
+    state) waits for the line instead of reading the file at once. The
+    caller's asserts on the text say what is missing."""
+    end = time.monotonic() + timeout
+    while True:
+        done = exited() is not None
+        text = read()
+        if done or all(n in text for n in needles) or time.monotonic() > end:
+            return text
+        time.sleep(0.05)
+
 class Server:
     """One running shardcastd. `url` is its root URL; `log()` its stderr.
     `env` adds environment variables (e.g. SHARDCAST_TOKEN) to the
@@ -141,6 +158,10 @@ class Server:
         with open(self.stderr_path, "rb") as f:
             text = f.read().decode("utf-8", "replace")
         return text if full else text[-8000:]
+
+    def wait_log(self, *needles, timeout=60):
+        """The whole log once every needle is in it (see wait_log_text)."""
+        return wait_log_text(lambda: self.log(full=True), self.proc.poll, needles, timeout)
 
     @property
     def pid(self):

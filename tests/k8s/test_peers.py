@@ -122,7 +122,7 @@ def test_peers_check_through_the_rendered_template(peer_set):
              lambda: peer_states(pods[0])[2] == "mismatch")
     assert peer_states(pods[1])[2] == "conflict"
     for j in (1, 2):
-        log = pods[j].log()
+        log = pods[j].wait_log("event=peer_state", "state=conflict")
         assert "event=peer_state" in log and "state=conflict" in log, log
 
     # Replaced by the right replica 2: the set is ready again.

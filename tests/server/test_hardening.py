@@ -438,7 +438,7 @@ def test_sample_with_huge_headers_is_skipped_not_fatal(start, tmp_path):
         assert names[-1] == "__shardcast_end__", names[-3:]
         assert any(n.endswith("/a.txt") for n in names)
         assert any(n.endswith("/b.txt") for n in names)
-    assert "event=sample_skipped" in srv.log(full=True)
+    assert "event=sample_skipped" in srv.wait_log("event=sample_skipped")
     # frames carries the key once: the sample is sent whole there.
     samples, outcome, _ = read_share(srv, "h", 0, 0, 1)
     assert outcome == "end" and len(samples) == 3

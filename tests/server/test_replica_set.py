@@ -155,7 +155,7 @@ def test_any_replica_serves_any_part(start, rs_ds):
     assert st["replicas"]["failover_streams"] >= 8
     _, _, m = request(a, "/metrics")
     assert b'shardcast_failover_streams_total{shardcast_job="train"}' in m
-    assert "event=failover_stream" in a.log(full=True)
+    assert "event=failover_stream" in a.wait_log("event=failover_stream")
 
 
 def test_replica_parameter_is_bounded(start, rs_ds):
@@ -193,8 +193,8 @@ def test_two_servers_with_one_replica_number_are_not_ready(start, rs_ds):
         st = wait_for(lambda srv=srv: ready(srv)[0] == 503 and ready(srv), 30)
         assert st, srv.log()
         assert b"replica conflict" in st[2] and b"also serves replica 0 of 2" in st[2]
-        assert ("event=peer_state" in srv.log(full=True) and "state=conflict"
-                in srv.log(full=True))
+        log = srv.wait_log("event=peer_state", "state=conflict")
+        assert "event=peer_state" in log and "state=conflict" in log, log[-3000:]
         _, _, m = request(srv, "/metrics")
         assert re.search(rb'shardcast_peers\{state="conflict"\} [12]\n', m), m
         t = topology(srv)[1]
@@ -228,7 +228,7 @@ def test_peers_that_disagree_are_reported(start, rs_ds):
     assert p, topology(a)[1]
     assert "job train: fingerprint" in p["detail"]
     assert ready(a)[0] == 200
-    assert "state=mismatch" in a.log(full=True)
+    assert "state=mismatch" in a.wait_log("state=mismatch")
 
 
 def test_peers_setting_is_checked(server_binary, workdir, rs_ds):

@@ -247,7 +247,7 @@ def check_everything(srv, reference, source, plane):
     # Counted, with the log line.
     assert metric(srv, 'shardcast_index_rejected_total{source="%s"}'
                   % source) >= 1
-    log = srv.log(full=True)
+    log = srv.wait_log("event=index_rejected")
     assert "event=index_rejected" in log
     print("%s: %d retryable errors; %s" % (source, errors, "; ".join(
         l.split("event=index_rejected", 1)[1][:200]

@@ -100,7 +100,7 @@ def test_damaged_header_is_a_counted_bad_sample(start, damaged_dir, workdir, pla
     assert st["skipped"]["samples"] == 2 * len(BAD), st["skipped"]
     if plane == "auto":
         assert st["data_plane"]["plan_streams"] >= 2, st["data_plane"]
-    log = srv.log(full=True)
+    log = srv.wait_log("damaged tar header")
     assert "damaged tar header" in log, log[-3000:]
     # samples/{i}: the dataset's good samples in shard and tar order.
     dataset = sorted(k for k, si in want.items() if si not in BAD)
