@@ -271,6 +271,34 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
     return 0;
 }
 
+/*
+ * Blocks dropped for a bad checksum after the group's last member, up to
+ * the end of its indexed range: the index builder (shard.c's
+ * damage_owner) took the damaged header for the next group's first
+ * member. Believe it only when this read sees the same: exactly that
+ * header and its data were dropped, its key is another one, and the
+ * group has a member of its extension (so none is missing here).
+ */
+static int damage_after(const sio_planread *r, size_t keylen)
+{
+    const sio_tar_plain *t = &r->tp;
+    sio_tar_entry de = {.name = t->dmg_name, .regular = 1};
+    char ext[SIO_TARP_DMG_NAME_MAX + 1];
+    size_t kl = 0;
+    if (!t->dmg_blocks || t->damaged != t->dmg_blocks ||
+        sio_tar_skip_member(&de, &kl))
+        return 0;
+    if (kl == keylen && memcmp(t->dmg_name, r->key, kl) == 0)
+        return 0;
+    size_t nl = strlen(t->dmg_name);
+    for (size_t i = kl + 1; i <= nl; i++)
+        ext[i - kl - 1] = (char)tolower((unsigned char)t->dmg_name[i]);
+    for (size_t f = 0; f < r->nf; f++)
+        if (strcmp(r->names + r->pf[f].name_off, ext) == 0)
+            return 1;
+    return 0;
+}
+
 /* The group at the reader's tar position, collected into r->smp.
  * SIO_OK: r->smp is the sample (ext set when large); SIO_ERR_UNSUPPORTED:
  * an entry only libarchive reads (the caller takes the shard reader);
@@ -293,6 +321,8 @@ static sio_code collect(sio_planread *r, const sio_plan_item *it,
             return rc == SIO_ERR_NOMEM ? rc : SIO_ERR_CHANGED;
         }
         if (r->tp.damaged) {
+            if (open && what == SIO_TARP_END && damage_after(r, keylen))
+                break; /* the next group's damaged first member */
             /* The index took this range for a whole sample: a header
              * dropped for its checksum means it is not that sample. */
             snprintf(r->err, sizeof r->err,

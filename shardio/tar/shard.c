@@ -57,6 +57,8 @@
  * The plain reader truncates longer names to this length, so they are
  * skipped alike. */
 #define SHARD_NAME_MAX SIO_TARP_NAME_MAX
+/* Room for the extensions of one group's members (damage_owner). */
+#define GX_MAX 1024
 
 /* Tests: read every shard through libarchive. */
 static int force_libarchive;
@@ -93,6 +95,14 @@ struct sio_shard {
                                 last member taken (tar_damage) */
     int bad_next;            /* the next group is bad (a damaged header
                                 before its first member) */
+    int dmg_known;           /* plain reader: the one damaged header
+                                pending read as a regular member's, and
+                                exactly its header and data were dropped */
+    char dmg_name[SIO_TARP_DMG_NAME_MAX + 1]; /* that member's name */
+    char gx[GX_MAX];         /* the extensions of the open group's members
+                                (every member, kept or not), NUL-separated */
+    size_t gxlen;
+    int gxover;              /* gx could not hold them all */
     uint64_t groups;         /* key groups seen (good and bad), counted
                                 from at.first_group */
     sample_builder sb;
@@ -659,8 +669,17 @@ static sio_code next_header(sio_shard *sh)
             plain_stream_error(sh);
             return fail(sh, rc, sh->tp.err);
         }
-        if (sh->tp.damaged)
+        if (sh->tp.damaged) {
+            /* One damaged header since the last member, and what was
+             * dropped is exactly its header and data by its size field:
+             * its name may tell whose member it was (damage_owner). */
+            sh->dmg_known = !sh->damaged && sh->tp.dmg_blocks != 0 &&
+                            sh->tp.damaged == sh->tp.dmg_blocks;
+            if (sh->dmg_known)
+                memcpy(sh->dmg_name, sh->tp.dmg_name,
+                       strlen(sh->tp.dmg_name) + 1);
             sh->damaged = 1;
+        }
         if (what != SIO_TARP_UNSUPPORTED) {
             sh->pending = what == SIO_TARP_ENTRY;
             return SIO_OK;
@@ -685,8 +704,10 @@ static sio_code next_header(sio_shard *sh)
         if (r == ARCHIVE_RETRY) {
             /* A tar header with a bad checksum, dropped (the plain
              * reader's t->damaged). */
-            if (!sh->zip)
+            if (!sh->zip) {
                 sh->damaged = 1;
+                sh->dmg_known = 0; /* libarchive says nothing of it */
+            }
             continue;
         }
         if (r < ARCHIVE_WARN) {
@@ -845,6 +866,66 @@ static void tar_damage(sio_shard *sh)
     sh->bad = 1;
 }
 
+/* Note ext (lower case) among the open group's member extensions. */
+static void gx_add(sio_shard *sh, const char *name, size_t keylen)
+{
+    size_t nl = strlen(name), xl = nl - keylen; /* ext and its NUL */
+    if (sh->gxover || xl > sizeof sh->gx - sh->gxlen) {
+        sh->gxover = 1;
+        return;
+    }
+    for (size_t i = keylen + 1; i <= nl; i++)
+        sh->gx[sh->gxlen++] = (char)tolower((unsigned char)name[i]);
+}
+
+/* Has the open group a member with extension ext (lower case)? -1 when
+ * that is not known (too many members to note). */
+static int gx_has(const sio_shard *sh, const char *ext)
+{
+    if (sh->gxover)
+        return -1;
+    for (size_t i = 0; i < sh->gxlen; i += strlen(sh->gx + i) + 1)
+        if (strcmp(sh->gx + i, ext) == 0)
+            return 1;
+    return 0;
+}
+
+/*
+ * A damaged header lies between the open group (key `open`) and the next
+ * one (key `next`, whose first header follows it). Whose member did it
+ * begin? 1: the open group's; 2: the next group's; 0: unknown (both are
+ * taken as bad). Its name is read from a block whose checksum failed, so
+ * it is believed only where everything around agrees with it: exactly
+ * that header and the data its size gives were dropped (dmg_known), its
+ * key is one of the two, and
+ *  - the open group's: the group has no member of its extension yet (a
+ *    sample holds one member per extension), so a member is missing
+ *    there;
+ *  - the next group's: the open group already has a member of its
+ *    extension, so that one is not missing there.
+ * The extensions noted are every member's, whatever the reader keeps (a
+ * seek that reads past groups, a field selection), so every reader of the
+ * shard decides alike and the index agrees with the stream.
+ */
+static int damage_owner(sio_shard *sh, const char *open, size_t openlen,
+                        const char *next, size_t nextlen)
+{
+    sio_tar_entry de = {.name = sh->dmg_name, .regular = 1};
+    size_t kl = 0;
+    if (!sh->dmg_known || sio_tar_skip_member(&de, &kl))
+        return 0;
+    char ext[SIO_TARP_DMG_NAME_MAX + 1];
+    size_t nl = strlen(sh->dmg_name);
+    for (size_t i = kl + 1; i <= nl; i++)
+        ext[i - kl - 1] = (char)tolower((unsigned char)sh->dmg_name[i]);
+    int has = gx_has(sh, ext);
+    if (kl == openlen && memcmp(sh->dmg_name, open, kl) == 0)
+        return has == 0 ? 1 : 0;
+    if (kl == nextlen && memcmp(sh->dmg_name, next, kl) == 0)
+        return has == 1 ? 2 : 0;
+    return 0;
+}
+
 /* Read the next group into the builder. Returns SIO_OK with *open set
  * when a group was read (sh->bad tells whether it is good), *open = 0 at
  * the end of the shard. */
@@ -856,6 +937,8 @@ static sio_code read_group(sio_shard *sh, int *open)
     *open = 0;
     sb_reset(&sh->sb);
     sh->bad = 0;
+    sh->gxlen = 0;
+    sh->gxover = 0;
     if (sh->bad_next) {
         sh->bad_next = 0;
         tar_damage(sh);
@@ -897,11 +980,16 @@ static sio_code read_group(sio_shard *sh, int *open)
              * pending for the next call. */
             if (keylen != sh->sb.keylen ||
                 memcmp(name, sh->sb.key, keylen) != 0) {
-                /* A damaged header between two samples: whose member it
-                 * was is unknown, so both are bad. */
+                /* A damaged header between two samples: the one whose
+                 * member it began is bad; when that cannot be told, both
+                 * are. */
                 if (sh->damaged) {
-                    tar_damage(sh);
-                    sh->bad_next = 1;
+                    int who = damage_owner(sh, sh->sb.key, sh->sb.keylen,
+                                           name, keylen);
+                    if (who != 2)
+                        tar_damage(sh);
+                    if (who != 1)
+                        sh->bad_next = 1;
                     sh->damaged = 0;
                 }
                 break;
@@ -913,6 +1001,7 @@ static sio_code read_group(sio_shard *sh, int *open)
             *open = 1;
             sh->gstart = e->hdr_pos;
         }
+        gx_add(sh, name, keylen);
         if (sh->damaged) {
             tar_damage(sh);
             sh->damaged = 0;

@@ -313,6 +313,49 @@ static int64_t field_num(const unsigned char *f, size_t n)
     return (int64_t)v;
 }
 
+/* Printable ASCII up to the first NUL of a field (at least one byte):
+ * its length, else 0. */
+static size_t printable_field(const unsigned char *f, size_t max)
+{
+    size_t n = 0;
+    while (n < max && f[n]) {
+        if (f[n] < 0x20 || f[n] > 0x7e)
+            return 0;
+        n++;
+    }
+    return n;
+}
+
+/* The block at t->off failed its checksum: note where it lies and, if it
+ * reads as a regular member's header (type, octal size, printable name),
+ * its name and the blocks it and its data take. Nothing here is trusted:
+ * the caller compares it with what came before and after. */
+static void damaged_header(sio_tar_plain *t, const unsigned char *h)
+{
+    t->dmg_off = t->off;
+    t->dmg_blocks = 0;
+    t->dmg_name[0] = '\0';
+    if (h[156] != '0' && h[156] != '\0' && h[156] != '7')
+        return;
+    if (!number_field_ok(h + 124, 12) || (h[124] & 0x80))
+        return;
+    int64_t size = field_num(h + 124, 12);
+    size_t nl = printable_field(h, 100), pl = 0;
+    if (size < 0 || nl == 0)
+        return;
+    if (memcmp(h + 257, "ustar\0", 6) == 0 && h[345]) {
+        pl = printable_field(h + 345, 155);
+        if (pl == 0)
+            return;
+        memcpy(t->dmg_name, h + 345, pl);
+        if (t->dmg_name[pl - 1] != '/')
+            t->dmg_name[pl++] = '/';
+    }
+    memcpy(t->dmg_name + pl, h, nl);
+    t->dmg_name[pl + nl] = '\0';
+    t->dmg_blocks = 1 + ((uint64_t)size + BLOCK - 1) / BLOCK;
+}
+
 static int checksum_ok(const unsigned char *h)
 {
     /* The field holds an octal number: digits, spaces and NULs only. */
@@ -540,6 +583,8 @@ static sio_code next_entry(sio_tar_plain *t, sio_tar_entry *e, int *what,
             if (nexts)
                 return damaged(t, "damaged tar archive (bad header checksum "
                                   "after an extension header)");
+            if (t->damaged == 0)
+                damaged_header(t, h);
             consume(t, BLOCK);
             e->hdr_pos = t->off;
             if (t->damaged < UINT32_MAX)

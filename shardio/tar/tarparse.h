@@ -28,6 +28,8 @@
 
 /* Longest name (GNU long name or pax path) the reader assembles. */
 #define SIO_TARP_NAME_MAX 4096
+/* Longest name a ustar header holds: a 155-byte prefix, '/', 100 bytes. */
+#define SIO_TARP_DMG_NAME_MAX 256
 /* Largest pax or GNU long-name record it reads. */
 #define SIO_TARP_EXT_MAX (1u << 20)
 
@@ -54,6 +56,16 @@ typedef struct sio_tar_plain {
     uint32_t damaged;   /* header blocks dropped for a bad checksum
                            before the entry or end the last
                            sio_tarp_next returned (0: none) */
+    /* The first block dropped for a bad checksum since the last entry
+     * (when damaged > 0), read as the regular member's header it most
+     * likely was: its offset; the blocks that header and its data take by
+     * its size field (0 when it names no regular member with a readable,
+     * printable name and an octal size); that name (ustar prefix
+     * included). Whether the name can be believed is the caller's call:
+     * see shard.c's damage_owner. */
+    uint64_t dmg_off;
+    uint64_t dmg_blocks;
+    char dmg_name[SIO_TARP_DMG_NAME_MAX + 1];
     char name[SIO_TARP_NAME_MAX + 1];
     char lname[SIO_TARP_NAME_MAX + 1]; /* the last GNU long name read */
     char err[256];

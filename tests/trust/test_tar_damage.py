@@ -1,8 +1,9 @@
 """A tar header that fails its checksum inside a shard (issue: damaged
-headers count): the samples around it are bad samples, skipped and counted
-under on_error=skip, fatal under on_error=fail; never delivered without
-the member the damaged header began. Every path: the epoch's feed, its
-plan (indexed local shards), seeks and samples/{i}."""
+headers count): the sample that lost the member it began is a bad sample,
+skipped and counted under on_error=skip, fatal under on_error=fail, never
+delivered without that member. Where the damaged header's name cannot be
+believed, both samples around it are bad. Every path: the epoch's feed,
+its plan (indexed local shards), seeks and samples/{i}."""
 
 import hashlib
 import io
@@ -16,8 +17,18 @@ from server_testlib import (FramesStream, get_json, read_share, request, stream_
                             wait_for)
 
 SHARDS, PER_SHARD = 3, 20
-DAMAGED = (1, 7)  # shard 1, sample 7: its first member's (.bin) header
-BAD = {(1, 6), (1, 7)}  # the damage lies between 6 and 7: both are bad
+# Shard 1, sample 7: which of its headers is damaged, where, and the
+# samples that are bad then.
+DAMAGES = {
+    # the first member's (.bin) mtime: its name says it is 7's, and 6 has
+    # its .bin: only 7 is bad
+    "first": ("bin", 140, 0x5A, {(1, 7)}),
+    # the last member's (.cls): 7 has no .cls yet, so 7 lost it
+    "last": ("cls", 140, 0x5A, {(1, 7)}),
+    # the .bin's key turned into 6's: 6 has a .bin already, so the name is
+    # not believed and the damage lies between 6 and 7: both are bad
+    "name": ("bin", 5, ord("7") ^ ord("6"), {(1, 6), (1, 7)}),
+}
 
 
 def payload(s, i):
@@ -40,16 +51,16 @@ def make_shards(root):
     return want
 
 
-def damage(root):
-    s, i = DAMAGED
-    path = os.path.join(root, "s%d.tar" % s)
+def damage(root, how):
+    ext, at, x, _ = DAMAGES[how]
+    path = os.path.join(root, "s1.tar")
     with tarfile.open(path) as t:
-        m = t.getmember("s%d_%03d.bin" % (s, i))
+        m = t.getmember("s1_007.%s" % ext)
     with open(path, "r+b") as f:
-        f.seek(m.offset + 140)  # the mtime field: the checksum fails
+        f.seek(m.offset + at)  # the checksum fails
         b = f.read(1)
-        f.seek(m.offset + 140)
-        f.write(bytes([b[0] ^ 0x5A]))
+        f.seek(m.offset + at)
+        f.write(bytes([b[0] ^ x]))
 
 
 def expected_hash(s, i):
@@ -58,21 +69,21 @@ def expected_hash(s, i):
     return content_hash({"bin": payload(s, i), "cls": b"%d" % i})
 
 
-def check_samples(samples, want):
+def check_samples(samples, want, bad):
     keys = [x["key"] for x in samples]
     assert len(keys) == len(set(keys)), "a sample twice"
-    good = {k for k, si in want.items() if si not in BAD}
+    good = {k for k, si in want.items() if si not in bad}
     assert set(keys) == good, (sorted(set(keys) ^ good))
     for x in samples:
         assert x["hash"] == expected_hash(*want[x["key"]]), x["key"]
 
 
-@pytest.fixture(scope="module")
-def damaged_dir(workdir):
-    root = os.path.join(workdir, "tar-damage")
+@pytest.fixture(scope="module", params=sorted(DAMAGES))
+def damaged_dir(workdir, request):
+    root = os.path.join(workdir, "tar-damage-" + request.param)
     want = make_shards(root)
-    damage(root)
-    return root, want
+    damage(root, request.param)
+    return root, want, DAMAGES[request.param][3]
 
 
 def ready(srv, job):
@@ -81,10 +92,12 @@ def ready(srv, job):
 
 @pytest.mark.parametrize("plane", ["stream", "auto"])
 def test_damaged_header_is_a_counted_bad_sample(start, damaged_dir, workdir, plane):
-    root, want = damaged_dir
-    state = os.path.join(workdir, "tar-damage-state-" + plane)
+    root, want, BAD = damaged_dir
+    state = os.path.join(root + "-state-" + plane)
     srv = start("--job", "d", "--source", root, "--on-error", "skip", "--shuffle-buffer", "16",
-                "--state-dir", state, "--data-plane", plane)
+                "--state-dir", state, "--data-plane", plane,
+                # an odd count of good samples: no rank's share is cut even
+                "--partition", "none")
     ready(srv, "d")
     # Epoch 0 (the feed reads and indexes the shards), then epoch 1 (the
     # plan, when the data plane may use it), two ranks each.
@@ -94,7 +107,7 @@ def test_damaged_header_is_a_counted_bad_sample(start, damaged_dir, workdir, pla
             samples, outcome, trailer = read_share(srv, "d", epoch, rank, 2)
             assert outcome == "end", (outcome, trailer, srv.log())
             got += samples
-        check_samples(got, want)
+        check_samples(got, want, BAD)
     st = get_json(srv, "/v1/jobs/d")
     # counted once per epoch served, by the feed and by the plan alike
     assert st["skipped"]["samples"] == 2 * len(BAD), st["skipped"]
@@ -119,7 +132,7 @@ def test_damaged_header_is_a_counted_bad_sample(start, damaged_dir, workdir, pla
 
 
 def test_damaged_header_is_fatal_under_on_error_fail(start, damaged_dir):
-    root, want = damaged_dir
+    root, want, BAD = damaged_dir
     srv = start("--job", "f", "--source", root, "--on-error", "fail",
                 "--shuffle-buffer", "1")
     ready(srv, "f")
