@@ -510,6 +510,8 @@ static sio_code open_epoch(sio_feed *f)
     }
     pthread_mutex_lock(mu);
     f->ep = ep;
+    if (ep && f->stop)
+        sio_epoch_cancel(ep); /* feed_stop saw no epoch to cancel */
     if (replay) {
         f->replay = 1;
         f->lo = f->hi = 0;
@@ -747,14 +749,19 @@ static void feed_stop(sio_feed *f)
     if (!f)
         return;
     int reading;
+    sio_epoch *ep;
     pthread_mutex_lock(&f->fam->mu);
     f->stop = 1;
     /* a seek (or a lazy feed) may be opening its epoch */
     reading = f->in_read || (!f->ep && (f != f->root || f->attached_once));
+    /* Read under the lock: the producer sets it (open_epoch) and swaps it
+     * (reopen_epoch, which keeps the old one until feed_free and cancels
+     * a new one itself once stop is set). */
+    ep = f->ep;
     pthread_cond_broadcast(&f->room);
     pthread_mutex_unlock(&f->fam->mu);
-    if (f->ep)
-        sio_epoch_cancel(f->ep);
+    if (ep)
+        sio_epoch_cancel(ep);
     if (!f->thread_started) {
         feed_free(f);
         return;
