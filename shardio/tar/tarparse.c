@@ -559,6 +559,19 @@ static sio_code next_entry(sio_tar_plain *t, sio_tar_entry *e, int *what,
         if (rc)
             return rc;
         size_t have = t->len - t->pos;
+        if (have >= BLOCK && t->damaged && t->dmg_blocks &&
+            t->off - t->dmg_off < t->dmg_blocks * BLOCK &&
+            all_zero(t->buf + t->pos)) {
+            /* Zeros inside the data a damaged header's size gives: data
+             * (an all-zero stretch of a payload), not the archive's end,
+             * which would lose the rest of the shard without a word.
+             * (libarchive ends the archive here.) */
+            consume(t, BLOCK);
+            e->hdr_pos = t->off;
+            if (t->damaged < UINT32_MAX)
+                t->damaged++;
+            continue;
+        }
         if (have == 0 || (have >= BLOCK && all_zero(t->buf + t->pos))) {
             /* The end of the archive: clean at a header boundary or after
              * global headers only; after other extension headers

@@ -555,6 +555,66 @@ static void damaged_case(int member, const char *want, int want_bad,
     damaged_at(member, 140, 0x5a, want, want_bad, gzip);
 }
 
+/* A damaged header whose member's data starts with zeros: the plain
+ * reader takes the zero blocks inside the data its size gives for data,
+ * not the archive's end, and reads on (libarchive ends the archive there:
+ * what follows is lost, the open sample counted bad). */
+static void test_damaged_header_zero_data(void)
+{
+    static char zero_then[2048], pay[600];
+    memset(zero_then, 0, 1024);
+    memset(zero_then + 1024, 'z', 1024);
+    memset(pay, 'p', sizeof pay);
+    const tar_member m[] = {{"a.bin", pay, sizeof pay},
+                            {"a.cls", pay, sizeof pay},
+                            {"b.bin", zero_then, sizeof zero_then},
+                            {"b.cls", pay, sizeof pay},
+                            {"c.bin", pay, sizeof pay},
+                            {"c.cls", pay, sizeof pay}};
+    for (int gzip = 0; gzip < 2; gzip++) {
+        char path[] = "/tmp/shardcast-test-XXXXXX";
+        int fd = mkstemp(path);
+        close(fd);
+        CHECK(write_tar(path, m, 6, "none", "ustar") == 0);
+        /* b.bin's header: after a's two (512 + 1024 each) */
+        FILE *f = fopen(path, "r+b");
+        CHECK(f != NULL);
+        if (!f)
+            return;
+        unsigned char b;
+        CHECK(fseek(f, 2 * 1536 + 140, SEEK_SET) == 0);
+        CHECK(fread(&b, 1, 1, f) == 1);
+        b ^= 0x5a;
+        CHECK(fseek(f, 2 * 1536 + 140, SEEK_SET) == 0);
+        CHECK(fwrite(&b, 1, 1, f) == 1);
+        fclose(f);
+        char gz[64] = "";
+        if (gzip) {
+            char cmd[200];
+            snprintf(gz, sizeof gz, "%s.tar.gz", path);
+            snprintf(cmd, sizeof cmd, "gzip -c %s > %s", path, gz);
+            CHECK(system(cmd) == 0);
+        }
+        const sio_sample *v[4];
+        int bad;
+        sio_code rc;
+        size_t n = read_all(gzip ? gz : path, v, 4, &bad, &rc);
+        CHECK(rc == SIO_OK);
+        char got[8] = "";
+        for (size_t i = 0; i < n && i < 4; i++) {
+            strncat(got, v[i]->key, 1);
+            CHECK_EQ_U64(v[i]->nfields, 2);
+        }
+        /* plain: b lost its .bin (a has one): a and c are whole */
+        CHECK(strcmp(got, gzip ? "" : "ac") == 0);
+        CHECK_EQ_U64((uint64_t)bad, 1);
+        release(v, n, 4);
+        if (gzip)
+            unlink(gz);
+        unlink(path);
+    }
+}
+
 static void test_damaged_header(void)
 {
     /* a.bin, the first header: not a tar (the whole shard fails) */
@@ -654,6 +714,7 @@ int main(int argc, char **argv)
         test_truncated();
         test_limits();
         test_damaged_header();
+        test_damaged_header_zero_data();
         test_missing();
     }
     sio_io_destroy(io);
