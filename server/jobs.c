@@ -1840,6 +1840,7 @@ static void job_tick(sc_jobs *j, sc_job *job, uint64_t now, int sample_tp)
     const sc_config *cfg = j->cfg;
     fslot *closing = NULL;
     fslot *to_plan = NULL; /* a prefetched epoch whose plan is built */
+    fslot *to_count = NULL; /* an epoch whose length is counted */
 
     pthread_mutex_lock(&job->mu);
     if (sample_tp) {
@@ -1863,9 +1864,14 @@ static void job_tick(sc_jobs *j, sc_job *job, uint64_t now, int sample_tp)
         if (s->retired)
             continue;
         slot_indexes_checked(j, s);
-        /* The epoch's exact length, once every shard is indexed. */
-        if (sample_tp && s->count == UINT64_MAX && job->res->list)
-            sio_epoch_count(j->io, job->res->list, &s->ec, &s->count);
+        /* The epoch's exact length, once every shard is indexed: counted
+         * below with the lock released (the count may check a shard
+         * index against the store), one epoch a tick. */
+        if (sample_tp && s->count == UINT64_MAX && job->res->list &&
+            !to_count) {
+            to_count = s;
+            s->counting = 1; /* not closed while the lock is released */
+        }
         /* A shard skipped in an epoch this server cannot prove it served
          * the same way before a restart (no state_dir): resumed streams
          * get a clear error instead of a shifted sequence. */
@@ -1917,7 +1923,7 @@ static void job_tick(sc_jobs *j, sc_job *job, uint64_t now, int sample_tp)
     }
     for (fslot **pp = &job->slots; *pp;) {
         fslot *s = *pp;
-        if (s->retired && s->streams == 0) {
+        if (s->retired && s->streams == 0 && !s->counting) {
             *pp = s->next;
             s->next = closing;
             closing = s;
@@ -1931,6 +1937,17 @@ static void job_tick(sc_jobs *j, sc_job *job, uint64_t now, int sample_tp)
         slot_plan(j, job, to_plan);
         to_plan->streams--;
         to_plan->last_ms = sio_now_ms();
+    }
+    if (to_count) {
+        uint64_t n = UINT64_MAX, dropped = to_count->ix_dropped;
+        pthread_mutex_unlock(&job->mu);
+        sio_epoch_count(j->io, job->res->list, &to_count->ec, &n);
+        pthread_mutex_lock(&job->mu);
+        /* An index dropped meanwhile is seen at the next tick, which
+         * counts again (slot_indexes_checked). */
+        if (to_count->ix_dropped == dropped && to_count->count == UINT64_MAX)
+            to_count->count = n;
+        to_count->counting = 0;
     }
     pthread_mutex_unlock(&job->mu);
     while (closing) {

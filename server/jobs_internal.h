@@ -60,6 +60,8 @@ typedef struct fslot {
      * of the feed. */
     sio_plan *plan;       /* (mu) */
     int plan_building;    /* a build runs without the lock (mu) */
+    int counting;         /* the manager counts its length without the
+                             lock (not closed meanwhile) */
     int plan_tried;       /* a build was tried (mu) */
     int plan_never;       /* the epoch cannot have one (mu) */
     uint64_t plan_tried_ms; /* when (mu) */
