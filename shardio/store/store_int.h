@@ -239,6 +239,10 @@ sio_code sio_shard_open_stream(sio_io *io, sio_stream *stream,
  * reader (process-wide; set before opening shards). */
 void sio_shard_force_libarchive(int on);
 
+/* Tests: how many times the reader dropped damaged tar header blocks
+ * before an entry or the end (each run of dropped blocks counts once). */
+uint64_t sio_shard_damage_seen(const sio_shard *sh);
+
 /* The backend of url and its context, or SIO_ERR_UNSUPPORTED. */
 sio_code sio_io_backend(sio_io *io, const char *url,
                         const sio_backend_ops **ops, void **ctx,

@@ -676,9 +676,12 @@ static int probe_group(sio_io *io, struct sio_cache_user *cache,
     sio_code rc;
     int res = 0;
     if (i > 0) {
-        /* the last group: from its offset to the shard's end */
-        at.offset = groups[i].offset;
-        at.first_group = at.skip_until = i;
+        /* the last group, to the shard's end, from the group before it:
+         * a damaged header between the two decides whether the last one
+         * is bad (shard.c's damage_owner), read past, not kept */
+        at.offset = groups[i - 1].offset;
+        at.first_group = i - 1;
+        at.skip_until = i;
     } else if (ngroups != 1) {
         /* the first group and the next one's headers, not the shard (an
          * index of one group is checked to the shard's end) */
@@ -696,7 +699,7 @@ static int probe_group(sio_io *io, struct sio_cache_user *cache,
     if (rc != SIO_OK) {
         /* No tar header where the index says a group starts. */
         res = i > 0 && rc == SIO_ERR_FORMAT ? 1 : -1;
-        snprintf(why, len, "group %" PRIu64 " cannot be read at offset %"
+        snprintf(why, len, "group %" PRIu64 " cannot be read from offset %"
                  PRIu64 ": %s", i, at.offset, sh ? sio_shard_errmsg(sh) : "");
     } else if (ngroups == 0) {
         if (p.got) {
@@ -706,7 +709,7 @@ static int probe_group(sio_io *io, struct sio_cache_user *cache,
     } else if (!p.got) {
         res = 1;
         snprintf(why, len, "no group %" PRIu64 " at offset %" PRIu64, i,
-                 at.offset);
+                 groups[i].offset);
     } else {
         const sio_index_group *w = &groups[i];
         if (p.g.offset != w->offset || p.g.end != w->end ||

@@ -99,6 +99,12 @@ struct sio_shard {
                                 pending read as a regular member's, and
                                 exactly its header and data were dropped */
     char dmg_name[SIO_TARP_DMG_NAME_MAX + 1]; /* that member's name */
+    int need;                /* the next group is bad unless it has a
+                                member of extension need_ext (a damaged
+                                header taken for the group before's may
+                                have been its own) */
+    char need_ext[SIO_TARP_DMG_NAME_MAX + 1];
+    uint64_t damage_seen;    /* damaged-header events (tests) */
     char gx[GX_MAX];         /* the extensions of the open group's members
                                 (every member, kept or not), NUL-separated */
     size_t gxlen;
@@ -666,6 +672,8 @@ static sio_code next_header(sio_shard *sh)
         int what = 0;
         sio_code rc = sio_tarp_next(&sh->tp, &sh->cur, &what);
         if (rc) {
+            if (sh->tp.damaged)
+                sh->damage_seen++; /* the error came while resynchronising */
             plain_stream_error(sh);
             return fail(sh, rc, sh->tp.err);
         }
@@ -679,6 +687,7 @@ static sio_code next_header(sio_shard *sh)
                 memcpy(sh->dmg_name, sh->tp.dmg_name,
                        strlen(sh->tp.dmg_name) + 1);
             sh->damaged = 1;
+            sh->damage_seen++;
         }
         if (what != SIO_TARP_UNSUPPORTED) {
             sh->pending = what == SIO_TARP_ENTRY;
@@ -707,6 +716,7 @@ static sio_code next_header(sio_shard *sh)
             if (!sh->zip) {
                 sh->damaged = 1;
                 sh->dmg_known = 0; /* libarchive says nothing of it */
+                sh->damage_seen++;
             }
             continue;
         }
@@ -890,17 +900,33 @@ static int gx_has(const sio_shard *sh, const char *ext)
     return 0;
 }
 
+/* The pending damaged header's key length and (lower-case) extension,
+ * when it can be read as a member's name at all (dmg_known); else -1. */
+static int damage_name(const sio_shard *sh, size_t *kl, char *ext)
+{
+    sio_tar_entry de = {.name = sh->dmg_name, .regular = 1};
+    if (!sh->dmg_known || sio_tar_skip_member(&de, kl))
+        return -1;
+    size_t nl = strlen(sh->dmg_name);
+    for (size_t i = *kl + 1; i <= nl; i++)
+        ext[i - *kl - 1] = (char)tolower((unsigned char)sh->dmg_name[i]);
+    return 0;
+}
+
 /*
  * A damaged header lies between the open group (key `open`) and the next
  * one (key `next`, whose first header follows it). Whose member did it
- * begin? 1: the open group's; 2: the next group's; 0: unknown (both are
+ * begin? 1: the open group's (*ext: its extension, which the next group
+ * must then have, read_group); 2: the next group's; 0: unknown (both are
  * taken as bad). Its name is read from a block whose checksum failed, so
  * it is believed only where everything around agrees with it: exactly
- * that header and the data its size gives were dropped (dmg_known), its
- * key is one of the two, and
+ * that header and the data its size gives were dropped, with no entry
+ * skipped on the way (dmg_known), its key is one of the two, and
  *  - the open group's: the group has no member of its extension yet (a
  *    sample holds one member per extension), so a member is missing
- *    there;
+ *    there; and the next group must turn out to have one (else a key
+ *    damaged into the open group's may hide that the member was the next
+ *    group's: both are bad then);
  *  - the next group's: the open group already has a member of its
  *    extension, so that one is not missing there.
  * The extensions noted are every member's, whatever the reader keeps (a
@@ -908,22 +934,42 @@ static int gx_has(const sio_shard *sh, const char *ext)
  * shard decides alike and the index agrees with the stream.
  */
 static int damage_owner(sio_shard *sh, const char *open, size_t openlen,
-                        const char *next, size_t nextlen)
+                        const char *next, size_t nextlen, char *ext)
 {
-    sio_tar_entry de = {.name = sh->dmg_name, .regular = 1};
     size_t kl = 0;
-    if (!sh->dmg_known || sio_tar_skip_member(&de, &kl))
+    if (damage_name(sh, &kl, ext) != 0)
         return 0;
-    char ext[SIO_TARP_DMG_NAME_MAX + 1];
-    size_t nl = strlen(sh->dmg_name);
-    for (size_t i = kl + 1; i <= nl; i++)
-        ext[i - kl - 1] = (char)tolower((unsigned char)sh->dmg_name[i]);
     int has = gx_has(sh, ext);
     if (kl == openlen && memcmp(sh->dmg_name, open, kl) == 0)
         return has == 0 ? 1 : 0;
     if (kl == nextlen && memcmp(sh->dmg_name, next, kl) == 0)
         return has == 1 ? 2 : 0;
     return 0;
+}
+
+/* A reader bounded at a group's indexed end (sh->at.end) met damaged
+ * blocks after the open group's last member and then that end: the index
+ * builder took them for the next group's damaged first member
+ * (damage_owner 2). Agree where this reader can check it: its name reads,
+ * with another key, and the group has a member of its extension. */
+static int damage_after_end(sio_shard *sh)
+{
+    char ext[SIO_TARP_DMG_NAME_MAX + 1];
+    size_t kl = 0;
+    if (sh->at.end == UINT64_MAX || damage_name(sh, &kl, ext) != 0)
+        return 0;
+    if (kl == sh->sb.keylen && memcmp(sh->dmg_name, sh->sb.key, kl) == 0)
+        return 0;
+    return gx_has(sh, ext) == 1;
+}
+
+/* The open group is closing: the extension a damage before it asked of
+ * it (damage_owner 1). */
+static void need_check(sio_shard *sh)
+{
+    if (sh->need && gx_has(sh, sh->need_ext) != 1)
+        tar_damage(sh);
+    sh->need = 0;
 }
 
 /* Read the next group into the builder. Returns SIO_OK with *open set
@@ -950,7 +996,9 @@ static sio_code read_group(sio_shard *sh, int *open)
                 return rc;
         }
         if (!sh->pending) { /* end of the archive */
-            if (sh->damaged && *open)
+            if (*open)
+                need_check(sh);
+            if (sh->damaged && *open && !damage_after_end(sh))
                 tar_damage(sh);
             sh->damaged = 0;
             sh->eof = 1;
@@ -971,6 +1019,10 @@ static sio_code read_group(sio_shard *sh, int *open)
                             "read (no passphrase)");
         }
         if (skip) {
+            /* Not a member, but past a damaged header it makes the
+             * dropped blocks no longer that header's alone. */
+            if (sh->damaged)
+                sh->dmg_known = 0;
             sh->pending = 0;
             continue;
         }
@@ -983,13 +1035,19 @@ static sio_code read_group(sio_shard *sh, int *open)
                 /* A damaged header between two samples: the one whose
                  * member it began is bad; when that cannot be told, both
                  * are. */
+                need_check(sh);
                 if (sh->damaged) {
+                    char ext2[SIO_TARP_DMG_NAME_MAX + 1];
                     int who = damage_owner(sh, sh->sb.key, sh->sb.keylen,
-                                           name, keylen);
+                                           name, keylen, ext2);
                     if (who != 2)
                         tar_damage(sh);
                     if (who != 1)
                         sh->bad_next = 1;
+                    if (who == 1) {
+                        sh->need = 1;
+                        memcpy(sh->need_ext, ext2, strlen(ext2) + 1);
+                    }
                     sh->damaged = 0;
                 }
                 break;
@@ -1073,4 +1131,9 @@ sio_code sio_shard_next(sio_shard *sh, const sio_sample **out)
 uint64_t sio_shard_groups(const sio_shard *sh)
 {
     return sh->groups;
+}
+
+uint64_t sio_shard_damage_seen(const sio_shard *sh)
+{
+    return sh->damage_seen;
 }

@@ -559,7 +559,7 @@ static sio_code next_entry(sio_tar_plain *t, sio_tar_entry *e, int *what,
         if (rc)
             return rc;
         size_t have = t->len - t->pos;
-        if (have >= BLOCK && t->damaged && t->dmg_blocks &&
+        if (have >= BLOCK && t->damaged && t->dmg_blocks && nexts == 0 &&
             t->off - t->dmg_off < t->dmg_blocks * BLOCK &&
             all_zero(t->buf + t->pos)) {
             /* Zeros inside the data a damaged header's size gives: data

@@ -16,6 +16,7 @@
 
 #include "check.h"
 #include "shardio.h"
+#include "shardio_index.h"
 #include "tarutil.h"
 
 static sio_io *io;
@@ -555,6 +556,57 @@ static void damaged_case(int member, const char *want, int want_bad,
     damaged_at(member, 140, 0x5a, want, want_bad, gzip);
 }
 
+/* A reader bounded at a group's indexed end (a seek's gather, a plan's
+ * fallback) agrees with the whole read: b.bin's header is damaged, a is
+ * whole and its range ends at b.cls's header, past the dropped blocks. */
+static void test_damaged_header_bounded(void)
+{
+    static char pay[4][600];
+    static const char *names[4] = {"a.bin", "a.cls", "b.bin", "b.cls"};
+    tar_member m[4];
+    for (int i = 0; i < 4; i++) {
+        memset(pay[i], 'a' + i, sizeof pay[i]);
+        m[i] = (tar_member){names[i], pay[i], sizeof pay[i]};
+    }
+    char path[] = "/tmp/shardcast-test-XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    CHECK(write_tar(path, m, 4, "none", "ustar") == 0);
+    FILE *f = fopen(path, "r+b");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    unsigned char b;
+    CHECK(fseek(f, 2 * 1536 + 140, SEEK_SET) == 0);
+    CHECK(fread(&b, 1, 1, f) == 1);
+    b ^= 0x5a;
+    CHECK(fseek(f, 2 * 1536 + 140, SEEK_SET) == 0);
+    CHECK(fwrite(&b, 1, 1, f) == 1);
+    fclose(f);
+    sio_shard_at at;
+    memset(&at, 0, sizeof at);
+    at.offset = 0;
+    at.end = 3 * 1536; /* b.cls's header: a's end in the index */
+    sio_shard *sh = NULL;
+    const sio_sample *s = NULL;
+    CHECK(sio_shard_open_at(io, path, 0, NULL, &at, &sh, NULL) == SIO_OK);
+    CHECK(sio_shard_next(sh, &s) == SIO_OK && s && strcmp(s->key, "a") == 0);
+    CHECK(s && s->nfields == 2);
+    sio_sample_unref(s);
+    s = NULL;
+    CHECK(sio_shard_next(sh, &s) == SIO_OK && s == NULL);
+    sio_shard_close(sh);
+    /* Unbounded, the same: a whole, b bad. */
+    sh = NULL;
+    CHECK(sio_shard_open(io, path, 0, NULL, &sh, NULL) == SIO_OK);
+    CHECK(sio_shard_next(sh, &s) == SIO_OK && s && strcmp(s->key, "a") == 0);
+    sio_sample_unref(s);
+    CHECK(sio_shard_next(sh, &s) == SIO_ERR_SAMPLE);
+    CHECK(sio_shard_next(sh, &s) == SIO_OK && s == NULL);
+    sio_shard_close(sh);
+    unlink(path);
+}
+
 /* A damaged header whose member's data starts with zeros: the plain
  * reader takes the zero blocks inside the data its size gives for data,
  * not the archive's end, and reads on (libarchive ends the archive there:
@@ -621,10 +673,14 @@ static void test_damaged_header(void)
     damaged_case(0, NULL, 0, 0);
     damaged_case(0, NULL, 0, 1);
     /* The plain reader reads the damaged header's name: b.bin is b's
-     * (a has its .bin), b.cls is b's (b has none yet), d.cls is d's. */
+     * (a has its .bin); a.cls is a's (a has none yet), and b has a .cls of
+     * its own, so the header was not b's with a damaged key. */
     damaged_case(2, "acde", 1, 0);
-    damaged_case(3, "acde", 1, 0);
-    damaged_case(6, "abce", 1, 0);
+    damaged_case(1, "bcde", 1, 0);
+    /* b.cls reads as b's, but c has no .cls: a key of c's damaged into
+     * b's cannot be ruled out, so c is bad too; d.cls and e alike. */
+    damaged_case(3, "ade", 2, 0);
+    damaged_case(6, "abc", 2, 0);
     /* c.bin, a sample of one member: neither b nor d is missing a .bin,
      * but a key of neither neighbour is not believed (a key damaged into
      * another): both are bad, c is lost. */
@@ -715,6 +771,7 @@ int main(int argc, char **argv)
         test_limits();
         test_damaged_header();
         test_damaged_header_zero_data();
+        test_damaged_header_bounded();
         test_missing();
     }
     sio_io_destroy(io);
