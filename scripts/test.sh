@@ -54,6 +54,8 @@ finish() {
   fi
 }
 trap finish EXIT
+# Stopped by a signal: the summary must not call the run a pass.
+trap 'echo "== interrupted by a signal" >&2; exit 130' INT TERM HUP
 
 # run_ctest LABEL DIR [ctest options]: ctest in DIR; its result line goes
 # into the summary.
