@@ -476,6 +476,31 @@ static void test_limits(void)
     unlink(path);
 }
 
+/* A gzip copy of the file at path, named in gz (path.tar.gz). */
+static void gzip_copy(const char *path, char *gz, size_t len)
+{
+    char cmd[200];
+    snprintf(gz, len, "%s.tar.gz", path);
+    snprintf(cmd, sizeof cmd, "gzip -c %s > %s", path, gz);
+    CHECK(system(cmd) == 0);
+}
+
+/* Flip bits of the byte at off in the file at path (damage on disk). */
+static void xor_byte(const char *path, long off, unsigned char x)
+{
+    FILE *f = fopen(path, "r+b");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    unsigned char b;
+    CHECK(fseek(f, off, SEEK_SET) == 0);
+    CHECK(fread(&b, 1, 1, f) == 1);
+    b ^= x;
+    CHECK(fseek(f, off, SEEK_SET) == 0);
+    CHECK(fwrite(&b, 1, 1, f) == 1);
+    fclose(f);
+}
+
 /* A header with a bad checksum inside a shard (byte `at` of member
  * `member`'s header xor'd with x): the sample that lost a member is bad
  * (counted), never delivered without it. The plain reader tells whose
@@ -499,24 +524,10 @@ static void damaged_at(int member, int at, unsigned char x, const char *want,
     close(fd);
     CHECK(write_tar(path, m, 8, "none", "ustar") == 0);
     /* ustar, 600-byte members: member i's header is at i * 1536. */
-    FILE *f = fopen(path, "r+b");
-    CHECK(f != NULL);
-    if (!f)
-        return;
-    unsigned char b;
-    CHECK(fseek(f, (long)member * 1536 + at, SEEK_SET) == 0);
-    CHECK(fread(&b, 1, 1, f) == 1);
-    b ^= x;
-    CHECK(fseek(f, (long)member * 1536 + at, SEEK_SET) == 0);
-    CHECK(fwrite(&b, 1, 1, f) == 1);
-    fclose(f);
+    xor_byte(path, (long)member * 1536 + at, x);
     char gz[64] = "";
-    if (gzip) {
-        char cmd[200];
-        snprintf(gz, sizeof gz, "%s.tar.gz", path);
-        snprintf(cmd, sizeof cmd, "gzip -c %s > %s", path, gz);
-        CHECK(system(cmd) == 0);
-    }
+    if (gzip)
+        gzip_copy(path, gz, sizeof gz);
     const sio_sample *v[8];
     int bad;
     sio_code rc;
@@ -572,17 +583,7 @@ static void test_damaged_header_bounded(void)
     int fd = mkstemp(path);
     close(fd);
     CHECK(write_tar(path, m, 4, "none", "ustar") == 0);
-    FILE *f = fopen(path, "r+b");
-    CHECK(f != NULL);
-    if (!f)
-        return;
-    unsigned char b;
-    CHECK(fseek(f, 2 * 1536 + 140, SEEK_SET) == 0);
-    CHECK(fread(&b, 1, 1, f) == 1);
-    b ^= 0x5a;
-    CHECK(fseek(f, 2 * 1536 + 140, SEEK_SET) == 0);
-    CHECK(fwrite(&b, 1, 1, f) == 1);
-    fclose(f);
+    xor_byte(path, 2 * 1536 + 140, 0x5a);
     sio_shard_at at;
     memset(&at, 0, sizeof at);
     at.offset = 0;
@@ -629,24 +630,10 @@ static void test_damaged_header_zero_data(void)
         close(fd);
         CHECK(write_tar(path, m, 6, "none", "ustar") == 0);
         /* b.bin's header: after a's two (512 + 1024 each) */
-        FILE *f = fopen(path, "r+b");
-        CHECK(f != NULL);
-        if (!f)
-            return;
-        unsigned char b;
-        CHECK(fseek(f, 2 * 1536 + 140, SEEK_SET) == 0);
-        CHECK(fread(&b, 1, 1, f) == 1);
-        b ^= 0x5a;
-        CHECK(fseek(f, 2 * 1536 + 140, SEEK_SET) == 0);
-        CHECK(fwrite(&b, 1, 1, f) == 1);
-        fclose(f);
+        xor_byte(path, 2 * 1536 + 140, 0x5a);
         char gz[64] = "";
-        if (gzip) {
-            char cmd[200];
-            snprintf(gz, sizeof gz, "%s.tar.gz", path);
-            snprintf(cmd, sizeof cmd, "gzip -c %s > %s", path, gz);
-            CHECK(system(cmd) == 0);
-        }
+        if (gzip)
+            gzip_copy(path, gz, sizeof gz);
         const sio_sample *v[4];
         int bad;
         sio_code rc;
