@@ -120,10 +120,15 @@ def test_metrics_s3_backend(s3):
         # last sample reached its consumer: wait for the counts (with
         # sidecars asked for only where the listing shows them, there is
         # no margin of 404s any more).
+        # The latency histogram is filled as each request ends too: wait
+        # for every count asserted below.
+        lat = "shardcast_fetch_latency_seconds_count"
         deadline = time.monotonic() + 60
         while True:
             m = scrape(url)
-            if m.get(("shardcast_fetch_requests_total", 'backend="s3"'), 0) >= NSHARDS + 1 \
+            if (m.get(("shardcast_fetch_requests_total", 'backend="s3"'), 0) >= NSHARDS + 1
+                    and m.get((lat, 'backend="s3",op="get"'), 0) >= NSHARDS
+                    and m.get((lat, 'backend="s3",op="list"'), 0) >= 1) \
                     or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
