@@ -676,16 +676,25 @@ static int probe_group(sio_io *io, struct sio_cache_user *cache,
     sio_code rc;
     int res = 0;
     if (i > 0) {
-        /* the last group, to the shard's end, from the group before it:
-         * a damaged header between the two decides whether the last one
-         * is bad (shard.c's damage_owner), read past, not kept */
-        at.offset = groups[i - 1].offset;
-        at.first_group = i - 1;
+        /* the last group, to the shard's end, from a group before it: a
+         * damaged header between them decides whether the last one is bad
+         * (shard.c's damage_owner). A bad group before it may be a sample
+         * lost to a damaged header, whose offset is that header: then
+         * from the one before that (never two such in a row). */
+        uint64_t from = i - 1;
+        if ((groups[from].flags & SIO_INDEX_GROUP_BAD) && from > 0)
+            from--;
+        at.offset = groups[from].offset;
+        at.first_group = from;
         at.skip_until = i;
     } else if (ngroups != 1) {
         /* the first group and the next one's headers, not the shard (an
-         * index of one group is checked to the shard's end) */
+         * index of one group is checked to the shard's end); past a bad
+         * second group (a sample lost to a damaged header), the third
+         * one's, which decides the first */
         uint64_t end = ngroups > 1 ? groups[0].end : 0;
+        if (ngroups > 1 && (groups[1].flags & SIO_INDEX_GROUP_BAD))
+            end = groups[1].end;
         if (end < size && size - end > INDEX_PROBE_SLACK)
             at.end = end + INDEX_PROBE_SLACK;
     }

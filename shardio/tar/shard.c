@@ -99,6 +99,12 @@ struct sio_shard {
                                 pending read as a regular member's, and
                                 exactly its header and data were dropped */
     char dmg_name[SIO_TARP_DMG_NAME_MAX + 1]; /* that member's name */
+    uint64_t dmg_off;        /* and where its header lies */
+    int lone;                /* a sample of one member whose header is
+                                damaged lies after the group just read:
+                                it is the next group, bad (damage_owner 3) */
+    char lone_key[SIO_TARP_DMG_NAME_MAX + 1];
+    uint64_t lone_off;       /* its offset: the open group ends there */
     int need;                /* the next group is bad unless it has a
                                 member of extension need_ext (a damaged
                                 header taken for the group before's may
@@ -683,9 +689,11 @@ static sio_code next_header(sio_shard *sh)
              * its name may tell whose member it was (damage_owner). */
             sh->dmg_known = !sh->damaged && sh->tp.dmg_blocks != 0 &&
                             sh->tp.damaged == sh->tp.dmg_blocks;
-            if (sh->dmg_known)
+            if (sh->dmg_known) {
                 memcpy(sh->dmg_name, sh->tp.dmg_name,
                        strlen(sh->tp.dmg_name) + 1);
+                sh->dmg_off = sh->tp.dmg_off;
+            }
             sh->damaged = 1;
             sh->damage_seen++;
         }
@@ -917,8 +925,10 @@ static int damage_name(const sio_shard *sh, size_t *kl, char *ext)
  * A damaged header lies between the open group (key `open`) and the next
  * one (key `next`, whose first header follows it). Whose member did it
  * begin? 1: the open group's (*ext: its extension, which the next group
- * must then have, read_group); 2: the next group's; 0: unknown (both are
- * taken as bad). Its name is read from a block whose checksum failed, so
+ * must then have, read_group); 2: the next group's; 3: neither's, a
+ * sample of its own (one member: the next group must have a member of
+ * *ext as well); 0: unknown (both are taken as bad). next is NULL at the
+ * archive's end (1, 3 or 0 then). Its name is read from a block whose checksum failed, so
  * it is believed only where everything around agrees with it: exactly
  * that header and the data its size gives were dropped, with no entry
  * skipped on the way (dmg_known), its key is one of the two, and
@@ -928,7 +938,9 @@ static int damage_name(const sio_shard *sh, size_t *kl, char *ext)
  *    damaged into the open group's may hide that the member was the next
  *    group's: both are bad then);
  *  - the next group's: the open group already has a member of its
- *    extension, so that one is not missing there.
+ *    extension, so that one is not missing there;
+ *  - neither's: both groups have a member of its extension (the next one
+ *    checked when it closes), so it was not theirs.
  * The extensions noted are every member's, whatever the reader keeps (a
  * seek that reads past groups, a field selection), so every reader of the
  * shard decides alike and the index agrees with the stream.
@@ -942,8 +954,15 @@ static int damage_owner(sio_shard *sh, const char *open, size_t openlen,
     int has = gx_has(sh, ext);
     if (kl == openlen && memcmp(sh->dmg_name, open, kl) == 0)
         return has == 0 ? 1 : 0;
-    if (kl == nextlen && memcmp(sh->dmg_name, next, kl) == 0)
+    if (next && kl == nextlen && memcmp(sh->dmg_name, next, kl) == 0)
         return has == 1 ? 2 : 0;
+    if (has == 1) {
+        sh->lone = 1;
+        memcpy(sh->lone_key, sh->dmg_name, kl);
+        sh->lone_key[kl] = '\0';
+        sh->lone_off = sh->dmg_off;
+        return 3;
+    }
     return 0;
 }
 
@@ -998,8 +1017,16 @@ static sio_code read_group(sio_shard *sh, int *open)
         if (!sh->pending) { /* end of the archive */
             if (*open)
                 need_check(sh);
-            if (sh->damaged && *open && !damage_after_end(sh))
-                tar_damage(sh);
+            if (sh->damaged && *open && !damage_after_end(sh)) {
+                char ext2[SIO_TARP_DMG_NAME_MAX + 1];
+                /* at the tar's end only: a bounded reader cannot tell */
+                int who = sh->at.end == UINT64_MAX
+                              ? damage_owner(sh, sh->sb.key, sh->sb.keylen,
+                                             NULL, 0, ext2)
+                              : 0;
+                if (who != 3)
+                    tar_damage(sh);
+            }
             sh->damaged = 0;
             sh->eof = 1;
             break;
@@ -1040,11 +1067,11 @@ static sio_code read_group(sio_shard *sh, int *open)
                     char ext2[SIO_TARP_DMG_NAME_MAX + 1];
                     int who = damage_owner(sh, sh->sb.key, sh->sb.keylen,
                                            name, keylen, ext2);
-                    if (who != 2)
+                    if (who == 0 || who == 1)
                         tar_damage(sh);
-                    if (who != 1)
+                    if (who == 0 || who == 2)
                         sh->bad_next = 1;
-                    if (who == 1) {
+                    if (who == 1 || who == 3) {
                         sh->need = 1;
                         memcpy(sh->need_ext, ext2, strlen(ext2) + 1);
                     }
@@ -1096,6 +1123,27 @@ sio_code sio_shard_next(sio_shard *sh, const sio_sample **out)
 
     *out = NULL;
     for (;;) {
+        if (sh->lone) {
+            /* The sample of one member lost to a damaged header: a bad
+             * group from that header to the next group (or the end). */
+            uint64_t end = sh->eof ? UINT64_MAX : sh->cur.hdr_pos;
+            uint64_t idx = sh->groups++;
+            sh->lone = 0;
+            sb_reset(&sh->sb);
+            if (sb_set_key(&sh->sb, sh->lone_key, strlen(sh->lone_key)))
+                return fail(sh, SIO_ERR_NOMEM, "out of memory");
+            sh->gstart = sh->lone_off;
+            if (idx < sh->at.skip_until)
+                continue;
+            offer_group(sh, idx, end, 1);
+            if (sh->eof)
+                finish_groups(sh);
+            snprintf(sh->err, sizeof sh->err, "url=%s key=%.256s: damaged "
+                     "tar header (bad checksum): the sample's only member "
+                     "is lost", sh->url, sh->lone_key);
+            sb_reset(&sh->sb);
+            return SIO_ERR_SAMPLE;
+        }
         if (sh->eof)
             return SIO_OK;
         rc = read_group(sh, &open);
@@ -1106,17 +1154,20 @@ sio_code sio_shard_next(sio_shard *sh, const sio_sample **out)
             finish_groups(sh);
             return SIO_OK; /* *out stays NULL */
         }
-        uint64_t end = sh->eof ? UINT64_MAX : sh->cur.hdr_pos;
+        /* A lost sample of one member follows: this group ends at its
+         * damaged header. */
+        uint64_t end = sh->lone ? sh->lone_off
+                       : sh->eof ? UINT64_MAX : sh->cur.hdr_pos;
         uint64_t idx = sh->groups++;
         if (idx < sh->at.skip_until)
             continue;
         offer_group(sh, idx, end, sh->bad);
-        if (sh->eof && !sh->bad)
+        if (sh->eof && !sh->bad && !sh->lone)
             finish_groups(sh);
         if (sh->bad) {
             snprintf(sh->err, sizeof sh->err, "url=%s key=%.256s: %s",
                      sh->url, sh->sb.key ? sh->sb.key : "", sh->bad_reason);
-            if (sh->eof)
+            if (sh->eof && !sh->lone)
                 finish_groups(sh);
             sb_reset(&sh->sb);
             return SIO_ERR_SAMPLE;

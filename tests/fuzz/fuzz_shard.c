@@ -14,7 +14,9 @@
  * difference is allowed: next to a header dropped for its checksum,
  * libarchive says nothing of it and both samples around it are bad, while
  * the plain reader may read its name and keep the one whose member it was
- * not (shard.c's damage_owner), and it takes zero blocks inside the data
+ * not (shard.c's damage_owner), reports a sample of one member lost to
+ * it, which libarchive does not see at all, and it takes zero blocks
+ * inside the data
  * a damaged header's size gives for data where libarchive ends the
  * archive. A group good for libarchive and bad for the plain reader, or
  * any other difference, traps.
@@ -73,8 +75,11 @@ static void read_shard(const uint8_t *data, size_t size, int force, trail *t)
             const char *m = sio_shard_errmsg(sh);
             mix(t, m, strlen(m));
             t->digest[t->results] = t->h;
-            /* 2: bad for a damaged header next to it */
-            t->bad[t->results++] = strstr(m, "damaged tar header") ? 2 : 1;
+            /* 2: bad for a damaged header next to it; 3: a sample of one
+             * member lost to one (the plain reader only) */
+            t->bad[t->results++] = strstr(m, "only member is lost")  ? 3
+                                   : strstr(m, "damaged tar header") ? 2
+                                                                     : 1;
             continue;
         }
         if (rc != SIO_OK) {
@@ -115,12 +120,37 @@ static int trail_init(trail *t)
     return t->digest && t->bad;
 }
 
+/* p without the samples of one member lost to a damaged header (which
+ * libarchive does not report); nb[k]: whether p's result next to p's k-th
+ * (in the full sequence) is bad, or the shard failed right after it. */
+static void drop_lone(const trail *full, trail *p, unsigned char *nb)
+{
+    p->results = 0;
+    p->failed = full->failed;
+    p->damage = full->damage;
+    for (uint64_t i = 0; i < full->results; i++) {
+        if (full->bad[i] == 3) {
+            if (full->damage == 0)
+                __builtin_trap(); /* a lost sample without damage */
+            continue;
+        }
+        nb[p->results] = (i > 0 && full->bad[i - 1]) ||
+                         (i + 1 < full->results && full->bad[i + 1]) ||
+                         (full->failed && i + 1 == full->results);
+        p->digest[p->results] = full->digest[i];
+        p->bad[p->results++] = full->bad[i];
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static trail plain, la;
-    if (!plain.digest && (!trail_init(&plain) || !trail_init(&la)))
+    static trail full, plain, la;
+    static unsigned char *nb;
+    if (!nb && (!trail_init(&full) || !trail_init(&plain) ||
+                !trail_init(&la) || !(nb = malloc(MAX_RESULTS))))
         return 0;
-    read_shard(data, size, 0, &plain);
+    read_shard(data, size, 0, &full);
+    drop_lone(&full, &plain, nb);
     read_shard(data, size, 1, &la);
     /* The same account, also when both stop at an error; but where
      * libarchive ended the archive at zeros after a damaged header (its
@@ -139,12 +169,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             __builtin_trap(); /* the plain reader lost a good sample */
         if (!plain.bad[i] && la.bad[i] && la.bad[i] != 2)
             __builtin_trap(); /* kept a sample bad for another reason */
-        /* Kept next to a damaged header: the sample on its other side
-         * took the blame (or the shard failed right after). */
-        if (!plain.bad[i] && la.bad[i] &&
-            !((i > 0 && plain.bad[i - 1]) ||
-              (i + 1 < plain.results && plain.bad[i + 1]) ||
-              (plain.failed && i + 1 == plain.results)))
+        /* Kept next to a damaged header: the sample on its other side, or
+         * a sample of one member lost there, took the blame (or the shard
+         * failed right after). */
+        if (!plain.bad[i] && la.bad[i] && !nb[i])
             __builtin_trap();
         /* Both good: the same sample. Both bad: the same reason, unless
          * one reader blames a damaged header that the other attributed

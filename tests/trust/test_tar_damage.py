@@ -17,17 +17,25 @@ from server_testlib import (FramesStream, get_json, read_share, request, stream_
                             wait_for)
 
 SHARDS, PER_SHARD = 3, 20
-# Shard 1, sample 7: which of its headers is damaged, where, and the
-# samples that are bad then.
+# Which header of shard 1 is damaged (sample, member), where, and the
+# samples that are bad then. In the "lone" cases that sample has one
+# member only (its .bin).
 DAMAGES = {
     # the first member's (.bin) mtime: its name says it is 7's, and 6 has
     # its .bin: only 7 is bad
-    "first": ("bin", 140, 0x5A, {(1, 7)}),
-    # the last member's (.cls): 7 has no .cls yet, so 7 lost it
-    "last": ("cls", 140, 0x5A, {(1, 7)}),
+    "first": (7, "bin", 140, 0x5A, {(1, 7)}),
+    # the last member's (.cls): 7 has no .cls yet, so 7 lost it (and 8
+    # has one, so it was not 8's)
+    "last": (7, "cls", 140, 0x5A, {(1, 7)}),
     # the .bin's key turned into 6's: 6 has a .bin already, so the name is
     # not believed and the damage lies between 6 and 7: both are bad
-    "name": ("bin", 5, ord("7") ^ ord("6"), {(1, 6), (1, 7)}),
+    "name": (7, "bin", 5, ord("7") ^ ord("6"), {(1, 6), (1, 7)}),
+    # a sample of one member: 6 and 8 have their .bin, so it was 7's own
+    # and only 7 is lost (counted); in the second group (the index check
+    # reads the first group up to the third) and in the last
+    "lone": (7, "bin", 140, 0x5A, {(1, 7)}),
+    "lone-second": (1, "bin", 140, 0x5A, {(1, 1)}),
+    "lone-last": (PER_SHARD - 1, "bin", 140, 0x5A, {(1, PER_SHARD - 1)}),
 }
 
 
@@ -35,7 +43,7 @@ def payload(s, i):
     return hashlib.sha256(b"%d/%d" % (s, i)).digest() * 100  # 3200 bytes
 
 
-def make_shards(root):
+def make_shards(root, lone=None):
     os.makedirs(root, exist_ok=True)
     want = {}
     for s in range(SHARDS):
@@ -43,7 +51,10 @@ def make_shards(root):
         with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as t:
             for i in range(PER_SHARD):
                 key = "s%d_%03d" % (s, i)
-                for ext, data in (("bin", payload(s, i)), ("cls", b"%d" % i)):
+                fields = [("bin", payload(s, i)), ("cls", b"%d" % i)]
+                if (s, i) == lone:
+                    fields = fields[:1]
+                for ext, data in fields:
                     ti = tarfile.TarInfo("%s.%s" % (key, ext))
                     ti.size = len(data)
                     t.addfile(ti, io.BytesIO(data))
@@ -52,10 +63,10 @@ def make_shards(root):
 
 
 def damage(root, how):
-    ext, at, x, _ = DAMAGES[how]
+    i, ext, at, x, _ = DAMAGES[how]
     path = os.path.join(root, "s1.tar")
     with tarfile.open(path) as t:
-        m = t.getmember("s1_007.%s" % ext)
+        m = t.getmember("s1_%03d.%s" % (i, ext))
     with open(path, "r+b") as f:
         f.seek(m.offset + at)  # the checksum fails
         b = f.read(1)
@@ -81,9 +92,10 @@ def check_samples(samples, want, bad):
 @pytest.fixture(scope="module", params=sorted(DAMAGES))
 def damaged_dir(workdir, request):
     root = os.path.join(workdir, "tar-damage-" + request.param)
-    want = make_shards(root)
+    lone = (1, DAMAGES[request.param][0]) if request.param.startswith("lone") else None
+    want = make_shards(root, lone)
     damage(root, request.param)
-    return root, want, DAMAGES[request.param][3]
+    return root, want, DAMAGES[request.param][4]
 
 
 def ready(srv, job):
@@ -129,6 +141,23 @@ def test_damaged_header_is_a_counted_bad_sample(start, damaged_dir, workdir, pla
     tail, outcome, _ = read_share(srv, "d", 1, 0, 1, start=len(order) // 2)
     assert outcome == "end"
     assert [x["key"] for x in tail] == [x["key"] for x in order[len(order) // 2:]]
+    # Restarted on the same state_dir: the indexes are loaded and checked
+    # against the shard (first and last groups), and agree with it.
+    srv.stop()
+    srv = start("--job", "d", "--source", root, "--on-error", "skip", "--shuffle-buffer", "16",
+                "--state-dir", state, "--data-plane", plane, "--partition", "none")
+    ready(srv, "d")
+    again, outcome, _ = read_share(srv, "d", 1, 0, 1)
+    assert outcome == "end"
+    assert [x["key"] for x in again] == [x["key"] for x in order]
+    tail, outcome, _ = read_share(srv, "d", 1, 0, 1, start=len(order) // 3)
+    assert outcome == "end"
+    assert [x["key"] for x in tail] == [x["key"] for x in order[len(order) // 3:]]
+    _, _, m = request(srv, "/metrics")
+    assert b"shardcast_index_rejected_total{" not in m or \
+        all(line.endswith(b" 0") for line in m.splitlines()
+            if line.startswith(b"shardcast_index_rejected_total{")), \
+        [line for line in m.splitlines() if b"index_rejected" in line]
 
 
 def test_damaged_header_is_fatal_under_on_error_fail(start, damaged_dir):
