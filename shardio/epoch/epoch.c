@@ -426,25 +426,28 @@ static void place_at(sio_epoch *ep, uint32_t idx, uint64_t g, sio_shard_at *at,
         return;
     if (info.hint)
         *hint_gen = info.gen;
-    if (sio_index_group_get(e, g, &gr)) {
-        at->offset = gr.offset;
-        at->first_group = g;
-        return;
-    }
-    if (sio_index_group_get(e, g - 1, &gr) && gr.end != UINT64_MAX) {
-        at->offset = gr.end;
-        at->first_group = g;
-        return;
-    }
-    uint64_t k = info.known < g ? info.known : g;
-    while (k > 0 && !sio_index_group_get(e, k - 1, &gr))
+    /* From group g, else the last group indexed before it; and from a
+     * good group: a bad one may begin at a damaged tar header (a sample
+     * of one member lost with it) or be bad for what lies before it, so
+     * a reader started on it would not decide as the index did. Groups
+     * in between are read past (skip_until). */
+    uint64_t k = g;
+    int have = sio_index_group_get(e, k, &gr);
+    if (!have) {
+        k = info.known < g ? info.known : g;
+        while (k > 0 && !(have = sio_index_group_get(e, k - 1, &gr)))
+            k--;
+        if (!have) {
+            *hint_gen = UINT64_MAX;
+            return; /* from the shard's start */
+        }
         k--;
-    if (k > 0) {
-        at->offset = gr.offset;
-        at->first_group = k - 1;
-    } else {
-        *hint_gen = UINT64_MAX;
     }
+    while ((gr.flags & SIO_INDEX_GROUP_BAD) && k > 0 &&
+           sio_index_group_get(e, k - 1, &gr))
+        k--;
+    at->offset = gr.offset;
+    at->first_group = k;
 }
 
 /*

@@ -242,6 +242,14 @@ void sio_shard_force_libarchive(int on);
 /* Tests: how many times the reader dropped damaged tar header blocks
  * before an entry or the end (each run of dropped blocks counts once). */
 uint64_t sio_shard_damage_seen(const sio_shard *sh);
+/* Tests: why the group sio_shard_next last answered SIO_ERR_SAMPLE for
+ * was bad. */
+enum {
+    SIO_SHARD_BAD_OTHER = 1,  /* its own content (limits, repeated field) */
+    SIO_SHARD_BAD_DAMAGE = 2, /* a damaged tar header in or next to it */
+    SIO_SHARD_BAD_LONE = 3    /* a sample of one member lost to one */
+};
+int sio_shard_bad_kind(const sio_shard *sh);
 
 /* The backend of url and its context, or SIO_ERR_UNSUPPORTED. */
 sio_code sio_io_backend(sio_io *io, const char *url,

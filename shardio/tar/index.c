@@ -676,13 +676,13 @@ static int probe_group(sio_io *io, struct sio_cache_user *cache,
     sio_code rc;
     int res = 0;
     if (i > 0) {
-        /* the last group, to the shard's end, from a group before it: a
-         * damaged header between them decides whether the last one is bad
-         * (shard.c's damage_owner). A bad group before it may be a sample
-         * lost to a damaged header, whose offset is that header: then
-         * from the one before that (never two such in a row). */
+        /* the last group, to the shard's end, from the nearest good
+         * group before it (else the first): a damaged header between
+         * them decides whether the last one is bad (shard.c's
+         * damage_owner), and a bad group may begin at a damaged header (a
+         * sample lost with it) */
         uint64_t from = i - 1;
-        if ((groups[from].flags & SIO_INDEX_GROUP_BAD) && from > 0)
+        while (from > 0 && (groups[from].flags & SIO_INDEX_GROUP_BAD))
             from--;
         at.offset = groups[from].offset;
         at.first_group = from;

@@ -90,6 +90,7 @@ struct sio_shard {
     int pending;             /* cur: header read, data not yet consumed */
     int eof;
     int bad;                 /* the current sample is bad (bad_reason) */
+    int damage_bad;          /* ... for a damaged header (tar_damage) */
     char bad_reason[320];
     int damaged;             /* a damaged header was dropped since the
                                 last member taken (tar_damage) */
@@ -111,6 +112,8 @@ struct sio_shard {
                                 have been its own) */
     char need_ext[SIO_TARP_DMG_NAME_MAX + 1];
     uint64_t damage_seen;    /* damaged-header events (tests) */
+    int bad_kind;            /* why the last bad group was (tests):
+                                SIO_SHARD_BAD_* */
     char gx[GX_MAX];         /* the extensions of the open group's members
                                 (every member, kept or not), NUL-separated */
     size_t gxlen;
@@ -882,6 +885,7 @@ static void tar_damage(sio_shard *sh)
              "damaged tar header (bad checksum) in or next to the sample: "
              "a member may be lost");
     sh->bad = 1;
+    sh->damage_bad = 1;
 }
 
 /* Note ext (lower case) among the open group's member extensions. */
@@ -1002,6 +1006,7 @@ static sio_code read_group(sio_shard *sh, int *open)
     *open = 0;
     sb_reset(&sh->sb);
     sh->bad = 0;
+    sh->damage_bad = 0;
     sh->gxlen = 0;
     sh->gxover = 0;
     if (sh->bad_next) {
@@ -1141,6 +1146,7 @@ sio_code sio_shard_next(sio_shard *sh, const sio_sample **out)
             snprintf(sh->err, sizeof sh->err, "url=%s key=%.256s: damaged "
                      "tar header (bad checksum): the sample's only member "
                      "is lost", sh->url, sh->lone_key);
+            sh->bad_kind = SIO_SHARD_BAD_LONE;
             sb_reset(&sh->sb);
             return SIO_ERR_SAMPLE;
         }
@@ -1167,6 +1173,8 @@ sio_code sio_shard_next(sio_shard *sh, const sio_sample **out)
         if (sh->bad) {
             snprintf(sh->err, sizeof sh->err, "url=%s key=%.256s: %s",
                      sh->url, sh->sb.key ? sh->sb.key : "", sh->bad_reason);
+            sh->bad_kind = sh->damage_bad ? SIO_SHARD_BAD_DAMAGE
+                                          : SIO_SHARD_BAD_OTHER;
             if (sh->eof && !sh->lone)
                 finish_groups(sh);
             sb_reset(&sh->sb);
@@ -1187,4 +1195,9 @@ uint64_t sio_shard_groups(const sio_shard *sh)
 uint64_t sio_shard_damage_seen(const sio_shard *sh)
 {
     return sh->damage_seen;
+}
+
+int sio_shard_bad_kind(const sio_shard *sh)
+{
+    return sh->bad_kind;
 }

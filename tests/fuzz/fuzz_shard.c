@@ -38,6 +38,7 @@ typedef struct trail {
     uint64_t results;
     int failed;
     uint64_t *digest; /* MAX_RESULTS of each */
+    uint64_t *group;  /* a good sample's index_in_shard */
     unsigned char *bad;
     uint64_t damage;  /* damaged-header events the reader saw */
 } trail;
@@ -75,11 +76,9 @@ static void read_shard(const uint8_t *data, size_t size, int force, trail *t)
             const char *m = sio_shard_errmsg(sh);
             mix(t, m, strlen(m));
             t->digest[t->results] = t->h;
-            /* 2: bad for a damaged header next to it; 3: a sample of one
-             * member lost to one (the plain reader only) */
-            t->bad[t->results++] = strstr(m, "only member is lost")  ? 3
-                                   : strstr(m, "damaged tar header") ? 2
-                                                                     : 1;
+            /* 2: bad for a damaged header in or next to it; 3: a sample
+             * of one member lost to one (the plain reader only) */
+            t->bad[t->results++] = (unsigned char)sio_shard_bad_kind(sh);
             continue;
         }
         if (rc != SIO_OK) {
@@ -89,7 +88,7 @@ static void read_shard(const uint8_t *data, size_t size, int force, trail *t)
         if (!s)
             break;
         mix(t, s->key, strlen(s->key) + 1);
-        mix(t, &s->index_in_shard, sizeof s->index_in_shard);
+        t->group[t->results] = s->index_in_shard;
         size_t total = 0;
         for (size_t f = 0; f < s->nfields; f++) {
             total += s->fields[f].len;
@@ -116,15 +115,18 @@ static void read_shard(const uint8_t *data, size_t size, int force, trail *t)
 static int trail_init(trail *t)
 {
     t->digest = malloc(MAX_RESULTS * sizeof *t->digest);
+    t->group = malloc(MAX_RESULTS * sizeof *t->group);
     t->bad = malloc(MAX_RESULTS);
-    return t->digest && t->bad;
+    return t->digest && t->group && t->bad;
 }
 
 /* p without the samples of one member lost to a damaged header (which
- * libarchive does not report); nb[k]: whether p's result next to p's k-th
- * (in the full sequence) is bad, or the shard failed right after it. */
+ * libarchive does not report), group numbers counted without them; nb[k]:
+ * whether p's result next to p's k-th (in the full sequence) is bad, or
+ * the shard failed right after it. */
 static void drop_lone(const trail *full, trail *p, unsigned char *nb)
 {
+    uint64_t lone = 0;
     p->results = 0;
     p->failed = full->failed;
     p->damage = full->damage;
@@ -132,8 +134,12 @@ static void drop_lone(const trail *full, trail *p, unsigned char *nb)
         if (full->bad[i] == 3) {
             if (full->damage == 0)
                 __builtin_trap(); /* a lost sample without damage */
+            lone++;
             continue;
         }
+        if (!full->bad[i] && full->group[i] < lone)
+            __builtin_trap();
+        p->group[p->results] = full->bad[i] ? 0 : full->group[i] - lone;
         nb[p->results] = (i > 0 && full->bad[i - 1]) ||
                          (i + 1 < full->results && full->bad[i + 1]) ||
                          (full->failed && i + 1 == full->results);
@@ -174,10 +180,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
          * failed right after). */
         if (!plain.bad[i] && la.bad[i] && !nb[i])
             __builtin_trap();
-        /* Both good: the same sample. Both bad: the same reason, unless
-         * one reader blames a damaged header that the other attributed
-         * elsewhere (the sample is bad for its own reason too). */
-        if (plain.bad[i] == la.bad[i] && plain.digest[i] != la.digest[i])
+        /* Both good: the same sample. Both bad for their own content: the
+         * same reason (next to a damaged header, the reason a reader
+         * names may be either). */
+        if (((!plain.bad[i] && !la.bad[i]) ||
+             (plain.bad[i] == 1 && la.bad[i] == 1)) &&
+            plain.digest[i] != la.digest[i])
+            __builtin_trap();
+        if (!plain.bad[i] && !la.bad[i] && plain.group[i] != la.group[i])
             __builtin_trap();
     }
     return 0;
