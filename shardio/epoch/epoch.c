@@ -115,6 +115,7 @@ typedef struct reader {
     unsigned retries;        /* transient failures so far */
     int placed;              /* opened at an offset of a loaded index ... */
     uint64_t ixgen;          /* ... of this generation (sio_index_info) */
+    uint64_t open_group;     /* the group it was last opened at */
     int ixwrong;             /* ended because that index was wrong */
 } reader;
 
@@ -450,6 +451,15 @@ static void place_at(sio_epoch *ep, uint32_t idx, uint64_t g, sio_shard_at *at,
     at->first_group = k;
 }
 
+/* A shard index the epoch relied on was dropped: the epoch must be opened
+ * again (sio_epoch_index_dropped). mu NOT held. */
+static void mark_index_dropped(sio_epoch *ep)
+{
+    pthread_mutex_lock(&ep->mu);
+    ep->index_dropped = 1;
+    pthread_mutex_unlock(&ep->mu);
+}
+
 /*
  * Shard idx's loaded index (of generation gen, or any when UINT64_MAX)
  * disagreed with a read (why): drop it unless that happened already, and
@@ -475,9 +485,7 @@ static int index_wrong(sio_epoch *ep, uint32_t idx, uint64_t gen,
         SIO_LOG(&ep->cfg.log, SIO_LOG_WARN,
                 "event=index_rebuild_failed shard=%u reason=\"%s\": a seek "
                 "replays the epoch instead", idx, er.msg);
-    pthread_mutex_lock(&ep->mu);
-    ep->index_dropped = 1;
-    pthread_mutex_unlock(&ep->mu);
+    mark_index_dropped(ep);
     return 1;
 }
 
@@ -516,6 +524,7 @@ static sio_code reader_open(sio_epoch *ep, reader *r, char *msg, size_t len)
     sio_code rc;
     uint64_t gen;
     place_at(ep, r->idx, r->start_group, &at, &gen);
+    r->open_group = r->start_group;
     r->placed = gen != UINT64_MAX;
     r->ixgen = gen;
     e.msg[0] = '\0';
@@ -616,11 +625,11 @@ static void reader_step(sio_epoch *ep, reader *r)
             sio_index_get_info(e, &info);
         /* (a read that failed after groups that agreed blames the
          * shard, not the index) */
-        if (e && ((rc != SIO_OK && reached == r->start_group) ||
+        if (e && ((rc != SIO_OK && reached == r->open_group) ||
                   info.gen != r->ixgen)) {
             char why[700];
             snprintf(why, sizeof why, "a read from group %" PRIu64 " went "
-                     "wrong: %s", r->start_group,
+                     "wrong: %s", r->open_group,
                      rc != SIO_OK ? msg : "disagreed with the index");
             if (index_wrong(ep, r->idx, r->ixgen, why)) {
                 sio_sample_unref(s);
@@ -780,9 +789,7 @@ static void vfetch(sio_epoch *ep, size_t i)
             sio_index_group gs;
             if (!sio_index_group_get(e, v[want[got]].group, &gs)) {
                 /* the index was dropped since the gather */
-                pthread_mutex_lock(&ep->mu);
-                ep->index_dropped = 1;
-                pthread_mutex_unlock(&ep->mu);
+                mark_index_dropped(ep);
                 rc = SIO_ERR_CHANGED;
                 snprintf(msg, sizeof msg, "shard %u group %" PRIu64
                          " is not indexed any more", shard,
@@ -1506,9 +1513,7 @@ static sio_code source_take(sio_epoch *ep, uint32_t i,
             ep->failed = 1;
             if (sio_epoch_index_dropped(m->sub)) {
                 /* the feed opens the mixed epoch again */
-                pthread_mutex_lock(&ep->mu);
-                ep->index_dropped = 1;
-                pthread_mutex_unlock(&ep->mu);
+                mark_index_dropped(ep);
             }
             return rc;
         }
