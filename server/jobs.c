@@ -373,6 +373,18 @@ unsigned sc_jobs_delete(sc_jobs *j, const char *name, char *reason,
     if (i != SIZE_MAX) {
         job = j->jobs[i];
         j->jobs[i] = j->jobs[--j->njobs];
+        /* Jobs held back by the shards the other jobs hold: try them now,
+         * not after their backoff. */
+        for (size_t k = 0; k < j->njobs; k++) {
+            sc_job *o = j->jobs[k];
+            pthread_mutex_lock(&o->mu);
+            if (o->held_back && o->state != JOB_READY) {
+                o->next_resolve_ms = 0;
+                o->backoff_ms = RESOLVE_BACKOFF_MIN_MS;
+            }
+            pthread_mutex_unlock(&o->mu);
+        }
+        pthread_cond_signal(&j->resolve);
     }
     pthread_mutex_unlock(&j->mu);
     if (!job) {
@@ -841,8 +853,8 @@ static void *resolver_main(void *arg)
                    j->cfg->replicas > 1 ? j->cfg->replicas : 1);
         } else {
             due->state = JOB_FAILED;
-            due->permanent =
-                resolve_permanent(rc) && !(rc == SIO_ERR_LIMIT && others);
+            due->held_back = rc == SIO_ERR_LIMIT && others;
+            due->permanent = resolve_permanent(rc) && !due->held_back;
             snprintf(msg, sizeof msg, "cannot resolve the source: %s",
                      err.msg[0] ? err.msg : sio_strerror(rc));
             sc_redact_source(msg, due->reason, sizeof due->reason);
@@ -1864,14 +1876,6 @@ static void job_tick(sc_jobs *j, sc_job *job, uint64_t now, int sample_tp)
         if (s->retired)
             continue;
         slot_indexes_checked(j, s);
-        /* The epoch's exact length, once every shard is indexed: counted
-         * below with the lock released (the count may check a shard
-         * index against the store), one epoch a tick. */
-        if (sample_tp && s->count == UINT64_MAX && job->res->list &&
-            !to_count) {
-            to_count = s;
-            s->counting = 1; /* not closed while the lock is released */
-        }
         /* A shard skipped in an epoch this server cannot prove it served
          * the same way before a restart (no state_dir): resumed streams
          * get a clear error instead of a shifted sequence. */
@@ -1892,6 +1896,13 @@ static void job_tick(sc_jobs *j, sc_job *job, uint64_t now, int sample_tp)
             s->retired = 1;
             continue;
         }
+        /* The epoch's exact length, once every shard is indexed: counted
+         * below with the lock released (the count may check a shard
+         * index against the store), one epoch a tick. A slot not retired
+         * is not closed this tick, and only this thread closes slots. */
+        if (sample_tp && s->count == UINT64_MAX && job->res->list &&
+            !to_count)
+            to_count = s;
         /* The next epoch is opened ahead once this one has been read, or,
          * for an epoch served from its plan (its feed reads nothing), at
          * once: its plan then, when it can have one, else its feed's
@@ -1923,7 +1934,7 @@ static void job_tick(sc_jobs *j, sc_job *job, uint64_t now, int sample_tp)
     }
     for (fslot **pp = &job->slots; *pp;) {
         fslot *s = *pp;
-        if (s->retired && s->streams == 0 && !s->counting) {
+        if (s->retired && s->streams == 0) {
             *pp = s->next;
             s->next = closing;
             closing = s;
@@ -1939,15 +1950,14 @@ static void job_tick(sc_jobs *j, sc_job *job, uint64_t now, int sample_tp)
         to_plan->last_ms = sio_now_ms();
     }
     if (to_count) {
-        uint64_t n = UINT64_MAX, dropped = to_count->ix_dropped;
+        uint64_t n = UINT64_MAX;
         pthread_mutex_unlock(&job->mu);
         sio_epoch_count(j->io, job->res->list, &to_count->ec, &n);
         pthread_mutex_lock(&job->mu);
         /* An index dropped meanwhile is seen at the next tick, which
          * counts again (slot_indexes_checked). */
-        if (to_count->ix_dropped == dropped && to_count->count == UINT64_MAX)
+        if (to_count->count == UINT64_MAX)
             to_count->count = n;
-        to_count->counting = 0;
     }
     pthread_mutex_unlock(&job->mu);
     while (closing) {

@@ -60,8 +60,6 @@ typedef struct fslot {
      * of the feed. */
     sio_plan *plan;       /* (mu) */
     int plan_building;    /* a build runs without the lock (mu) */
-    int counting;         /* the manager counts its length without the
-                             lock (not closed meanwhile) */
     int plan_tried;       /* a build was tried (mu) */
     int plan_never;       /* the epoch cannot have one (mu) */
     uint64_t plan_tried_ms; /* when (mu) */
@@ -164,6 +162,8 @@ struct sc_job {
                                   PUT, the list's length once resolved
                                   (the registry's j->mu) */
     uint64_t next_resolve_ms, backoff_ms;
+    int held_back;        /* failed on the shards the other jobs hold:
+                             retried at once when a job is deleted */
     fslot *slots;              /* live and retired (mu) */
     sc_binding *bindings;      /* (mu) */
     err_entry errors[SC_JOB_ERRORS_MAX];
