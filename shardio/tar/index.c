@@ -1241,8 +1241,11 @@ void sio_index_tally(sio_index_entry *e, uint64_t upto, uint64_t *good,
     uint64_t nbad = 0;
     pthread_mutex_lock(&e->mu);
     uint64_t n = upto < e->n ? upto : e->n;
-    for (uint64_t g = 0; g < n; g++)
-        nbad += (e->g[g].flags & SIO_INDEX_GROUP_BAD) != 0;
+    if (n == e->n) /* every group: counted as they came */
+        nbad = e->n - e->good;
+    else
+        for (uint64_t g = 0; g < n; g++)
+            nbad += (e->g[g].flags & SIO_INDEX_GROUP_BAD) != 0;
     pthread_mutex_unlock(&e->mu);
     *good = n - nbad;
     *bad = nbad;
@@ -1590,11 +1593,11 @@ static int journal_reserve(sio_journal *j, size_t want)
 {
     if (want <= j->cap)
         return 0;
+    if (want > j->max)
+        return -1;
     size_t nc = j->cap ? j->cap : 16;
     while (nc < want)
         nc = nc > j->max / 2 ? j->max : nc * 2;
-    if (nc < want)
-        return -1;
     jentry *nv = realloc(j->v, nc * sizeof *nv);
     if (!nv)
         return -1;

@@ -90,7 +90,6 @@ struct sio_shard {
     int pending;             /* cur: header read, data not yet consumed */
     int eof;
     int bad;                 /* the current sample is bad (bad_reason) */
-    int damage_bad;          /* ... for a damaged header (tar_damage) */
     char bad_reason[320];
     int damaged;             /* a damaged header was dropped since the
                                 last member taken (tar_damage) */
@@ -885,7 +884,7 @@ static void tar_damage(sio_shard *sh)
              "damaged tar header (bad checksum) in or next to the sample: "
              "a member may be lost");
     sh->bad = 1;
-    sh->damage_bad = 1;
+    sh->bad_kind = SIO_SHARD_BAD_DAMAGE;
 }
 
 /* Note ext (lower case) among the open group's member extensions. */
@@ -1006,7 +1005,7 @@ static sio_code read_group(sio_shard *sh, int *open)
     *open = 0;
     sb_reset(&sh->sb);
     sh->bad = 0;
-    sh->damage_bad = 0;
+    sh->bad_kind = SIO_SHARD_BAD_OTHER; /* unless tar_damage says more */
     sh->gxlen = 0;
     sh->gxover = 0;
     if (sh->bad_next) {
@@ -1173,8 +1172,6 @@ sio_code sio_shard_next(sio_shard *sh, const sio_sample **out)
         if (sh->bad) {
             snprintf(sh->err, sizeof sh->err, "url=%s key=%.256s: %s",
                      sh->url, sh->sb.key ? sh->sb.key : "", sh->bad_reason);
-            sh->bad_kind = sh->damage_bad ? SIO_SHARD_BAD_DAMAGE
-                                          : SIO_SHARD_BAD_OTHER;
             if (sh->eof && !sh->lone)
                 finish_groups(sh);
             sb_reset(&sh->sb);
