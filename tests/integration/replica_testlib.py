@@ -13,7 +13,8 @@ import threading
 import time
 import urllib.request
 
-from shardcast_testlib import STARTUP_TIMEOUT, STOP_TIMEOUT, wait_log_text  # puts the client on the path
+from shardcast_testlib import (STARTUP_TIMEOUT, STOP_TIMEOUT,  # puts the client on the path
+                               read_log, wait_log_text)
 
 import shardcast  # noqa: E402
 
@@ -83,8 +84,9 @@ class Replica:
             return f.read().decode("utf-8", "replace")[-8000:]
 
     def wait_log(self, *needles, timeout=60):
-        """The log's end once every needle is in it (see wait_log_text)."""
-        return wait_log_text(self.log, self.proc.poll, needles, timeout)
+        """The whole log once every needle is in it (see wait_log_text)."""
+        return wait_log_text(lambda: read_log(self.stderr_path), self.proc.poll,
+                             needles, timeout)
 
     def alive(self):
         return self.proc is not None and self.proc.poll() is None

@@ -86,6 +86,16 @@ def upstream_corpus(name):
 
 
 
+def wait_for(pred, timeout, interval=0.1):
+    """Poll pred() until true or timeout (tests only); returns its last value."""
+    end = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v or time.monotonic() > end:
+            return v
+        time.sleep(interval)
+
+
 def wait_log_text(read, exited, needles, timeout=60):
     """read() once every needle is in it, once the process has exited
     (exited() is not None: its log is complete) or after timeout seconds.
@@ -93,13 +103,17 @@ def wait_log_text(read, exited, needles, timeout=60):
     that made them: a test that saw the event (a skipped sample, a peer's
     state) waits for the line instead of reading the file at once. The
     caller's asserts on the text say what is missing."""
-    end = time.monotonic() + timeout
-    while True:
-        done = exited() is not None
+    def ready():
         text = read()
-        if done or all(n in text for n in needles) or time.monotonic() > end:
-            return text
-        time.sleep(0.05)
+        done = exited() is not None or all(n in text for n in needles)
+        return text if done else None
+    return wait_for(ready, timeout) or read()
+
+
+def read_log(path):
+    """A process's whole stderr file, as text."""
+    with open(path, "rb") as f:
+        return f.read().decode("utf-8", "replace")
 
 class Server:
     """One running shardcastd. `url` is its root URL; `log()` its stderr.

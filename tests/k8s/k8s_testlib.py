@@ -24,7 +24,7 @@ for p in (os.path.join(REPO, "clients", "python"), os.path.join(REPO, "tests", "
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from shardcast_testlib import free_port, host_of, wait_log_text  # noqa: E402,F401
+from shardcast_testlib import free_port, host_of, read_log, wait_log_text  # noqa: E402,F401
 
 # Every kustomization that must render (base, overlays, examples).
 KUSTOMIZATIONS = ["base", "overlays/scale-out", "overlays/prometheus-operator",
@@ -179,8 +179,9 @@ class Replica:
             return f.read().decode("utf-8", "replace")[-8000:]
 
     def wait_log(self, *needles, timeout=60):
-        """The log's end once every needle is in it (see wait_log_text)."""
-        return wait_log_text(self.log, self.proc.poll, needles, timeout)
+        """The whole log once every needle is in it (see wait_log_text)."""
+        return wait_log_text(lambda: read_log(self.stderr_path), self.proc.poll,
+                             needles, timeout)
 
     def get_json(self, path, headers=None, timeout=10):
         req = urllib.request.Request(self.url + path, headers=headers or {})

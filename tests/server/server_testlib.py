@@ -14,7 +14,6 @@ import socket
 import struct
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -22,7 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 
 from shardcast_testlib import (REPO, Dataset, Server, find_server_binary,  # noqa: E402,F401
-                               make_dataset, shared_dir)
+                               make_dataset, shared_dir, wait_for)
 
 _FRAME = struct.Struct("<BBHI")
 _SAMPLE = struct.Struct("<QQIHH")
@@ -204,16 +203,6 @@ def read_share(server, job, epoch, rank, world, **kw):
         return samples, s.outcome, s.trailer
     finally:
         s.close()
-
-
-def wait_for(pred, timeout, interval=0.1):
-    """Poll pred() until true or timeout (tests only); returns its last value."""
-    end = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v or time.monotonic() > end:
-            return v
-        time.sleep(interval)
 
 
 # -- the store's side: nginx counts what it serves --------------------------
