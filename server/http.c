@@ -84,6 +84,13 @@ typedef struct req_ctx {
     sc_stream *stream;
     sc_binding *binding;
     sc_request req;      /* parsed request */
+    /* A stream whose epoch's plan is being built: its connection is
+     * suspended on srv->waiters until the planner's waker resumes it, and
+     * the access handler then opens the stream again. */
+    struct MHD_Connection *conn;
+    int plan_wait;       /* opened again when the handler is called */
+    int on_waiters;      /* linked on srv->waiters (srv->wait_mu) */
+    struct req_ctx *wait_prev, *wait_next;
 } req_ctx;
 
 struct sc_server {
@@ -110,6 +117,13 @@ struct sc_server {
     atomic_uint_fast64_t conn_refused_ip;  /* per-address limit bit */
     atomic_uint_fast64_t timeouts;         /* requests ended by a timeout */
     atomic_long connections; /* open, counted by notify_connection */
+    /* Streams waiting for an epoch's plan (answer_stream). wait_mu is
+     * taken after the jobs' locks are released, and under the planner's
+     * leaf lock by the waker: it is the last lock before MHD's. */
+    pthread_mutex_t wait_mu;
+    req_ctx *waiters;             /* (wait_mu) */
+    int waiters_closed;           /* no more suspensions (wait_mu) */
+    atomic_uint_fast64_t plan_gen; /* builds ended (bumped under wait_mu) */
 };
 
 static void mhd_log(void *cls, const char *fmt, va_list ap)
@@ -285,7 +299,7 @@ static unsigned open_stream(req_ctx *ctx, struct MHD_Connection *conn,
     }
     status = sc_jobs_open_stream(srv->jobs, b, &ctx->req, s, retry_after,
                                  reason, reason_len);
-    if (status != 200) {
+    if (status != 200) { /* SC_JOBS_PLAN_PENDING too: opened again later */
         sc_stream_destroy(s);
         goto out;
     }
@@ -302,15 +316,44 @@ static enum MHD_Result answer_stream(req_ctx *ctx, struct MHD_Connection *conn)
     char reason[REASON_MAX];
     unsigned retry_after = 0, status;
 
-    /* Under srv->mu: a drain that starts after this check cuts the stream
-     * bound here (http.h). */
-    pthread_mutex_lock(&srv->mu);
-    if (srv->draining) {
+    for (;;) {
+        /* Builds that end from here on wake this request. */
+        uint64_t gen = atomic_load(&srv->plan_gen);
+        /* Under srv->mu: a drain that starts after this check cuts the
+         * stream bound here (http.h). */
+        pthread_mutex_lock(&srv->mu);
+        if (srv->draining) {
+            pthread_mutex_unlock(&srv->mu);
+            return reply_error_ra(ctx, conn, 503, "server shutting down", 5);
+        }
+        status = open_stream(ctx, conn, &retry_after, reason, sizeof reason);
         pthread_mutex_unlock(&srv->mu);
-        return reply_error_ra(ctx, conn, 503, "server shutting down", 5);
+        if (status != SC_JOBS_PLAN_PENDING)
+            break;
+        /* The epoch's plan is being built on the planner thread: this
+         * connection waits off the HTTP thread, suspended, and the handler
+         * runs again once a build ended (plan_waker). */
+        pthread_mutex_lock(&srv->wait_mu);
+        if (srv->waiters_closed) {
+            pthread_mutex_unlock(&srv->wait_mu);
+            return reply_error_ra(ctx, conn, 503, "server shutting down", 5);
+        }
+        if (atomic_load(&srv->plan_gen) != gen) {
+            pthread_mutex_unlock(&srv->wait_mu);
+            continue; /* a build ended meanwhile: open again */
+        }
+        ctx->conn = conn;
+        ctx->plan_wait = 1;
+        ctx->on_waiters = 1;
+        ctx->wait_prev = NULL;
+        ctx->wait_next = srv->waiters;
+        if (srv->waiters)
+            srv->waiters->wait_prev = ctx;
+        srv->waiters = ctx;
+        MHD_suspend_connection(conn);
+        pthread_mutex_unlock(&srv->wait_mu);
+        return MHD_YES;
     }
-    status = open_stream(ctx, conn, &retry_after, reason, sizeof reason);
-    pthread_mutex_unlock(&srv->mu);
     if (status != 200) {
         SC_LOG(SIO_LOG_INFO, "event=stream_refused id=%s status=%u", ctx->id,
                status);
@@ -679,6 +722,12 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn,
         *upload_data_size = 0;
         return MHD_YES;
     }
+    if (ctx->plan_wait) {
+        /* Resumed after a plan build: open the stream again (parsed,
+         * authorised and counted against the limits the first time). */
+        ctx->plan_wait = 0;
+        return answer_stream(ctx, conn);
+    }
     if (ctx->status)
         return MHD_YES;
     snprintf(ctx->method, sizeof ctx->method, "%s", method);
@@ -770,6 +819,43 @@ static enum MHD_Result accept_policy(void *cls, const struct sockaddr *addr,
     return MHD_NO;
 }
 
+/* Unlink a waiting request (srv->wait_mu held). */
+static void waiter_unlink(sc_server *srv, req_ctx *ctx)
+{
+    if (!ctx->on_waiters)
+        return;
+    if (ctx->wait_prev)
+        ctx->wait_prev->wait_next = ctx->wait_next;
+    else
+        srv->waiters = ctx->wait_next;
+    if (ctx->wait_next)
+        ctx->wait_next->wait_prev = ctx->wait_prev;
+    ctx->on_waiters = 0;
+    ctx->wait_prev = ctx->wait_next = NULL;
+}
+
+/* Resume every request that waits for a plan: each opens its stream again
+ * (and waits again if its epoch's plan is still being built). */
+static void waiters_resume(sc_server *srv, int close)
+{
+    pthread_mutex_lock(&srv->wait_mu);
+    atomic_fetch_add(&srv->plan_gen, 1);
+    if (close)
+        srv->waiters_closed = 1;
+    while (srv->waiters) {
+        req_ctx *ctx = srv->waiters;
+        waiter_unlink(srv, ctx);
+        MHD_resume_connection(ctx->conn);
+    }
+    pthread_mutex_unlock(&srv->wait_mu);
+}
+
+/* The planner's waker (sc_jobs_set_plan_waker): a build ended. */
+static void plan_waker(void *ud)
+{
+    waiters_resume(ud, 0);
+}
+
 static const char *toe_name(enum MHD_RequestTerminationCode toe)
 {
     switch (toe) {
@@ -800,6 +886,11 @@ static void request_completed(void *cls, struct MHD_Connection *conn,
     if (!ctx)
         return;
     *req_cls = NULL;
+    if (ctx->on_waiters) { /* ended while suspended (a daemon stop) */
+        pthread_mutex_lock(&srv->wait_mu);
+        waiter_unlink(srv, ctx);
+        pthread_mutex_unlock(&srv->wait_mu);
+    }
     sc_metrics_http_done(ctx->req.route, ctx->method, &ctx->t0);
     if (toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED)
         atomic_fetch_add(&srv->timeouts, 1);
@@ -867,6 +958,13 @@ sio_code sc_server_start(const sc_config *cfg, sio_io *io, sc_jobs *jobs,
         goto out;
     }
     mu_ok = 1;
+    if (pthread_mutex_init(&srv->wait_mu, NULL) != 0) {
+        snprintf(msg, msg_len, "cannot create a mutex");
+        rc = SIO_ERR_NOMEM;
+        goto out;
+    }
+    mu_ok = 2;
+    atomic_init(&srv->plan_gen, 0);
     srv->cfg = cfg;
     srv->io = io;
     srv->jobs = jobs;
@@ -962,7 +1060,10 @@ sio_code sc_server_start(const sc_config *cfg, sio_io *io, sc_jobs *jobs,
     const union MHD_DaemonInfo *di =
         MHD_get_daemon_info(srv->d, MHD_DAEMON_INFO_BIND_PORT);
     srv->port = di ? di->port : (uint16_t)cfg->port;
+    /* Streams that wait for a plan are resumed when a build ends. */
+    sc_jobs_set_plan_waker(jobs, plan_waker, srv);
     if (sc_peers_start(srv->peers) != 0) {
+        sc_jobs_set_plan_waker(jobs, NULL, NULL);
         snprintf(msg, msg_len, "cannot start the peers thread");
         MHD_stop_daemon(srv->d);
         rc = SIO_ERR_NOMEM;
@@ -977,6 +1078,8 @@ out:
         sc_ratelimit_destroy(srv->srl);
         sc_ratelimit_destroy(srv->rl);
         sc_auth_destroy(srv->auth);
+        if (mu_ok > 1)
+            pthread_mutex_destroy(&srv->wait_mu);
         if (mu_ok)
             pthread_mutex_destroy(&srv->mu);
         free(srv);
@@ -1003,6 +1106,8 @@ size_t sc_server_drain(sc_server *srv, uint32_t grace_s)
     srv->draining = 1;
     atomic_store(&srv->draining_flag, 1);
     pthread_mutex_unlock(&srv->mu);
+    /* Streams waiting for a plan are refused now (503), not bound. */
+    waiters_resume(srv, 0);
     size_t left = sc_jobs_wait_streams(srv->jobs, grace_s * 1000u);
     SC_LOG(SIO_LOG_INFO, "event=drain streams_left=%zu grace_s=%u", left,
            grace_s);
@@ -1029,7 +1134,11 @@ void sc_server_stop(sc_server *srv)
     }
     /* MHD must not be stopped with suspended connections: a cut stream
      * is resumed and never suspends again, and no stream can be bound any
-     * more (draining is set under srv->mu). */
+     * more (draining is set under srv->mu). Requests waiting for a plan
+     * are resumed and none waits again; the planner calls into this
+     * server no more once its waker is cleared. */
+    sc_jobs_set_plan_waker(srv->jobs, NULL, NULL);
+    waiters_resume(srv, 1);
     sc_jobs_cut_all(srv->jobs, "server shutting down", DRAIN_RETRY_AFTER_MS);
     MHD_stop_daemon(srv->d);
     if (srv->lsock != MHD_INVALID_SOCKET)
@@ -1039,6 +1148,7 @@ void sc_server_stop(sc_server *srv)
     sc_ratelimit_destroy(srv->srl);
     sc_ratelimit_destroy(srv->rl);
     sc_auth_destroy(srv->auth);
+    pthread_mutex_destroy(&srv->wait_mu);
     pthread_mutex_destroy(&srv->mu);
     free(srv);
 }

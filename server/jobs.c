@@ -204,7 +204,6 @@ static void job_free(sc_job *job)
     res_unref(job->res);
     sc_jobspec_free(&job->spec);
     pthread_mutex_destroy(&job->mu);
-    pthread_cond_destroy(&job->plan_cv);
     free(job);
 }
 
@@ -235,7 +234,6 @@ static sc_job *job_new(sc_jobs *j, const sc_jobspec *spec)
     job->owner = j;
     atomic_init(&job->refs, 1);
     pthread_mutex_init(&job->mu, NULL);
-    pthread_cond_init(&job->plan_cv, NULL);
     job->state = JOB_RESOLVING;
     snprintf(job->reason, sizeof job->reason, "resolving the source");
     job->backoff_ms = RESOLVE_BACKOFF_MIN_MS;
@@ -1438,15 +1436,136 @@ void sc_jobs_stream_abort(sc_jobs *j, sc_binding *b)
  * complete meanwhile: the first pass of an epoch builds them). */
 #define PLAN_RETRY_MS 1000u
 
-/* The epoch's plan, built when there is none yet and it may be (job->mu
- * held; released while the plan is built, the slot pinned). NULL: the
- * epoch streams from its feed. */
-static sio_plan *slot_plan(sc_jobs *j, sc_job *job, fslot *slot)
+/* A build asked of the planner: the job referenced, the slot pinned
+ * (slot->streams) and marked plan_building until it ends. */
+typedef struct plan_req {
+    sc_job *job;
+    fslot *slot;
+    struct plan_req *next;
+} plan_req;
+
+/* Queue the build of slot's plan (job->mu held). 0 when the planner
+ * cannot take it (no memory, stopping): the epoch streams from its feed. */
+static int plan_enqueue(sc_jobs *j, sc_job *job, fslot *slot)
 {
+    plan_req *r = malloc(sizeof *r);
+    if (!r)
+        return 0;
+    pthread_mutex_lock(&j->plan_mu);
+    if (j->plan_stop || !j->nplanners) {
+        pthread_mutex_unlock(&j->plan_mu);
+        free(r);
+        return 0;
+    }
+    job_ref(job);
+    slot->streams++; /* pinned until the build ended */
+    slot->plan_building = 1;
+    r->job = job;
+    r->slot = slot;
+    r->next = NULL;
+    if (j->plan_tail)
+        j->plan_tail->next = r;
+    else
+        j->plan_head = r;
+    j->plan_tail = r;
+    pthread_cond_signal(&j->plan_work);
+    pthread_mutex_unlock(&j->plan_mu);
+    return 1;
+}
+
+/* The end of a build (no lock held): its result goes to the slot, the pin
+ * and the job reference are dropped. p NULL with rc SIO_OK: not built
+ * (the planner stops). */
+static void plan_finish(sc_jobs *j, plan_req *r, sio_code rc, sio_plan *p,
+                        const sio_error *err)
+{
+    sc_job *job = r->job;
+    fslot *slot = r->slot;
+    pthread_mutex_lock(&job->mu);
+    slot->streams--;
+    slot->last_ms = sio_now_ms();
+    slot->plan_building = 0;
+    slot->plan_tried = 1;
+    slot->plan_tried_ms = sio_now_ms();
+    if (rc == SIO_OK && p && !atomic_load(&slot->plan_broken) &&
+        !job->removed) {
+        slot->plan = p;
+        atomic_fetch_add(&job->plans_built, 1);
+        SC_LOG(SIO_LOG_INFO,
+               "event=plan_built job=%s epoch=%" PRIu64 " samples=%" PRIu64
+               " bytes=%zu build_ms=%.1f",
+               job->spec.name, slot->epoch, sio_plan_count(p),
+               sio_plan_memory(p), (double)sio_plan_build_ns(p) / 1e6);
+    } else {
+        sio_plan_unref(p);
+        /* Compressed or remote shards, a mixed or too long epoch: this
+         * epoch streams, nothing to try again. */
+        if (rc == SIO_ERR_UNSUPPORTED || rc == SIO_ERR_LIMIT)
+            slot->plan_never = 1;
+        SC_LOG(SIO_LOG_DEBUG,
+               "event=plan_unavailable job=%s epoch=%" PRIu64
+               " reason=\"%s\"", job->spec.name, slot->epoch,
+               rc ? err->msg : p ? "a shard changed" : "server stopping");
+    }
+    pthread_mutex_unlock(&job->mu);
+    sc_job_unref(job);
+    free(r);
+}
+
+/* A planner thread: one build at a time, with no lock held while it
+ * runs; after each, the waker resumes the streams that wait. On stop the
+ * queue is given back unbuilt. */
+static void *planner_main(void *arg)
+{
+    sc_jobs *j = arg;
+    pthread_mutex_lock(&j->plan_mu);
+    for (;;) {
+        while (!j->plan_head && !j->plan_stop)
+            pthread_cond_wait(&j->plan_work, &j->plan_mu);
+        plan_req *r = j->plan_head;
+        if (!r)
+            break; /* stopping, nothing queued */
+        j->plan_head = r->next;
+        if (!j->plan_head)
+            j->plan_tail = NULL;
+        int stopping = j->plan_stop;
+        pthread_mutex_unlock(&j->plan_mu);
+        sio_error err = {SIO_OK, ""};
+        sio_plan *p = NULL;
+        sio_code rc = SIO_OK;
+        if (!stopping)
+            rc = sio_plan_build(j->io, r->job->res->list, &r->slot->ec,
+                                j->cfg->plan_max_samples, &p, &err);
+        plan_finish(j, r, rc, p, &err);
+        pthread_mutex_lock(&j->plan_mu);
+        if (j->plan_waker)
+            j->plan_waker(j->plan_waker_ud);
+    }
+    pthread_mutex_unlock(&j->plan_mu);
+    return NULL;
+}
+
+void sc_jobs_set_plan_waker(sc_jobs *j, void (*fn)(void *ud), void *ud)
+{
+    pthread_mutex_lock(&j->plan_mu);
+    j->plan_waker = fn;
+    j->plan_waker_ud = fn ? ud : NULL;
+    pthread_mutex_unlock(&j->plan_mu);
+}
+
+/* The epoch's plan when it has one (job->mu held). NULL: the epoch
+ * streams from its feed, or, with *pending set, its plan is being built
+ * (a build is queued here when there is none yet and it may be). */
+static sio_plan *slot_plan(sc_jobs *j, sc_job *job, fslot *slot,
+                           int *pending)
+{
+    *pending = 0;
     if (j->cfg->data_plane != SC_DATA_PLANE_AUTO || job->res->nmix)
         return NULL;
-    while (slot->plan_building)
-        pthread_cond_wait(&job->plan_cv, &job->mu);
+    if (slot->plan_building) {
+        *pending = 1;
+        return NULL;
+    }
     if (atomic_load(&slot->plan_broken)) {
         sio_plan_unref(slot->plan); /* its streams hold their references */
         slot->plan = NULL;
@@ -1454,51 +1573,28 @@ static sio_plan *slot_plan(sc_jobs *j, sc_job *job, fslot *slot)
     }
     uint64_t now = sio_now_ms();
     if (!slot->plan && !job->removed && !slot->plan_never &&
-        (!slot->plan_tried || now - slot->plan_tried_ms >= PLAN_RETRY_MS)) {
-        sio_error err = {SIO_OK, ""};
-        sio_plan *p = NULL;
-        slot->plan_building = 1;
-        slot->streams++; /* pinned while the lock is released */
-        pthread_mutex_unlock(&job->mu);
-        sio_code rc = sio_plan_build(j->io, job->res->list, &slot->ec,
-                                     j->cfg->plan_max_samples, &p, &err);
-        pthread_mutex_lock(&job->mu);
-        slot->streams--;
-        slot->plan_building = 0;
-        slot->plan_tried = 1;
-        slot->plan_tried_ms = sio_now_ms();
-        pthread_cond_broadcast(&job->plan_cv);
-        if (rc == SIO_OK && !atomic_load(&slot->plan_broken)) {
-            slot->plan = p;
-            atomic_fetch_add(&job->plans_built, 1);
-            SC_LOG(SIO_LOG_INFO,
-                   "event=plan_built job=%s epoch=%" PRIu64
-                   " samples=%" PRIu64 " bytes=%zu build_ms=%.1f",
-                   job->spec.name, slot->epoch, sio_plan_count(p),
-                   sio_plan_memory(p), (double)sio_plan_build_ns(p) / 1e6);
-        } else {
-            sio_plan_unref(p);
-            /* Compressed or remote shards, a mixed or too long epoch:
-             * this epoch streams, nothing to try again. */
-            if (rc == SIO_ERR_UNSUPPORTED || rc == SIO_ERR_LIMIT)
-                slot->plan_never = 1;
-            SC_LOG(SIO_LOG_DEBUG,
-                   "event=plan_unavailable job=%s epoch=%" PRIu64
-                   " reason=\"%s\"", job->spec.name, slot->epoch,
-                   rc ? err.msg : "a shard changed");
-        }
+        (!slot->plan_tried || now - slot->plan_tried_ms >= PLAN_RETRY_MS) &&
+        plan_enqueue(j, job, slot)) {
+        *pending = 1;
+        return NULL;
     }
     return slot->plan;
 }
 
 /* Serve the stream from the epoch's plan when it has one (job->mu held):
- * 1 when bound to the plan, 0 when the feed is to serve it, or an HTTP
- * status with *reason (a share the feed would refuse too). */
+ * 1 when bound to the plan, 0 when the feed is to serve it,
+ * SC_JOBS_PLAN_PENDING while the plan is being built, or an HTTP status
+ * with *reason (a share the feed would refuse too). */
 static unsigned plan_stream(sc_jobs *j, sc_job *job, fslot *slot,
                             const sc_request *req, sc_stream *s,
                             sc_binding *b, char *reason, size_t reason_len)
 {
-    sio_plan *plan = slot_plan(j, job, slot);
+    int pending = 0;
+    sio_plan *plan = slot_plan(j, job, slot, &pending);
+    if (pending && !job->removed) {
+        atomic_fetch_add(&job->plan_waits, 1);
+        return SC_JOBS_PLAN_PENDING;
+    }
     if (!plan || job->removed)
         return 0;
     sio_planread_config pc;
@@ -1660,6 +1756,8 @@ unsigned sc_jobs_open_stream(sc_jobs *j, sc_binding *b, const sc_request *req,
         }
     }
     status = plan_stream(j, job, slot, req, s, b, reason, reason_len);
+    if (status == SC_JOBS_PLAN_PENDING)
+        goto out;
     if (status > 1)
         goto out;
     if (job->removed) {
@@ -1943,9 +2041,9 @@ static void job_tick(sc_jobs *j, sc_job *job, uint64_t now, int sample_tp)
         pp = &s->next;
     }
     if (to_plan) {
-        /* Built with the job's lock released (slot_plan), the slot
-         * pinned. */
-        slot_plan(j, job, to_plan);
+        /* Queued for the planner, which pins the slot while it builds. */
+        int pending = 0;
+        (void)slot_plan(j, job, to_plan, &pending);
         to_plan->streams--;
         to_plan->last_ms = sio_now_ms();
     }
@@ -2104,7 +2202,15 @@ sio_code sc_jobs_create(const sc_config *cfg, sio_io *io, sc_jobs **out,
     pthread_cond_init(&j->resolved, &ca);
     pthread_cond_init(&j->drained, &ca);
     pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&j->plan_mu, NULL);
+    pthread_cond_init(&j->plan_work, NULL);
     atomic_init(&j->nbindings, 0);
+    /* The planners first: a job's first stream may queue a build. Not in
+     * `running`: they are stopped and joined before the other two. */
+    while (j->nplanners < SC_PLANNERS &&
+           pthread_create(&j->planner[j->nplanners], NULL, planner_main,
+                          j) == 0)
+        j->nplanners++;
     j->running = 2; /* before the threads exist: they decrement it */
     j->manager_ok = pthread_create(&j->manager, NULL, manager_main, j) == 0;
     if (!j->manager_ok)
@@ -2114,7 +2220,7 @@ sio_code sc_jobs_create(const sc_config *cfg, sio_io *io, sc_jobs **out,
         pthread_create(&j->resolver, NULL, resolver_main, j) == 0;
     if (!j->resolver_ok)
         j->running--;
-    if (!j->resolver_ok) {
+    if (!j->resolver_ok || j->nplanners < SC_PLANNERS) {
         sc_jobs_destroy(j);
         fail(msg, msg_len, "cannot start the jobs threads");
         return SIO_ERR_NOMEM;
@@ -2138,6 +2244,15 @@ int sc_jobs_destroy(sc_jobs *j)
         job_remove(jobs[i], "server shutting down");
         sc_job_unref(jobs[i]);
     }
+    /* The planners end the builds they run (metadata only: bounded by
+     * the epoch's length) and give the queue back, before the manager
+     * stops: the job references they drop may be the last. */
+    pthread_mutex_lock(&j->plan_mu);
+    j->plan_stop = 1;
+    pthread_cond_broadcast(&j->plan_work);
+    pthread_mutex_unlock(&j->plan_mu);
+    while (j->nplanners > 0)
+        pthread_join(j->planner[--j->nplanners], NULL);
     pthread_mutex_lock(&j->mu);
     j->stop = 1;
     pthread_cond_broadcast(&j->work);
@@ -2179,6 +2294,8 @@ int sc_jobs_destroy(sc_jobs *j)
     pthread_cond_destroy(&j->resolve);
     pthread_cond_destroy(&j->work);
     pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->plan_work);
+    pthread_mutex_destroy(&j->plan_mu);
     free(j->jobs);
     free(j);
     return 0;

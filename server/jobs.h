@@ -14,10 +14,14 @@
  * completes and a housekeeping thread (the manager) closes the cursor and
  * frees the stream, so nothing that can block runs on an HTTP thread.
  *
- * Two threads run here: the manager (releases streams, closes idle and
+ * Three kinds of thread run here: the manager (releases streams, closes idle and
  * retired feeds, prefetches, samples throughput, frees deleted jobs; it
- * wakes when work is queued and every 500 ms for timers) and the resolver
- * (resolves job sources, retrying failures with backoff from 1 s to 60 s).
+ * wakes when work is queued and every 500 ms for timers), the resolver
+ * (resolves job sources, retrying failures with backoff from 1 s to 60 s)
+ * and two planners (build epochs' plans in the order they were asked for,
+ * so that one long build does not hold back another job's; a stream that needs a plan being built is answered
+ * SC_JOBS_PLAN_PENDING and opened again once the planner's waker says a
+ * build ended).
  *
  * Lock order: registry mutex -> job mutex -> feed mutex (inside libshardio)
  * -> stream mutex -> MHD. The registry mutex is never held while a job
@@ -172,6 +176,19 @@ void sc_jobs_stream_abort(sc_jobs *j, sc_binding *b);
 unsigned sc_jobs_open_stream(sc_jobs *j, sc_binding *b, const sc_request *req,
                              sc_stream *s, unsigned *retry_after,
                              char *reason, size_t reason_len);
+
+/* What sc_jobs_open_stream answers (not an HTTP status) when the epoch's
+ * plan is being built on the planner thread: the binding is gone and s is
+ * still the caller's, as for an error. The caller waits, off its thread,
+ * for the waker (sc_jobs_set_plan_waker) and opens the stream again from
+ * sc_jobs_stream_begin. */
+#define SC_JOBS_PLAN_PENDING 2u
+
+/* The function the planner calls after every build, with ud (the HTTP
+ * front resumes the requests that waited). Called on the planner thread,
+ * with the planner's leaf lock held: it must not call back into the jobs.
+ * fn NULL clears it; that returns after a call in progress ended. */
+void sc_jobs_set_plan_waker(sc_jobs *j, void (*fn)(void *ud), void *ud);
 
 /* The request of a binding completed (MHD's completion callback, after
  * sc_stream_gone): the manager closes the cursor, logs the outcome and

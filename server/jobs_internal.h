@@ -32,6 +32,8 @@
 /* Epoch journals a job keeps open (the least recently used goes; with a
  * state_dir it is read back when needed again). */
 #define JOURNALS_MAX 64u
+/* Planner threads (plans are metadata: CPU only, one core each). */
+#define SC_PLANNERS 2u
 
 enum { JOB_RESOLVING = 0, JOB_READY = 1, JOB_FAILED = 2 };
 
@@ -59,7 +61,8 @@ typedef struct fslot {
      * indexed and local; streams then read their shares from it instead
      * of the feed. */
     sio_plan *plan;       /* (mu) */
-    int plan_building;    /* a build runs without the lock (mu) */
+    int plan_building;    /* a build is queued or runs on the planner
+                             thread, the slot pinned (mu) */
     int plan_tried;       /* a build was tried (mu) */
     int plan_never;       /* the epoch cannot have one (mu) */
     uint64_t plan_tried_ms; /* when (mu) */
@@ -184,7 +187,9 @@ struct sc_job {
     atomic_uint_fast64_t plan_failures;
     /* Streams of another replica's part (replica=J, failover). */
     atomic_uint_fast64_t failover_streams;
-    pthread_cond_t plan_cv;    /* a plan build ended (with mu) */
+    /* Streams whose opening waited for the planner (their connection
+     * suspended meanwhile). */
+    atomic_uint_fast64_t plan_waits;
     double epoch_tokens;       /* new-epoch bucket (mu) */
     uint64_t epoch_tokens_ms;  /* its last refill (mu); 0: full */
 };
@@ -210,6 +215,20 @@ struct sc_jobs {
     int running;             /* jobs threads not yet exited (mu) */
     pthread_t manager, resolver;
     int manager_ok, resolver_ok;
+    /* The planner threads: build epochs' plans, off the HTTP threads and
+     * with no lock that a request takes held; more than one, so that a
+     * long build does not hold back another job's. plan_mu is a leaf
+     * lock (it may be taken under a job mutex) guarding the queue, the
+     * stop flag and the waker; the waker is called under it, so clearing
+     * it (sc_jobs_set_plan_waker) waits for a call in progress. */
+    pthread_t planner[SC_PLANNERS];
+    unsigned nplanners;     /* started */
+    pthread_mutex_t plan_mu;
+    pthread_cond_t plan_work;
+    struct plan_req *plan_head, *plan_tail;
+    int plan_stop;
+    void (*plan_waker)(void *ud);
+    void *plan_waker_ud;
     /* Epoch-churn bounds (feed_admission): feeds open, live and retired,
      * over every job; and how often each bound refused a new epoch. */
     atomic_size_t nfeeds;

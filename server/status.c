@@ -396,14 +396,15 @@ static json_t *job_json(sc_jobs *j, sc_job *job, sio_feed_consumer *cons,
     if (o)
         json_object_set_new(
             o, "data_plane",
-            json_pack("{s:s, s:o, s:o, s:o, s:o}", "mode",
+            json_pack("{s:s, s:o, s:o, s:o, s:o, s:o}", "mode",
                       j->cfg->data_plane == SC_DATA_PLANE_AUTO ? "auto"
                                                                : "stream",
                       "plans", jint(atomic_load(&job->plans_built)),
                       "plan_streams", jint(atomic_load(&job->plan_streams)),
                       "feed_streams", jint(atomic_load(&job->feed_streams)),
                       "plan_failures",
-                      jint(atomic_load(&job->plan_failures))));
+                      jint(atomic_load(&job->plan_failures)),
+                      "plan_waits", jint(atomic_load(&job->plan_waits))));
     if (o) {
         /* The replica set: this server's part, and what fixes the order
          * (GET /v1/topology?job= has the fields). */
@@ -465,7 +466,7 @@ typedef struct job_metrics {
     char name[SC_JOB_NAME_MAX + 1];
     int ready;
     uint64_t samples, bytes, opened, by_outcome[5];
-    uint64_t plans, plan_streams, feed_streams, plan_failures;
+    uint64_t plans, plan_streams, feed_streams, plan_failures, plan_waits;
     uint64_t failover_streams;
     uint64_t epochs, streams;
     epoch_counts cnt;
@@ -618,6 +619,7 @@ sio_code sc_jobs_metrics(sc_jobs *j, sc_prom *p)
         x->bytes = atomic_load(&job->ctr.bytes);
         x->opened = atomic_load(&job->streams_opened);
         x->plans = atomic_load(&job->plans_built);
+        x->plan_waits = atomic_load(&job->plan_waits);
         x->plan_streams = atomic_load(&job->plan_streams);
         x->feed_streams = atomic_load(&job->feed_streams);
         x->plan_failures = atomic_load(&job->plan_failures);
@@ -678,6 +680,9 @@ sio_code sc_jobs_metrics(sc_jobs *j, sc_prom *p)
             m[i].failover_streams);
     PER_JOB(p, m, n, "shardcast_plans_built_total", "counter",
             "Epoch plans built from the shard indexes.", m[i].plans);
+    PER_JOB(p, m, n, "shardcast_plan_waits_total", "counter",
+            "Stream openings that waited, suspended, for their epoch's plan "
+            "to be built on a planner thread.", m[i].plan_waits);
     PER_JOB(p, m, n, "shardcast_plan_failures_total", "counter",
             "Plan streams ended because a shard file changed, shrank or "
             "vanished under the plan (the epoch then streams from its feed).",
