@@ -193,6 +193,19 @@ void sio_index_get_info(sio_index_entry *e, sio_index_info *info);
  */
 int sio_index_reject(sio_index_entry *e, const char *reason);
 
+/*
+ * A local shard's file against the one the entry describes: when its size
+ * or modification time (nanoseconds) is not what the entry was made for
+ * (the file was rewritten, truncated or replaced), every group is dropped
+ * whatever its source, the persisted file and a file being written are
+ * removed, and the entry takes the file's new size and time: the next
+ * reader from the start indexes the shard anew (counted in `dropped`, as
+ * a rejection is, so epochs count their length again). Returns 1 when it
+ * dropped the entry; 0 for a remote shard, a file that is gone (readers
+ * report that themselves) or one that is unchanged. Thread-safe; a stat.
+ */
+int sio_index_refresh(sio_index_entry *e);
+
 /* A field of a group being recorded. */
 typedef struct sio_index_field {
     const char *name;

@@ -342,6 +342,11 @@ static sio_index_entry *shard_ix(sio_epoch *ep, uint32_t idx)
         return e;
     e = sio_index_get(ep->cfg.index, ep->io, sio_shardlist_url(ep->list, idx),
                       sio_shardlist_size(ep->list, idx));
+    /* Once per epoch and shard: a local file rewritten or replaced since
+     * it was indexed is indexed again (its offsets and counts describe
+     * another file; the index store counts the drop, so the epochs in
+     * flight count their length again). */
+    (void)sio_index_refresh(e);
     pthread_mutex_lock(&ep->mu);
     ep->ixv[idx - ep->ixbase] = e;
     pthread_mutex_unlock(&ep->mu);

@@ -93,6 +93,14 @@ static sio_code check_shards(sio_io *io, const sio_shardlist *list,
         sio_index_info info;
         if (!e)
             return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+        /* A local file rewritten or replaced since it was indexed: its
+         * index is dropped, and the next read from the start (the feed's
+         * pass over this epoch) indexes it again; a later epoch is
+         * planned. */
+        if (sio_index_refresh(e))
+            return sio_seterr(err, SIO_ERR_AGAIN,
+                              "shard %zu changed since it was indexed: it "
+                              "is indexed again by the next read", i);
         /* A plan being built relies on it (whether one could be is
          * answered from what is loaded, reading no shard byte). */
         if (files)

@@ -28,6 +28,13 @@ typedef struct file_stream {
     sio_storestats *st; /* may be NULL */
     int fd;
     uint64_t left; /* bytes the range still allows (UINT64_MAX: all) */
+    /* The file as opened: every read is followed by an fstat, and a file
+     * whose size or modification time moved since (rewritten in place,
+     * truncated, appended to) fails the read with SIO_ERR_CHANGED, so that
+     * no sample is made of two versions of the file. A file replaced by
+     * a rename is not seen: the descriptor keeps the old one, whole. */
+    off_t size;
+    struct timespec mtim;
     char err[256];
 } file_stream;
 
@@ -212,6 +219,18 @@ static sio_code fs_read(sio_stream *s, void *buf, size_t cap, size_t *got)
     }
     for (;;) {
         ssize_t r = read(fs->fd, buf, cap);
+        struct stat now;
+        if (r >= 0 && fstat(fs->fd, &now) == 0 &&
+            (now.st_size != fs->size ||
+             now.st_mtim.tv_sec != fs->mtim.tv_sec ||
+             now.st_mtim.tv_nsec != fs->mtim.tv_nsec)) {
+            snprintf(fs->err, sizeof fs->err,
+                     "the file changed while it was read (size %lld, now "
+                     "%lld, or its modification time moved)",
+                     (long long)fs->size, (long long)now.st_size);
+            *got = 0;
+            return SIO_ERR_CHANGED;
+        }
         if (r >= 0) {
             *got = (size_t)r;
             fs->left -= (uint64_t)r;
@@ -245,9 +264,9 @@ static const sio_stream_ops file_stream_ops = {fs_read, fs_errmsg, fs_close,
                                               NULL, NULL};
 
 /* Open path (url's) read-only: a regular file, else an error; *oserr is
- * open()'s errno when it failed (else 0). */
+ * open()'s errno when it failed (else 0); *st what fstat said of it. */
 static sio_code open_regular(const char *url, const char *path, int *fd,
-                             int *oserr, sio_error *err)
+                             int *oserr, struct stat *stp, sio_error *err)
 {
     struct stat st;
     *oserr = 0;
@@ -263,6 +282,8 @@ static sio_code open_regular(const char *url, const char *path, int *fd,
         return sio_seterr(err, SIO_ERR_INVALID, "not a regular file url=%s",
                           url);
     }
+    if (stp)
+        *stp = st;
     return SIO_OK;
 }
 
@@ -284,9 +305,12 @@ static sio_code file_open_range(void *ctx, const char *url, uint64_t offset,
     fs->st = ctx;
     fs->left = end > offset ? end - offset : 0;
     int oserr;
-    rc = open_regular(url, path, &fs->fd, &oserr, err);
+    struct stat st;
+    rc = open_regular(url, path, &fs->fd, &oserr, &st, err);
     if (rc)
         goto out;
+    fs->size = st.st_size;
+    fs->mtim = st.st_mtim;
     if (offset && lseek(fs->fd, (off_t)offset, SEEK_SET) < 0) {
         rc = sio_seterr(err, SIO_ERR_IO, "seek url=%s: %s", url,
                         strerror(errno));
@@ -319,7 +343,7 @@ static sio_code file_open_fd(void *ctx, const char *url, int *fd,
         return rc;
     req_start(ctx, &t0);
     int oserr;
-    rc = open_regular(url, path, fd, &oserr, err);
+    rc = open_regular(url, path, fd, &oserr, NULL, err);
     /* Out of descriptors: a limit of the moment, not the file's fault. */
     if (oserr == EMFILE || oserr == ENFILE)
         rc = SIO_ERR_BUSY;

@@ -55,6 +55,8 @@ struct sio_index_entry {
     char *url;
     char hash[65];
     uint64_t size, mtime;
+    uint64_t mtime_ns;    /* a local file's mtime in ns when the entry was
+                             made or refreshed (memory only; 0: unknown) */
     sio_index_group *g;
     uint64_t n, cap;
     uint64_t good, bytes;
@@ -551,18 +553,22 @@ void sio_index_close(sio_index *x)
     free(x);
 }
 
-/* mtime of a local shard (file:// or a path), 0 when not local. */
-static uint64_t local_mtime(const char *url)
+/* stat of a local shard (file:// or a path): 0 when it is one and the
+ * stat worked. */
+static int local_stat(const char *url, struct stat *st)
 {
     const char *path = url;
-    struct stat st;
     if (strncmp(url, "file://", 7) == 0)
         path = url + 7;
     else if (strstr(url, "://"))
-        return 0;
-    if (stat(path, &st) != 0)
-        return 0;
-    return (uint64_t)st.st_mtime;
+        return -1;
+    return stat(path, st);
+}
+
+static uint64_t stat_mtime_ns(const struct stat *st)
+{
+    return (uint64_t)st->st_mtim.tv_sec * 1000000000ull +
+           (uint64_t)st->st_mtim.tv_nsec;
 }
 
 /* Log and count a loaded index that is not taken, or is dropped, for a
@@ -1090,6 +1096,66 @@ static void entry_drop(sio_index_entry *e, const char *reason)
     e->gen++;
 }
 
+int sio_index_refresh(sio_index_entry *e)
+{
+    struct stat st;
+    if (!e || local_stat(e->url, &st) != 0)
+        return 0;
+    sio_index *x = e->x;
+    uint64_t size = (uint64_t)st.st_size, ns = stat_mtime_ns(&st);
+    pthread_mutex_lock(&e->mu);
+    int changed =
+        (e->mtime_ns && ns != e->mtime_ns) ||
+        (e->mtime && (uint64_t)st.st_mtime != e->mtime) ||
+        (e->size != 0 && e->size != UINT64_MAX && size != e->size);
+    if (!changed) {
+        if (!e->mtime_ns) { /* the file was not there when the entry was
+                               made */
+            e->mtime = (uint64_t)st.st_mtime;
+            e->mtime_ns = ns;
+        }
+        pthread_mutex_unlock(&e->mu);
+        return 0;
+    }
+    SIO_LOG(&x->log, SIO_LOG_INFO,
+            "event=index_stale what=changed hash=%.16s groups=%" PRIu64
+            " size=%" PRIu64 "/%" PRIu64 " reason=\"the shard file changed "
+            "since it was indexed: indexed again by the next read\"",
+            e->hash, e->n, e->size, size);
+    if (e->tmp) {
+        char tmp[4200];
+        fclose(e->tmp);
+        e->tmp = NULL;
+        if (x->dir && snprintf(tmp, sizeof tmp, "%s/%s.scidx.tmp", x->dir,
+                               e->hash) < (int)sizeof tmp)
+            unlink(tmp);
+    }
+    if (e->path) {
+        unlink(e->path);
+        free(e->path);
+        e->path = NULL;
+    }
+    if (e->complete) {
+        atomic_fetch_sub(&x->complete, 1);
+        atomic_fetch_sub(&x->groups, e->n);
+    }
+    atomic_fetch_add(&x->dropped, 1);
+    free(e->g);
+    e->g = NULL;
+    e->n = e->cap = e->good = e->bytes = 0;
+    e->complete = e->stream_only = 0;
+    e->src = SRC_READ;
+    e->confirmed = 0;
+    e->deferred = e->unprobed = 0;
+    atomic_store(&e->settled, 1);
+    e->gen++;
+    e->size = size;
+    e->mtime = (uint64_t)st.st_mtime;
+    e->mtime_ns = ns;
+    pthread_mutex_unlock(&e->mu);
+    return 1;
+}
+
 int sio_index_reject(sio_index_entry *e, const char *reason)
 {
     int dropped = 0;
@@ -1196,7 +1262,13 @@ sio_index_entry *sio_index_get(sio_index *x, sio_io *io, const char *url,
     e->rec = (sio_group_recorder){rec_offer, rec_finish, e};
     e->x = x;
     e->size = size;
-    e->mtime = local_mtime(url);
+    {
+        struct stat st;
+        if (local_stat(url, &st) == 0) {
+            e->mtime = (uint64_t)st.st_mtime;
+            e->mtime_ns = stat_mtime_ns(&st);
+        }
+    }
     url_hash(url, e->hash);
     /* Loading happens under the entry's lock, published first so that a
      * second caller waits for it instead of loading twice. */

@@ -11,6 +11,7 @@
  * every sample number after it, and forged offsets broke seeks for good.
  */
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -394,9 +395,84 @@ static void test_forged_files(void)
     CHECK(system(cmd) == 0);
 }
 
+/* A local shard rewritten or replaced after it was indexed
+ * (sio_index_refresh): the entry built by reading it is dropped whatever
+ * its source, its state file removed, the new size and time taken; a
+ * read then indexes the new file; an unchanged file keeps its entry. */
+static void test_refresh(void)
+{
+    static char payload[PAYLOAD];
+    static char names[NG + 5][32];
+    tar_member m[NG + 5];
+    fixture fx;
+    sio_index *x = NULL;
+    sio_index_config cfg = {0};
+    sio_index_info info;
+    sio_index_stats st;
+    struct stat sb;
+    char file[512];
+    memset(&fx, 0, sizeof fx);
+    memset(payload, 'y', sizeof payload);
+    snprintf(fx.dir, sizeof fx.dir, "/tmp/shardcast-ixref-XXXXXX");
+    CHECK(mkdtemp(fx.dir) != NULL);
+    snprintf(fx.shard, sizeof fx.shard, "%s/shard.tar", fx.dir);
+    snprintf(fx.state, sizeof fx.state, "%s/state", fx.dir);
+    for (int g = 0; g < NG + 5; g++) {
+        snprintf(names[g], sizeof names[g], "r%05d.bin", g);
+        m[g] = (tar_member){names[g], payload, PAYLOAD};
+    }
+    CHECK(write_tar(fx.shard, m, NG, "none", "ustar") == 0);
+    CHECK(stat(fx.shard, &sb) == 0);
+    CHECK(sio_io_create(NULL, &fx.io, NULL) == SIO_OK);
+    cfg.dir = fx.state;
+    CHECK(sio_index_open(&cfg, &x, NULL) == SIO_OK);
+    sio_index_entry *e = sio_index_get(x, fx.io, fx.shard, (uint64_t)sb.st_size);
+    CHECK(sio_index_build(fx.io, fx.shard, 0, NULL, e, NULL) == SIO_OK);
+    CHECK(sio_index_refresh(e) == 0); /* unchanged */
+    sio_index_get_info(e, &info);
+    CHECK(info.complete && info.known == NG && info.gen == 0);
+    CHECK(find_index_file(fx.state, file, sizeof file));
+
+    /* replaced by a rename: five samples more */
+    {
+        char tmp[160];
+        snprintf(tmp, sizeof tmp, "%s/shard.tar.new", fx.dir);
+        CHECK(write_tar(tmp, m, NG + 5, "none", "ustar") == 0);
+        CHECK(rename(tmp, fx.shard) == 0);
+    }
+    CHECK(stat(fx.shard, &sb) == 0);
+    CHECK(sio_index_refresh(e) == 1);
+    sio_index_get_info(e, &info);
+    CHECK(!info.complete && info.known == 0 && info.gen == 1);
+    CHECK_EQ_U64(info.size, (uint64_t)sb.st_size);
+    CHECK(stat(file, &sb) != 0); /* the state file is gone */
+    sio_index_get_stats(x, &st);
+    CHECK_EQ_U64(st.dropped, 1);
+    CHECK(sio_index_refresh(e) == 0); /* taken: unchanged now */
+    CHECK(sio_index_build(fx.io, fx.shard, 0, NULL, e, NULL) == SIO_OK);
+    sio_index_get_info(e, &info);
+    CHECK(info.complete && info.known == NG + 5);
+
+    /* rewritten in place, same size: its modification time moves */
+    {
+        struct timespec ts[2] = {{0, UTIME_OMIT}, {0, 0}};
+        CHECK(stat(fx.shard, &sb) == 0);
+        ts[1] = sb.st_mtim;
+        ts[1].tv_nsec = (ts[1].tv_nsec + 1000) % 1000000000L;
+        CHECK(utimensat(AT_FDCWD, fx.shard, ts, 0) == 0);
+    }
+    CHECK(sio_index_refresh(e) == 1);
+    sio_index_get_info(e, &info);
+    CHECK(!info.complete && info.known == 0 && info.gen == 2);
+    sio_index_close(x);
+    sio_io_destroy(fx.io);
+    fprintf(stderr, "refresh: ok\n");
+}
+
 int main(void)
 {
     test_rules();
     test_forged_files();
+    test_refresh();
     CHECK_MAIN_END();
 }

@@ -1,0 +1,207 @@
+"""Local shard files that change under the feed, and shards replaced
+between epochs.
+
+The feed reads a local shard as a stream of reads from one descriptor
+(backend_file.c): a file rewritten in place while it is read would give
+the bytes before the change and the bytes after it to one sample. Every
+read is checked against the file as it was opened (its size and
+modification time): a file that moved fails the shard's read as changed,
+never a sample made of two versions. A file replaced by a rename between
+epochs is indexed again (its index describes another file), so the epochs
+after it are planned again.
+
+test_rewrite_in_place_during_first_pass: a dataset of 6 shards of ~8 MB,
+a server whose feed holds little ahead (2 MiB window, a shuffle buffer of
+8 samples, 2 shards open), one consumer of epoch 0 (the first pass: the
+feed). It reads 512 KiB, every shard file is rewritten in place (same
+size, other bytes), and it reads to the end. Every sample must be whole:
+its fields all of the original file or all of the new one, never a mix.
+The shards that were being read when their files changed are skipped,
+counted and logged as changed (on_error=skip), so the stream ends with
+its END trailer, no key twice.
+
+test_replaced_shard_is_indexed_again: epoch 0 read whole (the shards are
+indexed), then shard 0 is replaced by a rename with a version of other
+sizes. Epoch 1 must deliver the new version (and every other sample)
+exactly once; after it the job knows the new length, and epoch 2 must
+come from a plan again (data_plane.plan_streams grows), with the same
+samples.
+
+Runs with --data-plane auto (the default) only.
+"""
+
+import os
+import random
+
+from plan_testlib import (GenDataset, Member, RawResponse, data_plane, fetch,
+                          parse_body, require_planes, stream_query,
+                          wait_indexed, wait_until, wds_model, write_tar)
+from server_testlib import get_json
+
+SEED = int(os.environ.get("SHARDCAST_PLAN_SEED", "7321"))
+SHARDS = 6
+PER_SHARD = 80            # of 40-160 KB: ~8 MB a shard, twice the read-ahead
+PAUSE_BYTES = 512 << 10
+RCVBUF = 32 << 10
+SERVER_ARGS = ["--data-plane", "auto", "--prefetch", "false",
+               "--window-bytes", "2MiB", "--shuffle-buffer", "8",
+               "--shuffle-buffer-bytes", "2MiB", "--interleave", "2",
+               "--stream-rate-limit", "0", "--rate-limit", "0",
+               "--max-new-epochs-per-minute", "0"]
+
+
+def tag():
+    return "[seed=%d]" % SEED
+
+
+def members_of(rng, s, sizes=None):
+    out, kept = [], []
+    for i in range(PER_SHARD):
+        key = "c%d/k%04d" % (s, i)
+        n = sizes[i] if sizes else rng.randint(40000, 160000)
+        kept.append(n)
+        out.append(Member(key + ".bin", rng.randbytes(n)))
+        out.append(Member(key + ".json", b'{"v": "%s"}' % rng.randbytes(6).hex().encode()))
+    return out, kept
+
+
+class Dataset:
+    def __init__(self, path, seed):
+        self.path = path
+        self.rng = random.Random(seed)
+        os.makedirs(path, exist_ok=True)
+        self.sizes = {}
+        model = {}
+        for s in range(SHARDS):
+            members, self.sizes[s] = members_of(self.rng, s)
+            write_tar(self.file(s), members, "ustar")
+            model[self.name(s)] = wds_model(members)
+        self.orig = GenDataset(path, model)
+        # key -> every version of its fields a file of its shard had
+        self.versions = {k: [f] for k, (_, f) in self.orig.by_key.items()}
+
+    def name(self, s):
+        return "c-%06d.tar" % s
+
+    def file(self, s):
+        return os.path.join(self.path, self.name(s))
+
+    def new_version(self, s, same_size):
+        members, kept = members_of(self.rng, s, self.sizes[s] if same_size else None)
+        tmp = self.file(s) + ".new"
+        write_tar(tmp, members, "ustar")
+        model = wds_model(members)
+        for k, f in model:
+            self.versions.setdefault(k, []).append(f)
+        return tmp, model
+
+    def rewrite_in_place(self, s):
+        tmp, _ = self.new_version(s, same_size=True)
+        with open(tmp, "rb") as f:
+            data = f.read()
+        os.unlink(tmp)
+        assert len(data) == os.path.getsize(self.file(s)), "not the same size"
+        fd = os.open(self.file(s), os.O_WRONLY)
+        try:
+            os.pwrite(fd, data, 0)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def replace(self, s):
+        """A version of other sizes renamed over the shard; returns its
+        model (the shard's samples from now on)."""
+        tmp, model = self.new_version(s, same_size=False)
+        os.replace(tmp, self.file(s))
+        return model
+
+
+def whole_samples(ds, parsed, what):
+    """Every sample is one version of its key, whole; no key twice."""
+    seen, wrong = set(), []
+    for smp in parsed.samples:
+        k = smp["key"]
+        assert k not in seen, "%s %s: key %s twice" % (tag(), what, k)
+        seen.add(k)
+        if k not in ds.versions:
+            wrong.append("%s: unknown key" % k)
+        elif smp["fields"] not in ds.versions[k]:
+            sizes = {f: len(v) for f, v in smp["fields"].items()}
+            wrong.append("%s: fields %s are no version of the sample (a torn "
+                         "sample: parts of two versions of its file)" % (k, sizes))
+    assert not wrong, "%s %s: %d wrong samples of %d, e.g.\n  %s" % (
+        tag(), what, len(wrong), len(parsed.samples), "\n  ".join(wrong[:6]))
+    return seen
+
+
+def read_epoch(srv, job, epoch, fmt="tar"):
+    st, _, body, complete, _ = fetch(srv, stream_query(job, epoch, 0, 1, fmt))
+    assert st == 200, "%s epoch %d: status %s" % (tag(), epoch, st)
+    p = parse_body(fmt, body)
+    assert p.outcome == "end" and complete, "%s epoch %d: %s" % (tag(), epoch, p.summary())
+    return p
+
+
+def test_rewrite_in_place_during_first_pass(start, server_binary, tmp_path):
+    require_planes(server_binary, "auto")
+    ds = Dataset(str(tmp_path / "data"), SEED)
+    srv = start("--job", "t", "--source", ds.path, "--state-dir",
+                str(tmp_path / "state"), *SERVER_ARGS)
+    r = RawResponse(srv.host, srv.port, stream_query("t", 0, 0, 1, "tar"), rcvbuf=RCVBUF)
+    try:
+        assert r.status == 200
+        r.read_until(PAUSE_BYTES)
+        for s in range(SHARDS):
+            ds.rewrite_in_place(s)
+        r.read_all()
+        body, complete = bytes(r.body), r.complete
+    finally:
+        r.close()
+    p = parse_body("tar", body)
+    assert p.outcome == "end" and complete, "%s %s" % (tag(), p.summary())
+    seen = whole_samples(ds, p, "epoch 0 over files rewritten in place")
+    # The shards being read when their files changed cannot have been read
+    # whole before (2 open at a time, each 4x what the feed holds ahead):
+    # their reads failed as changed, and the shards were skipped.
+    st = get_json(srv, "/v1/jobs/t")
+    skipped = st.get("skipped", {}).get("shards", 0)
+    assert skipped >= 1, "%s no shard was skipped: %s" % (tag(), st.get("skipped"))
+    srv.wait_log("changed while it was read")
+    assert len(seen) < ds.orig.total, "%s every sample arrived" % tag()
+
+
+def test_replaced_shard_is_indexed_again(start, server_binary, tmp_path):
+    require_planes(server_binary, "auto")
+    ds = Dataset(str(tmp_path / "data"), SEED + 1)
+    srv = start("--job", "t", "--source", ds.path, "--state-dir",
+                str(tmp_path / "state"), *SERVER_ARGS)
+    p0 = read_epoch(srv, "t", 0)
+    assert {s["key"] for s in p0.samples} == set(ds.orig.by_key)
+    wait_indexed(srv, "t", ds.orig.total)
+
+    new0 = ds.replace(0)
+    expect = {k: f for k, (_, f) in ds.orig.by_key.items()
+              if not k.startswith("c0/")}
+    expect.update(dict(new0))
+
+    def check(p, epoch):
+        got = {}
+        for smp in p.samples:
+            assert smp["key"] not in got, "%s epoch %d: %s twice" % (tag(), epoch, smp["key"])
+            got[smp["key"]] = smp["fields"]
+        missing = set(expect) - set(got)
+        extra = set(got) - set(expect)
+        assert not missing and not extra, "%s epoch %d: %d missing, %d extra, e.g. %s" % (
+            tag(), epoch, len(missing), len(extra), sorted(missing | extra)[:4])
+        bad = [k for k in got if got[k] != expect[k]]
+        assert not bad, "%s epoch %d: %d samples are not the files' bytes, e.g. %s" % (
+            tag(), epoch, len(bad), bad[:4])
+
+    check(read_epoch(srv, "t", 1), 1)
+    wait_indexed(srv, "t", len(expect))
+    before = data_plane(get_json(srv, "/v1/jobs/t"))["plan_streams"]
+    check(read_epoch(srv, "t", 2), 2)
+    after = data_plane(get_json(srv, "/v1/jobs/t"))
+    assert after["plan_streams"] == before + 1, (
+        "%s epoch 2 after the replaced shard was read again is not served "
+        "from a plan: %s" % (tag(), after))
