@@ -6,6 +6,7 @@
  * opened (unknown job, world above the window), a job deleted under a
  * stream, and the status JSON and metrics counting all of it.
  */
+#include <pthread.h>
 #include <jansson.h>
 #include <microhttpd.h>
 #include <unistd.h>
@@ -77,8 +78,44 @@ static sc_request stream_req(const char *job, uint64_t epoch, uint32_t rank,
 
 /* Begin, create and open a stream as http.c does. Returns the status;
  * on 200 *s and *b are set. */
+/* The planner's waker, as the HTTP front has one: builds ended. */
+static pthread_mutex_t plan_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t plan_cv = PTHREAD_COND_INITIALIZER;
+static unsigned long plan_gen;
+
+static void plan_woken(void *ud)
+{
+    (void)ud;
+    pthread_mutex_lock(&plan_mu);
+    plan_gen++;
+    pthread_cond_broadcast(&plan_cv);
+    pthread_mutex_unlock(&plan_mu);
+}
+
+static unsigned open_stream_once(const sc_request *r, sc_stream **s,
+                                 sc_binding **b, char *reason, size_t len);
+
+/* Open a stream as the HTTP front does: while its epoch's plan is being
+ * built (SC_JOBS_PLAN_PENDING) wait for a build to end and open it again. */
 static unsigned open_stream(const sc_request *r, sc_stream **s,
                             sc_binding **b, char *reason, size_t len)
+{
+    for (;;) {
+        pthread_mutex_lock(&plan_mu);
+        unsigned long gen = plan_gen;
+        pthread_mutex_unlock(&plan_mu);
+        unsigned st = open_stream_once(r, s, b, reason, len);
+        if (st != SC_JOBS_PLAN_PENDING)
+            return st;
+        pthread_mutex_lock(&plan_mu);
+        while (plan_gen == gen)
+            pthread_cond_wait(&plan_cv, &plan_mu);
+        pthread_mutex_unlock(&plan_mu);
+    }
+}
+
+static unsigned open_stream_once(const sc_request *r, sc_stream **s,
+                                 sc_binding **b, char *reason, size_t len)
 {
     sc_stream_params p;
     static sc_stream_fields f;
@@ -387,6 +424,7 @@ int main(void)
           SC_SETTINGS_OK);
     CHECK(sio_io_create(NULL, &io, NULL) == SIO_OK);
     CHECK(sc_jobs_create(&cfg, io, &jobs, msg, sizeof msg) == SIO_OK);
+    sc_jobs_set_plan_waker(jobs, plan_woken, NULL);
 
     test_put();
     test_streams();
