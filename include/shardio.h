@@ -61,6 +61,11 @@ typedef enum sio_code {
 /* Fixed, static English text for a code; never NULL. */
 const char *sio_strerror(sio_code code);
 
+/* The value of one hexadecimal digit (0-9, a-f, A-F), or -1 for any other
+ * byte: percent-escapes, hex digests and URL-encoded listings all decode
+ * through it. c: a char (signed or not) or an unsigned char's value. */
+int sio_hexval(int c);
+
 /* Milliseconds of CLOCK_MONOTONIC: the one clock of deadlines, timeouts
  * and ages in libshardio, the server and the C client. */
 uint64_t sio_now_ms(void);

@@ -42,16 +42,6 @@ static unsigned fail(unsigned status, char *reason, size_t reason_len,
     return status;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
 
 /* Are all escapes in s well formed ('%' and two hex digits)? */
 static int pct_valid(const char *s, size_t len)
@@ -59,7 +49,7 @@ static int pct_valid(const char *s, size_t len)
     for (size_t i = 0; i < len; i++) {
         if (s[i] != '%')
             continue;
-        if (i + 2 >= len || hexval(s[i + 1]) < 0 || hexval(s[i + 2]) < 0)
+        if (i + 2 >= len || sio_hexval(s[i + 1]) < 0 || sio_hexval(s[i + 2]) < 0)
             return 0;
         i += 2;
     }
@@ -80,8 +70,8 @@ long sc_pct_decode(const char *src, size_t len, int plus_is_space, char *dst,
             int hi, lo;
             if (i + 2 >= len)
                 goto out;
-            hi = hexval(src[i + 1]);
-            lo = hexval(src[i + 2]);
+            hi = sio_hexval(src[i + 1]);
+            lo = sio_hexval(src[i + 2]);
             if (hi < 0 || lo < 0)
                 goto out;
             c = (char)(hi * 16 + lo);

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "cli_bench.h"
+#include "shardio.h"
 
 /* Samples a manifest may describe (bounded so a bad file cannot make the
  * key table huge). */
@@ -53,16 +54,6 @@ static long mf_find(const manifest *m, const char *key, size_t len)
     return -1;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
 
 void bench_manifest_free(manifest *m)
 {
@@ -81,7 +72,7 @@ static int parse_hash(const char *hx, size_t len, unsigned char out[32])
     if (len != 64)
         return -1;
     for (size_t k = 0; k < 32; k++) {
-        int hi = hexval(hx[2 * k]), lo = hexval(hx[2 * k + 1]);
+        int hi = sio_hexval(hx[2 * k]), lo = sio_hexval(hx[2 * k + 1]);
         if (hi < 0 || lo < 0)
             return -1;
         out[k] = (unsigned char)(hi << 4 | lo);

@@ -57,12 +57,15 @@ static void rput_raw(rout *r, const char *s, size_t n)
         r->buf[r->o++] = s[i];
 }
 
-static int hexv(char c)
+int sio_hexval(int c)
 {
     if (c >= '0' && c <= '9')
         return c - '0';
-    c = (char)tolower((unsigned char)c);
-    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
 }
 
 /*
@@ -90,9 +93,9 @@ int sio_url_param_is_credential(const char *name, size_t n)
     /* Decode; a name too long to compare is treated as a credential. */
     for (size_t i = 0; i < n; i++) {
         char c = name[i];
-        if (c == '%' && i + 2 < n && hexv(name[i + 1]) >= 0 &&
-            hexv(name[i + 2]) >= 0) {
-            c = (char)(hexv(name[i + 1]) * 16 + hexv(name[i + 2]));
+        if (c == '%' && i + 2 < n && sio_hexval(name[i + 1]) >= 0 &&
+            sio_hexval(name[i + 2]) >= 0) {
+            c = (char)(sio_hexval(name[i + 1]) * 16 + sio_hexval(name[i + 2]));
             i += 2;
         } else if (c == '+') {
             c = ' ';

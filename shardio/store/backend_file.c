@@ -45,16 +45,6 @@ static int file_matches(const char *url)
     return strstr(url, "://") == NULL;
 }
 
-static int hexval(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
 
 /* Local path of url into buf: file:///p and file://localhost/p are /p with
  * %XX decoded; anything else is a plain path taken verbatim. */
@@ -75,7 +65,7 @@ static sio_code to_path(const char *url, char *buf, size_t len, sio_error *err)
     for (; *p; p++) {
         int c = (unsigned char)*p;
         if (decode && c == '%') {
-            int h = hexval(p[1]), l = h >= 0 ? hexval(p[2]) : -1;
+            int h = sio_hexval(p[1]), l = h >= 0 ? sio_hexval(p[2]) : -1;
             if (h < 0 || l < 0)
                 return sio_seterr(err, SIO_ERR_INVALID,
                                   "bad percent-escape in url=%s", url);

@@ -255,16 +255,6 @@ out:
 /* ------------------------------------------------------------------ */
 /* Field decoding                                                      */
 
-static int hexval(unsigned char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
 
 /*
  * Decode EncodingType=url text in place: "%XX" is a byte and '+' a space,
@@ -281,8 +271,8 @@ static sio_code url_decode_inplace(char *s, size_t *len)
             int hi, lo;
             if (n - r < 3)
                 return SIO_ERR_FORMAT;
-            hi = hexval((unsigned char)s[r + 1]);
-            lo = hexval((unsigned char)s[r + 2]);
+            hi = sio_hexval((unsigned char)s[r + 1]);
+            lo = sio_hexval((unsigned char)s[r + 2]);
             if (hi < 0 || lo < 0 || (hi == 0 && lo == 0))
                 return SIO_ERR_FORMAT;
             s[w++] = (char)(hi << 4 | lo);

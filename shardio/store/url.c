@@ -37,13 +37,6 @@ int sio_url_host_is_local_or_ip(const char *host)
     return hl > 10 && strcasecmp(host + hl - 10, ".localhost") == 0;
 }
 
-static int hexval(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    c = tolower(c);
-    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
 
 /* inet_aton(3)'s reading of s: 1 to 4 parts; each part decimal, "0x" hex
  * or "0" octal; all parts but the last are one byte, the last fills the
@@ -69,7 +62,7 @@ static int ipv4_any_form(const char *s, unsigned char out[4])
             }
         }
         for (;; p++) {
-            int d = hexval((unsigned char)*p);
+            int d = sio_hexval((unsigned char)*p);
             if (d < 0 || d >= base)
                 break;
             v = v * (uint64_t)base + (uint64_t)d;
@@ -120,10 +113,10 @@ int sio_url_host_addr(const char *host, int ipv6, unsigned char addr[16])
     for (size_t i = 0; i < hl; i++) {
         unsigned char c = (unsigned char)host[i];
         if (c == '%' && i + 2 < hl &&
-            hexval((unsigned char)host[i + 1]) >= 0 &&
-            hexval((unsigned char)host[i + 2]) >= 0) {
-            c = (unsigned char)(hexval((unsigned char)host[i + 1]) * 16 +
-                                hexval((unsigned char)host[i + 2]));
+            sio_hexval((unsigned char)host[i + 1]) >= 0 &&
+            sio_hexval((unsigned char)host[i + 2]) >= 0) {
+            c = (unsigned char)(sio_hexval((unsigned char)host[i + 1]) * 16 +
+                                sio_hexval((unsigned char)host[i + 2]));
             i += 2;
         }
         if (c < 0x20 || c == 0x7f)
