@@ -9,7 +9,8 @@ server against them: the same samples at the same positions with the same
 bytes, and the same END summary, for
 
 - source kinds: a local directory, the same shards over HTTP (nginx, a
-  brace pattern), an object set (a tree of small files);
+  brace pattern) and from S3 (s3rver, a listed prefix), an object set (a
+  tree of small files);
 - shard formats: ustar, GNU and pax tar (long names, pax records, bad
   samples of a repeated field, skipped members, a shard of skipped members
   only), zip, tar.gz, tar.zst, and a tar with a damaged header (its
@@ -42,6 +43,7 @@ import os
 import random
 import re
 import subprocess
+import sys
 import warnings
 
 import pytest
@@ -53,6 +55,8 @@ from test_plan_golden import (POLICIES, SERVER_ARGS, fetch_settled, rand_job,
                               random_requests, wait_ready)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+from support.s3rver import S3rver  # noqa: E402
 GOLDEN = os.path.join(HERE, "goldens", "streams.json")
 RECORD = os.environ.get("SHARDCAST_GOLDEN_RECORD") == "1"
 SEED = 20261127
@@ -85,7 +89,7 @@ def damage_header(path, which):
         f.write(bytes([b[0] ^ 0x01]))
 
 
-def build(root, nginx_port):
+def build(root, nginx_port, s3_bucket):
     """The datasets and the jobs, from SEED alone."""
     rng = random.Random(SEED)
     with warnings.catch_warnings():
@@ -128,6 +132,8 @@ def build(root, nginx_port):
         lo, hi = names[0][2:8], names[-1][2:8]
         src = "http://127.0.0.1:%d/a-{%s..%s}.tar" % (nginx_port, lo, hi)
         jobs.append(rand_job(rng, "http-" + p, src, pol))
+        sizes[jobs[-1]["name"]] = total(d1)
+        jobs.append(rand_job(rng, "s3-" + p, "s3://%s/d1/" % s3_bucket, pol))
         sizes[jobs[-1]["name"]] = total(d1)
     reqs = []
     for j in jobs:
@@ -173,17 +179,24 @@ def digest(st, body, complete, fmt):
 @pytest.fixture(scope="module")
 def world(server_binary, tmp_path_factory):
     root = str(tmp_path_factory.mktemp("stream-goldens"))
-    # nginx serves d1 (made next) for the http jobs
+    # nginx serves d1 (made next) for the http jobs, s3rver a copy of it
     ng = Nginx(os.path.join(root, "d1"), root)
+    s3 = None
     try:
-        w = build(root, ng.port)
+        w = build(root, ng.port, "gold")
+        s3 = S3rver()
+        s3.start()
+        s3.create_bucket("gold")
+        s3.upload_dir("gold", w["d1"].path, prefix="d1/")
+        env = dict(s3.env())
+        env["AWS_EC2_METADATA_DISABLED"] = "true"
         config = os.path.join(root, "config.json")
         with open(config, "w") as f:
             json.dump({"jobs": w["jobs"]}, f, indent=1)
         state = os.path.join(root, "state")
         os.makedirs(state)
         srv = Server(server_binary, ["--config", config, "--state-dir", state]
-                     + SERVER_ARGS, root)
+                     + SERVER_ARGS, root, env=env)
         try:
             for j in w["jobs"]:
                 assert wait_ready(srv, j["name"]), "job %s not ready: %s" % (
@@ -193,6 +206,8 @@ def world(server_binary, tmp_path_factory):
             rc = srv.stop()
             assert rc in (0, None), "shardcastd exit %s\n%s" % (rc, srv.log())
     finally:
+        if s3:
+            s3.stop()
         ng.stop()
 
 
