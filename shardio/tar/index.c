@@ -1073,18 +1073,20 @@ static void entry_load(sio_index_entry *e, sio_io *io, int lazy)
         e->path = strdup(path);
 }
 
-/* Drop e's loaded groups (e->mu held): e is empty again. */
-static void entry_drop(sio_index_entry *e, const char *reason)
+/* Empty e (e->mu held): its groups and persisted file go, counted as
+ * dropped; the next reader from the start indexes the shard anew. */
+static void entry_clear(sio_index_entry *e)
 {
     sio_index *x = e->x;
-    note_rejected(e, e->src, reason);
     if (e->path) {
         unlink(e->path);
         free(e->path);
         e->path = NULL;
     }
-    atomic_fetch_sub(&x->complete, 1);
-    atomic_fetch_sub(&x->groups, e->n);
+    if (e->complete) {
+        atomic_fetch_sub(&x->complete, 1);
+        atomic_fetch_sub(&x->groups, e->n);
+    }
     atomic_fetch_add(&x->dropped, 1);
     free(e->g);
     e->g = NULL;
@@ -1094,6 +1096,13 @@ static void entry_drop(sio_index_entry *e, const char *reason)
     e->confirmed = 0;
     e->unprobed = 0;
     e->gen++;
+}
+
+/* Drop e's loaded groups (e->mu held): e is empty again. */
+static void entry_drop(sio_index_entry *e, const char *reason)
+{
+    note_rejected(e, e->src, reason);
+    entry_clear(e);
 }
 
 int sio_index_refresh(sio_index_entry *e)
@@ -1130,25 +1139,9 @@ int sio_index_refresh(sio_index_entry *e)
                                e->hash) < (int)sizeof tmp)
             unlink(tmp);
     }
-    if (e->path) {
-        unlink(e->path);
-        free(e->path);
-        e->path = NULL;
-    }
-    if (e->complete) {
-        atomic_fetch_sub(&x->complete, 1);
-        atomic_fetch_sub(&x->groups, e->n);
-    }
-    atomic_fetch_add(&x->dropped, 1);
-    free(e->g);
-    e->g = NULL;
-    e->n = e->cap = e->good = e->bytes = 0;
-    e->complete = e->stream_only = 0;
-    e->src = SRC_READ;
-    e->confirmed = 0;
-    e->deferred = e->unprobed = 0;
+    entry_clear(e);
+    e->deferred = 0;
     atomic_store(&e->settled, 1);
-    e->gen++;
     e->size = size;
     e->mtime = (uint64_t)st.st_mtime;
     e->mtime_ns = ns;

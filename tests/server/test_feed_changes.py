@@ -31,12 +31,11 @@ Runs with --data-plane auto (the default) only.
 """
 
 import os
-import random
 
-from plan_testlib import (GenDataset, Member, RawResponse, data_plane, fetch,
-                          parse_body, require_planes, stream_query,
-                          wait_indexed, wait_until, wds_model, write_tar)
+from plan_testlib import (RawResponse, data_plane, fetch, parse_body,
+                          require_planes, stream_query, wait_indexed)
 from server_testlib import get_json
+from test_plan_faults import FaultDataset
 
 SEED = int(os.environ.get("SHARDCAST_PLAN_SEED", "7321"))
 SHARDS = 6
@@ -52,68 +51,6 @@ SERVER_ARGS = ["--data-plane", "auto", "--prefetch", "false",
 
 def tag():
     return "[seed=%d]" % SEED
-
-
-def members_of(rng, s, sizes=None):
-    out, kept = [], []
-    for i in range(PER_SHARD):
-        key = "c%d/k%04d" % (s, i)
-        n = sizes[i] if sizes else rng.randint(40000, 160000)
-        kept.append(n)
-        out.append(Member(key + ".bin", rng.randbytes(n)))
-        out.append(Member(key + ".json", b'{"v": "%s"}' % rng.randbytes(6).hex().encode()))
-    return out, kept
-
-
-class Dataset:
-    def __init__(self, path, seed):
-        self.path = path
-        self.rng = random.Random(seed)
-        os.makedirs(path, exist_ok=True)
-        self.sizes = {}
-        model = {}
-        for s in range(SHARDS):
-            members, self.sizes[s] = members_of(self.rng, s)
-            write_tar(self.file(s), members, "ustar")
-            model[self.name(s)] = wds_model(members)
-        self.orig = GenDataset(path, model)
-        # key -> every version of its fields a file of its shard had
-        self.versions = {k: [f] for k, (_, f) in self.orig.by_key.items()}
-
-    def name(self, s):
-        return "c-%06d.tar" % s
-
-    def file(self, s):
-        return os.path.join(self.path, self.name(s))
-
-    def new_version(self, s, same_size):
-        members, kept = members_of(self.rng, s, self.sizes[s] if same_size else None)
-        tmp = self.file(s) + ".new"
-        write_tar(tmp, members, "ustar")
-        model = wds_model(members)
-        for k, f in model:
-            self.versions.setdefault(k, []).append(f)
-        return tmp, model
-
-    def rewrite_in_place(self, s):
-        tmp, _ = self.new_version(s, same_size=True)
-        with open(tmp, "rb") as f:
-            data = f.read()
-        os.unlink(tmp)
-        assert len(data) == os.path.getsize(self.file(s)), "not the same size"
-        fd = os.open(self.file(s), os.O_WRONLY)
-        try:
-            os.pwrite(fd, data, 0)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    def replace(self, s):
-        """A version of other sizes renamed over the shard; returns its
-        model (the shard's samples from now on)."""
-        tmp, model = self.new_version(s, same_size=False)
-        os.replace(tmp, self.file(s))
-        return model
 
 
 def whole_samples(ds, parsed, what):
@@ -144,7 +81,7 @@ def read_epoch(srv, job, epoch, fmt="tar"):
 
 def test_rewrite_in_place_during_first_pass(start, server_binary, tmp_path):
     require_planes(server_binary, "auto")
-    ds = Dataset(str(tmp_path / "data"), SEED)
+    ds = FaultDataset(str(tmp_path / "data"), SEED, SHARDS, PER_SHARD)
     srv = start("--job", "t", "--source", ds.path, "--state-dir",
                 str(tmp_path / "state"), *SERVER_ARGS)
     r = RawResponse(srv.host, srv.port, stream_query("t", 0, 0, 1, "tar"), rcvbuf=RCVBUF)
@@ -152,7 +89,7 @@ def test_rewrite_in_place_during_first_pass(start, server_binary, tmp_path):
         assert r.status == 200
         r.read_until(PAUSE_BYTES)
         for s in range(SHARDS):
-            ds.rewrite_in_place(s)
+            ds.rewrite(s)
         r.read_all()
         body, complete = bytes(r.body), r.complete
     finally:
@@ -172,17 +109,17 @@ def test_rewrite_in_place_during_first_pass(start, server_binary, tmp_path):
 
 def test_replaced_shard_is_indexed_again(start, server_binary, tmp_path):
     require_planes(server_binary, "auto")
-    ds = Dataset(str(tmp_path / "data"), SEED + 1)
+    ds = FaultDataset(str(tmp_path / "data"), SEED + 1, SHARDS, PER_SHARD)
     srv = start("--job", "t", "--source", ds.path, "--state-dir",
                 str(tmp_path / "state"), *SERVER_ARGS)
     p0 = read_epoch(srv, "t", 0)
     assert {s["key"] for s in p0.samples} == set(ds.orig.by_key)
     wait_indexed(srv, "t", ds.orig.total)
 
-    new0 = ds.replace(0)
-    expect = {k: f for k, (_, f) in ds.orig.by_key.items()
-              if not k.startswith("c0/")}
-    expect.update(dict(new0))
+    ds.replace(0, same_size=False)
+    # the same keys, other sizes and bytes: each key's newest version
+    expect = {k: (v[-1] if ds.shard_of(k) == ds.name(0) else v[0])
+              for k, v in ds.versions.items()}
 
     def check(p, epoch):
         got = {}

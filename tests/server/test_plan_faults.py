@@ -80,11 +80,11 @@ def tag(extra=""):
 
 # -- the dataset and its versions ---------------------------------------------
 
-def shard_members(rng, s, sizes=None):
-    """Shard s: PER_SHARD samples f<s>/k<i> of a large .bin and a small
+def shard_members(rng, s, sizes=None, per_shard=PER_SHARD):
+    """Shard s: per_shard samples f<s>/k<i> of a large .bin and a small
     .json (sizes: the .bin sizes to keep, for a same-size version)."""
     out, kept = [], []
-    for i in range(PER_SHARD):
+    for i in range(per_shard):
         key = "f%d/k%04d" % (s, i)
         n = sizes[i] if sizes else rng.randint(40000, 160000)
         kept.append(n)
@@ -95,14 +95,18 @@ def shard_members(rng, s, sizes=None):
 
 
 class FaultDataset:
-    def __init__(self, path, seed):
+    """shards shards of per_shard samples (test_feed_changes.py uses fewer,
+    larger shards)."""
+
+    def __init__(self, path, seed, shards=SHARDS, per_shard=PER_SHARD):
         self.path = path
         self.rng = random.Random(seed)
+        self.per_shard = per_shard
         os.makedirs(path, exist_ok=True)
         self.sizes = {}
         model = {}
-        for s in range(SHARDS):
-            members, self.sizes[s] = shard_members(self.rng, s)
+        for s in range(shards):
+            members, self.sizes[s] = shard_members(self.rng, s, per_shard=per_shard)
             write_tar(self.file(s), members, "ustar")
             model[self.name(s)] = wds_model(members)
         self.orig = GenDataset(path, model)
@@ -123,7 +127,8 @@ class FaultDataset:
     def _new_version(self, s, same_size, tmp=None):
         """A new version of shard s written to tmp (default: next to the
         shard); its samples become allowed versions after the change."""
-        members, _ = shard_members(self.rng, s, self.sizes[s] if same_size else None)
+        members, _ = shard_members(self.rng, s, self.sizes[s] if same_size else None,
+                                   per_shard=self.per_shard)
         tmp = tmp or self.file(s) + ".new"
         write_tar(tmp, members, "ustar")
         for k, f in wds_model(members):
