@@ -99,4 +99,11 @@ extern const sio_backend_ops sio_backend_file;
 extern const sio_backend_ops sio_backend_http;
 extern const sio_backend_ops sio_backend_s3;
 
+/* The built-in backends in the order they are asked (backends.c): the
+ * first whose matches() takes a URL serves it. */
+#define SIO_NBACKENDS 4u
+extern const sio_backend_ops *const sio_backends[SIO_NBACKENDS];
+/* The built-in backend that serves url, or NULL. */
+const sio_backend_ops *sio_backend_for(const char *url);
+
 #endif /* SHARDIO_BACKEND_OPS_H */

@@ -1710,10 +1710,8 @@ static const sio_stream_ops cache_stream_ops = {cs_read, cs_errmsg, cs_close,
 
 int sio_cache_covers(const char *url)
 {
-    const sio_backend_ops *ops;
-    void *ctx;
-    return sio_io_backend(NULL, url, &ops, &ctx, NULL) == SIO_OK &&
-           ops->head != NULL;
+    const sio_backend_ops *ops = sio_backend_for(url);
+    return ops && ops->head != NULL;
 }
 
 void sio_cache_add_hit_bytes(sio_cache_user *u, uint64_t n)

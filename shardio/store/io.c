@@ -20,14 +20,6 @@
 #define IO_READ_BUFFER_DEFAULT (256u * 1024u)
 #define IO_READ_BUFFER_MAX (64u * 1024u * 1024u)
 
-/* Backends in the order they are asked; the first that matches serves. */
-static const sio_backend_ops *const backends[] = {
-    &sio_backend_objset, /* before file: its URLs are paths with a query */
-    &sio_backend_file,
-    &sio_backend_http,
-    &sio_backend_s3,
-};
-#define NBACKENDS (sizeof backends / sizeof backends[0])
 
 /* Backends added at run time (tests, embedders), asked before the built-in
  * ones. Registered before the io is shared; immutable afterwards. */
@@ -47,7 +39,7 @@ struct sio_io {
     size_t nhints;
     sio_io_config cfg;
     sio_fetch *fetch; /* the engine of the http and s3 backends */
-    void *ctx[NBACKENDS];
+    void *ctx[SIO_NBACKENDS];
     const sio_backend_ops *extra[IO_EXTRA_BACKENDS_MAX];
     void *extra_ctx[IO_EXTRA_BACKENDS_MAX];
     size_t nextra;
@@ -78,9 +70,9 @@ sio_code sio_io_create(const sio_io_config *cfg, sio_io **out, sio_error *err)
             .stats = &io->stats,
         };
         sio_code rc = sio_fetch_create(&fs, &io->fetch, err);
-        for (size_t i = 0; rc == SIO_OK && i < NBACKENDS; i++)
-            if (backends[i]->create)
-                rc = backends[i]->create(io, &io->ctx[i], err);
+        for (size_t i = 0; rc == SIO_OK && i < SIO_NBACKENDS; i++)
+            if (sio_backends[i]->create)
+                rc = sio_backends[i]->create(io, &io->ctx[i], err);
         if (rc) {
             sio_io_destroy(io);
             return rc;
@@ -137,9 +129,9 @@ void sio_io_destroy(sio_io *io)
         usleep(10000);
     if (!io)
         return;
-    for (size_t i = 0; i < NBACKENDS; i++)
-        if (io->ctx[i] && backends[i]->destroy)
-            backends[i]->destroy(io->ctx[i]);
+    for (size_t i = 0; i < SIO_NBACKENDS; i++)
+        if (io->ctx[i] && sio_backends[i]->destroy)
+            sio_backends[i]->destroy(io->ctx[i]);
     sio_fetch_destroy(io->fetch);
     for (size_t b = 0; io->hints && b < SIDE_HINT_BUCKETS; b++)
         for (side_hint *h = io->hints[b], *n; h; h = n) {
@@ -213,9 +205,9 @@ sio_code sio_io_backend(sio_io *io, const char *url,
             return SIO_OK;
         }
     }
-    for (size_t i = 0; i < NBACKENDS; i++) {
-        if (backends[i]->matches(url)) {
-            *ops = backends[i];
+    for (size_t i = 0; i < SIO_NBACKENDS; i++) {
+        if (sio_backends[i]->matches(url)) {
+            *ops = sio_backends[i];
             *ctx = io ? io->ctx[i] : NULL;
             return SIO_OK;
         }
@@ -225,8 +217,8 @@ sio_code sio_io_backend(sio_io *io, const char *url,
 
 void *sio_io_backend_ctx(sio_io *io, const sio_backend_ops *ops)
 {
-    for (size_t i = 0; io && i < NBACKENDS; i++)
-        if (backends[i] == ops)
+    for (size_t i = 0; io && i < SIO_NBACKENDS; i++)
+        if (sio_backends[i] == ops)
             return io->ctx[i];
     return NULL;
 }
