@@ -712,6 +712,16 @@ sio_code sio_epoch_order(sio_io *io, const sio_shardlist *list,
                          sio_order_item *items, size_t max, size_t *n,
                          sio_error *err);
 
+/* The same, each item handed to fn(ud, i, item) as it is decided (item i
+ * is Y[from + i]) instead of written to an array; fn returns SIO_OK to go
+ * on, else the order stops there with that code. */
+typedef sio_code (*sio_order_fn)(void *ud, uint64_t i,
+                                 const sio_order_item *item);
+sio_code sio_epoch_order_each(sio_io *io, const sio_shardlist *list,
+                              const sio_epoch_config *cfg, uint64_t from,
+                              size_t max, sio_order_fn fn, void *ud,
+                              size_t *n, sio_error *err);
+
 /*
  * An epoch of one sample: sample i of the dataset's unshuffled order (the
  * shard list in order, each shard's good samples in tar order), emitted

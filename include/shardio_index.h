@@ -161,6 +161,28 @@ sio_index_entry *sio_index_peek(sio_index *x, const char *url);
 /* Group g of the entry: 1 with *out filled when it is known, 0 when not
  * (yet). Thread-safe. */
 int sio_index_group_get(sio_index_entry *e, uint64_t g, sio_index_group *out);
+
+/*
+ * The groups of a complete entry, read without the entry's lock (a plan
+ * build, an epoch over indexes: millions of look-ups). While a view is
+ * open its array stays allocated even if the entry is dropped meanwhile
+ * (sio_index_reject, sio_index_refresh): it then describes the file as it
+ * was, and sio_index_view_current says 0. sio_index_view_open returns 0,
+ * and opens nothing, for an entry that is not complete. Every view opened
+ * is closed with sio_index_view_close. Thread-safe.
+ */
+typedef struct sio_index_view {
+    const sio_index_group *g;
+    uint64_t n;
+    uint64_t gen;     /* the entry's generation (sio_index_info.gen) */
+    int open;         /* opened: to be closed */
+} sio_index_view;
+int sio_index_view_open(sio_index_entry *e, sio_index_view *v);
+/* 1 while the entry still holds the groups v shows (no lock; a drop that
+ * happens right after may still be missed: the readers of the bytes
+ * check them against the file). */
+int sio_index_view_current(sio_index_entry *e, const sio_index_view *v);
+void sio_index_view_close(sio_index_entry *e, sio_index_view *v);
 /* Good and bad groups among the first `upto` known ones (a journal's cut;
  * UINT64_MAX: all). Thread-safe. */
 void sio_index_tally(sio_index_entry *e, uint64_t upto, uint64_t *good,

@@ -111,6 +111,8 @@ typedef struct reader {
     int opened;
     uint64_t start_group;    /* data: the first group to read */
     uint64_t g;              /* meta: the next group */
+    sio_index_entry *ve;     /* meta: the entry of view, when one is open */
+    sio_index_view view;     /* meta: its groups, read without its lock */
     int skipped;             /* ended by a journal decision */
     unsigned retries;        /* transient failures so far */
     int placed;              /* opened at an offset of a loaded index ... */
@@ -498,6 +500,7 @@ static void reader_free(reader *r)
 {
     if (!r)
         return;
+    sio_index_view_close(r->ve, &r->view);
     for (size_t i = 0; r->q && i < r->qlen; i++)
         sio_sample_unref(r->q[(r->qhead + i) % SIO_READAHEAD_SAMPLES]);
     sio_shard_close(r->sh);
@@ -1417,6 +1420,14 @@ static sio_code meta_take(sio_epoch *ep, reader *r, const sio_sample **out,
         return SIO_ERR_AGAIN;
     if (ep->cfg.journal && !sio_journal_cut(ep->cfg.journal, r->idx, &cut))
         cut = UINT64_MAX;
+    /* A complete index is read through a view (no lock per group) while
+     * it stays the entry's; otherwise group by group. */
+    if (!r->ve && sio_index_view_open(e, &r->view))
+        r->ve = e;
+    if (r->ve && (r->ve != e || !sio_index_view_current(e, &r->view))) {
+        sio_index_view_close(r->ve, &r->view);
+        r->ve = NULL;
+    }
     for (;;) {
         sio_index_group g;
         if (r->g >= cut) {
@@ -1424,7 +1435,12 @@ static sio_code meta_take(sio_epoch *ep, reader *r, const sio_sample **out,
             *rc_out = SIO_OK;
             return SIO_OK;
         }
-        if (!sio_index_group_get(e, r->g, &g)) {
+        if (r->ve && r->g < r->view.n) {
+            g = r->view.g[r->g];
+        } else if (r->ve) {
+            *rc_out = SIO_OK; /* the end of the shard (complete) */
+            return SIO_OK;
+        } else if (!sio_index_group_get(e, r->g, &g)) {
             sio_index_info info;
             sio_index_get_info(e, &info);
             if (info.complete && r->g >= info.known) {
@@ -1942,10 +1958,27 @@ sio_code sio_epoch_open_at(sio_io *io, const sio_shardlist *list,
     return epoch_open(io, list, cfg, pos, NULL, out, err);
 }
 
+/* sio_epoch_order's array, filled through the callback form. */
+static sio_code order_store(void *ud, uint64_t i, const sio_order_item *it)
+{
+    sio_order_item *items = ud;
+    items[i] = *it;
+    return SIO_OK;
+}
+
 sio_code sio_epoch_order(sio_io *io, const sio_shardlist *list,
                          const sio_epoch_config *cfg, uint64_t from,
                          sio_order_item *items, size_t max, size_t *n,
                          sio_error *err)
+{
+    return sio_epoch_order_each(io, list, cfg, from, max, order_store, items,
+                                n, err);
+}
+
+sio_code sio_epoch_order_each(sio_io *io, const sio_shardlist *list,
+                              const sio_epoch_config *cfg, uint64_t from,
+                              size_t max, sio_order_fn fn, void *ud,
+                              size_t *n, sio_error *err)
 {
     sio_epoch *ep = NULL;
     sio_epoch_config c = *cfg;
@@ -1979,10 +2012,14 @@ sio_code sio_epoch_order(sio_io *io, const sio_shardlist *list,
                 break;
         }
         const sio_sample *s = outq_pop(ep);
-        items[*n].shard = s->shard_index;
-        items[*n].group = s->index_in_shard;
-        (*n)++;
+        sio_order_item it = {s->shard_index, s->index_in_shard};
         ent_drop(ep, s);
+        sio_code frc = fn(ud, *n, &it);
+        if (frc) {
+            rc = frc;
+            break;
+        }
+        (*n)++;
     }
     sio_epoch_close(ep);
     return rc;

@@ -176,13 +176,46 @@ static uint64_t bad_groups(const sio_epoch_config *cfg,
     return bad;
 }
 
+/* Filling a plan's items as the order decides them (sio_epoch_order_each):
+ * each element of Y with its byte range, size and key hash from the
+ * shard's index, read through a view. */
+typedef struct fill_ctx {
+    sio_plan_item *items;
+    uint64_t n;
+    const sio_index_view *views;
+    sio_index_entry **ents;
+    size_t total;
+    sio_error *err;
+} fill_ctx;
+
+static sio_code fill_item(void *ud, uint64_t i, const sio_order_item *it)
+{
+    fill_ctx *c = ud;
+    uint32_t s = it->shard;
+    sio_index_group g;
+    if (i >= c->n || s >= c->total || !c->ents[s] ||
+        it->group > UINT32_MAX || it->group >= c->views[s].n ||
+        ((g = c->views[s].g[it->group]).flags & SIO_INDEX_GROUP_BAD) ||
+        g.end <= g.offset)
+        return sio_seterr(c->err, SIO_ERR_CHANGED,
+                          "Y[%" PRIu64 "] (shard %" PRIu32 " group %" PRIu64
+                          ") is not a good indexed group", i, s, it->group);
+    c->items[i] = (sio_plan_item){.offset = g.offset,
+                                  .end = g.end,
+                                  .bytes = g.bytes,
+                                  .shard = s,
+                                  .group = (uint32_t)it->group,
+                                  .keyhash = g.keyhash};
+    return SIO_OK;
+}
+
 sio_code sio_plan_build(sio_io *io, const sio_shardlist *list,
                         const sio_epoch_config *cfg, uint64_t max_samples,
                         sio_plan **out, sio_error *err)
 {
     uint64_t t0 = mono_ns();
     sio_index_entry **ents = NULL;
-    sio_order_item *order = NULL;
+    sio_index_view *views = NULL;
     sio_plan *p = NULL;
     uint64_t n = 0;
     size_t got = 0;
@@ -218,17 +251,22 @@ sio_code sio_plan_build(sio_io *io, const sio_shardlist *list,
                         "limit", n);
         goto out;
     }
-    order = malloc((n ? n : 1) * sizeof *order);
-    if (!order) {
-        rc = sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
-        goto out;
-    }
     p->items = malloc((n ? n : 1) * sizeof *p->items);
-    if (!p->items) {
+    views = calloc(total ? total : 1, sizeof *views);
+    if (!p->items || !views) {
         rc = sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
         goto out;
     }
-    rc = sio_epoch_order(io, list, cfg, 0, order, (size_t)n, &got, err);
+    /* The groups are read through views: no entry lock per item. */
+    for (size_t i = 0; i < total; i++)
+        if (ents[i] && !sio_index_view_open(ents[i], &views[i])) {
+            rc = sio_seterr(err, SIO_ERR_CHANGED,
+                            "shard %zu's index was dropped meanwhile", i);
+            goto out;
+        }
+    fill_ctx fc = {p->items, n, views, ents, total, err};
+    rc = sio_epoch_order_each(io, list, cfg, 0, (size_t)n, fill_item, &fc,
+                              &got, err);
     if (rc)
         goto out;
     if (got != n) {
@@ -237,25 +275,12 @@ sio_code sio_plan_build(sio_io *io, const sio_shardlist *list,
                         "%" PRIu64, got, n);
         goto out;
     }
-    for (uint64_t i = 0; i < n; i++) {
-        sio_index_group g;
-        uint32_t s = order[i].shard;
-        if (s >= total || !ents[s] || order[i].group > UINT32_MAX ||
-            !sio_index_group_get(ents[s], order[i].group, &g) ||
-            (g.flags & SIO_INDEX_GROUP_BAD) || g.end <= g.offset) {
+    for (size_t i = 0; i < total; i++)
+        if (ents[i] && !sio_index_view_current(ents[i], &views[i])) {
             rc = sio_seterr(err, SIO_ERR_CHANGED,
-                            "Y[%" PRIu64 "] (shard %" PRIu32 " group %" PRIu64
-                            ") is not a good indexed group", i, s,
-                            order[i].group);
+                            "shard %zu's index was dropped meanwhile", i);
             goto out;
         }
-        p->items[i] = (sio_plan_item){.offset = g.offset,
-                                      .end = g.end,
-                                      .bytes = g.bytes,
-                                      .shard = s,
-                                      .group = (uint32_t)order[i].group,
-                                      .keyhash = g.keyhash};
-    }
     p->n = n;
     p->skipped = bad_groups(cfg, ents, total, p->items, n);
     atomic_init(&p->refs, 1);
@@ -268,7 +293,9 @@ out:
         free(p->files);
     }
     free(p);
-    free(order);
+    for (size_t i = 0; views && i < total; i++)
+        sio_index_view_close(ents[i], &views[i]);
+    free(views);
     free(ents);
     return rc;
 }

@@ -66,7 +66,12 @@ struct sio_index_entry {
      * end agreed with every group); confirmed: the leading groups such a
      * read agreed with so far; gen: times loaded groups were dropped. */
     int src;
-    uint64_t confirmed, gen;
+    uint64_t confirmed;
+    _Atomic uint64_t gen;
+    /* Open views (sio_index_view_open) and the group arrays dropped while
+     * some were open: freed when the last view closes. */
+    unsigned views;
+    struct retired { sio_index_group *g; struct retired *next; } *retired;
     /* Checks that wait for someone who relies on the index
      * (sio_index_vet): deferred, a file may exist but the shard's size was
      * not known; unprobed, the first and last groups were not read yet.
@@ -529,6 +534,12 @@ static void entry_free(sio_index_entry *e)
     }
     pthread_mutex_destroy(&e->mu);
     free(e->g);
+    while (e->retired) {
+        struct retired *r = e->retired;
+        e->retired = r->next;
+        free(r->g);
+        free(r);
+    }
     free(e->url);
     free(e->path);
     free(e);
@@ -1088,14 +1099,25 @@ static void entry_clear(sio_index_entry *e)
         atomic_fetch_sub(&x->groups, e->n);
     }
     atomic_fetch_add(&x->dropped, 1);
-    free(e->g);
+    if (e->views && e->g) {
+        /* Views still read it: freed when the last one closes (without
+         * memory for the note, it is kept until the entry goes). */
+        struct retired *r = malloc(sizeof *r);
+        if (r) {
+            r->g = e->g;
+            r->next = e->retired;
+            e->retired = r;
+        }
+    } else {
+        free(e->g);
+    }
     e->g = NULL;
     e->n = e->cap = e->good = e->bytes = 0;
     e->complete = e->stream_only = 0;
     e->src = SRC_READ;
     e->confirmed = 0;
     e->unprobed = 0;
-    e->gen++;
+    atomic_fetch_add(&e->gen, 1);
 }
 
 /* Drop e's loaded groups (e->mu held): e is empty again. */
@@ -1289,6 +1311,50 @@ sio_index_entry *sio_index_peek(sio_index *x, const char *url)
     return e;
 }
 
+int sio_index_view_open(sio_index_entry *e, sio_index_view *v)
+{
+    int ok;
+    memset(v, 0, sizeof *v);
+    if (!e)
+        return 0;
+    pthread_mutex_lock(&e->mu);
+    ok = e->complete;
+    if (ok) {
+        e->views++;
+        v->g = e->g;
+        v->n = e->n;
+        v->gen = atomic_load(&e->gen);
+        v->open = 1;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return ok;
+}
+
+int sio_index_view_current(sio_index_entry *e, const sio_index_view *v)
+{
+    return e && atomic_load(&e->gen) == v->gen;
+}
+
+void sio_index_view_close(sio_index_entry *e, sio_index_view *v)
+{
+    struct retired *free_list = NULL;
+    if (!e || !v->open)
+        return;
+    pthread_mutex_lock(&e->mu);
+    if (--e->views == 0) {
+        free_list = e->retired;
+        e->retired = NULL;
+    }
+    pthread_mutex_unlock(&e->mu);
+    while (free_list) {
+        struct retired *r = free_list;
+        free_list = r->next;
+        free(r->g);
+        free(r);
+    }
+    memset(v, 0, sizeof *v);
+}
+
 int sio_index_group_get(sio_index_entry *e, uint64_t g, sio_index_group *out)
 {
     int known;
@@ -1327,7 +1393,7 @@ void sio_index_get_info(sio_index_entry *e, sio_index_info *info)
     info->size = e->size;
     info->mtime = e->mtime;
     info->hint = e->src != SRC_READ;
-    info->gen = e->gen;
+    info->gen = atomic_load(&e->gen);
     pthread_mutex_unlock(&e->mu);
 }
 

@@ -453,6 +453,14 @@ static void test_refresh(void)
     sio_index_get_info(e, &info);
     CHECK(info.complete && info.known == NG + 5);
 
+    /* a view open across a drop keeps the groups it shows readable (the
+     * sanitizer build would see a use after free) and says it is stale */
+    sio_index_view v, v2;
+    CHECK(sio_index_view_open(e, &v) == 1);
+    CHECK(sio_index_view_open(e, &v2) == 1);
+    CHECK_EQ_U64(v.n, NG + 5);
+    CHECK(sio_index_view_current(e, &v));
+
     /* rewritten in place, same size: its modification time moves */
     {
         struct timespec ts[2] = {{0, UTIME_OMIT}, {0, 0}};
@@ -464,6 +472,18 @@ static void test_refresh(void)
     CHECK(sio_index_refresh(e) == 1);
     sio_index_get_info(e, &info);
     CHECK(!info.complete && info.known == 0 && info.gen == 2);
+    CHECK(!sio_index_view_current(e, &v));
+    {
+        uint64_t sum = 0;
+        for (uint64_t g = 0; g < v.n; g++)
+            sum += v.g[g].bytes;
+        CHECK_EQ_U64(sum, (uint64_t)(NG + 5) * PAYLOAD);
+    }
+    sio_index_view_close(e, &v);
+    CHECK(v2.g[NG + 4].bytes == PAYLOAD); /* still held by the other view */
+    sio_index_view_close(e, &v2);
+    CHECK(sio_index_view_open(e, &v) == 0); /* not complete: nothing opened */
+    sio_index_view_close(e, &v);
     sio_index_close(x);
     sio_io_destroy(fx.io);
     fprintf(stderr, "refresh: ok\n");
