@@ -886,7 +886,9 @@ static void request_completed(void *cls, struct MHD_Connection *conn,
     if (!ctx)
         return;
     *req_cls = NULL;
-    if (ctx->on_waiters) { /* ended while suspended (a daemon stop) */
+    if (ctx->req.route == SC_ROUTE_STREAM) {
+        /* (on the waiter list only if it ended while suspended: a daemon
+         * stop; read under the lock the waker writes it with) */
         pthread_mutex_lock(&srv->wait_mu);
         waiter_unlink(srv, ctx);
         pthread_mutex_unlock(&srv->wait_mu);
