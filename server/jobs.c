@@ -937,12 +937,76 @@ static void slot_released(void *ud)
     free(h);
 }
 
-/* The journal of (job, epoch), held for one more feed family: open, or
- * opened now. With a state_dir it lives in state_dir/journal/<job>-<hash
- * of what fixes the order>/<epoch>, so a redefined job starts afresh; a
- * journal no feed reads may be closed to make room (it is read back from
- * the file when needed again; without a state_dir its decisions are
- * forgotten, see slot->unproven). */
+/* Where (job, epoch, part)'s journal lives under state_dir (the directory
+ * is made); 0 without a state_dir. With a state_dir it lives in
+ * state_dir/journal/<job>-<hash of what fixes the order>/<epoch>, so a
+ * redefined job starts afresh. */
+static int journal_path(sc_jobs *j, const sc_job *job, uint64_t epoch,
+                        uint32_t part, char *path, size_t cap)
+{
+    if (!j->cfg->state_dir)
+        return 0;
+    const sc_jobspec *sp = &job->spec;
+    char key[1200];
+    uint64_t h = 0xcbf29ce484222325ull;
+    snprintf(key, sizeof key, "%s|%" PRIu64 "|%u|%u|%" PRIu64 "|%d|%u|%u",
+             sp->source, sp->seed, sp->interleave, sp->shuffle_buffer,
+             sp->buffer_bytes, sp->on_error, part, j->cfg->replicas);
+    for (const char *c = key; *c; c++)
+        h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
+    snprintf(path, cap, "%s/journal/%s-%016" PRIx64, j->cfg->state_dir,
+             sp->name, h);
+    mkdir(path, 0755);
+    size_t l = strlen(path);
+    snprintf(path + l, cap - l, "/%" PRIu64, epoch);
+    return 1;
+}
+
+/* The table's entry of (epoch, part), or -1 (r->mu held). */
+static ssize_t journal_find(job_res *r, uint64_t epoch, uint32_t part)
+{
+    for (size_t i = 0; i < r->njournals; i++)
+        if (r->journals[i].epoch == epoch && r->journals[i].part == part)
+            return (ssize_t)i;
+    return -1;
+}
+
+/* Room for one more journal (r->mu held): the least recently used one no
+ * feed reads is closed (it is read back from its file when needed again).
+ * 0 when every one is in use. */
+static int journal_room(job_res *r)
+{
+    if (r->njournals < JOURNALS_MAX)
+        return 1;
+    size_t victim = SIZE_MAX;
+    for (size_t i = 0; i < r->njournals; i++)
+        if (r->journals[i].users == 0 &&
+            (victim == SIZE_MAX ||
+             r->journals[i].used < r->journals[victim].used))
+            victim = i;
+    if (victim == SIZE_MAX)
+        return 0;
+    sio_journal_close(r->journals[victim].j);
+    r->journals[victim] = r->journals[--r->njournals];
+    return 1;
+}
+
+/* Add an open journal to the table (r->mu held, room made). */
+static void journal_add_entry(job_res *r, uint64_t epoch, uint32_t part,
+                              sio_journal *jr, unsigned users, int fresh)
+{
+    r->journals[r->njournals].epoch = epoch;
+    r->journals[r->njournals].part = part;
+    r->journals[r->njournals].used = ++r->clock;
+    r->journals[r->njournals].users = users;
+    r->journals[r->njournals].fresh = fresh;
+    r->journals[r->njournals++].j = jr;
+}
+
+/* The journal of (job, epoch), held for one more feed family: open (or
+ * loaded ahead by a planner thread), or opened now. A journal no feed
+ * reads may be closed to make room (without a state_dir its decisions are
+ * then forgotten, see slot->unproven). */
 static sio_journal *job_journal(sc_jobs *j, sc_job *job, uint64_t epoch,
                                 uint32_t part, int *fresh, sio_error *err)
 {
@@ -950,43 +1014,22 @@ static sio_journal *job_journal(sc_jobs *j, sc_job *job, uint64_t epoch,
     sio_journal *jr = NULL;
     *fresh = 0;
     pthread_mutex_lock(&r->mu);
-    for (size_t i = 0; i < r->njournals; i++)
-        if (r->journals[i].epoch == epoch && r->journals[i].part == part) {
-            r->journals[i].used = ++r->clock;
-            r->journals[i].users++;
-            jr = r->journals[i].j;
-            goto out;
-        }
-    if (r->njournals == JOURNALS_MAX) {
-        size_t victim = SIZE_MAX;
-        for (size_t i = 0; i < r->njournals; i++)
-            if (r->journals[i].users == 0 &&
-                (victim == SIZE_MAX ||
-                 r->journals[i].used < r->journals[victim].used))
-                victim = i;
-        if (victim == SIZE_MAX) {
-            snprintf(err->msg, sizeof err->msg,
-                     "more than %u epochs of one job in use", JOURNALS_MAX);
-            goto out;
-        }
-        sio_journal_close(r->journals[victim].j);
-        r->journals[victim] = r->journals[--r->njournals];
+    ssize_t at = journal_find(r, epoch, part);
+    if (at >= 0) {
+        r->journals[at].used = ++r->clock;
+        r->journals[at].users++;
+        *fresh = r->journals[at].fresh;
+        r->journals[at].fresh = 0;
+        jr = r->journals[at].j;
+        goto out;
+    }
+    if (!journal_room(r)) {
+        snprintf(err->msg, sizeof err->msg,
+                 "more than %u epochs of one job in use", JOURNALS_MAX);
+        goto out;
     }
     char path[4096], *pp = NULL;
-    if (j->cfg->state_dir) {
-        const sc_jobspec *sp = &job->spec;
-        char key[1200];
-        uint64_t h = 0xcbf29ce484222325ull;
-        snprintf(key, sizeof key, "%s|%" PRIu64 "|%u|%u|%" PRIu64 "|%d|%u|%u",
-                 sp->source, sp->seed, sp->interleave, sp->shuffle_buffer,
-                 sp->buffer_bytes, sp->on_error, part, j->cfg->replicas);
-        for (const char *c = key; *c; c++)
-            h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
-        snprintf(path, sizeof path, "%s/journal/%s-%016" PRIx64,
-                 j->cfg->state_dir, sp->name, h);
-        mkdir(path, 0755);
-        size_t l = strlen(path);
-        snprintf(path + l, sizeof path - l, "/%" PRIu64, epoch);
+    if (journal_path(j, job, epoch, part, path, sizeof path)) {
         pp = path;
         struct stat st;
         *fresh = stat(path, &st) != 0;
@@ -998,14 +1041,55 @@ static sio_journal *job_journal(sc_jobs *j, sc_job *job, uint64_t epoch,
         jr = NULL;
         goto out;
     }
-    r->journals[r->njournals].epoch = epoch;
-    r->journals[r->njournals].part = part;
-    r->journals[r->njournals].used = ++r->clock;
-    r->journals[r->njournals].users = 1;
-    r->journals[r->njournals++].j = jr;
+    journal_add_entry(r, epoch, part, jr, 1, 0);
 out:
     pthread_mutex_unlock(&r->mu);
     return jr;
+}
+
+/* A planner thread reads (job, epoch, part)'s journal from state_dir with
+ * no lock held, and adds it to the table unused: the new epoch's first
+ * stream, which waited, then finds it there (job_journal). A failure is
+ * kept for the streams that waited. */
+static void journal_preload(sc_jobs *j, sc_job *job, uint64_t epoch,
+                            uint32_t part, int stopping)
+{
+    job_res *r = job->res;
+    sio_journal *jr = NULL, *drop = NULL;
+    sio_error err = {SIO_OK, ""};
+    char path[4096];
+    int fresh = 0, ok = 0;
+    if (!stopping && journal_path(j, job, epoch, part, path, sizeof path)) {
+        struct stat st;
+        fresh = stat(path, &st) != 0;
+        ok = sio_journal_open(path,
+                              r->list ? sio_shardlist_count(r->list) : 0,
+                              &jr, &err) == SIO_OK;
+    }
+    pthread_mutex_lock(&r->mu);
+    for (size_t i = 0; i < r->njloading; i++)
+        if (r->jloading[i].epoch == epoch && r->jloading[i].part == part) {
+            r->jloading[i] = r->jloading[--r->njloading];
+            break;
+        }
+    if (ok && journal_find(r, epoch, part) >= 0) {
+        drop = jr; /* opened meanwhile on another path */
+    } else if (ok && journal_room(r)) {
+        journal_add_entry(r, epoch, part, jr, 0, fresh);
+    } else if (!stopping) {
+        if (ok) {
+            drop = jr;
+            snprintf(err.msg, sizeof err.msg,
+                     "more than %u epochs of one job in use", JOURNALS_MAX);
+        }
+        r->jfail.epoch = epoch;
+        r->jfail.part = part;
+        r->jfail.ms = sio_now_ms();
+        r->jfail.set = 1;
+        snprintf(r->jfail.msg, sizeof r->jfail.msg, "%s", err.msg);
+    }
+    pthread_mutex_unlock(&r->mu);
+    sio_journal_close(drop);
 }
 
 static sio_code slot_open(sc_jobs *j, sc_job *job, uint64_t epoch,
@@ -1435,33 +1519,31 @@ void sc_jobs_stream_abort(sc_jobs *j, sc_binding *b)
 /* A failed plan build is tried again after this long (the indexes may
  * complete meanwhile: the first pass of an epoch builds them). */
 #define PLAN_RETRY_MS 1000u
+/* A journal that failed to load is told to the streams of its epoch for
+ * this long; the next one after asks for a load again. */
+#define JOURNAL_FAIL_MS 1000u
 
-/* A build asked of the planner: the job referenced, the slot pinned
- * (slot->streams) and marked plan_building until it ends. */
+/* Work asked of the planner threads, the job referenced: a plan's build
+ * (slot pinned by slot->streams and marked plan_building until it ends),
+ * or a new epoch's journal read from state_dir (slot NULL). */
 typedef struct plan_req {
     sc_job *job;
     fslot *slot;
+    uint64_t epoch;   /* a journal's */
+    uint32_t part;
     struct plan_req *next;
 } plan_req;
 
-/* Queue the build of slot's plan (job->mu held). 0 when the planner
- * cannot take it (no memory, stopping): the epoch streams from its feed. */
-static int plan_enqueue(sc_jobs *j, sc_job *job, fslot *slot)
+/* Queue r (its job referenced here). 0 when the planner cannot take it
+ * (stopping); r is then the caller's. */
+static int planner_queue(sc_jobs *j, plan_req *r)
 {
-    plan_req *r = malloc(sizeof *r);
-    if (!r)
-        return 0;
     pthread_mutex_lock(&j->plan_mu);
     if (j->plan_stop || !j->nplanners) {
         pthread_mutex_unlock(&j->plan_mu);
-        free(r);
         return 0;
     }
-    job_ref(job);
-    slot->streams++; /* pinned until the build ended */
-    slot->plan_building = 1;
-    r->job = job;
-    r->slot = slot;
+    job_ref(r->job);
     r->next = NULL;
     if (j->plan_tail)
         j->plan_tail->next = r;
@@ -1471,6 +1553,75 @@ static int plan_enqueue(sc_jobs *j, sc_job *job, fslot *slot)
     pthread_cond_signal(&j->plan_work);
     pthread_mutex_unlock(&j->plan_mu);
     return 1;
+}
+
+/* Queue the build of slot's plan (job->mu held). 0 when the planner
+ * cannot take it (no memory, stopping): the epoch streams from its feed. */
+static int plan_enqueue(sc_jobs *j, sc_job *job, fslot *slot)
+{
+    plan_req *r = calloc(1, sizeof *r);
+    if (!r)
+        return 0;
+    r->job = job;
+    r->slot = slot;
+    if (!planner_queue(j, r)) {
+        free(r);
+        return 0;
+    }
+    slot->streams++; /* pinned until the build ended */
+    slot->plan_building = 1;
+    return 1;
+}
+
+/* Before a new epoch's slot is opened on a stream's thread (job->mu
+ * held): is its journal in the table, or can it be read there? 200 when
+ * the slot may be opened now (the journal is open, there is no state_dir,
+ * or a load cannot be queued: it is then read on this thread as before);
+ * SC_JOBS_PLAN_PENDING while a planner thread reads it from state_dir (the
+ * stream waits, suspended, and is opened again); 503 when that read just
+ * failed. */
+static unsigned journal_ready(sc_jobs *j, sc_job *job, uint64_t epoch,
+                              uint32_t part, char *reason, size_t reason_len,
+                              unsigned *retry_after)
+{
+    job_res *r = job->res;
+    unsigned st = 200;
+    if (!j->cfg->state_dir)
+        return 200;
+    pthread_mutex_lock(&r->mu);
+    if (journal_find(r, epoch, part) >= 0)
+        goto out;
+    for (size_t i = 0; i < r->njloading; i++)
+        if (r->jloading[i].epoch == epoch && r->jloading[i].part == part) {
+            st = SC_JOBS_PLAN_PENDING;
+            goto out;
+        }
+    if (r->jfail.set && r->jfail.epoch == epoch && r->jfail.part == part &&
+        sio_now_ms() - r->jfail.ms < JOURNAL_FAIL_MS) {
+        fail(reason, reason_len, "cannot open epoch %" PRIu64 ": %s", epoch,
+             r->jfail.msg);
+        *retry_after = 2;
+        st = 503;
+        goto out;
+    }
+    if (r->njloading == JOURNALS_LOADING_MAX)
+        goto out;
+    plan_req *q = calloc(1, sizeof *q);
+    if (!q)
+        goto out;
+    q->job = job;
+    q->epoch = epoch;
+    q->part = part;
+    if (!planner_queue(j, q)) {
+        free(q);
+        goto out;
+    }
+    r->jloading[r->njloading].epoch = epoch;
+    r->jloading[r->njloading++].part = part;
+    st = SC_JOBS_PLAN_PENDING;
+out:
+    pthread_mutex_unlock(&r->mu);
+    return st;
 }
 
 /* The end of a build (no lock held): its result goes to the slot, the pin
@@ -1530,13 +1681,19 @@ static void *planner_main(void *arg)
             j->plan_tail = NULL;
         int stopping = j->plan_stop;
         pthread_mutex_unlock(&j->plan_mu);
-        sio_error err = {SIO_OK, ""};
-        sio_plan *p = NULL;
-        sio_code rc = SIO_OK;
-        if (!stopping)
-            rc = sio_plan_build(j->io, r->job->res->list, &r->slot->ec,
-                                j->cfg->plan_max_samples, &p, &err);
-        plan_finish(j, r, rc, p, &err);
+        if (!r->slot) {
+            journal_preload(j, r->job, r->epoch, r->part, stopping);
+            sc_job_unref(r->job);
+            free(r);
+        } else {
+            sio_error err = {SIO_OK, ""};
+            sio_plan *p = NULL;
+            sio_code rc = SIO_OK;
+            if (!stopping)
+                rc = sio_plan_build(j->io, r->job->res->list, &r->slot->ec,
+                                    j->cfg->plan_max_samples, &p, &err);
+            plan_finish(j, r, rc, p, &err);
+        }
         pthread_mutex_lock(&j->plan_mu);
         if (j->plan_waker)
             j->plan_waker(j->plan_waker_ud);
@@ -1716,6 +1873,16 @@ unsigned sc_jobs_open_stream(sc_jobs *j, sc_binding *b, const sc_request *req,
     }
     if (!slot) {
         status = check_world(j, req, reason, reason_len);
+        /* The epoch's journal is read from state_dir on a planner thread,
+         * not here (this thread serves other connections, and the server's
+         * and the job's locks are held): the stream waits for it. Nothing
+         * was counted against the epoch bounds yet. */
+        if (!status) {
+            status = journal_ready(j, job, req->epoch, part, reason,
+                                   reason_len, retry_after);
+            if (status == 200)
+                status = 0;
+        }
         if (!status)
             status = feed_admission(j, job, req->epoch, retry_after, reason,
                                     reason_len);

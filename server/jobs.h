@@ -19,9 +19,10 @@
  * wakes when work is queued and every 500 ms for timers), the resolver
  * (resolves job sources, retrying failures with backoff from 1 s to 60 s)
  * and two planners (build epochs' plans in the order they were asked for,
- * so that one long build does not hold back another job's; a stream that needs a plan being built is answered
- * SC_JOBS_PLAN_PENDING and opened again once the planner's waker says a
- * build ended).
+ * so that one long build does not hold back another job's, and read a new
+ * epoch's journal from state_dir for its first stream; a stream that
+ * needs either is answered SC_JOBS_PLAN_PENDING and opened again once the
+ * planner's waker says a piece of work ended).
  *
  * Lock order: registry mutex -> job mutex -> feed mutex (inside libshardio)
  * -> stream mutex -> MHD. The registry mutex is never held while a job
@@ -178,13 +179,14 @@ unsigned sc_jobs_open_stream(sc_jobs *j, sc_binding *b, const sc_request *req,
                              char *reason, size_t reason_len);
 
 /* What sc_jobs_open_stream answers (not an HTTP status) when the epoch's
- * plan is being built on the planner thread: the binding is gone and s is
- * still the caller's, as for an error. The caller waits, off its thread,
+ * plan is being built on a planner thread, or a new epoch's journal is
+ * being read from state_dir there: the binding is gone and s is still the
+ * caller's, as for an error. The caller waits, off its thread,
  * for the waker (sc_jobs_set_plan_waker) and opens the stream again from
  * sc_jobs_stream_begin. */
 #define SC_JOBS_PLAN_PENDING 2u
 
-/* The function the planner calls after every build, with ud (the HTTP
+/* The function the planner calls after every build or journal read, with ud (the HTTP
  * front resumes the requests that waited). Called on the planner thread,
  * with the planner's leaf lock held: it must not call back into the jobs.
  * fn NULL clears it; that returns after a call in progress ended. */

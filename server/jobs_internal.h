@@ -32,7 +32,11 @@
 /* Epoch journals a job keeps open (the least recently used goes; with a
  * state_dir it is read back when needed again). */
 #define JOURNALS_MAX 64u
-/* Planner threads (plans are metadata: CPU only, one core each). */
+/* Journal loads queued for the planner threads at once, per job (more
+ * new epochs' first streams load theirs on their own thread). */
+#define JOURNALS_LOADING_MAX 8u
+/* Planner threads (plans are metadata: CPU only, one core each; they also
+ * read new epochs' journals from state_dir). */
 #define SC_PLANNERS 2u
 
 enum { JOB_RESOLVING = 0, JOB_READY = 1, JOB_FAILED = 2 };
@@ -95,9 +99,25 @@ typedef struct job_res {
         uint64_t epoch, used;
         uint32_t part;         /* replica part (fslot.part) */
         unsigned users;        /* feed families reading it */
+        int fresh;             /* loaded ahead by a planner thread: its
+                                  file was new (told to its first user) */
         sio_journal *j;
     } journals[JOURNALS_MAX];
     size_t njournals;
+    /* Journals being read from state_dir by a planner thread for a new
+     * epoch's first stream (which waits, suspended), and the last load
+     * that failed (told to the streams that waited for it). */
+    struct {
+        uint64_t epoch;
+        uint32_t part;
+    } jloading[JOURNALS_LOADING_MAX];
+    size_t njloading;
+    struct {
+        uint64_t epoch, ms;
+        uint32_t part;
+        int set;
+        char msg[300];
+    } jfail;
     uint64_t clock;
     uint64_t samples;          /* the dataset's good samples once every
                                   shard is indexed (0: not known yet) */

@@ -1,4 +1,4 @@
-"""Streams that wait for their epoch's plan (docs/architecture.md "The
+"""Streams that wait for their epoch's plan or journal (docs/architecture.md "The
 plan").
 
 A plan is built on a planner thread. Until it is built, the streams of
@@ -99,3 +99,30 @@ def test_streams_that_wait_for_a_plan_are_served_from_it(start, server_binary, t
         assert dp["feed_streams"] == before["feed_streams"], "%s %s" % (tag(), dp)
         assert dp["plan_waits"] >= before["plan_waits"] + 1, (
             "%s epoch %d: no stream opening waited for the plan: %s" % (tag(), epoch, dp))
+
+
+def test_a_journal_that_cannot_be_read_answers_503(start, server_binary, tmp_path):
+    """A new epoch's journal is read from state_dir on a planner thread
+    while its first stream waits. When it cannot be read (here a directory
+    stands where its file goes), the streams that waited, and the next
+    ones, get 503 with the reason, and the job's other epochs serve on."""
+    rng = random.Random(SEED + 1)
+    ds = make_random_dataset(str(tmp_path / "ds"), rng.randrange(1 << 30),
+                             [("ustar", 20), ("gnu", 20)], "j")
+    state = str(tmp_path / "state")
+    srv = start("--job", "t", "--source", ds.path, "--state-dir", state,
+                "--prefetch", "false", "--stream-rate-limit", "0",
+                "--rate-limit", "0", "--max-new-epochs-per-minute", "0")
+    st, _, body, complete, _ = fetch(srv, stream_query("t", 0, 0, 1, "frames"))
+    assert st == 200 and complete, (tag(), st, body[:200])
+    jdir = os.path.join(state, "journal")
+    (sub,) = [d for d in os.listdir(jdir) if d.startswith("t-")]
+    os.mkdir(os.path.join(jdir, sub, "3"))
+    for _ in range(3):
+        st, _, body, _, hdrs = fetch(srv, stream_query("t", 3, 0, 1, "frames"))
+        assert st == 503 and b"cannot open epoch 3" in body, (tag(), st, body[:300])
+        assert "retry-after" in hdrs, (tag(), hdrs)
+    st, _, body, complete, _ = fetch(srv, stream_query("t", 2, 0, 1, "tar"))
+    assert st == 200 and complete, (tag(), st, body[:200])
+    got = {s["key"] for s in parse_body("tar", body).samples}
+    assert got == set(ds.by_key), "%s epoch 2: %d of %d samples" % (tag(), len(got), ds.total)
