@@ -962,6 +962,24 @@ static int journal_path(sc_jobs *j, const sc_job *job, uint64_t epoch,
     return 1;
 }
 
+/* Open (job, epoch, part)'s journal: its file under state_dir (*fresh: the
+ * file was not there yet), or one in memory without a state_dir (fresh).
+ * Disk I/O: on a planner thread, or the manager's prefetch. */
+static sio_code journal_open_file(sc_jobs *j, const sc_job *job,
+                                  uint64_t epoch, uint32_t part, int *fresh,
+                                  sio_journal **out, sio_error *err)
+{
+    char path[4096], *pp = NULL;
+    *fresh = 1;
+    if (journal_path(j, job, epoch, part, path, sizeof path)) {
+        struct stat st;
+        pp = path;
+        *fresh = stat(path, &st) != 0;
+    }
+    const sio_shardlist *l = job->res->list;
+    return sio_journal_open(pp, l ? sio_shardlist_count(l) : 0, out, err);
+}
+
 /* The table's entry of (epoch, part), or -1 (r->mu held). */
 static ssize_t journal_find(job_res *r, uint64_t epoch, uint32_t part)
 {
@@ -1028,16 +1046,7 @@ static sio_journal *job_journal(sc_jobs *j, sc_job *job, uint64_t epoch,
                  "more than %u epochs of one job in use", JOURNALS_MAX);
         goto out;
     }
-    char path[4096], *pp = NULL;
-    if (journal_path(j, job, epoch, part, path, sizeof path)) {
-        pp = path;
-        struct stat st;
-        *fresh = stat(path, &st) != 0;
-    } else {
-        *fresh = 1;
-    }
-    if (sio_journal_open(pp, r->list ? sio_shardlist_count(r->list) : 0,
-                         &jr, err) != SIO_OK) {
+    if (journal_open_file(j, job, epoch, part, fresh, &jr, err) != SIO_OK) {
         jr = NULL;
         goto out;
     }
@@ -1057,15 +1066,9 @@ static void journal_preload(sc_jobs *j, sc_job *job, uint64_t epoch,
     job_res *r = job->res;
     sio_journal *jr = NULL, *drop = NULL;
     sio_error err = {SIO_OK, ""};
-    char path[4096];
-    int fresh = 0, ok = 0;
-    if (!stopping && journal_path(j, job, epoch, part, path, sizeof path)) {
-        struct stat st;
-        fresh = stat(path, &st) != 0;
-        ok = sio_journal_open(path,
-                              r->list ? sio_shardlist_count(r->list) : 0,
-                              &jr, &err) == SIO_OK;
-    }
+    int fresh = 0;
+    int ok = !stopping && journal_open_file(j, job, epoch, part, &fresh, &jr,
+                                            &err) == SIO_OK;
     pthread_mutex_lock(&r->mu);
     for (size_t i = 0; i < r->njloading; i++)
         if (r->jloading[i].epoch == epoch && r->jloading[i].part == part) {
@@ -1574,20 +1577,21 @@ static int plan_enqueue(sc_jobs *j, sc_job *job, fslot *slot)
 }
 
 /* Before a new epoch's slot is opened on a stream's thread (job->mu
- * held): is its journal in the table, or can it be read there? 200 when
- * the slot may be opened now (the journal is open, there is no state_dir,
- * or a load cannot be queued: it is then read on this thread as before);
- * SC_JOBS_PLAN_PENDING while a planner thread reads it from state_dir (the
- * stream waits, suspended, and is opened again); 503 when that read just
- * failed. */
+ * held): is its journal in the table, or can it be read there? 0 when the
+ * slot may be opened now (the journal is open, there is no state_dir, or
+ * the planner cannot take a load: out of memory, stopping; it is then read
+ * on this thread as before); SC_JOBS_PLAN_PENDING while a planner thread
+ * reads it from state_dir, or while JOURNALS_LOADING_MAX other loads of
+ * the job are queued (the stream waits, suspended, and is opened again
+ * when one ends); 503 when that read just failed. */
 static unsigned journal_ready(sc_jobs *j, sc_job *job, uint64_t epoch,
                               uint32_t part, char *reason, size_t reason_len,
                               unsigned *retry_after)
 {
     job_res *r = job->res;
-    unsigned st = 200;
+    unsigned st = 0;
     if (!j->cfg->state_dir)
-        return 200;
+        return 0;
     pthread_mutex_lock(&r->mu);
     if (journal_find(r, epoch, part) >= 0)
         goto out;
@@ -1604,8 +1608,10 @@ static unsigned journal_ready(sc_jobs *j, sc_job *job, uint64_t epoch,
         st = 503;
         goto out;
     }
-    if (r->njloading == JOURNALS_LOADING_MAX)
+    if (r->njloading == JOURNALS_LOADING_MAX) {
+        st = SC_JOBS_PLAN_PENDING;
         goto out;
+    }
     plan_req *q = calloc(1, sizeof *q);
     if (!q)
         goto out;
@@ -1656,7 +1662,10 @@ static void plan_finish(sc_jobs *j, plan_req *r, sio_code rc, sio_plan *p,
         SC_LOG(SIO_LOG_DEBUG,
                "event=plan_unavailable job=%s epoch=%" PRIu64
                " reason=\"%s\"", job->spec.name, slot->epoch,
-               rc ? err->msg : p ? "a shard changed" : "server stopping");
+               rc          ? err->msg
+               : !p        ? "server stopping"
+               : job->removed ? "the job was removed"
+                              : "a shard changed");
     }
     pthread_mutex_unlock(&job->mu);
     sc_job_unref(job);
@@ -1877,12 +1886,9 @@ unsigned sc_jobs_open_stream(sc_jobs *j, sc_binding *b, const sc_request *req,
          * not here (this thread serves other connections, and the server's
          * and the job's locks are held): the stream waits for it. Nothing
          * was counted against the epoch bounds yet. */
-        if (!status) {
+        if (!status)
             status = journal_ready(j, job, req->epoch, part, reason,
                                    reason_len, retry_after);
-            if (status == 200)
-                status = 0;
-        }
         if (!status)
             status = feed_admission(j, job, req->epoch, retry_after, reason,
                                     reason_len);
@@ -1923,9 +1929,7 @@ unsigned sc_jobs_open_stream(sc_jobs *j, sc_binding *b, const sc_request *req,
         }
     }
     status = plan_stream(j, job, slot, req, s, b, reason, reason_len);
-    if (status == SC_JOBS_PLAN_PENDING)
-        goto out;
-    if (status > 1)
+    if (status > 1) /* an error, or SC_JOBS_PLAN_PENDING */
         goto out;
     if (job->removed) {
         fail(reason, reason_len, "unknown job");

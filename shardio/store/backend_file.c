@@ -45,7 +45,6 @@ static int file_matches(const char *url)
     return strstr(url, "://") == NULL;
 }
 
-
 /* Local path of url into buf: file:///p and file://localhost/p are /p with
  * %XX decoded; anything else is a plain path taken verbatim. */
 static sio_code to_path(const char *url, char *buf, size_t len, sio_error *err)

@@ -522,24 +522,36 @@ sio_code sio_index_open(const sio_index_config *cfg, sio_index **out,
     return SIO_OK;
 }
 
-static void entry_free(sio_index_entry *e)
+/* An index file being written for e is given up: closed and removed. */
+static void tmp_discard(sio_index_entry *e)
 {
-    if (e->tmp) {
-        char tmp[4200];
-        fclose(e->tmp);
-        if (e->x->dir &&
-            snprintf(tmp, sizeof tmp, "%s/%s.scidx.tmp", e->x->dir, e->hash) <
-                (int)sizeof tmp)
-            unlink(tmp);
-    }
-    pthread_mutex_destroy(&e->mu);
-    free(e->g);
-    while (e->retired) {
-        struct retired *r = e->retired;
-        e->retired = r->next;
+    char tmp[4200];
+    if (!e->tmp)
+        return;
+    fclose(e->tmp);
+    e->tmp = NULL;
+    if (e->x->dir && snprintf(tmp, sizeof tmp, "%s/%s.scidx.tmp", e->x->dir,
+                              e->hash) < (int)sizeof tmp)
+        unlink(tmp);
+}
+
+/* Group arrays dropped while views read them, freed. */
+static void retired_free(struct retired *r)
+{
+    while (r) {
+        struct retired *next = r->next;
         free(r->g);
         free(r);
+        r = next;
     }
+}
+
+static void entry_free(sio_index_entry *e)
+{
+    tmp_discard(e);
+    pthread_mutex_destroy(&e->mu);
+    free(e->g);
+    retired_free(e->retired);
     free(e->url);
     free(e->path);
     free(e);
@@ -1101,7 +1113,7 @@ static void entry_clear(sio_index_entry *e)
     atomic_fetch_add(&x->dropped, 1);
     if (e->views && e->g) {
         /* Views still read it: freed when the last one closes (without
-         * memory for the note, it is kept until the entry goes). */
+         * memory for the note it is leaked, never freed under a reader). */
         struct retired *r = malloc(sizeof *r);
         if (r) {
             r->g = e->g;
@@ -1153,14 +1165,7 @@ int sio_index_refresh(sio_index_entry *e)
             " size=%" PRIu64 "/%" PRIu64 " reason=\"the shard file changed "
             "since it was indexed: indexed again by the next read\"",
             e->hash, e->n, e->size, size);
-    if (e->tmp) {
-        char tmp[4200];
-        fclose(e->tmp);
-        e->tmp = NULL;
-        if (x->dir && snprintf(tmp, sizeof tmp, "%s/%s.scidx.tmp", x->dir,
-                               e->hash) < (int)sizeof tmp)
-            unlink(tmp);
-    }
+    tmp_discard(e);
     entry_clear(e);
     e->deferred = 0;
     atomic_store(&e->settled, 1);
@@ -1346,12 +1351,7 @@ void sio_index_view_close(sio_index_entry *e, sio_index_view *v)
         e->retired = NULL;
     }
     pthread_mutex_unlock(&e->mu);
-    while (free_list) {
-        struct retired *r = free_list;
-        free_list = r->next;
-        free(r->g);
-        free(r);
-    }
+    retired_free(free_list);
     memset(v, 0, sizeof *v);
 }
 

@@ -44,8 +44,11 @@ def read_world(srv, job, epoch, fmt):
         results[r] = fetch(srv, stream_query(job, epoch, r, WORLD, fmt))
 
     def prober():
-        while not done.is_set():
+        # at least once, however late this thread runs
+        while True:
             health.append(request(srv, "/healthz")[0])
+            if done.is_set():
+                break
 
     ts = [threading.Thread(target=consumer, args=(r,)) for r in range(WORLD)]
     pt = threading.Thread(target=prober)
