@@ -723,6 +723,38 @@ sio_code sio_epoch_order_each(sio_io *io, const sio_shardlist *list,
                               size_t *n, sio_error *err);
 
 /*
+ * The same order kept open: Y from position `from`, produced by
+ * sio_order_next as far as the indexes reach and continued from there by
+ * the next call once they reach further (a plan that grows while its
+ * shards are indexed). sio_order_next hands at most max items to fn (item
+ * i of a call is the call's i-th) and returns SIO_OK (fewer than max: the
+ * epoch ended, sio_order_done says 1), SIO_ERR_AGAIN where the indexes or
+ * the journal do not decide the next item yet (a shard the order opened is
+ * indexed only so far: index it, or record its end in the journal, and
+ * call again), or another code with err's reason: the epoch fails there
+ * (on_error=fail, a bad sample under fail). One thread at a time.
+ */
+typedef struct sio_order sio_order;
+sio_code sio_order_open(sio_io *io, const sio_shardlist *list,
+                        const sio_epoch_config *cfg, uint64_t from,
+                        sio_order **out, sio_error *err);
+sio_code sio_order_next(sio_order *o, size_t max, sio_order_fn fn, void *ud,
+                        size_t *n, sio_error *err);
+int sio_order_done(const sio_order *o);
+/* Take no group of a shard before fn(ud, shard) says 1 (its index is
+ * what the caller decided to rely on: others may be filling it
+ * meanwhile); until then the order stops there with SIO_ERR_AGAIN. Asked
+ * until it says 1 once per shard the order opens. */
+void sio_order_set_gate(sio_order *o, int (*fn)(void *ud, uint32_t shard),
+                        void *ud);
+/* The shards the order reads next, in the order it needs them: those
+ * open in its slots, then the next ones of its permutation (at most max
+ * written to shards; list indexes, a shard may repeat under resampling). */
+size_t sio_order_shards_ahead(const sio_order *o, uint32_t *shards,
+                              size_t max);
+void sio_order_close(sio_order *o);
+
+/*
  * An epoch of one sample: sample i of the dataset's unshuffled order (the
  * shard list in order, each shard's good samples in tar order), emitted
  * with global_index i. Shards before it that are not indexed yet are read

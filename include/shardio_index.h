@@ -271,6 +271,15 @@ sio_code sio_index_build(sio_io *io, const char *url, uint32_t index,
                          const sio_shard_limits *limits, sio_index_entry *e,
                          sio_error *err);
 
+/* The same, and *reached (may be NULL) is the number of groups read
+ * before the shard ended or failed: where a failed shard ends for the
+ * epoch's journal, as an epoch's reader would have found it. Bad samples
+ * are logged to log (NULL: not) as an epoch's reader logs them. */
+sio_code sio_index_build_to(sio_io *io, const char *url, uint32_t index,
+                            const sio_shard_limits *limits,
+                            sio_index_entry *e, const sio_logger *log,
+                            uint64_t *reached, sio_error *err);
+
 /* Path of the entry's persisted file (valid while the index lives), or
  * NULL when memory only or not complete yet. */
 const char *sio_index_entry_path(sio_index_entry *e);

@@ -89,10 +89,54 @@ sio_code sio_plan_build(sio_io *io, const sio_shardlist *list,
 sio_code sio_plan_possible(sio_io *io, const sio_shardlist *list,
                            const sio_epoch_config *cfg, sio_error *err);
 
+/*
+ * A plan that grows: Y produced as far as the shards indexed so far
+ * decide it, for an epoch whose shards are not all indexed yet (the first
+ * pass over a dataset). The order engine runs over the indexes and stops
+ * where a shard it opened is not indexed; sio_plan_grow indexes the next
+ * shards the order needs (reading them once, in the order the interleave
+ * opens them), journals the end of a shard whose read fails (on_error
+ * skip: the decision every reader of the epoch follows, as the streaming
+ * path records it) and extends Y. Readers read the items published so
+ * far and wait (sio_planread_set_notify) at the end of them.
+ *
+ * sio_plan_start: SIO_ERR_UNSUPPORTED when the epoch cannot grow a plan
+ * (a shard not readable in place, compressed, a zip, a mixed epoch,
+ * on_error=fail, no journal); the plan starts empty. sio_plan_grow is one
+ * step, run by one thread at a time: SIO_ERR_AGAIN when there is more to
+ * do (call again), SIO_ERR_BUSY when it is far enough ahead of its
+ * readers (a reader that comes near calls the kick set by
+ * sio_plan_set_kick, then call again), SIO_OK when the plan is complete or
+ * failed (nothing more to do; sio_plan_failed says which). A plan that
+ * failed stops at the items it published: readers that reach its end get
+ * SIO_ERR_CHANGED with the reason (the epoch goes on elsewhere); one
+ * that grows past max_samples items (0: SIO_PLAN_ITEMS_MAX) stops there.
+ */
+sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
+                        const sio_epoch_config *cfg, uint64_t max_samples,
+                        sio_plan **out, sio_error *err);
+sio_code sio_plan_grow(sio_plan *p, sio_error *err);
+/* fn(ud) asks for the next sio_plan_grow of a parked plan; it is called
+ * with no lock of the plan held, on a reader's thread. NULL: none (set it
+ * to NULL before ud goes). */
+void sio_plan_set_kick(sio_plan *p, void (*fn)(void *ud), void *ud);
+/* How far (samples of Y) a growing plan's steps run ahead of its
+ * furthest reader before they park (default: 4 x the shuffle buffer, at
+ * least 65,536); a reader within half of it of the end kicks. Set it
+ * before the first step. */
+void sio_plan_set_ahead(sio_plan *p, uint64_t samples);
+/* Stop a growing plan where it is (its readers fail at its end with
+ * reason). Nothing for a complete plan. */
+void sio_plan_abandon(sio_plan *p, const char *reason);
+/* 1 (and the reason) when a growing plan stopped short. */
+int sio_plan_failed(const sio_plan *p, char *msg, size_t len);
+/* 1 once Y is complete (a built plan always). */
+int sio_plan_complete(const sio_plan *p);
+
 void sio_plan_ref(sio_plan *p);
 void sio_plan_unref(sio_plan *p);
 
-/* N, the number of samples of Y. */
+/* N, the number of samples of Y (of a growing plan: published so far). */
 uint64_t sio_plan_count(const sio_plan *p);
 /* The bad samples (SIO_INDEX_GROUP_BAD groups, up to the journal's cut)
  * of the shards Y draws from: what the epoch's feed would have counted as
@@ -142,7 +186,9 @@ sio_code sio_planread_open(sio_io *io, const sio_shardlist *list,
  * bytes lie (ext[i].fd >= 0: in that file at that offset, and the field's
  * data pointer is NULL): the caller reads them (sio_planread_pread) and
  * then calls sio_planread_verify before it hands them on.
- * SIO_ERR_CHANGED: a shard changed, shrank or vanished under the plan,
+ * SIO_ERR_AGAIN: a growing plan has not decided it yet (set_notify),
+ * SIO_ERR_CHANGED: a shard changed, shrank or vanished under the plan, or
+ * a growing plan stopped short of it,
  * SIO_ERR_BUSY: the process is out of file descriptors (the plan is
  * still good: come back later), SIO_ERR_UNSUPPORTED: a shard is not
  * local (not a file, not in the cache), other codes: the shard could not
@@ -151,6 +197,13 @@ sio_code sio_planread_open(sio_io *io, const sio_shardlist *list,
  */
 sio_code sio_planread_next(sio_planread *r, const sio_sample **out,
                            const sio_extent **ext);
+/* A growing plan's reader: sio_planread_next says SIO_ERR_AGAIN while
+ * the share's next sample is not decided yet, and fn(ud) is called once
+ * when the plan grew or ended after that (on the builder's thread, with
+ * the plan's lock held: it must only note the wake-up). Without a notify
+ * the caller polls. */
+void sio_planread_set_notify(sio_planread *r, void (*fn)(void *ud),
+                             void *ud);
 /* Read n bytes of an extent (fd and offset from sio_planread_next) into
  * buf: SIO_OK, or SIO_ERR_CHANGED when the file ended early or a shard
  * cache entry's bytes failed their block check (the entry is dropped;

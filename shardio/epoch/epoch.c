@@ -119,6 +119,7 @@ typedef struct reader {
     uint64_t ixgen;          /* ... of this generation (sio_index_info) */
     uint64_t open_group;     /* the group it was last opened at */
     int ixwrong;             /* ended because that index was wrong */
+    int gate_ok;             /* meta: the order's gate let its shard in */
 } reader;
 
 /* A buffer entry of meta mode: a sample known only by its place. */
@@ -212,6 +213,11 @@ struct sio_epoch {
     uint32_t sub_threads;   /* read_threads of the epoch's config */
     struct rpool *pool;     /* the sources' reader threads (owned) */
     sio_rng mrng;
+
+    /* A persistent order's gate (sio_order_set_gate): meta mode takes no
+     * group of a shard it has not let in. */
+    int (*gate)(void *ud, uint32_t shard);
+    void *gate_ud;
 };
 
 /*
@@ -1418,6 +1424,11 @@ static sio_code meta_take(sio_epoch *ep, reader *r, const sio_sample **out,
     *out = NULL;
     if (!e)
         return SIO_ERR_AGAIN;
+    if (ep->gate && !r->gate_ok) {
+        if (!ep->gate(ep->gate_ud, r->idx))
+            return SIO_ERR_AGAIN;
+        r->gate_ok = 1;
+    }
     if (ep->cfg.journal && !sio_journal_cut(ep->cfg.journal, r->idx, &cut))
         cut = UINT64_MAX;
     /* A complete index is read through a view (no lock per group) while
@@ -1975,53 +1986,122 @@ sio_code sio_epoch_order(sio_io *io, const sio_shardlist *list,
                                 n, err);
 }
 
-sio_code sio_epoch_order_each(sio_io *io, const sio_shardlist *list,
-                              const sio_epoch_config *cfg, uint64_t from,
-                              size_t max, sio_order_fn fn, void *ud,
-                              size_t *n, sio_error *err)
+/* A persistent order over metadata: a meta-mode epoch that keeps its
+ * state (slots, buffer, PRNG) between calls, so that Y is produced as far
+ * as the indexes reach and continued when they reach further. */
+struct sio_order {
+    sio_epoch *ep;
+    int done;
+};
+
+sio_code sio_order_open(sio_io *io, const sio_shardlist *list,
+                        const sio_epoch_config *cfg, uint64_t from,
+                        sio_order **out, sio_error *err)
 {
-    sio_epoch *ep = NULL;
     sio_epoch_config c = *cfg;
     sio_code rc;
-    *n = 0;
+    *out = NULL;
     if (!cfg->index)
         return sio_seterr(err, SIO_ERR_UNSUPPORTED, "no shard indexes");
     if (cfg->nmix)
         return sio_seterr(err, SIO_ERR_UNSUPPORTED,
                           "the order of a mixed epoch is not computed from "
                           "indexes");
+    sio_order *o = calloc(1, sizeof *o);
+    if (!o)
+        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
     c.read_threads = 0;
-    rc = epoch_new(io, list, &c, &ep, err);
-    if (rc)
+    rc = epoch_new(io, list, &c, &o->ep, err);
+    if (rc) {
+        free(o);
         return rc;
-    ep->meta = 1;
-    rc = meta_run(ep, from, err);
-    while (rc == SIO_OK && *n < max) {
+    }
+    o->ep->meta = 1;
+    rc = meta_run(o->ep, from, err);
+    if (rc) {
+        sio_order_close(o);
+        return rc;
+    }
+    *out = o;
+    return SIO_OK;
+}
+
+sio_code sio_order_next(sio_order *o, size_t max, sio_order_fn fn, void *ud,
+                        size_t *n, sio_error *err)
+{
+    sio_epoch *ep = o->ep;
+    sio_code rc = SIO_OK;
+    *n = 0;
+    while (*n < max && !o->done) {
         if (ep->qlen == 0) {
             rc = advance(ep);
-            if (rc == SIO_ERR_AGAIN) {
-                rc = sio_seterr(err, rc, "order known up to %" PRIu64,
-                                from + *n);
+            if (rc == SIO_ERR_AGAIN)
+                return sio_seterr(err, rc, "order known up to %" PRIu64,
+                                  ep->emitted);
+            if (rc)
+                return sio_seterr(err, rc, "%s", ep->err);
+            if (ep->qlen == 0) {
+                o->done = 1;
                 break;
             }
-            if (rc) {
-                rc = sio_seterr(err, rc, "%s", ep->err);
-                break;
-            }
-            if (ep->qlen == 0)
-                break;
         }
         const sio_sample *s = outq_pop(ep);
         sio_order_item it = {s->shard_index, s->index_in_shard};
         ent_drop(ep, s);
-        sio_code frc = fn(ud, *n, &it);
-        if (frc) {
-            rc = frc;
-            break;
-        }
+        rc = fn(ud, *n, &it);
+        if (rc)
+            return rc;
         (*n)++;
     }
-    sio_epoch_close(ep);
+    return SIO_OK;
+}
+
+void sio_order_set_gate(sio_order *o, int (*fn)(void *ud, uint32_t shard),
+                        void *ud)
+{
+    o->ep->gate = fn;
+    o->ep->gate_ud = ud;
+}
+
+int sio_order_done(const sio_order *o)
+{
+    return o->done;
+}
+
+size_t sio_order_shards_ahead(const sio_order *o, uint32_t *shards,
+                              size_t max)
+{
+    const sio_epoch *ep = o->ep;
+    size_t n = 0;
+    if (ep->started)
+        for (uint32_t s = 0; s < ep->cfg.interleave && n < max; s++)
+            if (ep->slots[s])
+                shards[n++] = ep->slots[s]->idx;
+    for (size_t p = ep->next_shard; p < ep->nshards && n < max; p++)
+        shards[n++] = ep->perm[p];
+    return n;
+}
+
+void sio_order_close(sio_order *o)
+{
+    if (!o)
+        return;
+    sio_epoch_close(o->ep);
+    free(o);
+}
+
+sio_code sio_epoch_order_each(sio_io *io, const sio_shardlist *list,
+                              const sio_epoch_config *cfg, uint64_t from,
+                              size_t max, sio_order_fn fn, void *ud,
+                              size_t *n, sio_error *err)
+{
+    sio_order *o = NULL;
+    *n = 0;
+    sio_code rc = sio_order_open(io, list, cfg, from, &o, err);
+    if (rc)
+        return rc;
+    rc = sio_order_next(o, max, fn, ud, n, err);
+    sio_order_close(o);
     return rc;
 }
 

@@ -17,7 +17,9 @@
 #include "shardio_plan.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -27,6 +29,7 @@
 #include "plan/plan_int.h"
 #include "shardio_cache.h"
 #include "store/store_int.h"
+#include "tar/tarparse.h"
 
 static uint64_t mono_ns(void)
 {
@@ -151,18 +154,104 @@ sio_code sio_plan_possible(sio_io *io, const sio_shardlist *list,
     return rc;
 }
 
-/* Bad groups of the shards the n items draw from, each shard once, up
- * to the journal's cut. */
-static uint64_t bad_groups(const sio_epoch_config *cfg,
-                           sio_index_entry **ents, size_t total,
-                           const sio_plan_item *items, uint64_t n)
+/* Room for item i (the next one): its chunk, and the chunk's directory
+ * block, allocated when it starts one. NULL when memory ran out. */
+static sio_plan_item *item_slot(sio_plan *p, uint64_t i)
+{
+    size_t t = (size_t)(i >> (PLAN_CHUNK_BITS + PLAN_DIR_BITS));
+    size_t d = (size_t)((i >> PLAN_CHUNK_BITS) & (PLAN_DIR - 1));
+    if (i >= SIO_PLAN_ITEMS_MAX)
+        return NULL;
+    if (!p->top[t]) {
+        p->top[t] = calloc(PLAN_DIR, sizeof *p->top[t]);
+        if (!p->top[t])
+            return NULL;
+        p->item_bytes += PLAN_DIR * sizeof *p->top[t];
+    }
+    if (!p->top[t][d]) {
+        /* A plan of known length takes no more than its items. */
+        uint64_t base = i & ~(PLAN_CHUNK - 1), k = PLAN_CHUNK;
+        if (p->length_hint && p->length_hint - base < k)
+            k = p->length_hint - base;
+        p->top[t][d] = malloc((size_t)k * sizeof *p->top[t][d]);
+        if (!p->top[t][d])
+            return NULL;
+        p->item_bytes += (size_t)k * sizeof *p->top[t][d];
+    }
+    return &p->top[t][d][i & (PLAN_CHUNK - 1)];
+}
+
+static void items_free(sio_plan *p)
+{
+    for (size_t t = 0; t < PLAN_TOP; t++) {
+        if (!p->top[t])
+            continue;
+        for (size_t d = 0; d < PLAN_DIR; d++)
+            free(p->top[t][d]);
+        free(p->top[t]);
+        p->top[t] = NULL;
+    }
+}
+
+/* Filling a plan's items as the order decides them (sio_order_next):
+ * each element of Y with its byte range, size and key hash from the
+ * shard's index, read through a view where the index is complete, else
+ * (a shard the journal cut short) group by group. */
+typedef struct fill_ctx {
+    sio_plan *p;
+    uint64_t base;    /* Y's index of the call's item 0 */
+    uint64_t max;     /* items Y may have */
+    const sio_index_view *views;
+    sio_index_entry **ents;
+    size_t total;
+    sio_error *err;
+} fill_ctx;
+
+static sio_code fill_item(void *ud, uint64_t i, const sio_order_item *it)
+{
+    fill_ctx *c = ud;
+    uint32_t s = it->shard;
+    uint64_t y = c->base + i;
+    sio_index_group g;
+    int known = 0;
+    if (s < c->total && c->ents[s] && it->group <= UINT32_MAX) {
+        if (c->views[s].open)
+            known = it->group < c->views[s].n &&
+                    ((g = c->views[s].g[it->group]), 1);
+        else
+            known = sio_index_group_get(c->ents[s], it->group, &g);
+    }
+    if (y >= c->max)
+        return sio_seterr(c->err, SIO_ERR_LIMIT,
+                          "the epoch has more than the plan's limit of "
+                          "%" PRIu64 " samples", c->max);
+    if (!known || (g.flags & SIO_INDEX_GROUP_BAD) || g.end <= g.offset)
+        return sio_seterr(c->err, SIO_ERR_CHANGED,
+                          "Y[%" PRIu64 "] (shard %" PRIu32 " group %" PRIu64
+                          ") is not a good indexed group", y, s, it->group);
+    sio_plan_item *dst = item_slot(c->p, y);
+    if (!dst)
+        return sio_seterr(c->err, SIO_ERR_NOMEM, "out of memory");
+    *dst = (sio_plan_item){.offset = g.offset,
+                           .end = g.end,
+                           .bytes = g.bytes,
+                           .shard = s,
+                           .group = (uint32_t)it->group,
+                           .keyhash = g.keyhash};
+    return SIO_OK;
+}
+
+/* Bad groups of the shards the first n items draw from, each shard
+ * once, up to the journal's cut. */
+static uint64_t bad_groups(const sio_plan *p, const sio_epoch_config *cfg,
+                           sio_index_entry **ents, size_t total, uint64_t n)
 {
     unsigned char *seen = calloc(total ? total : 1, 1);
     uint64_t bad = 0;
     if (!seen)
         return 0;
     for (uint64_t i = 0; i < n; i++) {
-        uint32_t s = items[i].shard;
+        uint32_t s = plan_item(p, i)->shard;
         if (s >= total || seen[s] || !ents[s])
             continue;
         seen[s] = 1;
@@ -176,38 +265,23 @@ static uint64_t bad_groups(const sio_epoch_config *cfg,
     return bad;
 }
 
-/* Filling a plan's items as the order decides them (sio_epoch_order_each):
- * each element of Y with its byte range, size and key hash from the
- * shard's index, read through a view. */
-typedef struct fill_ctx {
-    sio_plan_item *items;
-    uint64_t n;
-    const sio_index_view *views;
-    sio_index_entry **ents;
-    size_t total;
-    sio_error *err;
-} fill_ctx;
-
-static sio_code fill_item(void *ud, uint64_t i, const sio_order_item *it)
+static sio_plan *plan_new(size_t total)
 {
-    fill_ctx *c = ud;
-    uint32_t s = it->shard;
-    sio_index_group g;
-    if (i >= c->n || s >= c->total || !c->ents[s] ||
-        it->group > UINT32_MAX || it->group >= c->views[s].n ||
-        ((g = c->views[s].g[it->group]).flags & SIO_INDEX_GROUP_BAD) ||
-        g.end <= g.offset)
-        return sio_seterr(c->err, SIO_ERR_CHANGED,
-                          "Y[%" PRIu64 "] (shard %" PRIu32 " group %" PRIu64
-                          ") is not a good indexed group", i, s, it->group);
-    c->items[i] = (sio_plan_item){.offset = g.offset,
-                                  .end = g.end,
-                                  .bytes = g.bytes,
-                                  .shard = s,
-                                  .group = (uint32_t)it->group,
-                                  .keyhash = g.keyhash};
-    return SIO_OK;
+    sio_plan *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->files = calloc(total ? total : 1, sizeof *p->files);
+    if (!p->files) {
+        free(p);
+        return NULL;
+    }
+    p->nfiles = total;
+    atomic_init(&p->refs, 1);
+    pthread_mutex_init(&p->mu, NULL);
+    return p;
 }
+
+static void plan_free(sio_plan *p);
 
 sio_code sio_plan_build(sio_io *io, const sio_shardlist *list,
                         const sio_epoch_config *cfg, uint64_t max_samples,
@@ -227,14 +301,11 @@ sio_code sio_plan_build(sio_io *io, const sio_shardlist *list,
         return rc;
     size_t total = sio_shardlist_count(list);
     ents = calloc(total ? total : 1, sizeof *ents);
-    p = calloc(1, sizeof *p);
-    if (p)
-        p->files = calloc(total ? total : 1, sizeof *p->files);
-    if (!ents || !p || !p->files) {
+    p = plan_new(total);
+    if (!ents || !p) {
         rc = sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
         goto out;
     }
-    p->nfiles = total;
     rc = check_shards(io, list, cfg, ents, p->files, err);
     if (rc)
         goto out;
@@ -251,9 +322,9 @@ sio_code sio_plan_build(sio_io *io, const sio_shardlist *list,
                         "limit", n);
         goto out;
     }
-    p->items = malloc((n ? n : 1) * sizeof *p->items);
+    p->length_hint = n;
     views = calloc(total ? total : 1, sizeof *views);
-    if (!p->items || !views) {
+    if (!views) {
         rc = sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
         goto out;
     }
@@ -264,7 +335,7 @@ sio_code sio_plan_build(sio_io *io, const sio_shardlist *list,
                             "shard %zu's index was dropped meanwhile", i);
             goto out;
         }
-    fill_ctx fc = {p->items, n, views, ents, total, err};
+    fill_ctx fc = {p, 0, n, views, ents, total, err};
     rc = sio_epoch_order_each(io, list, cfg, 0, (size_t)n, fill_item, &fc,
                               &got, err);
     if (rc)
@@ -281,18 +352,14 @@ sio_code sio_plan_build(sio_io *io, const sio_shardlist *list,
                             "shard %zu's index was dropped meanwhile", i);
             goto out;
         }
-    p->n = n;
-    p->skipped = bad_groups(cfg, ents, total, p->items, n);
-    atomic_init(&p->refs, 1);
+    p->skipped = bad_groups(p, cfg, ents, total, n);
+    atomic_store_explicit(&p->n, n, memory_order_release);
+    atomic_store(&p->complete, 1);
     p->build_ns = mono_ns() - t0;
     *out = p;
     p = NULL;
 out:
-    if (p) {
-        free(p->items);
-        free(p->files);
-    }
-    free(p);
+    plan_free(p);
     for (size_t i = 0; views && i < total; i++)
         sio_index_view_close(ents[i], &views[i]);
     free(views);
@@ -309,35 +376,481 @@ void sio_plan_unref(sio_plan *p)
 {
     if (!p)
         return;
-    if (atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) == 1) {
-        free(p->items);
-        free(p->files);
-        free(p);
-    }
+    if (atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) == 1)
+        plan_free(p);
 }
 
 uint64_t sio_plan_count(const sio_plan *p)
 {
-    return p->n;
+    return atomic_load_explicit(&p->n, memory_order_acquire);
+}
+
+int sio_plan_complete(const sio_plan *p)
+{
+    return atomic_load(&p->complete);
 }
 
 uint64_t sio_plan_skipped(const sio_plan *p)
 {
-    return p->skipped;
+    return atomic_load(&p->complete) ? p->skipped : 0;
 }
 
 const sio_plan_item *sio_plan_item_at(const sio_plan *p, uint64_t i)
 {
-    return i < p->n ? &p->items[i] : NULL;
+    return i < sio_plan_count(p) ? plan_item(p, i) : NULL;
 }
 
 size_t sio_plan_memory(const sio_plan *p)
 {
-    return sizeof *p + (size_t)p->n * sizeof *p->items +
-           p->nfiles * sizeof *p->files;
+    return sizeof *p + p->item_bytes + p->nfiles * sizeof *p->files;
 }
 
 uint64_t sio_plan_build_ns(const sio_plan *p)
 {
     return p->build_ns;
+}
+
+/* ------------------------------------------------------------------ */
+/* A plan that grows while its shards are indexed                        */
+
+/* Shards one step indexes at most (beyond those the order waits on). */
+#define GROW_STEP_SHARDS 4u
+/* A shard whose read fails for a reason that may pass (an I/O error) is
+ * read again this many times before its end is journaled. */
+#define GROW_READ_TRIES 3u
+
+typedef struct plan_grow {
+    sio_io *io;
+    const sio_shardlist *list;
+    sio_epoch_config cfg;
+    sio_order *o;
+    size_t total;
+    sio_index_entry **ents; /* by list index: set once the shard is ready */
+    sio_index_view *views;  /* open where the index is complete */
+    unsigned char *ready;   /* the order can take the shard as it is */
+    uint32_t *ahead;
+    size_t ahead_cap;
+    uint64_t made;          /* items written (published or not) */
+    uint64_t max;           /* items Y may have in the plan */
+    uint64_t ahead_bound;   /* items it makes ahead of its readers */
+    uint64_t t0;
+} plan_grow;
+
+static void grow_free(plan_grow *g)
+{
+    if (!g)
+        return;
+    for (size_t i = 0; g->views && i < g->total; i++)
+        if (g->ents[i])
+            sio_index_view_close(g->ents[i], &g->views[i]);
+    sio_order_close(g->o);
+    free(g->ents);
+    free(g->views);
+    free(g->ready);
+    free(g->ahead);
+    free(g);
+}
+
+static void plan_free(sio_plan *p)
+{
+    if (!p)
+        return;
+    grow_free(p->g);
+    items_free(p);
+    free(p->files);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}
+
+/* Wake every waiting reader (mu held). */
+static void wake_all(sio_plan *p)
+{
+    plan_waiter *w = p->waiters;
+    p->waiters = NULL;
+    while (w) {
+        plan_waiter *next = w->next;
+        w->linked = 0;
+        w->next = w->prev = NULL;
+        w->fn(w->ud);
+        w = next;
+    }
+}
+
+/* Items up to g->made are Y's: readers see them. */
+static void publish(sio_plan *p)
+{
+    pthread_mutex_lock(&p->mu);
+    atomic_store_explicit(&p->n, p->g->made, memory_order_release);
+    wake_all(p);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* The plan stops growing at n: readers that reach its end fail there
+ * with reason (they resume elsewhere). */
+static void grow_fail(sio_plan *p, const char *reason)
+{
+    pthread_mutex_lock(&p->mu);
+    if (!atomic_load(&p->failed) && !atomic_load(&p->complete)) {
+        snprintf(p->fail_msg, sizeof p->fail_msg, "%s", reason);
+        atomic_store(&p->failed, 1);
+    }
+    wake_all(p);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void sio_plan_abandon(sio_plan *p, const char *reason)
+{
+    if (p && p->growing)
+        grow_fail(p, reason);
+}
+
+int sio_plan_failed(const sio_plan *p, char *msg, size_t len)
+{
+    if (!atomic_load(&p->failed))
+        return 0;
+    pthread_mutex_lock((pthread_mutex_t *)&p->mu);
+    if (msg && len)
+        snprintf(msg, len, "%s", p->fail_msg);
+    pthread_mutex_unlock((pthread_mutex_t *)&p->mu);
+    return 1;
+}
+
+void sio_plan_set_ahead(sio_plan *p, uint64_t samples)
+{
+    if (!p->growing || !samples)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->g->ahead_bound = samples;
+    p->g_ahead_low = samples / 2 ? samples / 2 : 1;
+    pthread_mutex_unlock(&p->mu);
+}
+
+void sio_plan_set_kick(sio_plan *p, void (*fn)(void *ud), void *ud)
+{
+    pthread_mutex_lock(&p->mu);
+    p->kick = fn;
+    p->kick_ud = fn ? ud : NULL;
+    pthread_mutex_unlock(&p->mu);
+}
+
+int plan_wait_for(sio_plan *p, plan_waiter *w, uint64_t t)
+{
+    int wait = 0, kick = 0;
+    void (*fn)(void *) = NULL;
+    void *ud = NULL;
+    if (!p->growing)
+        return 0;
+    /* How far readers have come: the builder works that far ahead. */
+    uint64_t want = atomic_load(&p->want);
+    while (t + 1 > want &&
+           !atomic_compare_exchange_weak(&p->want, &want, t + 1))
+        ;
+    uint64_t n = atomic_load_explicit(&p->n, memory_order_acquire);
+    if (t < n && (!atomic_load(&p->parked) || n - t >= p->g_ahead_low))
+        return 0;
+    pthread_mutex_lock(&p->mu);
+    n = atomic_load_explicit(&p->n, memory_order_acquire);
+    if (atomic_load(&p->parked) && p->kick &&
+        (t >= n || n - t < p->g_ahead_low)) {
+        atomic_store(&p->parked, 0);
+        kick = 1;
+        fn = p->kick;
+        ud = p->kick_ud;
+    }
+    wait = t >= n && !atomic_load(&p->complete) && !atomic_load(&p->failed);
+    if (wait && w->fn && !w->linked) {
+        w->linked = 1;
+        w->prev = NULL;
+        w->next = p->waiters;
+        if (p->waiters)
+            p->waiters->prev = w;
+        p->waiters = w;
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (kick)
+        fn(ud);
+    return wait;
+}
+
+void plan_unwait(sio_plan *p, plan_waiter *w)
+{
+    pthread_mutex_lock(&p->mu);
+    if (w->linked) {
+        if (w->prev)
+            w->prev->next = w->next;
+        else
+            p->waiters = w->next;
+        if (w->next)
+            w->next->prev = w->prev;
+        w->linked = 0;
+        w->next = w->prev = NULL;
+    }
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* Can the epoch grow a plan from its shards as they are indexed? Every
+ * shard must be readable in place and not start as a compressed stream
+ * or a zip;
+ * shards whose index is complete are taken as they are. */
+static sio_code growable(sio_io *io, const sio_shardlist *list,
+                         const sio_epoch_config *cfg, sio_error *err)
+{
+    size_t total = sio_shardlist_count(list);
+    size_t first = cfg->range_count ? cfg->range_first : 0;
+    size_t count = cfg->range_count ? cfg->range_count : total;
+    if (first > total || count > total - first)
+        return sio_seterr(err, SIO_ERR_INVALID, "shard range out of list");
+    if (cfg->on_error != SIO_ON_ERROR_SKIP || !cfg->journal)
+        return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                          "an epoch under on_error=fail is planned once "
+                          "its shards are indexed");
+    for (size_t i = first; i < first + count; i++) {
+        const char *url = sio_shardlist_url(list, i);
+        if (!sio_io_fd_capable(io, cfg->cache, url))
+            return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                              "shard %zu is not a local file or a complete "
+                              "shard-cache entry", i);
+        sio_index_entry *e = sio_index_peek(cfg->index, url);
+        if (e) {
+            sio_index_info info;
+            sio_index_get_info(e, &info);
+            if (info.stream_only)
+                return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                                  "shard %zu is compressed or a zip", i);
+            if (info.complete)
+                continue;
+        }
+        /* What it starts with: a tar the plain reader takes. */
+        int fd = -1;
+        unsigned char head[512];
+        sio_code rc = sio_io_open_fd_probe(io, cfg->cache, url, &fd, err);
+        if (rc)
+            return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                              "shard %zu cannot be opened: %s", i,
+                              err->msg);
+        ssize_t got = pread(fd, head, sizeof head, 0);
+        close(fd);
+        /* Compressed and zip shards are read as streams; anything else
+         * is read as a tar (one that fails is skipped as the feed skips
+         * it; one libarchive reads in another format stops the plan at
+         * that shard, and the feed goes on from there). */
+        if (got < 0 || sio_tarp_compressed(head, (size_t)got) ||
+            (got >= 4 && head[0] == 'P' && head[1] == 'K' &&
+             ((head[2] == 3 && head[3] == 4) ||
+              (head[2] == 5 && head[3] == 6))))
+            return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                              "shard %zu is compressed or a zip", i);
+    }
+    return SIO_OK;
+}
+
+static int shard_ready(void *ud, uint32_t s);
+
+sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
+                        const sio_epoch_config *cfg, uint64_t max_samples,
+                        sio_plan **out, sio_error *err)
+{
+    *out = NULL;
+    sio_code rc = epoch_plannable(cfg, err);
+    if (rc)
+        return rc;
+    rc = growable(io, list, cfg, err);
+    if (rc)
+        return rc;
+    size_t total = sio_shardlist_count(list);
+    sio_plan *p = plan_new(total);
+    plan_grow *g = calloc(1, sizeof *g);
+    if (!p || !g) {
+        free(g);
+        plan_free(p);
+        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    }
+    p->growing = 1;
+    p->g = g;
+    g->io = io;
+    g->list = list;
+    g->cfg = *cfg;
+    g->total = total;
+    g->t0 = mono_ns();
+    g->max = max_samples && max_samples < SIO_PLAN_ITEMS_MAX
+                 ? max_samples
+                 : SIO_PLAN_ITEMS_MAX;
+    g->ahead_cap = (size_t)cfg->interleave + GROW_STEP_SHARDS;
+    g->ents = calloc(total ? total : 1, sizeof *g->ents);
+    g->views = calloc(total ? total : 1, sizeof *g->views);
+    g->ready = calloc(total ? total : 1, 1);
+    g->ahead = calloc(g->ahead_cap, sizeof *g->ahead);
+    /* Ahead of the furthest reader: the buffer's worth and then some, so
+     * that readers never wait for the builder while it keeps up. */
+    g->ahead_bound = 4ull * cfg->buffer_samples;
+    if (g->ahead_bound < 65536)
+        g->ahead_bound = 65536;
+    p->g_ahead_low = g->ahead_bound / 2;
+    if (!g->ents || !g->views || !g->ready || !g->ahead) {
+        plan_free(p);
+        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    }
+    rc = sio_order_open(io, list, cfg, 0, &g->o, err);
+    if (rc) {
+        plan_free(p);
+        return rc;
+    }
+    sio_order_set_gate(g->o, shard_ready, g);
+    *out = p;
+    return SIO_OK;
+}
+
+/* The order takes a shard's groups only once its step made it ready
+ * (another reader may be indexing it meanwhile). */
+static int shard_ready(void *ud, uint32_t s)
+{
+    plan_grow *g = ud;
+    return s < g->total && g->ready[s];
+}
+
+static int transient_read(sio_code rc)
+{
+    return rc == SIO_ERR_IO || rc == SIO_ERR_RETRY;
+}
+
+/* Make shard s ready for the order: indexed as far as it goes, its end
+ * journaled when its read failed, its file's identity taken. SIO_OK, or
+ * a code that stops the plan (err says why). */
+static sio_code prepare_shard(sio_plan *p, uint32_t s, sio_error *err)
+{
+    plan_grow *g = p->g;
+    const char *url = sio_shardlist_url(g->list, s);
+    sio_index_entry *e = sio_index_get(g->cfg.index, g->io, url,
+                                       sio_shardlist_size(g->list, s));
+    sio_index_info info;
+    if (!e)
+        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    sio_index_refresh(e);
+    sio_index_vet(e, g->io, g->cfg.cache, &g->cfg.limits);
+    sio_index_get_info(e, &info);
+    uint64_t cut = UINT64_MAX;
+    int has_cut = sio_journal_cut(g->cfg.journal, s, &cut);
+    if (!info.complete && !(has_cut && info.known >= cut)) {
+        sio_code rc = SIO_OK;
+        uint64_t reached = 0;
+        sio_error e2 = {SIO_OK, ""};
+        for (unsigned tries = 0; tries < GROW_READ_TRIES; tries++) {
+            e2.msg[0] = '\0';
+            rc = sio_index_build_to(g->io, url, s, &g->cfg.limits, e,
+                                    &g->cfg.log, &reached, &e2);
+            if (!transient_read(rc))
+                break;
+        }
+        sio_index_get_info(e, &info);
+        if (rc == SIO_ERR_NOMEM || rc == SIO_ERR_CANCELED)
+            return sio_seterr(err, rc, "shard %" PRIu32 ": %s", s, e2.msg);
+        if (rc != SIO_OK) {
+            /* The decision every reader of the epoch follows: the shard
+             * ends after the groups read. */
+            char shown[512];
+            sio_url_redact(url, shown, sizeof shown);
+            uint64_t d = sio_journal_record(g->cfg.journal, s, reached, rc,
+                                            e2.msg);
+            if (d != reached)
+                return sio_seterr(err, SIO_ERR_CANCELED,
+                                  "shard %" PRIu32 " ended at sample group "
+                                  "%" PRIu64 " where the epoch's journal "
+                                  "says %" PRIu64, s, reached, d);
+            SIO_LOG(&g->cfg.log, SIO_LOG_WARN,
+                    "event=shard_skipped url=%s code=%s reason=\"%s\"",
+                    shown, sio_strerror(rc), e2.msg);
+        } else if (!info.complete) {
+            return sio_seterr(err, SIO_ERR_CHANGED,
+                              "shard %" PRIu32 " was read to its end but "
+                              "its index is not complete", s);
+        }
+        has_cut = sio_journal_cut(g->cfg.journal, s, &cut);
+    }
+    if (info.stream_only)
+        return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                          "shard %" PRIu32 " is compressed or a zip", s);
+    if (!info.complete && !(has_cut && info.known >= cut))
+        return sio_seterr(err, SIO_ERR_CHANGED,
+                          "shard %" PRIu32 " is indexed to group %" PRIu64
+                          " and has no end", s, info.known);
+    /* The file the groups describe, as readers must find it. A shard that
+     * is gone (its read failed and was journaled with no group) has no
+     * item: no identity. */
+    if (!has_cut || cut > 0) {
+        sio_code rc = file_identity(g->io, &g->cfg, url, s, &info,
+                                    &p->files[s], err);
+        if (rc)
+            return rc;
+    }
+    if (info.complete && !sio_index_view_open(e, &g->views[s]))
+        g->views[s].open = 0;
+    g->ents[s] = e;
+    g->ready[s] = 1;
+    return SIO_OK;
+}
+
+sio_code sio_plan_grow(sio_plan *p, sio_error *err)
+{
+    plan_grow *g = p->g;
+    sio_code rc = SIO_OK;
+    if (!p->growing || atomic_load(&p->complete) || atomic_load(&p->failed))
+        return SIO_OK;
+    /* The shards the order needs now (its slots) and the next few. */
+    size_t n = sio_order_shards_ahead(g->o, g->ahead, g->ahead_cap);
+    unsigned fresh = 0;
+    for (size_t i = 0; i < n && rc == SIO_OK; i++) {
+        uint32_t s = g->ahead[i];
+        if (s >= g->total || g->ready[s])
+            continue;
+        if (i >= g->cfg.interleave && fresh >= GROW_STEP_SHARDS)
+            break;
+        rc = prepare_shard(p, s, err);
+        fresh++;
+    }
+    if (rc == SIO_OK) {
+        size_t got = 0;
+        fill_ctx fc = {p, g->made, g->max, g->views, g->ents, g->total,
+                       err};
+        rc = sio_order_next(g->o, SIZE_MAX, fill_item, &fc, &got, err);
+        g->made += got;
+        if (rc == SIO_ERR_AGAIN && got == 0 && fresh == 0)
+            rc = sio_seterr(err, SIO_ERR_CHANGED,
+                            "the order waits for a shard that is indexed: "
+                            "%s", err->msg);
+        else if (rc == SIO_ERR_AGAIN)
+            rc = SIO_OK;
+    }
+    if (rc != SIO_OK) {
+        publish(p);
+        grow_fail(p, err->msg);
+        return SIO_OK;
+    }
+    if (sio_order_done(g->o)) {
+        for (size_t i = 0; i < g->total; i++)
+            if (g->ents[i] && g->views[i].open &&
+                !sio_index_view_current(g->ents[i], &g->views[i])) {
+                publish(p);
+                grow_fail(p, "a shard's index was dropped while the plan "
+                             "grew");
+                return SIO_OK;
+            }
+        p->skipped = bad_groups(p, &g->cfg, g->ents, g->total, g->made);
+        p->build_ns = mono_ns() - g->t0;
+        pthread_mutex_lock(&p->mu);
+        atomic_store_explicit(&p->n, g->made, memory_order_release);
+        atomic_store(&p->complete, 1);
+        wake_all(p);
+        pthread_mutex_unlock(&p->mu);
+        return SIO_OK;
+    }
+    publish(p);
+    /* Far enough ahead of its readers: wait for them (a reader that comes
+     * near kicks it). */
+    pthread_mutex_lock(&p->mu);
+    uint64_t want = atomic_load(&p->want);
+    int park = g->made > want && g->made - want >= g->ahead_bound && p->kick;
+    if (park)
+        atomic_store(&p->parked, 1);
+    pthread_mutex_unlock(&p->mu);
+    return park ? SIO_ERR_BUSY : SIO_ERR_AGAIN;
 }

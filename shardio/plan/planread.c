@@ -113,6 +113,8 @@ struct sio_planread {
     size_t nf, fcap;
     size_t tcap;            /* entries of fields and ext */
     const sio_sample *held; /* a sample from the shard reader (fallback) */
+    plan_waiter w;          /* waiting for a growing plan */
+    int final;              /* n and length are the plan's final ones */
     char err[700];
 };
 
@@ -145,8 +147,11 @@ sio_code sio_planread_open(sio_io *io, const sio_shardlist *list,
     if (!r->cfg.limits.fields_max)
         r->cfg.limits.fields_max = SIO_FIELDS_MAX_DEFAULT;
     r->n = sio_plan_count(plan);
-    r->length = sio_share_length(r->n, cfg->global_start, cfg->rank,
-                                 cfg->world, cfg->policy);
+    r->final = sio_plan_complete(plan);
+    r->length = r->final ? sio_share_length(r->n, cfg->global_start,
+                                            cfg->rank, cfg->world,
+                                            cfg->policy)
+                         : UINT64_MAX;
     r->k = cfg->start;
     for (size_t i = 0; i < SIO_PLANREAD_FILES; i++)
         r->files[i].fd = r->files[i].sfd = -1;
@@ -531,6 +536,57 @@ static sio_code read_item(sio_planread *r, uint64_t t,
     return SIO_OK;
 }
 
+void sio_planread_set_notify(sio_planread *r, void (*fn)(void *ud),
+                             void *ud)
+{
+    r->w.fn = fn;
+    r->w.ud = ud;
+}
+
+/* A growing plan: is the share's next sample decided yet? SIO_OK when it
+ * is (r->n covers it) or the plan is complete (r->n and r->length are
+ * then final); SIO_ERR_AGAIN when it is not yet (the notify follows);
+ * SIO_ERR_CHANGED when the plan stopped short of it. */
+static sio_code grow_wait(sio_planread *r)
+{
+    uint64_t i, need;
+    for (;;) {
+        if (sio_plan_complete(r->plan)) {
+            r->n = sio_plan_count(r->plan);
+            r->length = sio_share_length(r->n, r->cfg.global_start,
+                                         r->cfg.rank, r->cfg.world,
+                                         r->cfg.policy);
+            r->final = 1;
+            return SIO_OK;
+        }
+        if (sio_share_index(r->cfg.global_start, r->cfg.rank, r->cfg.world,
+                            r->k, &i) != 0) {
+            r->length = r->k; /* past every position: the end */
+            return SIO_OK;
+        }
+        /* Under even-drop a position is in the share only when its whole
+         * row of the world is in Y. */
+        need = i;
+        if (r->cfg.policy == SIO_PARTITION_EVEN_DROP)
+            need = i + (r->cfg.world - 1 - r->cfg.rank);
+        int wait = plan_wait_for(r->plan, &r->w, need);
+        if (sio_plan_complete(r->plan))
+            continue;
+        r->n = sio_plan_count(r->plan);
+        if (need < r->n)
+            return SIO_OK;
+        char why[600];
+        if (sio_plan_failed(r->plan, why, sizeof why)) {
+            snprintf(r->err, sizeof r->err, "the epoch's plan stopped at "
+                     "sample %" PRIu64 ": %.500s", r->n, why);
+            return SIO_ERR_CHANGED;
+        }
+        if (!wait)
+            continue; /* it grew meanwhile: look again */
+        return SIO_ERR_AGAIN;
+    }
+}
+
 sio_code sio_planread_next(sio_planread *r, const sio_sample **out,
                            const sio_extent **ext)
 {
@@ -544,6 +600,11 @@ sio_code sio_planread_next(sio_planread *r, const sio_sample **out,
     sio_code rc;
     for (size_t f = 0; f < SIO_PLANREAD_FILES; f++)
         r->files[f].unverified = 0;
+    if (!r->final) {
+        rc = grow_wait(r);
+        if (rc != SIO_OK)
+            return rc;
+    }
     if (r->k >= r->length) {
         flush_hits(r);
         return SIO_OK;
@@ -613,6 +674,7 @@ void sio_planread_close(sio_planread *r)
     if (!r)
         return;
     flush_hits(r);
+    plan_unwait(r->plan, &r->w);
     for (size_t i = 0; i < SIO_PLANREAD_FILES; i++)
         file_close(&r->files[i]);
     sio_sample_unref(r->held);

@@ -1626,6 +1626,7 @@ void sio_index_finish(sio_index_entry *e, uint64_t ngroups)
 /* One read of the shard from its start, offering every group to e. */
 static sio_code build_pass(sio_io *io, const char *url, uint32_t index,
                            const sio_shard_limits *limits, sio_index_entry *e,
+                           const sio_logger *log, uint64_t *reached,
                            sio_error *err)
 {
     sio_shard *sh = NULL;
@@ -1635,6 +1636,9 @@ static sio_code build_pass(sio_io *io, const char *url, uint32_t index,
         const sio_sample *s = NULL;
         rc = sio_shard_next(sh, &s);
         if (rc == SIO_ERR_SAMPLE) { /* bad groups are indexed as bad */
+            if (log)
+                SIO_LOG(log, SIO_LOG_WARN, "event=sample_bad reason=\"%s\"",
+                        sio_shard_errmsg(sh));
             rc = SIO_OK;
             continue;
         }
@@ -1646,7 +1650,28 @@ static sio_code build_pass(sio_io *io, const char *url, uint32_t index,
             break;
         sio_sample_unref(s);
     }
+    *reached = sh ? sio_shard_groups(sh) : 0;
     sio_shard_close(sh);
+    return rc;
+}
+
+sio_code sio_index_build_to(sio_io *io, const char *url, uint32_t index,
+                            const sio_shard_limits *limits,
+                            sio_index_entry *e, const sio_logger *log,
+                            uint64_t *reached, sio_error *err)
+{
+    sio_index_info before, after;
+    uint64_t got = 0;
+    sio_index_get_info(e, &before);
+    sio_code rc = build_pass(io, url, index, limits, e, log, &got, err);
+    sio_index_get_info(e, &after);
+    /* A loaded index this read disagreed with was dropped midway, after
+     * the groups before were offered (and taken as agreeing): a second
+     * read from the start records them all. */
+    if (rc == SIO_OK && !after.complete && after.gen != before.gen)
+        rc = build_pass(io, url, index, limits, e, log, &got, err);
+    if (reached)
+        *reached = got;
     return rc;
 }
 
@@ -1654,16 +1679,7 @@ sio_code sio_index_build(sio_io *io, const char *url, uint32_t index,
                          const sio_shard_limits *limits, sio_index_entry *e,
                          sio_error *err)
 {
-    sio_index_info before, after;
-    sio_index_get_info(e, &before);
-    sio_code rc = build_pass(io, url, index, limits, e, err);
-    sio_index_get_info(e, &after);
-    /* A loaded index this read disagreed with was dropped midway, after
-     * the groups before were offered (and taken as agreeing): a second
-     * read from the start records them all. */
-    if (rc == SIO_OK && !after.complete && after.gen != before.gen)
-        rc = build_pass(io, url, index, limits, e, err);
-    return rc;
+    return sio_index_build_to(io, url, index, limits, e, NULL, NULL, err);
 }
 
 void sio_index_get_stats(sio_index *x, sio_index_stats *st)

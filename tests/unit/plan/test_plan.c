@@ -489,9 +489,241 @@ out:
     CHECK(system(cmd) == 0);
 }
 
+/* A plan that grows: every share of a fresh dataset's epoch, its shards
+ * indexed only by the plan's own steps, read while the plan grows (each
+ * reader reads until it must wait, then the plan takes a step), equals
+ * the share a streamed epoch deals (by then indexed), sample for sample
+ * and byte for byte; a reader woken by its notify after each step; a
+ * plan abandoned midway fails its readers at its end with CHANGED. */
+static int woken, kicked;
+static void note_wake(void *ud)
+{
+    (void)ud;
+    woken++;
+}
+static void note_kick(void *ud)
+{
+    (void)ud;
+    kicked++;
+}
+
+static void growing_dataset(int round)
+{
+    char dir[] = "/tmp/shardcast-grow-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    int nshards = 1 + (int)(rnd() % 7);
+    for (int s = 0; s < nshards; s++) {
+        char p[600];
+        snprintf(p, sizeof p, "%s/shard-%02d.tar", dir, s);
+        if (round % 2)
+            make_large_shard(p, (int)(rnd() % 25),
+                             s % 2 ? "gnu" : "pax");
+        else
+            make_random_shard(p, (int)(rnd() % 60), 0, rnd);
+    }
+    /* A shard cut short inside its data: its end goes to the journal. */
+    if (round % 3 == 2) {
+        char p[600];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/shard-%02d.tar", dir, 0);
+        CHECK(stat(p, &st) == 0);
+        if (st.st_size > 2000)
+            CHECK(truncate(p, st.st_size / 2 + 77) == 0);
+    }
+    sio_io *io = NULL;
+    sio_shardlist *l = NULL;
+    sio_index *ix = NULL;
+    sio_journal *jr = NULL;
+    sio_index_config icfg = {0};
+    CHECK(sio_io_create(NULL, &io, NULL) == SIO_OK);
+    CHECK(sio_shardlist_resolve(io, dir, &l, NULL) == SIO_OK);
+    CHECK(sio_index_open(&icfg, &ix, NULL) == SIO_OK);
+    CHECK(sio_journal_open(NULL, (size_t)nshards, &jr, NULL) == SIO_OK);
+    sio_epoch_config c = {0};
+    c.seed = rnd();
+    c.epoch = rnd() % 5;
+    c.interleave = 1 + (uint32_t)(rnd() % 4);
+    c.buffer_samples = 1 + (uint32_t)(rnd() % 50);
+    c.index = ix;
+    c.journal = jr;
+    sio_plan *plan = NULL;
+    sio_error e;
+    CHECK(sio_plan_build(io, l, &c, 0, &plan, &e) == SIO_ERR_AGAIN);
+    CHECK(sio_plan_start(io, l, &c, 0, &plan, &e) == SIO_OK);
+    CHECK(!sio_plan_complete(plan));
+    /* Half the rounds with a small bound ahead of the readers: the steps
+     * park, and a reader that comes near kicks. */
+    int parking = round % 2 == 0;
+    if (parking) {
+        sio_plan_set_ahead(plan, 1 + rnd() % 8);
+        sio_plan_set_kick(plan, note_kick, NULL);
+    }
+    kicked = 0;
+    int parked = 0, parks = 0;
+    enum { W = 3, MAXY = 4096 };
+    uint32_t world = 1 + (uint32_t)(rnd() % W);
+    sio_partition pol = (sio_partition)(rnd() % 3);
+    sio_planread *r[W] = {0};
+    yitem *got[W];
+    size_t ng[W] = {0};
+    int done[W] = {0};
+    for (uint32_t k = 0; k < world; k++) {
+        sio_planread_config pc = {.rank = k, .world = world, .policy = pol};
+        got[k] = calloc(MAXY, sizeof *got[k]);
+        CHECK(sio_planread_open(io, l, plan, &pc, &r[k], &e) == SIO_OK);
+        sio_planread_set_notify(r[k], note_wake, NULL);
+    }
+    int steps = 0, left = (int)world;
+    while (left > 0 && steps < 100000) {
+        int waiting = 0;
+        for (uint32_t k = 0; k < world; k++) {
+            while (!done[k]) {
+                const sio_sample *s = NULL;
+                const sio_extent *ext = NULL;
+                sio_code rc = sio_planread_next(r[k], &s, &ext);
+                if (rc == SIO_ERR_AGAIN) {
+                    waiting++;
+                    break;
+                }
+                if (rc)
+                    fprintf(stderr, "grow: %s\n", sio_planread_errmsg(r[k]));
+                CHECK(rc == SIO_OK);
+                if (rc || !s) {
+                    done[k] = 1;
+                    left--;
+                    break;
+                }
+                yitem it;
+                CHECK(planned_item(r[k], s, ext, &it) == 0);
+                if (ng[k] < MAXY)
+                    got[k][ng[k]] = it;
+                ng[k]++;
+            }
+        }
+        if (left == 0)
+            break;
+        if (parked) {
+            /* The readers came to its end: they asked for a step. */
+            CHECK(kicked > 0);
+            kicked = 0;
+            parked = 0;
+        }
+        int before = woken;
+        sio_code rc = sio_plan_grow(plan, &e);
+        CHECK(rc == SIO_OK || rc == SIO_ERR_AGAIN ||
+              (parking && rc == SIO_ERR_BUSY));
+        if (rc == SIO_ERR_BUSY) {
+            parked = 1;
+            parks++;
+        }
+        steps++;
+        /* Every reader that waited is woken by the step. */
+        CHECK(woken - before == waiting);
+    }
+    CHECK(left == 0);
+    CHECK(sio_plan_complete(plan));
+    (void)parks;
+    CHECK(!sio_plan_failed(plan, NULL, 0));
+    /* The same shares as the streamed epoch, which follows the journal the
+     * plan's steps wrote. */
+    yitem *y = calloc(MAXY, sizeof *y);
+    for (uint32_t k = 0; k < world; k++) {
+        size_t a = share_streamed(io, l, &c, k, world, pol, 0, 0, y, MAXY);
+        CHECK_EQ_U64(a, ng[k]);
+        if (!same(y, got[k], a < MAXY ? a : MAXY))
+            fprintf(stderr, "growing round %d world %u rank %u policy %d\n",
+                    round, world, k, (int)pol);
+        sio_planread_close(r[k]);
+        free(got[k]);
+    }
+    /* What a build gives now that every shard is indexed: the same Y. */
+    sio_plan *whole = NULL;
+    sio_code brc = sio_plan_build(io, l, &c, 0, &whole, &e);
+    /* (a shard cut short keeps an index without its end: built plans
+     * want complete ones) */
+    CHECK(brc == SIO_OK || (brc == SIO_ERR_AGAIN && sio_journal_count(jr)));
+    if (whole) {
+        CHECK_EQ_U64(sio_plan_count(whole), sio_plan_count(plan));
+        for (uint64_t i = 0; i < sio_plan_count(whole); i++)
+            CHECK(memcmp(sio_plan_item_at(whole, i), sio_plan_item_at(plan, i),
+                         sizeof(sio_plan_item)) == 0);
+        CHECK_EQ_U64(sio_plan_skipped(whole), sio_plan_skipped(plan));
+    }
+    sio_plan_unref(whole);
+    sio_plan_unref(plan);
+    plan = NULL;
+
+    /* Abandoned before its first step: a reader fails, not waits. */
+    sio_index_close(ix);
+    CHECK(sio_index_open(&icfg, &ix, NULL) == SIO_OK);
+    c.index = ix;
+    CHECK(sio_plan_start(io, l, &c, 0, &plan, &e) == SIO_OK);
+    sio_planread_config pc0 = {.rank = 0, .world = 1};
+    sio_planread *r0 = NULL;
+    CHECK(sio_planread_open(io, l, plan, &pc0, &r0, &e) == SIO_OK);
+    sio_planread_set_notify(r0, note_wake, NULL);
+    const sio_sample *s0 = NULL;
+    const sio_extent *x0 = NULL;
+    CHECK(sio_planread_next(r0, &s0, &x0) == SIO_ERR_AGAIN);
+    int before = woken;
+    sio_plan_abandon(plan, "test");
+    CHECK(woken == before + 1);
+    CHECK(sio_planread_next(r0, &s0, &x0) == SIO_ERR_CHANGED);
+    CHECK(strstr(sio_planread_errmsg(r0), "test") != NULL);
+    CHECK(sio_plan_grow(plan, &e) == SIO_OK); /* nothing more to do */
+    sio_planread_close(r0);
+    sio_plan_unref(plan);
+
+    /* A limit of 3 samples: the plan stops there, its reader gets those
+     * and then CHANGED (the epoch goes on from the feed). */
+    sio_index_close(ix);
+    CHECK(sio_index_open(&icfg, &ix, NULL) == SIO_OK);
+    c.index = ix;
+    CHECK(sio_plan_start(io, l, &c, 3, &plan, &e) == SIO_OK);
+    CHECK(sio_planread_open(io, l, plan, &pc0, &r0, &e) == SIO_OK);
+    for (int k = 0; k < 1000 && sio_plan_grow(plan, &e) == SIO_ERR_AGAIN; k++)
+        ;
+    size_t got3 = 0;
+    sio_code rc3;
+    while ((rc3 = sio_planread_next(r0, &s0, &x0)) == SIO_OK && s0)
+        got3++;
+    CHECK(got3 <= 3);
+    if (sio_plan_complete(plan)) { /* an epoch of at most 3 samples */
+        CHECK(rc3 == SIO_OK && sio_plan_count(plan) <= 3);
+    } else {
+        CHECK(rc3 == SIO_ERR_CHANGED && got3 == 3);
+        CHECK(sio_plan_failed(plan, NULL, 0));
+    }
+    sio_planread_close(r0);
+    sio_plan_unref(plan);
+
+    /* A compressed shard: no growing plan (the epoch streams). */
+    {
+        char p[600];
+        snprintf(p, sizeof p, "%s/shard-99.tar.gz", dir);
+        make_random_shard(p, 5, 1, rnd);
+        sio_shardlist *l2 = NULL;
+        CHECK(sio_shardlist_resolve(io, dir, &l2, NULL) == SIO_OK);
+        sio_plan *p2 = NULL;
+        CHECK(sio_plan_start(io, l2, &c, 0, &p2, &e) == SIO_ERR_UNSUPPORTED);
+        CHECK(p2 == NULL);
+        sio_shardlist_free(l2);
+    }
+    free(y);
+    sio_journal_close(jr);
+    sio_index_close(ix);
+    sio_shardlist_free(l);
+    sio_io_destroy(io);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+}
+
 int main(void)
 {
     for (int round = 0; round < 16; round++)
         one_dataset(round);
+    for (int round = 0; round < 24; round++)
+        growing_dataset(round);
     CHECK_MAIN_END();
 }
