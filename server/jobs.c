@@ -166,6 +166,22 @@ void sc_seek_add(sio_feed_seek_stats *a, const sio_feed_seek_stats *b)
     sio_hist_snap_add(&a->ready, &b->ready);
 }
 
+/* The slot lets go of its plan (job->mu held, or the slot no longer
+ * shared): a growing one stops where it is, its readers fail at its end
+ * with reason and resume from the feed. */
+static void slot_drop_plan(fslot *s, const char *reason)
+{
+    if (!s->plan)
+        return;
+    if (s->plan_growing) {
+        sio_plan_set_kick(s->plan, NULL, NULL);
+        sio_plan_abandon(s->plan, reason);
+    }
+    sio_plan_unref(s->plan); /* its streams hold their references */
+    s->plan = NULL;
+    s->plan_growing = 0;
+}
+
 static void slot_close(sc_job *job, fslot *s)
 {
     pthread_mutex_lock(&job->mu);
@@ -178,7 +194,8 @@ static void slot_close(sc_job *job, fslot *s)
         sio_feed_close(s->feed);
         pthread_mutex_lock(&job->mu);
         if (s->served) { /* read ahead and never streamed: not counted */
-            job->shards_skipped_closed += st.epoch.shards_skipped;
+            job->shards_skipped_closed +=
+                slot_shards_skipped(s, st.epoch.shards_skipped);
             job->samples_skipped_closed +=
                 slot_samples_skipped(s, st.epoch.samples_skipped);
         }
@@ -187,7 +204,7 @@ static void slot_close(sc_job *job, fslot *s)
         sc_seek_add(&job->seeks_closed, &st.seek);
         pthread_mutex_unlock(&job->mu);
     }
-    sio_plan_unref(s->plan);
+    slot_drop_plan(s, "the epoch was closed");
     free(s);
 }
 
@@ -1532,6 +1549,7 @@ void sc_jobs_stream_abort(sc_jobs *j, sc_binding *b)
 typedef struct plan_req {
     sc_job *job;
     fslot *slot;
+    sio_plan *grow;   /* a step of this growing plan (referenced) */
     uint64_t epoch;   /* a journal's */
     uint32_t part;
     struct plan_req *next;
@@ -1630,6 +1648,84 @@ out:
     return st;
 }
 
+/* Queue the next step of slot's growing plan (job->mu held): the slot
+ * pinned and the plan referenced until it ran. Nothing when one is queued
+ * already or the planner stops (the plan then stays where it is). */
+static void grow_enqueue(sc_jobs *j, sc_job *job, fslot *slot)
+{
+    if (slot->grow_queued || !slot->plan_growing || !slot->plan)
+        return;
+    plan_req *r = calloc(1, sizeof *r);
+    if (!r)
+        return;
+    r->job = job;
+    r->slot = slot;
+    r->grow = slot->plan;
+    sio_plan_ref(r->grow);
+    if (!planner_queue(j, r)) {
+        sio_plan_unref(r->grow);
+        free(r);
+        return;
+    }
+    slot->streams++;
+    slot->grow_queued = 1;
+}
+
+/* A reader came near the end of a parked growing plan (its thread, no
+ * lock held; the reader's binding pins the slot and the job). */
+static void plan_kick(void *ud)
+{
+    fslot *slot = ud;
+    sc_job *job = slot->kick_job;
+    pthread_mutex_lock(&job->mu);
+    if (!job->removed)
+        grow_enqueue(slot->kick_j, job, slot);
+    pthread_mutex_unlock(&job->mu);
+}
+
+/* After a step of a growing plan (no lock held): queued again while
+ * there is more to do, else the pin and the references go. */
+static void grow_after(sc_jobs *j, plan_req *r, sio_code rc, int stopping)
+{
+    sc_job *job = r->job;
+    fslot *slot = r->slot;
+    sio_plan *p = r->grow;
+    pthread_mutex_lock(&job->mu);
+    int mine = slot->plan == p && slot->plan_growing && !job->removed;
+    if (rc == SIO_ERR_AGAIN && mine && !stopping) {
+        pthread_mutex_unlock(&job->mu);
+        if (planner_queue(j, r)) {
+            sc_job_unref(job); /* planner_queue took another */
+            return;
+        }
+        pthread_mutex_lock(&job->mu);
+    }
+    slot->grow_queued = 0;
+    slot->streams--;
+    slot->last_ms = sio_now_ms();
+    char why[700];
+    if (mine && sio_plan_complete(p)) {
+        slot->plan_growing = 0;
+        sio_plan_set_kick(p, NULL, NULL);
+        atomic_fetch_add(&job->plans_built, 1);
+        SC_LOG(SIO_LOG_INFO,
+               "event=plan_built job=%s epoch=%" PRIu64 " samples=%" PRIu64
+               " bytes=%zu build_ms=%.1f grown=1",
+               job->spec.name, slot->epoch, sio_plan_count(p),
+               sio_plan_memory(p), (double)sio_plan_build_ns(p) / 1e6);
+    } else if (mine && sio_plan_failed(p, why, sizeof why)) {
+        /* Its readers fail at its end and resume from the feed. */
+        SC_LOG(SIO_LOG_WARN,
+               "event=plan_stopped job=%s epoch=%" PRIu64 " samples=%" PRIu64
+               " reason=\"%s\"", job->spec.name, slot->epoch,
+               sio_plan_count(p), why);
+    }
+    pthread_mutex_unlock(&job->mu);
+    sio_plan_unref(p);
+    sc_job_unref(job);
+    free(r);
+}
+
 /* The end of a build (no lock held): its result goes to the slot, the pin
  * and the job reference are dropped. p NULL with rc SIO_OK: not built
  * (the planner stops). */
@@ -1644,8 +1740,21 @@ static void plan_finish(sc_jobs *j, plan_req *r, sio_code rc, sio_plan *p,
     slot->plan_building = 0;
     slot->plan_tried = 1;
     slot->plan_tried_ms = sio_now_ms();
-    if (rc == SIO_OK && p && !atomic_load(&slot->plan_broken) &&
-        !job->removed) {
+    if (rc == SIO_OK && p && !sio_plan_complete(p) &&
+        !atomic_load(&slot->plan_broken) && !job->removed) {
+        /* The first pass: a plan that grows as the shards are indexed. */
+        slot->plan = p;
+        slot->plan_growing = 1;
+        slot->kick_j = j;
+        slot->kick_job = job;
+        sio_plan_set_kick(p, plan_kick, slot);
+        atomic_fetch_add(&job->plans_grown, 1);
+        SC_LOG(SIO_LOG_INFO,
+               "event=plan_growing job=%s epoch=%" PRIu64
+               " reason=\"%s\"", job->spec.name, slot->epoch, err->msg);
+        grow_enqueue(j, job, slot);
+    } else if (rc == SIO_OK && p && !atomic_load(&slot->plan_broken) &&
+               !job->removed) {
         slot->plan = p;
         atomic_fetch_add(&job->plans_built, 1);
         SC_LOG(SIO_LOG_INFO,
@@ -1694,6 +1803,10 @@ static void *planner_main(void *arg)
             journal_preload(j, r->job, r->epoch, r->part, stopping);
             sc_job_unref(r->job);
             free(r);
+        } else if (r->grow) {
+            sio_error err = {SIO_OK, ""};
+            sio_code rc = stopping ? SIO_OK : sio_plan_grow(r->grow, &err);
+            grow_after(j, r, rc, stopping);
         } else {
             sio_error err = {SIO_OK, ""};
             sio_plan *p = NULL;
@@ -1701,6 +1814,17 @@ static void *planner_main(void *arg)
             if (!stopping)
                 rc = sio_plan_build(j->io, r->job->res->list, &r->slot->ec,
                                     j->cfg->plan_max_samples, &p, &err);
+            /* Shards not indexed yet (the first pass): a plan that grows
+             * as they are, where the epoch can have one. */
+            if (rc == SIO_ERR_AGAIN && !stopping) {
+                sio_error why = err;
+                rc = sio_plan_start(j->io, r->job->res->list, &r->slot->ec,
+                                    j->cfg->plan_max_samples, &p, &err);
+                if (rc == SIO_OK)
+                    err = why;
+                else if (rc == SIO_ERR_UNSUPPORTED)
+                    rc = SIO_ERR_AGAIN; /* the feed, and a build later */
+            }
             plan_finish(j, r, rc, p, &err);
         }
         pthread_mutex_lock(&j->plan_mu);
@@ -1733,8 +1857,8 @@ static sio_plan *slot_plan(sc_jobs *j, sc_job *job, fslot *slot,
         return NULL;
     }
     if (atomic_load(&slot->plan_broken)) {
-        sio_plan_unref(slot->plan); /* its streams hold their references */
-        slot->plan = NULL;
+        slot_drop_plan(slot, "a stream found a shard changed under the "
+                             "epoch's plan");
         return NULL;
     }
     uint64_t now = sio_now_ms();

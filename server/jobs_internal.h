@@ -71,6 +71,13 @@ typedef struct fslot {
     int plan_never;       /* the epoch cannot have one (mu) */
     uint64_t plan_tried_ms; /* when (mu) */
     _Atomic int plan_broken; /* a stream found a shard changed under it */
+    /* A plan that grows while the epoch's shards are indexed (the first
+     * pass): the planner runs its steps; a reader that comes near a
+     * parked plan's end asks for the next one (plan_kick). */
+    int plan_growing;     /* slot->plan grows (mu) */
+    int grow_queued;      /* a step is queued or runs (mu) */
+    struct sc_jobs *kick_j;
+    struct sc_job *kick_job;
     struct fslot *next;
 } fslot;
 
@@ -82,6 +89,16 @@ static inline uint64_t slot_samples_skipped(const fslot *s,
                                             uint64_t feed_skipped)
 {
     uint64_t p = s->plan ? sio_plan_skipped(s->plan) : 0;
+    return p > feed_skipped ? p : feed_skipped;
+}
+
+/* The epoch's skipped shards: those its feed skipped, or, for an epoch
+ * served from its plan, the shards its journal cut short or skipped (the
+ * plan follows the journal; a plan that grew wrote it). (job mu held) */
+static inline uint64_t slot_shards_skipped(const fslot *s,
+                                           uint64_t feed_skipped)
+{
+    uint64_t p = s->plan && s->journal ? sio_journal_count(s->journal) : 0;
     return p > feed_skipped ? p : feed_skipped;
 }
 
@@ -203,7 +220,7 @@ struct sc_job {
     size_t nfeeds;             /* slots, live and retired (mu) */
     /* The data plane: plans built, streams served from a plan and from a
      * feed, plan streams ended by a shard that changed under them. */
-    atomic_uint_fast64_t plans_built, plan_streams, feed_streams;
+    atomic_uint_fast64_t plans_built, plans_grown, plan_streams, feed_streams;
     atomic_uint_fast64_t plan_failures;
     /* Streams of another replica's part (replica=J, failover). */
     atomic_uint_fast64_t failover_streams;

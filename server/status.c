@@ -150,21 +150,23 @@ static json_t *epoch_json(const sc_config *cfg, sc_job *job, fslot *s,
      * bad shard read by the epoch consumed and by the next one read ahead
      * counts once, not twice. The epoch's own entry shows them. */
     if (s->served) {
-        cnt->shards_skipped += st.epoch.shards_skipped;
+        cnt->shards_skipped += slot_shards_skipped(s, st.epoch.shards_skipped);
         cnt->samples_skipped +=
             slot_samples_skipped(s, st.epoch.samples_skipped);
     }
     sc_seek_add(&cnt->seek, &st.seek);
     if (!detail)
         return NULL;
-    json_t *plan = s->plan ? json_pack("{s:o, s:o, s:f, s:I, s:o}", "samples",
+    json_t *plan = s->plan ? json_pack("{s:o, s:o, s:f, s:I, s:o, s:b}",
+                                       "samples",
                                        jint(sio_plan_count(s->plan)), "bytes",
                                        jint(sio_plan_memory(s->plan)),
                                        "build_ms",
                                        (double)sio_plan_build_ns(s->plan) /
                                            1e6,
                                        "streams", (json_int_t)planned,
-                                       "consumers", jp)
+                                       "consumers", jp, "complete",
+                                       sio_plan_complete(s->plan))
                            : json_null();
     if (!s->plan)
         json_decref(jp);
@@ -191,7 +193,8 @@ static json_t *epoch_json(const sc_config *cfg, sc_job *job, fslot *s,
         "streams", (json_int_t)s->streams, "samples", jint(st.epoch.samples),
         "bytes", jint(st.epoch.bytes), "shards_done",
         jint(st.epoch.shards_done), "shards_skipped",
-        jint(st.epoch.shards_skipped), "samples_skipped",
+        jint(slot_shards_skipped(s, st.epoch.shards_skipped)),
+        "samples_skipped",
         jint(slot_samples_skipped(s, st.epoch.samples_skipped)),
         "consumers_total", jint(n),
         "attached", (json_int_t)attached, "missing_count",
@@ -209,6 +212,9 @@ static json_t *epoch_json(const sc_config *cfg, sc_job *job, fslot *s,
          * an HTTP thread under the job's lock). */
         if (s->count == UINT64_MAX && st.length != UINT64_MAX)
             s->count = st.length;
+        /* A plan that grew to its end knows it as well. */
+        if (s->count == UINT64_MAX && s->plan && sio_plan_complete(s->plan))
+            s->count = sio_plan_count(s->plan);
         json_object_set_new(o, "samples_total", s->count != UINT64_MAX
                                                     ? jint(s->count)
                                                     : json_null());
@@ -396,10 +402,11 @@ static json_t *job_json(sc_jobs *j, sc_job *job, sio_feed_consumer *cons,
     if (o)
         json_object_set_new(
             o, "data_plane",
-            json_pack("{s:s, s:o, s:o, s:o, s:o, s:o}", "mode",
+            json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o}", "mode",
                       j->cfg->data_plane == SC_DATA_PLANE_AUTO ? "auto"
                                                                : "stream",
                       "plans", jint(atomic_load(&job->plans_built)),
+                      "plans_grown", jint(atomic_load(&job->plans_grown)),
                       "plan_streams", jint(atomic_load(&job->plan_streams)),
                       "feed_streams", jint(atomic_load(&job->feed_streams)),
                       "plan_failures",
@@ -466,7 +473,8 @@ typedef struct job_metrics {
     char name[SC_JOB_NAME_MAX + 1];
     int ready;
     uint64_t samples, bytes, opened, by_outcome[5];
-    uint64_t plans, plan_streams, feed_streams, plan_failures, plan_waits;
+    uint64_t plans, plans_grown, plan_streams, feed_streams, plan_failures,
+        plan_waits;
     uint64_t failover_streams;
     uint64_t epochs, streams;
     epoch_counts cnt;
@@ -619,6 +627,7 @@ sio_code sc_jobs_metrics(sc_jobs *j, sc_prom *p)
         x->bytes = atomic_load(&job->ctr.bytes);
         x->opened = atomic_load(&job->streams_opened);
         x->plans = atomic_load(&job->plans_built);
+        x->plans_grown = atomic_load(&job->plans_grown);
         x->plan_waits = atomic_load(&job->plan_waits);
         x->plan_streams = atomic_load(&job->plan_streams);
         x->feed_streams = atomic_load(&job->feed_streams);
@@ -680,6 +689,9 @@ sio_code sc_jobs_metrics(sc_jobs *j, sc_prom *p)
             m[i].failover_streams);
     PER_JOB(p, m, n, "shardcast_plans_built_total", "counter",
             "Epoch plans built from the shard indexes.", m[i].plans);
+    PER_JOB(p, m, n, "shardcast_plans_grown_total", "counter",
+            "Epoch plans started before their shards were indexed (the "
+            "first pass), grown as the shards were read.", m[i].plans_grown);
     PER_JOB(p, m, n, "shardcast_plan_waits_total", "counter",
             "Stream openings that waited, suspended, for their epoch's plan "
             "to be built on a planner thread.", m[i].plan_waits);

@@ -374,6 +374,9 @@ void sc_stream_set_planread(sc_stream *s, sio_planread *r,
     s->plan = r;
     s->plan_broken = broken;
     sio_wenc_set_extent_sink(s->enc, sink_extent);
+    /* A plan that grows wakes the stream when its next sample is decided
+     * (sc_stream_notify: a flag and a resume, under s->mu only). */
+    sio_planread_set_notify(r, sc_stream_notify, s);
 }
 
 /* Resume the connection if this stream suspended it (s->mu held). */
@@ -554,6 +557,8 @@ static int advance(sc_stream *s)
                               SEEK_BUSY_RETRY_MS);
             return 1;
         }
+        if (rc == SIO_ERR_AGAIN)
+            return 0; /* a growing plan: woken when it has the sample */
         if (rc != SIO_OK) {
             plan_failed(s, rc);
             return 1;

@@ -22,7 +22,9 @@ CONSUMER = "c0nsumer-58a2e4"
 
 
 def test_status_json_shape(start, small_ds):
-    srv = start("--job", "train", "--source", small_ds.path, "--seed", "2")
+    # The feed's window fields are asserted: the first pass on the feed.
+    srv = start("--job", "train", "--source", small_ds.path, "--seed", "2",
+                "--data-plane", "stream")
     samples, outcome, trailer = read_share(srv, "train", 0, 0, 1)
     assert outcome == "end" and trailer["samples"] == small_ds.total == len(samples)
     jobs = get_json(srv, "/v1/jobs")
@@ -53,8 +55,9 @@ def test_status_json_shape(start, small_ds):
 
 
 def test_missing_and_lagging_consumers_are_visible(start, medium_ds):
+    # Missing and lagging consumers are the feed's (its window): on the feed.
     srv = start("--job", "train", "--source", medium_ds.path, "--window-samples", "64",
-                "--join-timeout-ms", "60000")
+                "--join-timeout-ms", "60000", "--data-plane", "stream")
     # Rank 0 of 3 reads a little and stops reading; ranks 1 and 2 never come.
     s = FramesStream(srv, stream_path("train", 0, 0, 3))
     got = s.read_all(limit=5)
@@ -90,8 +93,9 @@ def test_missing_and_lagging_consumers_are_visible(start, medium_ds):
 
 
 def test_lagging_consumer_is_marked(start, medium_ds):
+    # The feed's lag: on the feed.
     srv = start("--job", "train", "--source", medium_ds.path, "--window-samples", "64",
-                "--lag-samples", "32")
+                "--lag-samples", "32", "--data-plane", "stream")
     fast = FramesStream(srv, stream_path("train", 0, 0, 2))
     slow = FramesStream(srv, stream_path("train", 0, 1, 2))
     slow.read_all(limit=1)

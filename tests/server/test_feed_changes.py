@@ -12,8 +12,9 @@ after it are planned again.
 
 test_rewrite_in_place_during_first_pass: a dataset of 6 shards of ~8 MB,
 a server whose feed holds little ahead (2 MiB window, a shuffle buffer of
-8 samples, 2 shards open), one consumer of epoch 0 (the first pass: the
-feed). It reads 512 KiB, every shard file is rewritten in place (same
+8 samples, 2 shards open), one consumer of epoch 0 (the first pass, served
+by the feed: --data-plane stream; with the default the first pass is
+planned, and tests/server/test_first_pass.py changes files under that). It reads 512 KiB, every shard file is rewritten in place (same
 size, other bytes), and it reads to the end. Every sample must be whole:
 its fields all of the original file or all of the new one, never a mix.
 The shards that were being read when their files changed are skipped,
@@ -27,7 +28,7 @@ exactly once; after it the job knows the new length, and epoch 2 must
 come from a plan again (data_plane.plan_streams grows), with the same
 samples.
 
-Runs with --data-plane auto (the default) only.
+The second test runs with --data-plane auto (the default) only.
 """
 
 import os
@@ -81,10 +82,12 @@ def read_epoch(srv, job, epoch, fmt="tar"):
 
 
 def test_rewrite_in_place_during_first_pass(start, server_binary, tmp_path):
-    require_planes(server_binary, "auto")
+    require_planes(server_binary, "stream")
     ds = FaultDataset(str(tmp_path / "data"), SEED, SHARDS, PER_SHARD)
+    args = list(SERVER_ARGS)
+    args[args.index("auto")] = "stream"
     srv = start("--job", "t", "--source", ds.path, "--state-dir",
-                str(tmp_path / "state"), *SERVER_ARGS)
+                str(tmp_path / "state"), *args)
     r = RawResponse(srv.host, srv.port, stream_query("t", 0, 0, 1, "tar"), rcvbuf=RCVBUF)
     try:
         assert r.status == 200

@@ -50,12 +50,13 @@ class Healthy:
                     time.sleep(delay)
         finally:
             s.close()
+        self.trailer = getattr(s, "trailer", None)
         self.result = (s.outcome, got)
 
     def check(self):
         self.t.join(120)
         outcome, got = self.result
-        assert outcome == "end", outcome
+        assert outcome == "end", (outcome, getattr(self, "trailer", None))
         assert sorted(got) == list(range(self.expect))
 
 

@@ -111,9 +111,11 @@ def scrape(srv, token=None):
 
 
 def test_metrics_histograms_move(start, small_ds):
-    # A small window: a resume far behind it needs a seek.
+    # A small window: a resume far behind it needs a seek (the feed's: on
+    # the feed).
     srv = start("--job", "train", "--source", small_ds.path,
-                "--window-samples", "16", "--prefetch", "false")
+                "--window-samples", "16", "--prefetch", "false",
+                "--data-plane", "stream")
     f0, h0 = scrape(srv)
     D, F = "shardcast_http_request_duration_seconds", "shardcast_stream_first_sample_seconds"
     L, S = "shardcast_fetch_latency_seconds", "shardcast_seek_ready_seconds"

@@ -80,9 +80,11 @@ def _paced(sample):
 def _server_args(ds, port, grace, state=None):
     # A window of 16 samples keeps the four consumers within a few samples
     # of each other; --port comes after the harness's "--port 0".
+    # The feed's window ties the consumers together (a plan's readers are
+    # not paced by each other): on the feed.
     args = ["--port", str(port), "--job", "train", "--source", ds.path, "--seed", "5",
             "--shuffle-buffer", "50", "--window-samples", "16",
-            "--drain-grace", str(grace)]
+            "--drain-grace", str(grace), "--data-plane", "stream"]
     if state:
         # kept across the restart: the restarted server seeks (from the
         # shard indexes) instead of replaying the prefix

@@ -95,9 +95,11 @@ def test_even_pad_8000_w3_ranks_one_after_another(start, pad_ds, workdir):
     repeats Y[0]. The ranks read one after the other through a window far
     smaller than the epoch, so ranks 1 and 2 and the tail are seeks."""
     state = os.path.join(workdir, "pad-state")
+    # The feed's seeks: on the feed.
     srv = start("--job", "train", "--source", pad_ds, "--partition", "even-pad",
                 "--window-samples", "256", "--state-dir", state,
-                "--join-timeout-ms", "200", "--lag-grace-ms", "200")
+                "--join-timeout-ms", "200", "--lag-grace-ms", "200",
+                "--data-plane", "stream")
     y, outcome, _ = read_share(srv, "train", 0, 0, 1)  # Y itself (epoch 0)
     assert outcome == "end" and len(y) == 8000
     shares = []
@@ -133,9 +135,11 @@ def lag_ds(tmp_path_factory):
 def test_even_pad_concurrent_ranks_with_a_stalled_one(start, lag_ds, workdir):
     """Three ranks at once; rank 2 stops reading for a while. The others do
     not wait for it beyond the lag grace; all three end with equal counts."""
+    # The feed's lag detaches: on the feed.
     srv = start("--job", "train", "--source", lag_ds, "--partition", "even-pad",
                 "--window-samples", "256", "--lag-grace-ms", "300",
-                "--state-dir", os.path.join(workdir, "pad-state2"))
+                "--state-dir", os.path.join(workdir, "pad-state2"),
+                "--data-plane", "stream")
     results = [None] * 3
     timing = {}
 

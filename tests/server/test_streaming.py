@@ -78,8 +78,10 @@ def test_elastic_resume_with_global_start(start, medium_ds):
 
 def test_slow_consumer_paces_the_epoch_with_flat_memory(start, medium_ds):
     window = 64
+    # The feed's window paces the epoch: on the feed.
     srv = start("--job", "train", "--source", medium_ds.path, "--window-samples",
-                str(window), "--shuffle-buffer", "100", "--prefetch", "false")
+                str(window), "--shuffle-buffer", "100", "--prefetch", "false",
+                "--data-plane", "stream")
     W = 2
     share = medium_ds.total // W
     fast = FramesStream(srv, stream_path("train", 0, 0, W))
@@ -132,9 +134,10 @@ def test_slow_consumer_paces_the_epoch_with_flat_memory(start, medium_ds):
 
 
 def test_epochs_in_flight_are_bounded(start, medium_ds):
+    # The feed's window holds epoch 0's stream open: on the feed.
     srv = start("--job", "train", "--source", medium_ds.path, "--max-epochs", "1",
                 "--prefetch", "false", "--window-samples", "32",
-                "--rejoin-grace-ms", "1500")
+                "--rejoin-grace-ms", "1500", "--data-plane", "stream")
     held = FramesStream(srv, stream_path("train", 0, 0, 1))
     held.read_all(limit=2)
     st, hdrs, body = request(srv, stream_path("train", 1, 0, 1))
@@ -158,8 +161,9 @@ def test_epochs_in_flight_are_bounded(start, medium_ds):
 
 
 def test_sigterm_drains_then_cuts(start, medium_ds):
+    # The feed's window keeps both streams open past the signal: on the feed.
     srv = start("--job", "train", "--source", medium_ds.path, "--window-samples", "64",
-                "--drain-grace", "2")
+                "--drain-grace", "2", "--data-plane", "stream")
     quick = FramesStream(srv, stream_path("train", 0, 0, 2))
     slow = FramesStream(srv, stream_path("train", 0, 1, 2))
     quick.read_all(limit=3)

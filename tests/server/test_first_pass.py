@@ -1,0 +1,218 @@
+"""The first pass over a dataset is planned (docs/architecture.md "The
+plan"): an epoch whose shards are not indexed yet gets a plan that grows
+while a planner thread indexes the shards in the order the interleave
+opens them, and its streams read from it, waiting at its end.
+
+test_first_epoch_of_a_fresh_server_comes_from_a_growing_plan: a random
+dataset nobody indexed, a fresh server, every rank of epoch 0 at once.
+Every stream is served from the plan (none from the feed), the job
+counts one grown plan, and each rank's share is, sample for sample and
+byte for byte, the share a --data-plane stream server (the feed) gives.
+The next epoch is planned from the indexes the first pass made.
+
+test_a_shard_that_fails_in_the_first_pass_is_journaled_like_the_feed:
+a shard cut short mid-member and a shard that is not a tar at all, on
+both planes: the same samples in the same order, the same END summary
+naming the skipped shards.
+
+test_compressed_shards_keep_the_feed: a dataset with a tar.gz shard is
+not planned before it is indexed; its first epoch streams from the feed,
+whole.
+
+test_files_rewritten_during_a_planned_first_pass: every shard rewritten in
+place (same size, other bytes) while the first pass is planned and read;
+the consumer resumes after each cut or retryable error as the clients do,
+and gets whole samples of one version each, no key twice, and the END
+trailer; the plan's stream found the change (plan_failures).
+"""
+
+import os
+import random
+import threading
+
+from plan_testlib import (data_plane, fetch, make_random_dataset, parse_body,
+                          require_planes, stream_query)
+from server_testlib import get_json
+
+SEED = int(os.environ.get("SHARDCAST_PLAN_SEED", "7171"))
+WORLD = 4
+
+
+def tag():
+    return "[seed=%d]" % SEED
+
+
+def serve(start, ds, plane, *extra):
+    return start("--job", "t", "--source", ds.path, "--data-plane", plane,
+                 "--prefetch", "false", "--stream-rate-limit", "0",
+                 "--rate-limit", "0", "--max-new-epochs-per-minute", "0",
+                 *extra)
+
+
+def read_world(srv, epoch, fmt, world=WORLD):
+    out = [None] * world
+
+    def one(r):
+        out[r] = fetch(srv, stream_query("t", epoch, r, world, fmt))
+
+    ts = [threading.Thread(target=one, args=(r,)) for r in range(world)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+        assert not t.is_alive(), "%s epoch %d: a consumer still reads" % (tag(), epoch)
+    shares = []
+    for r, (st, _, body, complete, _) in enumerate(out):
+        assert st == 200 and complete, "%s epoch %d rank %d: %s %r" % (
+            tag(), epoch, r, st, body[:300])
+        p = parse_body(fmt, body)
+        assert p.outcome == "end", "%s epoch %d rank %d: %s" % (tag(), epoch, r, p.summary())
+        shares.append(p)
+    return shares
+
+
+def keys_and_fields(p):
+    return [(s["key"], s["fields"]) for s in p.samples]
+
+
+def test_first_epoch_of_a_fresh_server_comes_from_a_growing_plan(start, server_binary,
+                                                                tmp_path):
+    require_planes(server_binary, "auto", "stream")
+    rng = random.Random(SEED)
+    ds = make_random_dataset(str(tmp_path / "ds"), rng.randrange(1 << 30),
+                             [("ustar", 70), ("gnu", 40), ("pax", 90), ("ustar", 30),
+                              ("empty", 0), ("pax", 55), ("gnu", 65)], "f")
+    feed = serve(start, ds, "stream")
+    plan = serve(start, ds, "auto", "--interleave", "3", "--shuffle-buffer", "50")
+    feed2 = serve(start, ds, "stream", "--interleave", "3", "--shuffle-buffer", "50")
+    for fmt in ("frames", "tar"):
+        want = read_world(feed if fmt == "frames" else feed2, 0, fmt)
+        srv = plan if fmt == "tar" else serve(start, ds, "auto")
+        before = data_plane(get_json(srv, "/v1/jobs/t"))
+        got = read_world(srv, 0, fmt)
+        for r in range(WORLD):
+            assert keys_and_fields(got[r]) == keys_and_fields(want[r]), (
+                "%s %s rank %d: the planned first pass differs from the feed's "
+                "(%d samples against %d)" % (tag(), fmt, r, len(got[r].samples),
+                                             len(want[r].samples)))
+            assert got[r].summary() == want[r].summary(), (tag(), fmt, r)
+        dp = data_plane(get_json(srv, "/v1/jobs/t"))
+        assert dp["plans_grown"] == before["plans_grown"] + 1, "%s %s" % (tag(), dp)
+        assert dp["plan_streams"] == before["plan_streams"] + WORLD, "%s %s" % (tag(), dp)
+        assert dp["feed_streams"] == before["feed_streams"], "%s %s" % (tag(), dp)
+    # every key of the dataset once (even-drop keeps all but the tail)
+    seen = [k for p in got for k, _ in keys_and_fields(p)]
+    assert len(seen) == len(set(seen)), tag()
+    assert len(seen) == (ds.total // WORLD) * WORLD, (tag(), len(seen), ds.total)
+    # the next epoch is built whole from the indexes the first pass made
+    before = data_plane(get_json(plan, "/v1/jobs/t"))
+    want = read_world(feed2, 1, "frames")
+    got = read_world(plan, 1, "frames")
+    for r in range(WORLD):
+        assert keys_and_fields(got[r]) == keys_and_fields(want[r]), (tag(), r)
+    dp = data_plane(get_json(plan, "/v1/jobs/t"))
+    assert dp["plans"] == before["plans"] + 1, "%s %s" % (tag(), dp)
+    assert dp["plans_grown"] == before["plans_grown"], "%s %s" % (tag(), dp)
+    assert dp["feed_streams"] == before["feed_streams"], "%s %s" % (tag(), dp)
+
+
+def test_a_shard_that_fails_in_the_first_pass_is_journaled_like_the_feed(
+        start, server_binary, tmp_path):
+    require_planes(server_binary, "auto", "stream")
+    rng = random.Random(SEED + 1)
+    ds = make_random_dataset(str(tmp_path / "ds"), rng.randrange(1 << 30),
+                             [("ustar", 60), ("pax", 80), ("gnu", 50), ("ustar", 40),
+                              ("pax", 45)], "d")
+    names = sorted(os.listdir(ds.path))
+    # shard 1 cut inside a member (not on a block boundary), shard 3 made
+    # of bytes that are no archive at all
+    p1 = os.path.join(ds.path, names[1])
+    size = os.path.getsize(p1)
+    with open(p1, "r+b") as f:
+        f.truncate(size // 2 + 100)
+    with open(os.path.join(ds.path, names[3]), "wb") as f:
+        f.write(bytes(rng.randrange(1, 256) for _ in range(3000)))
+    for fmt in ("frames", "tar"):
+        feed = serve(start, ds, "stream")
+        plan = serve(start, ds, "auto")
+        want = read_world(feed, 0, fmt, world=2)
+        got = read_world(plan, 0, fmt, world=2)
+        for r in range(2):
+            assert keys_and_fields(got[r]) == keys_and_fields(want[r]), (
+                "%s %s rank %d: %d samples against the feed's %d" % (
+                    tag(), fmt, r, len(got[r].samples), len(want[r].samples)))
+            assert got[r].summary() == want[r].summary(), (tag(), fmt, r)
+        if fmt == "frames":
+            skipped = got[0].trailer.get("skipped") or {}
+            assert skipped.get("shards") == 2, "%s %s" % (tag(), got[0].trailer)
+        dp = data_plane(get_json(plan, "/v1/jobs/t"))
+        assert dp["plans_grown"] == 1 and dp["feed_streams"] == 0, "%s %s" % (tag(), dp)
+
+
+def test_compressed_shards_keep_the_feed(start, server_binary, tmp_path):
+    require_planes(server_binary, "auto")
+    rng = random.Random(SEED + 2)
+    ds = make_random_dataset(str(tmp_path / "ds"), rng.randrange(1 << 30),
+                             [("ustar", 30), ("targz", 30), ("pax", 30)], "z")
+    srv = serve(start, ds, "auto")
+    got = read_world(srv, 0, "frames", world=1)[0]
+    assert sorted(k for k, _ in keys_and_fields(got)) == sorted(ds.by_key), tag()
+    dp = data_plane(get_json(srv, "/v1/jobs/t"))
+    assert dp["plans_grown"] == 0 and dp["feed_streams"] == 1, "%s %s" % (tag(), dp)
+
+
+def read_resuming(srv, job, epoch, fmt, first_chunk=None, tries=30):
+    """One consumer's whole share (rank 0 of 1), read as a client does:
+    after a cut or a retryable error it opens the stream again at the
+    position reached. first_chunk(): called once after the first 512 KiB."""
+    from plan_testlib import RawResponse
+    samples, start = [], 0
+    for _ in range(tries):
+        r = RawResponse(srv.host, srv.port, stream_query(job, epoch, 0, 1, fmt, start=start),
+                        rcvbuf=32 << 10)
+        try:
+            assert r.status == 200, "%s status %s" % (tag(), r.status)
+            if first_chunk:
+                r.read_until(512 << 10)
+                first_chunk()
+                first_chunk = None
+            r.read_all()
+            body, complete = bytes(r.body), r.complete
+        finally:
+            r.close()
+        p = parse_body(fmt, body)
+        samples += p.samples
+        start += len(p.samples)
+        if p.outcome == "end" and complete:
+            return samples, p
+        assert p.outcome == "cut" or p.retryable_error(), "%s %s" % (tag(), p.summary())
+    raise AssertionError("%s no END after %d tries" % (tag(), tries))
+
+
+def test_files_rewritten_during_a_planned_first_pass(start, server_binary, tmp_path):
+    """The first pass over files rewritten in place while the plan grows
+    and is read (same size, other bytes): a consumer that resumes after
+    each cut or retryable error gets whole samples only, each of one
+    version of its file, no key twice, and the END trailer."""
+    require_planes(server_binary, "auto")
+    from test_feed_changes import SERVER_ARGS, whole_samples
+    from test_plan_faults import FaultDataset
+    ds = FaultDataset(str(tmp_path / "data"), SEED + 3, 6, 80)
+    srv = start("--job", "t", "--source", ds.path, "--state-dir",
+                str(tmp_path / "state"), *SERVER_ARGS)
+
+    def rewrite_all():
+        for s in range(6):
+            ds.rewrite(s)
+
+    samples, last = read_resuming(srv, "t", 0, "tar", first_chunk=rewrite_all)
+
+    class P:
+        pass
+    p = P()
+    p.samples = samples
+    seen = whole_samples(ds, p, "a planned first pass over files rewritten in place")
+    assert seen, tag()
+    dp = data_plane(get_json(srv, "/v1/jobs/t"))
+    # the plan's stream found the change and the rest came from the feed
+    assert dp["plans_grown"] >= 1 and dp["plan_failures"] >= 1, "%s %s" % (tag(), dp)
