@@ -24,10 +24,9 @@
  *
  * Faults: the plan takes each shard file's identity (device, inode, size,
  * modification time) when it is built, and only from a file that is still
- * the one its index describes (size; a local file's mtime). A plan reader
- * opens each shard once, refuses a file that is not the plan's, and after
- * every
- * sample it checks that nothing wrote to the file since, and that the
+ * the one its index describes (size; a local file's mtime). The plan
+ * opens each shard once for all its readers, refuses a file that is not
+ * the plan's, and after every sample a reader checks that nothing wrote to the file since, and that the
  * sample is the one the index describes (group number, key hash, payload
  * size). A shard that changed, shrank or disappeared is SIO_ERR_CHANGED:
  * the caller ends the consumer's stream with a retryable error and drops
@@ -37,8 +36,9 @@
  * Cost (docs/architecture.md "The data plane"): building a plan is PRNG and index
  * arithmetic, sizeof(sio_plan_item) = 40 bytes per sample of the epoch.
  *
- * Threading: a plan is immutable once built (any thread may read it); a
- * plan reader is used by one thread at a time.
+ * Threading: a plan's items are immutable once published (any thread may
+ * read them; a growing plan publishes more, below); its descriptor table
+ * has its own lock; a plan reader is used by one thread at a time.
  */
 #ifndef SHARDIO_PLAN_H
 #define SHARDIO_PLAN_H
@@ -165,9 +165,11 @@ typedef struct sio_planread_config {
     struct sio_cache_user *cache;
 } sio_planread_config;
 
-/* Shards one reader keeps open at once (the least recently used is
- * closed beyond). */
-#define SIO_PLANREAD_FILES 16u
+/* Shards one reader keeps at hand at once (the least recently used is
+ * let go beyond): references to the plan's descriptors, which the plan
+ * opens once for all the readers that hold a shard and closes when none
+ * does (512 at most at once; beyond, a reader opens its own). */
+#define SIO_PLANREAD_FILES 64u
 
 /*
  * A reader of consumer (rank, world)'s share of the plan, from position

@@ -265,6 +265,125 @@ static uint64_t bad_groups(const sio_plan *p, const sio_epoch_config *cfg,
     return bad;
 }
 
+/* Open url (its identity checked against the plan's): SIO_OK with *fd
+ * (and a cache entry's *sfd), or a code with err. */
+static sio_code fd_open(sio_plan *p, sio_io *io, struct sio_cache_user *cache,
+                        const char *url, uint32_t s, int *fd, int *sfd,
+                        char *err, size_t errlen)
+{
+    sio_error e = {SIO_OK, ""};
+    struct stat st;
+    *fd = *sfd = -1;
+    sio_code rc = sio_io_open_fd_checked(io, cache, url, fd, sfd, &e);
+    if (rc == SIO_ERR_NOTFOUND)
+        rc = SIO_ERR_CHANGED; /* it was there when indexed */
+    if (rc == SIO_OK && fstat(*fd, &st) != 0) {
+        rc = SIO_ERR_IO;
+        snprintf(e.msg, sizeof e.msg, "url=%s: cannot stat", url);
+    } else if (rc == SIO_OK && !plan_file_same(p, s, &st)) {
+        rc = SIO_ERR_CHANGED;
+        snprintf(e.msg, sizeof e.msg,
+                 "url=%s is not the file the epoch's plan was made from "
+                 "(rewritten or replaced since)", url);
+    }
+    if (rc) {
+        if (*fd >= 0)
+            close(*fd);
+        if (*sfd >= 0)
+            close(*sfd);
+        *fd = *sfd = -1;
+        snprintf(err, errlen, "%s", e.msg);
+    }
+    return rc;
+}
+
+int plan_fd_take(sio_plan *p, sio_io *io, struct sio_cache_user *cache,
+                 const char *url, uint32_t s, int *fd, int *sfd, int *cached,
+                 sio_code *rc, char *err, size_t errlen)
+{
+    int nfd = -1, nsfd = -1;
+    *rc = SIO_OK;
+    /* A local file is opened by every reader that takes it, as if it
+     * had the shard to itself: a file deleted, rewritten or replaced
+     * since is refused before any sample of it (a reader that holds it
+     * already reads on from the descriptor it has, the plan's file). */
+    int local = sio_io_url_is_file(io, url);
+    if (local) {
+        *rc = fd_open(p, io, cache, url, s, &nfd, &nsfd, err, errlen);
+        if (*rc)
+            return -1;
+    }
+    pthread_mutex_lock(&p->fd_mu);
+    if (!p->fds) {
+        p->fds = malloc(PLAN_FDS * sizeof *p->fds);
+        for (size_t i = 0; p->fds && i < PLAN_FDS; i++)
+            p->fds[i] = (plan_fd){.fd = -1, .sfd = -1};
+    }
+    int free_i = -1;
+    for (size_t i = 0; p->fds && i < PLAN_FDS; i++) {
+        plan_fd *f = &p->fds[i];
+        if (f->fd >= 0 && f->shard == s && !f->bad) {
+            f->users++;
+            f->used = ++p->fd_clock;
+            *fd = f->fd;
+            *sfd = f->sfd;
+            *cached = f->cached;
+            pthread_mutex_unlock(&p->fd_mu);
+            if (nfd >= 0)
+                close(nfd);
+            return (int)i;
+        }
+        if (f->fd < 0 && free_i < 0)
+            free_i = (int)i;
+    }
+    if (free_i < 0) {
+        /* Every entry held (or no memory): the caller opens its own. */
+        pthread_mutex_unlock(&p->fd_mu);
+        if (nfd >= 0)
+            close(nfd);
+        return -1;
+    }
+    /* Opened under the lock: one open per shard, whoever asks. */
+    if (!local) {
+        *rc = fd_open(p, io, cache, url, s, &nfd, &nsfd, err, errlen);
+        if (*rc) {
+            pthread_mutex_unlock(&p->fd_mu);
+            return -1;
+        }
+    }
+    plan_fd *v = &p->fds[free_i];
+    *v = (plan_fd){.shard = s, .fd = nfd, .sfd = nsfd, .users = 1,
+                   .used = ++p->fd_clock, .cached = cache && !local};
+    *fd = v->fd;
+    *sfd = v->sfd;
+    *cached = v->cached;
+    pthread_mutex_unlock(&p->fd_mu);
+    return free_i;
+}
+
+void plan_fd_release(sio_plan *p, int i, int bad)
+{
+    if (i < 0 || (size_t)i >= PLAN_FDS)
+        return;
+    pthread_mutex_lock(&p->fd_mu);
+    plan_fd *f = &p->fds[i];
+    if (f->users > 0)
+        f->users--;
+    if (bad)
+        f->bad = 1;
+    /* Nobody holds it: closed (a file deleted or replaced since, or an
+     * evicted cache entry, gives its space back; the next reader opens
+     * the file as it is then). */
+    if (f->users == 0) {
+        if (f->fd >= 0)
+            close(f->fd);
+        if (f->sfd >= 0)
+            close(f->sfd);
+        *f = (plan_fd){.fd = -1, .sfd = -1};
+    }
+    pthread_mutex_unlock(&p->fd_mu);
+}
+
 static sio_plan *plan_new(size_t total)
 {
     sio_plan *p = calloc(1, sizeof *p);
@@ -278,6 +397,7 @@ static sio_plan *plan_new(size_t total)
     p->nfiles = total;
     atomic_init(&p->refs, 1);
     pthread_mutex_init(&p->mu, NULL);
+    pthread_mutex_init(&p->fd_mu, NULL);
     return p;
 }
 
@@ -458,6 +578,14 @@ static void plan_free(sio_plan *p)
     grow_free(p->g);
     items_free(p);
     free(p->files);
+    for (size_t i = 0; p->fds && i < PLAN_FDS; i++) {
+        if (p->fds[i].fd >= 0)
+            close(p->fds[i].fd);
+        if (p->fds[i].sfd >= 0)
+            close(p->fds[i].sfd);
+    }
+    free(p->fds);
+    pthread_mutex_destroy(&p->fd_mu);
     pthread_mutex_destroy(&p->mu);
     free(p);
 }

@@ -36,6 +36,21 @@ typedef struct plan_file {
 
 struct plan_grow;
 
+/* The plan's shard descriptors, shared by its readers: a shard file is
+ * opened (and its identity checked) once while any reader of the plan
+ * holds it, not once per stream, and read with pread() by every reader.
+ * A reader holds an entry (users) while it keeps the shard in its own
+ * table; an entry nobody holds any more is closed. */
+#define PLAN_FDS 512u
+typedef struct plan_fd {
+    uint32_t shard;
+    int fd, sfd;      /* -1: free; sfd: a cache entry's block sums */
+    uint32_t users;
+    uint64_t used;
+    int cached;       /* a shard-cache entry (its bytes are hits) */
+    int bad;          /* found changed: closed once its users let go */
+} plan_fd;
+
 /* A reader waiting for a growing plan (linked under the plan's mu). */
 typedef struct plan_waiter {
     struct plan_waiter *next, *prev;
@@ -73,6 +88,9 @@ struct sio_plan {
     void *kick_ud;
     char fail_msg[700];
     struct plan_grow *g;    /* the builder's state (one thread at a time) */
+    pthread_mutex_t fd_mu;  /* fds, fd_clock */
+    plan_fd *fds;           /* PLAN_FDS, allocated at the first use */
+    uint64_t fd_clock;
 };
 
 /* Y[i], for i below the published n. */
@@ -89,6 +107,18 @@ static inline const sio_plan_item *plan_item(const sio_plan *p, uint64_t i)
 int plan_wait_for(sio_plan *p, plan_waiter *w, uint64_t t);
 /* A reader that closes leaves the queue. */
 void plan_unwait(sio_plan *p, plan_waiter *w);
+
+/* Take shard s's shared descriptor (opened now when no entry holds it):
+ * the entry's index, with its fd, sfd and cached; -1 with *rc SIO_OK when
+ * every entry is held (the caller opens its own), or -1 with *rc and err
+ * when the file cannot be opened or is not the plan's. */
+struct sio_cache_user;
+int plan_fd_take(sio_plan *p, sio_io *io, struct sio_cache_user *cache,
+                 const char *url, uint32_t s, int *fd, int *sfd, int *cached,
+                 sio_code *rc, char *err, size_t errlen);
+/* Let go of entry i; bad: its file was found changed (it is closed once
+ * nobody holds it, and taken by nobody meanwhile). */
+void plan_fd_release(sio_plan *p, int i, int bad);
 
 /* Is st the file the plan found for shard s? */
 static inline int plan_file_same(const sio_plan *p, uint32_t s,

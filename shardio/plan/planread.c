@@ -68,6 +68,8 @@
 
 typedef struct pfile {
     uint32_t shard;
+    int pi;             /* the plan's shared entry held (-1: fd is the
+                           reader's own) */
     int fd;             /* -1: free slot */
     int sfd;            /* a cache entry's block sums (-1: a local file) */
     int unverified;     /* extents of it were handed out since a check */
@@ -153,18 +155,26 @@ sio_code sio_planread_open(sio_io *io, const sio_shardlist *list,
                                             cfg->policy)
                          : UINT64_MAX;
     r->k = cfg->start;
-    for (size_t i = 0; i < SIO_PLANREAD_FILES; i++)
+    for (size_t i = 0; i < SIO_PLANREAD_FILES; i++) {
         r->files[i].fd = r->files[i].sfd = -1;
+        r->files[i].pi = -1;
+    }
     *out = r;
     return SIO_OK;
 }
 
-static void file_close(pfile *f)
+/* Let go of f (bad: its file was found changed). */
+static void file_drop(sio_planread *r, pfile *f, int bad)
 {
-    if (f->fd >= 0)
-        close(f->fd);
-    if (f->sfd >= 0)
-        close(f->sfd);
+    if (f->pi >= 0) {
+        plan_fd_release(r->plan, f->pi, bad);
+    } else {
+        if (f->fd >= 0)
+            close(f->fd);
+        if (f->sfd >= 0)
+            close(f->sfd);
+    }
+    f->pi = -1;
     f->fd = f->sfd = -1;
     f->unverified = 0;
     free(f->carry);
@@ -189,7 +199,7 @@ sio_code sio_planread_verify(sio_planread *r)
         if (fstat(f->fd, &now) != 0 ||
             !plan_file_same(r->plan, f->shard, &now)) {
             rc = changed(r, sio_shardlist_url(r->list, f->shard));
-            file_close(f);
+            file_drop(r, f, 1);
         }
     }
     return rc;
@@ -209,55 +219,70 @@ static pfile *file_for(sio_planread *r, uint32_t s, sio_code *rc)
         if (f->fd < 0 || (victim->fd >= 0 && f->used < victim->used))
             victim = f;
     }
-    file_close(victim);
-    sio_error e = {SIO_OK, ""};
+    file_drop(r, victim, 0);
     const char *url = sio_shardlist_url(r->list, s);
-    int fd = -1, sfd = -1;
-    *rc = sio_io_open_fd_checked(r->io, r->cfg.cache, url, &fd, &sfd, &e);
-    if (*rc == SIO_ERR_BUSY) {
-        /* Out of descriptors: give back this reader's others, once. */
-        for (size_t i = 0; i < SIO_PLANREAD_FILES; i++)
-            file_close(&r->files[i]);
+    int fd = -1, sfd = -1, cached = 0;
+    /* The plan's descriptor, shared with its other readers. */
+    int pi = plan_fd_take(r->plan, r->io, r->cfg.cache, url, s, &fd, &sfd,
+                          &cached, rc, r->err, sizeof r->err);
+    if (pi < 0 && *rc)
+        return NULL;
+    if (pi < 0) {
+        /* Every shared entry is held: one of the reader's own. */
+        sio_error e = {SIO_OK, ""};
         *rc = sio_io_open_fd_checked(r->io, r->cfg.cache, url, &fd, &sfd,
                                      &e);
-    }
-    if (*rc) {
-        if (*rc == SIO_ERR_NOTFOUND)
-            *rc = SIO_ERR_CHANGED; /* it was there when indexed */
-        snprintf(r->err, sizeof r->err, "%s", e.msg);
-        return NULL;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        close(fd);
-        if (sfd >= 0)
-            close(sfd);
-        *rc = SIO_ERR_IO;
-        snprintf(r->err, sizeof r->err, "url=%s: cannot stat", url);
-        return NULL;
-    }
-    if (!plan_file_same(r->plan, s, &st)) {
-        close(fd);
-        if (sfd >= 0)
-            close(sfd);
-        *rc = SIO_ERR_CHANGED;
-        snprintf(r->err, sizeof r->err,
-                 "url=%s is not the file the epoch's plan was made from "
-                 "(rewritten or replaced since)", url);
-        return NULL;
+        if (*rc == SIO_ERR_BUSY) {
+            /* Out of descriptors: give back this reader's others, once. */
+            for (size_t i = 0; i < SIO_PLANREAD_FILES; i++)
+                file_drop(r, &r->files[i], 0);
+            *rc = sio_io_open_fd_checked(r->io, r->cfg.cache, url, &fd,
+                                         &sfd, &e);
+        }
+        if (*rc) {
+            if (*rc == SIO_ERR_NOTFOUND)
+                *rc = SIO_ERR_CHANGED; /* it was there when indexed */
+            snprintf(r->err, sizeof r->err, "%s", e.msg);
+            return NULL;
+        }
+        struct stat st;
+        if (fstat(fd, &st) != 0) {
+            close(fd);
+            if (sfd >= 0)
+                close(sfd);
+            *rc = SIO_ERR_IO;
+            snprintf(r->err, sizeof r->err, "url=%s: cannot stat", url);
+            return NULL;
+        }
+        if (!plan_file_same(r->plan, s, &st)) {
+            close(fd);
+            if (sfd >= 0)
+                close(sfd);
+            *rc = SIO_ERR_CHANGED;
+            snprintf(r->err, sizeof r->err,
+                     "url=%s is not the file the epoch's plan was made from "
+                     "(rewritten or replaced since)", url);
+            return NULL;
+        }
+        cached = r->cfg.cache && !sio_io_url_is_file(r->io, url);
     }
     if (sfd >= 0 && !(victim->carry = calloc(1, sizeof *victim->carry))) {
-        close(fd);
-        close(sfd);
+        if (pi >= 0) {
+            plan_fd_release(r->plan, pi, 0);
+        } else {
+            close(fd);
+            close(sfd);
+        }
         *rc = SIO_ERR_NOMEM;
         snprintf(r->err, sizeof r->err, "out of memory");
         return NULL;
     }
+    victim->pi = pi;
     victim->fd = fd;
     victim->sfd = sfd;
     victim->shard = s;
     victim->used = ++r->clock;
-    victim->cached = r->cfg.cache && !sio_io_url_is_file(r->io, url);
+    victim->cached = cached;
     return victim;
 }
 
@@ -509,7 +534,7 @@ static sio_code read_item(sio_planread *r, uint64_t t,
     /* What was read so far: was the file written to meanwhile? */
     if (fstat(f->fd, &now) != 0 ||
         !plan_file_same(r->plan, it->shard, &now)) {
-        file_close(f);
+        file_drop(r, f, 1);
         return changed(r, url);
     }
     if (rc)
@@ -676,7 +701,7 @@ void sio_planread_close(sio_planread *r)
     flush_hits(r);
     plan_unwait(r->plan, &r->w);
     for (size_t i = 0; i < SIO_PLANREAD_FILES; i++)
-        file_close(&r->files[i]);
+        file_drop(r, &r->files[i], 0);
     sio_sample_unref(r->held);
     sio_pool_put(r->buf, r->bufcap);
     free(r->key);

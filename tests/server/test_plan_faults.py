@@ -7,8 +7,8 @@ a stream must never deliver bytes that are not the dataset's: it ends
 with the error trailer marked retryable, data_plane.plan_failures counts
 it, and the epoch's later streams come from its feed.
 
-Each test: a local dataset (plain tar, 20 shards: more than a plan reader
-keeps open, so readers reopen shards), a server with --data-plane auto and
+Each test: a local dataset (plain tar, 90 shards: more than a plan reader
+keeps at hand, so readers open shards after the change), a server with --data-plane auto and
 a state dir, epoch 0 read once (the shards get indexed), then WORLD
 consumers of epoch 1 over sockets with small receive buffers. Ranks
 0..WORLD-2 read a first part of their shares and stop; the files change
@@ -61,12 +61,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SEED = int(os.environ.get("SHARDCAST_PLAN_SEED", "5150"))
 WORLD = 4
 LATE = 1                  # ranks that open their stream after the change
-# 20 shards of 18 samples of ~100 KB (~36 MB): more shards than a plan
-# reader keeps open (SIO_PLANREAD_FILES, 16), so readers reopen shards
+# 90 shards of 4 samples of ~100 KB (~36 MB): more shards than a plan
+# reader keeps at hand (SIO_PLANREAD_FILES, 64), so readers open shards
 # after the change; a share (~9 MB) well beyond what the server has
 # in flight for a paused consumer (its socket send buffer, up to 4 MiB).
-SHARDS = 20
-PER_SHARD = 18
+SHARDS = 90
+PER_SHARD = 4
 PAUSE_BYTES = 256 << 10   # each consumer reads this much, then the files change
 RCVBUF = 32 << 10         # consumers' socket receive buffer
 SERVER_ARGS = ["--join-timeout-ms", "300", "--rejoin-grace-ms", "300",
