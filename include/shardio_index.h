@@ -274,11 +274,15 @@ sio_code sio_index_build(sio_io *io, const char *url, uint32_t index,
 /* The same, and *reached (may be NULL) is the number of groups read
  * before the shard ended or failed: where a failed shard ends for the
  * epoch's journal, as an epoch's reader would have found it. Bad samples
- * are logged to log (NULL: not) as an epoch's reader logs them. */
+ * are logged to log (NULL: not) as an epoch's reader logs them. With
+ * cache (a job's view of the shard cache, NULL: none) a remote shard is
+ * read through it, so its entry is filled by the same read. */
+struct sio_cache_user;
 sio_code sio_index_build_to(sio_io *io, const char *url, uint32_t index,
                             const sio_shard_limits *limits,
-                            sio_index_entry *e, const sio_logger *log,
-                            uint64_t *reached, sio_error *err);
+                            sio_index_entry *e, struct sio_cache_user *cache,
+                            const sio_logger *log, uint64_t *reached,
+                            sio_error *err);
 
 /* Path of the entry's persisted file (valid while the index lives), or
  * NULL when memory only or not complete yet. */

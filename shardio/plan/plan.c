@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -536,8 +537,9 @@ uint64_t sio_plan_build_ns(const sio_plan *p)
 /* Shards one step indexes at most (beyond those the order waits on). */
 #define GROW_STEP_SHARDS 4u
 /* A shard whose read fails for a reason that may pass (an I/O error) is
- * read again this many times before its end is journaled. */
-#define GROW_READ_TRIES 3u
+ * read again at once this many times; then the plan stops and the feed,
+ * which retries with a backoff, goes on. */
+#define GROW_READ_TRIES 2u
 
 typedef struct plan_grow {
     sio_io *io;
@@ -716,16 +718,37 @@ void plan_unwait(sio_plan *p, plan_waiter *w)
     pthread_mutex_unlock(&p->mu);
 }
 
+/* A URL whose name says it is compressed or a zip (a remote shard's
+ * first bytes are not asked for before it is read). */
+static int compressed_name(const char *url)
+{
+    static const char *const ext[] = {".gz", ".tgz", ".zst", ".zstd", ".xz",
+                                      ".bz2", ".zip"};
+    size_t n = strlen(url);
+    const char *q = strpbrk(url, "?#");
+    if (q)
+        n = (size_t)(q - url);
+    for (size_t i = 0; i < sizeof ext / sizeof ext[0]; i++) {
+        size_t k = strlen(ext[i]);
+        if (n >= k && strncasecmp(url + n - k, ext[i], k) == 0)
+            return 1;
+    }
+    return 0;
+}
+
 /* Can the epoch grow a plan from its shards as they are indexed? Every
- * shard must be readable in place and not start as a compressed stream
- * or a zip;
- * shards whose index is complete are taken as they are. */
+ * shard must be readable in place (a local file, a complete cache entry)
+ * or, from an object store, be filled into the job's shard cache by the
+ * read that indexes it, with room for all of those in the cache now; and
+ * not be a compressed stream or a zip; shards whose index is complete
+ * are taken as they are. */
 static sio_code growable(sio_io *io, const sio_shardlist *list,
                          const sio_epoch_config *cfg, sio_error *err)
 {
     size_t total = sio_shardlist_count(list);
     size_t first = cfg->range_count ? cfg->range_first : 0;
     size_t count = cfg->range_count ? cfg->range_count : total;
+    uint64_t to_fill = 0;
     if (first > total || count > total - first)
         return sio_seterr(err, SIO_ERR_INVALID, "shard range out of list");
     if (cfg->on_error != SIO_ON_ERROR_SKIP || !cfg->journal)
@@ -734,10 +757,6 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
                           "its shards are indexed");
     for (size_t i = first; i < first + count; i++) {
         const char *url = sio_shardlist_url(list, i);
-        if (!sio_io_fd_capable(io, cfg->cache, url))
-            return sio_seterr(err, SIO_ERR_UNSUPPORTED,
-                              "shard %zu is not a local file or a complete "
-                              "shard-cache entry", i);
         sio_index_entry *e = sio_index_peek(cfg->index, url);
         if (e) {
             sio_index_info info;
@@ -745,10 +764,39 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
             if (info.stream_only)
                 return sio_seterr(err, SIO_ERR_UNSUPPORTED,
                                   "shard %zu is compressed or a zip", i);
+        }
+        if (!sio_io_fd_capable(io, cfg->cache, url)) {
+            /* Filled into the cache as it is indexed. */
+            if (!cfg->cache || !sio_cache_covers(url))
+                return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                                  "shard %zu is not a local file and there "
+                                  "is no shard cache to stage it in", i);
+            if (compressed_name(url))
+                return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                                  "shard %zu is compressed or a zip", i);
+            /* Staged only where the listing says how much it takes (a
+             * brace pattern over http says nothing: its first pass is
+             * the feed's, rather than a plan that stops midway when the
+             * cache runs out of room). */
+            uint64_t sz = sio_shardlist_size(list, i);
+            if (sz == UINT64_MAX || sz > UINT64_MAX - to_fill)
+                return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                                  "shard %zu's size is not listed: no "
+                                  "room can be reserved for it", i);
+            to_fill += sz;
+            continue;
+        }
+        if (e) {
+            sio_index_info info;
+            sio_index_get_info(e, &info);
             if (info.complete)
                 continue;
         }
-        /* What it starts with: a tar the plain reader takes. */
+        /* What it starts with: compressed and zip shards are read as
+         * streams; anything else is read as a tar (one that fails is
+         * skipped as the feed skips it; one libarchive reads in another
+         * format stops the plan at that shard, and the feed goes on from
+         * there). */
         int fd = -1;
         unsigned char head[512];
         sio_code rc = sio_io_open_fd_probe(io, cfg->cache, url, &fd, err);
@@ -758,10 +806,6 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
                               err->msg);
         ssize_t got = pread(fd, head, sizeof head, 0);
         close(fd);
-        /* Compressed and zip shards are read as streams; anything else
-         * is read as a tar (one that fails is skipped as the feed skips
-         * it; one libarchive reads in another format stops the plan at
-         * that shard, and the feed goes on from there). */
         if (got < 0 || sio_tarp_compressed(head, (size_t)got) ||
             (got >= 4 && head[0] == 'P' && head[1] == 'K' &&
              ((head[2] == 3 && head[3] == 4) ||
@@ -769,6 +813,10 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
             return sio_seterr(err, SIO_ERR_UNSUPPORTED,
                               "shard %zu is compressed or a zip", i);
     }
+    if (to_fill && cfg->cache && to_fill > sio_cache_user_room(cfg->cache))
+        return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                          "the shards to fetch (%" PRIu64 " bytes) do not "
+                          "fit in the shard cache's free room", to_fill);
     return SIO_OK;
 }
 
@@ -854,24 +902,41 @@ static sio_code prepare_shard(sio_plan *p, uint32_t s, sio_error *err)
     if (!e)
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
     sio_index_refresh(e);
-    sio_index_vet(e, g->io, g->cfg.cache, &g->cfg.limits);
     sio_index_get_info(e, &info);
     uint64_t cut = UINT64_MAX;
     int has_cut = sio_journal_cut(g->cfg.journal, s, &cut);
-    if (!info.complete && !(has_cut && info.known >= cut)) {
+    /* A remote shard not in the cache yet is read through it (indexed
+     * already or not): the read fills its entry, where readers find it. */
+    int fill = !sio_io_fd_capable(g->io, g->cfg.cache, url);
+    int read = fill || (!info.complete && !(has_cut && info.known >= cut));
+    /* Groups relied on without a read from the start (a loaded index):
+     * the checks that wait for such a use (a read checks every group). */
+    if (!read) {
+        sio_index_vet(e, g->io, g->cfg.cache, &g->cfg.limits);
+        sio_index_get_info(e, &info);
+        read = !info.complete && !(has_cut && info.known >= cut);
+    }
+    if (read) {
         sio_code rc = SIO_OK;
         uint64_t reached = 0;
         sio_error e2 = {SIO_OK, ""};
         for (unsigned tries = 0; tries < GROW_READ_TRIES; tries++) {
             e2.msg[0] = '\0';
             rc = sio_index_build_to(g->io, url, s, &g->cfg.limits, e,
-                                    &g->cfg.log, &reached, &e2);
+                                    fill ? g->cfg.cache : NULL, &g->cfg.log,
+                                    &reached, &e2);
             if (!transient_read(rc))
                 break;
         }
         sio_index_get_info(e, &info);
         if (rc == SIO_ERR_NOMEM || rc == SIO_ERR_CANCELED)
             return sio_seterr(err, rc, "shard %" PRIu32 ": %s", s, e2.msg);
+        /* A failure that may pass (the store's own retries spent): the
+         * feed retries it with its backoff, for minutes, before it skips
+         * the shard; the plan stops here and hands the epoch to it. */
+        if (transient_read(rc))
+            return sio_seterr(err, rc, "shard %" PRIu32 ": %s (the feed "
+                              "retries it)", s, e2.msg);
         if (rc != SIO_OK) {
             /* The decision every reader of the epoch follows: the shard
              * ends after the groups read. */
@@ -897,6 +962,15 @@ static sio_code prepare_shard(sio_plan *p, uint32_t s, sio_error *err)
     if (info.stream_only)
         return sio_seterr(err, SIO_ERR_UNSUPPORTED,
                           "shard %" PRIu32 " is compressed or a zip", s);
+    /* Read through the cache: its fill may still write the object's last
+     * bytes (the tar reader stops at the end-of-archive blocks). */
+    if (fill)
+        sio_cache_wait_filled(g->cfg.cache, url);
+    /* Read whole and not in the cache: the cache did not take it. */
+    if ((!has_cut || cut > 0) && !sio_io_fd_capable(g->io, g->cfg.cache, url))
+        return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                          "shard %" PRIu32 " was not kept by the shard cache "
+                          "(no room): the epoch goes on from its feed", s);
     if (!info.complete && !(has_cut && info.known >= cut))
         return sio_seterr(err, SIO_ERR_CHANGED,
                           "shard %" PRIu32 " is indexed to group %" PRIu64

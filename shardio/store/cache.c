@@ -1169,6 +1169,32 @@ int sio_cache_destroy(sio_cache *c)
     return 0;
 }
 
+int sio_cache_wait_filled(struct sio_cache_user *u, const char *url)
+{
+    sio_cache *c = u->c;
+    int ok = 0;
+    pthread_mutex_lock(&c->mu);
+    entry *e = find(c, url);
+    if (e) {
+        ref(e);
+        while (e->state == E_FILLING && e->in_table && !c->stopping)
+            pthread_cond_wait(&e->cv, &c->mu);
+        ok = e->state == E_COMPLETE && e->in_table;
+        unref(c, e);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return ok;
+}
+
+uint64_t sio_cache_user_room(struct sio_cache_user *u)
+{
+    sio_cache *c = u->c;
+    pthread_mutex_lock(&c->mu);
+    uint64_t room = c->used < c->budget ? c->budget - c->used : 0;
+    pthread_mutex_unlock(&c->mu);
+    return room;
+}
+
 void sio_cache_get_stats(const sio_cache *cc, sio_cache_stats *st)
 {
     sio_cache *c = (sio_cache *)(uintptr_t)cc;

@@ -91,6 +91,13 @@ sio_code sio_cache_open(struct sio_cache_user *u, const sio_backend_ops *ops,
  * through *fd must pass sio_cache_check before it is used. */
 int sio_cache_entry_fd(struct sio_cache_user *u, const char *url, int *fd,
                        int *sfd, int count);
+/* Wait while url's entry is being filled: 1 when it is complete then, 0
+ * when there is none or its fill stopped short (a reader that read the
+ * bytes it needed may end before the fill has written the object's last
+ * bytes and marked it complete). */
+int sio_cache_wait_filled(struct sio_cache_user *u, const char *url);
+/* Bytes of the cache's budget not charged now (a snapshot). */
+uint64_t sio_cache_user_room(struct sio_cache_user *u);
 
 /* Check bytes [off, off + len) of url's entry (of size bytes) read
  * through fd, sums sfd (sio_cache_entry_fd): buf holds those bytes (NULL:

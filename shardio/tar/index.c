@@ -1626,11 +1626,13 @@ void sio_index_finish(sio_index_entry *e, uint64_t ngroups)
 /* One read of the shard from its start, offering every group to e. */
 static sio_code build_pass(sio_io *io, const char *url, uint32_t index,
                            const sio_shard_limits *limits, sio_index_entry *e,
+                           struct sio_cache_user *cache,
                            const sio_logger *log, uint64_t *reached,
                            sio_error *err)
 {
     sio_shard *sh = NULL;
-    sio_shard_at at = {.end = UINT64_MAX, .rec = sio_index_recorder(e)};
+    sio_shard_at at = {.end = UINT64_MAX, .rec = sio_index_recorder(e),
+                       .cache = cache};
     sio_code rc = sio_shard_open_at(io, url, index, limits, &at, &sh, err);
     while (rc == SIO_OK) {
         const sio_sample *s = NULL;
@@ -1657,19 +1659,20 @@ static sio_code build_pass(sio_io *io, const char *url, uint32_t index,
 
 sio_code sio_index_build_to(sio_io *io, const char *url, uint32_t index,
                             const sio_shard_limits *limits,
-                            sio_index_entry *e, const sio_logger *log,
-                            uint64_t *reached, sio_error *err)
+                            sio_index_entry *e, struct sio_cache_user *cache,
+                            const sio_logger *log, uint64_t *reached,
+                            sio_error *err)
 {
     sio_index_info before, after;
     uint64_t got = 0;
     sio_index_get_info(e, &before);
-    sio_code rc = build_pass(io, url, index, limits, e, log, &got, err);
+    sio_code rc = build_pass(io, url, index, limits, e, cache, log, &got, err);
     sio_index_get_info(e, &after);
     /* A loaded index this read disagreed with was dropped midway, after
      * the groups before were offered (and taken as agreeing): a second
      * read from the start records them all. */
     if (rc == SIO_OK && !after.complete && after.gen != before.gen)
-        rc = build_pass(io, url, index, limits, e, log, &got, err);
+        rc = build_pass(io, url, index, limits, e, cache, log, &got, err);
     if (reached)
         *reached = got;
     return rc;
@@ -1679,7 +1682,8 @@ sio_code sio_index_build(sio_io *io, const char *url, uint32_t index,
                          const sio_shard_limits *limits, sio_index_entry *e,
                          sio_error *err)
 {
-    return sio_index_build_to(io, url, index, limits, e, NULL, NULL, err);
+    return sio_index_build_to(io, url, index, limits, e, NULL, NULL, NULL,
+                              err);
 }
 
 void sio_index_get_stats(sio_index *x, sio_index_stats *st)

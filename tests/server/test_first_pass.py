@@ -28,6 +28,7 @@ trailer; the plan's stream found the change (plan_failures).
 
 import os
 import random
+import sys
 import threading
 
 from plan_testlib import (data_plane, fetch, make_random_dataset, parse_body,
@@ -216,3 +217,96 @@ def test_files_rewritten_during_a_planned_first_pass(start, server_binary, tmp_p
     dp = data_plane(get_json(srv, "/v1/jobs/t"))
     # the plan's stream found the change and the rest came from the feed
     assert dp["plans_grown"] >= 1 and dp["plan_failures"] >= 1, "%s %s" % (tag(), dp)
+
+
+def test_s3_shards_are_staged_in_the_cache_and_planned(start, server_binary, tmp_path):
+    """An s3 source (its listing gives every shard's size) with a shard
+    cache that has room for them: the first pass is planned too, each shard
+    fetched once, into the cache, by the read that indexes it, and read by
+    the streams from its cache entry; the same shares as the feed's; the
+    next epoch is built whole and reads nothing from the store. The same
+    source as a brace pattern over http (no sizes) keeps the feed for its
+    first pass."""
+    require_planes(server_binary, "auto", "stream")
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from support.s3rver import S3rver
+    from server_testlib import Nginx
+    rng = random.Random(SEED + 4)
+    ds = make_random_dataset(str(tmp_path / "ds"), rng.randrange(1 << 30),
+                             [("ustar", 60), ("pax", 70), ("gnu", 40), ("ustar", 50),
+                              ("pax", 30)], "h")
+    names = sorted(os.listdir(ds.path))
+    with S3rver() as s3:
+        s3.create_bucket("firstpass")
+        s3.upload_dir("firstpass", ds.path, prefix="d/")
+        env = dict(s3.env())
+        env["AWS_EC2_METADATA_DISABLED"] = "true"
+        common = ("--job", "t", "--source", "s3://firstpass/d/", "--prefetch", "false",
+                  "--stream-rate-limit", "0", "--rate-limit", "0",
+                  "--max-new-epochs-per-minute", "0")
+        feed = start(*common, "--data-plane", "stream", env=env)
+        want = read_world(feed, 0, "frames")
+        plan = start(*common, "--data-plane", "auto", "--cache-bytes", "256MiB", env=env)
+        got = read_world(plan, 0, "frames")
+        for r in range(WORLD):
+            assert keys_and_fields(got[r]) == keys_and_fields(want[r]), (tag(), r)
+            assert got[r].summary() == want[r].summary(), (tag(), r)
+        dp = data_plane(get_json(plan, "/v1/jobs/t"))
+        assert dp["plans_grown"] == 1 and dp["feed_streams"] == 0, "%s %s" % (tag(), dp)
+        assert dp["plan_streams"] == WORLD, "%s %s" % (tag(), dp)
+        st = get_json(plan, "/v1/jobs")["cache"]
+        tar_bytes = sum(os.path.getsize(os.path.join(ds.path, n)) for n in names)
+        # every shard fetched once, into the cache, by the step that
+        # indexed it
+        assert st["store_bytes"] == tar_bytes and st["complete"] == len(names), (tag(), st)
+        want1 = read_world(feed, 1, "tar")
+        got1 = read_world(plan, 1, "tar")
+        for r in range(WORLD):
+            assert keys_and_fields(got1[r]) == keys_and_fields(want1[r]), (tag(), r)
+        st1 = get_json(plan, "/v1/jobs")["cache"]
+        assert st1["store_bytes"] == tar_bytes, (tag(), st1)
+        dp1 = data_plane(get_json(plan, "/v1/jobs/t"))
+        assert dp1["plans"] == 2 and dp1["feed_streams"] == 0, "%s %s" % (tag(), dp1)
+    ng = Nginx(ds.path, str(tmp_path))
+    try:
+        src = "http://127.0.0.1:%d/h-{000000..%06d}.tar" % (ng.port, len(names) - 1)
+        srv = start("--job", "t", "--source", src, "--data-plane", "auto",
+                    "--cache-bytes", "256MiB", "--prefetch", "false",
+                    "--stream-rate-limit", "0", "--rate-limit", "0",
+                    "--max-new-epochs-per-minute", "0")
+        got = read_world(srv, 0, "frames")
+        assert sum(len(p.samples) for p in got) == (ds.total // WORLD) * WORLD, tag()
+        dp = data_plane(get_json(srv, "/v1/jobs/t"))
+        assert dp["plans_grown"] == 0 and dp["feed_streams"] == WORLD, "%s %s" % (tag(), dp)
+    finally:
+        ng.stop()
+
+
+def test_a_cache_too_small_hands_the_first_pass_to_the_feed(start, server_binary, tmp_path,
+                                                             workdir):
+    """The same http source with a shard cache smaller than one shard: no
+    shard can be staged, the plan stops before its first sample, and a
+    consumer that resumes as the clients do reads the whole epoch from the
+    feed, every sample once."""
+    require_planes(server_binary, "auto")
+    from server_testlib import Nginx
+    rng = random.Random(SEED + 5)
+    ds = make_random_dataset(str(tmp_path / "ds"), rng.randrange(1 << 30),
+                             [("ustar", 60), ("pax", 70), ("gnu", 40)], "s")
+    ng = Nginx(ds.path, workdir)
+    try:
+        names = sorted(os.listdir(ds.path))
+        src = "http://127.0.0.1:%d/s-{000000..%06d}.tar" % (ng.port, len(names) - 1)
+        srv = start("--job", "t", "--source", src, "--data-plane", "auto",
+                    "--cache-bytes", "64KiB", "--prefetch", "false",
+                    "--stream-rate-limit", "0", "--rate-limit", "0",
+                    "--max-new-epochs-per-minute", "0")
+        samples, last = read_resuming(srv, "t", 0, "frames")
+        keys = [s["key"] for s in samples]
+        assert len(keys) == len(set(keys)) == ds.total, (tag(), len(keys), ds.total)
+        assert {s["key"]: s["fields"] for s in samples} == {
+            k: f for k, (_, f) in ds.by_key.items()}, tag()
+        dp = data_plane(get_json(srv, "/v1/jobs/t"))
+        assert dp["feed_streams"] >= 1, "%s %s" % (tag(), dp)
+    finally:
+        ng.stop()
