@@ -63,7 +63,14 @@ VARIANT_SETS = {
               ("no-decay", ["--sample-pool-decay-ms", "0"])],
     "planes": [("feed", CACHE + ["--data-plane", "stream"]),
                ("plan", CACHE + ["--data-plane", "auto"])],
+    # The first pass with no index: the feed, against the plan that grows
+    # while the shards are indexed (--source local: epoch 0 of local
+    # shards; the later epochs are planned in both).
+    "first": [("feed", ["--data-plane", "stream"]),
+              ("plan", ["--data-plane", "auto"])],
 }
+# Where the servers read the shards: nginx (http) or the files (local).
+SOURCE = "http"
 VARIANTS = VARIANT_SETS["decay"]
 # The per-epoch figures a server's median is taken of.
 FIGURES = ("samples_per_s", "mb_per_s", "server_us_per_sample",
@@ -103,7 +110,12 @@ def run_server(ctx, cli, ds, workers, epochs, extra, log):
     ctx.server_flags = ["--shuffle-buffer", str(bench.SHUFFLE_BUFFER),
                         "--shuffle-buffer-bytes", bench.SERVER_BUFFER_BYTES
                         ] + extra
-    srv = bc.Server(ctx, bc.server_source(ctx, ds, "http"))
+    if SOURCE == "local":
+        source = "%s/%s-{%06d..%06d}.tar" % (ds.path, ds.shape.name, 0,
+                                              len(ds.files) - 1)
+    else:
+        source = bc.server_source(ctx, ds, "http")
+    srv = bc.Server(ctx, source)
     out = []
     try:
         for e in range(epochs):
@@ -166,6 +178,8 @@ def measure_shape(ctx, cli, ds, workers, args, log):
         med = {k: statistics.median(s[k] for s in sums) for k in FIGURES}
         med["first_epoch_us_per_sample"] = statistics.median(
             s["first_epoch"]["server_us_per_sample"] for s in sums)
+        med["first_epoch_samples_per_s"] = statistics.median(
+            s["first_epoch"]["samples_per_s"] for s in sums)
         med["ceiling_samples_per_s"] = (statistics.median(ceiling)
                                         if ceiling else None)
         rows.append({"shape": shape.label, "workers": workers,
@@ -196,21 +210,29 @@ def markdown(doc):
              "page faults are the server's minor faults per epoch." % (
                  doc["epochs"] - 1, doc["epochs"] - 1,
                  doc["repeat"]), "",
+             "Shards read by the servers: %s." % (
+                 "the files on local disk (the ceiling still fetches them "
+                 "from nginx)" if doc.get("source") == "local"
+                 else "from nginx"), "",
              "| shape | W | variant | samples/s | MB/s | × ceiling | "
              "server µs/sample | server core-s/GB | faulted MiB/epoch | "
-             "epoch 0 µs/sample | exactly-once |",
-             "|---|--:|---|--:|--:|--:|--:|--:|--:|--:|---|"]
+             "epoch 0 µs/sample | epoch 0 samples/s | epoch 0 × ceiling | "
+             "exactly-once |",
+             "|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
     for row in doc["rows"]:
         m = row["median"]
         c = m.get("ceiling_samples_per_s")
         ratio = "%.2f (%.0f)" % (m["samples_per_s"] / c, c) if c else "–"
+        f0 = m.get("first_epoch_samples_per_s")
+        r0 = "%.2f" % (f0 / c) if c and f0 else "–"
         lines.append("| %s | %d | %s | %.0f | %.0f | %s | %.2f | %.2f | %.0f "
-                     "| %.2f | %s |"
+                     "| %.2f | %s | %s | %s |"
                      % (row["shape"], row["workers"], row["variant"],
                         m["samples_per_s"],
                         m["mb_per_s"], ratio, m["server_us_per_sample"],
                         m["server_core_s_per_gb"], m["minor_fault_mib"],
                         m["first_epoch_us_per_sample"],
+                        "%.0f" % f0 if f0 else "–", r0,
                         "yes" if row["exactly_once"] else "NO"))
     lines.append("")
     return "\n".join(lines)
@@ -234,10 +256,15 @@ def main(argv=None):
                     choices=sorted(VARIANT_SETS),
                     help="decay: default vs --sample-pool-decay-ms 0; "
                          "planes: --data-plane stream vs auto, shards "
-                         "in the cache")
+                         "in the cache; first: stream vs auto, no cache "
+                         "(the first pass)")
+    ap.add_argument("--source", default="http", choices=("http", "local"),
+                    help="where the servers read the shards (the ceiling "
+                         "always reads nginx)")
     args = ap.parse_args(argv)
-    global VARIANTS
+    global VARIANTS, SOURCE
     VARIANTS = VARIANT_SETS[args.variants]
+    SOURCE = args.source
     try:
         args.workers = [int(w) for w in args.workers.split(",") if w]
     except ValueError:
@@ -272,6 +299,7 @@ def main(argv=None):
                                          if tree["uncommitted"] else ""),
            "machine": "%s CPUs, %s" % (mach["nproc"], mach["cpu_model"]),
            "workers": args.workers, "epochs": args.epochs,
+           "source": args.source,
            "repeat": args.repeat, "rows": rows}
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "results.json"), "w") as f:
