@@ -24,6 +24,21 @@ place (same size, other bytes) while the first pass is planned and read;
 the consumer resumes after each cut or retryable error as the clients do,
 and gets whole samples of one version each, no key twice, and the END
 trailer; the plan's stream found the change (plan_failures).
+
+test_s3_shards_are_staged_in_the_cache_and_planned: an s3 source (sizes
+listed) with a shard cache that has room: the first pass is planned, each
+shard fetched once into the cache by the read that indexes it; the same
+shares as the feed's; the next epoch reads nothing from the store. The
+same shards as a brace pattern over http (no sizes) keep the feed.
+
+test_a_cache_too_small_hands_the_first_pass_to_the_feed: a cache smaller
+than a shard: a consumer that resumes as the clients do reads the whole
+epoch, every sample once.
+
+test_a_server_killed_in_the_first_pass_is_resumed_where_it_was: SIGKILL
+mid-way through a planned first pass; a new server on the same state_dir
+serves the rest from the position reached, and the two parts are the
+feed's share, sample for sample.
 """
 
 import os
@@ -310,3 +325,61 @@ def test_a_cache_too_small_hands_the_first_pass_to_the_feed(start, server_binary
         assert dp["feed_streams"] >= 1, "%s %s" % (tag(), dp)
     finally:
         ng.stop()
+
+
+def test_a_server_killed_in_the_first_pass_is_resumed_where_it_was(server_binary, tmp_path,
+                                                                    workdir):
+    """SIGKILL while the first pass is planned and read; a new server on
+    the same state_dir: the consumer resumes at the position it reached
+    (start=) and gets the rest, and together the two parts are the feed's
+    share of epoch 0, sample for sample."""
+    require_planes(server_binary, "auto", "stream")
+    from plan_testlib import RawResponse
+    from server_testlib import Server
+    rng = random.Random(SEED + 6)
+    ds = make_random_dataset(str(tmp_path / "ds"), rng.randrange(1 << 30),
+                             [("ustar", 90), ("pax", 80), ("gnu", 70), ("ustar", 60)], "k")
+    state = str(tmp_path / "state")
+    common = ["--job", "t", "--source", ds.path, "--prefetch", "false",
+              "--stream-rate-limit", "0", "--rate-limit", "0",
+              "--max-new-epochs-per-minute", "0", "--interleave", "2",
+              "--shuffle-buffer", "40"]
+    ref = Server(server_binary, common + ["--data-plane", "stream"], workdir)
+    try:
+        st, _, body, complete, _ = fetch(ref, stream_query("t", 0, 0, 1, "frames"))
+        want = keys_and_fields(parse_body("frames", body))
+    finally:
+        ref.stop()
+    srv = Server(server_binary, common + ["--state-dir", state], workdir)
+    port = srv.port
+    try:
+        r = RawResponse(srv.host, srv.port, stream_query("t", 0, 0, 1, "frames"),
+                        rcvbuf=32 << 10)
+        assert r.status == 200
+        r.read_until(256 << 10)
+        first = parse_body("frames", bytes(r.body))
+        dp = data_plane(get_json(srv, "/v1/jobs/t"))
+        assert dp["plans_grown"] == 1 and dp["plan_streams"] == 1, "%s %s" % (tag(), dp)
+        srv.proc.kill()
+        srv.proc.wait(30)
+        r.close()
+    finally:
+        if srv.proc.poll() is None:
+            srv.proc.kill()
+    got = keys_and_fields(first)
+    assert 0 < len(got) < len(want), (tag(), len(got), len(want))
+    srv2 = Server(server_binary, common + ["--state-dir", state, "--port", str(port)],
+                  workdir)
+    try:
+        st, _, body, complete, _ = fetch(
+            srv2, stream_query("t", 0, 0, 1, "frames", start=len(got)))
+        rest = parse_body("frames", body)
+        assert st == 200 and complete and rest.outcome == "end", (tag(), rest.summary())
+        assert got + keys_and_fields(rest) == want, (
+            "%s %d + %d samples, the feed's share has %d" % (
+                tag(), len(got), len(rest.samples), len(want)))
+        dp = data_plane(get_json(srv2, "/v1/jobs/t"))
+        assert dp["plan_streams"] == 1 and dp["feed_streams"] == 0, "%s %s" % (tag(), dp)
+    finally:
+        rc = srv2.stop()
+        assert rc in (0, None), srv2.log()
