@@ -2299,11 +2299,14 @@ static void job_tick(sc_jobs *j, sc_job *job, uint64_t now, int sample_tp)
         /* The next epoch is opened ahead once this one has been read, or,
          * for an epoch served from its plan (its feed reads nothing), at
          * once: its plan then, when it can have one, else its feed's
-         * window. */
+         * window. A plan that still grows first: its steps are reading
+         * the shards, and the next epoch's plan is built from the indexes
+         * they write (a feed opened ahead now would read them twice). */
         /* Only this server's own part: the consumers of another
          * replica's part return to it at their next epoch. */
         uint32_t own = cfg->replicas > 1 ? cfg->replica : 0;
-        if (cfg->prefetch && !job->removed && (st.ended || s->plan) &&
+        if (cfg->prefetch && !job->removed &&
+            (st.ended || (s->plan && sio_plan_complete(s->plan))) &&
             !st.failed && s->served > 0 && s->epoch < UINT64_MAX &&
             s->part == own && !live_slot(job, s->epoch + 1, own) &&
             live_slots(job, own) < cfg->max_epochs &&
