@@ -1648,6 +1648,20 @@ out:
     return st;
 }
 
+/* Slot's plan is complete (built whole, or grown to its end): counted and
+ * logged (job->mu held). */
+static void plan_built(sc_job *job, const fslot *slot, const sio_plan *p,
+                       int grown)
+{
+    atomic_fetch_add(&job->plans_built, 1);
+    SC_LOG(SIO_LOG_INFO,
+           "event=plan_built job=%s epoch=%" PRIu64 " samples=%" PRIu64
+           " bytes=%zu build_ms=%.1f%s",
+           job->spec.name, slot->epoch, sio_plan_count(p),
+           sio_plan_memory(p), (double)sio_plan_build_ns(p) / 1e6,
+           grown ? " grown=1" : "");
+}
+
 /* Queue the next step of slot's growing plan (job->mu held): the slot
  * pinned and the plan referenced until it ran. Nothing when one is queued
  * already or the planner stops (the plan then stays where it is). */
@@ -1707,12 +1721,7 @@ static void grow_after(sc_jobs *j, plan_req *r, sio_code rc, int stopping)
     if (mine && sio_plan_complete(p)) {
         slot->plan_growing = 0;
         sio_plan_set_kick(p, NULL, NULL);
-        atomic_fetch_add(&job->plans_built, 1);
-        SC_LOG(SIO_LOG_INFO,
-               "event=plan_built job=%s epoch=%" PRIu64 " samples=%" PRIu64
-               " bytes=%zu build_ms=%.1f grown=1",
-               job->spec.name, slot->epoch, sio_plan_count(p),
-               sio_plan_memory(p), (double)sio_plan_build_ns(p) / 1e6);
+        plan_built(job, slot, p, 1);
     } else if (mine && sio_plan_failed(p, why, sizeof why)) {
         /* Its readers fail at its end and resume from the feed. */
         SC_LOG(SIO_LOG_WARN,
@@ -1756,12 +1765,7 @@ static void plan_finish(sc_jobs *j, plan_req *r, sio_code rc, sio_plan *p,
     } else if (rc == SIO_OK && p && !atomic_load(&slot->plan_broken) &&
                !job->removed) {
         slot->plan = p;
-        atomic_fetch_add(&job->plans_built, 1);
-        SC_LOG(SIO_LOG_INFO,
-               "event=plan_built job=%s epoch=%" PRIu64 " samples=%" PRIu64
-               " bytes=%zu build_ms=%.1f",
-               job->spec.name, slot->epoch, sio_plan_count(p),
-               sio_plan_memory(p), (double)sio_plan_build_ns(p) / 1e6);
+        plan_built(job, slot, p, 0);
     } else {
         sio_plan_unref(p);
         /* Compressed or remote shards, a mixed or too long epoch: this
