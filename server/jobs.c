@@ -1756,6 +1756,7 @@ static void plan_finish(sc_jobs *j, plan_req *r, sio_code rc, sio_plan *p,
         slot->plan_growing = 1;
         slot->kick_j = j;
         slot->kick_job = job;
+        sio_plan_set_ahead(p, j->cfg->plan_ahead_samples);
         sio_plan_set_kick(p, plan_kick, slot);
         atomic_fetch_add(&job->plans_grown, 1);
         SC_LOG(SIO_LOG_INFO,

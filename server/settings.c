@@ -290,6 +290,11 @@ static const setting settings[] = {
      "an epoch of more samples is not planned (its plan would take 40 "
      "bytes a sample) and streams from its feed; a plan that grows past it "
      "stops there, and its streams go on from the feed"},
+    {"plan-ahead-samples", NULL, SRV(plan_ahead_samples), T_U64, "0", 0,
+     1ull << 32, NULL,
+     "samples a plan that grows (the first pass) decides ahead of its "
+     "furthest stream before it waits for the streams (it reads the shards "
+     "that far ahead of them); 0: 4 x the shuffle buffer, at least 65536"},
     {"lag-policy", NULL, SRV(lag_policy), T_ENUM, "detach", 0, 0, lag_choices,
      "a consumer that holds a full window back: detach it into a seek "
      "after --lag-grace-ms, or make everyone wait"},

@@ -153,6 +153,7 @@ typedef struct sc_config {
     int lag_policy;           /* --lag-policy: sio_feed_lag */
     int data_plane;           /* --data-plane: SC_DATA_PLANE_* */
     uint64_t plan_max_samples; /* --plan-max-samples: larger epochs stream */
+    uint64_t plan_ahead_samples; /* --plan-ahead-samples: 0 auto */
     uint32_t lag_grace_ms;    /* --lag-grace-ms */
     /* Bounds against hostile or runaway clients (SECURITY.md). */
     uint32_t header_timeout;     /* --header-timeout: seconds */

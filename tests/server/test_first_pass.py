@@ -39,6 +39,10 @@ test_a_server_killed_in_the_first_pass_is_resumed_where_it_was: SIGKILL
 mid-way through a planned first pass; a new server on the same state_dir
 serves the rest from the position reached, and the two parts are the
 feed's share, sample for sample.
+
+test_the_growing_plan_waits_for_its_readers: with --plan-ahead-samples 64
+the first pass parks short of the end while its only consumer does not
+read, and grows again (the stream's kick) when it reads on.
 """
 
 import os
@@ -383,3 +387,46 @@ def test_a_server_killed_in_the_first_pass_is_resumed_where_it_was(server_binary
     finally:
         rc = srv2.stop()
         assert rc in (0, None), srv2.log()
+
+
+def test_the_growing_plan_waits_for_its_readers(start, server_binary, tmp_path):
+    """--plan-ahead-samples 64: the first pass decides at most that far
+    ahead of its furthest stream, then waits for the streams. A consumer
+    that stops reading holds the plan short of the epoch's end (what its
+    socket buffers hold aside); once it reads on, the plan grows again
+    (the stream asks for the next step when it comes near the end) and the
+    consumer gets the whole epoch, every sample once."""
+    require_planes(server_binary, "auto")
+    from plan_testlib import RawResponse, wait_until
+    from test_plan_faults import FaultDataset
+    ds = FaultDataset(str(tmp_path / "data"), SEED + 7, 12, 60)  # 720 x ~100 KB
+    srv = start("--job", "t", "--source", ds.path, "--plan-ahead-samples", "64",
+                "--interleave", "2", "--shuffle-buffer", "8", "--prefetch", "false",
+                "--stream-rate-limit", "0", "--rate-limit", "0",
+                "--max-new-epochs-per-minute", "0")
+
+    def epoch0():
+        st = get_json(srv, "/v1/jobs/t")
+        return [e for e in st["epochs"] if e["epoch"] == 0][0]
+
+    r = RawResponse(srv.host, srv.port, stream_query("t", 0, 0, 1, "frames"),
+                    rcvbuf=32 << 10)
+    try:
+        assert r.status == 200
+        r.read_until(64 << 10)
+        # the plan exists and has parked: its steps stop short of the end
+        # while the consumer does not read (the socket buffers hold a few
+        # MiB: tens of samples of ~100 KB, far fewer than 720)
+        e = wait_until(lambda: (lambda x: x if x.get("plan") else None)(epoch0()), 30,
+                       "the epoch's plan")
+        assert not e["plan"]["complete"] and e["plan"]["samples"] < ds.orig.total, (
+            tag(), e["plan"])
+        r.read_all()
+        p = parse_body("frames", bytes(r.body))
+    finally:
+        r.close()
+    keys = [s["key"] for s in p.samples]
+    assert p.outcome == "end" and len(keys) == len(set(keys)) == ds.orig.total, (
+        tag(), p.summary())
+    e = epoch0()
+    assert e["plan"]["complete"] and e["plan"]["samples"] == ds.orig.total, (tag(), e["plan"])
