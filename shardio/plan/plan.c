@@ -792,11 +792,17 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
             if (info.complete)
                 continue;
         }
-        /* What it starts with: compressed and zip shards are read as
-         * streams; anything else is read as a tar (one that fails is
-         * skipped as the feed skips it; one libarchive reads in another
-         * format stops the plan at that shard, and the feed goes on from
-         * there). */
+        if (compressed_name(url))
+            return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                              "shard %zu is compressed or a zip", i);
+        /* What it starts with, whatever its name (a gzip named .tar must
+         * not stop the plan midway: a consumer that does not resume, curl,
+         * would see the handover as an error). Compressed and zip shards
+         * are read as streams; anything else is read as a tar (one that
+         * fails is skipped as the feed skips it; one libarchive reads in
+         * another format stops the plan at that shard, and the feed goes
+         * on from there). One read of 512 bytes per shard not indexed yet,
+         * on the planner thread. */
         int fd = -1;
         unsigned char head[512];
         sio_code rc = sio_io_open_fd_probe(io, cfg->cache, url, &fd, err);
