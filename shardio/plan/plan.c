@@ -765,27 +765,32 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
                 return sio_seterr(err, SIO_ERR_UNSUPPORTED,
                                   "shard %zu is compressed or a zip", i);
         }
-        if (!sio_io_fd_capable(io, cfg->cache, url)) {
-            /* Filled into the cache as it is indexed. */
-            if (!cfg->cache || !sio_cache_covers(url))
+        if (sio_cache_covers(url)) {
+            /* An object: staged in the job's shard cache, only where the
+             * listing says how much it takes (a brace pattern over http
+             * says nothing: its first pass is the feed's, rather than a
+             * plan that stops midway when the cache runs out of room).
+             * Its entry, if complete, is not opened here (a reader holding
+             * it would keep the cache from evicting it meanwhile). */
+            uint64_t sz = sio_shardlist_size(list, i);
+            if (!cfg->cache)
                 return sio_seterr(err, SIO_ERR_UNSUPPORTED,
                                   "shard %zu is not a local file and there "
                                   "is no shard cache to stage it in", i);
-            if (compressed_name(url))
-                return sio_seterr(err, SIO_ERR_UNSUPPORTED,
-                                  "shard %zu is compressed or a zip", i);
-            /* Staged only where the listing says how much it takes (a
-             * brace pattern over http says nothing: its first pass is
-             * the feed's, rather than a plan that stops midway when the
-             * cache runs out of room). */
-            uint64_t sz = sio_shardlist_size(list, i);
             if (sz == UINT64_MAX || sz > UINT64_MAX - to_fill)
                 return sio_seterr(err, SIO_ERR_UNSUPPORTED,
                                   "shard %zu's size is not listed: no "
                                   "room can be reserved for it", i);
-            to_fill += sz;
+            if (compressed_name(url))
+                return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                                  "shard %zu is compressed or a zip", i);
+            if (!sio_io_fd_capable(io, cfg->cache, url))
+                to_fill += sz;
             continue;
         }
+        if (!sio_io_fd_capable(io, cfg->cache, url))
+            return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                              "shard %zu cannot be read in place", i);
         if (e) {
             sio_index_info info;
             sio_index_get_info(e, &info);
