@@ -529,6 +529,12 @@ sio_code sio_shard_open(sio_io *io, const char *url, uint32_t index,
  * Detail: sio_shard_errmsg().
  */
 sio_code sio_shard_next(sio_shard *sh, const sio_sample **out);
+/* The same, to index a shard: the next group is read by its headers, its
+ * members' data skipped (not read where the stream can skip: a descriptor
+ * read with pread, sio_shard_at.use_fd), and told to the recorder, with
+ * the same rules and errors as sio_shard_next; no sample is made. *end is
+ * 1 at the end of the shard. */
+sio_code sio_shard_skim(sio_shard *sh, int *end);
 const char *sio_shard_errmsg(const sio_shard *sh);
 void sio_shard_close(sio_shard *sh);
 

@@ -163,6 +163,26 @@ unsigned char *sb_begin_field(sample_builder *b, const char *name,
     return b->data + b->dlen;
 }
 
+sio_code sb_size_field(sample_builder *b, const char *name, uint64_t len)
+{
+    size_t nl = strlen(name) + 1;
+    if (b->nf >= b->fields_max)
+        return SIO_ERR_LIMIT;
+    if (len > b->data_max || b->dlen > b->data_max - len)
+        return SIO_ERR_LIMIT;
+    if (grow((void **)&b->f, &b->fcap, b->nf + 1, sizeof *b->f, SIZE_MAX) ||
+        grow((void **)&b->names, &b->ncap, b->nlen + nl, 1, SIZE_MAX))
+        return SIO_ERR_NOMEM;
+    memcpy(b->names + b->nlen, name, nl);
+    b->f[b->nf].name_off = b->nlen;
+    b->f[b->nf].data_off = b->dlen;
+    b->f[b->nf].len = (size_t)len;
+    b->nlen += nl;
+    b->nf++;
+    b->dlen += (size_t)len;
+    return SIO_OK;
+}
+
 void sb_end_field(sample_builder *b, size_t len)
 {
     b->f[b->nf - 1].len = len;

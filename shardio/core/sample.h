@@ -41,6 +41,10 @@ int sb_has_field(const sample_builder *b, const char *name);
  * write pointer (valid until the next builder call) or NULL with *rc set. */
 unsigned char *sb_begin_field(sample_builder *b, const char *name,
                               uint64_t len, sio_code *rc);
+/* A field of len bytes that are not kept (its size and name only, as
+ * sb_begin_field checks them): the builder then describes a group, and
+ * must be reset, not finished. */
+sio_code sb_size_field(sample_builder *b, const char *name, uint64_t len);
 /* Commit `len` bytes written to the last field (may be less than reserved
  * only when the field is being abandoned). */
 void sb_end_field(sample_builder *b, size_t len);

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "store/backend_ops.h"
@@ -87,10 +88,31 @@ static void pr_close(sio_stream *s)
     free(s);
 }
 
+/* Bytes skipped were never read: where they are not there (past the
+ * range's end, or the file's when it has none), the skip fails as the
+ * tar reader fails on data that ends early, at the same offset. */
 static sio_code pr_skip(sio_stream *s, uint64_t n)
 {
     pread_stream *p = (pread_stream *)s;
-    p->pos = n > UINT64_MAX - p->pos ? UINT64_MAX : p->pos + n;
+    uint64_t lim = p->end;
+    if (p->cu && p->size < lim)
+        lim = p->size;
+    if (lim == UINT64_MAX) {
+        struct stat st;
+        if (!p->fsize_known && fstat(p->fd, &st) == 0) {
+            p->fsize = (uint64_t)st.st_size;
+            p->fsize_known = 1;
+        }
+        if (p->fsize_known)
+            lim = p->fsize;
+    }
+    if (lim != UINT64_MAX && (p->pos >= lim || n > lim - p->pos)) {
+        snprintf(p->err, sizeof p->err, "truncated tar archive at offset %llu",
+                 (unsigned long long)(p->pos < lim ? lim : p->pos));
+        p->pos = lim > p->pos ? lim : p->pos;
+        return SIO_ERR_FORMAT;
+    }
+    p->pos += n;
     return SIO_OK;
 }
 

@@ -222,6 +222,10 @@ struct pread_stream {
     int sfd;
     uint64_t size;
     sio_cache_carry *carry; /* may be NULL */
+    /* A skip past the file's end fails as a read of those bytes would
+     * (the file's size taken at the first skip with no end). */
+    uint64_t fsize;
+    int fsize_known;
 };
 void sio_pread_stream_init(pread_stream *p, int fd, uint64_t offset,
                            uint64_t end);

@@ -1633,10 +1633,21 @@ static sio_code build_pass(sio_io *io, const char *url, uint32_t index,
     sio_shard *sh = NULL;
     sio_shard_at at = {.end = UINT64_MAX, .rec = sio_index_recorder(e),
                        .cache = cache};
+    /* A local file is skimmed through a descriptor: headers read, the
+     * members' data skipped, not read (the shard's own index pass, at a
+     * fraction of its bytes). */
+    int fd = -1;
+    sio_error fe;
+    if (!cache && sio_io_url_is_file(io, url) &&
+        sio_io_open_fd_probe(io, NULL, url, &fd, &fe) == SIO_OK) {
+        at.use_fd = 1;
+        at.fd = fd;
+        at.read_cap = 16u << 10;
+    }
     sio_code rc = sio_shard_open_at(io, url, index, limits, &at, &sh, err);
     while (rc == SIO_OK) {
-        const sio_sample *s = NULL;
-        rc = sio_shard_next(sh, &s);
+        int end = 0;
+        rc = sio_shard_skim(sh, &end);
         if (rc == SIO_ERR_SAMPLE) { /* bad groups are indexed as bad */
             if (log)
                 SIO_LOG(log, SIO_LOG_WARN, "event=sample_bad reason=\"%s\"",
@@ -1648,12 +1659,13 @@ static sio_code build_pass(sio_io *io, const char *url, uint32_t index,
             sio_seterr(err, rc, "%s", sio_shard_errmsg(sh));
             break;
         }
-        if (!s)
+        if (end)
             break;
-        sio_sample_unref(s);
     }
     *reached = sh ? sio_shard_groups(sh) : 0;
     sio_shard_close(sh);
+    if (fd >= 0)
+        close(fd);
     return rc;
 }
 

@@ -69,6 +69,8 @@ void sio_shard_force_libarchive(int on)
 }
 
 struct sio_shard {
+    int skim;                /* sio_shard_skim: members' sizes only */
+    int skimmed;             /* a group was skimmed by the last call */
     sio_io *io;
     char *url;
     uint32_t index;
@@ -802,6 +804,20 @@ static sio_code read_member(sio_shard *sh, const sio_tar_entry *e,
         sh->bad = 1;
         return SIO_OK; /* data skipped by the next header read */
     }
+    if (sh->skim && sh->plain) {
+        /* Its size only: the next header read skips the data. */
+        rc = sb_size_field(&sh->sb, ext, size);
+        if (rc == SIO_ERR_NOMEM)
+            return fail(sh, rc, "out of memory");
+        if (rc) {
+            snprintf(sh->bad_reason, sizeof sh->bad_reason,
+                     "sample above sample_max=%llu bytes or fields_max=%u",
+                     (unsigned long long)sh->lim.sample_max,
+                     sh->lim.fields_max);
+            sh->bad = 1;
+        }
+        return SIO_OK;
+    }
     unsigned char *dst = sb_begin_field(&sh->sb, ext, size, &rc);
     if (!dst) {
         if (rc == SIO_ERR_NOMEM)
@@ -1177,11 +1193,28 @@ sio_code sio_shard_next(sio_shard *sh, const sio_sample **out)
             sb_reset(&sh->sb);
             return SIO_ERR_SAMPLE;
         }
+        if (sh->skim && sh->plain) {
+            /* Offered to the recorder above; no sample is made. */
+            sb_reset(&sh->sb);
+            sh->skimmed = 1;
+            return SIO_OK;
+        }
         rc = sb_finish(&sh->sb, sh->url, sh->index, idx, out);
         if (rc)
             return fail(sh, rc, "out of memory");
         return SIO_OK;
     }
+}
+
+sio_code sio_shard_skim(sio_shard *sh, int *end)
+{
+    const sio_sample *s = NULL;
+    sh->skim = 1;
+    sh->skimmed = 0;
+    sio_code rc = sio_shard_next(sh, &s);
+    *end = rc == SIO_OK && !s && !sh->skimmed;
+    sio_sample_unref(s); /* a group libarchive read: made whole */
+    return rc;
 }
 
 uint64_t sio_shard_groups(const sio_shard *sh)
