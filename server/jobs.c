@@ -173,13 +173,11 @@ static void slot_drop_plan(fslot *s, const char *reason)
 {
     if (!s->plan)
         return;
-    if (s->plan_growing) {
-        sio_plan_set_kick(s->plan, NULL, NULL);
-        sio_plan_abandon(s->plan, reason);
-    }
+    /* (both nothing for a plan built whole or grown to its end) */
+    sio_plan_set_kick(s->plan, NULL, NULL);
+    sio_plan_abandon(s->plan, reason);
     sio_plan_unref(s->plan); /* its streams hold their references */
     s->plan = NULL;
-    s->plan_growing = 0;
 }
 
 static void slot_close(sc_job *job, fslot *s)
@@ -1667,7 +1665,8 @@ static void plan_built(sc_job *job, const fslot *slot, const sio_plan *p,
  * already or the planner stops (the plan then stays where it is). */
 static void grow_enqueue(sc_jobs *j, sc_job *job, fslot *slot)
 {
-    if (slot->grow_queued || !slot->plan_growing || !slot->plan)
+    if (slot->grow_queued || !slot->plan || sio_plan_complete(slot->plan) ||
+        sio_plan_failed(slot->plan, NULL, 0))
         return;
     plan_req *r = calloc(1, sizeof *r);
     if (!r)
@@ -1705,7 +1704,7 @@ static void grow_after(sc_jobs *j, plan_req *r, sio_code rc, int stopping)
     fslot *slot = r->slot;
     sio_plan *p = r->grow;
     pthread_mutex_lock(&job->mu);
-    int mine = slot->plan == p && slot->plan_growing && !job->removed;
+    int mine = slot->plan == p && !job->removed;
     if (rc == SIO_ERR_AGAIN && mine && !stopping) {
         pthread_mutex_unlock(&job->mu);
         if (planner_queue(j, r)) {
@@ -1719,7 +1718,6 @@ static void grow_after(sc_jobs *j, plan_req *r, sio_code rc, int stopping)
     slot->last_ms = sio_now_ms();
     char why[700];
     if (mine && sio_plan_complete(p)) {
-        slot->plan_growing = 0;
         sio_plan_set_kick(p, NULL, NULL);
         plan_built(job, slot, p, 1);
     } else if (mine && sio_plan_failed(p, why, sizeof why)) {
@@ -1753,7 +1751,6 @@ static void plan_finish(sc_jobs *j, plan_req *r, sio_code rc, sio_plan *p,
         !atomic_load(&slot->plan_broken) && !job->removed) {
         /* The first pass: a plan that grows as the shards are indexed. */
         slot->plan = p;
-        slot->plan_growing = 1;
         slot->kick_j = j;
         slot->kick_job = job;
         sio_plan_set_ahead(p, j->cfg->plan_ahead_samples);

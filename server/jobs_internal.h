@@ -74,7 +74,6 @@ typedef struct fslot {
     /* A plan that grows while the epoch's shards are indexed (the first
      * pass): the planner runs its steps; a reader that comes near a
      * parked plan's end asks for the next one (plan_kick). */
-    int plan_growing;     /* slot->plan grows (mu) */
     int grow_queued;      /* a step is queued or runs (mu) */
     struct sc_jobs *kick_j;
     struct sc_job *kick_job;

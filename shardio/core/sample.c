@@ -135,37 +135,10 @@ static int reserve_data(sample_builder *b, size_t more)
     return 0;
 }
 
-unsigned char *sb_begin_field(sample_builder *b, const char *name,
-                              uint64_t len, sio_code *rc)
+/* Room for one more field named name of len bytes (limits checked):
+ * SIO_OK, SIO_ERR_LIMIT or SIO_ERR_NOMEM. */
+static sio_code field_room(sample_builder *b, size_t nl, uint64_t len)
 {
-    size_t nl = strlen(name) + 1;
-    if (b->nf >= b->fields_max) {
-        *rc = SIO_ERR_LIMIT;
-        return NULL;
-    }
-    if (len > b->data_max || b->dlen > b->data_max - len) {
-        *rc = SIO_ERR_LIMIT;
-        return NULL;
-    }
-    if (grow((void **)&b->f, &b->fcap, b->nf + 1, sizeof *b->f, SIZE_MAX) ||
-        grow((void **)&b->names, &b->ncap, b->nlen + nl, 1, SIZE_MAX) ||
-        reserve_data(b, (size_t)len)) {
-        *rc = SIO_ERR_NOMEM;
-        return NULL;
-    }
-    memcpy(b->names + b->nlen, name, nl);
-    b->f[b->nf].name_off = b->nlen;
-    b->f[b->nf].data_off = b->dlen;
-    b->f[b->nf].len = 0;
-    b->nlen += nl;
-    b->nf++;
-    *rc = SIO_OK;
-    return b->data + b->dlen;
-}
-
-sio_code sb_size_field(sample_builder *b, const char *name, uint64_t len)
-{
-    size_t nl = strlen(name) + 1;
     if (b->nf >= b->fields_max)
         return SIO_ERR_LIMIT;
     if (len > b->data_max || b->dlen > b->data_max - len)
@@ -173,12 +146,41 @@ sio_code sb_size_field(sample_builder *b, const char *name, uint64_t len)
     if (grow((void **)&b->f, &b->fcap, b->nf + 1, sizeof *b->f, SIZE_MAX) ||
         grow((void **)&b->names, &b->ncap, b->nlen + nl, 1, SIZE_MAX))
         return SIO_ERR_NOMEM;
+    return SIO_OK;
+}
+
+/* Record the field (room made) with len bytes at the data's end. */
+static void field_add(sample_builder *b, const char *name, size_t nl,
+                      size_t len)
+{
     memcpy(b->names + b->nlen, name, nl);
     b->f[b->nf].name_off = b->nlen;
     b->f[b->nf].data_off = b->dlen;
-    b->f[b->nf].len = (size_t)len;
+    b->f[b->nf].len = len;
     b->nlen += nl;
     b->nf++;
+}
+
+unsigned char *sb_begin_field(sample_builder *b, const char *name,
+                              uint64_t len, sio_code *rc)
+{
+    size_t nl = strlen(name) + 1;
+    *rc = field_room(b, nl, len);
+    if (*rc == SIO_OK && reserve_data(b, (size_t)len))
+        *rc = SIO_ERR_NOMEM;
+    if (*rc)
+        return NULL;
+    field_add(b, name, nl, 0);
+    return b->data + b->dlen;
+}
+
+sio_code sb_size_field(sample_builder *b, const char *name, uint64_t len)
+{
+    size_t nl = strlen(name) + 1;
+    sio_code rc = field_room(b, nl, len);
+    if (rc)
+        return rc;
+    field_add(b, name, nl, (size_t)len);
     b->dlen += (size_t)len;
     return SIO_OK;
 }

@@ -266,11 +266,9 @@ static uint64_t bad_groups(const sio_plan *p, const sio_epoch_config *cfg,
     return bad;
 }
 
-/* Open url (its identity checked against the plan's): SIO_OK with *fd
- * (and a cache entry's *sfd), or a code with err. */
-static sio_code fd_open(sio_plan *p, sio_io *io, struct sio_cache_user *cache,
-                        const char *url, uint32_t s, int *fd, int *sfd,
-                        char *err, size_t errlen)
+sio_code plan_fd_open(sio_plan *p, sio_io *io, struct sio_cache_user *cache,
+                      const char *url, uint32_t s, int *fd, int *sfd,
+                      char *err, size_t errlen)
 {
     sio_error e = {SIO_OK, ""};
     struct stat st;
@@ -310,7 +308,7 @@ int plan_fd_take(sio_plan *p, sio_io *io, struct sio_cache_user *cache,
      * already reads on from the descriptor it has, the plan's file). */
     int local = sio_io_url_is_file(io, url);
     if (local) {
-        *rc = fd_open(p, io, cache, url, s, &nfd, &nsfd, err, errlen);
+        *rc = plan_fd_open(p, io, cache, url, s, &nfd, &nsfd, err, errlen);
         if (*rc)
             return -1;
     }
@@ -346,7 +344,7 @@ int plan_fd_take(sio_plan *p, sio_io *io, struct sio_cache_user *cache,
     }
     /* Opened under the lock: one open per shard, whoever asks. */
     if (!local) {
-        *rc = fd_open(p, io, cache, url, s, &nfd, &nsfd, err, errlen);
+        *rc = plan_fd_open(p, io, cache, url, s, &nfd, &nsfd, err, errlen);
         if (*rc) {
             pthread_mutex_unlock(&p->fd_mu);
             return -1;
@@ -547,9 +545,9 @@ typedef struct plan_grow {
     sio_epoch_config cfg;
     sio_order *o;
     size_t total;
-    sio_index_entry **ents; /* by list index: set once the shard is ready */
+    sio_index_entry **ents; /* by list index: set once the shard is ready
+                               (the order can take it as it is) */
     sio_index_view *views;  /* open where the index is complete */
-    unsigned char *ready;   /* the order can take the shard as it is */
     uint32_t *ahead;
     size_t ahead_cap;
     uint64_t made;          /* items written (published or not) */
@@ -568,7 +566,6 @@ static void grow_free(plan_grow *g)
     sio_order_close(g->o);
     free(g->ents);
     free(g->views);
-    free(g->ready);
     free(g->ahead);
     free(g);
 }
@@ -865,7 +862,6 @@ sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
     g->ahead_cap = (size_t)cfg->interleave + GROW_STEP_SHARDS;
     g->ents = calloc(total ? total : 1, sizeof *g->ents);
     g->views = calloc(total ? total : 1, sizeof *g->views);
-    g->ready = calloc(total ? total : 1, 1);
     g->ahead = calloc(g->ahead_cap, sizeof *g->ahead);
     /* Ahead of the furthest reader: the buffer's worth and then some, so
      * that readers never wait for the builder while it keeps up. */
@@ -873,7 +869,7 @@ sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
     if (g->ahead_bound < 65536)
         g->ahead_bound = 65536;
     p->g_ahead_low = g->ahead_bound / 2;
-    if (!g->ents || !g->views || !g->ready || !g->ahead) {
+    if (!g->ents || !g->views || !g->ahead) {
         plan_free(p);
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
     }
@@ -892,7 +888,7 @@ sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
 static int shard_ready(void *ud, uint32_t s)
 {
     plan_grow *g = ud;
-    return s < g->total && g->ready[s];
+    return s < g->total && g->ents[s];
 }
 
 static int transient_read(sio_code rc)
@@ -998,7 +994,6 @@ static sio_code prepare_shard(sio_plan *p, uint32_t s, sio_error *err)
     if (info.complete && !sio_index_view_open(e, &g->views[s]))
         g->views[s].open = 0;
     g->ents[s] = e;
-    g->ready[s] = 1;
     return SIO_OK;
 }
 
@@ -1013,7 +1008,7 @@ sio_code sio_plan_grow(sio_plan *p, sio_error *err)
     unsigned fresh = 0;
     for (size_t i = 0; i < n && rc == SIO_OK; i++) {
         uint32_t s = g->ahead[i];
-        if (s >= g->total || g->ready[s])
+        if (s >= g->total || g->ents[s])
             continue;
         if (i >= g->cfg.interleave && fresh >= GROW_STEP_SHARDS)
             break;

@@ -116,6 +116,13 @@ struct sio_cache_user;
 int plan_fd_take(sio_plan *p, sio_io *io, struct sio_cache_user *cache,
                  const char *url, uint32_t s, int *fd, int *sfd, int *cached,
                  sio_code *rc, char *err, size_t errlen);
+/* Open shard s (url) as the plan found it: SIO_OK with *fd (and a cache
+ * entry's block sums in *sfd, else -1), SIO_ERR_CHANGED when the file is
+ * gone or not the plan's, another code (SIO_ERR_BUSY: out of
+ * descriptors) with err. */
+sio_code plan_fd_open(sio_plan *p, sio_io *io, struct sio_cache_user *cache,
+                      const char *url, uint32_t s, int *fd, int *sfd,
+                      char *err, size_t errlen);
 /* Let go of entry i; bad: its file was found changed (it is closed once
  * nobody holds it, and taken by nobody meanwhile). */
 void plan_fd_release(sio_plan *p, int i, int bad);

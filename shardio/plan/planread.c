@@ -207,6 +207,22 @@ sio_code sio_planread_verify(sio_planread *r)
 
 /* The descriptor of shard s, opened (and its identity taken) when it is
  * not open yet; the least recently used one is closed to make room. */
+/* Shard s's descriptor: the plan's, shared with its other readers (the
+ * entry's index returned), or, when every shared entry is held, one of
+ * the reader's own (-1). *rc says whether there is one. */
+static int shard_take(sio_planread *r, const char *url, uint32_t s, int *fd,
+                      int *sfd, int *cached, sio_code *rc)
+{
+    int pi = plan_fd_take(r->plan, r->io, r->cfg.cache, url, s, fd, sfd,
+                          cached, rc, r->err, sizeof r->err);
+    if (pi >= 0 || *rc)
+        return pi;
+    *rc = plan_fd_open(r->plan, r->io, r->cfg.cache, url, s, fd, sfd, r->err,
+                       sizeof r->err);
+    *cached = r->cfg.cache && !sio_io_url_is_file(r->io, url);
+    return -1;
+}
+
 static pfile *file_for(sio_planread *r, uint32_t s, sio_code *rc)
 {
     pfile *victim = &r->files[0];
@@ -222,50 +238,15 @@ static pfile *file_for(sio_planread *r, uint32_t s, sio_code *rc)
     file_drop(r, victim, 0);
     const char *url = sio_shardlist_url(r->list, s);
     int fd = -1, sfd = -1, cached = 0;
-    /* The plan's descriptor, shared with its other readers. */
-    int pi = plan_fd_take(r->plan, r->io, r->cfg.cache, url, s, &fd, &sfd,
-                          &cached, rc, r->err, sizeof r->err);
-    if (pi < 0 && *rc)
-        return NULL;
-    if (pi < 0) {
-        /* Every shared entry is held: one of the reader's own. */
-        sio_error e = {SIO_OK, ""};
-        *rc = sio_io_open_fd_checked(r->io, r->cfg.cache, url, &fd, &sfd,
-                                     &e);
-        if (*rc == SIO_ERR_BUSY) {
-            /* Out of descriptors: give back this reader's others, once. */
-            for (size_t i = 0; i < SIO_PLANREAD_FILES; i++)
-                file_drop(r, &r->files[i], 0);
-            *rc = sio_io_open_fd_checked(r->io, r->cfg.cache, url, &fd,
-                                         &sfd, &e);
-        }
-        if (*rc) {
-            if (*rc == SIO_ERR_NOTFOUND)
-                *rc = SIO_ERR_CHANGED; /* it was there when indexed */
-            snprintf(r->err, sizeof r->err, "%s", e.msg);
-            return NULL;
-        }
-        struct stat st;
-        if (fstat(fd, &st) != 0) {
-            close(fd);
-            if (sfd >= 0)
-                close(sfd);
-            *rc = SIO_ERR_IO;
-            snprintf(r->err, sizeof r->err, "url=%s: cannot stat", url);
-            return NULL;
-        }
-        if (!plan_file_same(r->plan, s, &st)) {
-            close(fd);
-            if (sfd >= 0)
-                close(sfd);
-            *rc = SIO_ERR_CHANGED;
-            snprintf(r->err, sizeof r->err,
-                     "url=%s is not the file the epoch's plan was made from "
-                     "(rewritten or replaced since)", url);
-            return NULL;
-        }
-        cached = r->cfg.cache && !sio_io_url_is_file(r->io, url);
+    int pi = shard_take(r, url, s, &fd, &sfd, &cached, rc);
+    if (*rc == SIO_ERR_BUSY) {
+        /* Out of descriptors: give back this reader's others, once. */
+        for (size_t i = 0; i < SIO_PLANREAD_FILES; i++)
+            file_drop(r, &r->files[i], 0);
+        pi = shard_take(r, url, s, &fd, &sfd, &cached, rc);
     }
+    if (*rc)
+        return NULL;
     if (sfd >= 0 && !(victim->carry = calloc(1, sizeof *victim->carry))) {
         if (pi >= 0) {
             plan_fd_release(r->plan, pi, 0);

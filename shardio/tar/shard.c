@@ -804,22 +804,15 @@ static sio_code read_member(sio_shard *sh, const sio_tar_entry *e,
         sh->bad = 1;
         return SIO_OK; /* data skipped by the next header read */
     }
-    if (sh->skim && sh->plain) {
-        /* Its size only: the next header read skips the data. */
+    /* Skimming (sio_shard_skim): its size only, the next header read
+     * skips the data. */
+    int skim = sh->skim && sh->plain;
+    unsigned char *dst = NULL;
+    if (skim)
         rc = sb_size_field(&sh->sb, ext, size);
-        if (rc == SIO_ERR_NOMEM)
-            return fail(sh, rc, "out of memory");
-        if (rc) {
-            snprintf(sh->bad_reason, sizeof sh->bad_reason,
-                     "sample above sample_max=%llu bytes or fields_max=%u",
-                     (unsigned long long)sh->lim.sample_max,
-                     sh->lim.fields_max);
-            sh->bad = 1;
-        }
-        return SIO_OK;
-    }
-    unsigned char *dst = sb_begin_field(&sh->sb, ext, size, &rc);
-    if (!dst) {
+    else
+        dst = sb_begin_field(&sh->sb, ext, size, &rc);
+    if (rc) {
         if (rc == SIO_ERR_NOMEM)
             return fail(sh, rc, "out of memory");
         snprintf(sh->bad_reason, sizeof sh->bad_reason,
@@ -828,6 +821,8 @@ static sio_code read_member(sio_shard *sh, const sio_tar_entry *e,
         sh->bad = 1;
         return SIO_OK;
     }
+    if (skim)
+        return SIO_OK;
     if (sh->plain) {
         /* Straight from the stream into the sample's block. */
         rc = sio_tarp_read(&sh->tp, dst, (size_t)size);
