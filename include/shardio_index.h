@@ -284,6 +284,14 @@ sio_code sio_index_build_to(sio_io *io, const char *url, uint32_t index,
                             const sio_logger *log, uint64_t *reached,
                             sio_error *err);
 
+/* The same over url's bytes already in fd (a staged shard, read with
+ * pread from offset 0; borrowed). */
+sio_code sio_index_build_fd(sio_io *io, const char *url, uint32_t index,
+                            const sio_shard_limits *limits,
+                            sio_index_entry *e, int fd,
+                            const sio_logger *log, uint64_t *reached,
+                            sio_error *err);
+
 /* Path of the entry's persisted file (valid while the index lives), or
  * NULL when memory only or not complete yet. */
 const char *sio_index_entry_path(sio_index_entry *e);

@@ -120,11 +120,52 @@ sio_code sio_plan_grow(sio_plan *p, sio_error *err);
  * with no lock of the plan held, on a reader's thread. NULL: none (set it
  * to NULL before ud goes). */
 void sio_plan_set_kick(sio_plan *p, void (*fn)(void *ud), void *ud);
+/* Is a growing plan parked (its last step answered SIO_ERR_BUSY and no
+ * reader kicked it since)? */
+int sio_plan_parked(const sio_plan *p);
 /* How far (samples of Y) a growing plan's steps run ahead of its
  * furthest reader before they park (default: 4 x the shuffle buffer, at
  * least 65,536); a reader within half of it of the end kicks. Set it
  * before the first step. */
 void sio_plan_set_ahead(sio_plan *p, uint64_t samples);
+/* Staging: a plan whose remote shards are neither local nor in the shard
+ * cache holds them in memory while its readers need them (budget: bytes
+ * its steps stage before they wait, and again the room for shards fetched
+ * again for readers behind; join_ms: how long ranks of the first reader's
+ * world are waited for; rejoin_ms: how long a rank whose readers closed
+ * is; lag_grace_ms / lag_samples / lag_wait: when a rank that holds the
+ * room is detached, as --lag-grace-ms, --lag-samples and --lag-policy
+ * wait). Set before the first step; nothing for a plan that stages
+ * nothing. */
+typedef struct sio_plan_stage_config {
+    uint64_t budget;
+    uint32_t join_ms, rejoin_ms, lag_grace_ms;
+    uint64_t lag_samples;
+    int lag_wait;
+} sio_plan_stage_config;
+void sio_plan_set_stage(sio_plan *p, const sio_plan_stage_config *c);
+/* fn(ud) asks for sio_plan_restage (a reader needs a shard let go: on
+ * its thread, no lock of the plan held). NULL: none (readers that need
+ * one then fail with SIO_ERR_CHANGED). */
+void sio_plan_set_restage(sio_plan *p, void (*fn)(void *ud), void *ud);
+/* Fetch again the shards readers asked for (a planner thread). */
+void sio_plan_restage(sio_plan *p, sio_io *io, const sio_shardlist *list);
+typedef struct sio_plan_stage_stats {
+    int staging;            /* the plan stages shards in memory */
+    uint64_t budget;        /* bytes */
+    uint64_t bytes, peak;   /* staged now, most at once */
+    uint64_t max_shard;     /* the largest shard staged */
+    uint64_t staged;        /* shards staged by the steps */
+    uint64_t fetched_bytes; /* bytes fetched into staging */
+    uint64_t restages;      /* shards fetched again for readers behind */
+    uint64_t released;      /* shards let go */
+    uint64_t detaches;      /* ranks no longer waited for */
+    uint64_t refused;       /* readers told to come back (no room) */
+    uint64_t held;          /* shards decided that wait for a reader */
+    int blocked;            /* the steps wait for room now */
+} sio_plan_stage_stats;
+void sio_plan_get_stage_stats(sio_plan *p, sio_plan_stage_stats *out);
+#define SIO_PLAN_STAGE_BYTES_DEFAULT (UINT64_C(1) << 30)
 /* Stop a growing plan where it is (its readers fail at its end with
  * reason). Nothing for a complete plan. */
 void sio_plan_abandon(sio_plan *p, const char *reason);

@@ -166,6 +166,43 @@ void sc_seek_add(sio_feed_seek_stats *a, const sio_feed_seek_stats *b)
     sio_hist_snap_add(&a->ready, &b->ready);
 }
 
+static void stage_add(sio_plan_stage_stats *a, const sio_plan_stage_stats *b,
+                      int live)
+{
+    if (!b->staging)
+        return;
+    a->staging = 1;
+    a->budget = b->budget;
+    if (live)
+        a->bytes += b->bytes;
+    if (b->peak > a->peak)
+        a->peak = b->peak;
+    if (b->max_shard > a->max_shard)
+        a->max_shard = b->max_shard;
+    a->staged += b->staged;
+    a->fetched_bytes += b->fetched_bytes;
+    a->restages += b->restages;
+    a->released += b->released;
+    a->detaches += b->detaches;
+    a->refused += b->refused;
+    if (live) {
+        a->held += b->held;
+        a->blocked |= b->blocked;
+    }
+}
+
+void sc_job_stage(sc_job *job, sio_plan_stage_stats *out)
+{
+    *out = job->stage_done;
+    for (fslot *s = job->slots; s; s = s->next) {
+        if (!s->plan)
+            continue;
+        sio_plan_stage_stats st;
+        sio_plan_get_stage_stats(s->plan, &st);
+        stage_add(out, &st, 1);
+    }
+}
+
 /* The slot lets go of its plan (job->mu held, or the slot no longer
  * shared): a growing one stops where it is, its readers fail at its end
  * with reason and resume from the feed. */
@@ -173,8 +210,14 @@ static void slot_drop_plan(fslot *s, const char *reason)
 {
     if (!s->plan)
         return;
+    if (s->kick_job) { /* its staging's counters stay the job's */
+        sio_plan_stage_stats st;
+        sio_plan_get_stage_stats(s->plan, &st);
+        stage_add(&s->kick_job->stage_done, &st, 0);
+    }
     /* (both nothing for a plan built whole or grown to its end) */
     sio_plan_set_kick(s->plan, NULL, NULL);
+    sio_plan_set_restage(s->plan, NULL, NULL);
     sio_plan_abandon(s->plan, reason);
     sio_plan_unref(s->plan); /* its streams hold their references */
     s->plan = NULL;
@@ -1548,6 +1591,7 @@ typedef struct plan_req {
     sc_job *job;
     fslot *slot;
     sio_plan *grow;   /* a step of this growing plan (referenced) */
+    sio_plan *restage; /* shards of this plan fetched again (referenced) */
     uint64_t epoch;   /* a journal's */
     uint32_t part;
     struct plan_req *next;
@@ -1696,6 +1740,53 @@ static void plan_kick(void *ud)
     pthread_mutex_unlock(&job->mu);
 }
 
+/* A reader needs a staged shard fetched again (its thread, no lock held;
+ * the reader's binding pins the slot and the job): queued for a planner
+ * unless one is queued already (it takes every shard asked by then). */
+static void plan_restage_kick(void *ud)
+{
+    fslot *slot = ud;
+    sc_job *job = slot->kick_job;
+    sc_jobs *j = slot->kick_j;
+    pthread_mutex_lock(&job->mu);
+    if (!job->removed && slot->plan && !slot->restage_queued) {
+        plan_req *r = calloc(1, sizeof *r);
+        if (r) {
+            r->job = job;
+            r->slot = slot;
+            r->restage = slot->plan;
+            sio_plan_ref(r->restage);
+            if (planner_queue(j, r)) {
+                slot->streams++;
+                slot->restage_queued = 1;
+            } else {
+                sio_plan_unref(r->restage);
+                free(r);
+            }
+        }
+    }
+    pthread_mutex_unlock(&job->mu);
+}
+
+/* A restage ran (no lock held). */
+static void restage_run(sc_jobs *j, plan_req *r, int stopping)
+{
+    sc_job *job = r->job;
+    fslot *slot = r->slot;
+    pthread_mutex_lock(&job->mu);
+    slot->restage_queued = 0; /* asked from now on: another run */
+    pthread_mutex_unlock(&job->mu);
+    if (!stopping)
+        sio_plan_restage(r->restage, j->io, job->res->list);
+    pthread_mutex_lock(&job->mu);
+    slot->streams--;
+    slot->last_ms = sio_now_ms();
+    pthread_mutex_unlock(&job->mu);
+    sio_plan_unref(r->restage);
+    sc_job_unref(job);
+    free(r);
+}
+
 /* After a step of a growing plan (no lock held): queued again while
  * there is more to do, else the pin and the references go. */
 static void grow_after(sc_jobs *j, plan_req *r, sio_code rc, int stopping)
@@ -1705,6 +1796,10 @@ static void grow_after(sc_jobs *j, plan_req *r, sio_code rc, int stopping)
     sio_plan *p = r->grow;
     pthread_mutex_lock(&job->mu);
     int mine = slot->plan == p && !job->removed;
+    /* Parked, and kicked before this: the kick found the step still
+     * queued and did nothing; the next step goes now. */
+    if (rc == SIO_ERR_BUSY && !sio_plan_parked(p))
+        rc = SIO_ERR_AGAIN;
     if (rc == SIO_ERR_AGAIN && mine && !stopping) {
         pthread_mutex_unlock(&job->mu);
         if (planner_queue(j, r)) {
@@ -1754,6 +1849,15 @@ static void plan_finish(sc_jobs *j, plan_req *r, sio_code rc, sio_plan *p,
         slot->kick_j = j;
         slot->kick_job = job;
         sio_plan_set_ahead(p, j->cfg->plan_ahead_samples);
+        sio_plan_stage_config sc = {
+            .budget = j->cfg->stage_bytes,
+            .join_ms = j->cfg->join_timeout_ms,
+            .rejoin_ms = j->cfg->rejoin_grace_ms,
+            .lag_grace_ms = j->cfg->lag_grace_ms,
+            .lag_samples = j->cfg->lag_samples,
+            .lag_wait = j->cfg->lag_policy == SIO_FEED_LAG_WAIT};
+        sio_plan_set_stage(p, &sc);
+        sio_plan_set_restage(p, plan_restage_kick, slot);
         sio_plan_set_kick(p, plan_kick, slot);
         atomic_fetch_add(&job->plans_grown, 1);
         SC_LOG(SIO_LOG_INFO,
@@ -1805,6 +1909,8 @@ static void *planner_main(void *arg)
             journal_preload(j, r->job, r->epoch, r->part, stopping);
             sc_job_unref(r->job);
             free(r);
+        } else if (r->restage) {
+            restage_run(j, r, stopping);
         } else if (r->grow) {
             sio_error err = {SIO_OK, ""};
             sio_code rc = stopping ? SIO_OK : sio_plan_grow(r->grow, &err);

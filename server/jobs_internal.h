@@ -75,6 +75,7 @@ typedef struct fslot {
      * pass): the planner runs its steps; a reader that comes near a
      * parked plan's end asks for the next one (plan_kick). */
     int grow_queued;      /* a step is queued or runs (mu) */
+    int restage_queued;   /* a restage is queued (mu) */
     struct sc_jobs *kick_j;
     struct sc_job *kick_job;
     struct fslot *next;
@@ -221,6 +222,8 @@ struct sc_job {
      * feed, plan streams ended by a shard that changed under them. */
     atomic_uint_fast64_t plans_built, plans_grown, plan_streams, feed_streams;
     atomic_uint_fast64_t plan_failures;
+    /* Staging of plans let go (mu): their counters, kept (sc_job_stage). */
+    sio_plan_stage_stats stage_done;
     /* Streams of another replica's part (replica=J, failover). */
     atomic_uint_fast64_t failover_streams;
     /* Streams whose opening waited for the planner (their connection
@@ -277,5 +280,9 @@ sc_job *sc_jobs_get_job(sc_jobs *j, const char *name);
 void sc_job_unref(sc_job *job);
 /* Add a feed's seek counters to a sum. */
 void sc_seek_add(sio_feed_seek_stats *a, const sio_feed_seek_stats *b);
+
+/* The job's staging (job->mu held): the plans let go and those of its
+ * slots now (bytes: staged now; peak: the most any plan held). */
+void sc_job_stage(sc_job *job, sio_plan_stage_stats *out);
 
 #endif /* SC_JOBS_INTERNAL_H */

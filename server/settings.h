@@ -154,6 +154,8 @@ typedef struct sc_config {
     int data_plane;           /* --data-plane: SC_DATA_PLANE_* */
     uint64_t plan_max_samples; /* --plan-max-samples: larger epochs stream */
     uint64_t plan_ahead_samples; /* --plan-ahead-samples: 0 auto */
+    uint64_t stage_bytes;     /* --stage-bytes: remote shards held in memory
+                                 per epoch */
     uint32_t lag_grace_ms;    /* --lag-grace-ms */
     /* Bounds against hostile or runaway clients (SECURITY.md). */
     uint32_t header_timeout;     /* --header-timeout: seconds */

@@ -399,6 +399,23 @@ static json_t *job_json(sc_jobs *j, sc_job *job, sio_feed_consumer *cons,
     }
     if (o)
         json_object_set_new(o, "cache", job_cache_json(j, job));
+    if (o) {
+        sio_plan_stage_stats st;
+        sc_job_stage(job, &st);
+        json_object_set_new(
+            o, "staging",
+            json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
+                      "s:o, s:b}",
+                      "budget_bytes", jint(j->cfg->stage_bytes), "bytes",
+                      jint(st.bytes), "peak_bytes", jint(st.peak),
+                      "largest_shard_bytes", jint(st.max_shard), "shards",
+                      jint(st.staged), "fetched_bytes",
+                      jint(st.fetched_bytes), "restages", jint(st.restages),
+                      "released", jint(st.released), "detaches",
+                      jint(st.detaches), "refused", jint(st.refused),
+                      "shards_held", jint(st.held), "waiting_for_room",
+                      st.blocked));
+    }
     if (o)
         json_object_set_new(
             o, "data_plane",
@@ -479,6 +496,7 @@ typedef struct job_metrics {
     uint64_t epochs, streams;
     epoch_counts cnt;
     uint64_t shards_skipped, samples_skipped;
+    sio_plan_stage_stats stage;
 } job_metrics;
 
 /* The per-source series of mixed jobs: samples sent (what 0) or the
@@ -628,6 +646,7 @@ sio_code sc_jobs_metrics(sc_jobs *j, sc_prom *p)
         x->opened = atomic_load(&job->streams_opened);
         x->plans = atomic_load(&job->plans_built);
         x->plans_grown = atomic_load(&job->plans_grown);
+        sc_job_stage(job, &x->stage);
         x->plan_waits = atomic_load(&job->plan_waits);
         x->plan_streams = atomic_load(&job->plan_streams);
         x->feed_streams = atomic_load(&job->feed_streams);
@@ -692,6 +711,19 @@ sio_code sc_jobs_metrics(sc_jobs *j, sc_prom *p)
     PER_JOB(p, m, n, "shardcast_plans_grown_total", "counter",
             "Epoch plans started before their shards were indexed (the "
             "first pass), grown as the shards were read.", m[i].plans_grown);
+    PER_JOB(p, m, n, "shardcast_stage_bytes", "gauge",
+            "Bytes of remote shards held in memory for planned epochs "
+            "(staging: neither local nor in the shard cache).",
+            m[i].stage.bytes);
+    PER_JOB(p, m, n, "shardcast_stage_fetched_bytes_total", "counter",
+            "Bytes fetched from the store into staging.",
+            m[i].stage.fetched_bytes);
+    PER_JOB(p, m, n, "shardcast_stage_restages_total", "counter",
+            "Staged shards fetched again for streams behind the others.",
+            m[i].stage.restages);
+    PER_JOB(p, m, n, "shardcast_stage_detaches_total", "counter",
+            "Consumer ranks the staging stopped keeping shards for (late, "
+            "lagging or gone past the grace).", m[i].stage.detaches);
     PER_JOB(p, m, n, "shardcast_plan_waits_total", "counter",
             "Stream openings that waited, suspended, for their epoch's plan "
             "to be built on a planner thread.", m[i].plan_waits);

@@ -1419,16 +1419,18 @@ static void slot_take(sio_epoch *ep, reader *r, const sio_sample **out,
 static sio_code meta_take(sio_epoch *ep, reader *r, const sio_sample **out,
                           sio_code *rc_out, char *msg, size_t msglen)
 {
-    sio_index_entry *e = shard_ixv(ep, r->idx);
     uint64_t cut = UINT64_MAX;
     *out = NULL;
-    if (!e)
-        return SIO_ERR_AGAIN;
+    /* The gate first: a shard not made ready is not looked at (its index
+     * not loaded: the step that readies it knows its size). */
     if (ep->gate && !r->gate_ok) {
         if (!ep->gate(ep->gate_ud, r->idx))
             return SIO_ERR_AGAIN;
         r->gate_ok = 1;
     }
+    sio_index_entry *e = shard_ixv(ep, r->idx);
+    if (!e)
+        return SIO_ERR_AGAIN;
     if (ep->cfg.journal && !sio_journal_cut(ep->cfg.journal, r->idx, &cut))
         cut = UINT64_MAX;
     /* A complete index is read through a view (no lock per group) while

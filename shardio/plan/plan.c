@@ -25,6 +25,8 @@
 #include <strings.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/mman.h>
+#include <errno.h>
 
 #include "core/core_int.h"
 #include "plan/plan_int.h"
@@ -82,11 +84,12 @@ static sio_code check_shards(sio_io *io, const sio_shardlist *list,
         /* Where the bytes are first: a shard that is not local is not
          * looked up further (no sidecar request to a store). */
         if (!sio_io_fd_capable(io, cfg->cache, url)) {
-            /* A cached source's shard may be filled later: not yet. */
-            if (cfg->cache && sio_cache_covers(url))
+            /* An object not in the shard cache (yet): a plan that grows
+             * stages it (sio_plan_start), in the cache or in memory. */
+            if (sio_cache_covers(url))
                 return sio_seterr(err, SIO_ERR_AGAIN,
-                                  "shard %zu is not in the shard cache yet",
-                                  i);
+                                  "shard %zu is not in the shard cache: it "
+                                  "is staged", i);
             return sio_seterr(err, SIO_ERR_UNSUPPORTED,
                               "shard %zu is not a local file or a complete "
                               "shard-cache entry", i);
@@ -239,6 +242,8 @@ static sio_code fill_item(void *ud, uint64_t i, const sio_order_item *it)
                            .shard = s,
                            .group = (uint32_t)it->group,
                            .keyhash = g.keyhash};
+    if (c->p->stage)
+        stage_item(c->p, s, y);
     return SIO_OK;
 }
 
@@ -575,6 +580,7 @@ static void plan_free(sio_plan *p)
     if (!p)
         return;
     grow_free(p->g);
+    stage_free(p->stage);
     items_free(p);
     free(p->files);
     for (size_t i = 0; p->fds && i < PLAN_FDS; i++) {
@@ -589,8 +595,7 @@ static void plan_free(sio_plan *p)
     free(p);
 }
 
-/* Wake every waiting reader (mu held). */
-static void wake_all(sio_plan *p)
+void plan_wake_all(sio_plan *p)
 {
     plan_waiter *w = p->waiters;
     p->waiters = NULL;
@@ -608,7 +613,7 @@ static void publish(sio_plan *p)
 {
     pthread_mutex_lock(&p->mu);
     atomic_store_explicit(&p->n, p->g->made, memory_order_release);
-    wake_all(p);
+    plan_wake_all(p);
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -621,7 +626,7 @@ static void grow_fail(sio_plan *p, const char *reason)
         snprintf(p->fail_msg, sizeof p->fail_msg, "%s", reason);
         atomic_store(&p->failed, 1);
     }
-    wake_all(p);
+    plan_wake_all(p);
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -640,6 +645,11 @@ int sio_plan_failed(const sio_plan *p, char *msg, size_t len)
         snprintf(msg, len, "%s", p->fail_msg);
     pthread_mutex_unlock((pthread_mutex_t *)&p->mu);
     return 1;
+}
+
+int sio_plan_parked(const sio_plan *p)
+{
+    return atomic_load(&p->parked);
 }
 
 void sio_plan_set_ahead(sio_plan *p, uint64_t samples)
@@ -740,12 +750,12 @@ static int compressed_name(const char *url)
  * not be a compressed stream or a zip; shards whose index is complete
  * are taken as they are. */
 static sio_code growable(sio_io *io, const sio_shardlist *list,
-                         const sio_epoch_config *cfg, sio_error *err)
+                         const sio_epoch_config *cfg, int *stage,
+                         sio_error *err)
 {
     size_t total = sio_shardlist_count(list);
     size_t first = cfg->range_count ? cfg->range_first : 0;
     size_t count = cfg->range_count ? cfg->range_count : total;
-    uint64_t to_fill = 0;
     if (first > total || count > total - first)
         return sio_seterr(err, SIO_ERR_INVALID, "shard range out of list");
     if (cfg->on_error != SIO_ON_ERROR_SKIP || !cfg->journal)
@@ -763,26 +773,26 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
                                   "shard %zu is compressed or a zip", i);
         }
         if (sio_cache_covers(url)) {
-            /* An object: staged in the job's shard cache, only where the
-             * listing says how much it takes (a brace pattern over http
-             * says nothing: its first pass is the feed's, rather than a
-             * plan that stops midway when the cache runs out of room).
-             * Its entry, if complete, is not opened here (a reader holding
-             * it would keep the cache from evicting it meanwhile). */
-            uint64_t sz = sio_shardlist_size(list, i);
-            if (!cfg->cache)
-                return sio_seterr(err, SIO_ERR_UNSUPPORTED,
-                                  "shard %zu is not a local file and there "
-                                  "is no shard cache to stage it in", i);
-            if (sz == UINT64_MAX || sz > UINT64_MAX - to_fill)
-                return sio_seterr(err, SIO_ERR_UNSUPPORTED,
-                                  "shard %zu's size is not listed: no "
-                                  "room can be reserved for it", i);
+            /* An object: staged in the job's shard cache where the
+             * listing says how much it takes and the cache has room for
+             * it when its step comes, else in memory, while the epoch's
+             * readers need it (stage.c). With a cache, a shard whose size
+             * no listing gave (a brace pattern over http) keeps the feed:
+             * the feed's reads through the cache learn and validate each
+             * object as they go. A complete entry is not opened here (a
+             * reader holding it would keep the cache from evicting it
+             * meanwhile). */
             if (compressed_name(url))
                 return sio_seterr(err, SIO_ERR_UNSUPPORTED,
                                   "shard %zu is compressed or a zip", i);
-            if (!sio_io_fd_capable(io, cfg->cache, url))
-                to_fill += sz;
+            if (sio_io_fd_capable(io, cfg->cache, url))
+                continue;
+            if (cfg->cache && sio_shardlist_size(list, i) == UINT64_MAX)
+                return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                                  "shard %zu's size is not listed: with a "
+                                  "shard cache its first pass is the "
+                                  "feed's", i);
+            *stage = 1;
             continue;
         }
         if (!sio_io_fd_capable(io, cfg->cache, url))
@@ -821,10 +831,6 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
             return sio_seterr(err, SIO_ERR_UNSUPPORTED,
                               "shard %zu is compressed or a zip", i);
     }
-    if (to_fill && cfg->cache && to_fill > sio_cache_user_room(cfg->cache))
-        return sio_seterr(err, SIO_ERR_UNSUPPORTED,
-                          "the shards to fetch (%" PRIu64 " bytes) do not "
-                          "fit in the shard cache's free room", to_fill);
     return SIO_OK;
 }
 
@@ -838,16 +844,30 @@ sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
     sio_code rc = epoch_plannable(cfg, err);
     if (rc)
         return rc;
-    rc = growable(io, list, cfg, err);
+    int stage = 0;
+    rc = growable(io, list, cfg, &stage, err);
     if (rc)
         return rc;
     size_t total = sio_shardlist_count(list);
     sio_plan *p = plan_new(total);
     plan_grow *g = calloc(1, sizeof *g);
-    if (!p || !g) {
+    if (!p || !g || (stage && !(p->stage = stage_new(total)))) {
         free(g);
         plan_free(p);
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    }
+    if (stage) {
+        /* Every object not read in place (a complete cache entry) is
+         * staged in memory; a shard-cache fill is not started for any. */
+        size_t first = cfg->range_count ? cfg->range_first : 0;
+        size_t count = cfg->range_count ? cfg->range_count : total;
+        p->stage->budget = SIO_PLAN_STAGE_BYTES_DEFAULT;
+        p->stage->join_ms = 30000;
+        p->stage->rejoin_ms = 60000;
+        p->stage->lag_grace_ms = 2000;
+        for (size_t i = first; i < first + count; i++)
+            p->stage->sh[i].kind =
+                sio_cache_covers(sio_shardlist_url(list, i)) ? 1 : 0;
     }
     p->growing = 1;
     p->g = g;
@@ -896,6 +916,127 @@ static int transient_read(sio_code rc)
     return rc == SIO_ERR_IO || rc == SIO_ERR_RETRY;
 }
 
+/* Shard s's read failed with rc after reached groups: the decision every
+ * reader of the epoch follows, journaled as the feed journals it. */
+static sio_code shard_ended(plan_grow *g, uint32_t s, const char *url,
+                            sio_code rc, uint64_t reached, const char *why,
+                            sio_error *err)
+{
+    char shown[512];
+    sio_url_redact(url, shown, sizeof shown);
+    uint64_t d = sio_journal_record(g->cfg.journal, s, reached, rc, why);
+    if (d != reached)
+        return sio_seterr(err, SIO_ERR_CANCELED,
+                          "shard %" PRIu32 " ended at sample group "
+                          "%" PRIu64 " where the epoch's journal says "
+                          "%" PRIu64, s, reached, d);
+    SIO_LOG(&g->cfg.log, SIO_LOG_WARN,
+            "event=shard_skipped url=%s code=%s reason=\"%s\"", shown,
+            sio_strerror(rc), why);
+    return SIO_OK;
+}
+
+/* Shard s of a plan that stages: fetched whole into memory (stage.c),
+ * indexed from there, its items counted so that its bytes go once the
+ * readers passed them. */
+static sio_code prepare_staged(sio_plan *p, uint32_t s, sio_index_entry *e,
+                               sio_error *err)
+{
+    plan_grow *g = p->g;
+    const char *url = sio_shardlist_url(g->list, s);
+    sio_index_info info;
+    uint64_t cut = UINT64_MAX, size = 0, vh = 0, reached = 0;
+    int has_cut = sio_journal_cut(g->cfg.journal, s, &cut);
+    int fd = -1;
+    sio_error e2 = {SIO_OK, ""};
+    sio_code rc = SIO_OK;
+    if (has_cut && cut == 0) { /* journaled with no group: nothing read */
+        g->ents[s] = e;
+        return SIO_OK;
+    }
+    for (unsigned tries = 0; fd < 0 && tries < GROW_READ_TRIES; tries++) {
+        if (fd >= 0)
+            close(fd);
+        e2.msg[0] = '\0';
+        rc = stage_fetch(g->io, url, sio_shardlist_size(g->list, s),
+                         p->stage->budget, &fd, &size, &vh, &e2);
+        if (!transient_read(rc))
+            break;
+        if (tries + 1 < GROW_READ_TRIES) {
+            close(fd);
+            fd = -1;
+        }
+    }
+    if (rc == SIO_ERR_NOMEM || rc == SIO_ERR_LIMIT || transient_read(rc)) {
+        if (fd >= 0)
+            close(fd);
+        return sio_seterr(err, rc, "shard %" PRIu32 ": %s%s", s, e2.msg,
+                          transient_read(rc) ? " (the feed retries it)"
+                                             : "");
+    }
+    /* The bytes staged (all of them, or those before the store failed)
+     * are indexed from memory. */
+    sio_error e3 = {SIO_OK, ""};
+    sio_code brc = fd >= 0 ? sio_index_build_fd(g->io, url, s,
+                                                &g->cfg.limits, e, fd,
+                                                &g->cfg.log, &reached, &e3)
+                           : SIO_OK;
+    if (brc == SIO_ERR_NOMEM || brc == SIO_ERR_CANCELED) {
+        close(fd);
+        return sio_seterr(err, brc, "shard %" PRIu32 ": %s", s, e3.msg);
+    }
+    if (rc == SIO_OK) {
+        rc = brc;
+        e2 = e3;
+    }
+    sio_index_get_info(e, &info);
+    if (rc != SIO_OK && !(has_cut && info.known >= cut)) {
+        sio_code jr = shard_ended(g, s, url, rc, reached, e2.msg, err);
+        if (jr) {
+            if (fd >= 0)
+                close(fd);
+            return jr;
+        }
+        has_cut = sio_journal_cut(g->cfg.journal, s, &cut);
+    } else if (rc == SIO_OK && !info.complete) {
+        if (fd >= 0)
+            close(fd);
+        return sio_seterr(err, SIO_ERR_CHANGED,
+                          "shard %" PRIu32 " was read to its end but its "
+                          "index is not complete", s);
+    }
+    if (info.stream_only || (!info.complete && !(has_cut && info.known >= cut))) {
+        if (fd >= 0)
+            close(fd);
+        return sio_seterr(err, info.stream_only ? SIO_ERR_UNSUPPORTED
+                                                : SIO_ERR_CHANGED,
+                          "shard %" PRIu32 " %s", s,
+                          info.stream_only ? "is compressed or a zip"
+                                           : "is indexed short and has no "
+                                             "end");
+    }
+    uint64_t good = 0, bad = 0;
+    sio_index_tally(e, has_cut ? cut : UINT64_MAX, &good, &bad);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        if (fd >= 0)
+            close(fd);
+        if (good == 0) { /* nothing of it is read */
+            g->ents[s] = e;
+            return SIO_OK;
+        }
+        return sio_seterr(err, SIO_ERR_IO, "shard %" PRIu32 ": cannot stat "
+                          "its staged bytes", s);
+    }
+    p->files[s] = (plan_file){st.st_dev, st.st_ino, st.st_size, st.st_mtim,
+                              1};
+    stage_put(p, s, fd, size, vh, good);
+    if (info.complete && !sio_index_view_open(e, &g->views[s]))
+        g->views[s].open = 0;
+    g->ents[s] = e;
+    return SIO_OK;
+}
+
 /* Make shard s ready for the order: indexed as far as it goes, its end
  * journaled when its read failed, its file's identity taken. SIO_OK, or
  * a code that stops the plan (err says why). */
@@ -909,6 +1050,22 @@ static sio_code prepare_shard(sio_plan *p, uint32_t s, sio_error *err)
     if (!e)
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
     sio_index_refresh(e);
+    /* An object not in place: filled into the shard cache when it has
+     * room for it now (by the listed size: a plan does not evict shards
+     * of its own epoch, so the cached subset stays put), else staged in
+     * memory; one the cache did not keep after all is staged in memory
+     * too. */
+    int try_cache = 0;
+    if (stage_kind(p, s)) {
+        uint64_t listed = sio_shardlist_size(g->list, s);
+        if (sio_io_fd_capable(g->io, g->cfg.cache, url))
+            p->stage->sh[s].kind = 0;
+        else if (g->cfg.cache && listed != UINT64_MAX &&
+                 listed <= sio_cache_user_room(g->cfg.cache))
+            try_cache = 1;
+        else
+            return prepare_staged(p, s, e, err);
+    }
     sio_index_get_info(e, &info);
     uint64_t cut = UINT64_MAX;
     int has_cut = sio_journal_cut(g->cfg.journal, s, &cut);
@@ -947,18 +1104,9 @@ static sio_code prepare_shard(sio_plan *p, uint32_t s, sio_error *err)
         if (rc != SIO_OK) {
             /* The decision every reader of the epoch follows: the shard
              * ends after the groups read. */
-            char shown[512];
-            sio_url_redact(url, shown, sizeof shown);
-            uint64_t d = sio_journal_record(g->cfg.journal, s, reached, rc,
-                                            e2.msg);
-            if (d != reached)
-                return sio_seterr(err, SIO_ERR_CANCELED,
-                                  "shard %" PRIu32 " ended at sample group "
-                                  "%" PRIu64 " where the epoch's journal "
-                                  "says %" PRIu64, s, reached, d);
-            SIO_LOG(&g->cfg.log, SIO_LOG_WARN,
-                    "event=shard_skipped url=%s code=%s reason=\"%s\"",
-                    shown, sio_strerror(rc), e2.msg);
+            sio_code jr = shard_ended(g, s, url, rc, reached, e2.msg, err);
+            if (jr)
+                return jr;
         } else if (!info.complete) {
             return sio_seterr(err, SIO_ERR_CHANGED,
                               "shard %" PRIu32 " was read to its end but "
@@ -974,10 +1122,13 @@ static sio_code prepare_shard(sio_plan *p, uint32_t s, sio_error *err)
     if (fill)
         sio_cache_wait_filled(g->cfg.cache, url);
     /* Read whole and not in the cache: the cache did not take it. */
-    if ((!has_cut || cut > 0) && !sio_io_fd_capable(g->io, g->cfg.cache, url))
+    if ((!has_cut || cut > 0) && !sio_io_fd_capable(g->io, g->cfg.cache, url)) {
+        if (try_cache)
+            return prepare_staged(p, s, e, err);
         return sio_seterr(err, SIO_ERR_UNSUPPORTED,
                           "shard %" PRIu32 " was not kept by the shard cache "
                           "(no room): the epoch goes on from its feed", s);
+    }
     if (!info.complete && !(has_cut && info.known >= cut))
         return sio_seterr(err, SIO_ERR_CHANGED,
                           "shard %" PRIu32 " is indexed to group %" PRIu64
@@ -986,13 +1137,33 @@ static sio_code prepare_shard(sio_plan *p, uint32_t s, sio_error *err)
      * is gone (its read failed and was journaled with no group) has no
      * item: no identity. */
     if (!has_cut || cut > 0) {
-        sio_code rc = file_identity(g->io, &g->cfg, url, s, &info,
+        /* (An object just read whole into its cache entry: that entry is
+         * the bytes indexed, whatever size the index was first told.) */
+        sio_index_info as = info;
+        if (fill && !sio_io_url_is_file(g->io, url))
+            as.size = 0;
+        sio_code rc = file_identity(g->io, &g->cfg, url, s, &as,
                                     &p->files[s], err);
         if (rc)
             return rc;
     }
     if (info.complete && !sio_index_view_open(e, &g->views[s]))
         g->views[s].open = 0;
+    if (try_cache) { /* kept by the cache: read in place, held open */
+        int hfd, hsfd, hcached;
+        sio_code hrc;
+        char hmsg[200];
+        p->stage->sh[s].kind = 0;
+        int pi = (!has_cut || cut > 0)
+                     ? plan_fd_take(p, g->io, g->cfg.cache, url, s, &hfd,
+                                    &hsfd, &hcached, &hrc, hmsg, sizeof hmsg)
+                     : -1;
+        if (pi >= 0) {
+            uint64_t good = 0, bad = 0;
+            sio_index_tally(e, has_cut ? cut : UINT64_MAX, &good, &bad);
+            stage_hold(p, s, pi, good);
+        }
+    }
     g->ents[s] = e;
     return SIO_OK;
 }
@@ -1001,6 +1172,7 @@ sio_code sio_plan_grow(sio_plan *p, sio_error *err)
 {
     plan_grow *g = p->g;
     sio_code rc = SIO_OK;
+    int blocked = 0;
     if (!p->growing || atomic_load(&p->complete) || atomic_load(&p->failed))
         return SIO_OK;
     /* The shards the order needs now (its slots) and the next few. */
@@ -1012,6 +1184,14 @@ sio_code sio_plan_grow(sio_plan *p, sio_error *err)
             continue;
         if (i >= g->cfg.interleave && fresh >= GROW_STEP_SHARDS)
             break;
+        /* A shard staged in memory waits for room (readers passing the
+         * shards before). */
+        if (stage_kind(p, s) &&
+            !stage_room(p, sio_shardlist_size(g->list, s),
+                        i < g->cfg.interleave)) {
+            blocked = 1;
+            break;
+        }
         rc = prepare_shard(p, s, err);
         fresh++;
     }
@@ -1021,6 +1201,25 @@ sio_code sio_plan_grow(sio_plan *p, sio_error *err)
                        err};
         rc = sio_order_next(g->o, SIZE_MAX, fill_item, &fc, &got, err);
         g->made += got;
+        if (rc == SIO_ERR_AGAIN && got == 0 && fresh == 0 && blocked) {
+            /* Waiting for room to stage the next shard: parked until a
+             * reader lets shards go; while readers wait at the end, the
+             * lag rules are looked at again shortly (stage_room). */
+            pthread_mutex_lock(&p->mu);
+            atomic_store_explicit(&p->n, g->made, memory_order_release);
+            /* Under the lock that readers link under: one that comes
+             * after sees the plan parked and kicks it. */
+            int waiting = p->waiters != NULL;
+            if (!waiting && p->kick)
+                atomic_store(&p->parked, 1);
+            pthread_mutex_unlock(&p->mu);
+            if (waiting || !p->kick) {
+                struct timespec ts = {0, 10 * 1000 * 1000};
+                nanosleep(&ts, NULL);
+                return SIO_ERR_AGAIN;
+            }
+            return SIO_ERR_BUSY;
+        }
         if (rc == SIO_ERR_AGAIN && got == 0 && fresh == 0)
             rc = sio_seterr(err, SIO_ERR_CHANGED,
                             "the order waits for a shard that is indexed: "
@@ -1047,7 +1246,7 @@ sio_code sio_plan_grow(sio_plan *p, sio_error *err)
         pthread_mutex_lock(&p->mu);
         atomic_store_explicit(&p->n, g->made, memory_order_release);
         atomic_store(&p->complete, 1);
-        wake_all(p);
+        plan_wake_all(p);
         pthread_mutex_unlock(&p->mu);
         return SIO_OK;
     }

@@ -59,6 +59,72 @@ typedef struct plan_waiter {
     void *ud;
 } plan_waiter;
 
+/* Staging (stage.c): a remote shard that is neither a local file nor a
+ * shard-cache entry is fetched whole, once, into memory (a memfd) by the
+ * step that indexes it, and read from there by every reader of the plan.
+ * Its bytes are let go once every reader that counts has passed its last
+ * item (and no reader holds it); a reader behind that (detached, late, a
+ * resume from before) has the shard fetched again for it ("restage").
+ * One record per shard of the list; guarded by the plan's mu. */
+typedef struct stage_shard {
+    int fd;            /* the memfd (-1: not staged, or let go) */
+    uint8_t kind;      /* staged in memory, not read in place */
+    uint8_t final;     /* every item of it decided: last is its last */
+    uint8_t doomed;    /* let go as soon as no reader holds it */
+    uint8_t restaged;  /* staged again for readers behind (restage budget) */
+    uint8_t queued;    /* a restage is asked for */
+    uint8_t failed;    /* the last restage failed (why: the plan's) */
+    uint8_t held;      /* a cache entry the plan holds open (hold_pi) */
+    int hold_pi;       /* the plan's shared descriptor held */
+    uint32_t pins;     /* readers holding fd */
+    uint64_t size;     /* bytes (as first staged) */
+    uint64_t vhash;    /* the store's validator as first staged (0: none) */
+    uint64_t left;     /* items of it not decided yet */
+    uint64_t last;     /* Y index of its last item decided so far */
+} stage_shard;
+
+/* A consumer rank of the world the plan's readers use (the first
+ * reader's): where it reads, whether it counts for what is kept. */
+typedef struct stage_rank {
+    uint64_t t;        /* next Y index it reads */
+    uint64_t gone_ms;  /* its last reader closed then (0: one is open) */
+    uint32_t open;     /* readers of it open */
+    uint8_t joined, detached;
+} stage_rank;
+
+typedef struct plan_stage {
+    stage_shard *sh;   /* by shard list index */
+    size_t total;
+    uint64_t budget;   /* bytes the steps stage before they wait */
+    uint64_t bytes;    /* staged now (restaged included) */
+    uint64_t step_bytes;    /* of those, staged by the steps */
+    uint64_t restage_bytes; /* staged again for readers behind, or
+                               reserved for that */
+    uint64_t peak;     /* most bytes staged at once */
+    uint64_t max_shard;/* the largest shard staged */
+    uint32_t *done;    /* shards whose last item is decided, in that order
+                          (a ring of total entries) */
+    size_t done_head, done_n;
+    uint32_t world;    /* 0: no reader yet */
+    stage_rank *rank;
+    uint64_t join_deadline_ms;
+    uint32_t join_ms, rejoin_ms, lag_grace_ms;
+    int lag_wait;      /* --lag-policy wait: nobody is detached */
+    uint64_t lag_samples; /* a rank this far behind the furthest is
+                             detached when the steps wait for room (0:
+                             only after lag_grace_ms) */
+    uint64_t blocked_ms;  /* the steps wait for room since (0: they do
+                             not) */
+    uint32_t *want;    /* shards asked to be staged again (total) */
+    size_t nwant;
+    void (*restage_fn)(void *ud); /* ask for sio_plan_restage */
+    void *restage_ud;
+    char why[300];     /* the last restage failure */
+    /* counters */
+    uint64_t staged, fetched_bytes, restages, released, detaches,
+        refused;
+} plan_stage;
+
 struct sio_plan {
     atomic_uint refs;
     /* Items published: final once `complete`. Written (release) by the
@@ -91,6 +157,7 @@ struct sio_plan {
     pthread_mutex_t fd_mu;  /* fds, fd_clock */
     plan_fd *fds;           /* PLAN_FDS, allocated at the first use */
     uint64_t fd_clock;
+    plan_stage *stage;      /* NULL: nothing staged in memory */
 };
 
 /* Y[i], for i below the published n. */
@@ -139,5 +206,54 @@ static inline int plan_file_same(const sio_plan *p, uint32_t s,
            f->mtime.tv_sec == st->st_mtim.tv_sec &&
            f->mtime.tv_nsec == st->st_mtim.tv_nsec;
 }
+
+/* Wake every reader waiting on the plan (mu held). */
+void plan_wake_all(sio_plan *p);
+
+/* Staging (stage.c). stage_new: the records for a plan of total shards
+ * (kind set by the caller). The rest take the plan's mu themselves. */
+plan_stage *stage_new(size_t total);
+void stage_free(plan_stage *st);
+/* Is shard s staged in memory (read from its memfd, not in place)? */
+static inline int stage_kind(const sio_plan *p, uint32_t s)
+{
+    return p->stage && s < p->stage->total && p->stage->sh[s].kind;
+}
+/* Fetch url (shard s, listed size: UINT64_MAX unknown) whole into a new
+ * memfd: SIO_OK with *fd, else the store's code with err (*fd then holds
+ * what came before the failure, or -1). At most cap bytes. */
+sio_code stage_fetch(sio_io *io, const char *url, uint64_t listed,
+                     uint64_t cap, int *fd, uint64_t *size, uint64_t *vhash,
+                     sio_error *err);
+/* The step staged shard s (fd, size bytes, items items to come). */
+void stage_put(sio_plan *p, uint32_t s, int fd, uint64_t size,
+               uint64_t vhash, uint64_t items);
+/* Can the steps stage a shard of size bytes (UINT64_MAX: unknown) now?
+ * slot: the order reads it now (staged beyond the budget when nothing
+ * staged waits for readers). Detaches ranks by the lag rules when they
+ * hold the room. */
+int stage_room(sio_plan *p, uint64_t size, int slot);
+/* Item y of shard s was decided (the builder, no lock held). */
+void stage_item(sio_plan *p, uint32_t s, uint64_t y);
+/* A reader takes shard s's memfd: SIO_OK with *fd (pinned), SIO_ERR_AGAIN
+ * when it is fetched again for this reader (w is woken then),
+ * SIO_ERR_BUSY when the room for that is taken, another code with err. */
+sio_code stage_take(sio_plan *p, uint32_t s, plan_waiter *w, int *fd,
+                    char *err, size_t errlen);
+/* Shard s is read in place from a cache entry, held open as the plan's
+ * shared descriptor pi (plan_fd_take) until its readers passed it, so that
+ * the cache evicting it meanwhile does not take its bytes from them. */
+void stage_hold(sio_plan *p, uint32_t s, int pi, uint64_t items);
+/* stage_take for a shard the plan read in place (a shard-cache entry)
+ * whose entry went meanwhile: fetched into memory for the readers. */
+sio_code stage_take_instead(sio_plan *p, uint32_t s, plan_waiter *w,
+                            int *fd, char *err, size_t errlen);
+void stage_unpin(sio_plan *p, uint32_t s);
+/* Reader of rank/world at Y index t (open 1: it opened, -1: it closed,
+ * 0: it moved). */
+void stage_reader(sio_plan *p, uint32_t rank, uint32_t world, uint64_t t,
+                  int open);
+/* Is shard s done with for a reader at Y index t (its last item before)? */
+int stage_passed(sio_plan *p, uint32_t s, uint64_t t);
 
 #endif /* SHARDIO_PLAN_INT_H */

@@ -56,6 +56,7 @@
 
 #include "core/core_int.h"
 #include "plan/plan_int.h"
+#include "shardio_cache.h"
 #include "store/store_int.h"
 #include "tar/tarparse.h"
 
@@ -76,6 +77,8 @@ typedef struct pfile {
     sio_cache_carry *carry; /* a cache entry's last checked block (NULL:
                                a local file) */
     int cached;         /* a shard-cache entry (its bytes are hits) */
+    int staged;         /* the plan's staged bytes (stage.c): pinned, not
+                           the reader's to close; never written */
     uint64_t used;      /* LRU clock */
 } pfile;
 
@@ -117,6 +120,8 @@ struct sio_planread {
     const sio_sample *held; /* a sample from the shard reader (fallback) */
     plan_waiter w;          /* waiting for a growing plan */
     int final;              /* n and length are the plan's final ones */
+    uint64_t noted;         /* the Y index last told to the staging */
+    uint64_t cur;           /* the Y index being read */
     char err[700];
 };
 
@@ -159,6 +164,15 @@ sio_code sio_planread_open(sio_io *io, const sio_shardlist *list,
         r->files[i].fd = r->files[i].sfd = -1;
         r->files[i].pi = -1;
     }
+    if (plan->stage) {
+        /* The staging keeps what this rank reads from here on. */
+        uint64_t t = 0;
+        if (sio_share_index(cfg->global_start, cfg->rank, cfg->world,
+                            cfg->start, &t) != 0)
+            t = UINT64_MAX;
+        r->noted = t;
+        stage_reader(plan, cfg->rank, cfg->world, t, 1);
+    }
     *out = r;
     return SIO_OK;
 }
@@ -166,7 +180,10 @@ sio_code sio_planread_open(sio_io *io, const sio_shardlist *list,
 /* Let go of f (bad: its file was found changed). */
 static void file_drop(sio_planread *r, pfile *f, int bad)
 {
-    if (f->pi >= 0) {
+    if (f->staged) {
+        if (f->fd >= 0)
+            stage_unpin(r->plan, f->shard);
+    } else if (f->pi >= 0) {
         plan_fd_release(r->plan, f->pi, bad);
     } else {
         if (f->fd >= 0)
@@ -177,6 +194,7 @@ static void file_drop(sio_planread *r, pfile *f, int bad)
     f->pi = -1;
     f->fd = f->sfd = -1;
     f->unverified = 0;
+    f->staged = 0;
     free(f->carry);
     f->carry = NULL;
 }
@@ -194,7 +212,7 @@ sio_code sio_planread_verify(sio_planread *r)
     sio_code rc = SIO_OK;
     for (size_t i = 0; i < SIO_PLANREAD_FILES; i++) {
         pfile *f = &r->files[i];
-        if (f->fd < 0 || !f->unverified)
+        if (f->fd < 0 || !f->unverified || f->staged)
             continue;
         if (fstat(f->fd, &now) != 0 ||
             !plan_file_same(r->plan, f->shard, &now)) {
@@ -238,12 +256,54 @@ static pfile *file_for(sio_planread *r, uint32_t s, sio_code *rc)
     file_drop(r, victim, 0);
     const char *url = sio_shardlist_url(r->list, s);
     int fd = -1, sfd = -1, cached = 0;
+    if (stage_kind(r->plan, s)) {
+        /* Staged in memory: pinned while held; fetched again when it was
+         * let go (SIO_ERR_AGAIN: the notify follows). Staged shards this
+         * reader has passed are let go first. */
+        for (size_t i = 0; i < SIO_PLANREAD_FILES; i++) {
+            pfile *o = &r->files[i];
+            if (o->fd >= 0 && o->staged &&
+                stage_passed(r->plan, o->shard, r->cur))
+                file_drop(r, o, 0);
+        }
+        *rc = stage_take(r->plan, s, &r->w, &fd, r->err, sizeof r->err);
+        if (*rc)
+            return NULL;
+        victim->pi = -1;
+        victim->fd = fd;
+        victim->sfd = -1;
+        victim->staged = 1;
+        victim->shard = s;
+        victim->used = ++r->clock;
+        victim->cached = 0;
+        return victim;
+    }
     int pi = shard_take(r, url, s, &fd, &sfd, &cached, rc);
     if (*rc == SIO_ERR_BUSY) {
         /* Out of descriptors: give back this reader's others, once. */
         for (size_t i = 0; i < SIO_PLANREAD_FILES; i++)
             file_drop(r, &r->files[i], 0);
         pi = shard_take(r, url, s, &fd, &sfd, &cached, rc);
+    }
+    if ((*rc == SIO_ERR_UNSUPPORTED || *rc == SIO_ERR_CHANGED) &&
+        r->plan->stage && r->cfg.cache && sio_cache_covers(url) &&
+        !sio_io_url_is_file(r->io, url)) {
+        /* A cache entry the plan read in place went (evicted for another
+         * object): the shard is fetched into memory for the readers (its
+         * bytes must be the ones planned: the size and every sample's
+         * key, size and group are checked). */
+        *rc = stage_take_instead(r->plan, s, &r->w, &fd, r->err,
+                                 sizeof r->err);
+        if (*rc)
+            return NULL;
+        victim->pi = -1;
+        victim->fd = fd;
+        victim->sfd = -1;
+        victim->staged = 1;
+        victim->shard = s;
+        victim->used = ++r->clock;
+        victim->cached = 0;
+        return victim;
     }
     if (*rc)
         return NULL;
@@ -512,9 +572,10 @@ static sio_code read_item(sio_planread *r, uint64_t t,
                                                        : SIO_ERR_CHANGED;
     if (rc == SIO_ERR_UNSUPPORTED)
         rc = read_by_shard(r, it, url, f->fd);
-    /* What was read so far: was the file written to meanwhile? */
-    if (fstat(f->fd, &now) != 0 ||
-        !plan_file_same(r->plan, it->shard, &now)) {
+    /* What was read so far: was the file written to meanwhile? (Staged
+     * bytes never are.) */
+    if (!f->staged && (fstat(f->fd, &now) != 0 ||
+                       !plan_file_same(r->plan, it->shard, &now))) {
         file_drop(r, f, 1);
         return changed(r, url);
     }
@@ -593,6 +654,24 @@ static sio_code grow_wait(sio_planread *r)
     }
 }
 
+/* Tell the staging where this reader is (every STAGE_NOTE samples of Y,
+ * or when it moved back), and let go of staged shards it has passed (the
+ * previous sample's extents were read). */
+#define STAGE_NOTE 256u
+static void stage_note(sio_planread *r, uint64_t t, int now)
+{
+    if (!r->plan->stage || t == r->noted ||
+        (!now && t > r->noted && t - r->noted < STAGE_NOTE))
+        return;
+    r->noted = t;
+    for (size_t i = 0; i < SIO_PLANREAD_FILES; i++) {
+        pfile *f = &r->files[i];
+        if (f->fd >= 0 && f->staged && stage_passed(r->plan, f->shard, t))
+            file_drop(r, f, 0);
+    }
+    stage_reader(r->plan, r->cfg.rank, r->cfg.world, t, 0);
+}
+
 sio_code sio_planread_next(sio_planread *r, const sio_sample **out,
                            const sio_extent **ext)
 {
@@ -608,21 +687,25 @@ sio_code sio_planread_next(sio_planread *r, const sio_sample **out,
         r->files[f].unverified = 0;
     if (!r->final) {
         rc = grow_wait(r);
+        if (rc == SIO_ERR_AGAIN && sio_share_index(r->cfg.global_start,
+                                                   r->cfg.rank, r->cfg.world,
+                                                   r->k, &i) == 0)
+            stage_note(r, i, 1); /* waits there: what is before can go */
         if (rc != SIO_OK)
             return rc;
     }
-    if (r->k >= r->length) {
-        flush_hits(r);
-        return SIO_OK;
-    }
-    if (sio_share_index(r->cfg.global_start, r->cfg.rank, r->cfg.world,
+    if (r->k >= r->length ||
+        sio_share_index(r->cfg.global_start, r->cfg.rank, r->cfg.world,
                         r->k, &i) != 0) {
+        stage_note(r, UINT64_MAX, 1); /* the share is read: nothing kept */
         flush_hits(r);
         return SIO_OK;
     }
     t = i;
     if (t >= r->n) /* the even-pad tail repeats from global_start on */
         t = sio_share_pad_source(r->n, r->cfg.global_start, i);
+    stage_note(r, t, 0);
+    r->cur = t;
     rc = read_item(r, t, out, ext);
     if (rc == SIO_OK)
         r->k++;
@@ -683,6 +766,8 @@ void sio_planread_close(sio_planread *r)
     plan_unwait(r->plan, &r->w);
     for (size_t i = 0; i < SIO_PLANREAD_FILES; i++)
         file_drop(r, &r->files[i], 0);
+    if (r->plan->stage)
+        stage_reader(r->plan, r->cfg.rank, r->cfg.world, r->noted, -1);
     sio_sample_unref(r->held);
     sio_pool_put(r->buf, r->bufcap);
     free(r->key);

@@ -1626,20 +1626,25 @@ void sio_index_finish(sio_index_entry *e, uint64_t ngroups)
 /* One read of the shard from its start, offering every group to e. */
 static sio_code build_pass(sio_io *io, const char *url, uint32_t index,
                            const sio_shard_limits *limits, sio_index_entry *e,
-                           struct sio_cache_user *cache,
+                           struct sio_cache_user *cache, int fd_in,
                            const sio_logger *log, uint64_t *reached,
                            sio_error *err)
 {
     sio_shard *sh = NULL;
     sio_shard_at at = {.end = UINT64_MAX, .rec = sio_index_recorder(e),
                        .cache = cache};
-    /* A local file is skimmed through a descriptor: headers read, the
-     * members' data skipped, not read (the shard's own index pass, at a
-     * fraction of its bytes). */
+    /* A local file (or the bytes staged in fd_in) is skimmed through a
+     * descriptor: headers read, the members' data skipped, not read (the
+     * shard's own index pass, at a fraction of its bytes). */
     int fd = -1;
     sio_error fe;
-    if (!cache && sio_io_url_is_file(io, url) &&
-        sio_io_open_fd_probe(io, NULL, url, &fd, &fe) == SIO_OK) {
+    if (fd_in >= 0) {
+        at.cache = NULL;
+        at.use_fd = 1;
+        at.fd = fd_in;
+        at.read_cap = 16u << 10;
+    } else if (!cache && sio_io_url_is_file(io, url) &&
+               sio_io_open_fd_probe(io, NULL, url, &fd, &fe) == SIO_OK) {
         at.use_fd = 1;
         at.fd = fd;
         at.read_cap = 16u << 10;
@@ -1669,25 +1674,47 @@ static sio_code build_pass(sio_io *io, const char *url, uint32_t index,
     return rc;
 }
 
+static sio_code build_twice(sio_io *io, const char *url, uint32_t index,
+                            const sio_shard_limits *limits,
+                            sio_index_entry *e, struct sio_cache_user *cache,
+                            int fd, const sio_logger *log, uint64_t *reached,
+                            sio_error *err)
+{
+    sio_index_info before, after;
+    uint64_t got = 0;
+    sio_index_get_info(e, &before);
+    sio_code rc = build_pass(io, url, index, limits, e, cache, fd, log, &got,
+                             err);
+    sio_index_get_info(e, &after);
+    /* A loaded index this read disagreed with was dropped midway, after
+     * the groups before were offered (and taken as agreeing): a second
+     * read from the start records them all. */
+    if (rc == SIO_OK && !after.complete && after.gen != before.gen)
+        rc = build_pass(io, url, index, limits, e, cache, fd, log, &got,
+                        err);
+    if (reached)
+        *reached = got;
+    return rc;
+}
+
 sio_code sio_index_build_to(sio_io *io, const char *url, uint32_t index,
                             const sio_shard_limits *limits,
                             sio_index_entry *e, struct sio_cache_user *cache,
                             const sio_logger *log, uint64_t *reached,
                             sio_error *err)
 {
-    sio_index_info before, after;
-    uint64_t got = 0;
-    sio_index_get_info(e, &before);
-    sio_code rc = build_pass(io, url, index, limits, e, cache, log, &got, err);
-    sio_index_get_info(e, &after);
-    /* A loaded index this read disagreed with was dropped midway, after
-     * the groups before were offered (and taken as agreeing): a second
-     * read from the start records them all. */
-    if (rc == SIO_OK && !after.complete && after.gen != before.gen)
-        rc = build_pass(io, url, index, limits, e, cache, log, &got, err);
-    if (reached)
-        *reached = got;
-    return rc;
+    return build_twice(io, url, index, limits, e, cache, -1, log, reached,
+                       err);
+}
+
+sio_code sio_index_build_fd(sio_io *io, const char *url, uint32_t index,
+                            const sio_shard_limits *limits,
+                            sio_index_entry *e, int fd,
+                            const sio_logger *log, uint64_t *reached,
+                            sio_error *err)
+{
+    return build_twice(io, url, index, limits, e, NULL, fd, log, reached,
+                       err);
 }
 
 sio_code sio_index_build(sio_io *io, const char *url, uint32_t index,

@@ -1,0 +1,285 @@
+"""Remote shards the shard cache cannot take are staged in memory
+(docs/architecture.md "Staging" and "Memory"): an epoch over an HTTP store
+with no cache is planned, each shard fetched once into memory by the step
+that indexes it and read by every stream from there, and let go once the
+streams have passed it.
+
+test_an_http_store_without_a_cache_is_planned_every_epoch: a brace
+pattern over nginx (no sizes), no cache, every rank at once: epochs 0
+and 1 are served from growing plans (no feed stream), each rank's share
+is the feed's sample for sample, and every epoch fetches each shard once
+(nginx's log and the staging's fetched bytes agree with the dataset's).
+
+test_staging_stays_within_its_memory_bound: many shards and a budget of
+about three of them: the most bytes staged at once stays within the
+bound of docs/architecture.md ("Memory": budget + interleave x the
+largest shard, and as much again for readers behind), shards are let go
+while the epoch runs, and none is fetched twice.
+
+test_a_rank_that_never_came_and_one_that_left_read_their_shares_later:
+world 2, a small budget, short join and rejoin graces. Rank 1 reads its
+whole share while rank 0 has not come (the join grace runs out: the
+staging does not keep shards for it); rank 0 then reads half its share,
+disconnects, and resumes after the rejoin grace. The shards it needs
+again are fetched again for it (restages), and both shares are the
+feed's, sample for sample.
+"""
+
+import os
+import random
+import re
+import sys
+import threading
+import time
+
+from plan_testlib import (data_plane, fetch, make_random_dataset, parse_body,
+                          require_planes, stream_query, wait_until)
+from server_testlib import Nginx, get_json
+
+SEED = int(os.environ.get("SHARDCAST_PLAN_SEED", "7171"))
+
+
+def tag():
+    return "[seed=%d]" % SEED
+
+
+COMMON = ("--prefetch", "false", "--stream-rate-limit", "0", "--rate-limit", "0",
+          "--max-new-epochs-per-minute", "0")
+
+
+def brace(ng, names, prefix):
+    return "http://127.0.0.1:%d/%s-{000000..%06d}.tar" % (ng.port, prefix, len(names) - 1)
+
+
+def read_one(srv, epoch, rank, world, fmt="frames", start=None):
+    st, _, body, complete, _ = fetch(srv, stream_query("t", epoch, rank, world, fmt,
+                                                       start=start))
+    assert st == 200 and complete, "%s rank %d: %s %r" % (tag(), rank, st, body[:300])
+    p = parse_body(fmt, body)
+    return p
+
+
+def read_resuming(srv, epoch, rank, world, start=0):
+    """A share read as the clients read it: after a retryable error the
+    stream is opened again where it stopped. (samples, retries)"""
+    got, retries = [], 0
+    while True:
+        st, _, body, _, _ = fetch(srv, stream_query("t", epoch, rank, world, "frames",
+                                                    start=start + len(got)))
+        assert st == 200, "%s rank %d: %s %r" % (tag(), rank, st, body[:300])
+        p = parse_body("frames", body)
+        got.extend(p.samples)
+        if p.outcome == "end":
+            return got, retries
+        assert p.retryable_error() and retries < 200, (tag(), rank, p.summary())
+        retries += 1
+        time.sleep(min(0.5, (p.trailer.get("retry_after_ms") or 100) / 1000.0))
+
+
+def read_world(srv, epoch, world, fmt="frames"):
+    out = [None] * world
+
+    def one(r):
+        try:
+            out[r] = read_one(srv, epoch, r, world, fmt)
+        except AssertionError as e:  # reported below
+            out[r] = e
+
+    ts = [threading.Thread(target=one, args=(r,)) for r in range(world)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(180)
+        assert not t.is_alive(), "%s epoch %d: a consumer still reads" % (tag(), epoch)
+    for r, p in enumerate(out):
+        assert not isinstance(p, AssertionError), str(p)
+        assert p.outcome == "end", "%s epoch %d rank %d: %s" % (tag(), epoch, r, p.summary())
+    return out
+
+
+def kf(p):
+    return [(s["key"], s["fields"]) for s in p.samples]
+
+
+def staging(srv):
+    return get_json(srv, "/v1/jobs/t")["staging"]
+
+
+def fetched_from_nginx(ng, prefix):
+    """Bytes nginx sent for the shards (200 answers), from its log."""
+    total = 0
+    with open(ng.log) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) == 3 and parts[1] in ("200", "206") and \
+                    re.search(r"/%s-\d+\.tar$" % prefix, parts[2]):
+                total += int(parts[0])
+    return total
+
+
+def test_an_http_store_without_a_cache_is_planned_every_epoch(start, server_binary, tmp_path):
+    require_planes(server_binary, "auto", "stream")
+    rng = random.Random(SEED + 11)
+    ds = make_random_dataset(str(tmp_path / "ds"), rng.randrange(1 << 30),
+                             [("ustar", 60), ("pax", 70), ("gnu", 40), ("ustar", 50),
+                              ("pax", 30), ("gnu", 45)], "h")
+    names = sorted(os.listdir(ds.path))
+    tar_bytes = sum(os.path.getsize(os.path.join(ds.path, n)) for n in names)
+    ng = Nginx(ds.path, str(tmp_path))
+    try:
+        src = brace(ng, names, "h")
+        feed = start("--job", "t", "--source", src, "--data-plane", "stream", *COMMON)
+        plan = start("--job", "t", "--source", src, "--data-plane", "auto",
+                     "--interleave", "3", *COMMON)
+        feed3 = start("--job", "t", "--source", src, "--data-plane", "stream",
+                      "--interleave", "3", *COMMON)
+        for epoch in (0, 1):
+            want = read_world(feed3, epoch, 4)
+            before = fetched_from_nginx(ng, "h")
+            got = read_world(plan, epoch, 4)
+            for r in range(4):
+                assert kf(got[r]) == kf(want[r]), (
+                    "%s epoch %d rank %d: the staged plan differs from the feed "
+                    "(%d samples against %d)" % (tag(), epoch, r, len(got[r].samples),
+                                                 len(want[r].samples)))
+                assert got[r].summary() == want[r].summary(), (tag(), epoch, r)
+            dp = data_plane(get_json(plan, "/v1/jobs/t"))
+            assert dp["plans_grown"] == epoch + 1, "%s %s" % (tag(), dp)
+            assert dp["feed_streams"] == 0, "%s %s" % (tag(), dp)
+            # each shard fetched once in the epoch, whole
+            assert fetched_from_nginx(ng, "h") - before == tar_bytes, tag()
+            st = staging(plan)
+            assert st["fetched_bytes"] == tar_bytes * (epoch + 1), (tag(), st)
+            assert st["restages"] == 0, (tag(), st)
+        # the default interleave, frames and tar, against the feed
+        for fmt in ("frames", "tar"):
+            srv = start("--job", "t", "--source", src, "--data-plane", "auto", *COMMON)
+            want = read_world(feed, 0, 4, fmt)
+            got = read_world(srv, 0, 4, fmt)
+            for r in range(4):
+                assert kf(got[r]) == kf(want[r]), (tag(), fmt, r)
+            assert data_plane(get_json(srv, "/v1/jobs/t"))["feed_streams"] == 0, tag()
+    finally:
+        ng.stop()
+
+
+def many_shards(tmp_path, seed, n, prefix):
+    rng = random.Random(seed)
+    plan = [(rng.choice(("ustar", "pax", "gnu")), rng.randrange(25, 45)) for _ in range(n)]
+    return make_random_dataset(str(tmp_path / "ds"), rng.randrange(1 << 30), plan, prefix)
+
+
+def test_staging_stays_within_its_memory_bound(start, server_binary, tmp_path):
+    require_planes(server_binary, "auto", "stream")
+    ds = many_shards(tmp_path, SEED + 12, 16, "m")
+    names = sorted(os.listdir(ds.path))
+    sizes = [os.path.getsize(os.path.join(ds.path, n)) for n in names]
+    budget = 3 * max(sizes)
+    interleave = 2
+    ng = Nginx(ds.path, str(tmp_path))
+    try:
+        src = brace(ng, names, "m")
+        args = ("--job", "t", "--source", src, "--interleave", str(interleave),
+                "--shuffle-buffer", "20") + COMMON
+        feed = start(*args, "--data-plane", "stream")
+        plan = start(*args, "--data-plane", "auto", "--stage-bytes", str(budget))
+        want = read_world(feed, 0, 2)
+        got = read_world(plan, 0, 2)
+        for r in range(2):
+            assert kf(got[r]) == kf(want[r]), (tag(), r)
+        st = staging(plan)
+        assert st["budget_bytes"] == budget, (tag(), st)
+        bound = budget + interleave * st["largest_shard_bytes"] + budget
+        assert 0 < st["peak_bytes"] <= bound, (tag(), st, bound)
+        # the steps themselves never hold more than budget + interleave
+        # shards: nothing was fetched again here
+        assert st["restages"] == 0 and st["fetched_bytes"] == sum(sizes), (tag(), st)
+        assert st["peak_bytes"] <= budget + interleave * st["largest_shard_bytes"], (tag(), st)
+        # shards were let go while the epoch ran: it never held them all
+        assert st["released"] > 0 and st["peak_bytes"] < sum(sizes), (tag(), st)
+        dp = data_plane(get_json(plan, "/v1/jobs/t"))
+        assert dp["feed_streams"] == 0 and dp["plans_grown"] == 1, (tag(), dp)
+    finally:
+        ng.stop()
+
+
+def test_a_rank_that_never_came_and_one_that_left_read_their_shares_later(
+        start, server_binary, tmp_path):
+    require_planes(server_binary, "auto", "stream")
+    ds = many_shards(tmp_path, SEED + 13, 12, "j")
+    names = sorted(os.listdir(ds.path))
+    sizes = [os.path.getsize(os.path.join(ds.path, n)) for n in names]
+    ng = Nginx(ds.path, str(tmp_path))
+    try:
+        src = brace(ng, names, "j")
+        args = ("--job", "t", "--source", src, "--interleave", "2",
+                "--shuffle-buffer", "20") + COMMON
+        feed = start(*args, "--data-plane", "stream")
+        want = [read_one(feed, 0, r, 2) for r in range(2)]
+        plan = start(*args, "--data-plane", "auto", "--stage-bytes", str(3 * max(sizes)),
+                     "--join-timeout-ms", "200", "--rejoin-grace-ms", "200",
+                     "--lag-grace-ms", "200")
+        # rank 1 alone: rank 0 is not waited for past the join grace
+        got1 = read_one(plan, 0, 1, 2)
+        assert kf(got1) == kf(want[1]), tag()
+        st = staging(plan)
+        assert st["released"] > 0, (tag(), st)
+        # rank 0 comes late: the shards rank 1 passed are fetched again
+        # for it (the room for that is bounded: it may be told to come
+        # back, and resumes)
+        first, _ = read_resuming(plan, 0, 0, 2)
+        assert [(s["key"], s["fields"]) for s in first] == kf(want[0]), tag()
+        st = staging(plan)
+        assert st["restages"] > 0, (tag(), st)
+        # and again from half its share, after its rejoin grace ran out
+        time.sleep(0.3)
+        half = len(want[0].samples) // 2
+        rest, _ = read_resuming(plan, 0, 0, 2, start=half)
+        assert [(s["key"], s["fields"]) for s in rest] == kf(want[0])[half:], tag()
+        st2 = staging(plan)
+        assert st2["restages"] > st["restages"] and st2["detaches"] > 0, (tag(), st2)
+        assert st2["peak_bytes"] <= 2 * st2["budget_bytes"] + 2 * st2["largest_shard_bytes"], (
+            tag(), st2)
+        dp = data_plane(get_json(plan, "/v1/jobs/t"))
+        assert dp["feed_streams"] == 0, (tag(), dp)
+    finally:
+        ng.stop()
+
+
+def test_an_s3_dataset_larger_than_the_cache_is_planned(start, server_binary, tmp_path):
+    """An s3 source (sizes listed) and a shard cache with room for about
+    a third of it: the first pass and the next epoch are planned; shards
+    the cache has room for are read from their entries, the others are
+    staged in memory; both epochs are the feed's, sample for sample, and
+    the first fetches every shard once."""
+    require_planes(server_binary, "auto", "stream")
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from support.s3rver import S3rver
+    ds = many_shards(tmp_path, SEED + 14, 9, "s")
+    names = sorted(os.listdir(ds.path))
+    sizes = [os.path.getsize(os.path.join(ds.path, n)) for n in names]
+    with S3rver() as s3:
+        s3.create_bucket("staging")
+        s3.upload_dir("staging", ds.path, prefix="d/")
+        env = dict(s3.env())
+        env["AWS_EC2_METADATA_DISABLED"] = "true"
+        args = ("--job", "t", "--source", "s3://staging/d/", "--interleave", "2",
+                "--shuffle-buffer", "20") + COMMON
+        feed = start(*args, "--data-plane", "stream", env=env)
+        plan = start(*args, "--data-plane", "auto",
+                     "--cache-bytes", str(sum(sizes) // 3), env=env)
+        for epoch in (0, 1):
+            want = read_world(feed, epoch, 2)
+            got = read_world(plan, epoch, 2)
+            for r in range(2):
+                assert kf(got[r]) == kf(want[r]), (tag(), epoch, r)
+                assert got[r].summary() == want[r].summary(), (tag(), epoch, r)
+            if epoch == 0:
+                cache = get_json(plan, "/v1/jobs")["cache"]
+                st = staging(plan)
+                assert cache["complete"] > 0 and st["shards"] > 0, (tag(), cache, st)
+                assert cache["complete"] + st["shards"] == len(names), (tag(), cache, st)
+                assert cache["store_bytes"] + st["fetched_bytes"] == sum(sizes), (
+                    tag(), cache, st)
+        dp = data_plane(get_json(plan, "/v1/jobs/t"))
+        assert dp["feed_streams"] == 0 and dp["plans_grown"] == 2, (tag(), dp)
