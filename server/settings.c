@@ -280,11 +280,12 @@ static const setting settings[] = {
      NULL, "seek feeds in the whole server at once; beyond: 503"},
     {"data-plane", NULL, SRV(data_plane), T_ENUM, "auto", 0, 0,
      plane_choices,
-     "auto: an epoch whose shards are uncompressed and local (files or "
-     "complete cache entries) is served from its plan, each stream reading "
-     "its samples in place (the plan is built once the shards are indexed, "
-     "and grows while they are indexed before that: the first pass); "
-     "stream: every stream reads the epoch's shared feed"},
+     "auto: an epoch of uncompressed tar shards is served from its plan, "
+     "each stream reading its samples in place (local files, cache "
+     "entries, or remote shards staged once in memory: --stage-bytes); the "
+     "plan is built once the shards are indexed, and grows while they are "
+     "indexed before that (the first pass) or while remote shards are "
+     "staged; stream: every stream reads the epoch's shared feed"},
     {"plan-max-samples", NULL, SRV(plan_max_samples), T_U64, "16777216", 1,
      1ull << 32, NULL,
      "an epoch of more samples is not planned (its plan would take 40 "
