@@ -16,7 +16,11 @@ the third starts).
 
 The loopback ceiling (W parallel `curl` processes over the shards from the
 same nginx, as in bench/run.sh) runs before every round of servers, so the
-"× ceiling" ratios come from one run.
+"× ceiling" ratios come from one run. With --source http there is a second
+ceiling, the relay: the same curl processes through a second nginx that
+proxies the store (proxy_pass, buffering on, no cache): on loopback the
+server receives every byte and sends it again, and so does the relay
+("× relay").
 
 Variants, alternated server by server (A, B, A, B, ...; medians over the
 repetitions), in two sets (--variants):
@@ -65,9 +69,10 @@ VARIANT_SETS = {
                ("plan", CACHE + ["--data-plane", "auto"])],
     # The first pass with no index: the feed, against the plan that grows
     # while the shards are indexed (--source local: epoch 0 of local
-    # shards; the later epochs are planned in both).
+    # shards; the later epochs are planned in both; --source http: every
+    # epoch, the plan's shards staged in memory).
     "first": [("feed", ["--data-plane", "stream"]),
-              ("plan", ["--data-plane", "auto"])],
+              ("plan", ["--data-plane", "auto", "--stage-bytes", "1GiB"])],
 }
 # Where the servers read the shards: nginx (http) or the files (local).
 SOURCE = "http"
@@ -96,6 +101,7 @@ class Ctx:
         self.server_flags = []  # set per server by run_server
         self.nginx = None
         self.curl = shutil.which("curl")
+        self.relay = None
         self.timeout = 600
 
     def track(self, pid):
@@ -155,18 +161,98 @@ def run_server(ctx, cli, ds, workers, epochs, extra, log):
     return out
 
 
+class Relay:
+    """nginx in front of the store nginx: proxy_pass, buffering on, no
+    cache (the fair ceiling for a server that reads the store over HTTP
+    and serves it again)."""
+
+    def __init__(self, upstream, workdir):
+        self.upstream = upstream
+        self.workdir = os.path.join(workdir, "relay")
+        self.proc = None
+        self.port = None
+
+    def start(self):
+        from bench_env import free_port, _wait_port
+        exe = shutil.which("nginx") or "/usr/sbin/nginx"
+        os.makedirs(self.workdir, exist_ok=True)
+        self.port = free_port()
+        user = "user root;\n" if os.geteuid() == 0 else ""
+        conf = os.path.join(self.workdir, "nginx.conf")
+        with open(conf, "w") as f:
+            f.write(user + """daemon off;
+worker_processes auto;
+pid %(wd)s/nginx.pid;
+error_log %(wd)s/error.log;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path %(wd)s/body;
+  proxy_temp_path %(wd)s/proxy;
+  fastcgi_temp_path %(wd)s/fcgi;
+  uwsgi_temp_path %(wd)s/uwsgi;
+  scgi_temp_path %(wd)s/scgi;
+  upstream store { server %(up)s; keepalive 64; }
+  server {
+    listen 127.0.0.1:%(port)d;
+    location / {
+      proxy_pass http://store;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering on;
+    }
+  }
+}
+""" % dict(wd=self.workdir, port=self.port,
+                up=self.upstream.replace("http://", "")))
+        self.proc = subprocess.Popen([exe, "-c", conf, "-p", self.workdir],
+                                     stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL,
+                                     start_new_session=True)
+        _wait_port(self.port, self.proc, "nginx relay")
+        return self
+
+    @property
+    def url(self):
+        return "http://127.0.0.1:%d" % self.port
+
+    def stop(self):
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+            self.proc = None
+
+
+def curl_ceiling(ctx, ds, workers, via=None):
+    """samples/s of W curl processes from the store, or through via."""
+    store = ctx.nginx
+    if via is not None:
+        ctx.nginx = via
+    try:
+        r = bc.CurlCeiling("http").run(ctx, ds, workers, "")
+    finally:
+        ctx.nginx = store
+    return r["samples"] / r["elapsed_s"]
+
+
 def measure_shape(ctx, cli, ds, workers, args, log):
     """Every variant of one shape at W = workers: args.repeat rounds of
     (curl ceiling, one server per variant); a row per variant."""
     shape = ds.shape
     per = {name: [] for name, _ in VARIANTS}
-    ceiling = []
+    ceiling, relayed = [], []
     for rep in range(args.repeat):
         if ctx.curl:
-            r = bc.CurlCeiling("http").run(ctx, ds, workers, "")
-            ceiling.append(r["samples"] / r["elapsed_s"])
+            ceiling.append(curl_ceiling(ctx, ds, workers))
             log("%s, W = %d, curl ceiling: %.0f samples/s" % (
                 shape.name, workers, ceiling[-1]))
+            if ctx.relay is not None:
+                relayed.append(curl_ceiling(ctx, ds, workers, ctx.relay))
+                log("%s, W = %d, curl through the relay: %.0f samples/s" % (
+                    shape.name, workers, relayed[-1]))
         for name, extra in VARIANTS:
             log("%s, W = %d, %s, server %d/%d" % (shape.name, workers, name,
                                                   rep + 1, args.repeat))
@@ -182,6 +268,8 @@ def measure_shape(ctx, cli, ds, workers, args, log):
             s["first_epoch"]["samples_per_s"] for s in sums)
         med["ceiling_samples_per_s"] = (statistics.median(ceiling)
                                         if ceiling else None)
+        med["relay_samples_per_s"] = (statistics.median(relayed)
+                                      if relayed else None)
         rows.append({"shape": shape.label, "workers": workers,
                      "variant": name, "median": med,
                      "exactly_once": all(s["exactly_once"] for s in sums),
@@ -215,24 +303,27 @@ def markdown(doc):
                  "from nginx)" if doc.get("source") == "local"
                  else "from nginx"), "",
              "| shape | W | variant | samples/s | MB/s | × ceiling | "
-             "server µs/sample | server core-s/GB | faulted MiB/epoch | "
-             "epoch 0 µs/sample | epoch 0 samples/s | epoch 0 × ceiling | "
-             "exactly-once |",
-             "|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
+             "× relay | server µs/sample | server core-s/GB | "
+             "faulted MiB/epoch | epoch 0 µs/sample | epoch 0 samples/s | "
+             "epoch 0 × ceiling | epoch 0 × relay | exactly-once |",
+             "|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
     for row in doc["rows"]:
         m = row["median"]
         c = m.get("ceiling_samples_per_s")
         ratio = "%.2f (%.0f)" % (m["samples_per_s"] / c, c) if c else "–"
         f0 = m.get("first_epoch_samples_per_s")
         r0 = "%.2f" % (f0 / c) if c and f0 else "–"
-        lines.append("| %s | %d | %s | %.0f | %.0f | %s | %.2f | %.2f | %.0f "
-                     "| %.2f | %s | %s | %s |"
+        rl = m.get("relay_samples_per_s")
+        rr = "%.2f (%.0f)" % (m["samples_per_s"] / rl, rl) if rl else "–"
+        rr0 = "%.2f" % (f0 / rl) if rl and f0 else "–"
+        lines.append("| %s | %d | %s | %.0f | %.0f | %s | %s | %.2f | %.2f "
+                     "| %.0f | %.2f | %s | %s | %s | %s |"
                      % (row["shape"], row["workers"], row["variant"],
                         m["samples_per_s"],
-                        m["mb_per_s"], ratio, m["server_us_per_sample"],
+                        m["mb_per_s"], ratio, rr, m["server_us_per_sample"],
                         m["server_core_s_per_gb"], m["minor_fault_mib"],
                         m["first_epoch_us_per_sample"],
-                        "%.0f" % f0 if f0 else "–", r0,
+                        "%.0f" % f0 if f0 else "–", r0, rr0,
                         "yes" if row["exactly_once"] else "NO"))
     lines.append("")
     return "\n".join(lines)
@@ -283,11 +374,15 @@ def main(argv=None):
     rows = []
     try:
         ctx.nginx.start()
+        if args.source == "http":
+            ctx.relay = Relay(ctx.nginx.url, workdir).start()
         for shape in shapes:
             ds = ensure_dataset(data, shape, log)
             for w in args.workers:
                 rows += measure_shape(ctx, cli, ds, w, args, log)
     finally:
+        if ctx.relay is not None:
+            ctx.relay.stop()
         if ctx.nginx.proc is not None:
             ctx.nginx.stop()
         shutil.rmtree(workdir, ignore_errors=True)

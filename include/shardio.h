@@ -673,6 +673,10 @@ typedef struct sio_epoch_config {
      * part of the list with its quota. Copied. Needs replicas <= 1. */
     const sio_mix_source *mix;
     uint32_t nmix;
+    /* A plan's budget for remote shards held in memory (plan/stage.c:
+     * neither local nor taken by the cache); 0: such shards are not
+     * staged, their epochs are the feed's. */
+    uint64_t stage_bytes;
 } sio_epoch_config;
 
 /* Samples one shard reader may hold ahead of the interleave. */

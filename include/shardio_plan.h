@@ -129,16 +129,16 @@ int sio_plan_parked(const sio_plan *p);
  * before the first step. */
 void sio_plan_set_ahead(sio_plan *p, uint64_t samples);
 /* Staging: a plan whose remote shards are neither local nor in the shard
- * cache holds them in memory while its readers need them (budget: bytes
- * its steps stage before they wait, and again the room for shards fetched
- * again for readers behind; join_ms: how long ranks of the first reader's
+ * cache holds them in memory while its readers need them, within the
+ * epoch config's stage_bytes (the steps; and as much again for shards
+ * fetched again for readers behind). join_ms: how long ranks of the first
+ * reader's
  * world are waited for; rejoin_ms: how long a rank whose readers closed
  * is; lag_grace_ms / lag_samples / lag_wait: when a rank that holds the
  * room is detached, as --lag-grace-ms, --lag-samples and --lag-policy
  * wait). Set before the first step; nothing for a plan that stages
  * nothing. */
 typedef struct sio_plan_stage_config {
-    uint64_t budget;
     uint32_t join_ms, rejoin_ms, lag_grace_ms;
     uint64_t lag_samples;
     int lag_wait;
@@ -165,7 +165,6 @@ typedef struct sio_plan_stage_stats {
     int blocked;            /* the steps wait for room now */
 } sio_plan_stage_stats;
 void sio_plan_get_stage_stats(sio_plan *p, sio_plan_stage_stats *out);
-#define SIO_PLAN_STAGE_BYTES_DEFAULT (UINT64_C(1) << 30)
 /* Stop a growing plan where it is (its readers fail at its end with
  * reason). Nothing for a complete plan. */
 void sio_plan_abandon(sio_plan *p, const char *reason);

@@ -1187,6 +1187,7 @@ static sio_code slot_open(sc_jobs *j, sc_job *job, uint64_t epoch,
     ec.cache = job->res->cache;
     ec.mix = job->res->mix;
     ec.nmix = job->res->nmix;
+    ec.stage_bytes = cfg->stage_bytes;
     int fresh = 0;
     ec.journal = s->journal = job_journal(j, job, epoch, part, &fresh, err);
     if (!ec.journal) {
@@ -1850,7 +1851,6 @@ static void plan_finish(sc_jobs *j, plan_req *r, sio_code rc, sio_plan *p,
         slot->kick_job = job;
         sio_plan_set_ahead(p, j->cfg->plan_ahead_samples);
         sio_plan_stage_config sc = {
-            .budget = j->cfg->stage_bytes,
             .join_ms = j->cfg->join_timeout_ms,
             .rejoin_ms = j->cfg->rejoin_grace_ms,
             .lag_grace_ms = j->cfg->lag_grace_ms,

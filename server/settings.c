@@ -296,13 +296,15 @@ static const setting settings[] = {
      "samples a plan that grows (the first pass) decides ahead of its "
      "furthest stream before it waits for the streams (it reads the shards "
      "that far ahead of them); 0: 4 x the shuffle buffer, at least 65536"},
-    {"stage-bytes", NULL, SRV(stage_bytes), T_BYTES, "1GiB", 1 << 20,
+    {"stage-bytes", NULL, SRV(stage_bytes), T_BYTES, "0", 0,
      UINT64_C(1) << 44, NULL,
-     "bytes of remote shards an epoch holds in memory when the shard cache "
-     "cannot take them (no cache, or no room): each shard is fetched once "
-     "and read by every stream from there, and let go once the streams "
-     "passed it; as much again for shards fetched a second time for "
-     "streams behind the others (docs/architecture.md \"Memory\")"},
+     "bytes of remote shards an epoch may hold in memory when the shard "
+     "cache cannot take them (no cache, or no room), so that the epoch is "
+     "planned: each shard is fetched whole, once, and read by every stream "
+     "from there, and let go once the streams passed it; as much again for "
+     "shards fetched a second time for streams behind the others "
+     "(docs/architecture.md \"Memory\"). 0 (the default): such epochs are "
+     "read by the feed. A shard's first sample waits for the whole shard"},
     {"lag-policy", NULL, SRV(lag_policy), T_ENUM, "detach", 0, 0, lag_choices,
      "a consumer that holds a full window back: detach it into a seek "
      "after --lag-grace-ms, or make everyone wait"},

@@ -756,6 +756,7 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
     size_t total = sio_shardlist_count(list);
     size_t first = cfg->range_count ? cfg->range_first : 0;
     size_t count = cfg->range_count ? cfg->range_count : total;
+    uint64_t to_fill = 0;
     if (first > total || count > total - first)
         return sio_seterr(err, SIO_ERR_INVALID, "shard range out of list");
     if (cfg->on_error != SIO_ON_ERROR_SKIP || !cfg->journal)
@@ -775,23 +776,32 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
         if (sio_cache_covers(url)) {
             /* An object: staged in the job's shard cache where the
              * listing says how much it takes and the cache has room for
-             * it when its step comes, else in memory, while the epoch's
-             * readers need it (stage.c). With a cache, a shard whose size
-             * no listing gave (a brace pattern over http) keeps the feed:
-             * the feed's reads through the cache learn and validate each
-             * object as they go. A complete entry is not opened here (a
-             * reader holding it would keep the cache from evicting it
-             * meanwhile). */
+             * it when its step comes, else in memory (with --stage-bytes),
+             * while the epoch's readers need it (stage.c). With a cache, a
+             * shard whose size no listing gave (a brace pattern over http)
+             * keeps the feed: the feed's reads through the cache learn and
+             * validate each object as they go. A complete entry is not
+             * opened here (a reader holding it would keep the cache from
+             * evicting it meanwhile). */
+            uint64_t sz = sio_shardlist_size(list, i);
             if (compressed_name(url))
                 return sio_seterr(err, SIO_ERR_UNSUPPORTED,
                                   "shard %zu is compressed or a zip", i);
             if (sio_io_fd_capable(io, cfg->cache, url))
                 continue;
-            if (cfg->cache && sio_shardlist_size(list, i) == UINT64_MAX)
+            if (cfg->cache && sz == UINT64_MAX)
                 return sio_seterr(err, SIO_ERR_UNSUPPORTED,
                                   "shard %zu's size is not listed: with a "
                                   "shard cache its first pass is the "
                                   "feed's", i);
+            if (!cfg->cache && !cfg->stage_bytes)
+                return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                                  "shard %zu is not a local file, there is "
+                                  "no shard cache and no staging "
+                                  "(--stage-bytes 0)", i);
+            if (cfg->cache)
+                to_fill = sz > UINT64_MAX - to_fill ? UINT64_MAX
+                                                    : to_fill + sz;
             *stage = 1;
             continue;
         }
@@ -831,6 +841,13 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
             return sio_seterr(err, SIO_ERR_UNSUPPORTED,
                               "shard %zu is compressed or a zip", i);
     }
+    /* Without staging in memory, the cache must have room for every
+     * shard to fetch now. */
+    if (to_fill && !cfg->stage_bytes && to_fill > sio_cache_user_room(cfg->cache))
+        return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                          "the shards to fetch (%" PRIu64 " bytes) do not "
+                          "fit in the shard cache's free room and there is "
+                          "no staging (--stage-bytes 0)", to_fill);
     return SIO_OK;
 }
 
@@ -861,7 +878,7 @@ sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
          * staged in memory; a shard-cache fill is not started for any. */
         size_t first = cfg->range_count ? cfg->range_first : 0;
         size_t count = cfg->range_count ? cfg->range_count : total;
-        p->stage->budget = SIO_PLAN_STAGE_BYTES_DEFAULT;
+        p->stage->budget = cfg->stage_bytes; /* 0: none in memory */
         p->stage->join_ms = 30000;
         p->stage->rejoin_ms = 60000;
         p->stage->lag_grace_ms = 2000;
@@ -1063,6 +1080,12 @@ static sio_code prepare_shard(sio_plan *p, uint32_t s, sio_error *err)
         else if (g->cfg.cache && listed != UINT64_MAX &&
                  listed <= sio_cache_user_room(g->cfg.cache))
             try_cache = 1;
+        else if (!p->stage->budget)
+            return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                              "shard %" PRIu32 " does not fit in the shard "
+                              "cache's free room and there is no staging "
+                              "(--stage-bytes 0): the epoch goes on from "
+                              "its feed", s);
         else
             return prepare_staged(p, s, e, err);
     }
@@ -1123,7 +1146,7 @@ static sio_code prepare_shard(sio_plan *p, uint32_t s, sio_error *err)
         sio_cache_wait_filled(g->cfg.cache, url);
     /* Read whole and not in the cache: the cache did not take it. */
     if ((!has_cut || cut > 0) && !sio_io_fd_capable(g->io, g->cfg.cache, url)) {
-        if (try_cache)
+        if (try_cache && p->stage->budget)
             return prepare_staged(p, s, e, err);
         return sio_seterr(err, SIO_ERR_UNSUPPORTED,
                           "shard %" PRIu32 " was not kept by the shard cache "

@@ -286,7 +286,8 @@ static pfile *file_for(sio_planread *r, uint32_t s, sio_code *rc)
         pi = shard_take(r, url, s, &fd, &sfd, &cached, rc);
     }
     if ((*rc == SIO_ERR_UNSUPPORTED || *rc == SIO_ERR_CHANGED) &&
-        r->plan->stage && r->cfg.cache && sio_cache_covers(url) &&
+        r->plan->stage && r->plan->stage->budget && r->cfg.cache &&
+        sio_cache_covers(url) &&
         !sio_io_url_is_file(r->io, url)) {
         /* A cache entry the plan read in place went (evicted for another
          * object): the shard is fetched into memory for the readers (its

@@ -560,8 +560,6 @@ void sio_plan_set_stage(sio_plan *p, const sio_plan_stage_config *c)
         return;
     pthread_mutex_lock(&p->mu);
     plan_stage *st = p->stage;
-    if (c->budget)
-        st->budget = c->budget;
     st->join_ms = c->join_ms;
     st->rejoin_ms = c->rejoin_ms;
     st->lag_grace_ms = c->lag_grace_ms;

@@ -1,8 +1,9 @@
-"""Remote shards the shard cache cannot take are staged in memory
-(docs/architecture.md "Staging" and "Memory"): an epoch over an HTTP store
-with no cache is planned, each shard fetched once into memory by the step
-that indexes it and read by every stream from there, and let go once the
-streams have passed it.
+"""With --stage-bytes, remote shards the shard cache cannot take are
+staged in memory (docs/architecture.md "The data plane" and "Memory"): an
+epoch over an HTTP store with no cache is planned, each shard fetched once
+into memory by the step that indexes it and read by every stream from
+there, and let go once the streams have passed it. Without it (the
+default) such epochs are the feed's (test_without_stage_bytes_the_feed).
 
 test_an_http_store_without_a_cache_is_planned_every_epoch: a brace
 pattern over nginx (no sizes), no cache, every rank at once: epochs 0
@@ -130,7 +131,7 @@ def test_an_http_store_without_a_cache_is_planned_every_epoch(start, server_bina
         src = brace(ng, names, "h")
         feed = start("--job", "t", "--source", src, "--data-plane", "stream", *COMMON)
         plan = start("--job", "t", "--source", src, "--data-plane", "auto",
-                     "--interleave", "3", *COMMON)
+                     "--interleave", "3", "--stage-bytes", "1GiB", *COMMON)
         feed3 = start("--job", "t", "--source", src, "--data-plane", "stream",
                       "--interleave", "3", *COMMON)
         for epoch in (0, 1):
@@ -153,7 +154,8 @@ def test_an_http_store_without_a_cache_is_planned_every_epoch(start, server_bina
             assert st["restages"] == 0, (tag(), st)
         # the default interleave, frames and tar, against the feed
         for fmt in ("frames", "tar"):
-            srv = start("--job", "t", "--source", src, "--data-plane", "auto", *COMMON)
+            srv = start("--job", "t", "--source", src, "--data-plane", "auto",
+                        "--stage-bytes", "1GiB", *COMMON)
             want = read_world(feed, 0, 4, fmt)
             got = read_world(srv, 0, 4, fmt)
             for r in range(4):
@@ -266,7 +268,7 @@ def test_an_s3_dataset_larger_than_the_cache_is_planned(start, server_binary, tm
         args = ("--job", "t", "--source", "s3://staging/d/", "--interleave", "2",
                 "--shuffle-buffer", "20") + COMMON
         feed = start(*args, "--data-plane", "stream", env=env)
-        plan = start(*args, "--data-plane", "auto",
+        plan = start(*args, "--data-plane", "auto", "--stage-bytes", "1GiB",
                      "--cache-bytes", str(sum(sizes) // 3), env=env)
         for epoch in (0, 1):
             want = read_world(feed, epoch, 2)
@@ -283,3 +285,23 @@ def test_an_s3_dataset_larger_than_the_cache_is_planned(start, server_binary, tm
                     tag(), cache, st)
         dp = data_plane(get_json(plan, "/v1/jobs/t"))
         assert dp["feed_streams"] == 0 and dp["plans_grown"] == 2, (tag(), dp)
+
+
+def test_without_stage_bytes_the_feed_reads_a_remote_dataset(start, server_binary, tmp_path):
+    """The default (--stage-bytes 0): an HTTP store with no cache is read
+    by the feed, as before staging existed; nothing is staged."""
+    require_planes(server_binary, "auto")
+    ds = many_shards(tmp_path, SEED + 15, 4, "n")
+    names = sorted(os.listdir(ds.path))
+    ng = Nginx(ds.path, str(tmp_path))
+    try:
+        srv = start("--job", "t", "--source", brace(ng, names, "n"), "--data-plane", "auto",
+                    *COMMON)
+        got = read_world(srv, 0, 2)
+        assert sum(len(p.samples) for p in got) == (ds.total // 2) * 2, tag()
+        dp = data_plane(get_json(srv, "/v1/jobs/t"))
+        assert dp["plans_grown"] == 0 and dp["feed_streams"] == 2, (tag(), dp)
+        st = staging(srv)
+        assert st["budget_bytes"] == 0 and st["shards"] == 0, (tag(), st)
+    finally:
+        ng.stop()
