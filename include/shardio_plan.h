@@ -162,6 +162,8 @@ typedef struct sio_plan_stage_stats {
     uint64_t detaches;      /* ranks no longer waited for */
     uint64_t refused;       /* readers told to come back (no room) */
     uint64_t held;          /* shards decided that wait for a reader */
+    uint64_t spare;         /* staging memory kept for the next shards
+                               (server-wide, within stage_bytes) */
     int blocked;            /* the steps wait for room now */
 } sio_plan_stage_stats;
 void sio_plan_get_stage_stats(sio_plan *p, sio_plan_stage_stats *out);

@@ -188,6 +188,7 @@ static void stage_add(sio_plan_stage_stats *a, const sio_plan_stage_stats *b,
     if (live) {
         a->held += b->held;
         a->blocked |= b->blocked;
+        a->spare = b->spare;
     }
 }
 

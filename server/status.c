@@ -405,7 +405,7 @@ static json_t *job_json(sc_jobs *j, sc_job *job, sio_feed_consumer *cons,
         json_object_set_new(
             o, "staging",
             json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
-                      "s:o, s:b}",
+                      "s:o, s:b, s:o}",
                       "budget_bytes", jint(j->cfg->stage_bytes), "bytes",
                       jint(st.bytes), "peak_bytes", jint(st.peak),
                       "largest_shard_bytes", jint(st.max_shard), "shards",
@@ -414,7 +414,7 @@ static json_t *job_json(sc_jobs *j, sc_job *job, sio_feed_consumer *cons,
                       "released", jint(st.released), "detaches",
                       jint(st.detaches), "refused", jint(st.refused),
                       "shards_held", jint(st.held), "waiting_for_room",
-                      st.blocked));
+                      st.blocked, "spare_bytes", jint(st.spare)));
     }
     if (o)
         json_object_set_new(

@@ -975,6 +975,7 @@ static sio_code prepare_staged(sio_plan *p, uint32_t s, sio_index_entry *e,
         if (fd >= 0)
             close(fd);
         e2.msg[0] = '\0';
+        fd = stage_spare(p);
         rc = stage_fetch(g->io, url, sio_shardlist_size(g->list, s),
                          p->stage->budget, &fd, &size, &vh, &e2);
         if (!transient_read(rc))

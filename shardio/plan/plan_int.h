@@ -225,6 +225,12 @@ static inline int stage_kind(const sio_plan *p, uint32_t s)
 sio_code stage_fetch(sio_io *io, const char *url, uint64_t listed,
                      uint64_t cap, int *fd, uint64_t *size, uint64_t *vhash,
                      sio_error *err);
+/* A memfd to stage into: one let go before, by this plan or an earlier
+ * epoch's (its pages written again: none allocated nor freed per shard),
+ * else -1 (stage_fetch makes one). */
+int stage_spare(sio_plan *p);
+/* Bytes of the spares kept now (server-wide). */
+uint64_t stage_spare_bytes(void);
 /* The step staged shard s (fd, size bytes, items items to come). */
 void stage_put(sio_plan *p, uint32_t s, int fd, uint64_t size,
                uint64_t vhash, uint64_t items);

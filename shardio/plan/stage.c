@@ -49,6 +49,43 @@
 #include "store/backend_ops.h"
 #include "store/store_int.h"
 
+/* Memfds let go, kept for the next shard to be written into (a shard's
+ * pages are allocated once, not per shard and epoch): at most SPARES_MAX
+ * of them and a plan's budget of bytes, server-wide. */
+#define SPARES_MAX 64u
+static struct {
+    pthread_mutex_t mu;
+    int fd[SPARES_MAX];
+    uint64_t size[SPARES_MAX];
+    size_t n;
+    uint64_t bytes;
+} spares = {PTHREAD_MUTEX_INITIALIZER, {0}, {0}, 0, 0};
+
+/* Keep fd (size bytes) as a spare within cap bytes: 1, else 0 (the
+ * caller closes it). */
+static int spare_put(int fd, uint64_t size, uint64_t cap)
+{
+    int kept = 0;
+    pthread_mutex_lock(&spares.mu);
+    if (spares.n < SPARES_MAX && spares.bytes <= cap &&
+        size <= cap - spares.bytes) {
+        spares.fd[spares.n] = fd;
+        spares.size[spares.n++] = size;
+        spares.bytes += size;
+        kept = 1;
+    }
+    pthread_mutex_unlock(&spares.mu);
+    return kept;
+}
+
+uint64_t stage_spare_bytes(void)
+{
+    pthread_mutex_lock(&spares.mu);
+    uint64_t b = spares.bytes;
+    pthread_mutex_unlock(&spares.mu);
+    return b;
+}
+
 /* Bytes a fetch reads from its stream at once. */
 #define STAGE_READ (1u << 20)
 /* Ranks of the world the plan follows (a larger world is not followed:
@@ -79,7 +116,8 @@ void stage_free(plan_stage *st)
     if (!st)
         return;
     for (size_t i = 0; st->sh && i < st->total; i++)
-        if (st->sh[i].fd >= 0)
+        if (st->sh[i].fd >= 0 &&
+            !spare_put(st->sh[i].fd, st->sh[i].size, st->budget))
             close(st->sh[i].fd);
     free(st->sh);
     free(st->done);
@@ -126,17 +164,26 @@ sio_code stage_fetch(sio_io *io, const char *url, uint64_t listed,
     uint64_t got_total = 0;
     char shown[512];
     (void)listed;
-    *fd = -1;
+    int m = *fd; /* a spare (stage_spare), or -1 */
     *size = 0;
     *vhash = 0;
     sio_code rc = sio_io_backend(io, url, &ops, &ctx, err);
-    if (rc)
+    if (rc) {
+        if (m >= 0)
+            close(m);
+        *fd = -1;
         return rc;
-    int m = memfd_create("shardcast-stage", MFD_CLOEXEC);
+    }
+    if (m >= 0 && lseek(m, 0, SEEK_SET) != 0) {
+        close(m);
+        m = -1;
+    }
+    if (m < 0)
+        m = memfd_create("shardcast-stage", MFD_CLOEXEC);
+    *fd = m;
     if (m < 0)
         return sio_seterr(err, SIO_ERR_NOMEM, "cannot stage a shard in "
                           "memory: memfd_create: %s", strerror(errno));
-    *fd = m;
     buf = malloc(STAGE_READ);
     if (!buf)
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
@@ -171,7 +218,26 @@ sio_code stage_fetch(sio_io *io, const char *url, uint64_t listed,
         in->ops->close(in);
     free(buf);
     *size = got_total;
+    /* A spare longer than this shard: its tail goes (readers read to the
+     * file's end for the last group). */
+    if (ftruncate(m, (off_t)got_total) != 0 && rc == SIO_OK)
+        rc = sio_seterr(err, SIO_ERR_NOMEM, "cannot stage a shard in "
+                        "memory: ftruncate: %s", strerror(errno));
     return rc;
+}
+
+int stage_spare(sio_plan *p)
+{
+    int fd = -1;
+    (void)p;
+    pthread_mutex_lock(&spares.mu);
+    if (spares.n) {
+        spares.n--;
+        fd = spares.fd[spares.n];
+        spares.bytes -= spares.size[spares.n];
+    }
+    pthread_mutex_unlock(&spares.mu);
+    return fd;
 }
 
 static uint64_t now_ms(void)
@@ -179,10 +245,13 @@ static uint64_t now_ms(void)
     return sio_now_ms();
 }
 
-/* Account shard x let go (mu held): its descriptor goes to *closing. */
+/* Account shard x let go (mu held): its descriptor is kept as a spare
+ * (within the budget), else goes to *closing (-1: kept). */
 static void let_go(plan_stage *st, stage_shard *x, int *closing)
 {
     *closing = x->fd;
+    if (x->fd >= 0 && spare_put(x->fd, x->size, st->budget))
+        *closing = -1;
     x->fd = -1;
     x->doomed = 0;
     st->bytes -= x->size <= st->bytes ? x->size : st->bytes;
@@ -245,10 +314,14 @@ static size_t sweep(sio_plan *p, int *closing, size_t cap)
         }
         if (x->fd < 0)
             continue;
-        if (x->pins == 0)
-            let_go(st, x, &closing[nc++]);
-        else
+        if (x->pins == 0) {
+            int c;
+            let_go(st, x, &c);
+            if (c >= 0)
+                closing[nc++] = c;
+        } else {
             x->doomed = 1;
+        }
     }
     return nc;
 }
@@ -271,8 +344,6 @@ static void after_sweep(sio_plan *p, const int *closing, size_t nc)
     void (*fn)(void *) = NULL;
     void *ud = NULL;
     close_all(p, closing, nc);
-    if (!nc)
-        return;
     pthread_mutex_lock(&p->mu);
     if (p->stage->blocked_ms && atomic_load(&p->parked) && p->kick) {
         atomic_store(&p->parked, 0);
@@ -502,9 +573,12 @@ void stage_unpin(sio_plan *p, uint32_t s)
         x->pins--;
     if (x->pins == 0 && x->doomed && x->fd >= 0)
         let_go(st, x, &closing);
+    int gone = x->fd < 0 && x->pins == 0;
     pthread_mutex_unlock(&p->mu);
     if (closing >= 0)
-        after_sweep(p, &closing, 1);
+        close(closing);
+    if (gone)
+        after_sweep(p, NULL, 0);
 }
 
 void stage_reader(sio_plan *p, uint32_t rank, uint32_t world, uint64_t t,
@@ -514,6 +588,7 @@ void stage_reader(sio_plan *p, uint32_t rank, uint32_t world, uint64_t t,
     int closing[64];
     size_t nc = 0;
     pthread_mutex_lock(&p->mu);
+    uint64_t released = st->released;
     if (!st->world && open > 0 && world && world <= STAGE_WORLD_MAX) {
         st->rank = calloc(world, sizeof *st->rank);
         if (st->rank) {
@@ -539,8 +614,10 @@ void stage_reader(sio_plan *p, uint32_t rank, uint32_t world, uint64_t t,
         k->t = t;
         nc = sweep(p, closing, 64);
     }
+    int any = st->released != released;
     pthread_mutex_unlock(&p->mu);
-    after_sweep(p, closing, nc);
+    if (nc || any)
+        after_sweep(p, closing, nc);
 }
 
 int stage_passed(sio_plan *p, uint32_t s, uint64_t t)
@@ -593,7 +670,7 @@ void sio_plan_restage(sio_plan *p, sio_io *io, const sio_shardlist *list)
         uint64_t want_size = st->sh[s].size, want_v = st->sh[s].vhash;
         pthread_mutex_unlock(&p->mu);
 
-        int fd = -1;
+        int fd = stage_spare(p);
         uint64_t size = 0, vh = 0;
         sio_error e = {SIO_OK, ""};
         sio_code rc = stage_fetch(io, sio_shardlist_url(list, s), want_size,
@@ -642,7 +719,7 @@ void sio_plan_get_stage_stats(sio_plan *p, sio_plan_stage_stats *out)
     plan_stage *st = p->stage;
     out->staging = 1;
     out->budget = st->budget;
-    out->bytes = st->bytes;
+    out->bytes = st->bytes; /* held: spares too */
     out->peak = st->peak;
     out->max_shard = st->max_shard;
     out->staged = st->staged;
@@ -652,6 +729,7 @@ void sio_plan_get_stage_stats(sio_plan *p, sio_plan_stage_stats *out)
     out->detaches = st->detaches;
     out->refused = st->refused;
     out->held = st->done_n;
+    out->spare = stage_spare_bytes();
     out->blocked = st->blocked_ms != 0;
     pthread_mutex_unlock(&p->mu);
 }
