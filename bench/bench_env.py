@@ -157,11 +157,14 @@ def _stop_group(proc, timeout=10.0):
 
 
 class Nginx:
-    """nginx on 127.0.0.1 serving root_dir; counts requests in its log."""
+    """nginx on 127.0.0.1 serving root_dir; counts requests in its log.
+    With upstream (a URL), a relay instead: proxy_pass to it, buffering
+    on, no cache."""
 
-    def __init__(self, root_dir, workdir):
+    def __init__(self, root_dir, workdir, upstream=None):
         self.root_dir = root_dir
-        self.workdir = os.path.join(workdir, "nginx")
+        self.upstream = upstream
+        self.workdir = os.path.join(workdir, "relay" if upstream else "nginx")
         self.proc = None
         self.port = None
         self.log_path = os.path.join(self.workdir, "requests.log")
@@ -177,6 +180,16 @@ class Nginx:
         # As root, nginx's workers would drop to "nobody", which may not
         # read the data directory.
         user = "user root;\n" if os.geteuid() == 0 else ""
+        if self.upstream:
+            server = ("upstream store { server %s; keepalive 64; }\n"
+                      "  server { listen 127.0.0.1:%d; location / { "
+                      "proxy_pass http://store; proxy_http_version 1.1; "
+                      "proxy_set_header Connection \"\"; "
+                      "proxy_buffering on; } }"
+                      % (self.upstream.replace("http://", ""), self.port))
+        else:
+            server = "server { listen 127.0.0.1:%d; root %s; }" % (
+                self.port, self.root_dir)
         conf = os.path.join(self.workdir, "nginx.conf")
         with open(conf, "w") as f:
             f.write(user + """daemon off;
@@ -186,7 +199,7 @@ error_log %(wd)s/error.log;
 events { worker_connections 4096; }
 http {
   log_format bench '$request_method $uri $status $body_bytes_sent';
-  access_log %(log)s bench;
+  %(access)s
   client_body_temp_path %(body)s;
   proxy_temp_path %(proxy)s;
   fastcgi_temp_path %(fcgi)s;
@@ -196,10 +209,11 @@ http {
   tcp_nopush on;
   keepalive_requests 100000;
   keepalive_timeout 120s;
-  server { listen 127.0.0.1:%(port)d; root %(root)s; }
+  %(server)s
 }
-""" % dict(wd=self.workdir, log=self.log_path, port=self.port,
-                root=self.root_dir, **tmp))
+""" % dict(wd=self.workdir, server=server,
+                access=("access_log off;" if self.upstream else
+                        "access_log %s bench;" % self.log_path), **tmp))
         self.proc = subprocess.Popen([exe, "-c", conf, "-p", self.workdir],
                                      stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL,

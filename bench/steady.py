@@ -161,71 +161,6 @@ def run_server(ctx, cli, ds, workers, epochs, extra, log):
     return out
 
 
-class Relay:
-    """nginx in front of the store nginx: proxy_pass, buffering on, no
-    cache (the fair ceiling for a server that reads the store over HTTP
-    and serves it again)."""
-
-    def __init__(self, upstream, workdir):
-        self.upstream = upstream
-        self.workdir = os.path.join(workdir, "relay")
-        self.proc = None
-        self.port = None
-
-    def start(self):
-        from bench_env import free_port, _wait_port
-        exe = shutil.which("nginx") or "/usr/sbin/nginx"
-        os.makedirs(self.workdir, exist_ok=True)
-        self.port = free_port()
-        user = "user root;\n" if os.geteuid() == 0 else ""
-        conf = os.path.join(self.workdir, "nginx.conf")
-        with open(conf, "w") as f:
-            f.write(user + """daemon off;
-worker_processes auto;
-pid %(wd)s/nginx.pid;
-error_log %(wd)s/error.log;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path %(wd)s/body;
-  proxy_temp_path %(wd)s/proxy;
-  fastcgi_temp_path %(wd)s/fcgi;
-  uwsgi_temp_path %(wd)s/uwsgi;
-  scgi_temp_path %(wd)s/scgi;
-  upstream store { server %(up)s; keepalive 64; }
-  server {
-    listen 127.0.0.1:%(port)d;
-    location / {
-      proxy_pass http://store;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_buffering on;
-    }
-  }
-}
-""" % dict(wd=self.workdir, port=self.port,
-                up=self.upstream.replace("http://", "")))
-        self.proc = subprocess.Popen([exe, "-c", conf, "-p", self.workdir],
-                                     stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL,
-                                     start_new_session=True)
-        _wait_port(self.port, self.proc, "nginx relay")
-        return self
-
-    @property
-    def url(self):
-        return "http://127.0.0.1:%d" % self.port
-
-    def stop(self):
-        if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-            self.proc = None
-
-
 def curl_ceiling(ctx, ds, workers, via=None):
     """samples/s of W curl processes from the store, or through via."""
     store = ctx.nginx
@@ -375,7 +310,7 @@ def main(argv=None):
     try:
         ctx.nginx.start()
         if args.source == "http":
-            ctx.relay = Relay(ctx.nginx.url, workdir).start()
+            ctx.relay = Nginx(None, workdir, upstream=ctx.nginx.url).start()
         for shape in shapes:
             ds = ensure_dataset(data, shape, log)
             for w in args.workers:

@@ -695,18 +695,24 @@ int plan_wait_for(sio_plan *p, plan_waiter *w, uint64_t t)
         ud = p->kick_ud;
     }
     wait = t >= n && !atomic_load(&p->complete) && !atomic_load(&p->failed);
-    if (wait && w->fn && !w->linked) {
-        w->linked = 1;
-        w->prev = NULL;
-        w->next = p->waiters;
-        if (p->waiters)
-            p->waiters->prev = w;
-        p->waiters = w;
-    }
+    if (wait)
+        plan_link_waiter(p, w);
     pthread_mutex_unlock(&p->mu);
     if (kick)
         fn(ud);
     return wait;
+}
+
+void plan_link_waiter(sio_plan *p, plan_waiter *w)
+{
+    if (!w->fn || w->linked)
+        return;
+    w->linked = 1;
+    w->prev = NULL;
+    w->next = p->waiters;
+    if (p->waiters)
+        p->waiters->prev = w;
+    p->waiters = w;
 }
 
 void plan_unwait(sio_plan *p, plan_waiter *w)

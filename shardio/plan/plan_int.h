@@ -172,6 +172,9 @@ static inline const sio_plan_item *plan_item(const sio_plan *p, uint64_t i)
  * (t below n, or the plan complete or failed), 1 when it was queued and
  * is woken (its notify) once the plan grew or ended. */
 int plan_wait_for(sio_plan *p, plan_waiter *w, uint64_t t);
+/* Queue w (once; nothing without a notify) to be woken when the plan
+ * grows or ends, or a staged shard comes (mu held). */
+void plan_link_waiter(sio_plan *p, plan_waiter *w);
 /* A reader that closes leaves the queue. */
 void plan_unwait(sio_plan *p, plan_waiter *w);
 

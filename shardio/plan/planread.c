@@ -241,6 +241,19 @@ static int shard_take(sio_planread *r, const char *url, uint32_t s, int *fd,
     return -1;
 }
 
+/* f holds shard s's staged memfd (pinned). */
+static pfile *staged_file(sio_planread *r, pfile *f, uint32_t s, int fd)
+{
+    f->pi = -1;
+    f->fd = fd;
+    f->sfd = -1;
+    f->staged = 1;
+    f->shard = s;
+    f->used = ++r->clock;
+    f->cached = 0;
+    return f;
+}
+
 static pfile *file_for(sio_planread *r, uint32_t s, sio_code *rc)
 {
     pfile *victim = &r->files[0];
@@ -267,16 +280,7 @@ static pfile *file_for(sio_planread *r, uint32_t s, sio_code *rc)
                 file_drop(r, o, 0);
         }
         *rc = stage_take(r->plan, s, &r->w, &fd, r->err, sizeof r->err);
-        if (*rc)
-            return NULL;
-        victim->pi = -1;
-        victim->fd = fd;
-        victim->sfd = -1;
-        victim->staged = 1;
-        victim->shard = s;
-        victim->used = ++r->clock;
-        victim->cached = 0;
-        return victim;
+        return *rc ? NULL : staged_file(r, victim, s, fd);
     }
     int pi = shard_take(r, url, s, &fd, &sfd, &cached, rc);
     if (*rc == SIO_ERR_BUSY) {
@@ -295,16 +299,7 @@ static pfile *file_for(sio_planread *r, uint32_t s, sio_code *rc)
          * key, size and group are checked). */
         *rc = stage_take_instead(r->plan, s, &r->w, &fd, r->err,
                                  sizeof r->err);
-        if (*rc)
-            return NULL;
-        victim->pi = -1;
-        victim->fd = fd;
-        victim->sfd = -1;
-        victim->staged = 1;
-        victim->shard = s;
-        victim->used = ++r->clock;
-        victim->cached = 0;
-        return victim;
+        return *rc ? NULL : staged_file(r, victim, s, fd);
     }
     if (*rc)
         return NULL;

@@ -522,14 +522,7 @@ sio_code stage_take(sio_plan *p, uint32_t s, plan_waiter *w, int *fd,
         fn = st->restage_fn;
         ud = st->restage_ud;
     }
-    if (w->fn && !w->linked) {
-        w->linked = 1;
-        w->prev = NULL;
-        w->next = p->waiters;
-        if (p->waiters)
-            p->waiters->prev = w;
-        p->waiters = w;
-    }
+    plan_link_waiter(p, w);
     pthread_mutex_unlock(&p->mu);
     if (fn)
         fn(ud);
