@@ -17,6 +17,11 @@ bound of docs/architecture.md ("Memory": budget + interleave x the
 largest shard, and as much again for readers behind), shards are let go
 while the epoch runs, and none is fetched twice.
 
+test_staging_through_store_faults_keeps_every_sample_once: resets,
+SlowDown answers and a truncated body between the server and the store:
+the staged plan serves every epoch position, each shard staged once, the
+shares those of the feed from a store without faults.
+
 test_a_rank_that_never_came_and_one_that_left_read_their_shares_later:
 world 2, a small budget, short join and rejoin graces. Rank 1 reads its
 whole share while rank 0 has not come (the join grace runs out: the
@@ -303,5 +308,48 @@ def test_without_stage_bytes_the_feed_reads_a_remote_dataset(start, server_binar
         assert dp["plans_grown"] == 0 and dp["feed_streams"] == 2, (tag(), dp)
         st = staging(srv)
         assert st["budget_bytes"] == 0 and st["shards"] == 0, (tag(), st)
+    finally:
+        ng.stop()
+
+
+def test_staging_through_store_faults_keeps_every_sample_once(start, server_binary, tmp_path):
+    """The HTTP store behind the fault proxy: resets mid-body, SlowDown
+    answers and a truncated body on shard GETs. The staging fetches retry
+    as the store's reads do (or the plan hands the epoch to the feed): each
+    rank's share is the one the feed gives from a store without faults."""
+    require_planes(server_binary, "auto", "stream")
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from support.faultproxy import FaultProxy
+    ds = many_shards(tmp_path, SEED + 16, 8, "f")
+    names = sorted(os.listdir(ds.path))
+    ng = Nginx(ds.path, str(tmp_path))
+    rules = [
+        {"fault": "reset", "path": r"\.tar$", "count": 2, "after_bytes": 40000},
+        {"fault": "slowdown", "path": r"\.tar$", "count": 2, "skip": 3},
+        {"fault": "truncate", "path": r"\.tar$", "count": 1, "skip": 6,
+         "after_bytes": 20000},
+    ]
+    try:
+        src = brace(ng, names, "f")
+        args = ("--interleave", "2", "--shuffle-buffer", "20",
+                "--fetch-retry-base-ms", "10") + COMMON
+        feed = start("--job", "t", "--source", src, "--data-plane", "stream", *args)
+        want = read_world(feed, 0, 2)
+        with FaultProxy("http://127.0.0.1:%d" % ng.port, rules=rules) as proxy:
+            psrc = "%s/f-{000000..%06d}.tar" % (proxy.url, len(names) - 1)
+            plan = start("--job", "t", "--source", psrc, "--data-plane", "auto",
+                         "--stage-bytes", "1GiB", *args)
+            got = [read_resuming(plan, 0, r, 2)[0] for r in range(2)]
+            fired = sum(r["fired"] for r in proxy.rules())
+        for r in range(2):
+            assert [(s["key"], s["fields"]) for s in got[r]] == kf(want[r]), (tag(), r)
+        assert fired >= 3, (tag(), fired)
+        dp = data_plane(get_json(plan, "/v1/jobs/t"))
+        print("faults fired: %d; data plane: %s; staging: %s" % (
+            fired, dp, staging(plan)))
+        assert dp["plans_grown"] == 1 and dp["feed_streams"] == 0, (tag(), dp)
+        st = staging(plan)
+        sizes = [os.path.getsize(os.path.join(ds.path, n)) for n in names]
+        assert st["shards"] == len(names) and st["fetched_bytes"] == sum(sizes), (tag(), st)
     finally:
         ng.stop()
