@@ -544,7 +544,23 @@ uint64_t sio_plan_build_ns(const sio_plan *p)
  * which retries with a backoff, goes on. */
 #define GROW_READ_TRIES 2u
 
+/* A shard of a step fetched into memory on a thread of its own, before
+ * the step prepares the step's shards one by one (stage_fetch's result). */
+#define STAGE_PARALLEL 8u
+struct sio_plan;
+typedef struct prefetch {
+    struct sio_plan *p;
+    uint32_t s;
+    int fd;
+    uint64_t size, vh;
+    sio_code rc;
+    sio_error err;
+    int taken;
+} prefetch;
+
 typedef struct plan_grow {
+    prefetch pre[STAGE_PARALLEL]; /* this step's (npre), or none */
+    size_t npre;
     sio_io *io;
     const sio_shardlist *list;
     sio_epoch_config cfg;
@@ -977,13 +993,27 @@ static sio_code prepare_staged(sio_plan *p, uint32_t s, sio_index_entry *e,
         g->ents[s] = e;
         return SIO_OK;
     }
+    prefetch *pf = NULL;
+    for (size_t i = 0; i < g->npre; i++)
+        if (g->pre[i].s == s && !g->pre[i].taken)
+            pf = &g->pre[i];
     for (unsigned tries = 0; fd < 0 && tries < GROW_READ_TRIES; tries++) {
         if (fd >= 0)
             close(fd);
         e2.msg[0] = '\0';
-        fd = stage_spare(p);
-        rc = stage_fetch(g->io, url, sio_shardlist_size(g->list, s),
-                         p->stage->budget, &fd, &size, &vh, &e2);
+        if (pf && tries == 0) { /* fetched already, with the step's others */
+            pf->taken = 1;
+            fd = pf->fd;
+            pf->fd = -1;
+            size = pf->size;
+            vh = pf->vh;
+            rc = pf->rc;
+            e2 = pf->err;
+        } else {
+            fd = stage_spare(p);
+            rc = stage_fetch(g->io, url, sio_shardlist_size(g->list, s),
+                             p->stage->budget, &fd, &size, &vh, &e2);
+        }
         if (!transient_read(rc))
             break;
         if (tries + 1 < GROW_READ_TRIES) {
@@ -1198,6 +1228,83 @@ static sio_code prepare_shard(sio_plan *p, uint32_t s, sio_error *err)
     return SIO_OK;
 }
 
+static void *prefetch_main(void *arg)
+{
+    prefetch *f = arg;
+    plan_grow *g = f->p->g;
+    f->fd = stage_spare(f->p);
+    f->rc = stage_fetch(g->io, sio_shardlist_url(g->list, f->s),
+                        sio_shardlist_size(g->list, f->s),
+                        f->p->stage->budget, &f->fd, &f->size, &f->vh,
+                        &f->err);
+    return NULL;
+}
+
+/* The shards this step stages in memory (those the order reads now and
+ * the next few, as the step's loop takes them, within the room), fetched
+ * at once, each on a thread (with no shard cache: every remote shard goes
+ * to memory; sizes listed); the step then prepares them from there. A
+ * store that serves one connection slowly is read several at a time,
+ * and the epoch's first samples wait for the slowest of its first shards,
+ * not for their sum. */
+static void prefetch_step(sio_plan *p, size_t n)
+{
+    plan_grow *g = p->g;
+    pthread_t th[STAGE_PARALLEL];
+    int started[STAGE_PARALLEL] = {0};
+    g->npre = 0;
+    if (!p->stage || g->cfg.cache || !p->stage->budget)
+        return;
+    uint64_t want = 0;
+    unsigned fresh = 0;
+    for (size_t i = 0; i < n && g->npre < STAGE_PARALLEL; i++) {
+        uint32_t s = g->ahead[i];
+        uint64_t cut, sz = sio_shardlist_size(g->list, s);
+        if (s >= g->total || g->ents[s])
+            continue;
+        if (i >= g->cfg.interleave && fresh >= GROW_STEP_SHARDS)
+            break;
+        fresh++;
+        if (!stage_kind(p, s) ||
+            (sio_journal_cut(g->cfg.journal, s, &cut) && cut == 0))
+            continue;
+        /* Room as the step's loop will find it, with the shards before
+         * counted; a size not listed: only a shard the order reads now
+         * (those the steps stage beyond the budget anyway). */
+        int slot = i < g->cfg.interleave;
+        if (sz == UINT64_MAX ? !slot || !stage_room(p, UINT64_MAX, 1)
+                             : sz > UINT64_MAX - want ||
+                                   !stage_room(p, want + sz, slot))
+            break;
+        if (sz != UINT64_MAX)
+            want += sz;
+        g->pre[g->npre++] = (prefetch){.p = p, .s = s, .fd = -1,
+                                       .err = {SIO_OK, ""}};
+    }
+    if (g->npre < 2) { /* one: fetched by its preparation, as before */
+        g->npre = 0;
+        return;
+    }
+    for (size_t i = 0; i < g->npre; i++)
+        started[i] = pthread_create(&th[i], NULL, prefetch_main,
+                                    &g->pre[i]) == 0;
+    for (size_t i = 0; i < g->npre; i++) {
+        if (started[i])
+            pthread_join(th[i], NULL);
+        else
+            prefetch_main(&g->pre[i]); /* no thread: here */
+    }
+}
+
+/* The step's fetched shards it did not prepare go. */
+static void prefetch_end(plan_grow *g)
+{
+    for (size_t i = 0; i < g->npre; i++)
+        if (g->pre[i].fd >= 0)
+            close(g->pre[i].fd);
+    g->npre = 0;
+}
+
 sio_code sio_plan_grow(sio_plan *p, sio_error *err)
 {
     plan_grow *g = p->g;
@@ -1208,6 +1315,7 @@ sio_code sio_plan_grow(sio_plan *p, sio_error *err)
     /* The shards the order needs now (its slots) and the next few. */
     size_t n = sio_order_shards_ahead(g->o, g->ahead, g->ahead_cap);
     unsigned fresh = 0;
+    prefetch_step(p, n);
     for (size_t i = 0; i < n && rc == SIO_OK; i++) {
         uint32_t s = g->ahead[i];
         if (s >= g->total || g->ents[s])
@@ -1225,6 +1333,7 @@ sio_code sio_plan_grow(sio_plan *p, sio_error *err)
         rc = prepare_shard(p, s, err);
         fresh++;
     }
+    prefetch_end(g);
     if (rc == SIO_OK) {
         size_t got = 0;
         fill_ctx fc = {p, g->made, g->max, g->views, g->ents, g->total,
