@@ -821,6 +821,12 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
                                   "shard %zu is not a local file, there is "
                                   "no shard cache and no staging "
                                   "(--stage-bytes 0)", i);
+            /* One the budget cannot hold at all: the feed from the start
+             * (not a plan that stops there and hands its streams over). */
+            if (!cfg->cache && sz != UINT64_MAX && sz > cfg->stage_bytes)
+                return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                                  "shard %zu (%" PRIu64 " bytes) is larger "
+                                  "than --stage-bytes", i, sz);
             if (cfg->cache)
                 to_fill = sz > UINT64_MAX - to_fill ? UINT64_MAX
                                                     : to_fill + sz;

@@ -29,6 +29,14 @@ staging does not keep shards for it); rank 0 then reads half its share,
 disconnects, and resumes after the rejoin grace. The shards it needs
 again are fetched again for it (restages), and both shares are the
 feed's, sample for sample.
+
+test_an_s3_dataset_larger_than_the_cache_is_planned: listed sizes, a
+cache with room for a third: part cache entries, part memory, every
+shard fetched once, the feed's shares in two epochs.
+
+test_without_stage_bytes_the_feed_reads_a_remote_dataset and
+test_a_listed_shard_larger_than_stage_bytes_keeps_the_feed: where staging
+is off or cannot hold a shard, the epoch is the feed's from the start.
 """
 
 import os
@@ -353,3 +361,26 @@ def test_staging_through_store_faults_keeps_every_sample_once(start, server_bina
         assert st["shards"] == len(names) and st["fetched_bytes"] == sum(sizes), (tag(), st)
     finally:
         ng.stop()
+
+
+def test_a_listed_shard_larger_than_stage_bytes_keeps_the_feed(start, server_binary, tmp_path):
+    """An s3 source with no cache and a --stage-bytes below its largest
+    shard: the epoch is the feed's from its first sample (not a plan that
+    stops at that shard and hands its streams over), whole."""
+    require_planes(server_binary, "auto")
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from support.s3rver import S3rver
+    ds = many_shards(tmp_path, SEED + 17, 4, "b")
+    sizes = [os.path.getsize(os.path.join(ds.path, n)) for n in os.listdir(ds.path)]
+    with S3rver() as s3:
+        s3.create_bucket("big")
+        s3.upload_dir("big", ds.path, prefix="d/")
+        env = dict(s3.env())
+        env["AWS_EC2_METADATA_DISABLED"] = "true"
+        srv = start("--job", "t", "--source", "s3://big/d/", "--data-plane", "auto",
+                    "--stage-bytes", str(max(sizes) - 1), *COMMON, env=env)
+        got = read_world(srv, 0, 2)
+        assert sum(len(p.samples) for p in got) == (ds.total // 2) * 2, tag()
+        dp = data_plane(get_json(srv, "/v1/jobs/t"))
+        assert dp["plans_grown"] == 0 and dp["feed_streams"] == 2, (tag(), dp)
+        assert dp["plan_failures"] == 0, (tag(), dp)
