@@ -25,10 +25,11 @@ shares those of the feed from a store without faults.
 test_a_rank_that_never_came_and_one_that_left_read_their_shares_later:
 world 2, a small budget, short join and rejoin graces. Rank 1 reads its
 whole share while rank 0 has not come (the join grace runs out: the
-staging does not keep shards for it); rank 0 then reads half its share,
-disconnects, and resumes after the rejoin grace. The shards it needs
-again are fetched again for it (restages), and both shares are the
-feed's, sample for sample.
+staging does not keep shards for it); rank 0 then reads its share as a
+client does (resuming after a retryable "busy" when the room for shards
+fetched again is taken), and after its rejoin grace ran out reads the
+second half again. The shards it needs are fetched again for it
+(restages), and both shares are the feed's, sample for sample.
 
 test_an_s3_dataset_larger_than_the_cache_is_planned: listed sizes, a
 cache with room for a third: part cache entries, part memory, every
