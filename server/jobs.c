@@ -173,8 +173,12 @@ static void stage_add(sio_plan_stage_stats *a, const sio_plan_stage_stats *b,
         return;
     a->staging = 1;
     a->budget = b->budget;
-    if (live)
+    if (live) { /* what a plan holds now */
         a->bytes += b->bytes;
+        a->held += b->held;
+        a->blocked |= b->blocked;
+        a->spare = b->spare;
+    }
     if (b->peak > a->peak)
         a->peak = b->peak;
     if (b->max_shard > a->max_shard)
@@ -185,11 +189,6 @@ static void stage_add(sio_plan_stage_stats *a, const sio_plan_stage_stats *b,
     a->released += b->released;
     a->detaches += b->detaches;
     a->refused += b->refused;
-    if (live) {
-        a->held += b->held;
-        a->blocked |= b->blocked;
-        a->spare = b->spare;
-    }
 }
 
 void sc_job_stage(sc_job *job, sio_plan_stage_stats *out)

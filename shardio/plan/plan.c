@@ -25,8 +25,6 @@
 #include <strings.h>
 #include <time.h>
 #include <unistd.h>
-#include <sys/mman.h>
-#include <errno.h>
 
 #include "core/core_int.h"
 #include "plan/plan_int.h"
@@ -547,9 +545,8 @@ uint64_t sio_plan_build_ns(const sio_plan *p)
 /* A shard of a step fetched into memory on a thread of its own, before
  * the step prepares the step's shards one by one (stage_fetch's result). */
 #define STAGE_PARALLEL 8u
-struct sio_plan;
 typedef struct prefetch {
-    struct sio_plan *p;
+    sio_plan *p;
     uint32_t s;
     int fd;
     uint64_t size, vh;
@@ -767,10 +764,10 @@ static int compressed_name(const char *url)
 
 /* Can the epoch grow a plan from its shards as they are indexed? Every
  * shard must be readable in place (a local file, a complete cache entry)
- * or, from an object store, be filled into the job's shard cache by the
- * read that indexes it, with room for all of those in the cache now; and
- * not be a compressed stream or a zip; shards whose index is complete
- * are taken as they are. */
+ * or, from an object store, be staged by the step that indexes it: into
+ * the job's shard cache (its size listed), or in memory (*stage: with
+ * stage_bytes); and not be a compressed stream or a zip. Shards whose
+ * index is complete are taken as they are. */
 static sio_code growable(sio_io *io, const sio_shardlist *list,
                          const sio_epoch_config *cfg, int *stage,
                          sio_error *err)
@@ -902,14 +899,12 @@ sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
     }
     if (stage) {
-        /* Every object not read in place (a complete cache entry) is
-         * staged in memory; a shard-cache fill is not started for any. */
+        /* Every object not read in place is staged, in the cache or in
+         * memory (prepare_shard decides, shard by shard); the graces come
+         * with sio_plan_set_stage (none until then). */
         size_t first = cfg->range_count ? cfg->range_first : 0;
         size_t count = cfg->range_count ? cfg->range_count : total;
         p->stage->budget = cfg->stage_bytes; /* 0: none in memory */
-        p->stage->join_ms = 30000;
-        p->stage->rejoin_ms = 60000;
-        p->stage->lag_grace_ms = 2000;
         for (size_t i = first; i < first + count; i++)
             p->stage->sh[i].kind =
                 sio_cache_covers(sio_shardlist_url(list, i)) ? 1 : 0;
@@ -1017,8 +1012,8 @@ static sio_code prepare_staged(sio_plan *p, uint32_t s, sio_index_entry *e,
             e2 = pf->err;
         } else {
             fd = stage_spare(p);
-            rc = stage_fetch(g->io, url, sio_shardlist_size(g->list, s),
-                             p->stage->budget, &fd, &size, &vh, &e2);
+            rc = stage_fetch(g->io, url, p->stage->budget, &fd, &size, &vh,
+                             &e2);
         }
         if (!transient_read(rc))
             break;
@@ -1116,9 +1111,12 @@ static sio_code prepare_shard(sio_plan *p, uint32_t s, sio_error *err)
      * memory; one the cache did not keep after all is staged in memory
      * too. */
     int try_cache = 0;
+    /* A remote shard not in the cache yet is read through it (indexed
+     * already or not): the read fills its entry, where readers find it. */
+    int fill = !sio_io_fd_capable(g->io, g->cfg.cache, url);
     if (stage_kind(p, s)) {
         uint64_t listed = sio_shardlist_size(g->list, s);
-        if (sio_io_fd_capable(g->io, g->cfg.cache, url))
+        if (!fill)
             p->stage->sh[s].kind = 0;
         else if (g->cfg.cache && listed != UINT64_MAX &&
                  listed <= sio_cache_user_room(g->cfg.cache))
@@ -1135,9 +1133,6 @@ static sio_code prepare_shard(sio_plan *p, uint32_t s, sio_error *err)
     sio_index_get_info(e, &info);
     uint64_t cut = UINT64_MAX;
     int has_cut = sio_journal_cut(g->cfg.journal, s, &cut);
-    /* A remote shard not in the cache yet is read through it (indexed
-     * already or not): the read fills its entry, where readers find it. */
-    int fill = !sio_io_fd_capable(g->io, g->cfg.cache, url);
     int read = fill || (!info.complete && !(has_cut && info.known >= cut));
     /* Groups relied on without a read from the start (a loaded index):
      * the checks that wait for such a use (a read checks every group). */
@@ -1203,12 +1198,7 @@ static sio_code prepare_shard(sio_plan *p, uint32_t s, sio_error *err)
      * is gone (its read failed and was journaled with no group) has no
      * item: no identity. */
     if (!has_cut || cut > 0) {
-        /* (An object just read whole into its cache entry: that entry is
-         * the bytes indexed, whatever size the index was first told.) */
-        sio_index_info as = info;
-        if (fill && !sio_io_url_is_file(g->io, url))
-            as.size = 0;
-        sio_code rc = file_identity(g->io, &g->cfg, url, s, &as,
+        sio_code rc = file_identity(g->io, &g->cfg, url, s, &info,
                                     &p->files[s], err);
         if (rc)
             return rc;
@@ -1240,7 +1230,6 @@ static void *prefetch_main(void *arg)
     plan_grow *g = f->p->g;
     f->fd = stage_spare(f->p);
     f->rc = stage_fetch(g->io, sio_shardlist_url(g->list, f->s),
-                        sio_shardlist_size(g->list, f->s),
                         f->p->stage->budget, &f->fd, &f->size, &f->vh,
                         &f->err);
     return NULL;

@@ -222,12 +222,12 @@ static inline int stage_kind(const sio_plan *p, uint32_t s)
 {
     return p->stage && s < p->stage->total && p->stage->sh[s].kind;
 }
-/* Fetch url (shard s, listed size: UINT64_MAX unknown) whole into a new
- * memfd: SIO_OK with *fd, else the store's code with err (*fd then holds
- * what came before the failure, or -1). At most cap bytes. */
-sio_code stage_fetch(sio_io *io, const char *url, uint64_t listed,
-                     uint64_t cap, int *fd, uint64_t *size, uint64_t *vhash,
-                     sio_error *err);
+/* Fetch url whole, at most cap bytes, into *fd (a spare to write again,
+ * or -1: a new memfd): SIO_OK with *fd, *size and the store's validator's
+ * hash, else the store's code with err (*fd then holds what came before
+ * the failure, or -1). */
+sio_code stage_fetch(sio_io *io, const char *url, uint64_t cap, int *fd,
+                     uint64_t *size, uint64_t *vhash, sio_error *err);
 /* A memfd to stage into: one let go before, by this plan or an earlier
  * epoch's (its pages written again: none allocated nor freed per shard),
  * else -1 (stage_fetch makes one). */

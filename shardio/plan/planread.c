@@ -241,6 +241,17 @@ static int shard_take(sio_planread *r, const char *url, uint32_t s, int *fd,
     return -1;
 }
 
+/* Let go of the staged shards this reader holds whose last item is
+ * before Y index t. */
+static void drop_passed(sio_planread *r, uint64_t t)
+{
+    for (size_t i = 0; i < SIO_PLANREAD_FILES; i++) {
+        pfile *f = &r->files[i];
+        if (f->fd >= 0 && f->staged && stage_passed(r->plan, f->shard, t))
+            file_drop(r, f, 0);
+    }
+}
+
 /* f holds shard s's staged memfd (pinned). */
 static pfile *staged_file(sio_planread *r, pfile *f, uint32_t s, int fd)
 {
@@ -273,12 +284,7 @@ static pfile *file_for(sio_planread *r, uint32_t s, sio_code *rc)
         /* Staged in memory: pinned while held; fetched again when it was
          * let go (SIO_ERR_AGAIN: the notify follows). Staged shards this
          * reader has passed are let go first. */
-        for (size_t i = 0; i < SIO_PLANREAD_FILES; i++) {
-            pfile *o = &r->files[i];
-            if (o->fd >= 0 && o->staged &&
-                stage_passed(r->plan, o->shard, r->cur))
-                file_drop(r, o, 0);
-        }
+        drop_passed(r, r->cur);
         *rc = stage_take(r->plan, s, &r->w, &fd, r->err, sizeof r->err);
         return *rc ? NULL : staged_file(r, victim, s, fd);
     }
@@ -660,11 +666,7 @@ static void stage_note(sio_planread *r, uint64_t t, int now)
         (!now && t > r->noted && t - r->noted < STAGE_NOTE))
         return;
     r->noted = t;
-    for (size_t i = 0; i < SIO_PLANREAD_FILES; i++) {
-        pfile *f = &r->files[i];
-        if (f->fd >= 0 && f->staged && stage_passed(r->plan, f->shard, t))
-            file_drop(r, f, 0);
-    }
+    drop_passed(r, t);
     stage_reader(r->plan, r->cfg.rank, r->cfg.world, t, 0);
 }
 

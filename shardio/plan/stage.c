@@ -153,9 +153,8 @@ static sio_code write_all(int fd, const unsigned char *p, size_t n,
     return SIO_OK;
 }
 
-sio_code stage_fetch(sio_io *io, const char *url, uint64_t listed,
-                     uint64_t cap, int *fd, uint64_t *size, uint64_t *vhash,
-                     sio_error *err)
+sio_code stage_fetch(sio_io *io, const char *url, uint64_t cap, int *fd,
+                     uint64_t *size, uint64_t *vhash, sio_error *err)
 {
     const sio_backend_ops *ops = NULL;
     void *ctx = NULL;
@@ -163,7 +162,6 @@ sio_code stage_fetch(sio_io *io, const char *url, uint64_t listed,
     unsigned char *buf = NULL;
     uint64_t got_total = 0;
     char shown[512];
-    (void)listed;
     int m = *fd; /* a spare (stage_spare), or -1 */
     *size = 0;
     *vhash = 0;
@@ -240,11 +238,6 @@ int stage_spare(sio_plan *p)
     return fd;
 }
 
-static uint64_t now_ms(void)
-{
-    return sio_now_ms();
-}
-
 /* Account shard x let go (mu held): its descriptor is kept as a spare
  * (within the budget), else goes to *closing (-1: kept). */
 static void let_go(plan_stage *st, stage_shard *x, int *closing)
@@ -300,7 +293,7 @@ static size_t sweep(sio_plan *p, int *closing, size_t cap)
 {
     plan_stage *st = p->stage;
     size_t nc = 0;
-    uint64_t low = low_of(st, now_ms());
+    uint64_t low = low_of(st, sio_now_ms());
     while (st->done_n && nc < cap) {
         stage_shard *x = &st->sh[st->done[st->done_head]];
         if (x->last >= low)
@@ -409,6 +402,13 @@ void stage_item(sio_plan *p, uint32_t s, uint64_t y)
     pthread_mutex_unlock(&p->mu);
 }
 
+/* Room for need more bytes by the steps (mu held)? */
+static int has_room(const plan_stage *st, uint64_t need)
+{
+    return st->step_bytes == 0 || (st->step_bytes < st->budget &&
+                                   need <= st->budget - st->step_bytes);
+}
+
 int stage_room(sio_plan *p, uint64_t size, int slot)
 {
     plan_stage *st = p->stage;
@@ -418,31 +418,31 @@ int stage_room(sio_plan *p, uint64_t size, int slot)
     pthread_mutex_lock(&p->mu);
     nc = sweep(p, closing, 64);
     uint64_t need = size == UINT64_MAX ? 1 : size;
-    ok = st->step_bytes == 0 || (st->step_bytes < st->budget &&
-                                 need <= st->budget - st->step_bytes);
+    ok = has_room(st, need);
     /* A shard the order reads now, when no staged shard waits for a
      * reader to pass it (what is staged is what the order itself holds
      * open: its slots and the shards of the samples in its buffer). */
     if (!ok && slot && st->done_n == 0)
         ok = 1;
     if (!ok && !st->lag_wait && st->world) {
-        uint64_t now = now_ms();
+        uint64_t now = sio_now_ms();
         if (!st->blocked_ms)
             st->blocked_ms = now;
         /* Who holds the room: ranks far behind the furthest at once,
          * else the slowest once the grace is spent (and ranks that
-         * never came). */
+         * never came). A rank whose share is read (t UINT64_MAX) holds
+         * nothing and is no measure. */
         uint64_t far = 0;
         for (uint32_t r = 0; r < st->world; r++)
             if (st->rank[r].joined && !st->rank[r].detached &&
-                st->rank[r].t > far)
+                st->rank[r].t != UINT64_MAX && st->rank[r].t > far)
                 far = st->rank[r].t;
         int moved = 0;
-        if (st->lag_samples)
+        if (st->lag_samples && far > st->lag_samples)
             for (uint32_t r = 0; r < st->world; r++) {
                 stage_rank *k = &st->rank[r];
                 if (k->joined && !k->detached &&
-                    k->t + st->lag_samples < far) {
+                    k->t < far - st->lag_samples) {
                     k->detached = 1;
                     st->detaches++;
                     moved = 1;
@@ -463,13 +463,12 @@ int stage_room(sio_plan *p, uint64_t size, int slot)
             st->blocked_ms = now; /* the next one after another grace */
         }
         nc += sweep(p, closing + nc, 64 - nc);
-        ok = st->step_bytes == 0 || (st->step_bytes < st->budget &&
-                                     need <= st->budget - st->step_bytes);
+        ok = has_room(st, need);
     }
     if (ok)
         st->blocked_ms = 0;
     else if (!st->blocked_ms)
-        st->blocked_ms = now_ms();
+        st->blocked_ms = sio_now_ms();
     pthread_mutex_unlock(&p->mu);
     close_all(p, closing, nc);
     return ok;
@@ -481,7 +480,6 @@ sio_code stage_take(sio_plan *p, uint32_t s, plan_waiter *w, int *fd,
     plan_stage *st = p->stage;
     void (*fn)(void *) = NULL;
     void *ud = NULL;
-    sio_code rc = SIO_ERR_AGAIN;
     *fd = -1;
     pthread_mutex_lock(&p->mu);
     stage_shard *x = &st->sh[s];
@@ -526,7 +524,7 @@ sio_code stage_take(sio_plan *p, uint32_t s, plan_waiter *w, int *fd,
     pthread_mutex_unlock(&p->mu);
     if (fn)
         fn(ud);
-    return rc;
+    return SIO_ERR_AGAIN;
 }
 
 void stage_hold(sio_plan *p, uint32_t s, int pi, uint64_t items)
@@ -586,21 +584,21 @@ void stage_reader(sio_plan *p, uint32_t rank, uint32_t world, uint64_t t,
         st->rank = calloc(world, sizeof *st->rank);
         if (st->rank) {
             st->world = world;
-            st->join_deadline_ms = now_ms() + st->join_ms;
+            st->join_deadline_ms = sio_now_ms() + st->join_ms;
         }
     }
     if (st->world && world == st->world && rank < world) {
         stage_rank *k = &st->rank[rank];
         if (open > 0) {
             if (!k->detached && !k->open && k->gone_ms &&
-                now_ms() - k->gone_ms >= st->rejoin_ms)
+                sio_now_ms() - k->gone_ms >= st->rejoin_ms)
                 st->detaches++; /* its grace ran out while it was away */
             k->open++;
             k->joined = 1;
             k->detached = 0;
             k->gone_ms = 0;
         } else if (open < 0 && k->open && --k->open == 0) {
-            k->gone_ms = now_ms();
+            k->gone_ms = sio_now_ms();
             if (!k->gone_ms)
                 k->gone_ms = 1;
         }
@@ -667,7 +665,7 @@ void sio_plan_restage(sio_plan *p, sio_io *io, const sio_shardlist *list)
         uint64_t size = 0, vh = 0;
         sio_error e = {SIO_OK, ""};
         sio_code rc = stage_fetch(io, sio_shardlist_url(list, s), want_size,
-                                  want_size, &fd, &size, &vh, &e);
+                                  &fd, &size, &vh, &e);
         if (rc == SIO_OK && (size != want_size ||
                              (want_v && vh && vh != want_v)))
             rc = sio_seterr(&e, SIO_ERR_CHANGED,
