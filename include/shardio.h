@@ -763,6 +763,34 @@ void sio_order_set_gate(sio_order *o, int (*fn)(void *ud, uint32_t shard),
 size_t sio_order_shards_ahead(const sio_order *o, uint32_t *shards,
                               size_t max);
 void sio_order_close(sio_order *o);
+/* Items of Y the order has handed out so far, counted from position 0
+ * (the `from` it was opened at included). */
+uint64_t sio_order_pos(const sio_order *o);
+
+/*
+ * A checkpoint of an open order: its whole state (slots and the groups
+ * they reached, the buffer's and the output queue's entries, the PRNG,
+ * the counters) at the position it reached, so that Y can be produced
+ * again from there without replaying it from the start. A checkpoint is
+ * metadata only (about 24 bytes per buffered entry plus a few per slot).
+ *
+ * sio_order_save: the state of o now; NULL when out of memory or when o
+ * failed (an order that returned a code other than SIO_OK or
+ * SIO_ERR_AGAIN). sio_order_open_ckpt: an order that goes on from c
+ * exactly as the saved one went on (items i of its calls are Y[pos + i]),
+ * given the io, list and cfg the saved order was opened with (the gate is
+ * not part of the state: set it again when wanted). Checkpoints are
+ * immutable: any thread may open orders from one at once.
+ */
+typedef struct sio_order_ckpt sio_order_ckpt;
+sio_order_ckpt *sio_order_save(const sio_order *o);
+uint64_t sio_order_ckpt_pos(const sio_order_ckpt *c);
+size_t sio_order_ckpt_bytes(const sio_order_ckpt *c);
+void sio_order_ckpt_free(sio_order_ckpt *c);
+sio_code sio_order_open_ckpt(sio_io *io, const sio_shardlist *list,
+                             const sio_epoch_config *cfg,
+                             const sio_order_ckpt *c, sio_order **out,
+                             sio_error *err);
 
 /*
  * An epoch of one sample: sample i of the dataset's unshuffled order (the

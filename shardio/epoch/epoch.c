@@ -1994,11 +1994,13 @@ sio_code sio_epoch_order(sio_io *io, const sio_shardlist *list,
 struct sio_order {
     sio_epoch *ep;
     int done;
+    int failed;     /* the order returned a code of its own (not AGAIN) */
 };
 
-sio_code sio_order_open(sio_io *io, const sio_shardlist *list,
-                        const sio_epoch_config *cfg, uint64_t from,
-                        sio_order **out, sio_error *err)
+/* An order over cfg at position 0, nothing taken yet. */
+static sio_code order_new(sio_io *io, const sio_shardlist *list,
+                          const sio_epoch_config *cfg, sio_order **out,
+                          sio_error *err)
 {
     sio_epoch_config c = *cfg;
     sio_code rc;
@@ -2019,6 +2021,18 @@ sio_code sio_order_open(sio_io *io, const sio_shardlist *list,
         return rc;
     }
     o->ep->meta = 1;
+    *out = o;
+    return SIO_OK;
+}
+
+sio_code sio_order_open(sio_io *io, const sio_shardlist *list,
+                        const sio_epoch_config *cfg, uint64_t from,
+                        sio_order **out, sio_error *err)
+{
+    sio_order *o = NULL;
+    sio_code rc = order_new(io, list, cfg, &o, err);
+    if (rc)
+        return rc;
     rc = meta_run(o->ep, from, err);
     if (rc) {
         sio_order_close(o);
@@ -2040,8 +2054,10 @@ sio_code sio_order_next(sio_order *o, size_t max, sio_order_fn fn, void *ud,
             if (rc == SIO_ERR_AGAIN)
                 return sio_seterr(err, rc, "order known up to %" PRIu64,
                                   ep->emitted);
-            if (rc)
+            if (rc) {
+                o->failed = 1;
                 return sio_seterr(err, rc, "%s", ep->err);
+            }
             if (ep->qlen == 0) {
                 o->done = 1;
                 break;
@@ -2090,6 +2106,298 @@ void sio_order_close(sio_order *o)
         return;
     sio_epoch_close(o->ep);
     free(o);
+}
+
+uint64_t sio_order_pos(const sio_order *o)
+{
+    return o->ep->emitted - o->ep->qlen;
+}
+
+/*
+ * Checkpoints. A meta-mode order's state is its slots (the permuted
+ * position of each slot's shard, the group it reached, its bad samples
+ * so far), the buffer's and the output queue's stubs, the buffer's PRNG
+ * and the counters; the rest is derived again: the permutation from the
+ * config, index entries and views looked up lazily, the gate asked again.
+ * One allocation: the header, then interleave slots, then the entries of
+ * the buffer (in buffer order) followed by those of the output queue (in
+ * queue order; entry i of the queue is Y[emitted - qlen + i]).
+ */
+typedef struct ckpt_slot {
+    uint64_t g;             /* the next group */
+    uint64_t bad_samples;
+    uint32_t pos, idx;      /* permuted position, shard list index */
+    uint8_t present;        /* the slot holds a shard */
+    uint8_t skipped;
+} ckpt_slot;
+
+typedef struct ckpt_ent {
+    uint64_t group, bytes;
+    uint32_t shard;
+} ckpt_ent;
+
+struct sio_order_ckpt {
+    /* What the sequence depends on in the order's config and list. */
+    uint64_t seed, epoch, buffer_bytes, order_stream;
+    uint32_t interleave, buffer_samples, replica, replicas;
+    uint32_t range_first, range_count;
+    int resample;
+    sio_on_error on_error;
+    uint64_t total;         /* shards in the list */
+    uint64_t nshards;       /* positions of the permuted order */
+    /* The state. */
+    uint64_t pos;           /* sio_order_pos */
+    sio_rng brng;
+    uint64_t emitted, bytes, next_shard;
+    uint32_t cur, active;
+    int started, input_done, done;
+    sio_epoch_stats st;
+    uint64_t count, qlen;   /* entries of the buffer, of the queue */
+    size_t size;            /* bytes of the allocation */
+    ckpt_slot *slots;
+    ckpt_ent *ents;
+};
+
+static ckpt_ent ckpt_ent_of(const sio_sample *s)
+{
+    return (ckpt_ent){.group = s->index_in_shard, .bytes = s->bytes,
+                      .shard = s->shard_index};
+}
+
+sio_order_ckpt *sio_order_save(const sio_order *o)
+{
+    const sio_epoch *ep = o->ep;
+    const sio_epoch_config *f = &ep->cfg;
+    size_t cap = (size_t)f->buffer_samples + 1, n = ep->count + ep->qlen;
+    size_t size = sizeof(sio_order_ckpt) + f->interleave * sizeof(ckpt_slot) +
+                  n * sizeof(ckpt_ent);
+    if (o->failed || ep->failed)
+        return NULL;
+    sio_order_ckpt *c = calloc(1, size);
+    if (!c)
+        return NULL;
+    c->slots = (ckpt_slot *)(void *)(c + 1);
+    c->ents = (ckpt_ent *)(void *)(c->slots + f->interleave);
+    c->size = size;
+    c->seed = f->seed;
+    c->epoch = f->epoch;
+    c->buffer_bytes = f->buffer_bytes;
+    c->order_stream = f->order_stream;
+    c->interleave = f->interleave;
+    c->buffer_samples = f->buffer_samples;
+    c->replica = f->replica;
+    c->replicas = f->replicas;
+    c->range_first = f->range_first;
+    c->range_count = f->range_count;
+    c->resample = f->resample;
+    c->on_error = f->on_error;
+    c->total = sio_shardlist_count(ep->list);
+    c->nshards = ep->nshards;
+    c->pos = sio_order_pos(o);
+    c->brng = ep->brng;
+    c->emitted = ep->emitted;
+    c->bytes = ep->bytes;
+    c->next_shard = ep->next_shard;
+    c->cur = ep->cur;
+    c->active = ep->active;
+    c->started = ep->started;
+    c->input_done = ep->input_done;
+    c->done = o->done;
+    c->st = ep->st;
+    c->count = ep->count;
+    c->qlen = ep->qlen;
+    for (uint32_t s = 0; s < f->interleave; s++) {
+        const reader *r = ep->slots[s];
+        if (!r)
+            continue;
+        c->slots[s] = (ckpt_slot){.g = r->g, .bad_samples = r->bad_samples,
+                                  .pos = r->pos, .idx = r->idx, .present = 1,
+                                  .skipped = (uint8_t)r->skipped};
+    }
+    for (size_t i = 0; i < ep->count; i++)
+        c->ents[i] = ckpt_ent_of(ep->buf[i]);
+    for (size_t i = 0; i < ep->qlen; i++)
+        c->ents[ep->count + i] =
+            ckpt_ent_of(ep->outq[(ep->qhead + i) % cap]);
+    return c;
+}
+
+uint64_t sio_order_ckpt_pos(const sio_order_ckpt *c)
+{
+    return c->pos;
+}
+
+size_t sio_order_ckpt_bytes(const sio_order_ckpt *c)
+{
+    return c->size;
+}
+
+void sio_order_ckpt_free(sio_order_ckpt *c)
+{
+    free(c);
+}
+
+static uint32_t ckpt_replicas(uint32_t r)
+{
+    return r > 1 ? r : 1;
+}
+
+static uint64_t ckpt_stream(uint64_t s)
+{
+    return s ? s : SIO_RNG_SHARDS;
+}
+
+/* Is c a checkpoint of an order over ep's config and list? */
+static sio_code ckpt_fits(const sio_epoch *ep, const sio_order_ckpt *c,
+                          sio_error *err)
+{
+    const sio_epoch_config *f = &ep->cfg;
+    const char *what = NULL;
+    if (c->interleave != f->interleave)
+        return sio_seterr(err, SIO_ERR_INVALID,
+                          "checkpoint of interleave %u, the config has %u",
+                          c->interleave, f->interleave);
+    if (c->buffer_samples != f->buffer_samples ||
+        c->buffer_bytes != f->buffer_bytes)
+        return sio_seterr(err, SIO_ERR_INVALID,
+                          "checkpoint of a shuffle buffer of %u samples and "
+                          "%" PRIu64 " bytes, the config has %u and %" PRIu64,
+                          c->buffer_samples, c->buffer_bytes,
+                          f->buffer_samples, f->buffer_bytes);
+    if (c->seed != f->seed || c->epoch != f->epoch)
+        what = "seed or epoch";
+    else if (c->on_error != f->on_error)
+        what = "on_error";
+    else if (c->replica != f->replica ||
+             ckpt_replicas(c->replicas) != ckpt_replicas(f->replicas))
+        what = "replica";
+    else if (c->range_first != f->range_first ||
+             c->range_count != f->range_count)
+        what = "shard range";
+    else if (ckpt_stream(c->order_stream) != ckpt_stream(f->order_stream) ||
+             !c->resample != !f->resample)
+        what = "shard order (order_stream, resample)";
+    else if (c->total != sio_shardlist_count(ep->list) ||
+             c->nshards != ep->nshards)
+        what = "shard count";
+    if (what)
+        return sio_seterr(err, SIO_ERR_INVALID,
+                          "checkpoint of another order: its %s differs", what);
+    return SIO_OK;
+}
+
+static sio_code ckpt_bad(sio_error *err, const char *why)
+{
+    return sio_seterr(err, SIO_ERR_INVALID, "checkpoint not valid: %s", why);
+}
+
+/* Check c's state against ep (a fresh order over a config c fits). */
+static sio_code ckpt_check(const sio_epoch *ep, const sio_order_ckpt *c,
+                           sio_error *err)
+{
+    const sio_epoch_config *f = &ep->cfg;
+    uint64_t lo = f->range_count ? f->range_first : 0;
+    uint64_t hi = f->range_count ? lo + f->range_count : c->total;
+    uint64_t bytes = 0;
+    uint32_t present = 0;
+    if (c->next_shard > ep->nshards || c->cur >= f->interleave)
+        return ckpt_bad(err, "slot state out of range");
+    for (uint32_t s = 0; s < f->interleave; s++) {
+        const ckpt_slot *cs = &c->slots[s];
+        if (!cs->present)
+            continue;
+        present++;
+        if (cs->pos >= c->next_shard || ep->perm[cs->pos] != cs->idx)
+            return ckpt_bad(err, "a slot's shard is not in the permuted "
+                                 "order");
+    }
+    if (c->started ? present != c->active
+                   : present || c->active || c->next_shard || c->cur)
+        return ckpt_bad(err, "active slots do not match the slots");
+    if (c->count > f->buffer_samples ||
+        c->qlen > (uint64_t)f->buffer_samples + 1 || c->qlen > c->emitted ||
+        c->pos != c->emitted - c->qlen)
+        return ckpt_bad(err, "buffer state out of range");
+    for (uint64_t i = 0; i < c->count + c->qlen; i++) {
+        if (c->ents[i].shard < lo || c->ents[i].shard >= hi)
+            return ckpt_bad(err, "an entry's shard is not in the list");
+        if (i < c->count)
+            bytes += c->ents[i].bytes;
+    }
+    if (bytes != c->bytes)
+        return ckpt_bad(err, "buffer bytes do not match its entries");
+    if ((c->input_done && c->active) ||
+        (c->done && (!c->input_done || c->count || c->qlen)))
+        return ckpt_bad(err, "an end that does not match the state");
+    return SIO_OK;
+}
+
+/* Put c's state into o, a fresh order it fits. */
+static sio_code ckpt_restore(sio_order *o, const sio_order_ckpt *c,
+                             sio_error *err)
+{
+    sio_epoch *ep = o->ep;
+    for (uint32_t s = 0; s < c->interleave; s++) {
+        const ckpt_slot *cs = &c->slots[s];
+        if (!cs->present)
+            continue;
+        reader *r = reader_new(ep, cs->pos, cs->g, 0);
+        if (!r)
+            return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+        r->bad_samples = cs->bad_samples;
+        r->skipped = cs->skipped;
+        ep->slots[s] = r;
+    }
+    for (uint64_t i = 0; i < c->count + c->qlen; i++) {
+        const ckpt_ent *ce = &c->ents[i];
+        stub *st = stub_new(ep, ce->shard, ce->group, ce->bytes);
+        if (!st)
+            return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+        if (i < c->count) {
+            ep->buf[ep->count++] = &st->pub;
+        } else {
+            st->pub.global_index = c->emitted - c->qlen + (i - c->count);
+            ep->outq[ep->qlen++] = &st->pub;
+        }
+    }
+    ep->qhead = 0;
+    ep->bytes = c->bytes;
+    ep->brng = c->brng;
+    ep->emitted = c->emitted;
+    ep->next_shard = (size_t)c->next_shard;
+    ep->cur = c->cur;
+    ep->active = c->active;
+    ep->started = c->started;
+    ep->input_done = c->input_done;
+    ep->st = c->st;
+    o->done = c->done;
+    return SIO_OK;
+}
+
+sio_code sio_order_open_ckpt(sio_io *io, const sio_shardlist *list,
+                             const sio_epoch_config *cfg,
+                             const sio_order_ckpt *c, sio_order **out,
+                             sio_error *err)
+{
+    sio_order *o = NULL;
+    sio_code rc;
+    *out = NULL;
+    if (!c)
+        return sio_seterr(err, SIO_ERR_INVALID, "no checkpoint");
+    rc = order_new(io, list, cfg, &o, err);
+    if (rc)
+        return rc;
+    rc = ckpt_fits(o->ep, c, err);
+    if (rc == SIO_OK)
+        rc = ckpt_check(o->ep, c, err);
+    if (rc == SIO_OK)
+        rc = ckpt_restore(o, c, err);
+    if (rc) {
+        sio_order_close(o);
+        return rc;
+    }
+    *out = o;
+    return SIO_OK;
 }
 
 sio_code sio_epoch_order_each(sio_io *io, const sio_shardlist *list,
