@@ -109,11 +109,24 @@ sio_code sio_plan_possible(sio_io *io, const sio_shardlist *list,
  * sio_plan_set_kick, then call again), SIO_OK when the plan is complete or
  * failed (nothing more to do; sio_plan_failed says which). A plan that
  * failed stops at the items it published: readers that reach its end get
- * SIO_ERR_CHANGED with the reason (the epoch goes on elsewhere); one
- * that grows past max_samples items (0: SIO_PLAN_ITEMS_MAX) stops there.
+ * SIO_ERR_CHANGED with the reason (the epoch goes on elsewhere).
+ *
+ * keep > 0 makes the plan windowed: its memory is bounded whatever the
+ * epoch's length. Items are kept in chunks; once more than keep items
+ * (at least the steps' ahead bound and two chunks more) are held, the
+ * oldest chunks no reader reads now are let go. The order is checkpointed
+ * every keep items, at most 2^20 (at most 256 checkpoints: the interval
+ * doubles beyond),
+ * and a chunk a reader comes back to (a resume, a rank behind, the
+ * even-pad tail) is made again from the checkpoint before it by
+ * sio_plan_restage, on the function set by sio_plan_set_restage. Memory:
+ * keep x sizeof(sio_plan_item) + a chunk per reader behind + the
+ * checkpoints (sio_order_ckpt_bytes each: about 24 bytes per buffered
+ * sample). keep 0: every item is kept (a plan of at most
+ * SIO_PLAN_ITEMS_MAX items).
  */
 sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
-                        const sio_epoch_config *cfg, uint64_t max_samples,
+                        const sio_epoch_config *cfg, uint64_t keep,
                         sio_plan **out, sio_error *err);
 sio_code sio_plan_grow(sio_plan *p, sio_error *err);
 /* fn(ud) asks for the next sio_plan_grow of a parked plan; it is called
@@ -144,11 +157,13 @@ typedef struct sio_plan_stage_config {
     int lag_wait;
 } sio_plan_stage_config;
 void sio_plan_set_stage(sio_plan *p, const sio_plan_stage_config *c);
-/* fn(ud) asks for sio_plan_restage (a reader needs a shard let go: on
- * its thread, no lock of the plan held). NULL: none (readers that need
- * one then fail with SIO_ERR_CHANGED). */
+/* fn(ud) asks for sio_plan_restage (a reader needs a shard let go, or a
+ * windowed plan's chunk let go: on its thread, no lock of the plan
+ * held). NULL: none (readers that need one then fail with
+ * SIO_ERR_CHANGED). */
 void sio_plan_set_restage(sio_plan *p, void (*fn)(void *ud), void *ud);
-/* Fetch again the shards readers asked for (a planner thread). */
+/* Make again the chunks and fetch again the shards readers asked for (a
+ * planner thread). */
 void sio_plan_restage(sio_plan *p, sio_io *io, const sio_shardlist *list);
 typedef struct sio_plan_stage_stats {
     int staging;            /* the plan stages shards in memory */
@@ -184,8 +199,21 @@ uint64_t sio_plan_count(const sio_plan *p);
  * of the shards Y draws from: what the epoch's feed would have counted as
  * skipped. */
 uint64_t sio_plan_skipped(const sio_plan *p);
-/* Y[i] (i < count). */
+/* Y[i] (i < count) of a plan that is not windowed (sio_plan_build's). */
 const sio_plan_item *sio_plan_item_at(const sio_plan *p, uint64_t i);
+/* Y[i] copied into *out, of any plan: 1, or 0 when i is not published or
+ * (a windowed plan) its chunk is let go now. */
+int sio_plan_item_get(sio_plan *p, uint64_t i, sio_plan_item *out);
+/* A windowed plan (sio_plan_start with keep): items held now, chunks of
+ * PLAN_CHUNK items let go and made again, and the order's checkpoints. */
+typedef struct sio_plan_window {
+    int windowed;              /* chunks of 4,096 items */
+    uint64_t keep;             /* items held before chunks are let go */
+    uint64_t held_items;       /* in whole chunks */
+    uint64_t released_chunks, refilled_chunks;
+    uint64_t checkpoints, checkpoint_every, checkpoint_bytes;
+} sio_plan_window;
+void sio_plan_window_stats(sio_plan *p, sio_plan_window *out);
 /* Bytes the plan holds (its items and the struct). */
 size_t sio_plan_memory(const sio_plan *p);
 /* Nanoseconds its build took. */
@@ -230,7 +258,8 @@ sio_code sio_planread_open(sio_io *io, const sio_shardlist *list,
  * bytes lie (ext[i].fd >= 0: in that file at that offset, and the field's
  * data pointer is NULL): the caller reads them (sio_planread_pread) and
  * then calls sio_planread_verify before it hands them on.
- * SIO_ERR_AGAIN: a growing plan has not decided it yet (set_notify),
+ * SIO_ERR_AGAIN: a growing plan has not decided it yet, or a windowed
+ * plan makes its chunk again (set_notify),
  * SIO_ERR_CHANGED: a shard changed, shrank or vanished under the plan, or
  * a growing plan stopped short of it,
  * SIO_ERR_BUSY: the process is out of file descriptors (the plan is

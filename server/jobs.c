@@ -1870,8 +1870,9 @@ static void plan_finish(sc_jobs *j, plan_req *r, sio_code rc, sio_plan *p,
         plan_built(job, slot, p, 0);
     } else {
         sio_plan_unref(p);
-        /* Compressed or remote shards, a mixed or too long epoch: this
-         * epoch streams, nothing to try again. */
+        /* Compressed or remote shards, a mixed epoch, an epoch under
+         * on_error=fail too long for a whole plan: this epoch streams,
+         * nothing to try again. */
         if (rc == SIO_ERR_UNSUPPORTED || rc == SIO_ERR_LIMIT)
             slot->plan_never = 1;
         SC_LOG(SIO_LOG_DEBUG,
@@ -1921,16 +1922,18 @@ static void *planner_main(void *arg)
             sio_code rc = SIO_OK;
             if (!stopping)
                 rc = sio_plan_build(j->io, r->job->res->list, &r->slot->ec,
-                                    j->cfg->plan_max_samples, &p, &err);
-            /* Shards not indexed yet (the first pass): a plan that grows
-             * as they are, where the epoch can have one. */
-            if (rc == SIO_ERR_AGAIN && !stopping) {
+                                    j->cfg->plan_keep_samples, &p, &err);
+            /* Shards not indexed yet (the first pass), or an epoch longer
+             * than a plan keeps: a plan that grows as the shards are
+             * indexed and as its readers come, within its window. */
+            if ((rc == SIO_ERR_AGAIN || rc == SIO_ERR_LIMIT) && !stopping) {
                 sio_error why = err;
+                int indexed = rc == SIO_ERR_LIMIT;
                 rc = sio_plan_start(j->io, r->job->res->list, &r->slot->ec,
-                                    j->cfg->plan_max_samples, &p, &err);
+                                    j->cfg->plan_keep_samples, &p, &err);
                 if (rc == SIO_OK)
                     err = why;
-                else if (rc == SIO_ERR_UNSUPPORTED)
+                else if (rc == SIO_ERR_UNSUPPORTED && !indexed)
                     rc = SIO_ERR_AGAIN; /* the feed, and a build later */
             }
             plan_finish(j, r, rc, p, &err);

@@ -286,11 +286,12 @@ static const setting settings[] = {
      "plan is built once the shards are indexed, and grows while they are "
      "indexed before that (the first pass) or while remote shards are "
      "staged; stream: every stream reads the epoch's shared feed"},
-    {"plan-max-samples", NULL, SRV(plan_max_samples), T_U64, "16777216", 1,
-     1ull << 32, NULL,
-     "an epoch of more samples is not planned (its plan would take 40 "
-     "bytes a sample) and streams from its feed; a plan that grows past it "
-     "stops there, and its streams go on from the feed"},
+    {"plan-keep-samples", NULL, SRV(plan_keep_samples), T_U64, "16777216",
+     1, 1ull << 32, NULL,
+     "items of an epoch's plan held in memory (40 bytes each): an epoch of "
+     "more samples is planned with a window, its items let go behind the "
+     "readers and made again from checkpoints of the order for a reader "
+     "that comes back to them; epochs of any length are planned"},
     {"plan-ahead-samples", NULL, SRV(plan_ahead_samples), T_U64, "0", 0,
      1ull << 32, NULL,
      "samples a plan that grows (the first pass) decides ahead of its "
@@ -387,6 +388,8 @@ typedef struct alias {
 static const alias aliases[] = {
     /* the flag did not match its key shuffle_buffer_bytes */
     {"buffer-bytes", "shuffle-buffer-bytes"},
+    /* a cap on planned epochs once; now what a plan holds in memory */
+    {"plan-max-samples", "plan-keep-samples"},
 };
 #define NALIASES (sizeof aliases / sizeof aliases[0])
 _Static_assert(NALIASES <= 32, "sc_config.deprecated_used has 32 bits");

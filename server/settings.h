@@ -152,7 +152,7 @@ typedef struct sc_config {
     uint32_t max_seeks_total; /* --max-seeks-total: per server */
     int lag_policy;           /* --lag-policy: sio_feed_lag */
     int data_plane;           /* --data-plane: SC_DATA_PLANE_* */
-    uint64_t plan_max_samples; /* --plan-max-samples: larger epochs stream */
+    uint64_t plan_keep_samples; /* --plan-keep-samples: a plan's window */
     uint64_t plan_ahead_samples; /* --plan-ahead-samples: 0 auto */
     uint64_t stage_bytes;     /* --stage-bytes: remote shards held in memory
                                  per epoch */

@@ -170,6 +170,23 @@ static json_t *epoch_json(const sc_config *cfg, sc_job *job, fslot *s,
                            : json_null();
     if (!s->plan)
         json_decref(jp);
+    if (s->plan) {
+        /* An epoch longer than a plan keeps: its window. */
+        sio_plan_window w;
+        sio_plan_window_stats(s->plan, &w);
+        json_object_set_new(
+            plan, "window",
+            w.windowed
+                ? json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+                            "keep_samples", jint(w.keep), "held_samples",
+                            jint(w.held_items), "released_chunks",
+                            jint(w.released_chunks), "refilled_chunks",
+                            jint(w.refilled_chunks), "checkpoints",
+                            jint(w.checkpoints), "checkpoint_every",
+                            jint(w.checkpoint_every), "checkpoint_bytes",
+                            jint(w.checkpoint_bytes))
+                : json_null());
+    }
     json_t *seeks = json_pack(
         "{s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:I, s:o}", "ready_ms_avg",
         st.seek.ready_count

@@ -168,17 +168,25 @@ static sio_plan_item *item_slot(sio_plan *p, uint64_t i)
         p->top[t] = calloc(PLAN_DIR, sizeof *p->top[t]);
         if (!p->top[t])
             return NULL;
-        p->item_bytes += PLAN_DIR * sizeof *p->top[t];
+        atomic_fetch_add(&p->item_bytes, PLAN_DIR * sizeof *p->top[t]);
     }
     if (!p->top[t][d]) {
         /* A plan of known length takes no more than its items. */
         uint64_t base = i & ~(PLAN_CHUNK - 1), k = PLAN_CHUNK;
         if (p->length_hint && p->length_hint - base < k)
             k = p->length_hint - base;
-        p->top[t][d] = malloc((size_t)k * sizeof *p->top[t][d]);
-        if (!p->top[t][d])
+        sio_plan_item *c = malloc((size_t)k * sizeof *c);
+        if (!c)
             return NULL;
-        p->item_bytes += (size_t)k * sizeof *p->top[t][d];
+        atomic_fetch_add(&p->item_bytes, (size_t)k * sizeof *c);
+        atomic_fetch_add(&p->held, 1);
+        if (p->windowed) {
+            pthread_rwlock_wrlock(&p->items_lk);
+            p->top[t][d] = c;
+            pthread_rwlock_unlock(&p->items_lk);
+        } else {
+            p->top[t][d] = c;
+        }
     }
     return &p->top[t][d][i & (PLAN_CHUNK - 1)];
 }
@@ -207,6 +215,11 @@ typedef struct fill_ctx {
     sio_index_entry **ents;
     size_t total;
     sio_error *err;
+    unsigned char *seen; /* shards Y draws from (NULL: not noted) */
+    /* Made again (a chunk let go): the items of [dst_base, dst_base +
+     * dst_n) go to dst, the others are passed over; nothing is staged. */
+    sio_plan_item *dst;
+    uint64_t dst_base, dst_n;
 } fill_ctx;
 
 static sio_code fill_item(void *ud, uint64_t i, const sio_order_item *it)
@@ -223,6 +236,8 @@ static sio_code fill_item(void *ud, uint64_t i, const sio_order_item *it)
         else
             known = sio_index_group_get(c->ents[s], it->group, &g);
     }
+    if (c->dst && (y < c->dst_base || y - c->dst_base >= c->dst_n))
+        return SIO_OK; /* before the chunk made again */
     if (y >= c->max)
         return sio_seterr(c->err, SIO_ERR_LIMIT,
                           "the epoch has more than the plan's limit of "
@@ -231,7 +246,8 @@ static sio_code fill_item(void *ud, uint64_t i, const sio_order_item *it)
         return sio_seterr(c->err, SIO_ERR_CHANGED,
                           "Y[%" PRIu64 "] (shard %" PRIu32 " group %" PRIu64
                           ") is not a good indexed group", y, s, it->group);
-    sio_plan_item *dst = item_slot(c->p, y);
+    sio_plan_item *dst = c->dst ? &c->dst[y - c->dst_base]
+                                : item_slot(c->p, y);
     if (!dst)
         return sio_seterr(c->err, SIO_ERR_NOMEM, "out of memory");
     *dst = (sio_plan_item){.offset = g.offset,
@@ -240,9 +256,30 @@ static sio_code fill_item(void *ud, uint64_t i, const sio_order_item *it)
                            .shard = s,
                            .group = (uint32_t)it->group,
                            .keyhash = g.keyhash};
+    if (c->dst)
+        return SIO_OK;
+    if (c->seen)
+        c->seen[s] = 1;
     if (c->p->stage)
         stage_item(c->p, s, y);
     return SIO_OK;
+}
+
+/* Bad groups of the shards marked in seen, up to the journal's cut. */
+static uint64_t tally_bad(const sio_epoch_config *cfg, sio_index_entry **ents,
+                          const unsigned char *seen, size_t total)
+{
+    uint64_t bad = 0;
+    for (size_t s = 0; s < total; s++) {
+        if (!seen[s] || !ents[s])
+            continue;
+        uint64_t cut = UINT64_MAX, good, nbad;
+        if (cfg->journal && !sio_journal_cut(cfg->journal, (uint32_t)s, &cut))
+            cut = UINT64_MAX;
+        sio_index_tally(ents[s], cut, &good, &nbad);
+        bad += nbad;
+    }
+    return bad;
 }
 
 /* Bad groups of the shards the first n items draw from, each shard
@@ -251,20 +288,14 @@ static uint64_t bad_groups(const sio_plan *p, const sio_epoch_config *cfg,
                            sio_index_entry **ents, size_t total, uint64_t n)
 {
     unsigned char *seen = calloc(total ? total : 1, 1);
-    uint64_t bad = 0;
     if (!seen)
         return 0;
     for (uint64_t i = 0; i < n; i++) {
         uint32_t s = plan_item(p, i)->shard;
-        if (s >= total || seen[s] || !ents[s])
-            continue;
-        seen[s] = 1;
-        uint64_t cut = UINT64_MAX, good, nbad;
-        if (cfg->journal && !sio_journal_cut(cfg->journal, s, &cut))
-            cut = UINT64_MAX;
-        sio_index_tally(ents[s], cut, &good, &nbad);
-        bad += nbad;
+        if (s < total)
+            seen[s] = 1;
     }
+    uint64_t bad = tally_bad(cfg, ents, seen, total);
     free(seen);
     return bad;
 }
@@ -400,6 +431,7 @@ static sio_plan *plan_new(size_t total)
     atomic_init(&p->refs, 1);
     pthread_mutex_init(&p->mu, NULL);
     pthread_mutex_init(&p->fd_mu, NULL);
+    pthread_rwlock_init(&p->items_lk, NULL);
     return p;
 }
 
@@ -457,7 +489,8 @@ sio_code sio_plan_build(sio_io *io, const sio_shardlist *list,
                             "shard %zu's index was dropped meanwhile", i);
             goto out;
         }
-    fill_ctx fc = {p, 0, n, views, ents, total, err};
+    fill_ctx fc = {.p = p, .base = 0, .max = n, .views = views,
+                   .ents = ents, .total = total, .err = err};
     rc = sio_epoch_order_each(io, list, cfg, 0, (size_t)n, fill_item, &fc,
                               &got, err);
     if (rc)
@@ -522,9 +555,12 @@ const sio_plan_item *sio_plan_item_at(const sio_plan *p, uint64_t i)
     return i < sio_plan_count(p) ? plan_item(p, i) : NULL;
 }
 
+static size_t ck_bytes_of(const sio_plan *p);
+
 size_t sio_plan_memory(const sio_plan *p)
 {
-    return sizeof *p + p->item_bytes + p->nfiles * sizeof *p->files;
+    return sizeof *p + atomic_load(&p->item_bytes) +
+           p->nfiles * sizeof *p->files + ck_bytes_of(p);
 }
 
 uint64_t sio_plan_build_ns(const sio_plan *p)
@@ -572,12 +608,32 @@ typedef struct plan_grow {
     uint64_t max;           /* items Y may have in the plan */
     uint64_t ahead_bound;   /* items it makes ahead of its readers */
     uint64_t t0;
+    unsigned char *seen;    /* shards Y draws from (the skipped count) */
+    /* A windowed plan's checkpoints of the order, every ck_every items
+     * from 0 (thinned to at most PLAN_CKPTS by doubling ck_every): a
+     * chunk let go is made again from the one before it. ck_mu: the
+     * list (the steps add, thin; a refill reads it while it runs). */
+    pthread_mutex_t ck_mu;
+    sio_order_ckpt **ck;
+    size_t nck;
+    uint64_t ck_every, ck_next;
+    _Atomic size_t ck_bytes;
 } plan_grow;
+
+static size_t ck_bytes_of(const sio_plan *p)
+{
+    return p->g ? atomic_load(&p->g->ck_bytes) : 0;
+}
 
 static void grow_free(plan_grow *g)
 {
     if (!g)
         return;
+    for (size_t i = 0; i < g->nck; i++)
+        sio_order_ckpt_free(g->ck[i]);
+    free(g->ck);
+    free(g->seen);
+    pthread_mutex_destroy(&g->ck_mu);
     for (size_t i = 0; g->views && i < g->total; i++)
         if (g->ents[i])
             sio_index_view_close(g->ents[i], &g->views[i]);
@@ -603,6 +659,8 @@ static void plan_free(sio_plan *p)
             close(p->fds[i].sfd);
     }
     free(p->fds);
+    free(p->refill);
+    pthread_rwlock_destroy(&p->items_lk);
     pthread_mutex_destroy(&p->fd_mu);
     pthread_mutex_destroy(&p->mu);
     free(p);
@@ -744,6 +802,308 @@ void plan_unwait(sio_plan *p, plan_waiter *w)
     pthread_mutex_unlock(&p->mu);
 }
 
+/* ------------------------------------------------------------------ */
+/* The window: chunks let go behind the readers, made again on demand    */
+
+/* A windowed plan checkpoints its order every keep items, within
+ * [PLAN_CHUNK, PLAN_CKPT_EVERY] (a multiple of PLAN_CHUNK), and keeps at
+ * most PLAN_CKPTS checkpoints: a chunk is made again by replaying at
+ * most ck_every items. */
+#define PLAN_CKPT_EVERY ((uint64_t)1 << 20)
+#define PLAN_CKPTS 256u
+
+/* The order's state at g->made, kept (the builder's thread). Beyond
+ * PLAN_CKPTS, every other one goes and the interval doubles. */
+static sio_code ck_add(sio_plan *p)
+{
+    plan_grow *g = p->g;
+    sio_order_ckpt *c = sio_order_save(g->o);
+    if (!c)
+        return SIO_ERR_NOMEM;
+    pthread_mutex_lock(&g->ck_mu);
+    if (g->nck == PLAN_CKPTS) {
+        size_t k = 0;
+        for (size_t i = 0; i < g->nck; i++) {
+            if (i % 2 == 0) {
+                g->ck[k++] = g->ck[i];
+                continue;
+            }
+            atomic_fetch_sub(&g->ck_bytes, sio_order_ckpt_bytes(g->ck[i]));
+            sio_order_ckpt_free(g->ck[i]);
+        }
+        g->nck = k;
+        g->ck_every *= 2;
+    }
+    if (!g->ck) {
+        g->ck = calloc(PLAN_CKPTS, sizeof *g->ck);
+        if (!g->ck) {
+            pthread_mutex_unlock(&g->ck_mu);
+            sio_order_ckpt_free(c);
+            return SIO_ERR_NOMEM;
+        }
+    }
+    g->ck[g->nck++] = c;
+    atomic_fetch_add(&g->ck_bytes, sio_order_ckpt_bytes(c));
+    g->ck_next = g->made + g->ck_every;
+    pthread_mutex_unlock(&g->ck_mu);
+    return SIO_OK;
+}
+
+/* Chunk c's pointer in the directory (items_lk held). */
+static sio_plan_item **chunk_ref(sio_plan *p, uint64_t c)
+{
+    sio_plan_item **dir = p->top[c >> PLAN_DIR_BITS];
+    return dir ? &dir[c & (PLAN_DIR - 1)] : NULL;
+}
+
+static int u64_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* More than keep items held: let chunks go, the oldest first, except
+ * those a reader reads now and the one being written. */
+static void window_trim(sio_plan *p)
+{
+    if (!p->windowed)
+        return;
+    uint64_t keep = p->keep;
+    if (p->g && keep < p->g->ahead_bound + 2 * PLAN_CHUNK)
+        keep = p->g->ahead_bound + 2 * PLAN_CHUNK;
+    uint64_t keep_chunks = (keep + PLAN_CHUNK - 1) >> PLAN_CHUNK_BITS;
+    if (atomic_load(&p->held) <= keep_chunks)
+        return;
+    uint64_t *mk = NULL;
+    size_t nm = 0, cap = 0;
+    pthread_mutex_lock(&p->mu);
+    for (plan_mark *m = p->marks; m; m = m->next)
+        cap++;
+    mk = cap ? malloc(cap * sizeof *mk) : NULL;
+    for (plan_mark *m = p->marks; mk && m; m = m->next)
+        mk[nm++] = atomic_load_explicit(&m->chunk, memory_order_relaxed);
+    pthread_mutex_unlock(&p->mu);
+    if (cap && !mk)
+        return; /* out of memory: nothing let go now */
+    if (nm > 1)
+        qsort(mk, nm, sizeof *mk, u64_cmp);
+    /* The chunk that holds n may still be written. */
+    uint64_t front = sio_plan_count(p) >> PLAN_CHUNK_BITS;
+    pthread_rwlock_wrlock(&p->items_lk);
+    for (uint64_t c = p->lo;
+         c < front && atomic_load(&p->held) > keep_chunks; c++) {
+        sio_plan_item **ref = chunk_ref(p, c);
+        if (!ref || !*ref) {
+            if (c == p->lo)
+                p->lo = c + 1;
+            continue;
+        }
+        if (nm && bsearch(&c, mk, nm, sizeof *mk, u64_cmp))
+            continue;
+        free(*ref);
+        *ref = NULL;
+        atomic_fetch_sub(&p->held, 1);
+        atomic_fetch_sub(&p->item_bytes, PLAN_CHUNK * sizeof(sio_plan_item));
+        atomic_fetch_add(&p->released, 1);
+        if (c == p->lo)
+            p->lo = c + 1;
+    }
+    pthread_rwlock_unlock(&p->items_lk);
+    free(mk);
+}
+
+int plan_item_copy(sio_plan *p, uint64_t i, sio_plan_item *out)
+{
+    if (!p->windowed) {
+        *out = *plan_item(p, i);
+        return 1;
+    }
+    pthread_rwlock_rdlock(&p->items_lk);
+    sio_plan_item **ref = chunk_ref(p, i >> PLAN_CHUNK_BITS);
+    const sio_plan_item *c = ref ? *ref : NULL;
+    if (c)
+        *out = c[i & (PLAN_CHUNK - 1)];
+    pthread_rwlock_unlock(&p->items_lk);
+    return c != NULL;
+}
+
+int sio_plan_item_get(sio_plan *p, uint64_t i, sio_plan_item *out)
+{
+    return i < sio_plan_count(p) && plan_item_copy(p, i, out);
+}
+
+int plan_refill_wait(sio_plan *p, plan_waiter *w, uint64_t i, char *err,
+                     size_t errlen)
+{
+    uint64_t c = i >> PLAN_CHUNK_BITS;
+    sio_plan_item it;
+    void (*fn)(void *) = NULL;
+    void *ud = NULL;
+    pthread_mutex_lock(&p->mu);
+    if (plan_item_copy(p, i, &it)) {
+        pthread_mutex_unlock(&p->mu);
+        return 0;
+    }
+    if (!p->restage_fn) {
+        pthread_mutex_unlock(&p->mu);
+        snprintf(err, errlen, "sample %" PRIu64 " of the epoch's plan was "
+                 "let go and cannot be made again", i);
+        return -1;
+    }
+    size_t k = 0;
+    while (k < p->nrefill && p->refill[k] != c)
+        k++;
+    if (k == p->nrefill) {
+        if (p->nrefill == p->refill_cap) {
+            size_t ncap = p->refill_cap ? 2 * p->refill_cap : 16;
+            uint64_t *q = realloc(p->refill, ncap * sizeof *q);
+            if (!q) {
+                pthread_mutex_unlock(&p->mu);
+                snprintf(err, errlen, "out of memory");
+                return -1;
+            }
+            p->refill = q;
+            p->refill_cap = ncap;
+        }
+        p->refill[p->nrefill++] = c;
+    }
+    fn = p->restage_fn;
+    ud = p->restage_ud;
+    plan_link_waiter(p, w);
+    pthread_mutex_unlock(&p->mu);
+    fn(ud);
+    return 1;
+}
+
+void plan_mark_link(sio_plan *p, plan_mark *m, uint64_t i)
+{
+    atomic_init(&m->chunk, i >> PLAN_CHUNK_BITS);
+    if (!p->windowed)
+        return;
+    pthread_mutex_lock(&p->mu);
+    m->prev = NULL;
+    m->next = p->marks;
+    if (p->marks)
+        p->marks->prev = m;
+    p->marks = m;
+    m->linked = 1;
+    pthread_mutex_unlock(&p->mu);
+}
+
+void plan_mark_unlink(sio_plan *p, plan_mark *m)
+{
+    if (!m->linked)
+        return;
+    pthread_mutex_lock(&p->mu);
+    if (m->prev)
+        m->prev->next = m->next;
+    else
+        p->marks = m->next;
+    if (m->next)
+        m->next->prev = m->prev;
+    m->linked = 0;
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* Chunk c made again from the checkpoint before it (a planner thread). */
+static sio_code refill_chunk(sio_plan *p, uint64_t c, sio_error *err)
+{
+    plan_grow *g = p->g;
+    uint64_t base = c << PLAN_CHUNK_BITS, n = sio_plan_count(p);
+    if (base >= n)
+        return SIO_OK;
+    uint64_t k = n - base < PLAN_CHUNK ? n - base : PLAN_CHUNK;
+    sio_plan_item *buf = malloc(PLAN_CHUNK * sizeof *buf);
+    if (!buf)
+        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    sio_order *o = NULL;
+    size_t got = 0;
+    uint64_t from = 0;
+    pthread_mutex_lock(&g->ck_mu);
+    const sio_order_ckpt *ck = NULL;
+    for (size_t i = 0; i < g->nck; i++)
+        if (sio_order_ckpt_pos(g->ck[i]) <= base)
+            ck = g->ck[i];
+    sio_code rc = ck ? sio_order_open_ckpt(g->io, g->list, &g->cfg, ck, &o,
+                                           err)
+                     : sio_seterr(err, SIO_ERR_CHANGED, "no checkpoint "
+                                  "before sample %" PRIu64, base);
+    if (rc == SIO_OK) {
+        from = sio_order_ckpt_pos(ck);
+        fill_ctx fc = {.p = p, .base = from, .max = g->max,
+                       .views = g->views, .ents = g->ents, .total = g->total,
+                       .err = err, .dst = buf, .dst_base = base, .dst_n = k};
+        rc = sio_order_next(o, (size_t)(base + k - from), fill_item, &fc,
+                            &got, err);
+    }
+    pthread_mutex_unlock(&g->ck_mu);
+    sio_order_close(o);
+    if (rc == SIO_OK && got != base + k - from)
+        rc = sio_seterr(err, SIO_ERR_CHANGED, "the order ended before "
+                        "sample %" PRIu64 " when it was made again",
+                        base + k);
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    pthread_rwlock_wrlock(&p->items_lk);
+    sio_plan_item **ref = chunk_ref(p, c);
+    if (ref && !*ref) {
+        *ref = buf;
+        buf = NULL;
+        atomic_fetch_add(&p->held, 1);
+        atomic_fetch_add(&p->item_bytes, PLAN_CHUNK * sizeof(sio_plan_item));
+        if (c < p->lo)
+            p->lo = c;
+    }
+    pthread_rwlock_unlock(&p->items_lk);
+    free(buf);
+    atomic_fetch_add(&p->refilled, 1);
+    return SIO_OK;
+}
+
+void plan_refill_run(sio_plan *p)
+{
+    if (!p->windowed || !p->g)
+        return;
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        if (!p->nrefill) {
+            pthread_mutex_unlock(&p->mu);
+            break;
+        }
+        uint64_t c = p->refill[--p->nrefill];
+        pthread_mutex_unlock(&p->mu);
+        sio_error err = {SIO_OK, ""};
+        if (refill_chunk(p, c, &err) != SIO_OK) {
+            /* Its readers fail with the reason and resume elsewhere. */
+            grow_fail(p, err.msg);
+            break;
+        }
+        pthread_mutex_lock(&p->mu);
+        plan_wake_all(p);
+        pthread_mutex_unlock(&p->mu);
+    }
+    window_trim(p);
+}
+
+void sio_plan_window_stats(sio_plan *p, sio_plan_window *out)
+{
+    memset(out, 0, sizeof *out);
+    out->windowed = p->windowed;
+    out->keep = p->keep;
+    out->held_items = atomic_load(&p->held) * PLAN_CHUNK;
+    out->released_chunks = atomic_load(&p->released);
+    out->refilled_chunks = atomic_load(&p->refilled);
+    if (p->g) {
+        pthread_mutex_lock(&p->g->ck_mu);
+        out->checkpoints = p->g->nck;
+        out->checkpoint_every = p->g->ck_every;
+        pthread_mutex_unlock(&p->g->ck_mu);
+        out->checkpoint_bytes = atomic_load(&p->g->ck_bytes);
+    }
+}
+
 /* A URL whose name says it is compressed or a zip (a remote shard's
  * first bytes are not asked for before it is read). */
 static int compressed_name(const char *url)
@@ -879,7 +1239,7 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
 static int shard_ready(void *ud, uint32_t s);
 
 sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
-                        const sio_epoch_config *cfg, uint64_t max_samples,
+                        const sio_epoch_config *cfg, uint64_t keep,
                         sio_plan **out, sio_error *err)
 {
     *out = NULL;
@@ -909,27 +1269,31 @@ sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
             p->stage->sh[i].kind =
                 sio_cache_covers(sio_shardlist_url(list, i)) ? 1 : 0;
     }
+    pthread_mutex_init(&g->ck_mu, NULL);
     p->growing = 1;
     p->g = g;
+    if (keep) {
+        p->windowed = 1;
+        p->keep = keep < 2 * PLAN_CHUNK ? 2 * PLAN_CHUNK : keep;
+    }
     g->io = io;
     g->list = list;
     g->cfg = *cfg;
     g->total = total;
     g->t0 = mono_ns();
-    g->max = max_samples && max_samples < SIO_PLAN_ITEMS_MAX
-                 ? max_samples
-                 : SIO_PLAN_ITEMS_MAX;
+    g->max = SIO_PLAN_ITEMS_MAX;
     g->ahead_cap = (size_t)cfg->interleave + GROW_STEP_SHARDS;
     g->ents = calloc(total ? total : 1, sizeof *g->ents);
     g->views = calloc(total ? total : 1, sizeof *g->views);
     g->ahead = calloc(g->ahead_cap, sizeof *g->ahead);
+    g->seen = calloc(total ? total : 1, 1);
     /* Ahead of the furthest reader: the buffer's worth and then some, so
      * that readers never wait for the builder while it keeps up. */
     g->ahead_bound = 4ull * cfg->buffer_samples;
     if (g->ahead_bound < 65536)
         g->ahead_bound = 65536;
     p->g_ahead_low = g->ahead_bound / 2;
-    if (!g->ents || !g->views || !g->ahead) {
+    if (!g->ents || !g->views || !g->ahead || !g->seen) {
         plan_free(p);
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
     }
@@ -937,6 +1301,16 @@ sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
     if (rc) {
         plan_free(p);
         return rc;
+    }
+    if (p->windowed) {
+        g->ck_every = p->keep < PLAN_CKPT_EVERY
+                          ? p->keep & ~(PLAN_CHUNK - 1)
+                          : PLAN_CKPT_EVERY;
+        g->ck_next = 0;
+        if (ck_add(p) != SIO_OK) {
+            plan_free(p);
+            return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+        }
     }
     sio_order_set_gate(g->o, shard_ready, g);
     *out = p;
@@ -1300,6 +1674,35 @@ static void prefetch_end(plan_grow *g)
     g->npre = 0;
 }
 
+/* Items as far as the order decides them now (*made_now of them). A
+ * windowed plan runs to its next checkpoint at a time, publishes and
+ * trims there, and stops once it is ahead_bound past its furthest
+ * reader (the caller parks it). */
+static sio_code order_run(sio_plan *p, size_t *made_now, sio_error *err)
+{
+    plan_grow *g = p->g;
+    *made_now = 0;
+    for (;;) {
+        size_t got = 0;
+        size_t lim = p->windowed ? (size_t)(g->ck_next - g->made) : SIZE_MAX;
+        fill_ctx fc = {.p = p, .base = g->made, .max = g->max,
+                       .views = g->views, .ents = g->ents,
+                       .total = g->total, .err = err, .seen = g->seen};
+        sio_code rc = sio_order_next(g->o, lim, fill_item, &fc, &got, err);
+        g->made += got;
+        *made_now += got;
+        if (rc || !p->windowed || got < lim || sio_order_done(g->o))
+            return rc;
+        if (ck_add(p) != SIO_OK)
+            return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+        publish(p);
+        window_trim(p);
+        uint64_t want = atomic_load(&p->want);
+        if (g->made > want && g->made - want >= g->ahead_bound)
+            return SIO_OK;
+    }
+}
+
 sio_code sio_plan_grow(sio_plan *p, sio_error *err)
 {
     plan_grow *g = p->g;
@@ -1331,10 +1734,7 @@ sio_code sio_plan_grow(sio_plan *p, sio_error *err)
     prefetch_end(g);
     if (rc == SIO_OK) {
         size_t got = 0;
-        fill_ctx fc = {p, g->made, g->max, g->views, g->ents, g->total,
-                       err};
-        rc = sio_order_next(g->o, SIZE_MAX, fill_item, &fc, &got, err);
-        g->made += got;
+        rc = order_run(p, &got, err);
         if (rc == SIO_ERR_AGAIN && got == 0 && fresh == 0 && blocked) {
             /* Waiting for room to stage the next shard: parked until a
              * reader lets shards go; while readers wait at the end, the
@@ -1375,7 +1775,7 @@ sio_code sio_plan_grow(sio_plan *p, sio_error *err)
                              "grew");
                 return SIO_OK;
             }
-        p->skipped = bad_groups(p, &g->cfg, g->ents, g->total, g->made);
+        p->skipped = tally_bad(&g->cfg, g->ents, g->seen, g->total);
         p->build_ns = mono_ns() - g->t0;
         pthread_mutex_lock(&p->mu);
         atomic_store_explicit(&p->n, g->made, memory_order_release);
@@ -1385,6 +1785,7 @@ sio_code sio_plan_grow(sio_plan *p, sio_error *err)
         return SIO_OK;
     }
     publish(p);
+    window_trim(p);
     /* Far enough ahead of its readers: wait for them (a reader that comes
      * near kicks it). */
     pthread_mutex_lock(&p->mu);

@@ -28,7 +28,7 @@ typedef struct plan_file {
  * blocks of PLAN_DIR chunk pointers under a fixed top table: a chunk never
  * moves once written, so a plan that grows is read while it grows, and
  * SIO_PLAN_ITEMS_MAX items fit. */
-#define PLAN_CHUNK_BITS 14u
+#define PLAN_CHUNK_BITS 12u
 #define PLAN_DIR_BITS 12u
 #define PLAN_CHUNK ((uint64_t)1 << PLAN_CHUNK_BITS)
 #define PLAN_DIR ((uint64_t)1 << PLAN_DIR_BITS)
@@ -92,6 +92,15 @@ typedef struct stage_rank {
     uint8_t joined, detached;
 } stage_rank;
 
+/* A reader's place for the window (plan_mark_*): the chunk of Y it
+ * reads now, which the window keeps while it can. Linked under the plan's
+ * mu; chunk is written by the reader alone. */
+typedef struct plan_mark {
+    struct plan_mark *next, *prev;
+    _Atomic uint64_t chunk; /* UINT64_MAX: none */
+    int linked;
+} plan_mark;
+
 typedef struct plan_stage {
     stage_shard *sh;   /* by shard list index */
     size_t total;
@@ -117,8 +126,6 @@ typedef struct plan_stage {
                              not) */
     uint32_t *want;    /* shards asked to be staged again (total) */
     size_t nwant;
-    void (*restage_fn)(void *ud); /* ask for sio_plan_restage */
-    void *restage_ud;
     char why[300];     /* the last restage failure */
     /* counters */
     uint64_t staged, fetched_bytes, restages, released, detaches,
@@ -135,7 +142,7 @@ struct sio_plan {
                          known once complete */
     uint64_t build_ns;
     sio_plan_item **top[PLAN_TOP];
-    size_t item_bytes;    /* chunks and directory blocks allocated */
+    _Atomic size_t item_bytes; /* chunks and directory blocks allocated */
     uint64_t length_hint; /* Y's length when known before the items (0:
                              not known: chunks are whole) */
     plan_file *files; /* by shard list index */
@@ -158,15 +165,53 @@ struct sio_plan {
     plan_fd *fds;           /* PLAN_FDS, allocated at the first use */
     uint64_t fd_clock;
     plan_stage *stage;      /* NULL: nothing staged in memory */
+    void (*restage_fn)(void *ud); /* ask for sio_plan_restage */
+    void *restage_ud;
+
+    /* The window (a growing plan with keep > 0): chunks of items behind
+     * the readers are let go once more than keep items are held, and made
+     * again from the order's checkpoints for a reader that comes back to
+     * them (sio_plan_restage). Readers copy items under items_lk (read);
+     * chunks are let go and put back under it (write). */
+    int windowed;
+    uint64_t keep;          /* items held before chunks are let go */
+    pthread_rwlock_t items_lk;
+    _Atomic uint64_t held;  /* chunks held */
+    uint64_t lo;            /* no chunk below is held (items_lk) */
+    uint64_t *refill;       /* chunks readers asked for again (mu) */
+    size_t nrefill, refill_cap;
+    plan_mark *marks;       /* readers' chunks (mu) */
+    _Atomic uint64_t released, refilled; /* chunks let go, made again */
 };
 
-/* Y[i], for i below the published n. */
+/* Y[i], for i below the published n, of a plan that is not windowed. */
 static inline const sio_plan_item *plan_item(const sio_plan *p, uint64_t i)
 {
     return &p->top[i >> (PLAN_CHUNK_BITS + PLAN_DIR_BITS)]
                   [(i >> PLAN_CHUNK_BITS) & (PLAN_DIR - 1)]
                   [i & (PLAN_CHUNK - 1)];
 }
+
+/* Y[i] (i below the published n) copied into *out: 1, or 0 when its
+ * chunk is let go (a windowed plan: plan_refill_wait). */
+int plan_item_copy(sio_plan *p, uint64_t i, sio_plan_item *out);
+/* Ask for Y[i]'s chunk again: 0 when it is held (read it), 1 when the
+ * reader waits (w is woken once it is made again), -1 when nobody makes
+ * it (no restage function): err says why. */
+int plan_refill_wait(sio_plan *p, plan_waiter *w, uint64_t i, char *err,
+                     size_t errlen);
+/* A reader's mark: linked at its start, moved as it reads (no lock: the
+ * reader's own), unlinked at its close. */
+void plan_mark_link(sio_plan *p, plan_mark *m, uint64_t i);
+static inline void plan_mark_move(plan_mark *m, uint64_t i)
+{
+    uint64_t c = i >> PLAN_CHUNK_BITS;
+    if (atomic_load_explicit(&m->chunk, memory_order_relaxed) != c)
+        atomic_store_explicit(&m->chunk, c, memory_order_relaxed);
+}
+void plan_mark_unlink(sio_plan *p, plan_mark *m);
+/* Make the chunks readers asked for again (a planner thread: restage). */
+void plan_refill_run(sio_plan *p);
 
 /* A reader waits for the plan to grow past index t: 0 when it may read
  * (t below n, or the plan complete or failed), 1 when it was queued and

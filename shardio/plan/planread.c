@@ -119,6 +119,7 @@ struct sio_planread {
     size_t tcap;            /* entries of fields and ext */
     const sio_sample *held; /* a sample from the shard reader (fallback) */
     plan_waiter w;          /* waiting for a growing plan */
+    plan_mark mark;         /* the chunk of Y it reads (a windowed plan) */
     int final;              /* n and length are the plan's final ones */
     uint64_t noted;         /* the Y index last told to the staging */
     uint64_t cur;           /* the Y index being read */
@@ -164,14 +165,15 @@ sio_code sio_planread_open(sio_io *io, const sio_shardlist *list,
         r->files[i].fd = r->files[i].sfd = -1;
         r->files[i].pi = -1;
     }
+    uint64_t t0 = 0;
+    if (sio_share_index(cfg->global_start, cfg->rank, cfg->world,
+                        cfg->start, &t0) != 0)
+        t0 = UINT64_MAX;
+    plan_mark_link(plan, &r->mark, t0);
     if (plan->stage) {
         /* The staging keeps what this rank reads from here on. */
-        uint64_t t = 0;
-        if (sio_share_index(cfg->global_start, cfg->rank, cfg->world,
-                            cfg->start, &t) != 0)
-            t = UINT64_MAX;
-        r->noted = t;
-        stage_reader(plan, cfg->rank, cfg->world, t, 1);
+        r->noted = t0;
+        stage_reader(plan, cfg->rank, cfg->world, t0, 1);
     }
     *out = r;
     return SIO_OK;
@@ -538,11 +540,21 @@ static void flush_hits(sio_planread *r)
 static sio_code read_item(sio_planread *r, uint64_t t,
                           const sio_sample **out, const sio_extent **ext)
 {
-    const sio_plan_item *it = sio_plan_item_at(r->plan, t);
-    const char *url = sio_shardlist_url(r->list, it->shard);
+    sio_plan_item copy;
+    const sio_plan_item *it = &copy;
     const sio_sample *smp;
     sio_code rc;
     struct stat now;
+
+    /* A windowed plan's chunk let go: made again, the reader waits. */
+    while (!plan_item_copy(r->plan, t, &copy)) {
+        int w = plan_refill_wait(r->plan, &r->w, t, r->err, sizeof r->err);
+        if (w < 0)
+            return SIO_ERR_CHANGED;
+        if (w > 0)
+            return SIO_ERR_AGAIN;
+    }
+    const char *url = sio_shardlist_url(r->list, it->shard);
 
     pfile *f = file_for(r, it->shard, &rc);
     if (!f)
@@ -703,6 +715,7 @@ sio_code sio_planread_next(sio_planread *r, const sio_sample **out,
     if (t >= r->n) /* the even-pad tail repeats from global_start on */
         t = sio_share_pad_source(r->n, r->cfg.global_start, i);
     stage_note(r, t, 0);
+    plan_mark_move(&r->mark, t);
     r->cur = t;
     rc = read_item(r, t, out, ext);
     if (rc == SIO_OK)
@@ -762,6 +775,7 @@ void sio_planread_close(sio_planread *r)
         return;
     flush_hits(r);
     plan_unwait(r->plan, &r->w);
+    plan_mark_unlink(r->plan, &r->mark);
     for (size_t i = 0; i < SIO_PLANREAD_FILES; i++)
         file_drop(r, &r->files[i], 0);
     if (r->plan->stage)

@@ -497,7 +497,7 @@ sio_code stage_take(sio_plan *p, uint32_t s, plan_waiter *w, int *fd,
         return SIO_ERR_CHANGED;
     }
     if (!x->queued) {
-        if (!st->restage_fn) {
+        if (!p->restage_fn) {
             snprintf(err, errlen, "shard %" PRIu32 " was let go by the "
                      "epoch's staging and cannot be fetched again", s);
             pthread_mutex_unlock(&p->mu);
@@ -517,8 +517,8 @@ sio_code stage_take(sio_plan *p, uint32_t s, plan_waiter *w, int *fd,
         x->restaged = 1;
         x->queued = 1;
         st->want[st->nwant++] = s;
-        fn = st->restage_fn;
-        ud = st->restage_ud;
+        fn = p->restage_fn;
+        ud = p->restage_ud;
     }
     plan_link_waiter(p, w);
     pthread_mutex_unlock(&p->mu);
@@ -638,17 +638,16 @@ void sio_plan_set_stage(sio_plan *p, const sio_plan_stage_config *c)
 
 void sio_plan_set_restage(sio_plan *p, void (*fn)(void *ud), void *ud)
 {
-    if (!p->stage)
-        return;
     pthread_mutex_lock(&p->mu);
-    p->stage->restage_fn = fn;
-    p->stage->restage_ud = fn ? ud : NULL;
+    p->restage_fn = fn;
+    p->restage_ud = fn ? ud : NULL;
     pthread_mutex_unlock(&p->mu);
 }
 
 void sio_plan_restage(sio_plan *p, sio_io *io, const sio_shardlist *list)
 {
     plan_stage *st = p->stage;
+    plan_refill_run(p);
     if (!st)
         return;
     for (;;) {

@@ -1,0 +1,127 @@
+"""An epoch longer than a plan keeps is planned with a window
+(docs/architecture.md "The data plane"): with --plan-keep-samples 1 and
+--plan-ahead-samples 500 a plan holds about 9,000 of the epoch's 24,000
+items; chunks behind the readers are let go and made again from the
+order's checkpoints for a reader that comes back to them.
+
+test_a_long_epoch_is_planned_with_a_window: epoch 0 (the first pass) and
+epoch 1 (every shard indexed: too long for a whole plan) of two ranks
+are served from windowed plans, never from the feed, and each rank's
+share is, sample for sample, the share a --data-plane stream server (the
+feed) gives. The plan let chunks go and held no more than its window.
+Then a consumer reads rank 0's share of epoch 1 again from the start,
+and another resumes rank 1 at 90% of its share: the chunks they need are
+made again, and both get the feed's samples.
+"""
+
+import io
+import os
+import random
+import tarfile
+import threading
+
+from plan_testlib import data_plane, fetch, parse_body, stream_query
+from server_testlib import get_json
+
+SHARDS = 24
+PER_SHARD = 1000
+WORLD = 2
+
+
+def make_small_dataset(path, seed):
+    """SHARDS shards of PER_SHARD samples of two small members each."""
+    rng = random.Random(seed)
+    os.makedirs(path, exist_ok=True)
+    for s in range(SHARDS):
+        with tarfile.open(os.path.join(path, "w-%06d.tar" % s), "w",
+                          format=tarfile.USTAR_FORMAT) as tf:
+            for g in range(PER_SHARD):
+                key = "w%02d/%06d" % (s, g)
+                for ext, data in (("cls", b"%d" % rng.randrange(1000)),
+                                  ("txt", os.urandom(rng.randrange(1, 200)))):
+                    ti = tarfile.TarInfo("%s.%s" % (key, ext))
+                    ti.size = len(data)
+                    ti.mtime = 0
+                    tf.addfile(ti, io.BytesIO(data))
+    return path
+
+
+def serve(start, path, plane, *extra):
+    return start("--job", "t", "--source", path, "--data-plane", plane,
+                 "--prefetch", "false", "--stream-rate-limit", "0",
+                 "--rate-limit", "0", "--max-new-epochs-per-minute", "0",
+                 *extra)
+
+
+def read_world(srv, epoch, world=WORLD):
+    out = [None] * world
+
+    def one(r):
+        out[r] = fetch(srv, stream_query("t", epoch, r, world, "frames"))
+
+    ts = [threading.Thread(target=one, args=(r,)) for r in range(world)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(300)
+        assert not t.is_alive(), "epoch %d: a consumer still reads" % epoch
+    return [keys_of(o, epoch, r) for r, o in enumerate(out)]
+
+
+def keys_of(resp, epoch, rank):
+    st, _, body, complete, _ = resp
+    assert st == 200 and complete, "epoch %d rank %d: %s %r" % (
+        epoch, rank, st, body[:300])
+    p = parse_body("frames", body)
+    assert p.outcome == "end", "epoch %d rank %d: %s" % (epoch, rank,
+                                                         p.summary())
+    return [(s["key"], s["fields"]) for s in p.samples]
+
+
+def window_of(srv, epoch):
+    st = get_json(srv, "/v1/jobs/t")
+    for e in st.get("epochs", []):
+        if isinstance(e, dict) and e.get("epoch") == epoch and e.get("plan"):
+            return e["plan"].get("window")
+    return None
+
+
+def test_a_long_epoch_is_planned_with_a_window(start, tmp_path):
+    path = make_small_dataset(str(tmp_path / "ds"), 4242)
+    total = SHARDS * PER_SHARD
+    feed = serve(start, path, "stream")
+    srv = serve(start, path, "auto", "--plan-keep-samples", "1",
+                "--plan-ahead-samples", "500", "--max-epochs", "4")
+    for epoch in (0, 1):
+        want = read_world(feed, epoch)
+        before = data_plane(get_json(srv, "/v1/jobs/t"))
+        got = read_world(srv, epoch)
+        after = data_plane(get_json(srv, "/v1/jobs/t"))
+        assert sum(len(g) for g in got) == total
+        for r in range(WORLD):
+            assert got[r] == want[r], (
+                "epoch %d rank %d: the windowed plan's share differs from "
+                "the feed's (%d samples against %d)" % (
+                    epoch, r, len(got[r]), len(want[r])))
+        assert after["feed_streams"] == before["feed_streams"], after
+        assert after["plan_streams"] == before["plan_streams"] + WORLD, after
+        w = window_of(srv, epoch)
+        assert w is not None, get_json(srv, "/v1/jobs/t")
+        assert w["released_chunks"] > 0, w
+        assert w["checkpoints"] >= 2, w
+        # held: the window (the ahead bound and two chunks of 4,096),
+        # rounded to chunks, and the chunk being written
+        assert w["held_samples"] <= 5 * 4096, w
+        if epoch == 1:
+            want1 = want
+    # Rank 0 again from the start (its chunks were let go) and rank 1
+    # resumed at 90% of its share.
+    again = keys_of(fetch(srv, stream_query("t", 1, 0, WORLD, "frames")), 1,
+                    0)
+    assert again == want1[0]
+    at = len(want1[1]) * 9 // 10
+    tail = keys_of(fetch(srv, stream_query("t", 1, 1, WORLD, "frames",
+                                           start=at)), 1, 1)
+    assert tail == want1[1][at:]
+    w = window_of(srv, 1)
+    assert w["refilled_chunks"] > 0, w
