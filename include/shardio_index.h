@@ -412,6 +412,9 @@ uint64_t sio_journal_record(sio_journal *j, uint32_t shard, uint64_t groups,
                             sio_code code, const char *reason);
 /* Decisions recorded. */
 size_t sio_journal_count(sio_journal *j);
+/* Moves whenever a decision is recorded (no lock): a reader that keeps
+ * a shard's cut asks sio_journal_cut again only when it moved. */
+uint64_t sio_journal_generation(sio_journal *j);
 /* The first `max` decisions in the order they were made (shard and the
  * groups kept before the cut; groups may be NULL); returns how many there
  * are in all. */

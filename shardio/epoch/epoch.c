@@ -120,6 +120,10 @@ typedef struct reader {
     uint64_t open_group;     /* the group it was last opened at */
     int ixwrong;             /* ended because that index was wrong */
     int gate_ok;             /* meta: the order's gate let its shard in */
+    sio_index_entry *mix;    /* meta: its shard's entry, once looked up */
+    uint64_t mcut, mjgen;    /* meta: the journal's cut for it, as of the
+                                journal's generation mjgen ... */
+    int mcut_ok;             /* ... once asked */
 } reader;
 
 /* A buffer entry of meta mode: a sample known only by its place. */
@@ -1428,11 +1432,26 @@ static sio_code meta_take(sio_epoch *ep, reader *r, const sio_sample **out,
             return SIO_ERR_AGAIN;
         r->gate_ok = 1;
     }
-    sio_index_entry *e = shard_ixv(ep, r->idx);
-    if (!e)
-        return SIO_ERR_AGAIN;
-    if (ep->cfg.journal && !sio_journal_cut(ep->cfg.journal, r->idx, &cut))
-        cut = UINT64_MAX;
+    /* The entry and the cut are looked up once per shard (an entry of
+     * the epoch never changes; the cut is asked again when the journal
+     * took a decision since): no lock per group. */
+    sio_index_entry *e = r->mix;
+    if (!e) {
+        e = shard_ixv(ep, r->idx);
+        if (!e)
+            return SIO_ERR_AGAIN;
+        r->mix = e;
+    }
+    if (ep->cfg.journal) {
+        uint64_t jg = sio_journal_generation(ep->cfg.journal);
+        if (!r->mcut_ok || jg != r->mjgen) {
+            if (!sio_journal_cut(ep->cfg.journal, r->idx, &r->mcut))
+                r->mcut = UINT64_MAX;
+            r->mjgen = jg;
+            r->mcut_ok = 1;
+        }
+        cut = r->mcut;
+    }
     /* A complete index is read through a view (no lock per group) while
      * it stays the entry's; otherwise group by group. */
     if (!r->ve && sio_index_view_open(e, &r->view))

@@ -157,13 +157,17 @@ sio_code sio_plan_possible(sio_io *io, const sio_shardlist *list,
 }
 
 /* Room for item i (the next one): its chunk, and the chunk's directory
- * block, allocated when it starts one. NULL when memory ran out. */
+ * block, allocated when it starts one. NULL when memory ran out. A
+ * windowed plan's chunks come from window_slot. */
+static sio_plan_item *window_slot(sio_plan *p, uint64_t i);
 static sio_plan_item *item_slot(sio_plan *p, uint64_t i)
 {
     size_t t = (size_t)(i >> (PLAN_CHUNK_BITS + PLAN_DIR_BITS));
     size_t d = (size_t)((i >> PLAN_CHUNK_BITS) & (PLAN_DIR - 1));
     if (i >= SIO_PLAN_ITEMS_MAX)
         return NULL;
+    if (p->windowed)
+        return window_slot(p, i);
     if (!p->top[t]) {
         p->top[t] = calloc(PLAN_DIR, sizeof *p->top[t]);
         if (!p->top[t])
@@ -180,13 +184,7 @@ static sio_plan_item *item_slot(sio_plan *p, uint64_t i)
             return NULL;
         atomic_fetch_add(&p->item_bytes, (size_t)k * sizeof *c);
         atomic_fetch_add(&p->held, 1);
-        if (p->windowed) {
-            pthread_rwlock_wrlock(&p->items_lk);
-            p->top[t][d] = c;
-            pthread_rwlock_unlock(&p->items_lk);
-        } else {
-            p->top[t][d] = c;
-        }
+        p->top[t][d] = c;
     }
     return &p->top[t][d][i & (PLAN_CHUNK - 1)];
 }
@@ -618,6 +616,10 @@ typedef struct plan_grow {
     size_t nck;
     uint64_t ck_every, ck_next;
     _Atomic size_t ck_bytes;
+    sio_plan_item *wchunk;  /* the chunk being written, c's (windowed) */
+    uint64_t wchunk_c;
+    uint64_t skip_to;       /* items below it are not written (a chunk
+                               partly passed over is passed over whole) */
 } plan_grow;
 
 static size_t ck_bytes_of(const sio_plan *p)
@@ -856,6 +858,58 @@ static sio_plan_item **chunk_ref(sio_plan *p, uint64_t c)
     return dir ? &dir[c & (PLAN_DIR - 1)] : NULL;
 }
 
+/* Chunk c's pointer, its directory block allocated when missing
+ * (items_lk held for writing): NULL when memory ran out. */
+static sio_plan_item **chunk_ref_make(sio_plan *p, uint64_t c)
+{
+    size_t t = (size_t)(c >> PLAN_DIR_BITS);
+    if (t >= PLAN_TOP)
+        return NULL;
+    if (!p->top[t]) {
+        p->top[t] = calloc(PLAN_DIR, sizeof *p->top[t]);
+        if (!p->top[t])
+            return NULL;
+        atomic_fetch_add(&p->item_bytes, PLAN_DIR * sizeof *p->top[t]);
+    }
+    return &p->top[t][c & (PLAN_DIR - 1)];
+}
+
+/* item_slot of a windowed plan (the builder's thread): the chunk being
+ * written is the builder's (g->wchunk); a new one is put in place under
+ * the write lock, and nothing of the directory is read without it. */
+static sio_plan_item *window_slot(sio_plan *p, uint64_t i)
+{
+    plan_grow *g = p->g;
+    uint64_t c = i >> PLAN_CHUNK_BITS;
+    if (!g->wchunk || g->wchunk_c != c) {
+        sio_plan_item *chunk = malloc(PLAN_CHUNK * sizeof *chunk);
+        if (!chunk)
+            return NULL;
+        pthread_rwlock_wrlock(&p->items_lk);
+        sio_plan_item **ref = chunk_ref_make(p, c);
+        if (ref && !*ref) {
+            *ref = chunk;
+            atomic_fetch_add(&p->held, 1);
+            atomic_fetch_add(&p->item_bytes,
+                             PLAN_CHUNK * sizeof(sio_plan_item));
+        } else if (ref) { /* not expected: a chunk at made is new */
+            free(chunk);
+            chunk = *ref;
+        } else {
+            free(chunk);
+            chunk = NULL;
+        }
+        if (chunk) {
+            g->wchunk = chunk;
+            g->wchunk_c = c;
+        }
+        pthread_rwlock_unlock(&p->items_lk);
+        if (!chunk)
+            return NULL;
+    }
+    return &g->wchunk[i & (PLAN_CHUNK - 1)];
+}
+
 static int u64_cmp(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -900,6 +954,8 @@ static void window_trim(sio_plan *p)
         }
         if (nm && bsearch(&c, mk, nm, sizeof *mk, u64_cmp))
             continue;
+        if (p->g && *ref == p->g->wchunk)
+            continue; /* still written */
         free(*ref);
         *ref = NULL;
         atomic_fetch_sub(&p->held, 1);
@@ -1013,6 +1069,11 @@ static sio_code refill_chunk(sio_plan *p, uint64_t c, sio_error *err)
     if (base >= n)
         return SIO_OK;
     uint64_t k = n - base < PLAN_CHUNK ? n - base : PLAN_CHUNK;
+    /* A chunk the order passed over in part (far ahead of every reader)
+     * is made once the order is past its end: its waiters are woken by
+     * the steps meanwhile, and ask again. */
+    if (k < PLAN_CHUNK && !sio_plan_complete(p))
+        return SIO_OK;
     sio_plan_item *buf = malloc(PLAN_CHUNK * sizeof *buf);
     if (!buf)
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
@@ -1047,7 +1108,7 @@ static sio_code refill_chunk(sio_plan *p, uint64_t c, sio_error *err)
         return rc;
     }
     pthread_rwlock_wrlock(&p->items_lk);
-    sio_plan_item **ref = chunk_ref(p, c);
+    sio_plan_item **ref = chunk_ref_make(p, c);
     if (ref && !*ref) {
         *ref = buf;
         buf = NULL;
@@ -1674,10 +1735,43 @@ static void prefetch_end(plan_grow *g)
     g->npre = 0;
 }
 
+/* An item passed over: the order decided it, nobody reads it now. */
+static sio_code skip_item(void *ud, uint64_t i, const sio_order_item *it)
+{
+    fill_ctx *c = ud;
+    (void)i;
+    if (c->seen && it->shard < c->total)
+        c->seen[it->shard] = 1;
+    return SIO_OK;
+}
+
+/* Where the order may pass over items without writing them: below the
+ * chunk of the lowest reader (a resume far into the epoch), when every
+ * reader is past what the steps made. 0: nowhere. */
+static uint64_t skip_end(sio_plan *p)
+{
+    uint64_t low = UINT64_MAX;
+    int any = 0;
+    pthread_mutex_lock(&p->mu);
+    for (plan_mark *m = p->marks; m; m = m->next) {
+        uint64_t c = atomic_load_explicit(&m->chunk, memory_order_relaxed);
+        if (c < low)
+            low = c;
+        any = 1;
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (!any || low >= (SIO_PLAN_ITEMS_MAX >> PLAN_CHUNK_BITS))
+        return 0;
+    return low << PLAN_CHUNK_BITS;
+}
+
 /* Items as far as the order decides them now (*made_now of them). A
  * windowed plan runs to its next checkpoint at a time, publishes and
  * trims there, and stops once it is ahead_bound past its furthest
- * reader (the caller parks it). */
+ * reader (the caller parks it). Far behind its lowest reader it passes
+ * over items without writing them (they are made again from the
+ * checkpoints if a reader comes back), whole chunks at a time; not where
+ * it stages (its shards' readers are counted item by item). */
 static sio_code order_run(sio_plan *p, size_t *made_now, sio_error *err)
 {
     plan_grow *g = p->g;
@@ -1685,14 +1779,30 @@ static sio_code order_run(sio_plan *p, size_t *made_now, sio_error *err)
     for (;;) {
         size_t got = 0;
         size_t lim = p->windowed ? (size_t)(g->ck_next - g->made) : SIZE_MAX;
+        sio_order_fn fn = fill_item;
+        if (p->windowed && !p->stage) {
+            uint64_t end = g->made < g->skip_to ? g->skip_to : 0;
+            if (!end && (g->made & (PLAN_CHUNK - 1)) == 0)
+                end = skip_end(p);
+            if (end > g->made) {
+                fn = skip_item;
+                if (end - g->made < lim)
+                    lim = (size_t)(end - g->made);
+            }
+        }
         fill_ctx fc = {.p = p, .base = g->made, .max = g->max,
                        .views = g->views, .ents = g->ents,
                        .total = g->total, .err = err, .seen = g->seen};
-        sio_code rc = sio_order_next(g->o, lim, fill_item, &fc, &got, err);
+        sio_code rc = sio_order_next(g->o, lim, fn, &fc, &got, err);
         g->made += got;
         *made_now += got;
+        /* A chunk passed over in part is passed over whole. */
+        if (fn == skip_item && (g->made & (PLAN_CHUNK - 1)) != 0)
+            g->skip_to = (g->made | (PLAN_CHUNK - 1)) + 1;
         if (rc || !p->windowed || got < lim || sio_order_done(g->o))
             return rc;
+        if (g->made < g->ck_next)
+            continue; /* passed over to a reader's chunk, not a checkpoint */
         if (ck_add(p) != SIO_OK)
             return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
         publish(p);

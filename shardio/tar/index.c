@@ -1748,6 +1748,7 @@ typedef struct jentry {
 
 struct sio_journal {
     pthread_mutex_t mu;
+    _Atomic uint64_t gen; /* decisions taken so far (read without mu) */
     FILE *fp;
     jentry *v;     /* decisions in the order they were taken */
     size_t *ord;   /* positions in v, sorted by shard (lookups) */
@@ -1986,6 +1987,7 @@ uint64_t sio_journal_record(sio_journal *j, uint32_t shard, uint64_t groups,
         pthread_mutex_unlock(&j->mu);
         return groups;
     }
+    atomic_fetch_add_explicit(&j->gen, 1, memory_order_release);
     if (j->fp) {
         /* The reason is one line of printable text, no secrets (callers
          * pass redacted text). */
@@ -2001,6 +2003,11 @@ uint64_t sio_journal_record(sio_journal *j, uint32_t shard, uint64_t groups,
     }
     pthread_mutex_unlock(&j->mu);
     return groups;
+}
+
+uint64_t sio_journal_generation(sio_journal *j)
+{
+    return j ? atomic_load_explicit(&j->gen, memory_order_acquire) : 0;
 }
 
 size_t sio_journal_count(sio_journal *j)
