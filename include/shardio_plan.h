@@ -214,6 +214,10 @@ typedef struct sio_plan_window {
     uint64_t checkpoints, checkpoint_every, checkpoint_bytes;
 } sio_plan_window;
 void sio_plan_window_stats(sio_plan *p, sio_plan_window *out);
+/* Samples of planned streams whose bytes were not in the page cache and
+ * were read by the warm threads instead of a stream's own (serving)
+ * thread, and their bytes (process-wide). */
+void sio_plan_cold_stats(uint64_t *reads, uint64_t *bytes);
 /* Bytes the plan holds (its items and the struct). */
 size_t sio_plan_memory(const sio_plan *p);
 /* Nanoseconds its build took. */

@@ -828,6 +828,16 @@ sio_code sc_jobs_metrics(sc_jobs *j, sc_prom *p)
     sc_metrics_write_store(j->io, p);
     cache_metrics(j, p);
 
+    uint64_t cold_reads = 0, cold_bytes = 0;
+    sio_plan_cold_stats(&cold_reads, &cold_bytes);
+    scalar(p, "shardcast_plan_cold_reads_total", "counter",
+           "Samples of planned streams whose bytes were not in the page "
+           "cache: read by the warm threads, not by the thread serving the "
+           "stream (and its other connections).", cold_reads);
+    scalar(p, "shardcast_plan_cold_read_bytes_total", "counter",
+           "Bytes read by the warm threads for planned streams.",
+           cold_bytes);
+
     static const char *const pool_events[] = {"reused", "fresh", "released"};
     sio_pool_stats ps;
     sio_pool_get_stats(&ps);

@@ -213,6 +213,22 @@ void plan_mark_unlink(sio_plan *p, plan_mark *m);
 /* Make the chunks readers asked for again (a planner thread: restage). */
 void plan_refill_run(sio_plan *p);
 
+/* A reader's cold read handed to the warm threads (warm.c): bytes [off,
+ * off + len) of fd (duplicated) read into the page cache, then fn(ud)
+ * (under the pool's lock). plan_warm_submit: 0, or -1 when it cannot
+ * (read it here); plan_warm_cancel: the job is gone or done, and fn will
+ * not be called after it returns. Zero-initialized: idle. */
+typedef struct plan_warm {
+    struct plan_warm *next;
+    int fd, state;
+    uint64_t off, len;
+    void (*fn)(void *ud);
+    void *ud;
+} plan_warm;
+int plan_warm_submit(plan_warm *w, int fd, uint64_t off, uint64_t len,
+                     void (*fn)(void *ud), void *ud);
+void plan_warm_cancel(plan_warm *w);
+
 /* A reader waits for the plan to grow past index t: 0 when it may read
  * (t below n, or the plan complete or failed), 1 when it was queued and
  * is woken (its notify) once the plan grew or ended. */

@@ -52,6 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "core/core_int.h"
@@ -120,6 +121,8 @@ struct sio_planread {
     const sio_sample *held; /* a sample from the shard reader (fallback) */
     plan_waiter w;          /* waiting for a growing plan */
     plan_mark mark;         /* the chunk of Y it reads (a windowed plan) */
+    plan_warm warm;         /* a cold read handed to the warm threads */
+    uint64_t warmed;        /* 1 + the Y index warmed last (0: none) */
     int final;              /* n and length are the plan's final ones */
     uint64_t noted;         /* the Y index last told to the staging */
     uint64_t cur;           /* the Y index being read */
@@ -393,7 +396,9 @@ static sio_code collect(sio_planread *r, const sio_plan_item *it,
         sio_code rc = sio_tarp_next(&r->tp, &e, &what);
         if (rc) {
             snprintf(r->err, sizeof r->err, "url=%s: %s", url, r->tp.err);
-            return rc == SIO_ERR_NOMEM ? rc : SIO_ERR_CHANGED;
+            return rc == SIO_ERR_NOMEM || rc == SIO_ERR_AGAIN
+                       ? rc
+                       : SIO_ERR_CHANGED;
         }
         if (r->tp.damaged) {
             if (open && what == SIO_TARP_END && damage_after(r, keylen))
@@ -566,7 +571,14 @@ static sio_code read_item(sio_planread *r, uint64_t t,
     }
     uint64_t span = end - it->offset;
     int large = span > r->bufcap;
+    /* Bytes of a file that may wait for the disk are read with
+     * RWF_NOWAIT: not in the page cache, the range goes to the warm
+     * threads and the stream waits for its notify, so no HTTP thread
+     * waits for a disk (once per sample: the read after the warm-up is a
+     * plain one). Staged bytes are memory; cache entries read checked. */
+    int nowait = !f->staged && f->sfd < 0 && r->w.fn && r->warmed != t + 1;
     sio_pread_stream_init(&r->ps, f->fd, it->offset, it->end);
+    r->ps.nowait = nowait;
     if (f->sfd >= 0)
         sio_pread_stream_checked(&r->ps, r->cfg.cache, url, f->sfd,
                                  (uint64_t)r->plan->files[it->shard].size,
@@ -576,6 +588,27 @@ static sio_code read_item(sio_planread *r, uint64_t t,
                    large ? PLANREAD_HEADERS : span ? (size_t)span : 1,
                    it->offset);
     rc = collect(r, it, url, large, f->fd);
+    /* A large sample's payload is read by the caller from the file: its
+     * last byte in memory too, or the range is warmed first. */
+    if (rc == SIO_OK && large && r->ps.nowait) {
+        unsigned char last;
+        struct iovec v = {&last, 1};
+        ssize_t got = preadv2(f->fd, &v, 1, (off_t)(end - 1), RWF_NOWAIT);
+        if (got < 0 && errno == EAGAIN)
+            rc = SIO_ERR_AGAIN;
+    }
+    if (rc == SIO_ERR_AGAIN) {
+        r->warmed = t + 1;
+        if (plan_warm_submit(&r->warm, f->fd, it->offset, span, r->w.fn,
+                             r->w.ud) == 0)
+            return SIO_ERR_AGAIN;
+        /* No warm thread: read it here after all. */
+        sio_pread_stream_init(&r->ps, f->fd, it->offset, it->end);
+        sio_tarp_reset(&r->tp, &r->ps.base, r->buf,
+                       large ? PLANREAD_HEADERS : span ? (size_t)span : 1,
+                       it->offset);
+        rc = collect(r, it, url, large, f->fd);
+    }
     if (rc == SIO_ERR_UNSUPPORTED && f->sfd >= 0)
         /* The shard reader reads the descriptor itself: the range is
          * checked first (a cache file is never written once complete). */
@@ -775,6 +808,7 @@ void sio_planread_close(sio_planread *r)
         return;
     flush_hits(r);
     plan_unwait(r->plan, &r->w);
+    plan_warm_cancel(&r->warm);
     plan_mark_unlink(r->plan, &r->mark);
     for (size_t i = 0; i < SIO_PLANREAD_FILES; i++)
         file_drop(r, &r->files[i], 0);

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "store/backend_ops.h"
@@ -56,7 +57,35 @@ static sio_code pr_read(sio_stream *s, void *buf, size_t cap, size_t *got)
         return SIO_OK;
     }
     for (;;) {
-        ssize_t r = pread(p->fd, buf, cap, (off_t)p->pos);
+        ssize_t r;
+        if (p->nowait) {
+            struct iovec v = {buf, cap};
+            r = preadv2(p->fd, &v, 1, (off_t)p->pos, RWF_NOWAIT);
+            if (r < 0 && errno == EAGAIN) {
+                p->nowait_missed = 1;
+                snprintf(p->err, sizeof p->err, "read at %llu: not in the "
+                         "page cache", (unsigned long long)p->pos);
+                return SIO_ERR_AGAIN;
+            }
+            if (r < 0 && (errno == EOPNOTSUPP || errno == EINVAL ||
+                          errno == ENOSYS)) {
+                p->nowait = 0; /* not here: read as usual */
+                continue;
+            }
+            /* Short: the file's end, or pages not in memory after those
+             * read (the range is warmed whole). */
+            struct stat st;
+            if (r >= 0 && (size_t)r < cap &&
+                (fstat(p->fd, &st) != 0 ||
+                 p->pos + (uint64_t)r < (uint64_t)st.st_size)) {
+                p->nowait_missed = 1;
+                snprintf(p->err, sizeof p->err, "read at %llu: not all in "
+                         "the page cache", (unsigned long long)p->pos);
+                return SIO_ERR_AGAIN;
+            }
+        } else {
+            r = pread(p->fd, buf, cap, (off_t)p->pos);
+        }
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0) {

@@ -226,6 +226,10 @@ struct pread_stream {
      * (the file's size taken at the first skip with no end). */
     uint64_t fsize;
     int fsize_known;
+    /* Reads that wait for nothing (RWF_NOWAIT): bytes not in the page
+     * cache are SIO_ERR_AGAIN ("not in memory"), and nowait_missed is
+     * set. A file system without it clears nowait and reads as usual. */
+    int nowait, nowait_missed;
 };
 void sio_pread_stream_init(pread_stream *p, int fd, uint64_t offset,
                            uint64_t end);

@@ -1,0 +1,122 @@
+"""Cold reads of planned streams go to the warm threads
+(docs/architecture.md "The data plane").
+
+test_samples_not_in_the_page_cache_are_read_off_the_http_threads: a
+dataset of small (2 KiB) and large (96 KiB) samples whose files are
+evicted from the page cache (posix_fadvise DONTNEED, checked with
+RWF_NOWAIT) before a planned epoch is read by two ranks. Each rank's
+share is, sample for sample, the feed's (a --data-plane stream server),
+and shardcast_plan_cold_reads_total counts the samples whose bytes the
+warm threads read (the serving threads asked with RWF_NOWAIT and did not
+wait for the disk).
+"""
+
+import io
+import os
+import random
+import tarfile
+import threading
+
+import pytest
+
+from plan_testlib import fetch, parse_body, stream_query
+from server_testlib import request
+
+SHARDS = 6
+PER_SHARD = 40
+WORLD = 2
+
+
+def make_dataset(path, seed):
+    rng = random.Random(seed)
+    os.makedirs(path, exist_ok=True)
+    files = []
+    for s in range(SHARDS):
+        p = os.path.join(path, "c-%06d.tar" % s)
+        with tarfile.open(p, "w", format=tarfile.USTAR_FORMAT) as tf:
+            for g in range(PER_SHARD):
+                key = "c%02d/%05d" % (s, g)
+                size = 96 * 1024 if rng.random() < 0.5 else 2048
+                for ext, data in (("bin", rng.randbytes(size)),
+                                  ("cls", b"%d" % rng.randrange(10))):
+                    ti = tarfile.TarInfo("%s.%s" % (key, ext))
+                    ti.size = len(data)
+                    ti.mtime = 0
+                    tf.addfile(ti, io.BytesIO(data))
+        files.append(p)
+    return files
+
+
+def evict(files):
+    """Drop the files' pages from the page cache; True when a read that
+    must not wait finds the first page gone."""
+    gone = True
+    for p in files:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            try:
+                os.preadv(fd, [bytearray(4096)], 0, os.RWF_NOWAIT)
+                gone = False
+            except BlockingIOError:
+                pass
+        finally:
+            os.close(fd)
+    return gone
+
+
+def serve(start, path, plane):
+    return start("--job", "t", "--source", path, "--data-plane", plane,
+                 "--prefetch", "false", "--stream-rate-limit", "0",
+                 "--rate-limit", "0", "--max-new-epochs-per-minute", "0")
+
+
+def read_world(srv, epoch):
+    out = [None] * WORLD
+
+    def one(r):
+        out[r] = fetch(srv, stream_query("t", epoch, r, WORLD, "frames"))
+
+    ts = [threading.Thread(target=one, args=(r,)) for r in range(WORLD)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(300)
+        assert not t.is_alive(), "epoch %d: a consumer still reads" % epoch
+    shares = []
+    for r, (st, _, body, complete, _) in enumerate(out):
+        assert st == 200 and complete, (r, st, body[-400:])
+        p = parse_body("frames", body)
+        assert p.outcome == "end", (r, p.summary())
+        shares.append([(s["key"], s["fields"]) for s in p.samples])
+    return shares
+
+
+def metric(srv, name):
+    st, _, body = request(srv, "/metrics")
+    assert st == 200
+    for line in body.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError("%s not exported" % name)
+
+
+def test_samples_not_in_the_page_cache_are_read_off_the_http_threads(
+        start, tmp_path):
+    if not hasattr(os, "RWF_NOWAIT"):
+        pytest.skip("this Python has no os.RWF_NOWAIT to check eviction")
+    files = make_dataset(str(tmp_path / "ds"), 99)
+    path = os.path.dirname(files[0])
+    feed = serve(start, path, "stream")
+    want = read_world(feed, 1)
+    srv = serve(start, path, "auto")
+    read_world(srv, 0)  # the first pass indexes the shards
+    before = metric(srv, "shardcast_plan_cold_reads_total")
+    assert evict(files), "the page cache kept the files after DONTNEED"
+    got = read_world(srv, 1)
+    for r in range(WORLD):
+        assert got[r] == want[r], "rank %d differs from the feed's share" % r
+    cold = metric(srv, "shardcast_plan_cold_reads_total") - before
+    assert cold > 0, "no cold read went to the warm threads"
+    assert metric(srv, "shardcast_plan_cold_read_bytes_total") > 0
