@@ -167,7 +167,7 @@ if [ "$ASAN_OK" -eq 1 ]; then
     "$ROOT/tests/server/test_feed_changes.py" "$ROOT/tests/server/test_stream_goldens.py" \
     "$ROOT/tests/server/test_plan_wait.py" "$ROOT/tests/server/test_first_pass.py" \
     "$ROOT/tests/server/test_staging.py" \
-    "$ROOT/tests/server/test_plan_window.py" \
+    "$ROOT/tests/server/test_plan_window.py" "$ROOT/tests/server/test_plan_cold.py" \
     "$ROOT/tests/server/test_replica_set.py" "$ROOT/tests/trust"
 else
   not_run "pytest (server under ASan + UBSan)" "the sanitizer build failed"
