@@ -136,6 +136,10 @@ void sio_plan_set_kick(sio_plan *p, void (*fn)(void *ud), void *ud);
 /* Is a growing plan parked (its last step answered SIO_ERR_BUSY and no
  * reader kicked it since)? */
 int sio_plan_parked(const sio_plan *p);
+/* Do its steps wait for staging room (readers to let shards go, or a rank
+ * to be detached by the lag rules)? A parked plan that does is to be
+ * kicked again now and then: the lag rules change with time. */
+int sio_plan_stage_blocked(sio_plan *p);
 /* How far (samples of Y) a growing plan's steps run ahead of its
  * furthest reader before they park (default: 4 x the shuffle buffer, at
  * least 65,536); a reader within half of it of the end kicks. Set it

@@ -2393,6 +2393,12 @@ static void job_tick(sc_jobs *j, sc_job *job, uint64_t now, int sample_tp)
                                   "restart the epoch, or set --state-dir");
             s->unproven = 0;
         }
+        /* A growing plan parked while its staging waits for room: its
+         * lag rules are looked at again each tick (a rank past
+         * --lag-grace-ms is detached and its shards let go). */
+        if (s->plan && sio_plan_parked(s->plan) &&
+            sio_plan_stage_blocked(s->plan))
+            grow_enqueue(j, job, s);
         sio_feed_stats st;
         sio_feed_get_stats(s->feed, &st, NULL, 0, NULL);
         if (s->streams == 0 &&

@@ -725,6 +725,16 @@ int sio_plan_parked(const sio_plan *p)
     return atomic_load(&p->parked);
 }
 
+int sio_plan_stage_blocked(sio_plan *p)
+{
+    if (!p->stage)
+        return 0;
+    pthread_mutex_lock(&p->mu);
+    int b = p->stage->blocked_ms != 0;
+    pthread_mutex_unlock(&p->mu);
+    return b;
+}
+
 void sio_plan_set_ahead(sio_plan *p, uint64_t samples)
 {
     if (!p->growing || !samples)
@@ -1852,12 +1862,13 @@ sio_code sio_plan_grow(sio_plan *p, sio_error *err)
             pthread_mutex_lock(&p->mu);
             atomic_store_explicit(&p->n, g->made, memory_order_release);
             /* Under the lock that readers link under: one that comes
-             * after sees the plan parked and kicks it. */
-            int waiting = p->waiters != NULL;
-            if (!waiting && p->kick)
+             * after sees the plan parked and kicks it; a sweep that lets
+             * shards go kicks it, and so does the caller's timer while
+             * readers wait (the lag rules change with time). */
+            if (p->kick)
                 atomic_store(&p->parked, 1);
             pthread_mutex_unlock(&p->mu);
-            if (waiting || !p->kick) {
+            if (!p->kick) {
                 struct timespec ts = {0, 10 * 1000 * 1000};
                 nanosleep(&ts, NULL);
                 return SIO_ERR_AGAIN;
