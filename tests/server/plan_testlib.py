@@ -29,6 +29,7 @@ import socket
 import struct
 import subprocess
 import tarfile
+import threading
 import time
 import zipfile
 
@@ -620,6 +621,41 @@ def stream_query(job, epoch, rank, world, fmt, start=None, global_start=None,
     if fields is not None:
         q += "&fields=" + ",".join(fields)
     return "/v1/jobs/%s/epochs/%d/stream?%s" % (job, epoch, q)
+
+
+def read_world(srv, epoch, world, fmt="frames", job="t", what="",
+               timeout=180):
+    """Every rank of a world read at once, each stream to its END: the
+    parsed bodies in rank order. what names the case in failures."""
+    out = [None] * world
+
+    def one(r):
+        try:
+            st, _, body, complete, _ = fetch(
+                srv, stream_query(job, epoch, r, world, fmt))
+            assert st == 200 and complete, "%s epoch %d rank %d: %s %r" % (
+                what, epoch, r, st, body[-400:])
+            out[r] = parse_body(fmt, body)
+        except AssertionError as e:  # reported below
+            out[r] = e
+
+    ts = [threading.Thread(target=one, args=(r,)) for r in range(world)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout)
+        assert not t.is_alive(), "%s epoch %d: a consumer still reads" % (
+            what, epoch)
+    for r, p in enumerate(out):
+        assert not isinstance(p, AssertionError), str(p)
+        assert p.outcome == "end", "%s epoch %d rank %d: %s" % (
+            what, epoch, r, p.summary())
+    return out
+
+
+def keys_fields(p):
+    """A parsed body's samples as (key, fields) pairs."""
+    return [(s["key"], s["fields"]) for s in p.samples]
 
 
 def wait_until(pred, timeout, what, interval=0.05):

@@ -48,10 +48,10 @@ read, and grows again (the stream's kick) when it reads on.
 import os
 import random
 import sys
-import threading
 
-from plan_testlib import (data_plane, fetch, make_random_dataset, parse_body,
-                          require_planes, stream_query)
+from plan_testlib import (data_plane, fetch, keys_fields, make_random_dataset,
+                          parse_body, require_planes, stream_query)
+from plan_testlib import read_world as plan_read_world
 from server_testlib import get_json
 
 SEED = int(os.environ.get("SHARDCAST_PLAN_SEED", "7171"))
@@ -70,29 +70,10 @@ def serve(start, ds, plane, *extra):
 
 
 def read_world(srv, epoch, fmt, world=WORLD):
-    out = [None] * world
-
-    def one(r):
-        out[r] = fetch(srv, stream_query("t", epoch, r, world, fmt))
-
-    ts = [threading.Thread(target=one, args=(r,)) for r in range(world)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(120)
-        assert not t.is_alive(), "%s epoch %d: a consumer still reads" % (tag(), epoch)
-    shares = []
-    for r, (st, _, body, complete, _) in enumerate(out):
-        assert st == 200 and complete, "%s epoch %d rank %d: %s %r" % (
-            tag(), epoch, r, st, body[:300])
-        p = parse_body(fmt, body)
-        assert p.outcome == "end", "%s epoch %d rank %d: %s" % (tag(), epoch, r, p.summary())
-        shares.append(p)
-    return shares
+    return plan_read_world(srv, epoch, world, fmt, what=tag(), timeout=120)
 
 
-def keys_and_fields(p):
-    return [(s["key"], s["fields"]) for s in p.samples]
+keys_and_fields = keys_fields
 
 
 def test_first_epoch_of_a_fresh_server_comes_from_a_growing_plan(start, server_binary,

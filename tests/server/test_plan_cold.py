@@ -15,11 +15,11 @@ import io
 import os
 import random
 import tarfile
-import threading
 
 import pytest
 
-from plan_testlib import fetch, parse_body, stream_query
+from plan_testlib import keys_fields
+from plan_testlib import read_world as plan_read_world
 from server_testlib import request
 
 SHARDS = 6
@@ -72,25 +72,9 @@ def serve(start, path, plane):
                  "--rate-limit", "0", "--max-new-epochs-per-minute", "0")
 
 
-def read_world(srv, epoch):
-    out = [None] * WORLD
-
-    def one(r):
-        out[r] = fetch(srv, stream_query("t", epoch, r, WORLD, "frames"))
-
-    ts = [threading.Thread(target=one, args=(r,)) for r in range(WORLD)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(300)
-        assert not t.is_alive(), "epoch %d: a consumer still reads" % epoch
-    shares = []
-    for r, (st, _, body, complete, _) in enumerate(out):
-        assert st == 200 and complete, (r, st, body[-400:])
-        p = parse_body("frames", body)
-        assert p.outcome == "end", (r, p.summary())
-        shares.append([(s["key"], s["fields"]) for s in p.samples])
-    return shares
+def read_world(srv, epoch, world=WORLD):
+    return [keys_fields(p) for p in plan_read_world(srv, epoch, world,
+                                                     timeout=300)]
 
 
 def metric(srv, name):

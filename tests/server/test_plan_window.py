@@ -18,9 +18,10 @@ import io
 import os
 import random
 import tarfile
-import threading
 
-from plan_testlib import data_plane, fetch, parse_body, stream_query
+from plan_testlib import (data_plane, fetch, keys_fields, parse_body,
+                          stream_query)
+from plan_testlib import read_world as plan_read_world
 from server_testlib import get_json
 
 SHARDS = 24
@@ -54,18 +55,8 @@ def serve(start, path, plane, *extra):
 
 
 def read_world(srv, epoch, world=WORLD):
-    out = [None] * world
-
-    def one(r):
-        out[r] = fetch(srv, stream_query("t", epoch, r, world, "frames"))
-
-    ts = [threading.Thread(target=one, args=(r,)) for r in range(world)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(300)
-        assert not t.is_alive(), "epoch %d: a consumer still reads" % epoch
-    return [keys_of(o, epoch, r) for r, o in enumerate(out)]
+    return [keys_fields(p) for p in plan_read_world(srv, epoch, world,
+                                                     timeout=300)]
 
 
 def keys_of(resp, epoch, rank):

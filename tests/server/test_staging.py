@@ -44,11 +44,11 @@ import os
 import random
 import re
 import sys
-import threading
 import time
 
-from plan_testlib import (data_plane, fetch, make_random_dataset, parse_body,
-                          require_planes, stream_query, wait_until)
+from plan_testlib import (data_plane, fetch, keys_fields, make_random_dataset,
+                          parse_body, require_planes, stream_query)
+from plan_testlib import read_world as plan_read_world
 from server_testlib import Nginx, get_json
 
 SEED = int(os.environ.get("SHARDCAST_PLAN_SEED", "7171"))
@@ -92,28 +92,10 @@ def read_resuming(srv, epoch, rank, world, start=0):
 
 
 def read_world(srv, epoch, world, fmt="frames"):
-    out = [None] * world
-
-    def one(r):
-        try:
-            out[r] = read_one(srv, epoch, r, world, fmt)
-        except AssertionError as e:  # reported below
-            out[r] = e
-
-    ts = [threading.Thread(target=one, args=(r,)) for r in range(world)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(180)
-        assert not t.is_alive(), "%s epoch %d: a consumer still reads" % (tag(), epoch)
-    for r, p in enumerate(out):
-        assert not isinstance(p, AssertionError), str(p)
-        assert p.outcome == "end", "%s epoch %d rank %d: %s" % (tag(), epoch, r, p.summary())
-    return out
+    return plan_read_world(srv, epoch, world, fmt, what=tag())
 
 
-def kf(p):
-    return [(s["key"], s["fields"]) for s in p.samples]
+kf = keys_fields
 
 
 def staging(srv):
