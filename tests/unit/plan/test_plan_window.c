@@ -50,6 +50,23 @@ typedef struct treader {
     plan_waiter w;
 } treader;
 
+/* Y[t] as a reader gets it: copied, or its chunk made again first (the
+ * reader waits; the restage a planner thread would run is run here). 1
+ * when it was made again. */
+static int copy_item(sio_plan *p, plan_waiter *w, uint64_t t, sio_io *io,
+                     const sio_shardlist *l, sio_plan_item *it)
+{
+    if (plan_item_copy(p, t, it))
+        return 0;
+    char why[200];
+    int before = woken;
+    CHECK(plan_refill_wait(p, w, t, why, sizeof why) == 1);
+    sio_plan_restage(p, io, l);
+    CHECK(woken > before);
+    CHECK(plan_item_copy(p, t, it));
+    return 1;
+}
+
 static void one_round(int round)
 {
     char dir[] = "/tmp/shardcast-window-XXXXXX";
@@ -180,16 +197,7 @@ static void one_round(int round)
         plan_unwait(p, &rd[k].w);
         CHECK(t < sio_plan_count(p));
         sio_plan_item it;
-        if (!plan_item_copy(p, t, &it)) {
-            char why[200];
-            int wr = plan_refill_wait(p, &rd[k].w, t, why, sizeof why);
-            CHECK(wr == 1);
-            int before = woken;
-            sio_plan_restage(p, io, l);
-            CHECK(woken > before);
-            refills++;
-            CHECK(plan_item_copy(p, t, &it));
-        }
+        refills += copy_item(p, &rd[k].w, t, io, l, &it);
         if (memcmp(&it, &y[t], sizeof it) != 0 && bad++ < 5)
             fprintf(stderr, "round %d: Y[%" PRIu64 "] differs (shard %u/%u "
                     "group %u/%u)\n", round, t, it.shard, y[t].shard,
@@ -228,12 +236,7 @@ static void one_round(int round)
         sio_plan_item it;
         plan_waiter w = {.fn = note_wake};
         plan_mark_move(&rd[0].mark, t);
-        if (!plan_item_copy(p, t, &it)) {
-            char why[200];
-            CHECK(plan_refill_wait(p, &w, t, why, sizeof why) == 1);
-            sio_plan_restage(p, io, l);
-            CHECK(plan_item_copy(p, t, &it));
-        }
+        copy_item(p, &w, t, io, l, &it);
         CHECK(memcmp(&it, &y[t], sizeof it) == 0);
     }
     plan_mark_unlink(p, &rd[0].mark);
@@ -278,12 +281,7 @@ static void one_round(int round)
             }
             plan_unwait(p, &one.w);
             sio_plan_item it;
-            if (!plan_item_copy(p, t, &it)) {
-                char why[200];
-                CHECK(plan_refill_wait(p, &one.w, t, why, sizeof why) == 1);
-                sio_plan_restage(p, io, l);
-                CHECK(plan_item_copy(p, t, &it));
-            }
+            copy_item(p, &one.w, t, io, l, &it);
             CHECK(memcmp(&it, &y[t], sizeof it) == 0);
         }
         CHECK(sio_plan_complete(p));
@@ -296,12 +294,7 @@ static void one_round(int round)
         for (uint64_t t = n / 10; t < n / 10 + 3 * PLAN_CHUNK; t += 97) {
             sio_plan_item it;
             plan_mark_move(&one.mark, t);
-            if (!plan_item_copy(p, t, &it)) {
-                char why[200];
-                CHECK(plan_refill_wait(p, &one.w, t, why, sizeof why) == 1);
-                sio_plan_restage(p, io, l);
-                CHECK(plan_item_copy(p, t, &it));
-            }
+            copy_item(p, &one.w, t, io, l, &it);
             CHECK(memcmp(&it, &y[t], sizeof it) == 0);
         }
         plan_mark_unlink(p, &one.mark);
