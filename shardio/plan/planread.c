@@ -571,12 +571,12 @@ static sio_code read_item(sio_planread *r, uint64_t t,
     }
     uint64_t span = end - it->offset;
     int large = span > r->bufcap;
-    /* Bytes of a file that may wait for the disk are read with
-     * RWF_NOWAIT: not in the page cache, the range goes to the warm
-     * threads and the stream waits for its notify, so no HTTP thread
-     * waits for a disk (once per sample: the read after the warm-up is a
-     * plain one). Staged bytes are memory; cache entries read checked. */
-    int nowait = !f->staged && f->sfd < 0 && r->w.fn && r->warmed != t + 1;
+    /* Bytes of a file that may wait for the disk (a local shard, a cache
+     * entry) are read with RWF_NOWAIT: not in the page cache, the range
+     * goes to the warm threads and the stream waits for its notify, so no
+     * HTTP thread waits for a disk (once per sample: the read after the
+     * warm-up is a plain one). Staged bytes are memory. */
+    int nowait = !f->staged && r->w.fn && r->warmed != t + 1;
     sio_pread_stream_init(&r->ps, f->fd, it->offset, it->end);
     r->ps.nowait = nowait;
     if (f->sfd >= 0)
@@ -604,6 +604,10 @@ static sio_code read_item(sio_planread *r, uint64_t t,
             return SIO_ERR_AGAIN;
         /* No warm thread: read it here after all. */
         sio_pread_stream_init(&r->ps, f->fd, it->offset, it->end);
+        if (f->sfd >= 0)
+            sio_pread_stream_checked(&r->ps, r->cfg.cache, url, f->sfd,
+                                     (uint64_t)r->plan->files[it->shard].size,
+                                     f->carry);
         sio_tarp_reset(&r->tp, &r->ps.base, r->buf,
                        large ? PLANREAD_HEADERS : span ? (size_t)span : 1,
                        it->offset);

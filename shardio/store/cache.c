@@ -1856,9 +1856,32 @@ sio_code sio_cache_check(sio_cache_user *u, const char *url, int fd, int sfd,
     return check_failed(u, url, fd, bad, msg, cap);
 }
 
+static sio_code cache_pread(sio_cache_user *u, const char *url, int fd,
+                            int sfd, uint64_t size, void *buf, size_t len,
+                            uint64_t off, sio_cache_carry *carry, char *msg,
+                            size_t cap, int nowait);
+
 sio_code sio_cache_pread(sio_cache_user *u, const char *url, int fd, int sfd,
                          uint64_t size, void *buf, size_t len, uint64_t off,
                          sio_cache_carry *carry, char *msg, size_t cap)
+{
+    return cache_pread(u, url, fd, sfd, size, buf, len, off, carry, msg, cap,
+                       0);
+}
+
+sio_code sio_cache_pread_nowait(sio_cache_user *u, const char *url, int fd,
+                                int sfd, uint64_t size, void *buf, size_t len,
+                                uint64_t off, sio_cache_carry *carry,
+                                char *msg, size_t cap)
+{
+    return cache_pread(u, url, fd, sfd, size, buf, len, off, carry, msg, cap,
+                       1);
+}
+
+static sio_code cache_pread(sio_cache_user *u, const char *url, int fd,
+                            int sfd, uint64_t size, void *buf, size_t len,
+                            uint64_t off, sio_cache_carry *carry, char *msg,
+                            size_t cap, int nowait)
 {
     unsigned char pre[CACHE_BLOCK], suf[CACHE_BLOCK];
     unsigned char *dst = buf;
@@ -1901,9 +1924,26 @@ sio_code sio_cache_pread(sio_cache_user *u, const char *url, int fd, int sfd,
                            {suf, (size_t)(be - end)}};
     size_t total = iov[0].iov_len + len + iov[2].iov_len, done = 0;
     ssize_t r;
-    do
-        r = preadv(fd, iov, 3, (off_t)bs);
-    while (r < 0 && errno == EINTR);
+    for (;;) {
+        r = nowait ? preadv2(fd, iov, 3, (off_t)bs, RWF_NOWAIT)
+                   : preadv(fd, iov, 3, (off_t)bs);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (nowait && r < 0 &&
+            (errno == EOPNOTSUPP || errno == EINVAL || errno == ENOSYS)) {
+            nowait = 0; /* not here: read as usual */
+            continue;
+        }
+        break;
+    }
+    /* Waiting for nothing: bytes not in the page cache (the entry is
+     * whole, so a short read is that too) are left to the caller. */
+    if (nowait && ((r < 0 && errno == EAGAIN) ||
+                   (r >= 0 && (size_t)r < total))) {
+        snprintf(msg, cap, "url=%s: read at %" PRIu64 ": not in the page "
+                 "cache", url, bs);
+        return SIO_ERR_AGAIN;
+    }
     if (r > 0)
         done = (size_t)r;
     if (done < total) {

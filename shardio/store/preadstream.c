@@ -47,9 +47,16 @@ static sio_code pr_read(sio_stream *s, void *buf, size_t cap, size_t *got)
             return SIO_OK;
         if (cap > p->size - p->pos)
             cap = (size_t)(p->size - p->pos);
-        sio_code rc = sio_cache_pread(p->cu, p->url, p->fd, p->sfd, p->size,
-                                      buf, cap, p->pos, p->carry, p->err,
-                                      sizeof p->err);
+        sio_code rc =
+            p->nowait ? sio_cache_pread_nowait(p->cu, p->url, p->fd, p->sfd,
+                                               p->size, buf, cap, p->pos,
+                                               p->carry, p->err,
+                                               sizeof p->err)
+                      : sio_cache_pread(p->cu, p->url, p->fd, p->sfd, p->size,
+                                        buf, cap, p->pos, p->carry, p->err,
+                                        sizeof p->err);
+        if (rc == SIO_ERR_AGAIN)
+            p->nowait_missed = 1;
         if (rc)
             return rc;
         p->pos += cap;

@@ -136,6 +136,13 @@ sio_code sio_cache_pread(struct sio_cache_user *u, const char *url, int fd,
                          int sfd, uint64_t size, void *buf, size_t len,
                          uint64_t off, sio_cache_carry *carry, char *msg,
                          size_t cap);
+/* The same, waiting for nothing: SIO_ERR_AGAIN (nothing checked, nothing
+ * counted) when the range is not all in the page cache. */
+sio_code sio_cache_pread_nowait(struct sio_cache_user *u, const char *url,
+                                int fd, int sfd, uint64_t size, void *buf,
+                                size_t len, uint64_t off,
+                                sio_cache_carry *carry, char *msg,
+                                size_t cap);
 
 /* The on-disk formats of the cache (shardio_cache.h), for the loader,
  * tests and the fuzzer. */

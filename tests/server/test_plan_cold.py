@@ -9,6 +9,11 @@ share is, sample for sample, the feed's (a --data-plane stream server),
 and shardcast_plan_cold_reads_total counts the samples whose bytes the
 warm threads read (the serving threads asked with RWF_NOWAIT and did not
 wait for the disk).
+
+test_cache_entries_not_in_the_page_cache_are_read_off_the_http_threads:
+the same shards over HTTP (nginx) with a shard cache: epoch 0 fills the
+cache, its files are evicted, and the planned epoch 1 read from the
+cache entries gets the feed's shares, its cold reads counted.
 """
 
 import io
@@ -20,7 +25,7 @@ import pytest
 
 from plan_testlib import keys_fields
 from plan_testlib import read_world as plan_read_world
-from server_testlib import request
+from server_testlib import Nginx, request
 
 SHARDS = 6
 PER_SHARD = 40
@@ -50,7 +55,7 @@ def make_dataset(path, seed):
 def evict(files):
     """Drop the files' pages from the page cache; True when a read that
     must not wait finds the first page gone."""
-    gone = True
+    gone = bool(files)
     for p in files:
         fd = os.open(p, os.O_RDONLY)
         try:
@@ -104,3 +109,36 @@ def test_samples_not_in_the_page_cache_are_read_off_the_http_threads(
     cold = metric(srv, "shardcast_plan_cold_reads_total") - before
     assert cold > 0, "no cold read went to the warm threads"
     assert metric(srv, "shardcast_plan_cold_read_bytes_total") > 0
+
+
+def test_cache_entries_not_in_the_page_cache_are_read_off_the_http_threads(
+        start, tmp_path):
+    if not hasattr(os, "RWF_NOWAIT"):
+        pytest.skip("this Python has no os.RWF_NOWAIT to check eviction")
+    files = make_dataset(str(tmp_path / "ds"), 98)
+    path = os.path.dirname(files[0])
+    ng = Nginx(path, str(tmp_path))
+    try:
+        src = "http://127.0.0.1:%d/c-{000000..%06d}.tar" % (ng.port,
+                                                            SHARDS - 1)
+        cache = str(tmp_path / "cache")
+        feed = start("--job", "t", "--source", src, "--data-plane", "stream",
+                     "--prefetch", "false", "--stream-rate-limit", "0",
+                     "--rate-limit", "0", "--max-new-epochs-per-minute", "0")
+        want = read_world(feed, 1)
+        srv = start("--job", "t", "--source", src, "--data-plane", "auto",
+                    "--cache-bytes", "1GiB", "--cache-dir", cache,
+                    "--prefetch", "false", "--stream-rate-limit", "0",
+                    "--rate-limit", "0", "--max-new-epochs-per-minute", "0")
+        read_world(srv, 0)  # fills the cache
+        before = metric(srv, "shardcast_plan_cold_reads_total")
+        entries = [os.path.join(d, f) for d, _, fs in os.walk(cache)
+                   for f in fs if os.path.getsize(os.path.join(d, f)) > 65536]
+        assert evict(entries), "the page cache kept the cache files"
+        got = read_world(srv, 1)
+        for r in range(WORLD):
+            assert got[r] == want[r], "rank %d differs from the feed's" % r
+        assert metric(srv, "shardcast_plan_cold_reads_total") > before, (
+            "no cold read of a cache entry went to the warm threads")
+    finally:
+        ng.stop()
