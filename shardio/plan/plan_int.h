@@ -220,7 +220,8 @@ void plan_refill_run(sio_plan *p);
  * not be called after it returns. Zero-initialized: idle. */
 typedef struct plan_warm {
     struct plan_warm *next;
-    int fd, state;
+    int fd;
+    _Atomic int state; /* written under the pool's lock */
     uint64_t off, len;
     void (*fn)(void *ud);
     void *ud;
@@ -228,6 +229,11 @@ typedef struct plan_warm {
 int plan_warm_submit(plan_warm *w, int fd, uint64_t off, uint64_t len,
                      void (*fn)(void *ud), void *ud);
 void plan_warm_cancel(plan_warm *w);
+/* Is a job of w queued or being read (its notify still to come)? */
+static inline int plan_warm_busy(plan_warm *w)
+{
+    return atomic_load(&w->state) != 0;
+}
 
 /* A reader waits for the plan to grow past index t: 0 when it may read
  * (t below n, or the plan complete or failed), 1 when it was queued and

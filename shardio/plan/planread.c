@@ -551,6 +551,11 @@ static sio_code read_item(sio_planread *r, uint64_t t,
     sio_code rc;
     struct stat now;
 
+    /* Its bytes are being read into the page cache: the warm threads'
+     * notify follows (a stream that had bytes to send comes back before
+     * it; it must not read them here meanwhile). */
+    if (plan_warm_busy(&r->warm))
+        return SIO_ERR_AGAIN;
     /* A windowed plan's chunk let go: made again, the reader waits. */
     while (!plan_item_copy(r->plan, t, &copy)) {
         int w = plan_refill_wait(r->plan, &r->w, t, r->err, sizeof r->err);
