@@ -291,6 +291,15 @@ sio_code sio_index_build_fd(sio_io *io, const char *url, uint32_t index,
                             sio_index_entry *e, int fd,
                             const sio_logger *log, uint64_t *reached,
                             sio_error *err);
+/* The same over a compressed shard's decompressed bytes in fd (a
+ * tar.gz, tar.zst...): the entry records the positions in the
+ * decompressed stream, as a read of the shard itself does (stream-only). */
+sio_code sio_index_build_fd_decompressed(sio_io *io, const char *url,
+                                         uint32_t index,
+                                         const sio_shard_limits *limits,
+                                         sio_index_entry *e, int fd,
+                                         const sio_logger *log,
+                                         uint64_t *reached, sio_error *err);
 
 /* Path of the entry's persisted file (valid while the index lives), or
  * NULL when memory only or not complete yet. */
@@ -371,6 +380,10 @@ typedef struct sio_shard_at {
     uint32_t read_cap;    /* read buffer size (0: the io's): a small one
                              reads large members straight into the
                              sample's memory */
+    int decompressed;     /* with use_fd: fd holds a compressed shard's
+                             decompressed bytes (the groups recorded are
+                             positions in that stream: stream-only, as a
+                             read of the shard itself records them) */
 } sio_shard_at;
 
 /* Open a shard at a group (at NULL: from the start, as sio_shard_open).

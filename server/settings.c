@@ -304,8 +304,10 @@ static const setting settings[] = {
      "planned: each shard is fetched whole, once, and read by every stream "
      "from there, and let go once the streams passed it; as much again for "
      "shards fetched a second time for streams behind the others "
-     "(docs/architecture.md \"Memory\"). 0 (the default): such epochs are "
-     "read by the feed. A shard's first sample waits for the whole shard"},
+     "(docs/architecture.md \"Memory\"); compressed shards (tar.gz, "
+     "tar.zst...) are staged there decompressed, so their epochs are "
+     "planned too. 0 (the default): such epochs are read by the feed. A "
+     "shard's first sample waits for the whole shard"},
     {"lag-policy", NULL, SRV(lag_policy), T_ENUM, "detach", 0, 0, lag_choices,
      "a consumer that holds a full window back: detach it into a seek "
      "after --lag-grace-ms, or make everyone wait"},

@@ -64,6 +64,8 @@ static sio_code file_identity(sio_io *io, const sio_epoch_config *cfg,
     return SIO_OK;
 }
 
+static int zip_name(const char *url);
+
 /* Is every shard of the epoch's part of the list indexed completely, with
  * byte offsets, and readable in place? The entries go into ents[], and
  * with files non-NULL each file's identity into files[]. */
@@ -111,6 +113,13 @@ static sio_code check_shards(sio_io *io, const sio_shardlist *list,
         if (files)
             sio_index_vet(e, io, cfg->cache, &cfg->limits);
         sio_index_get_info(e, &info);
+        /* Compressed: its index holds positions in the decompressed
+         * stream, which a plan reads from staging (a plan that grows);
+         * a zip's are not byte positions at all. */
+        if (info.stream_only && cfg->stage_bytes && !zip_name(url))
+            return sio_seterr(err, SIO_ERR_AGAIN,
+                              "shard %zu is compressed: it is staged "
+                              "decompressed", i);
         if (info.stream_only)
             return sio_seterr(err, SIO_ERR_UNSUPPORTED,
                               "shard %zu is compressed or a zip (its index "
@@ -1177,15 +1186,13 @@ void sio_plan_window_stats(sio_plan *p, sio_plan_window *out)
 
 /* A URL whose name says it is compressed or a zip (a remote shard's
  * first bytes are not asked for before it is read). */
-static int compressed_name(const char *url)
+static int name_ends(const char *url, const char *const *ext, size_t n_ext)
 {
-    static const char *const ext[] = {".gz", ".tgz", ".zst", ".zstd", ".xz",
-                                      ".bz2", ".zip"};
     size_t n = strlen(url);
     const char *q = strpbrk(url, "?#");
     if (q)
         n = (size_t)(q - url);
-    for (size_t i = 0; i < sizeof ext / sizeof ext[0]; i++) {
+    for (size_t i = 0; i < n_ext; i++) {
         size_t k = strlen(ext[i]);
         if (n >= k && strncasecmp(url + n - k, ext[i], k) == 0)
             return 1;
@@ -1193,20 +1200,56 @@ static int compressed_name(const char *url)
     return 0;
 }
 
+static int zip_name(const char *url)
+{
+    static const char *const ext[] = {".zip"};
+    return name_ends(url, ext, 1);
+}
+
+static int compressed_name(const char *url)
+{
+    static const char *const ext[] = {".gz", ".tgz", ".zst", ".zstd", ".xz",
+                                      ".bz2", ".zip"};
+    return name_ends(url, ext, sizeof ext / sizeof ext[0]);
+}
+
+/* What a local shard starts with: 0 a tar (or anything else read as
+ * one), 1 a compressed stream, 2 a zip; -1 (err) when it cannot be
+ * opened. One read of 512 bytes. */
+static int head_kind(sio_io *io, const sio_epoch_config *cfg,
+                     const char *url, sio_error *err)
+{
+    int fd = -1;
+    unsigned char head[512];
+    if (sio_io_open_fd_probe(io, cfg->cache, url, &fd, err) != SIO_OK)
+        return -1;
+    ssize_t got = pread(fd, head, sizeof head, 0);
+    close(fd);
+    if (got < 0)
+        return 1; /* unreadable: not planned (the feed reports it) */
+    if (got >= 4 && head[0] == 'P' && head[1] == 'K' &&
+        ((head[2] == 3 && head[3] == 4) || (head[2] == 5 && head[3] == 6)))
+        return 2;
+    return sio_tarp_compressed(head, (size_t)got) ? 1 : 0;
+}
+
 /* Can the epoch grow a plan from its shards as they are indexed? Every
  * shard must be readable in place (a local file, a complete cache entry)
  * or, from an object store, be staged by the step that indexes it: into
  * the job's shard cache (its size listed), or in memory (*stage: with
- * stage_bytes); and not be a compressed stream or a zip. Shards whose
- * index is complete are taken as they are. */
+ * stage_bytes). A compressed shard (tar.gz, tar.zst...) is staged in
+ * memory decompressed, with stage_bytes; a zip is never planned. Shards
+ * whose index is complete are taken as they are. kinds[i] gets shard i's
+ * STAGE_* kind. */
 static sio_code growable(sio_io *io, const sio_shardlist *list,
                          const sio_epoch_config *cfg, int *stage,
-                         sio_error *err)
+                         uint8_t *kinds, sio_error *err)
 {
     size_t total = sio_shardlist_count(list);
     size_t first = cfg->range_count ? cfg->range_first : 0;
     size_t count = cfg->range_count ? cfg->range_count : total;
     uint64_t to_fill = 0;
+    int dec = cfg->stage_bytes > 0; /* compressed shards staged */
     if (first > total || count > total - first)
         return sio_seterr(err, SIO_ERR_INVALID, "shard range out of list");
     if (cfg->on_error != SIO_ON_ERROR_SKIP || !cfg->journal)
@@ -1215,15 +1258,48 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
                           "its shards are indexed");
     for (size_t i = first; i < first + count; i++) {
         const char *url = sio_shardlist_url(list, i);
+        int object = sio_cache_covers(url);
+        int zipn = zip_name(url), cname = compressed_name(url) && !zipn;
         sio_index_entry *e = sio_index_peek(cfg->index, url);
-        if (e) {
-            sio_index_info info;
+        sio_index_info info = {0};
+        if (e)
             sio_index_get_info(e, &info);
-            if (info.stream_only)
+        /* Compressed (1) or a zip (2): as its complete index says, else
+         * as its name says, else (a local file) as its first bytes say;
+         * a local shard whose index is stream-only is asked too (a zip
+         * named .tar). */
+        int kind = (e && info.complete) ? (info.stream_only ? 1 : 0)
+                   : zipn               ? 2
+                   : cname              ? 1
+                                        : 0;
+        if (kind == 1 && zipn)
+            kind = 2;
+        int local = !object && sio_io_fd_capable(io, cfg->cache, url);
+        if (local && ((kind == 0 && !(e && info.complete)) ||
+                      (kind == 1 && info.stream_only))) {
+            kind = head_kind(io, cfg, url, err);
+            if (kind < 0)
                 return sio_seterr(err, SIO_ERR_UNSUPPORTED,
-                                  "shard %zu is compressed or a zip", i);
+                                  "shard %zu cannot be opened: %s", i,
+                                  err->msg);
         }
-        if (sio_cache_covers(url)) {
+        if (kind == 2)
+            return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                              "shard %zu is a zip (read as a stream)", i);
+        if (kind == 1) {
+            if (!dec)
+                return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                                  "shard %zu is compressed and there is no "
+                                  "staging (--stage-bytes 0) to hold it "
+                                  "decompressed", i);
+            if (!object && !local)
+                return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                                  "shard %zu cannot be read", i);
+            kinds[i] = STAGE_DECOMPRESS;
+            *stage = 1;
+            continue;
+        }
+        if (object) {
             /* An object: staged in the job's shard cache where the
              * listing says how much it takes and the cache has room for
              * it when its step comes, else in memory (with --stage-bytes),
@@ -1234,9 +1310,7 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
              * opened here (a reader holding it would keep the cache from
              * evicting it meanwhile). */
             uint64_t sz = sio_shardlist_size(list, i);
-            if (compressed_name(url))
-                return sio_seterr(err, SIO_ERR_UNSUPPORTED,
-                                  "shard %zu is compressed or a zip", i);
+            kinds[i] = STAGE_MEMORY;
             if (sio_io_fd_capable(io, cfg->cache, url))
                 continue;
             if (cfg->cache && sz == UINT64_MAX)
@@ -1261,41 +1335,13 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
             *stage = 1;
             continue;
         }
-        if (!sio_io_fd_capable(io, cfg->cache, url))
+        if (!local)
             return sio_seterr(err, SIO_ERR_UNSUPPORTED,
                               "shard %zu cannot be read in place", i);
-        if (e) {
-            sio_index_info info;
-            sio_index_get_info(e, &info);
-            if (info.complete)
-                continue;
-        }
-        if (compressed_name(url))
-            return sio_seterr(err, SIO_ERR_UNSUPPORTED,
-                              "shard %zu is compressed or a zip", i);
-        /* What it starts with, whatever its name (a gzip named .tar must
-         * not stop the plan midway: a consumer that does not resume, curl,
-         * would see the handover as an error). Compressed and zip shards
-         * are read as streams; anything else is read as a tar (one that
-         * fails is skipped as the feed skips it; one libarchive reads in
-         * another format stops the plan at that shard, and the feed goes
-         * on from there). One read of 512 bytes per shard not indexed yet,
-         * on the planner thread. */
-        int fd = -1;
-        unsigned char head[512];
-        sio_code rc = sio_io_open_fd_probe(io, cfg->cache, url, &fd, err);
-        if (rc)
-            return sio_seterr(err, SIO_ERR_UNSUPPORTED,
-                              "shard %zu cannot be opened: %s", i,
-                              err->msg);
-        ssize_t got = pread(fd, head, sizeof head, 0);
-        close(fd);
-        if (got < 0 || sio_tarp_compressed(head, (size_t)got) ||
-            (got >= 4 && head[0] == 'P' && head[1] == 'K' &&
-             ((head[2] == 3 && head[3] == 4) ||
-              (head[2] == 5 && head[3] == 6))))
-            return sio_seterr(err, SIO_ERR_UNSUPPORTED,
-                              "shard %zu is compressed or a zip", i);
+        /* A local tar (what it starts with was asked above when it is not
+         * indexed yet: a gzip named .tar must not stop the plan midway;
+         * one libarchive reads in another format stops the plan at that
+         * shard, and the feed goes on from there). */
     }
     /* Without staging in memory, the cache must have room for every
      * shard to fetch now. */
@@ -1318,28 +1364,33 @@ sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
     if (rc)
         return rc;
     int stage = 0;
-    rc = growable(io, list, cfg, &stage, err);
-    if (rc)
-        return rc;
     size_t total = sio_shardlist_count(list);
+    uint8_t *kinds = calloc(total ? total : 1, 1);
+    if (!kinds)
+        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    rc = growable(io, list, cfg, &stage, kinds, err);
+    if (rc) {
+        free(kinds);
+        return rc;
+    }
     sio_plan *p = plan_new(total);
     plan_grow *g = calloc(1, sizeof *g);
     if (!p || !g || (stage && !(p->stage = stage_new(total)))) {
+        free(kinds);
         free(g);
         plan_free(p);
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
     }
     if (stage) {
         /* Every object not read in place is staged, in the cache or in
-         * memory (prepare_shard decides, shard by shard); the graces come
-         * with sio_plan_set_stage (none until then). */
-        size_t first = cfg->range_count ? cfg->range_first : 0;
-        size_t count = cfg->range_count ? cfg->range_count : total;
+         * memory (prepare_shard decides, shard by shard), and every
+         * compressed shard in memory, decompressed; the graces come with
+         * sio_plan_set_stage (none until then). */
         p->stage->budget = cfg->stage_bytes; /* 0: none in memory */
-        for (size_t i = first; i < first + count; i++)
-            p->stage->sh[i].kind =
-                sio_cache_covers(sio_shardlist_url(list, i)) ? 1 : 0;
+        for (size_t i = 0; i < total; i++)
+            p->stage->sh[i].kind = kinds[i];
     }
+    free(kinds);
     pthread_mutex_init(&g->ck_mu, NULL);
     p->growing = 1;
     p->g = g;
@@ -1433,6 +1484,7 @@ static sio_code prepare_staged(sio_plan *p, uint32_t s, sio_index_entry *e,
     uint64_t cut = UINT64_MAX, size = 0, vh = 0, reached = 0;
     int has_cut = sio_journal_cut(g->cfg.journal, s, &cut);
     int fd = -1;
+    int dec = p->stage->sh[s].kind == STAGE_DECOMPRESS;
     sio_error e2 = {SIO_OK, ""};
     sio_code rc = SIO_OK;
     if (has_cut && cut == 0) { /* journaled with no group: nothing read */
@@ -1457,8 +1509,8 @@ static sio_code prepare_staged(sio_plan *p, uint32_t s, sio_index_entry *e,
             e2 = pf->err;
         } else {
             fd = stage_spare(p);
-            rc = stage_fetch(g->io, url, p->stage->budget, &fd, &size, &vh,
-                             &e2);
+            rc = stage_fetch(g->io, url, p->stage->budget, dec, &fd, &size,
+                             &vh, &e2);
         }
         if (!transient_read(rc))
             break;
@@ -1477,10 +1529,14 @@ static sio_code prepare_staged(sio_plan *p, uint32_t s, sio_index_entry *e,
     /* The bytes staged (all of them, or those before the store failed)
      * are indexed from memory. */
     sio_error e3 = {SIO_OK, ""};
-    sio_code brc = fd >= 0 ? sio_index_build_fd(g->io, url, s,
-                                                &g->cfg.limits, e, fd,
-                                                &g->cfg.log, &reached, &e3)
-                           : SIO_OK;
+    sio_code brc = SIO_OK;
+    if (fd >= 0 && dec) /* positions in the decompressed stream */
+        brc = sio_index_build_fd_decompressed(g->io, url, s, &g->cfg.limits,
+                                              e, fd, &g->cfg.log, &reached,
+                                              &e3);
+    else if (fd >= 0)
+        brc = sio_index_build_fd(g->io, url, s, &g->cfg.limits, e, fd,
+                                 &g->cfg.log, &reached, &e3);
     if (brc == SIO_ERR_NOMEM || brc == SIO_ERR_CANCELED) {
         close(fd);
         return sio_seterr(err, brc, "shard %" PRIu32 ": %s", s, e3.msg);
@@ -1505,15 +1561,15 @@ static sio_code prepare_staged(sio_plan *p, uint32_t s, sio_index_entry *e,
                           "shard %" PRIu32 " was read to its end but its "
                           "index is not complete", s);
     }
-    if (info.stream_only || (!info.complete && !(has_cut && info.known >= cut))) {
+    int foreign = info.stream_only != dec; /* not the stream staged */
+    if (foreign || (!info.complete && !(has_cut && info.known >= cut))) {
         if (fd >= 0)
             close(fd);
-        return sio_seterr(err, info.stream_only ? SIO_ERR_UNSUPPORTED
-                                                : SIO_ERR_CHANGED,
+        return sio_seterr(err, foreign ? SIO_ERR_UNSUPPORTED
+                                       : SIO_ERR_CHANGED,
                           "shard %" PRIu32 " %s", s,
-                          info.stream_only ? "is compressed or a zip"
-                                           : "is indexed short and has no "
-                                             "end");
+                          foreign ? "is compressed or a zip"
+                                  : "is indexed short and has no end");
     }
     uint64_t good = 0, bad = 0;
     sio_index_tally(e, has_cut ? cut : UINT64_MAX, &good, &bad);
@@ -1550,6 +1606,9 @@ static sio_code prepare_shard(sio_plan *p, uint32_t s, sio_error *err)
     if (!e)
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
     sio_index_refresh(e);
+    /* A compressed shard: in memory, decompressed. */
+    if (p->stage && p->stage->sh[s].kind == STAGE_DECOMPRESS)
+        return prepare_staged(p, s, e, err);
     /* An object not in place: filled into the shard cache when it has
      * room for it now (by the listed size: a plan does not evict shards
      * of its own epoch, so the cached subset stays put), else staged in
@@ -1669,14 +1728,24 @@ static sio_code prepare_shard(sio_plan *p, uint32_t s, sio_error *err)
     return SIO_OK;
 }
 
+/* What staging shard s takes, as far as it is known before its fetch:
+ * its listed size, or UINT64_MAX (not listed, or decompressed). */
+static uint64_t stage_size(const sio_plan *p, uint32_t s)
+{
+    if (p->stage->sh[s].kind == STAGE_DECOMPRESS)
+        return UINT64_MAX;
+    return sio_shardlist_size(p->g->list, s);
+}
+
 static void *prefetch_main(void *arg)
 {
     prefetch *f = arg;
     plan_grow *g = f->p->g;
     f->fd = stage_spare(f->p);
     f->rc = stage_fetch(g->io, sio_shardlist_url(g->list, f->s),
-                        f->p->stage->budget, &f->fd, &f->size, &f->vh,
-                        &f->err);
+                        f->p->stage->budget,
+                        f->p->stage->sh[f->s].kind == STAGE_DECOMPRESS,
+                        &f->fd, &f->size, &f->vh, &f->err);
     return NULL;
 }
 
@@ -1699,7 +1768,7 @@ static void prefetch_step(sio_plan *p, size_t n)
     unsigned fresh = 0;
     for (size_t i = 0; i < n && g->npre < STAGE_PARALLEL; i++) {
         uint32_t s = g->ahead[i];
-        uint64_t cut, sz = sio_shardlist_size(g->list, s);
+        uint64_t cut, sz = stage_size(p, s);
         if (s >= g->total || g->ents[s])
             continue;
         if (i >= g->cfg.interleave && fresh >= GROW_STEP_SHARDS)
@@ -1843,7 +1912,7 @@ sio_code sio_plan_grow(sio_plan *p, sio_error *err)
         /* A shard staged in memory waits for room (readers passing the
          * shards before). */
         if (stage_kind(p, s) &&
-            !stage_room(p, sio_shardlist_size(g->list, s),
+            !stage_room(p, stage_size(p, s),
                         i < g->cfg.interleave)) {
             blocked = 1;
             break;

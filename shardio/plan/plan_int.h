@@ -66,9 +66,13 @@ typedef struct plan_waiter {
  * item (and no reader holds it); a reader behind that (detached, late, a
  * resume from before) has the shard fetched again for it ("restage").
  * One record per shard of the list; guarded by the plan's mu. */
+/* stage_shard.kind: read in place (0), staged in memory (1), staged in
+ * memory decompressed (a compressed shard; its index is stream-only: the
+ * positions of the decompressed stream). */
+enum { STAGE_IN_PLACE = 0, STAGE_MEMORY = 1, STAGE_DECOMPRESS = 2 };
 typedef struct stage_shard {
     int fd;            /* the memfd (-1: not staged, or let go) */
-    uint8_t kind;      /* staged in memory, not read in place */
+    uint8_t kind;      /* STAGE_*: staged in memory, not read in place */
     uint8_t final;     /* every item of it decided: last is its last */
     uint8_t doomed;    /* let go as soon as no reader holds it */
     uint8_t restaged;  /* staged again for readers behind (restage budget) */
@@ -292,9 +296,12 @@ static inline int stage_kind(const sio_plan *p, uint32_t s)
 /* Fetch url whole, at most cap bytes, into *fd (a spare to write again,
  * or -1: a new memfd): SIO_OK with *fd, *size and the store's validator's
  * hash, else the store's code with err (*fd then holds what came before
- * the failure, or -1). */
-sio_code stage_fetch(sio_io *io, const char *url, uint64_t cap, int *fd,
-                     uint64_t *size, uint64_t *vhash, sio_error *err);
+ * the failure, or -1). decompress: a compressed shard (tar.gz, tar.zst,
+ * tar.xz, tar.bz2) is written decompressed (cap counts those bytes); a
+ * zip is SIO_ERR_UNSUPPORTED. */
+sio_code stage_fetch(sio_io *io, const char *url, uint64_t cap,
+                     int decompress, int *fd, uint64_t *size,
+                     uint64_t *vhash, sio_error *err);
 /* A memfd to stage into: one let go before, by this plan or an earlier
  * epoch's (its pages written again: none allocated nor freed per shard),
  * else -1 (stage_fetch makes one). */

@@ -35,6 +35,8 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <archive.h>
+#include <archive_entry.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -153,13 +155,40 @@ static sio_code write_all(int fd, const unsigned char *p, size_t n,
     return SIO_OK;
 }
 
-sio_code stage_fetch(sio_io *io, const char *url, uint64_t cap, int *fd,
-                     uint64_t *size, uint64_t *vhash, sio_error *err)
+/* A compressed shard's bytes through libarchive's filters (raw format:
+ * the decompressed stream itself). */
+typedef struct la_src {
+    sio_stream *in;
+    unsigned char *buf;
+    sio_code rc;
+    char err[300];
+} la_src;
+
+static la_ssize_t la_read(struct archive *a, void *ud, const void **out)
+{
+    la_src *s = ud;
+    size_t got = 0;
+    sio_code rc = s->in->ops->read(s->in, s->buf, STAGE_READ, &got);
+    if (rc) {
+        s->rc = rc;
+        snprintf(s->err, sizeof s->err, "%s", s->in->ops->errmsg(s->in));
+        archive_set_error(a, EIO, "%s", s->err);
+        return -1;
+    }
+    *out = s->buf;
+    return (la_ssize_t)got;
+}
+
+sio_code stage_fetch(sio_io *io, const char *url, uint64_t cap,
+                     int decompress, int *fd, uint64_t *size,
+                     uint64_t *vhash, sio_error *err)
 {
     const sio_backend_ops *ops = NULL;
     void *ctx = NULL;
     sio_stream *in = NULL;
-    unsigned char *buf = NULL;
+    unsigned char *buf = NULL, *lbuf = NULL;
+    struct archive *ar = NULL;
+    la_src src = {0};
     uint64_t got_total = 0;
     char shown[512];
     int m = *fd; /* a spare (stage_spare), or -1 */
@@ -186,13 +215,49 @@ sio_code stage_fetch(sio_io *io, const char *url, uint64_t cap, int *fd,
     if (!buf)
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
     rc = ops->open(ctx, url, 0, &in, err);
+    if (rc == SIO_OK && decompress) {
+        lbuf = malloc(STAGE_READ);
+        ar = archive_read_new();
+        src = (la_src){.in = in, .buf = lbuf, .rc = SIO_OK};
+        struct archive_entry *ent = NULL;
+        if (!lbuf || !ar)
+            rc = sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+        else if (archive_read_support_filter_all(ar) != ARCHIVE_OK ||
+                 archive_read_support_format_raw(ar) != ARCHIVE_OK ||
+                 archive_read_open(ar, &src, NULL, la_read, NULL) !=
+                     ARCHIVE_OK ||
+                 archive_read_next_header(ar, &ent) != ARCHIVE_OK) {
+            sio_url_redact(url, shown, sizeof shown);
+            rc = sio_seterr(err, src.rc ? src.rc : SIO_ERR_FORMAT,
+                            "url=%s: %s", shown,
+                            src.rc ? src.err : archive_error_string(ar)
+                                                   ? archive_error_string(ar)
+                                                   : "cannot decompress");
+        }
+    }
     while (rc == SIO_OK) {
         size_t got = 0;
-        rc = in->ops->read(in, buf, STAGE_READ, &got);
-        if (rc) {
-            sio_url_redact(url, shown, sizeof shown);
-            sio_seterr(err, rc, "url=%s: %s", shown, in->ops->errmsg(in));
-            break;
+        if (ar) {
+            la_ssize_t n = archive_read_data(ar, buf, STAGE_READ);
+            if (n < 0) {
+                sio_url_redact(url, shown, sizeof shown);
+                rc = sio_seterr(err, src.rc ? src.rc : SIO_ERR_FORMAT,
+                                "url=%s: %s", shown,
+                                src.rc ? src.err
+                                : archive_error_string(ar)
+                                    ? archive_error_string(ar)
+                                    : "corrupt compressed data");
+                break;
+            }
+            got = (size_t)n;
+        } else {
+            rc = in->ops->read(in, buf, STAGE_READ, &got);
+            if (rc) {
+                sio_url_redact(url, shown, sizeof shown);
+                sio_seterr(err, rc, "url=%s: %s", shown,
+                           in->ops->errmsg(in));
+                break;
+            }
         }
         if (got == 0)
             break;
@@ -200,12 +265,24 @@ sio_code stage_fetch(sio_io *io, const char *url, uint64_t cap, int *fd,
             sio_url_redact(url, shown, sizeof shown);
             rc = sio_seterr(err, SIO_ERR_LIMIT,
                             "url=%s is larger than the staging budget "
-                            "(%" PRIu64 " bytes)", shown, cap);
+                            "(%" PRIu64 " bytes%s)", shown, cap,
+                            decompress ? ", decompressed" : "");
+            break;
+        }
+        if (ar && got_total == 0 && got >= 4 && buf[0] == 'P' &&
+            buf[1] == 'K' && buf[2] == 3 && buf[3] == 4) {
+            sio_url_redact(url, shown, sizeof shown);
+            rc = sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                            "url=%s is a zip: its members are not staged",
+                            shown);
             break;
         }
         rc = write_all(m, buf, got, err);
         got_total += got;
     }
+    if (ar)
+        archive_read_free(ar);
+    free(lbuf);
     if (in && rc == SIO_OK && in->ops->info) {
         sio_objinfo oi;
         memset(&oi, 0, sizeof oi);
@@ -664,7 +741,8 @@ void sio_plan_restage(sio_plan *p, sio_io *io, const sio_shardlist *list)
         uint64_t size = 0, vh = 0;
         sio_error e = {SIO_OK, ""};
         sio_code rc = stage_fetch(io, sio_shardlist_url(list, s), want_size,
-                                  &fd, &size, &vh, &e);
+                                  st->sh[s].kind == STAGE_DECOMPRESS, &fd,
+                                  &size, &vh, &e);
         if (rc == SIO_OK && (size != want_size ||
                              (want_v && vh && vh != want_v)))
             rc = sio_seterr(&e, SIO_ERR_CHANGED,

@@ -1627,8 +1627,8 @@ void sio_index_finish(sio_index_entry *e, uint64_t ngroups)
 static sio_code build_pass(sio_io *io, const char *url, uint32_t index,
                            const sio_shard_limits *limits, sio_index_entry *e,
                            struct sio_cache_user *cache, int fd_in,
-                           const sio_logger *log, uint64_t *reached,
-                           sio_error *err)
+                           int decompressed, const sio_logger *log,
+                           uint64_t *reached, sio_error *err)
 {
     sio_shard *sh = NULL;
     sio_shard_at at = {.end = UINT64_MAX, .rec = sio_index_recorder(e),
@@ -1643,6 +1643,7 @@ static sio_code build_pass(sio_io *io, const char *url, uint32_t index,
         at.use_fd = 1;
         at.fd = fd_in;
         at.read_cap = 16u << 10;
+        at.decompressed = decompressed;
     } else if (!cache && sio_io_url_is_file(io, url) &&
                sio_io_open_fd_probe(io, NULL, url, &fd, &fe) == SIO_OK) {
         at.use_fd = 1;
@@ -1677,21 +1678,21 @@ static sio_code build_pass(sio_io *io, const char *url, uint32_t index,
 static sio_code build_twice(sio_io *io, const char *url, uint32_t index,
                             const sio_shard_limits *limits,
                             sio_index_entry *e, struct sio_cache_user *cache,
-                            int fd, const sio_logger *log, uint64_t *reached,
-                            sio_error *err)
+                            int fd, int decompressed, const sio_logger *log,
+                            uint64_t *reached, sio_error *err)
 {
     sio_index_info before, after;
     uint64_t got = 0;
     sio_index_get_info(e, &before);
-    sio_code rc = build_pass(io, url, index, limits, e, cache, fd, log, &got,
-                             err);
+    sio_code rc = build_pass(io, url, index, limits, e, cache, fd,
+                             decompressed, log, &got, err);
     sio_index_get_info(e, &after);
     /* A loaded index this read disagreed with was dropped midway, after
      * the groups before were offered (and taken as agreeing): a second
      * read from the start records them all. */
     if (rc == SIO_OK && !after.complete && after.gen != before.gen)
-        rc = build_pass(io, url, index, limits, e, cache, fd, log, &got,
-                        err);
+        rc = build_pass(io, url, index, limits, e, cache, fd, decompressed,
+                        log, &got, err);
     if (reached)
         *reached = got;
     return rc;
@@ -1703,7 +1704,7 @@ sio_code sio_index_build_to(sio_io *io, const char *url, uint32_t index,
                             const sio_logger *log, uint64_t *reached,
                             sio_error *err)
 {
-    return build_twice(io, url, index, limits, e, cache, -1, log, reached,
+    return build_twice(io, url, index, limits, e, cache, -1, 0, log, reached,
                        err);
 }
 
@@ -1713,7 +1714,18 @@ sio_code sio_index_build_fd(sio_io *io, const char *url, uint32_t index,
                             const sio_logger *log, uint64_t *reached,
                             sio_error *err)
 {
-    return build_twice(io, url, index, limits, e, NULL, fd, log, reached,
+    return build_twice(io, url, index, limits, e, NULL, fd, 0, log, reached,
+                       err);
+}
+
+sio_code sio_index_build_fd_decompressed(sio_io *io, const char *url,
+                                         uint32_t index,
+                                         const sio_shard_limits *limits,
+                                         sio_index_entry *e, int fd,
+                                         const sio_logger *log,
+                                         uint64_t *reached, sio_error *err)
+{
+    return build_twice(io, url, index, limits, e, NULL, fd, 1, log, reached,
                        err);
 }
 

@@ -307,6 +307,8 @@ static sio_code start_reader(sio_shard *sh, sio_error *err)
 
     sio_tarp_init(&sh->tp, sh->stream, sh->rbuf, sh->rcap, sh->at.offset);
     sh->plain = 1;
+    if (sh->at.use_fd && sh->at.decompressed)
+        sh->filtered = 1; /* positions in a decompressed stream */
     rc = sio_tarp_peek(&sh->tp, 512, &p, &have);
     if (rc) {
         plain_stream_error(sh);

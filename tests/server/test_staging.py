@@ -370,3 +370,52 @@ def test_a_listed_shard_larger_than_stage_bytes_keeps_the_feed(start, server_bin
         dp = data_plane(get_json(srv, "/v1/jobs/t"))
         assert dp["plans_grown"] == 0 and dp["feed_streams"] == 2, (tag(), dp)
         assert dp["plan_failures"] == 0, (tag(), dp)
+
+
+def test_compressed_shards_are_staged_decompressed_and_planned(start, server_binary,
+                                                              tmp_path):
+    """Local tar.gz and tar.zst shards with --stage-bytes: every epoch is
+    planned (each compressed shard decompressed once into memory, read
+    with the positions of its stream-only index), and each rank's share
+    is the feed's; a zip shard keeps the feed."""
+    import shutil
+    import subprocess
+    require_planes(server_binary, "auto", "stream")
+    rng = random.Random(SEED + 23)
+    ds = make_random_dataset(str(tmp_path / "ds"), rng.randrange(1 << 30),
+                             [("ustar", 40), ("targz", 50), ("pax", 30),
+                              ("targz", 35), ("gnu", 45)], "z")
+    if shutil.which("zstd"):
+        plain = os.path.join(ds.path, "z-000004.tar")
+        subprocess.run(["zstd", "-q", "--rm", plain, "-o", plain + ".zst"],
+                       check=True)
+    args = ("--job", "t", "--source", ds.path, "--interleave", "3", *COMMON)
+    feed = start(*args, "--data-plane", "stream")
+    plan = start(*args, "--data-plane", "auto", "--stage-bytes", "256MiB")
+    for epoch in (0, 1):
+        want = read_world(feed, epoch, 3)
+        before = data_plane(get_json(plan, "/v1/jobs/t"))
+        got = read_world(plan, epoch, 3)
+        for r in range(3):
+            assert kf(got[r]) == kf(want[r]), (
+                "%s epoch %d rank %d: the staged plan differs from the feed "
+                "(%d samples against %d)" % (tag(), epoch, r,
+                                             len(got[r].samples),
+                                             len(want[r].samples)))
+            assert got[r].summary() == want[r].summary(), (tag(), epoch, r)
+        after = data_plane(get_json(plan, "/v1/jobs/t"))
+        assert after["feed_streams"] == before["feed_streams"], (tag(), after)
+        assert after["plan_streams"] == before["plan_streams"] + 3, (tag(), after)
+    assert staging(plan)["shards"] >= 2, staging(plan)
+    # A zip among them: the feed, with staging or without.
+    zds = make_random_dataset(str(tmp_path / "zds"), rng.randrange(1 << 30),
+                              [("ustar", 20), ("zip", 20)], "y")
+    zfeed = start("--job", "t", "--source", zds.path, *COMMON,
+                  "--data-plane", "stream")
+    zplan = start("--job", "t", "--source", zds.path, *COMMON,
+                  "--data-plane", "auto", "--stage-bytes", "256MiB")
+    want = read_world(zfeed, 0, 2)
+    got = read_world(zplan, 0, 2)
+    assert [kf(p) for p in got] == [kf(p) for p in want], tag()
+    dp = data_plane(get_json(zplan, "/v1/jobs/t"))
+    assert dp["plan_streams"] == 0 and dp["feed_streams"] == 2, (tag(), dp)
