@@ -291,15 +291,18 @@ sio_code sio_index_build_fd(sio_io *io, const char *url, uint32_t index,
                             sio_index_entry *e, int fd,
                             const sio_logger *log, uint64_t *reached,
                             sio_error *err);
-/* The same over a compressed shard's decompressed bytes in fd (a
- * tar.gz, tar.zst...): the entry records the positions in the
- * decompressed stream, as a read of the shard itself does (stream-only). */
-sio_code sio_index_build_fd_decompressed(sio_io *io, const char *url,
-                                         uint32_t index,
-                                         const sio_shard_limits *limits,
-                                         sio_index_entry *e, int fd,
-                                         const sio_logger *log,
-                                         uint64_t *reached, sio_error *err);
+/* The same over bytes staged in fd with two more facts: decompressed,
+ * fd holds a compressed shard's decompressed bytes (a tar.gz, tar.zst...)
+ * and the entry records the positions in that stream, as a read of the
+ * shard itself does (stream-only); cut_at (not UINT64_MAX): the fetch
+ * failed after cut_at bytes, so the shard does not end there (a read that
+ * reaches it fails as a read of the shard did: no group after it, and the
+ * entry is not complete). */
+sio_code sio_index_build_staged(sio_io *io, const char *url, uint32_t index,
+                                const sio_shard_limits *limits,
+                                sio_index_entry *e, int fd, int decompressed,
+                                uint64_t cut_at, const sio_logger *log,
+                                uint64_t *reached, sio_error *err);
 
 /* Path of the entry's persisted file (valid while the index lives), or
  * NULL when memory only or not complete yet. */

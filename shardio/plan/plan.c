@@ -1529,14 +1529,14 @@ static sio_code prepare_staged(sio_plan *p, uint32_t s, sio_index_entry *e,
     /* The bytes staged (all of them, or those before the store failed)
      * are indexed from memory. */
     sio_error e3 = {SIO_OK, ""};
-    sio_code brc = SIO_OK;
-    if (fd >= 0 && dec) /* positions in the decompressed stream */
-        brc = sio_index_build_fd_decompressed(g->io, url, s, &g->cfg.limits,
-                                              e, fd, &g->cfg.log, &reached,
-                                              &e3);
-    else if (fd >= 0)
-        brc = sio_index_build_fd(g->io, url, s, &g->cfg.limits, e, fd,
-                                 &g->cfg.log, &reached, &e3);
+    /* (A fetch that failed: its bytes end where it did, not where the
+     * shard does: what reaches there fails, and the entry stays open.) */
+    sio_code brc =
+        fd >= 0 ? sio_index_build_staged(g->io, url, s, &g->cfg.limits, e,
+                                         fd, dec,
+                                         rc == SIO_OK ? UINT64_MAX : size,
+                                         &g->cfg.log, &reached, &e3)
+                : SIO_OK;
     if (brc == SIO_ERR_NOMEM || brc == SIO_ERR_CANCELED) {
         close(fd);
         return sio_seterr(err, brc, "shard %" PRIu32 ": %s", s, e3.msg);

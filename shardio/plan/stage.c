@@ -156,7 +156,8 @@ static sio_code write_all(int fd, const unsigned char *p, size_t n,
 }
 
 /* A compressed shard's bytes through libarchive's filters (raw format:
- * the decompressed stream itself). */
+ * the decompressed stream itself), STAGE_LA_READ at a time. */
+#define STAGE_LA_READ (64u << 10)
 typedef struct la_src {
     sio_stream *in;
     unsigned char *buf;
@@ -238,7 +239,9 @@ sio_code stage_fetch(sio_io *io, const char *url, uint64_t cap,
     while (rc == SIO_OK) {
         size_t got = 0;
         if (ar) {
-            la_ssize_t n = archive_read_data(ar, buf, STAGE_READ);
+            /* In the filters' own blocks: a stream cut short gives the
+             * blocks before the cut, as a shard reader's reads get them. */
+            la_ssize_t n = archive_read_data(ar, buf, STAGE_LA_READ);
             if (n < 0) {
                 sio_url_redact(url, shown, sizeof shown);
                 rc = sio_seterr(err, src.rc ? src.rc : SIO_ERR_FORMAT,

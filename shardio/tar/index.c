@@ -1627,8 +1627,9 @@ void sio_index_finish(sio_index_entry *e, uint64_t ngroups)
 static sio_code build_pass(sio_io *io, const char *url, uint32_t index,
                            const sio_shard_limits *limits, sio_index_entry *e,
                            struct sio_cache_user *cache, int fd_in,
-                           int decompressed, const sio_logger *log,
-                           uint64_t *reached, sio_error *err)
+                           int decompressed, uint64_t cut_at,
+                           const sio_logger *log, uint64_t *reached,
+                           sio_error *err)
 {
     sio_shard *sh = NULL;
     sio_shard_at at = {.end = UINT64_MAX, .rec = sio_index_recorder(e),
@@ -1644,6 +1645,10 @@ static sio_code build_pass(sio_io *io, const char *url, uint32_t index,
         at.fd = fd_in;
         at.read_cap = 16u << 10;
         at.decompressed = decompressed;
+        /* One byte past what was staged: a read that gets there finds
+         * the end early (the shard did not end where its fetch did). */
+        if (cut_at != UINT64_MAX)
+            at.end = cut_at + 1;
     } else if (!cache && sio_io_url_is_file(io, url) &&
                sio_io_open_fd_probe(io, NULL, url, &fd, &fe) == SIO_OK) {
         at.use_fd = 1;
@@ -1678,21 +1683,22 @@ static sio_code build_pass(sio_io *io, const char *url, uint32_t index,
 static sio_code build_twice(sio_io *io, const char *url, uint32_t index,
                             const sio_shard_limits *limits,
                             sio_index_entry *e, struct sio_cache_user *cache,
-                            int fd, int decompressed, const sio_logger *log,
-                            uint64_t *reached, sio_error *err)
+                            int fd, int decompressed, uint64_t cut_at,
+                            const sio_logger *log, uint64_t *reached,
+                            sio_error *err)
 {
     sio_index_info before, after;
     uint64_t got = 0;
     sio_index_get_info(e, &before);
     sio_code rc = build_pass(io, url, index, limits, e, cache, fd,
-                             decompressed, log, &got, err);
+                             decompressed, cut_at, log, &got, err);
     sio_index_get_info(e, &after);
     /* A loaded index this read disagreed with was dropped midway, after
      * the groups before were offered (and taken as agreeing): a second
      * read from the start records them all. */
     if (rc == SIO_OK && !after.complete && after.gen != before.gen)
         rc = build_pass(io, url, index, limits, e, cache, fd, decompressed,
-                        log, &got, err);
+                        cut_at, log, &got, err);
     if (reached)
         *reached = got;
     return rc;
@@ -1704,8 +1710,8 @@ sio_code sio_index_build_to(sio_io *io, const char *url, uint32_t index,
                             const sio_logger *log, uint64_t *reached,
                             sio_error *err)
 {
-    return build_twice(io, url, index, limits, e, cache, -1, 0, log, reached,
-                       err);
+    return build_twice(io, url, index, limits, e, cache, -1, 0, UINT64_MAX,
+                       log, reached, err);
 }
 
 sio_code sio_index_build_fd(sio_io *io, const char *url, uint32_t index,
@@ -1714,19 +1720,18 @@ sio_code sio_index_build_fd(sio_io *io, const char *url, uint32_t index,
                             const sio_logger *log, uint64_t *reached,
                             sio_error *err)
 {
-    return build_twice(io, url, index, limits, e, NULL, fd, 0, log, reached,
-                       err);
+    return build_twice(io, url, index, limits, e, NULL, fd, 0, UINT64_MAX,
+                       log, reached, err);
 }
 
-sio_code sio_index_build_fd_decompressed(sio_io *io, const char *url,
-                                         uint32_t index,
-                                         const sio_shard_limits *limits,
-                                         sio_index_entry *e, int fd,
-                                         const sio_logger *log,
-                                         uint64_t *reached, sio_error *err)
+sio_code sio_index_build_staged(sio_io *io, const char *url, uint32_t index,
+                                const sio_shard_limits *limits,
+                                sio_index_entry *e, int fd, int decompressed,
+                                uint64_t cut_at, const sio_logger *log,
+                                uint64_t *reached, sio_error *err)
 {
-    return build_twice(io, url, index, limits, e, NULL, fd, 1, log, reached,
-                       err);
+    return build_twice(io, url, index, limits, e, NULL, fd, decompressed,
+                       cut_at, log, reached, err);
 }
 
 sio_code sio_index_build(sio_io *io, const char *url, uint32_t index,

@@ -374,10 +374,11 @@ def test_a_listed_shard_larger_than_stage_bytes_keeps_the_feed(start, server_bin
 
 def test_compressed_shards_are_staged_decompressed_and_planned(start, server_binary,
                                                               tmp_path):
-    """Local tar.gz and tar.zst shards with --stage-bytes: every epoch is
-    planned (each compressed shard decompressed once into memory, read
-    with the positions of its stream-only index), and each rank's share
-    is the feed's; a zip shard keeps the feed."""
+    """Local tar.gz and tar.zst shards with --stage-bytes, one tar.gz cut
+    short: every epoch is planned (each compressed shard decompressed once
+    into memory, read with the positions of its stream-only index), and
+    each rank's share and END summary are the feed's; a zip shard keeps
+    the feed."""
     import shutil
     import subprocess
     require_planes(server_binary, "auto", "stream")
@@ -389,6 +390,11 @@ def test_compressed_shards_are_staged_decompressed_and_planned(start, server_bin
         plain = os.path.join(ds.path, "z-000004.tar")
         subprocess.run(["zstd", "-q", "--rm", plain, "-o", plain + ".zst"],
                        check=True)
+    # One tar.gz cut short: the groups before the cut, then the shard is
+    # skipped and named in the END summary, on both paths alike.
+    cut = os.path.join(ds.path, "z-000003.tar.gz")
+    with open(cut, "r+b") as f:
+        f.truncate(os.path.getsize(cut) // 2)
     args = ("--job", "t", "--source", ds.path, "--interleave", "3", *COMMON)
     feed = start(*args, "--data-plane", "stream")
     plan = start(*args, "--data-plane", "auto", "--stage-bytes", "256MiB")
@@ -419,3 +425,34 @@ def test_compressed_shards_are_staged_decompressed_and_planned(start, server_bin
     assert [kf(p) for p in got] == [kf(p) for p in want], tag()
     dp = data_plane(get_json(zplan, "/v1/jobs/t"))
     assert dp["plan_streams"] == 0 and dp["feed_streams"] == 2, (tag(), dp)
+
+
+def test_a_shard_the_store_does_not_have_is_skipped_in_every_staged_epoch(
+        start, server_binary, tmp_path):
+    """A brace pattern over http naming a shard nginx does not have (404):
+    in epochs 0 and 1 the staged plan skips it and names it in the END
+    summary as the feed does."""
+    require_planes(server_binary, "auto", "stream")
+    rng = random.Random(SEED + 29)
+    ds = make_random_dataset(str(tmp_path / "ds"), rng.randrange(1 << 30),
+                             [("ustar", 30), ("pax", 25), ("gnu", 20)], "m")
+    names = sorted(os.listdir(ds.path))
+    os.remove(os.path.join(ds.path, names[1]))
+    ng = Nginx(ds.path, str(tmp_path))
+    try:
+        src = brace(ng, names, "m")
+        feed = start("--job", "t", "--source", src, "--data-plane", "stream",
+                     *COMMON)
+        plan = start("--job", "t", "--source", src, "--data-plane", "auto",
+                     "--stage-bytes", "256MiB", *COMMON)
+        for epoch in (0, 1):
+            want = read_world(feed, epoch, 2)
+            got = read_world(plan, epoch, 2)
+            for r in range(2):
+                assert kf(got[r]) == kf(want[r]), (tag(), epoch, r)
+                assert got[r].summary() == want[r].summary(), (
+                    tag(), epoch, r, got[r].summary(), want[r].summary())
+            assert "skipped" in want[0].trailer, want[0].summary()
+        assert data_plane(get_json(plan, "/v1/jobs/t"))["feed_streams"] == 0
+    finally:
+        ng.stop()
