@@ -541,6 +541,25 @@ static void flush_hits(sio_planread *r)
     r->hit_bytes = 0;
 }
 
+/* collect() over item it's byte range (span bytes) of f, read through
+ * the entry's checks for a cache entry; nowait: with RWF_NOWAIT. */
+static sio_code collect_at(sio_planread *r, pfile *f, const sio_plan_item *it,
+                           const char *url, uint64_t span, int nowait)
+{
+    int large = span > r->bufcap;
+    sio_pread_stream_init(&r->ps, f->fd, it->offset, it->end);
+    r->ps.nowait = nowait;
+    if (f->sfd >= 0)
+        sio_pread_stream_checked(&r->ps, r->cfg.cache, url, f->sfd,
+                                 (uint64_t)r->plan->files[it->shard].size,
+                                 f->carry);
+    /* A small sample: one read of exactly its range. */
+    sio_tarp_reset(&r->tp, &r->ps.base, r->buf,
+                   large ? PLANREAD_HEADERS : span ? (size_t)span : 1,
+                   it->offset);
+    return collect(r, it, url, large, f->fd);
+}
+
 /* Read Y[t]: *out and *ext as sio_planread_next. */
 static sio_code read_item(sio_planread *r, uint64_t t,
                           const sio_sample **out, const sio_extent **ext)
@@ -582,17 +601,7 @@ static sio_code read_item(sio_planread *r, uint64_t t,
      * HTTP thread waits for a disk (once per sample: the read after the
      * warm-up is a plain one). Staged bytes are memory. */
     int nowait = !f->staged && r->w.fn && r->warmed != t + 1;
-    sio_pread_stream_init(&r->ps, f->fd, it->offset, it->end);
-    r->ps.nowait = nowait;
-    if (f->sfd >= 0)
-        sio_pread_stream_checked(&r->ps, r->cfg.cache, url, f->sfd,
-                                 (uint64_t)r->plan->files[it->shard].size,
-                                 f->carry);
-    /* A small sample: one read of exactly its range. */
-    sio_tarp_reset(&r->tp, &r->ps.base, r->buf,
-                   large ? PLANREAD_HEADERS : span ? (size_t)span : 1,
-                   it->offset);
-    rc = collect(r, it, url, large, f->fd);
+    rc = collect_at(r, f, it, url, span, nowait);
     /* A large sample's payload is read by the caller from the file: its
      * last byte in memory too, or the range is warmed first. */
     if (rc == SIO_OK && large && r->ps.nowait) {
@@ -607,16 +616,7 @@ static sio_code read_item(sio_planread *r, uint64_t t,
         if (plan_warm_submit(&r->warm, f->fd, it->offset, span, r->w.fn,
                              r->w.ud) == 0)
             return SIO_ERR_AGAIN;
-        /* No warm thread: read it here after all. */
-        sio_pread_stream_init(&r->ps, f->fd, it->offset, it->end);
-        if (f->sfd >= 0)
-            sio_pread_stream_checked(&r->ps, r->cfg.cache, url, f->sfd,
-                                     (uint64_t)r->plan->files[it->shard].size,
-                                     f->carry);
-        sio_tarp_reset(&r->tp, &r->ps.base, r->buf,
-                       large ? PLANREAD_HEADERS : span ? (size_t)span : 1,
-                       it->offset);
-        rc = collect(r, it, url, large, f->fd);
+        rc = collect_at(r, f, it, url, span, 0); /* no warm thread: here */
     }
     if (rc == SIO_ERR_UNSUPPORTED && f->sfd >= 0)
         /* The shard reader reads the descriptor itself: the range is
