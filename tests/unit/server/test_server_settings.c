@@ -175,6 +175,22 @@ static void test_deprecated_aliases(void)
     unsetenv("SHARDCAST_BUFFER_BYTES");
     unsetenv("SHARDCAST_SHUFFLE_BUFFER_BYTES");
 
+    /* --plan-max-samples capped planned epochs once; it now means what a
+     * plan keeps in memory (--plan-keep-samples), and says so. */
+    CHECK(LOAD("--job", "a", "--source", "/d") == SC_SETTINGS_OK);
+    CHECK_EQ_U64(cfg.plan_keep_samples, 16777216);
+    sc_settings_free(&cfg);
+    CHECK(LOAD("--job", "a", "--source", "/d", "--plan-max-samples",
+               "100000") == SC_SETTINGS_OK);
+    CHECK_EQ_U64(cfg.plan_keep_samples, 100000);
+    CHECK(cfg.deprecated_used == 2);
+    sc_settings_free(&cfg);
+    CHECK(LOAD("--job", "a", "--source", "/d", "--plan-keep-samples",
+               "200000") == SC_SETTINGS_OK);
+    CHECK_EQ_U64(cfg.plan_keep_samples, 200000);
+    CHECK(cfg.deprecated_used == 0);
+    sc_settings_free(&cfg);
+
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
