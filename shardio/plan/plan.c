@@ -175,7 +175,7 @@ static sio_plan_item *item_slot(sio_plan *p, uint64_t i)
     size_t d = (size_t)((i >> PLAN_CHUNK_BITS) & (PLAN_DIR - 1));
     if (i >= SIO_PLAN_ITEMS_MAX)
         return NULL;
-    if (p->windowed)
+    if (plan_windowed(p))
         return window_slot(p, i);
     if (!p->top[t]) {
         p->top[t] = calloc(PLAN_DIR, sizeof *p->top[t]);
@@ -939,7 +939,7 @@ static int u64_cmp(const void *a, const void *b)
  * those a reader reads now and the one being written. */
 static void window_trim(sio_plan *p)
 {
-    if (!p->windowed)
+    if (!plan_windowed(p))
         return;
     uint64_t keep = p->keep;
     if (p->g && keep < p->g->ahead_bound + 2 * PLAN_CHUNK)
@@ -989,7 +989,7 @@ static void window_trim(sio_plan *p)
 
 int plan_item_copy(sio_plan *p, uint64_t i, sio_plan_item *out)
 {
-    if (!p->windowed) {
+    if (!plan_windowed(p)) {
         *out = *plan_item(p, i);
         return 1;
     }
@@ -1053,7 +1053,7 @@ int plan_refill_wait(sio_plan *p, plan_waiter *w, uint64_t i, char *err,
 void plan_mark_link(sio_plan *p, plan_mark *m, uint64_t i)
 {
     atomic_init(&m->chunk, i >> PLAN_CHUNK_BITS);
-    if (!p->windowed)
+    if (!plan_windowed(p))
         return;
     pthread_mutex_lock(&p->mu);
     m->prev = NULL;
@@ -1144,7 +1144,7 @@ static sio_code refill_chunk(sio_plan *p, uint64_t c, sio_error *err)
 
 void plan_refill_run(sio_plan *p)
 {
-    if (!p->windowed || !p->g)
+    if (!plan_windowed(p) || !p->g)
         return;
     for (;;) {
         pthread_mutex_lock(&p->mu);
@@ -1170,7 +1170,7 @@ void plan_refill_run(sio_plan *p)
 void sio_plan_window_stats(sio_plan *p, sio_plan_window *out)
 {
     memset(out, 0, sizeof *out);
-    out->windowed = p->windowed;
+    out->windowed = plan_windowed(p);
     out->keep = p->keep;
     out->held_items = atomic_load(&p->held) * PLAN_CHUNK;
     out->released_chunks = atomic_load(&p->released);
@@ -1394,10 +1394,8 @@ sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
     pthread_mutex_init(&g->ck_mu, NULL);
     p->growing = 1;
     p->g = g;
-    if (keep) {
-        p->windowed = 1;
+    if (keep)
         p->keep = keep < 2 * PLAN_CHUNK ? 2 * PLAN_CHUNK : keep;
-    }
     g->io = io;
     g->list = list;
     g->cfg = *cfg;
@@ -1424,7 +1422,7 @@ sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
         plan_free(p);
         return rc;
     }
-    if (p->windowed) {
+    if (plan_windowed(p)) {
         g->ck_every = p->keep < PLAN_CKPT_EVERY
                           ? p->keep & ~(PLAN_CHUNK - 1)
                           : PLAN_CKPT_EVERY;
@@ -1857,9 +1855,9 @@ static sio_code order_run(sio_plan *p, size_t *made_now, sio_error *err)
     *made_now = 0;
     for (;;) {
         size_t got = 0;
-        size_t lim = p->windowed ? (size_t)(g->ck_next - g->made) : SIZE_MAX;
+        size_t lim = plan_windowed(p) ? (size_t)(g->ck_next - g->made) : SIZE_MAX;
         sio_order_fn fn = fill_item;
-        if (p->windowed && !p->stage) {
+        if (plan_windowed(p) && !p->stage) {
             uint64_t end = g->made < g->skip_to ? g->skip_to : 0;
             if (!end && (g->made & (PLAN_CHUNK - 1)) == 0)
                 end = skip_end(p);
@@ -1878,7 +1876,7 @@ static sio_code order_run(sio_plan *p, size_t *made_now, sio_error *err)
         /* A chunk passed over in part is passed over whole. */
         if (fn == skip_item && (g->made & (PLAN_CHUNK - 1)) != 0)
             g->skip_to = (g->made | (PLAN_CHUNK - 1)) + 1;
-        if (rc || !p->windowed || got < lim || sio_order_done(g->o))
+        if (rc || !plan_windowed(p) || got < lim || sio_order_done(g->o))
             return rc;
         if (g->made < g->ck_next)
             continue; /* passed over to a reader's chunk, not a checkpoint */

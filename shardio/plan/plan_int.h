@@ -177,8 +177,8 @@ struct sio_plan {
      * again from the order's checkpoints for a reader that comes back to
      * them (sio_plan_restage). Readers copy items under items_lk (read);
      * chunks are let go and put back under it (write). */
-    int windowed;
-    uint64_t keep;          /* items held before chunks are let go */
+    uint64_t keep;          /* items held before chunks are let go (0:
+                               every item is kept: not windowed) */
     pthread_rwlock_t items_lk;
     _Atomic uint64_t held;  /* chunks held */
     uint64_t lo;            /* no chunk below is held (items_lk) */
@@ -187,6 +187,11 @@ struct sio_plan {
     plan_mark *marks;       /* readers' chunks (mu) */
     _Atomic uint64_t released, refilled; /* chunks let go, made again */
 };
+
+static inline int plan_windowed(const sio_plan *p)
+{
+    return p->keep != 0;
+}
 
 /* Y[i], for i below the published n, of a plan that is not windowed. */
 static inline const sio_plan_item *plan_item(const sio_plan *p, uint64_t i)
@@ -220,23 +225,25 @@ void plan_refill_run(sio_plan *p);
 /* A reader's cold read handed to the warm threads (warm.c): bytes [off,
  * off + len) of fd (duplicated) read into the page cache, then fn(ud)
  * (under the pool's lock). plan_warm_submit: 0, or -1 when it cannot
- * (read it here); plan_warm_cancel: the job is gone or done, and fn will
- * not be called after it returns. Zero-initialized: idle. */
+ * (read it here); *slot is the reader's job (made at its first use).
+ * plan_warm_cancel: the reader lets go of it, waiting for nothing; fn is
+ * not called after it returns. */
 typedef struct plan_warm {
     struct plan_warm *next;
     int fd;
     _Atomic int state; /* written under the pool's lock */
+    int orphan;        /* let go while being read: its thread frees it */
     uint64_t off, len;
     void (*fn)(void *ud);
     void *ud;
 } plan_warm;
-int plan_warm_submit(plan_warm *w, int fd, uint64_t off, uint64_t len,
+int plan_warm_submit(plan_warm **slot, int fd, uint64_t off, uint64_t len,
                      void (*fn)(void *ud), void *ud);
-void plan_warm_cancel(plan_warm *w);
+void plan_warm_cancel(plan_warm **slot);
 /* Is a job of w queued or being read (its notify still to come)? */
 static inline int plan_warm_busy(plan_warm *w)
 {
-    return atomic_load(&w->state) != 0;
+    return w && atomic_load(&w->state) != 0;
 }
 
 /* A reader waits for the plan to grow past index t: 0 when it may read

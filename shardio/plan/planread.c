@@ -121,7 +121,7 @@ struct sio_planread {
     const sio_sample *held; /* a sample from the shard reader (fallback) */
     plan_waiter w;          /* waiting for a growing plan */
     plan_mark mark;         /* the chunk of Y it reads (a windowed plan) */
-    plan_warm warm;         /* a cold read handed to the warm threads */
+    plan_warm *warm;        /* a cold read handed to the warm threads */
     uint64_t warmed;        /* 1 + the Y index warmed last (0: none) */
     int final;              /* n and length are the plan's final ones */
     uint64_t noted;         /* the Y index last told to the staging */
@@ -573,7 +573,7 @@ static sio_code read_item(sio_planread *r, uint64_t t,
     /* Its bytes are being read into the page cache: the warm threads'
      * notify follows (a stream that had bytes to send comes back before
      * it; it must not read them here meanwhile). */
-    if (plan_warm_busy(&r->warm))
+    if (plan_warm_busy(r->warm))
         return SIO_ERR_AGAIN;
     /* A windowed plan's chunk let go: made again, the reader waits. */
     while (!plan_item_copy(r->plan, t, &copy)) {

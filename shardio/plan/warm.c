@@ -12,8 +12,10 @@
  * WARM_THREADS threads started at the first use.
  *
  * Locking: pool.mu guards the queue and every job's state; a job's notify
- * is called under it (it must only note the wake-up), so that
- * plan_warm_cancel returns only once no thread will touch the job again.
+ * is called under it (it must only note the wake-up). A job belongs to its
+ * reader until the reader lets go of it (plan_warm_cancel): one queued is
+ * freed then, one being read is left to its thread, which frees it when
+ * the read ends and calls no notify; the reader never waits for a disk.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -31,14 +33,13 @@ enum { WARM_IDLE = 0, WARM_QUEUED = 1, WARM_RUNNING = 2 };
 static struct {
     pthread_once_t once;
     pthread_mutex_t mu;
-    pthread_cond_t work, done;
+    pthread_cond_t work;
     plan_warm *head, *tail;
     unsigned threads;
     _Atomic uint64_t reads, bytes;
 } pool = {.once = PTHREAD_ONCE_INIT,
           .mu = PTHREAD_MUTEX_INITIALIZER,
-          .work = PTHREAD_COND_INITIALIZER,
-          .done = PTHREAD_COND_INITIALIZER};
+          .work = PTHREAD_COND_INITIALIZER};
 
 static void *warm_main(void *arg)
 {
@@ -73,11 +74,14 @@ static void *warm_main(void *arg)
         close(fd);
         atomic_fetch_add(&pool.reads, 1);
         pthread_mutex_lock(&pool.mu);
+        if (w->orphan) { /* its reader let go of it meanwhile */
+            free(w);
+            continue;
+        }
         w->state = WARM_IDLE;
         w->fd = -1;
         if (w->fn)
             w->fn(w->ud);
-        pthread_cond_broadcast(&pool.done);
     }
     return NULL;
 }
@@ -95,12 +99,15 @@ static void warm_start(void)
     }
 }
 
-int plan_warm_submit(plan_warm *w, int fd, uint64_t off, uint64_t len,
+int plan_warm_submit(plan_warm **slot, int fd, uint64_t off, uint64_t len,
                      void (*fn)(void *ud), void *ud)
 {
     pthread_once(&pool.once, warm_start);
     if (!pool.threads)
         return -1;
+    if (!*slot && !(*slot = calloc(1, sizeof **slot)))
+        return -1;
+    plan_warm *w = *slot;
     int dfd = dup(fd);
     if (dfd < 0)
         return -1;
@@ -127,8 +134,12 @@ int plan_warm_submit(plan_warm *w, int fd, uint64_t off, uint64_t len,
     return 0;
 }
 
-void plan_warm_cancel(plan_warm *w)
+void plan_warm_cancel(plan_warm **slot)
 {
+    plan_warm *w = *slot;
+    if (!w)
+        return;
+    *slot = NULL;
     pthread_mutex_lock(&pool.mu);
     if (w->state == WARM_QUEUED) {
         plan_warm **pp = &pool.head, *prev = NULL;
@@ -142,12 +153,11 @@ void plan_warm_cancel(plan_warm *w)
                 pool.tail = prev;
         }
         close(w->fd);
-        w->fd = -1;
-        w->next = NULL;
-        w->state = WARM_IDLE;
     }
-    while (w->state == WARM_RUNNING)
-        pthread_cond_wait(&pool.done, &pool.mu);
+    if (w->state == WARM_RUNNING)
+        w->orphan = 1; /* its thread frees it */
+    else
+        free(w);
     pthread_mutex_unlock(&pool.mu);
 }
 

@@ -71,10 +71,16 @@ def evict(files):
     return gone
 
 
-def serve(start, path, plane):
-    return start("--job", "t", "--source", path, "--data-plane", plane,
+def serve(start, source, plane, *extra):
+    return start("--job", "t", "--source", source, "--data-plane", plane,
                  "--prefetch", "false", "--stream-rate-limit", "0",
-                 "--rate-limit", "0", "--max-new-epochs-per-minute", "0")
+                 "--rate-limit", "0", "--max-new-epochs-per-minute", "0",
+                 *extra)
+
+
+def require_nowait():
+    if not hasattr(os, "RWF_NOWAIT"):
+        pytest.skip("this Python has no os.RWF_NOWAIT to check eviction")
 
 
 def read_world(srv, epoch, world=WORLD):
@@ -93,8 +99,7 @@ def metric(srv, name):
 
 def test_samples_not_in_the_page_cache_are_read_off_the_http_threads(
         start, tmp_path):
-    if not hasattr(os, "RWF_NOWAIT"):
-        pytest.skip("this Python has no os.RWF_NOWAIT to check eviction")
+    require_nowait()
     files = make_dataset(str(tmp_path / "ds"), 99)
     path = os.path.dirname(files[0])
     feed = serve(start, path, "stream")
@@ -113,8 +118,7 @@ def test_samples_not_in_the_page_cache_are_read_off_the_http_threads(
 
 def test_cache_entries_not_in_the_page_cache_are_read_off_the_http_threads(
         start, tmp_path):
-    if not hasattr(os, "RWF_NOWAIT"):
-        pytest.skip("this Python has no os.RWF_NOWAIT to check eviction")
+    require_nowait()
     files = make_dataset(str(tmp_path / "ds"), 98)
     path = os.path.dirname(files[0])
     ng = Nginx(path, str(tmp_path))
@@ -122,14 +126,9 @@ def test_cache_entries_not_in_the_page_cache_are_read_off_the_http_threads(
         src = "http://127.0.0.1:%d/c-{000000..%06d}.tar" % (ng.port,
                                                             SHARDS - 1)
         cache = str(tmp_path / "cache")
-        feed = start("--job", "t", "--source", src, "--data-plane", "stream",
-                     "--prefetch", "false", "--stream-rate-limit", "0",
-                     "--rate-limit", "0", "--max-new-epochs-per-minute", "0")
-        want = read_world(feed, 1)
-        srv = start("--job", "t", "--source", src, "--data-plane", "auto",
-                    "--cache-bytes", "1GiB", "--cache-dir", cache,
-                    "--prefetch", "false", "--stream-rate-limit", "0",
-                    "--rate-limit", "0", "--max-new-epochs-per-minute", "0")
+        want = read_world(serve(start, src, "stream"), 1)
+        srv = serve(start, src, "auto", "--cache-bytes", "1GiB",
+                    "--cache-dir", cache)
         read_world(srv, 0)  # fills the cache
         before = metric(srv, "shardcast_plan_cold_reads_total")
         entries = [os.path.join(d, f) for d, _, fs in os.walk(cache)
