@@ -751,12 +751,14 @@ sio_code sio_order_open(sio_io *io, const sio_shardlist *list,
 sio_code sio_order_next(sio_order *o, size_t max, sio_order_fn fn, void *ud,
                         size_t *n, sio_error *err);
 int sio_order_done(const sio_order *o);
-/* Take no group of a shard before fn(ud, shard) says 1 (its index is
- * what the caller decided to rely on: others may be filling it
- * meanwhile); until then the order stops there with SIO_ERR_AGAIN. Asked
- * until it says 1 once per shard the order opens. */
-void sio_order_set_gate(sio_order *o, int (*fn)(void *ud, uint32_t shard),
-                        void *ud);
+/* Take no group of a shard before fn(ud, shard) lets it in: fn says how
+ * many of the shard's groups the order may take (0: none yet; UINT64_MAX:
+ * all its index has; the index is what the caller decided to rely on:
+ * others may be filling it meanwhile, and a shard still arriving is let
+ * in as far as its bytes came). The order stops with SIO_ERR_AGAIN at the
+ * first group not let in, and asks again when it comes back there. */
+void sio_order_set_gate(sio_order *o,
+                        uint64_t (*fn)(void *ud, uint32_t shard), void *ud);
 /* The shards the order reads next, in the order it needs them: those
  * open in its slots, then the next ones of its permutation (at most max
  * written to shards; list indexes, a shard may repeat under resampling). */

@@ -304,6 +304,29 @@ sio_code sio_index_build_staged(sio_io *io, const char *url, uint32_t index,
                                 uint64_t cut_at, const sio_logger *log,
                                 uint64_t *reached, sio_error *err);
 
+/* A shard whose bytes are still being staged into a descriptor (the
+ * index pass runs while they arrive, sio_index_build_growing): wait(ud,
+ * want, avail, err, errlen) returns once *avail, the bytes written from
+ * the start, is at least want, or the writer ended (then *avail is where:
+ * SIO_OK at the shard's end, else the writer's failure with err);
+ * progress(ud, groups) is told after each group the pass read. */
+typedef struct sio_stage_hooks {
+    sio_code (*wait)(void *ud, uint64_t want, uint64_t *avail, char *err,
+                     size_t errlen);
+    void (*progress)(void *ud, uint64_t groups);
+    void *ud;
+} sio_stage_hooks;
+
+/* The same over a shard still being staged into fd (hooks->wait tells
+ * how far it is written; hooks->progress hears each group read). */
+sio_code sio_index_build_growing(sio_io *io, const char *url, uint32_t index,
+                                 const sio_shard_limits *limits,
+                                 sio_index_entry *e, int fd,
+                                 int decompressed,
+                                 const sio_stage_hooks *hooks,
+                                 const sio_logger *log, uint64_t *reached,
+                                 sio_error *err);
+
 /* Path of the entry's persisted file (valid while the index lives), or
  * NULL when memory only or not complete yet. */
 const char *sio_index_entry_path(sio_index_entry *e);
@@ -387,6 +410,9 @@ typedef struct sio_shard_at {
                              decompressed bytes (the groups recorded are
                              positions in that stream: stream-only, as a
                              read of the shard itself records them) */
+    const sio_stage_hooks *grow; /* with use_fd: fd is still being written
+                             (its reads wait for the bytes; NULL: it is
+                             whole) */
 } sio_shard_at;
 
 /* Open a shard at a group (at NULL: from the start, as sio_shard_open).

@@ -299,6 +299,8 @@ sio_code sio_planread_verify(sio_planread *r);
 const char *sio_planread_errmsg(const sio_planread *r);
 /* Position within the share (samples handed out, including start). */
 uint64_t sio_planread_position(const sio_planread *r);
+/* The same, read from another thread than the reader's (status). */
+uint64_t sio_planread_position_now(const sio_planread *r);
 /* Samples in the share (start included). */
 uint64_t sio_planread_length(const sio_planread *r);
 void sio_planread_close(sio_planread *r);

@@ -297,7 +297,7 @@ static const setting settings[] = {
      "samples a plan that grows (the first pass) decides ahead of its "
      "furthest stream before it waits for the streams (it reads the shards "
      "that far ahead of them); 0: 4 x the shuffle buffer, at least 65536"},
-    {"stage-bytes", NULL, SRV(stage_bytes), T_BYTES, "0", 0,
+    {"stage-bytes", NULL, SRV(stage_bytes), T_BYTES, "256MiB", 0,
      UINT64_C(1) << 44, NULL,
      "bytes of remote shards an epoch may hold in memory when the shard "
      "cache cannot take them (no cache, or no room), so that the epoch is "

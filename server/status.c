@@ -126,18 +126,37 @@ static json_t *epoch_json(const sc_config *cfg, sc_job *job, fslot *s,
                               jint(c->lag)));
     }
     /* Streams served from the epoch's plan read no feed: they are
-     * attached consumers all the same. */
+     * attached consumers all the same, listed with the feed's at their
+     * positions (no window holds them back: no lag). */
     size_t planned = 0;
     json_t *jp = detail ? json_array() : NULL;
     for (sc_binding *b = job->bindings; b; b = b->next) {
         if (b->slot != s || !b->pr)
             continue;
         planned++;
-        if (jp && planned <= SC_STATUS_CONSUMERS_MAX)
-            json_array_append_new(
-                jp, json_pack("{s:I, s:I, s:s}", "rank", (json_int_t)b->rank,
-                              "world", (json_int_t)b->world, "state",
-                              "streaming"));
+        if (!jp || planned > SC_STATUS_CONSUMERS_MAX)
+            continue;
+        json_array_append_new(
+            jp, json_pack("{s:I, s:I, s:s}", "rank", (json_int_t)b->rank,
+                          "world", (json_int_t)b->world, "state",
+                          "streaming"));
+        if (listed + planned > SC_STATUS_CONSUMERS_MAX)
+            continue;
+        uint64_t pos = sio_planread_position_now(b->pr);
+        json_array_append_new(
+            jc,
+            json_pack("{s:I, s:I, s:o, s:n, s:o, s:b, s:b, s:o, s:s, s:b, "
+                      "s:o}",
+                      "rank", (json_int_t)b->rank, "world",
+                      (json_int_t)b->world, "position", jint(pos),
+                      "next_index", "lag", jint(0), "attached", 1, "replay",
+                      0, "idle_ms", jint(0), "state", "streaming",
+                      "lagging", 0, "share_length",
+                      s->count != UINT64_MAX
+                          ? jint(sio_share_length(
+                                s->count, 0, b->rank, b->world,
+                                (sio_partition)s->partition))
+                          : json_null()));
     }
     attached += planned;
     cnt->attached += attached;
@@ -213,11 +232,11 @@ static json_t *epoch_json(const sc_config *cfg, sc_job *job, fslot *s,
         jint(slot_shards_skipped(s, st.epoch.shards_skipped)),
         "samples_skipped",
         jint(slot_samples_skipped(s, st.epoch.samples_skipped)),
-        "consumers_total", jint(n),
+        "consumers_total", jint(n + planned),
         "attached", (json_int_t)attached, "missing_count",
         (json_int_t)missing, "lagging_count", (json_int_t)lagging,
         "consumers", jc, "missing", jm, "lagging", jl, "consumers_truncated",
-        n > listed);
+        n > listed || listed + planned > SC_STATUS_CONSUMERS_MAX);
     if (o) {
         /* whose part of the epoch: this server's own, or a failed
          * replica's it covers for (replica=J) */

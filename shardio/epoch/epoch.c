@@ -119,7 +119,8 @@ typedef struct reader {
     uint64_t ixgen;          /* ... of this generation (sio_index_info) */
     uint64_t open_group;     /* the group it was last opened at */
     int ixwrong;             /* ended because that index was wrong */
-    int gate_ok;             /* meta: the order's gate let its shard in */
+    uint64_t gready;         /* meta: groups of its shard the order's gate
+                                let in (asked again when r->g reaches it) */
     sio_index_entry *mix;    /* meta: its shard's entry, once looked up */
     uint64_t mcut, mjgen;    /* meta: the journal's cut for it, as of the
                                 journal's generation mjgen ... */
@@ -220,7 +221,7 @@ struct sio_epoch {
 
     /* A persistent order's gate (sio_order_set_gate): meta mode takes no
      * group of a shard it has not let in. */
-    int (*gate)(void *ud, uint32_t shard);
+    uint64_t (*gate)(void *ud, uint32_t shard);
     void *gate_ud;
 };
 
@@ -1418,6 +1419,16 @@ static void slot_take(sio_epoch *ep, reader *r, const sio_sample **out,
     pthread_mutex_unlock(&ep->mu);
 }
 
+/* Does the order's gate keep r from its next group (asked again only
+ * when r reached what it let in before)? */
+static int gate_shut(sio_epoch *ep, reader *r)
+{
+    if (!ep->gate || r->g < r->gready)
+        return 0;
+    r->gready = ep->gate(ep->gate_ud, r->idx);
+    return r->g >= r->gready;
+}
+
 /* Meta mode: the next good group of r's shard from the index, as a stub.
  * SIO_ERR_AGAIN when the index does not know it (yet). */
 static sio_code meta_take(sio_epoch *ep, reader *r, const sio_sample **out,
@@ -1427,11 +1438,8 @@ static sio_code meta_take(sio_epoch *ep, reader *r, const sio_sample **out,
     *out = NULL;
     /* The gate first: a shard not made ready is not looked at (its index
      * not loaded: the step that readies it knows its size). */
-    if (ep->gate && !r->gate_ok) {
-        if (!ep->gate(ep->gate_ud, r->idx))
-            return SIO_ERR_AGAIN;
-        r->gate_ok = 1;
-    }
+    if (gate_shut(ep, r))
+        return SIO_ERR_AGAIN;
     /* The entry and the cut are looked up once per shard (an entry of
      * the epoch never changes; the cut is asked again when the journal
      * took a decision since): no lock per group. */
@@ -1467,6 +1475,10 @@ static sio_code meta_take(sio_epoch *ep, reader *r, const sio_sample **out,
             *rc_out = SIO_OK;
             return SIO_OK;
         }
+        /* Groups past those the gate let in (a shard still arriving):
+         * asked again, else later. */
+        if (gate_shut(ep, r))
+            return SIO_ERR_AGAIN;
         if (r->ve && r->g < r->view.n) {
             g = r->view.g[r->g];
         } else if (r->ve) {
@@ -2093,8 +2105,8 @@ sio_code sio_order_next(sio_order *o, size_t max, sio_order_fn fn, void *ud,
     return SIO_OK;
 }
 
-void sio_order_set_gate(sio_order *o, int (*fn)(void *ud, uint32_t shard),
-                        void *ud)
+void sio_order_set_gate(sio_order *o,
+                        uint64_t (*fn)(void *ud, uint32_t shard), void *ud)
 {
     o->ep->gate = fn;
     o->ep->gate_ud = ud;

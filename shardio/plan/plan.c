@@ -585,22 +585,11 @@ uint64_t sio_plan_build_ns(const sio_plan *p)
  * which retries with a backoff, goes on. */
 #define GROW_READ_TRIES 2u
 
-/* A shard of a step fetched into memory on a thread of its own, before
- * the step prepares the step's shards one by one (stage_fetch's result). */
-#define STAGE_PARALLEL 8u
-typedef struct prefetch {
-    sio_plan *p;
-    uint32_t s;
-    int fd;
-    uint64_t size, vh;
-    sio_code rc;
-    sio_error err;
-    int taken;
-} prefetch;
+/* A step waits this long at most for the shards still arriving before
+ * it gives its planner thread back (and is queued again). */
+#define GROW_WAIT_MS 200u
 
 typedef struct plan_grow {
-    prefetch pre[STAGE_PARALLEL]; /* this step's (npre), or none */
-    size_t npre;
     sio_io *io;
     const sio_shardlist *list;
     sio_epoch_config cfg;
@@ -609,6 +598,9 @@ typedef struct plan_grow {
     sio_index_entry **ents; /* by list index: set once the shard is ready
                                (the order can take it as it is) */
     sio_index_view *views;  /* open where the index is complete */
+    _Atomic uint64_t *gready; /* groups of a ready shard the order may
+                               take (the gate: UINT64_MAX, all; fewer
+                               while a job still fetches it) */
     uint32_t *ahead;
     size_t ahead_cap;
     uint64_t made;          /* items written (published or not) */
@@ -651,6 +643,7 @@ static void grow_free(plan_grow *g)
     sio_order_close(g->o);
     free(g->ents);
     free(g->views);
+    free(g->gready);
     free(g->ahead);
     free(g);
 }
@@ -1353,7 +1346,7 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
     return SIO_OK;
 }
 
-static int shard_ready(void *ud, uint32_t s);
+static uint64_t shard_ready(void *ud, uint32_t s);
 
 sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
                         const sio_epoch_config *cfg, uint64_t keep,
@@ -1407,16 +1400,19 @@ sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
     g->views = calloc(total ? total : 1, sizeof *g->views);
     g->ahead = calloc(g->ahead_cap, sizeof *g->ahead);
     g->seen = calloc(total ? total : 1, 1);
+    g->gready = calloc(total ? total : 1, sizeof *g->gready);
     /* Ahead of the furthest reader: the buffer's worth and then some, so
      * that readers never wait for the builder while it keeps up. */
     g->ahead_bound = 4ull * cfg->buffer_samples;
     if (g->ahead_bound < 65536)
         g->ahead_bound = 65536;
     p->g_ahead_low = g->ahead_bound / 2;
-    if (!g->ents || !g->views || !g->ahead || !g->seen) {
+    if (!g->ents || !g->views || !g->ahead || !g->seen || !g->gready) {
         plan_free(p);
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
     }
+    for (size_t i = 0; i < total; i++)
+        atomic_init(&g->gready[i], UINT64_MAX);
     rc = sio_order_open(io, list, cfg, 0, &g->o, err);
     if (rc) {
         plan_free(p);
@@ -1438,11 +1434,14 @@ sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
 }
 
 /* The order takes a shard's groups only once its step made it ready
- * (another reader may be indexing it meanwhile). */
-static int shard_ready(void *ud, uint32_t s)
+ * (another reader may be indexing it meanwhile), and those of a shard
+ * still arriving as far as its bytes came. */
+static uint64_t shard_ready(void *ud, uint32_t s)
 {
     plan_grow *g = ud;
-    return s < g->total && g->ents[s];
+    if (s >= g->total || !g->ents[s])
+        return 0;
+    return atomic_load(&g->gready[s]);
 }
 
 static int transient_read(sio_code rc)
@@ -1470,124 +1469,76 @@ static sio_code shard_ended(plan_grow *g, uint32_t s, const char *url,
     return SIO_OK;
 }
 
-/* Shard s of a plan that stages: fetched whole into memory (stage.c),
- * indexed from there, its items counted so that its bytes go once the
- * readers passed them. */
+static uint64_t stage_size(const sio_plan *p, uint32_t s);
+
+/* Shard s of a plan that stages: fetched into memory by a job on a
+ * thread of its own (stage.c) and indexed from there as its bytes
+ * arrive; the order takes its groups as they come (the gate), and the
+ * step takes the job's end (staged_end). */
 static sio_code prepare_staged(sio_plan *p, uint32_t s, sio_index_entry *e,
                                sio_error *err)
 {
     plan_grow *g = p->g;
-    const char *url = sio_shardlist_url(g->list, s);
-    sio_index_info info;
-    uint64_t cut = UINT64_MAX, size = 0, vh = 0, reached = 0;
-    int has_cut = sio_journal_cut(g->cfg.journal, s, &cut);
-    int fd = -1;
-    int dec = p->stage->sh[s].kind == STAGE_DECOMPRESS;
-    sio_error e2 = {SIO_OK, ""};
-    sio_code rc = SIO_OK;
-    if (has_cut && cut == 0) { /* journaled with no group: nothing read */
-        g->ents[s] = e;
+    uint64_t cut = UINT64_MAX;
+    if (sio_journal_cut(g->cfg.journal, s, &cut) && cut == 0) {
+        g->ents[s] = e; /* journaled with no group: nothing read */
         return SIO_OK;
     }
-    prefetch *pf = NULL;
-    for (size_t i = 0; i < g->npre; i++)
-        if (g->pre[i].s == s && !g->pre[i].taken)
-            pf = &g->pre[i];
-    for (unsigned tries = 0; fd < 0 && tries < GROW_READ_TRIES; tries++) {
-        if (fd >= 0)
-            close(fd);
-        e2.msg[0] = '\0';
-        if (pf && tries == 0) { /* fetched already, with the step's others */
-            pf->taken = 1;
-            fd = pf->fd;
-            pf->fd = -1;
-            size = pf->size;
-            vh = pf->vh;
-            rc = pf->rc;
-            e2 = pf->err;
-        } else {
-            fd = stage_spare(p);
-            rc = stage_fetch(g->io, url, p->stage->budget, dec, &fd, &size,
-                             &vh, &e2);
-        }
-        if (!transient_read(rc))
-            break;
-        if (tries + 1 < GROW_READ_TRIES) {
-            close(fd);
-            fd = -1;
-        }
-    }
-    if (rc == SIO_ERR_NOMEM || rc == SIO_ERR_LIMIT || transient_read(rc)) {
-        if (fd >= 0)
-            close(fd);
-        return sio_seterr(err, rc, "shard %" PRIu32 ": %s%s", s, e2.msg,
+    uint64_t sz = stage_size(p, s);
+    sio_code rc = stage_job_start(p, s, e, g->io,
+                                  sio_shardlist_url(g->list, s),
+                                  &g->cfg.limits, &g->cfg.log,
+                                  sz == UINT64_MAX ? 0 : sz, &g->gready[s],
+                                  err);
+    if (rc == SIO_OK)
+        g->ents[s] = e;
+    return rc;
+}
+
+/* A staged shard's job ended: where the shard ends (journaled when its
+ * fetch or read failed, as the feed journals it), and how many of its
+ * items readers read, so that its bytes go once they passed them. */
+static sio_code staged_end(sio_plan *p, const stage_result *r,
+                           sio_error *err)
+{
+    plan_grow *g = p->g;
+    uint32_t s = r->s;
+    sio_index_entry *e = r->e;
+    const char *url = sio_shardlist_url(g->list, s);
+    int dec = p->stage->sh[s].kind == STAGE_DECOMPRESS;
+    sio_index_info info;
+    uint64_t cut = UINT64_MAX;
+    int has_cut = sio_journal_cut(g->cfg.journal, s, &cut);
+    sio_code rc = r->rc;
+    if (rc == SIO_ERR_NOMEM || rc == SIO_ERR_LIMIT ||
+        rc == SIO_ERR_CANCELED || transient_read(rc))
+        return sio_seterr(err, rc, "shard %" PRIu32 ": %s%s", s, r->err.msg,
                           transient_read(rc) ? " (the feed retries it)"
                                              : "");
-    }
-    /* The bytes staged (all of them, or those before the store failed)
-     * are indexed from memory. */
-    sio_error e3 = {SIO_OK, ""};
-    /* (A fetch that failed: its bytes end where it did, not where the
-     * shard does: what reaches there fails, and the entry stays open.) */
-    sio_code brc =
-        fd >= 0 ? sio_index_build_staged(g->io, url, s, &g->cfg.limits, e,
-                                         fd, dec,
-                                         rc == SIO_OK ? UINT64_MAX : size,
-                                         &g->cfg.log, &reached, &e3)
-                : SIO_OK;
-    if (brc == SIO_ERR_NOMEM || brc == SIO_ERR_CANCELED) {
-        close(fd);
-        return sio_seterr(err, brc, "shard %" PRIu32 ": %s", s, e3.msg);
-    }
-    if (rc == SIO_OK) {
-        rc = brc;
-        e2 = e3;
-    }
     sio_index_get_info(e, &info);
     if (rc != SIO_OK && !(has_cut && info.known >= cut)) {
-        sio_code jr = shard_ended(g, s, url, rc, reached, e2.msg, err);
-        if (jr) {
-            if (fd >= 0)
-                close(fd);
+        sio_code jr = shard_ended(g, s, url, rc, r->reached, r->err.msg,
+                                  err);
+        if (jr)
             return jr;
-        }
         has_cut = sio_journal_cut(g->cfg.journal, s, &cut);
     } else if (rc == SIO_OK && !info.complete) {
-        if (fd >= 0)
-            close(fd);
         return sio_seterr(err, SIO_ERR_CHANGED,
                           "shard %" PRIu32 " was read to its end but its "
                           "index is not complete", s);
     }
     int foreign = info.stream_only != dec; /* not the stream staged */
-    if (foreign || (!info.complete && !(has_cut && info.known >= cut))) {
-        if (fd >= 0)
-            close(fd);
+    if (foreign || (!info.complete && !(has_cut && info.known >= cut)))
         return sio_seterr(err, foreign ? SIO_ERR_UNSUPPORTED
                                        : SIO_ERR_CHANGED,
                           "shard %" PRIu32 " %s", s,
                           foreign ? "is compressed or a zip"
                                   : "is indexed short and has no end");
-    }
     uint64_t good = 0, bad = 0;
     sio_index_tally(e, has_cut ? cut : UINT64_MAX, &good, &bad);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0) {
-        if (fd >= 0)
-            close(fd);
-        if (good == 0) { /* nothing of it is read */
-            g->ents[s] = e;
-            return SIO_OK;
-        }
-        return sio_seterr(err, SIO_ERR_IO, "shard %" PRIu32 ": cannot stat "
-                          "its staged bytes", s);
-    }
-    p->files[s] = (plan_file){st.st_dev, st.st_ino, st.st_size, st.st_mtim,
-                              1};
-    stage_put(p, s, fd, size, vh, good);
+    stage_end(p, s, good);
     if (info.complete && !sio_index_view_open(e, &g->views[s]))
         g->views[s].open = 0;
-    g->ents[s] = e;
     return SIO_OK;
 }
 
@@ -1735,83 +1686,6 @@ static uint64_t stage_size(const sio_plan *p, uint32_t s)
     return sio_shardlist_size(p->g->list, s);
 }
 
-static void *prefetch_main(void *arg)
-{
-    prefetch *f = arg;
-    plan_grow *g = f->p->g;
-    f->fd = stage_spare(f->p);
-    f->rc = stage_fetch(g->io, sio_shardlist_url(g->list, f->s),
-                        f->p->stage->budget,
-                        f->p->stage->sh[f->s].kind == STAGE_DECOMPRESS,
-                        &f->fd, &f->size, &f->vh, &f->err);
-    return NULL;
-}
-
-/* The shards this step stages in memory (those the order reads now and
- * the next few, as the step's loop takes them, within the room), fetched
- * at once, each on a thread (with no shard cache: every remote shard goes
- * to memory; sizes listed); the step then prepares them from there. A
- * store that serves one connection slowly is read several at a time,
- * and the epoch's first samples wait for the slowest of its first shards,
- * not for their sum. */
-static void prefetch_step(sio_plan *p, size_t n)
-{
-    plan_grow *g = p->g;
-    pthread_t th[STAGE_PARALLEL];
-    int started[STAGE_PARALLEL] = {0};
-    g->npre = 0;
-    if (!p->stage || g->cfg.cache || !p->stage->budget)
-        return;
-    uint64_t want = 0;
-    unsigned fresh = 0;
-    for (size_t i = 0; i < n && g->npre < STAGE_PARALLEL; i++) {
-        uint32_t s = g->ahead[i];
-        uint64_t cut, sz = stage_size(p, s);
-        if (s >= g->total || g->ents[s])
-            continue;
-        if (i >= g->cfg.interleave && fresh >= GROW_STEP_SHARDS)
-            break;
-        fresh++;
-        if (!stage_kind(p, s) ||
-            (sio_journal_cut(g->cfg.journal, s, &cut) && cut == 0))
-            continue;
-        /* Room as the step's loop will find it, with the shards before
-         * counted; a size not listed: only a shard the order reads now
-         * (those the steps stage beyond the budget anyway). */
-        int slot = i < g->cfg.interleave;
-        if (sz == UINT64_MAX ? !slot || !stage_room(p, UINT64_MAX, 1)
-                             : sz > UINT64_MAX - want ||
-                                   !stage_room(p, want + sz, slot))
-            break;
-        if (sz != UINT64_MAX)
-            want += sz;
-        g->pre[g->npre++] = (prefetch){.p = p, .s = s, .fd = -1,
-                                       .err = {SIO_OK, ""}};
-    }
-    if (g->npre < 2) { /* one: fetched by its preparation, as before */
-        g->npre = 0;
-        return;
-    }
-    for (size_t i = 0; i < g->npre; i++)
-        started[i] = pthread_create(&th[i], NULL, prefetch_main,
-                                    &g->pre[i]) == 0;
-    for (size_t i = 0; i < g->npre; i++) {
-        if (started[i])
-            pthread_join(th[i], NULL);
-        else
-            prefetch_main(&g->pre[i]); /* no thread: here */
-    }
-}
-
-/* The step's fetched shards it did not prepare go. */
-static void prefetch_end(plan_grow *g)
-{
-    for (size_t i = 0; i < g->npre; i++)
-        if (g->pre[i].fd >= 0)
-            close(g->pre[i].fd);
-    g->npre = 0;
-}
-
 /* An item passed over: the order decided it, nobody reads it now. */
 static sio_code skip_item(void *ud, uint64_t i, const sio_order_item *it)
 {
@@ -1897,16 +1771,24 @@ sio_code sio_plan_grow(sio_plan *p, sio_error *err)
     int blocked = 0;
     if (!p->growing || atomic_load(&p->complete) || atomic_load(&p->failed))
         return SIO_OK;
-    /* The shards the order needs now (its slots) and the next few. */
+    uint64_t gen0 = p->stage ? atomic_load(&p->stage->jobgen) : 0;
+    /* Shards whose fetch ended: where they end, what of them is read. */
+    stage_result sr;
+    while (rc == SIO_OK && stage_job_reap(p, &sr))
+        rc = staged_end(p, &sr, err);
+    /* The shards the order needs now (its slots) and the next few: those
+     * staged in memory are fetched by jobs, several at once, and the
+     * order takes their groups as they arrive. */
     size_t n = sio_order_shards_ahead(g->o, g->ahead, g->ahead_cap);
     unsigned fresh = 0;
-    prefetch_step(p, n);
     for (size_t i = 0; i < n && rc == SIO_OK; i++) {
         uint32_t s = g->ahead[i];
         if (s >= g->total || g->ents[s])
             continue;
         if (i >= g->cfg.interleave && fresh >= GROW_STEP_SHARDS)
             break;
+        if (stage_kind(p, s) && stage_jobs(p) >= STAGE_JOBS_MAX)
+            break; /* a job's end asks again */
         /* A shard staged in memory waits for room (readers passing the
          * shards before). */
         if (stage_kind(p, s) &&
@@ -1918,10 +1800,16 @@ sio_code sio_plan_grow(sio_plan *p, sio_error *err)
         rc = prepare_shard(p, s, err);
         fresh++;
     }
-    prefetch_end(g);
     if (rc == SIO_OK) {
         size_t got = 0;
         rc = order_run(p, &got, err);
+        if (rc == SIO_ERR_AGAIN && got == 0 && fresh == 0 && stage_jobs(p)) {
+            /* The order waits for shards still arriving: for their next
+             * groups, a while (then the planner's other work goes, and
+             * this step is queued again). */
+            stage_jobs_wait(p, gen0, GROW_WAIT_MS);
+            return SIO_ERR_AGAIN;
+        }
         if (rc == SIO_ERR_AGAIN && got == 0 && fresh == 0 && blocked) {
             /* Waiting for room to stage the next shard: parked until a
              * reader lets shards go; while readers wait at the end, the

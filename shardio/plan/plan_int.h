@@ -83,8 +83,11 @@ typedef struct stage_shard {
     uint32_t pins;     /* readers holding fd */
     uint64_t size;     /* bytes (as first staged) */
     uint64_t vhash;    /* the store's validator as first staged (0: none) */
-    uint64_t left;     /* items of it not decided yet */
+    uint64_t left;     /* items of it not decided yet (once sized) */
+    uint64_t decided;  /* items of it decided so far */
     uint64_t last;     /* Y index of its last item decided so far */
+    uint8_t sized;     /* its item count is known (left is kept) */
+    uint8_t arriving;  /* its bytes are still being fetched (a job) */
 } stage_shard;
 
 /* A consumer rank of the world the plan's readers use (the first
@@ -131,6 +134,14 @@ typedef struct plan_stage {
     uint32_t *want;    /* shards asked to be staged again (total) */
     size_t nwant;
     char why[300];     /* the last restage failure */
+    /* Shards being fetched (stage jobs, each on its own thread): their
+     * groups are let in to the order as their bytes arrive. */
+    struct stage_job *jobs;
+    unsigned running;  /* jobs not ended yet */
+    uint64_t reserved; /* room taken for their bytes still to come */
+    _Atomic uint64_t jobgen; /* moves with every job's progress */
+    _Atomic int waiting;     /* a step waits for that (cv) */
+    pthread_cond_t cv;       /* with the plan's mu */
     /* counters */
     uint64_t staged, fetched_bytes, restages, released, detaches,
         refused;
@@ -315,9 +326,34 @@ sio_code stage_fetch(sio_io *io, const char *url, uint64_t cap,
 int stage_spare(sio_plan *p);
 /* Bytes of the spares kept now (server-wide). */
 uint64_t stage_spare_bytes(void);
-/* The step staged shard s (fd, size bytes, items items to come). */
-void stage_put(sio_plan *p, uint32_t s, int fd, uint64_t size,
-               uint64_t vhash, uint64_t items);
+/* Jobs: shard s is fetched into memory on a thread of its own, and
+ * indexed into e as its bytes arrive; *ready (the order's gate for s)
+ * says how many of its groups are in memory (UINT64_MAX once the job
+ * ended). reserve: room taken for it now (its listed size, or 0). */
+#define STAGE_JOBS_MAX 8u
+sio_code stage_job_start(sio_plan *p, uint32_t s, sio_index_entry *e,
+                         sio_io *io, const char *url,
+                         const sio_shard_limits *limits,
+                         const sio_logger *log, uint64_t reserve,
+                         _Atomic uint64_t *ready, sio_error *err);
+/* A job's end, for the step (stage_job_reap). */
+typedef struct stage_result {
+    uint32_t s;
+    sio_index_entry *e;
+    sio_code rc;       /* the fetch's failure, else the index pass's */
+    sio_error err;
+    uint64_t reached;  /* groups the pass read */
+    uint64_t size;     /* bytes staged */
+} stage_result;
+/* An ended job's result (1), or 0 when none ended. */
+int stage_job_reap(sio_plan *p, stage_result *out);
+/* Jobs not reaped yet. */
+unsigned stage_jobs(sio_plan *p);
+/* Wait until a job moved since jobgen was gen0, at most ms. */
+void stage_jobs_wait(sio_plan *p, uint64_t gen0, unsigned ms);
+/* The step is done with shard s's job: items of it are read (0: none,
+ * its bytes go). */
+void stage_end(sio_plan *p, uint32_t s, uint64_t items);
 /* Can the steps stage a shard of size bytes (UINT64_MAX: unknown) now?
  * slot: the order reads it now (staged beyond the budget when nothing
  * staged waits for readers). Detaches ranks by the lag rules when they

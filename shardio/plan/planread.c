@@ -99,6 +99,7 @@ struct sio_planread {
     uint64_t n;      /* samples of Y */
     uint64_t length; /* samples of the share */
     uint64_t k;      /* next position in the share */
+    _Atomic uint64_t shown; /* k, for other threads (status) */
     uint64_t clock;
     uint64_t hit_bytes; /* read from cache entries, not yet counted */
     pfile files[SIO_PLANREAD_FILES];
@@ -164,6 +165,7 @@ sio_code sio_planread_open(sio_io *io, const sio_shardlist *list,
                                             cfg->policy)
                          : UINT64_MAX;
     r->k = cfg->start;
+    atomic_store_explicit(&r->shown, r->k, memory_order_relaxed);
     for (size_t i = 0; i < SIO_PLANREAD_FILES; i++) {
         r->files[i].fd = r->files[i].sfd = -1;
         r->files[i].pi = -1;
@@ -761,7 +763,7 @@ sio_code sio_planread_next(sio_planread *r, const sio_sample **out,
     r->cur = t;
     rc = read_item(r, t, out, ext);
     if (rc == SIO_OK)
-        r->k++;
+        atomic_store_explicit(&r->shown, ++r->k, memory_order_relaxed);
     return rc;
 }
 
@@ -804,6 +806,11 @@ const char *sio_planread_errmsg(const sio_planread *r)
 uint64_t sio_planread_position(const sio_planread *r)
 {
     return r->k;
+}
+
+uint64_t sio_planread_position_now(const sio_planread *r)
+{
+    return atomic_load_explicit(&r->shown, memory_order_relaxed);
 }
 
 uint64_t sio_planread_length(const sio_planread *r)

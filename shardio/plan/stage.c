@@ -43,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -94,11 +95,15 @@ uint64_t stage_spare_bytes(void)
  * its readers count as behind). */
 #define STAGE_WORLD_MAX 65536u
 
+static void jobs_free(plan_stage *st);
+static void let_go(plan_stage *st, stage_shard *x, int *closing);
+
 plan_stage *stage_new(size_t total)
 {
     plan_stage *st = calloc(1, sizeof *st);
     if (!st)
         return NULL;
+    pthread_cond_init(&st->cv, NULL);
     size_t n = total ? total : 1;
     st->sh = calloc(n, sizeof *st->sh);
     st->done = calloc(n, sizeof *st->done);
@@ -125,6 +130,8 @@ void stage_free(plan_stage *st)
     free(st->done);
     free(st->want);
     free(st->rank);
+    jobs_free(st);
+    pthread_cond_destroy(&st->cv);
     free(st);
 }
 
@@ -180,128 +187,493 @@ static la_ssize_t la_read(struct archive *a, void *ud, const void **out)
     return (la_ssize_t)got;
 }
 
+/* A shard's bytes from the store, as staged: the object's own, or a
+ * compressed one's decompressed (dec), at most cap of them. */
+typedef struct stage_src {
+    const char *url;
+    const sio_backend_ops *ops;
+    void *ctx;
+    sio_stream *in;
+    struct archive *ar;
+    la_src la;
+    int dec;
+    uint64_t cap, got;
+    uint64_t vopen; /* the validator's hash when opened (0: none) */
+    char shown[512];
+} stage_src;
+
+/* A shard being fetched into memory on a thread of its own (a job): the
+ * index pass reads its bytes as they arrive (job_wait fetches what the
+ * pass asks for, on the pass's thread), and lets its groups in to the
+ * order as it goes (job_progress). */
+struct stage_job {
+    struct stage_job *next;
+    sio_plan *p;
+    sio_io *io;
+    uint32_t s;
+    sio_index_entry *e;
+    char *url;
+    sio_shard_limits limits;
+    sio_logger log;
+    int fd;
+    int dec;
+    stage_src src;
+    unsigned char *buf;
+    uint64_t avail;     /* bytes written to fd */
+    uint64_t reserve;   /* room taken for bytes still to come */
+    int ended;          /* the source ended (src_rc: how) */
+    sio_code src_rc;
+    sio_error src_err;
+    unsigned resumes;
+    _Atomic uint64_t *ready;
+    /* The end, under the plan's mu. */
+    int done;
+    stage_result res;
+};
+
+/* Jobs ended and not reaped (none runs: each holds a reference to the
+ * plan). */
+static void jobs_free(plan_stage *st)
+{
+    while (st->jobs) {
+        struct stage_job *j = st->jobs;
+        st->jobs = j->next;
+        free(j->url);
+        free(j);
+    }
+}
+
+static uint64_t src_validator(stage_src *s)
+{
+    sio_objinfo oi;
+    if (!s->in || !s->in->ops->info)
+        return 0;
+    memset(&oi, 0, sizeof oi);
+    s->in->ops->info(s->in, &oi);
+    return vhash_of(oi.validator);
+}
+
+static sio_code src_open(stage_src *s, sio_io *io, const char *url,
+                         uint64_t cap, int dec, sio_error *err)
+{
+    memset(s, 0, sizeof *s);
+    s->url = url;
+    s->cap = cap;
+    s->dec = dec;
+    sio_url_redact(url, s->shown, sizeof s->shown);
+    sio_code rc = sio_io_backend(io, url, &s->ops, &s->ctx, err);
+    if (rc == SIO_OK)
+        rc = s->ops->open(s->ctx, url, 0, &s->in, err);
+    if (rc == SIO_OK)
+        s->vopen = src_validator(s);
+    if (rc == SIO_OK && dec) {
+        struct archive_entry *ent = NULL;
+        s->la = (la_src){.in = s->in, .buf = malloc(STAGE_READ),
+                         .rc = SIO_OK};
+        s->ar = archive_read_new();
+        if (!s->la.buf || !s->ar)
+            rc = sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+        else if (archive_read_support_filter_all(s->ar) != ARCHIVE_OK ||
+                 archive_read_support_format_raw(s->ar) != ARCHIVE_OK ||
+                 archive_read_open(s->ar, &s->la, NULL, la_read, NULL) !=
+                     ARCHIVE_OK ||
+                 archive_read_next_header(s->ar, &ent) != ARCHIVE_OK)
+            rc = sio_seterr(err, s->la.rc ? s->la.rc : SIO_ERR_FORMAT,
+                            "url=%s: %s", s->shown,
+                            s->la.rc ? s->la.err
+                            : archive_error_string(s->ar)
+                                ? archive_error_string(s->ar)
+                                : "cannot decompress");
+    }
+    return rc;
+}
+
+/* The next bytes (at most STAGE_READ) into buf: *got 0 at the end. */
+static sio_code src_read(stage_src *s, unsigned char *buf, size_t *got,
+                         sio_error *err)
+{
+    sio_code rc;
+    *got = 0;
+    if (s->ar) {
+        /* In the filters' own blocks: a stream cut short gives the
+         * blocks before the cut, as a shard reader's reads get them. */
+        la_ssize_t n = archive_read_data(s->ar, buf, STAGE_LA_READ);
+        if (n < 0)
+            return sio_seterr(err, s->la.rc ? s->la.rc : SIO_ERR_FORMAT,
+                              "url=%s: %s", s->shown,
+                              s->la.rc ? s->la.err
+                              : archive_error_string(s->ar)
+                                  ? archive_error_string(s->ar)
+                                  : "corrupt compressed data");
+        *got = (size_t)n;
+    } else {
+        rc = s->in->ops->read(s->in, buf, STAGE_READ, got);
+        if (rc)
+            return sio_seterr(err, rc, "url=%s: %s", s->shown,
+                              s->in->ops->errmsg(s->in));
+    }
+    if ((uint64_t)*got > s->cap - s->got)
+        return sio_seterr(err, SIO_ERR_LIMIT,
+                          "url=%s is larger than the staging budget "
+                          "(%" PRIu64 " bytes%s)", s->shown, s->cap,
+                          s->dec ? ", decompressed" : "");
+    if (s->ar && s->got == 0 && *got >= 4 && buf[0] == 'P' &&
+        buf[1] == 'K' && buf[2] == 3 && buf[3] == 4)
+        return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                          "url=%s is a zip: its members are not staged",
+                          s->shown);
+    s->got += *got;
+    return SIO_OK;
+}
+
+/* After a failure that may pass: the object again from where its bytes
+ * stopped (not a decompressed one), the same version. */
+static sio_code src_resume(stage_src *s, sio_error *err)
+{
+    if (s->dec)
+        return sio_seterr(err, SIO_ERR_IO, "url=%s: a compressed shard "
+                          "is not fetched again from its middle", s->shown);
+    if (s->in)
+        s->in->ops->close(s->in);
+    s->in = NULL;
+    sio_code rc = s->ops->open(s->ctx, s->url, s->got, &s->in, err);
+    if (rc == SIO_OK && s->vopen && src_validator(s) &&
+        src_validator(s) != s->vopen)
+        rc = sio_seterr(err, SIO_ERR_CHANGED, "url=%s changed while it "
+                        "was fetched", s->shown);
+    return rc;
+}
+
+/* The store's validator's hash (whole: the object was read to its end,
+ * else 0), and everything let go. */
+static uint64_t src_close(stage_src *s, int whole)
+{
+    uint64_t vh = whole ? src_validator(s) : 0;
+    if (s->ar)
+        archive_read_free(s->ar);
+    free(s->la.buf);
+    if (s->in)
+        s->in->ops->close(s->in);
+    memset(s, 0, sizeof *s);
+    return vh;
+}
+
+/* A memfd to write a shard into from its start: fd (a spare), else a new
+ * one; -1 with err. */
+static int stage_memfd(int fd, sio_error *err)
+{
+    if (fd >= 0 && lseek(fd, 0, SEEK_SET) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    if (fd < 0)
+        fd = memfd_create("shardcast-stage", MFD_CLOEXEC);
+    if (fd < 0)
+        sio_seterr(err, SIO_ERR_NOMEM, "cannot stage a shard in memory: "
+                   "memfd_create: %s", strerror(errno));
+    return fd;
+}
+
 sio_code stage_fetch(sio_io *io, const char *url, uint64_t cap,
                      int decompress, int *fd, uint64_t *size,
                      uint64_t *vhash, sio_error *err)
 {
-    const sio_backend_ops *ops = NULL;
-    void *ctx = NULL;
-    sio_stream *in = NULL;
-    unsigned char *buf = NULL, *lbuf = NULL;
-    struct archive *ar = NULL;
-    la_src src = {0};
-    uint64_t got_total = 0;
-    char shown[512];
-    int m = *fd; /* a spare (stage_spare), or -1 */
+    stage_src src;
+    unsigned char *buf = NULL;
     *size = 0;
     *vhash = 0;
-    sio_code rc = sio_io_backend(io, url, &ops, &ctx, err);
-    if (rc) {
-        if (m >= 0)
-            close(m);
-        *fd = -1;
-        return rc;
-    }
-    if (m >= 0 && lseek(m, 0, SEEK_SET) != 0) {
-        close(m);
-        m = -1;
-    }
-    if (m < 0)
-        m = memfd_create("shardcast-stage", MFD_CLOEXEC);
-    *fd = m;
-    if (m < 0)
-        return sio_seterr(err, SIO_ERR_NOMEM, "cannot stage a shard in "
-                          "memory: memfd_create: %s", strerror(errno));
-    buf = malloc(STAGE_READ);
-    if (!buf)
-        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
-    rc = ops->open(ctx, url, 0, &in, err);
-    if (rc == SIO_OK && decompress) {
-        lbuf = malloc(STAGE_READ);
-        ar = archive_read_new();
-        src = (la_src){.in = in, .buf = lbuf, .rc = SIO_OK};
-        struct archive_entry *ent = NULL;
-        if (!lbuf || !ar)
-            rc = sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
-        else if (archive_read_support_filter_all(ar) != ARCHIVE_OK ||
-                 archive_read_support_format_raw(ar) != ARCHIVE_OK ||
-                 archive_read_open(ar, &src, NULL, la_read, NULL) !=
-                     ARCHIVE_OK ||
-                 archive_read_next_header(ar, &ent) != ARCHIVE_OK) {
-            sio_url_redact(url, shown, sizeof shown);
-            rc = sio_seterr(err, src.rc ? src.rc : SIO_ERR_FORMAT,
-                            "url=%s: %s", shown,
-                            src.rc ? src.err : archive_error_string(ar)
-                                                   ? archive_error_string(ar)
-                                                   : "cannot decompress");
-        }
-    }
+    *fd = stage_memfd(*fd, err);
+    if (*fd < 0)
+        return err->code;
+    sio_code rc = src_open(&src, io, url, cap, decompress, err);
+    if (rc == SIO_OK && !(buf = malloc(STAGE_READ)))
+        rc = sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
     while (rc == SIO_OK) {
         size_t got = 0;
-        if (ar) {
-            /* In the filters' own blocks: a stream cut short gives the
-             * blocks before the cut, as a shard reader's reads get them. */
-            la_ssize_t n = archive_read_data(ar, buf, STAGE_LA_READ);
-            if (n < 0) {
-                sio_url_redact(url, shown, sizeof shown);
-                rc = sio_seterr(err, src.rc ? src.rc : SIO_ERR_FORMAT,
-                                "url=%s: %s", shown,
-                                src.rc ? src.err
-                                : archive_error_string(ar)
-                                    ? archive_error_string(ar)
-                                    : "corrupt compressed data");
-                break;
-            }
-            got = (size_t)n;
-        } else {
-            rc = in->ops->read(in, buf, STAGE_READ, &got);
-            if (rc) {
-                sio_url_redact(url, shown, sizeof shown);
-                sio_seterr(err, rc, "url=%s: %s", shown,
-                           in->ops->errmsg(in));
-                break;
-            }
-        }
-        if (got == 0)
+        rc = src_read(&src, buf, &got, err);
+        if (rc || got == 0)
             break;
-        if ((uint64_t)got > cap - got_total) {
-            sio_url_redact(url, shown, sizeof shown);
-            rc = sio_seterr(err, SIO_ERR_LIMIT,
-                            "url=%s is larger than the staging budget "
-                            "(%" PRIu64 " bytes%s)", shown, cap,
-                            decompress ? ", decompressed" : "");
-            break;
-        }
-        if (ar && got_total == 0 && got >= 4 && buf[0] == 'P' &&
-            buf[1] == 'K' && buf[2] == 3 && buf[3] == 4) {
-            sio_url_redact(url, shown, sizeof shown);
-            rc = sio_seterr(err, SIO_ERR_UNSUPPORTED,
-                            "url=%s is a zip: its members are not staged",
-                            shown);
-            break;
-        }
-        rc = write_all(m, buf, got, err);
-        got_total += got;
+        rc = write_all(*fd, buf, got, err);
     }
-    if (ar)
-        archive_read_free(ar);
-    free(lbuf);
-    if (in && rc == SIO_OK && in->ops->info) {
-        sio_objinfo oi;
-        memset(&oi, 0, sizeof oi);
-        in->ops->info(in, &oi);
-        *vhash = vhash_of(oi.validator);
-    }
-    if (in)
-        in->ops->close(in);
+    *size = src.got;
+    *vhash = src_close(&src, rc == SIO_OK);
     free(buf);
-    *size = got_total;
     /* A spare longer than this shard: its tail goes (readers read to the
      * file's end for the last group). */
-    if (ftruncate(m, (off_t)got_total) != 0 && rc == SIO_OK)
+    if (ftruncate(*fd, (off_t)*size) != 0 && rc == SIO_OK)
         rc = sio_seterr(err, SIO_ERR_NOMEM, "cannot stage a shard in "
                         "memory: ftruncate: %s", strerror(errno));
     return rc;
+}
+
+/* A job's failure that may pass (an I/O error) resumes the object from
+ * where its bytes stopped this many times. */
+#define STAGE_RESUMES 2u
+
+/* Tell a step that waits for the jobs that one moved. */
+static void jobs_moved(sio_plan *p)
+{
+    plan_stage *st = p->stage;
+    atomic_fetch_add(&st->jobgen, 1);
+    if (atomic_load(&st->waiting)) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&st->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
+/* sio_stage_hooks.wait: fetch until want bytes are written (or the
+ * object ends, or fails). Runs on the job's thread (the index pass's). */
+static sio_code job_wait(void *ud, uint64_t want, uint64_t *avail,
+                         char *err, size_t errlen)
+{
+    struct stage_job *j = ud;
+    plan_stage *st = j->p->stage;
+    while (j->avail < want && !j->ended) {
+        size_t got = 0;
+        sio_error e = {SIO_OK, ""};
+        sio_code rc;
+        if (atomic_load(&j->p->failed))
+            rc = sio_seterr(&e, SIO_ERR_CANCELED, "the epoch's plan "
+                            "stopped");
+        else
+            rc = src_read(&j->src, j->buf, &got, &e);
+        if ((rc == SIO_ERR_IO || rc == SIO_ERR_RETRY) &&
+            j->resumes < STAGE_RESUMES) {
+            j->resumes++;
+            if (src_resume(&j->src, &e) == SIO_OK)
+                continue;
+            rc = e.code ? e.code : rc;
+        }
+        if (rc == SIO_OK && got > 0)
+            rc = write_all(j->fd, j->buf, got, &e);
+        if (rc || got == 0) {
+            j->ended = 1;
+            j->src_rc = rc;
+            j->src_err = e;
+            break;
+        }
+        j->avail += got;
+        pthread_mutex_lock(&j->p->mu);
+        uint64_t take = got < j->reserve ? got : j->reserve;
+        j->reserve -= take;
+        st->reserved -= take <= st->reserved ? take : st->reserved;
+        st->bytes += got;
+        st->step_bytes += got;
+        st->fetched_bytes += got;
+        if (st->bytes > st->peak)
+            st->peak = st->bytes;
+        pthread_mutex_unlock(&j->p->mu);
+    }
+    *avail = j->avail;
+    if (j->avail < want && j->ended && j->src_rc) {
+        snprintf(err, errlen, "%s", j->src_err.msg);
+        return j->src_rc;
+    }
+    return SIO_OK;
+}
+
+/* sio_stage_hooks.progress: the groups read so far are in memory, but
+ * the last one (it may end at the object's end, whose size comes with
+ * the job's end): let in to the order. */
+static void job_progress(void *ud, uint64_t groups)
+{
+    struct stage_job *j = ud;
+    uint64_t r = groups ? groups - 1 : 0;
+    if (r > atomic_load(j->ready)) {
+        atomic_store(j->ready, r);
+        jobs_moved(j->p);
+    }
+}
+
+static void *job_main(void *arg)
+{
+    struct stage_job *j = arg;
+    sio_plan *p = j->p;
+    sio_io *io = j->io;
+    plan_stage *st = p->stage;
+    sio_error e2 = {SIO_OK, ""};
+    uint64_t reached = 0, vh = 0;
+    sio_code brc = SIO_OK;
+    sio_code rc = src_open(&j->src, io, j->url, st->budget, j->dec, &e2);
+    if (rc) {
+        j->ended = 1;
+        j->src_rc = rc;
+        j->src_err = e2;
+    } else {
+        sio_stage_hooks h = {job_wait, job_progress, j};
+        brc = sio_index_build_growing(io, j->url, j->s, &j->limits, j->e,
+                                      j->fd, j->dec, &h, &j->log, &reached,
+                                      &e2);
+        /* The object to its end: its size and validator whole (a shard
+         * fetched again for a reader behind is checked against them). */
+        uint64_t all;
+        char none[8];
+        if (!j->ended && brc != SIO_ERR_CANCELED)
+            job_wait(j, UINT64_MAX, &all, none, sizeof none);
+    }
+    vh = src_close(&j->src, j->ended && j->src_rc == SIO_OK);
+    free(j->buf);
+    j->buf = NULL;
+    struct stat sb;
+    int ok = ftruncate(j->fd, (off_t)j->avail) == 0 && fstat(j->fd, &sb) == 0;
+    pthread_mutex_lock(&p->mu);
+    stage_shard *x = &st->sh[j->s];
+    x->size = j->avail;
+    x->vhash = vh;
+    x->arriving = 0;
+    if (j->avail > st->max_shard)
+        st->max_shard = j->avail;
+    st->reserved -= j->reserve <= st->reserved ? j->reserve : st->reserved;
+    j->reserve = 0;
+    st->running--;
+    /* Readers of the last group read to the file's end. */
+    if (ok)
+        p->files[j->s] = (plan_file){sb.st_dev, sb.st_ino, sb.st_size,
+                                     sb.st_mtim, 1};
+    j->res.s = j->s;
+    j->res.e = j->e;
+    j->res.reached = reached;
+    j->res.size = j->avail;
+    if (j->src_rc) {
+        j->res.rc = j->src_rc;
+        j->res.err = j->src_err;
+    } else if (!ok) {
+        j->res.rc = sio_seterr(&j->res.err, SIO_ERR_NOMEM, "shard %" PRIu32
+                               ": its staged bytes cannot be kept: %s",
+                               j->s, strerror(errno));
+    } else {
+        j->res.rc = brc;
+        j->res.err = e2;
+    }
+    j->done = 1;
+    atomic_store(j->ready, UINT64_MAX);
+    atomic_fetch_add(&st->jobgen, 1);
+    pthread_cond_broadcast(&st->cv);
+    pthread_mutex_unlock(&p->mu);
+    /* (j is the step's from here: it may be reaped and freed.) The plan
+     * goes before the io's count: the plan's end uses the index. */
+    sio_plan_unref(p);
+    sio_io_busy_add(io, -1);
+    return NULL;
+}
+
+sio_code stage_job_start(sio_plan *p, uint32_t s, sio_index_entry *e,
+                         sio_io *io, const char *url,
+                         const sio_shard_limits *limits,
+                         const sio_logger *log, uint64_t reserve,
+                         _Atomic uint64_t *ready, sio_error *err)
+{
+    plan_stage *st = p->stage;
+    struct stage_job *j = calloc(1, sizeof *j);
+    if (!j || !(j->url = strdup(url)) || !(j->buf = malloc(STAGE_READ))) {
+        if (j)
+            free(j->url);
+        free(j);
+        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    }
+    j->fd = stage_memfd(stage_spare(p), err);
+    if (j->fd < 0) {
+        free(j->buf);
+        free(j->url);
+        free(j);
+        return err->code;
+    }
+    j->p = p;
+    j->io = io;
+    j->s = s;
+    j->e = e;
+    j->dec = st->sh[s].kind == STAGE_DECOMPRESS;
+    j->limits = *limits;
+    j->log = *log;
+    j->ready = ready;
+    j->reserve = reserve;
+    atomic_store(ready, 0);
+    int closing = -1;
+    pthread_mutex_lock(&p->mu);
+    stage_shard *x = &st->sh[s];
+    if (x->fd >= 0 && x->pins == 0) /* staged before: the newer */
+        let_go(st, x, &closing);
+    x->fd = j->fd;
+    x->size = 0;
+    x->left = x->decided = 0;
+    x->sized = x->final = x->doomed = 0;
+    x->arriving = 1;
+    st->staged++;
+    st->reserved += reserve;
+    st->running++;
+    j->next = st->jobs;
+    st->jobs = j;
+    pthread_mutex_unlock(&p->mu);
+    if (closing >= 0)
+        close(closing);
+    sio_plan_ref(p);
+    sio_io_busy_add(io, 1);
+    pthread_t th;
+    pthread_attr_t a;
+    int started = pthread_attr_init(&a) == 0 &&
+                  pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED) ==
+                      0 &&
+                  pthread_create(&th, &a, job_main, j) == 0;
+    pthread_attr_destroy(&a);
+    if (!started)
+        job_main(j); /* no thread: here, whole */
+    return SIO_OK;
+}
+
+int stage_job_reap(sio_plan *p, stage_result *out)
+{
+    plan_stage *st = p->stage;
+    struct stage_job *j = NULL;
+    if (!st)
+        return 0;
+    pthread_mutex_lock(&p->mu);
+    for (struct stage_job **pp = &st->jobs; *pp; pp = &(*pp)->next)
+        if ((*pp)->done) {
+            j = *pp;
+            *pp = j->next;
+            break;
+        }
+    pthread_mutex_unlock(&p->mu);
+    if (!j)
+        return 0;
+    *out = j->res;
+    free(j->url);
+    free(j);
+    return 1;
+}
+
+unsigned stage_jobs(sio_plan *p)
+{
+    unsigned n = 0;
+    if (!p->stage)
+        return 0;
+    pthread_mutex_lock(&p->mu);
+    for (struct stage_job *j = p->stage->jobs; j; j = j->next)
+        n++;
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
+void stage_jobs_wait(sio_plan *p, uint64_t gen0, unsigned ms)
+{
+    plan_stage *st = p->stage;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&p->mu);
+    atomic_store(&st->waiting, 1);
+    while (atomic_load(&st->jobgen) == gen0 && st->running > 0 &&
+           !atomic_load(&p->failed))
+        if (pthread_cond_timedwait(&st->cv, &p->mu, &ts) == ETIMEDOUT)
+            break;
+    atomic_store(&st->waiting, 0);
+    pthread_mutex_unlock(&p->mu);
 }
 
 int stage_spare(sio_plan *p)
@@ -428,38 +800,34 @@ static void after_sweep(sio_plan *p, const int *closing, size_t nc)
         fn(ud);
 }
 
-void stage_put(sio_plan *p, uint32_t s, int fd, uint64_t size,
-               uint64_t vhash, uint64_t items)
+/* Shard s is queued as done once every item of it is decided (mu held). */
+static void done_check(plan_stage *st, stage_shard *x, uint32_t s)
+{
+    if (x->sized && x->left == 0 && !x->final) {
+        x->final = 1;
+        st->done[(st->done_head + st->done_n) % st->total] = s;
+        st->done_n++;
+    }
+}
+
+void stage_end(sio_plan *p, uint32_t s, uint64_t items)
 {
     plan_stage *st = p->stage;
-    int closing = -1, unused = -1;
+    int unused = -1;
     pthread_mutex_lock(&p->mu);
     stage_shard *x = &st->sh[s];
-    if (x->fd >= 0) {
-        closing = x->fd; /* staged again by a later step: the newer */
-        st->bytes -= x->size <= st->bytes ? x->size : st->bytes;
-        st->step_bytes -= x->size <= st->step_bytes ? x->size
-                                                    : st->step_bytes;
+    x->sized = 1;
+    x->left = items > x->decided ? items - x->decided : 0;
+    if (items == 0) { /* nothing of it is read */
+        x->final = 1;
+        if (x->fd >= 0 && x->pins == 0)
+            let_go(st, x, &unused);
+        else
+            x->doomed = 1;
+    } else {
+        done_check(st, x, s);
     }
-    x->fd = fd;
-    x->size = size;
-    x->vhash = vhash;
-    x->left = items;
-    x->final = items == 0;
-    x->doomed = 0;
-    st->bytes += size;
-    st->step_bytes += size;
-    st->staged++;
-    st->fetched_bytes += size;
-    if (st->bytes > st->peak)
-        st->peak = st->bytes;
-    if (size > st->max_shard)
-        st->max_shard = size;
-    if (items == 0) /* nothing of it is read */
-        let_go(st, x, &unused);
     pthread_mutex_unlock(&p->mu);
-    if (closing >= 0)
-        close(closing);
     if (unused >= 0)
         close(unused);
 }
@@ -474,10 +842,10 @@ void stage_item(sio_plan *p, uint32_t s, uint64_t y)
         return;
     }
     x->last = y;
-    if (x->left && --x->left == 0 && !x->final) {
-        x->final = 1;
-        st->done[(st->done_head + st->done_n) % st->total] = s;
-        st->done_n++;
+    x->decided++;
+    if (x->sized && x->left) {
+        x->left--;
+        done_check(st, x, s);
     }
     pthread_mutex_unlock(&p->mu);
 }
@@ -485,8 +853,8 @@ void stage_item(sio_plan *p, uint32_t s, uint64_t y)
 /* Room for need more bytes by the steps (mu held)? */
 static int has_room(const plan_stage *st, uint64_t need)
 {
-    return st->step_bytes == 0 || (st->step_bytes < st->budget &&
-                                   need <= st->budget - st->step_bytes);
+    uint64_t used = st->step_bytes + st->reserved;
+    return used == 0 || (used < st->budget && need <= st->budget - used);
 }
 
 int stage_room(sio_plan *p, uint64_t size, int slot)
@@ -614,6 +982,7 @@ void stage_hold(sio_plan *p, uint32_t s, int pi, uint64_t items)
     x->held = 1;
     x->hold_pi = pi;
     x->left = items;
+    x->sized = 1;
     x->final = items == 0;
     int now = items == 0;
     if (now)

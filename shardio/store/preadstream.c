@@ -63,6 +63,27 @@ static sio_code pr_read(sio_stream *s, void *buf, size_t cap, size_t *got)
         *got = cap;
         return SIO_OK;
     }
+    if (p->wait) {
+        /* Written so far: a read stops there (or fails as the writer
+         * did, or ends with it). */
+        uint64_t avail = 0;
+        sio_code wrc = p->wait(p->wait_ud, p->pos + cap, &avail, p->err,
+                               sizeof p->err);
+        if (avail <= p->pos) {
+            if (wrc)
+                return wrc;
+            if (p->end != UINT64_MAX) {
+                snprintf(p->err, sizeof p->err,
+                         "the file ends at %llu, before the indexed %llu",
+                         (unsigned long long)p->pos,
+                         (unsigned long long)p->end);
+                return SIO_ERR_CHANGED;
+            }
+            return SIO_OK; /* its end */
+        }
+        if (cap > avail - p->pos)
+            cap = (size_t)(avail - p->pos);
+    }
     for (;;) {
         ssize_t r;
         if (p->nowait) {
@@ -133,7 +154,23 @@ static sio_code pr_skip(sio_stream *s, uint64_t n)
     uint64_t lim = p->end;
     if (p->cu && p->size < lim)
         lim = p->size;
-    if (lim == UINT64_MAX) {
+    if (p->wait) {
+        /* Bytes skipped must be written first (the next header follows
+         * them); a writer that ended before them fails the skip as its
+         * read would. */
+        uint64_t avail = 0, want = n > UINT64_MAX - p->pos ? UINT64_MAX
+                                                          : p->pos + n;
+        sio_code wrc = p->wait(p->wait_ud, want, &avail, p->err,
+                               sizeof p->err);
+        if (avail < want) {
+            if (wrc) {
+                p->pos = avail > p->pos ? avail : p->pos;
+                return wrc;
+            }
+            if (avail < lim)
+                lim = avail;
+        }
+    } else if (lim == UINT64_MAX) {
         struct stat st;
         if (!p->fsize_known && fstat(p->fd, &st) == 0) {
             p->fsize = (uint64_t)st.st_size;
@@ -174,6 +211,13 @@ void sio_pread_stream_checked(pread_stream *p, struct sio_cache_user *u,
     p->url = url;
     p->sfd = sfd;
     p->size = size;
+}
+
+void sio_stream_pread_wait(sio_stream *s, sio_pread_wait_fn fn, void *ud)
+{
+    pread_stream *p = (pread_stream *)s;
+    p->wait = fn;
+    p->wait_ud = fn ? ud : NULL;
 }
 
 sio_code sio_stream_pread(int fd, uint64_t offset, uint64_t end,

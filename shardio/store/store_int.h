@@ -215,6 +215,17 @@ int sio_io_fd_capable(sio_io *io, struct sio_cache_user *cache,
  * borrowed. */
 sio_code sio_stream_pread(int fd, uint64_t offset, uint64_t end,
                           sio_stream **out);
+/* Bytes of a file still being written: wait(ud, want, avail, err,
+ * errlen) returns once *avail (the bytes written from the file's start)
+ * is at least want, or the writer ended (then *avail is its end). SIO_OK,
+ * or the writer's failure (err says why) when it ended before want. */
+typedef sio_code (*sio_pread_wait_fn)(void *ud, uint64_t want,
+                                      uint64_t *avail, char *err,
+                                      size_t errlen);
+/* Make a sio_stream_pread stream's reads and skips wait for their bytes
+ * (a read past what the writer wrote fails with the writer's code, or
+ * ends there when it ended well). */
+void sio_stream_pread_wait(sio_stream *s, sio_pread_wait_fn fn, void *ud);
 /* The same stream held by the caller (never closed: nothing to free). */
 typedef struct pread_stream pread_stream;
 struct pread_stream {
@@ -237,6 +248,10 @@ struct pread_stream {
      * cache are SIO_ERR_AGAIN ("not in memory"), and nowait_missed is
      * set. A file system without it clears nowait and reads as usual. */
     int nowait, nowait_missed;
+    /* A file still being written (a shard being staged, sio_pread_wait):
+     * reads and skips ask wait for the bytes first. */
+    sio_pread_wait_fn wait;
+    void *wait_ud;
 };
 void sio_pread_stream_init(pread_stream *p, int fd, uint64_t offset,
                            uint64_t end);

@@ -1628,6 +1628,7 @@ static sio_code build_pass(sio_io *io, const char *url, uint32_t index,
                            const sio_shard_limits *limits, sio_index_entry *e,
                            struct sio_cache_user *cache, int fd_in,
                            int decompressed, uint64_t cut_at,
+                           const sio_stage_hooks *hooks,
                            const sio_logger *log, uint64_t *reached,
                            sio_error *err)
 {
@@ -1645,6 +1646,7 @@ static sio_code build_pass(sio_io *io, const char *url, uint32_t index,
         at.fd = fd_in;
         at.read_cap = 16u << 10;
         at.decompressed = decompressed;
+        at.grow = hooks;
         /* One byte past what was staged: a read that gets there finds
          * the end early (the shard did not end where its fetch did). */
         if (cut_at != UINT64_MAX)
@@ -1672,6 +1674,8 @@ static sio_code build_pass(sio_io *io, const char *url, uint32_t index,
         }
         if (end)
             break;
+        if (hooks && hooks->progress)
+            hooks->progress(hooks->ud, sio_shard_groups(sh));
     }
     *reached = sh ? sio_shard_groups(sh) : 0;
     sio_shard_close(sh);
@@ -1684,6 +1688,7 @@ static sio_code build_twice(sio_io *io, const char *url, uint32_t index,
                             const sio_shard_limits *limits,
                             sio_index_entry *e, struct sio_cache_user *cache,
                             int fd, int decompressed, uint64_t cut_at,
+                            const sio_stage_hooks *hooks,
                             const sio_logger *log, uint64_t *reached,
                             sio_error *err)
 {
@@ -1691,14 +1696,14 @@ static sio_code build_twice(sio_io *io, const char *url, uint32_t index,
     uint64_t got = 0;
     sio_index_get_info(e, &before);
     sio_code rc = build_pass(io, url, index, limits, e, cache, fd,
-                             decompressed, cut_at, log, &got, err);
+                             decompressed, cut_at, hooks, log, &got, err);
     sio_index_get_info(e, &after);
     /* A loaded index this read disagreed with was dropped midway, after
      * the groups before were offered (and taken as agreeing): a second
      * read from the start records them all. */
     if (rc == SIO_OK && !after.complete && after.gen != before.gen)
         rc = build_pass(io, url, index, limits, e, cache, fd, decompressed,
-                        cut_at, log, &got, err);
+                        cut_at, hooks, log, &got, err);
     if (reached)
         *reached = got;
     return rc;
@@ -1711,7 +1716,7 @@ sio_code sio_index_build_to(sio_io *io, const char *url, uint32_t index,
                             sio_error *err)
 {
     return build_twice(io, url, index, limits, e, cache, -1, 0, UINT64_MAX,
-                       log, reached, err);
+                       NULL, log, reached, err);
 }
 
 sio_code sio_index_build_fd(sio_io *io, const char *url, uint32_t index,
@@ -1721,7 +1726,7 @@ sio_code sio_index_build_fd(sio_io *io, const char *url, uint32_t index,
                             sio_error *err)
 {
     return build_twice(io, url, index, limits, e, NULL, fd, 0, UINT64_MAX,
-                       log, reached, err);
+                       NULL, log, reached, err);
 }
 
 sio_code sio_index_build_staged(sio_io *io, const char *url, uint32_t index,
@@ -1731,7 +1736,19 @@ sio_code sio_index_build_staged(sio_io *io, const char *url, uint32_t index,
                                 uint64_t *reached, sio_error *err)
 {
     return build_twice(io, url, index, limits, e, NULL, fd, decompressed,
-                       cut_at, log, reached, err);
+                       cut_at, NULL, log, reached, err);
+}
+
+sio_code sio_index_build_growing(sio_io *io, const char *url, uint32_t index,
+                                 const sio_shard_limits *limits,
+                                 sio_index_entry *e, int fd,
+                                 int decompressed,
+                                 const sio_stage_hooks *hooks,
+                                 const sio_logger *log, uint64_t *reached,
+                                 sio_error *err)
+{
+    return build_twice(io, url, index, limits, e, NULL, fd, decompressed,
+                       UINT64_MAX, hooks, log, reached, err);
 }
 
 sio_code sio_index_build(sio_io *io, const char *url, uint32_t index,

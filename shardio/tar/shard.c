@@ -240,6 +240,9 @@ static sio_code open_stream(sio_shard *sh, uint64_t pos, sio_error *err)
     if (sh->at.use_fd) {
         if (sio_stream_pread(sh->at.fd, pos, sh->at.end, &sh->stream))
             return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+        if (sh->at.grow)
+            sio_stream_pread_wait(sh->stream, sh->at.grow->wait,
+                                  sh->at.grow->ud);
         return SIO_OK;
     }
     if (sh->at.cache)

@@ -108,10 +108,10 @@ static void world_copy(world *dst, const world *src)
     world_open(dst);
 }
 
-static int gate(void *ud, uint32_t shard)
+static uint64_t gate(void *ud, uint32_t shard)
 {
     const world *w = ud;
-    return w->built[shard];
+    return w->built[shard] ? UINT64_MAX : 0;
 }
 
 /* After SIO_ERR_AGAIN: one step of the world, decided by it and by the
