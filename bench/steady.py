@@ -72,7 +72,8 @@ VARIANT_SETS = {
     # shards; the later epochs are planned in both; --source http: every
     # epoch, the plan's shards staged in memory).
     "first": [("feed", ["--data-plane", "stream"]),
-              ("plan", ["--data-plane", "auto", "--stage-bytes", "1GiB"])],
+              ("plan", ["--data-plane", "auto", "--stage-bytes", "1GiB",
+                        "--stage-indexed", "true"])],
 }
 # Where the servers read the shards: nginx (http) or the files (local).
 SOURCE = "http"

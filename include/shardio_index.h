@@ -157,6 +157,9 @@ void sio_index_vet(sio_index_entry *e, sio_io *io,
 /* The entry of url if the store holds it already, else NULL: never reads
  * a file or a sidecar (for callers that must not block). */
 sio_index_entry *sio_index_peek(sio_index *x, const char *url);
+/* Is url indexed whole: in memory, or a file in the state directory
+ * (looked for, not read)? */
+int sio_index_known(sio_index *x, const char *url);
 
 /* Group g of the entry: 1 with *out filled when it is known, 0 when not
  * (yet). Thread-safe. */

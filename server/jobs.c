@@ -1188,6 +1188,7 @@ static sio_code slot_open(sc_jobs *j, sc_job *job, uint64_t epoch,
     ec.mix = job->res->mix;
     ec.nmix = job->res->nmix;
     ec.stage_bytes = cfg->stage_bytes;
+    ec.stage_indexed = cfg->stage_indexed;
     int fresh = 0;
     ec.journal = s->journal = job_journal(j, job, epoch, part, &fresh, err);
     if (!ec.journal) {

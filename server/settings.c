@@ -301,13 +301,19 @@ static const setting settings[] = {
      UINT64_C(1) << 44, NULL,
      "bytes of remote shards an epoch may hold in memory when the shard "
      "cache cannot take them (no cache, or no room), so that the epoch is "
-     "planned: each shard is fetched whole, once, and read by every stream "
-     "from there, and let go once the streams passed it; as much again for "
-     "shards fetched a second time for streams behind the others "
-     "(docs/architecture.md \"Memory\"); compressed shards (tar.gz, "
-     "tar.zst...) are staged there decompressed, so their epochs are "
-     "planned too. 0 (the default): such epochs are read by the feed. A "
-     "shard's first sample waits for the whole shard"},
+     "planned: each shard is fetched once, read by every stream from "
+     "there as its bytes arrive, and let go once the streams passed it; "
+     "as much again for shards fetched a second time for streams behind "
+     "the others (docs/architecture.md \"Memory\"); compressed shards "
+     "(tar.gz, tar.zst...) are staged there decompressed, so their epochs "
+     "are planned too. Staged: the first pass over such shards, and with "
+     "--stage-indexed later epochs too. 0: such epochs are read by the "
+     "feed"},
+    {"stage-indexed", NULL, SRV(stage_indexed), T_BOOL, "false", 0, 0, NULL,
+     "stage the epochs of remote shards that are all indexed too (after "
+     "the first pass); false: those epochs are read by the feed, whose "
+     "seeks (a resume far into an epoch, a consumer of another world) "
+     "fetch the byte ranges they need rather than whole shards"},
     {"lag-policy", NULL, SRV(lag_policy), T_ENUM, "detach", 0, 0, lag_choices,
      "a consumer that holds a full window back: detach it into a seek "
      "after --lag-grace-ms, or make everyone wait"},

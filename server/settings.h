@@ -154,6 +154,7 @@ typedef struct sc_config {
     int data_plane;           /* --data-plane: SC_DATA_PLANE_* */
     uint64_t plan_keep_samples; /* --plan-keep-samples: a plan's window */
     uint64_t plan_ahead_samples; /* --plan-ahead-samples: 0 auto */
+    int stage_indexed;        /* --stage-indexed */
     uint64_t stage_bytes;     /* --stage-bytes: remote shards held in memory
                                  per epoch */
     uint32_t lag_grace_ms;    /* --lag-grace-ms */

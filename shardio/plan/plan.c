@@ -1243,6 +1243,7 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
     size_t count = cfg->range_count ? cfg->range_count : total;
     uint64_t to_fill = 0;
     int dec = cfg->stage_bytes > 0; /* compressed shards staged */
+    int all_indexed = 1, in_memory = 0;
     if (first > total || count > total - first)
         return sio_seterr(err, SIO_ERR_INVALID, "shard range out of list");
     if (cfg->on_error != SIO_ON_ERROR_SKIP || !cfg->journal)
@@ -1257,6 +1258,9 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
         sio_index_info info = {0};
         if (e)
             sio_index_get_info(e, &info);
+        if (all_indexed && !(e && info.complete) &&
+            !sio_index_known(cfg->index, url))
+            all_indexed = 0;
         /* Compressed (1) or a zip (2): as its complete index says, else
          * as its name says, else (a local file) as its first bytes say;
          * a local shard whose index is stream-only is asked too (a zip
@@ -1290,6 +1294,7 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
                                   "shard %zu cannot be read", i);
             kinds[i] = STAGE_DECOMPRESS;
             *stage = 1;
+            in_memory = 1;
             continue;
         }
         if (object) {
@@ -1325,6 +1330,8 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
             if (cfg->cache)
                 to_fill = sz > UINT64_MAX - to_fill ? UINT64_MAX
                                                     : to_fill + sz;
+            else
+                in_memory = 1;
             *stage = 1;
             continue;
         }
@@ -1338,11 +1345,20 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
     }
     /* Without staging in memory, the cache must have room for every
      * shard to fetch now. */
-    if (to_fill && !cfg->stage_bytes && to_fill > sio_cache_user_room(cfg->cache))
+    int room = !to_fill || to_fill <= sio_cache_user_room(cfg->cache);
+    if (!room && !cfg->stage_bytes)
         return sio_seterr(err, SIO_ERR_UNSUPPORTED,
                           "the shards to fetch (%" PRIu64 " bytes) do not "
                           "fit in the shard cache's free room and there is "
                           "no staging (--stage-bytes 0)", to_fill);
+    /* Shards all indexed: whole shards staged in memory would be fetched
+     * for a seek (a resume far in, a consumer of another world), where
+     * the feed fetches the ranges it needs. */
+    if ((in_memory || !room) && all_indexed && !cfg->stage_indexed)
+        return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                          "the epoch's shards are indexed and would be "
+                          "staged in memory: its feed reads them (staged "
+                          "with --stage-indexed)");
     return SIO_OK;
 }
 
@@ -1469,7 +1485,7 @@ static sio_code shard_ended(plan_grow *g, uint32_t s, const char *url,
     return SIO_OK;
 }
 
-static uint64_t stage_size(const sio_plan *p, uint32_t s);
+static uint64_t stage_size(sio_plan *p, uint32_t s);
 
 /* Shard s of a plan that stages: fetched into memory by a job on a
  * thread of its own (stage.c) and indexed from there as its bytes
@@ -1678,12 +1694,20 @@ static sio_code prepare_shard(sio_plan *p, uint32_t s, sio_error *err)
 }
 
 /* What staging shard s takes, as far as it is known before its fetch:
- * its listed size, or UINT64_MAX (not listed, or decompressed). */
-static uint64_t stage_size(const sio_plan *p, uint32_t s)
+ * its listed size; not listed (or decompressed), the largest shard staged
+ * so far; UINT64_MAX before any. */
+static uint64_t stage_size(sio_plan *p, uint32_t s)
 {
-    if (p->stage->sh[s].kind == STAGE_DECOMPRESS)
-        return UINT64_MAX;
-    return sio_shardlist_size(p->g->list, s);
+    uint64_t sz = p->stage->sh[s].kind == STAGE_DECOMPRESS
+                      ? UINT64_MAX
+                      : sio_shardlist_size(p->g->list, s);
+    if (sz == UINT64_MAX) {
+        pthread_mutex_lock(&p->mu);
+        if (p->stage->max_shard)
+            sz = p->stage->max_shard;
+        pthread_mutex_unlock(&p->mu);
+    }
+    return sz;
 }
 
 /* An item passed over: the order decided it, nobody reads it now. */
@@ -1790,12 +1814,17 @@ sio_code sio_plan_grow(sio_plan *p, sio_error *err)
         if (stage_kind(p, s) && stage_jobs(p) >= STAGE_JOBS_MAX)
             break; /* a job's end asks again */
         /* A shard staged in memory waits for room (readers passing the
-         * shards before). */
-        if (stage_kind(p, s) &&
-            !stage_room(p, stage_size(p, s),
-                        i < g->cfg.interleave)) {
-            blocked = 1;
-            break;
+         * shards before); one of a size not known yet (none staged told
+         * how large shards are) only when the order reads it now. */
+        if (stage_kind(p, s)) {
+            uint64_t need = stage_size(p, s);
+            int slot = i < g->cfg.interleave;
+            if (need == UINT64_MAX && !slot)
+                break; /* a job's end asks again */
+            if (!stage_room(p, need, slot)) {
+                blocked = 1;
+                break;
+            }
         }
         rc = prepare_shard(p, s, err);
         fresh++;

@@ -1316,6 +1316,24 @@ sio_index_entry *sio_index_peek(sio_index *x, const char *url)
     return e;
 }
 
+int sio_index_known(sio_index *x, const char *url)
+{
+    sio_index_entry *e = sio_index_peek(x, url);
+    sio_index_info info;
+    char hash[65], path[4200];
+    if (e) {
+        sio_index_get_info(e, &info);
+        if (info.complete)
+            return 1;
+    }
+    if (!x->dir)
+        return 0;
+    url_hash(url, hash);
+    return snprintf(path, sizeof path, "%s/%s%s", x->dir, hash,
+                    SIO_INDEX_SUFFIX) < (int)sizeof path &&
+           access(path, F_OK) == 0;
+}
+
 int sio_index_view_open(sio_index_entry *e, sio_index_view *v)
 {
     int ok;

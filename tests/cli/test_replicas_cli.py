@@ -23,7 +23,6 @@ before that, and the consumers have their first samples (the bench progress
 line's min_samples, the server's status for `cat`) before the kill.
 """
 
-import http.server
 import json
 import os
 import re
@@ -35,7 +34,8 @@ import urllib.request
 
 import pytest
 
-from shardcast_testlib import Server, find_server_binary, free_port, host_of, make_dataset
+from shardcast_testlib import (GatedSource, Server, find_server_binary, free_port, host_of,
+                               make_dataset)
 
 TIMEOUT = 120            # seconds any one wait may take (a loaded machine)
 EXIT_OK, EXIT_USAGE, EXIT_CONFIG = 0, 2, 9
@@ -150,79 +150,6 @@ def replica_sets(cli_workdir):
 
 # --------------------------------------------------------------------------
 # A source that holds the second half of every shard back
-
-
-class GatedSource:
-    """The files of `root` over HTTP (GET/HEAD, Range), each shard's bytes
-    from the middle on held back until open() is called."""
-
-    def __init__(self, root):
-        self.root = root
-        self.gate = threading.Event()
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *a):
-                pass
-
-            def do_HEAD(self):
-                outer.serve(self, False)
-
-            def do_GET(self):
-                outer.serve(self, True)
-
-        class Srv(http.server.ThreadingHTTPServer):
-            daemon_threads = True
-
-            def handle_error(self, request, client_address):
-                pass  # a killed replica's connections break: expected
-
-        self.httpd = Srv(("127.0.0.1", 0), Handler)
-        self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def serve(self, h, body):
-        path = os.path.join(self.root, os.path.basename(h.path.split("?")[0]))
-        if not os.path.isfile(path):
-            h.send_response(404)
-            h.send_header("Content-Length", "0")
-            h.end_headers()
-            return
-        with open(path, "rb") as f:
-            data = f.read()
-        n = len(data)
-        a, b = 0, n - 1
-        m = re.match(r"bytes=(\d+)-(\d*)$", h.headers.get("Range") or "")
-        if m:
-            a = int(m.group(1))
-            b = min(int(m.group(2)) if m.group(2) else n - 1, n - 1)
-            h.send_response(206)
-            h.send_header("Content-Range", "bytes %d-%d/%d" % (a, b, n))
-        else:
-            h.send_response(200)
-        h.send_header("Content-Length", str(b - a + 1))
-        h.send_header("ETag", '"%d-%d"' % (n, int(os.path.getmtime(path))))
-        h.end_headers()
-        if not body:
-            return
-        half = n // 2
-        if a < half:
-            h.wfile.write(data[a:min(b + 1, half)])
-            h.wfile.flush()
-        if b >= half:
-            self.gate.wait()
-            h.wfile.write(data[max(a, half):b + 1])
-
-    def open(self):
-        self.gate.set()
-
-    def close(self):
-        self.gate.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture(scope="module")

@@ -151,11 +151,13 @@ def test_a_shard_that_fails_in_the_first_pass_is_journaled_like_the_feed(
 
 
 def test_compressed_shards_keep_the_feed(start, server_binary, tmp_path):
+    """Without staging (--stage-bytes 0) compressed shards are the feed's:
+    their indexes hold no byte offsets (test_staging plans them staged)."""
     require_planes(server_binary, "auto")
     rng = random.Random(SEED + 2)
     ds = make_random_dataset(str(tmp_path / "ds"), rng.randrange(1 << 30),
                              [("ustar", 30), ("targz", 30), ("pax", 30)], "z")
-    srv = serve(start, ds, "auto")
+    srv = serve(start, ds, "auto", "--stage-bytes", "0")
     got = read_world(srv, 0, "frames", world=1)[0]
     assert sorted(k for k, _ in keys_and_fields(got)) == sorted(ds.by_key), tag()
     dp = data_plane(get_json(srv, "/v1/jobs/t"))
@@ -164,7 +166,7 @@ def test_compressed_shards_keep_the_feed(start, server_binary, tmp_path):
     # name, so one request (no resume) still reads the whole epoch
     (gz,) = [n for n in os.listdir(ds.path) if n.endswith(".tar.gz")]
     os.rename(os.path.join(ds.path, gz), os.path.join(ds.path, gz[:-3]))
-    srv = serve(start, ds, "auto")
+    srv = serve(start, ds, "auto", "--stage-bytes", "0")
     got = read_world(srv, 0, "tar", world=1)[0]
     assert sorted(k for k, _ in keys_and_fields(got)) == sorted(ds.by_key), tag()
     dp = data_plane(get_json(srv, "/v1/jobs/t"))

@@ -1,9 +1,17 @@
-"""With --stage-bytes, remote shards the shard cache cannot take are
-staged in memory (docs/architecture.md "The data plane" and "Memory"): an
-epoch over an HTTP store with no cache is planned, each shard fetched once
-into memory by the step that indexes it and read by every stream from
-there, and let go once the streams have passed it. Without it (the
-default) such epochs are the feed's (test_without_stage_bytes_the_feed).
+"""Remote shards the shard cache cannot take are staged in memory
+(--stage-bytes, 256 MiB by default; docs/architecture.md "The data plane"
+and "Memory"): an epoch over an HTTP store with no cache is planned, each
+shard fetched once into memory by a job that indexes it as its bytes
+arrive, read by every stream from there, and let go once the streams have
+passed it. By default the first pass is staged and later epochs (every
+shard indexed) are the feed's; --stage-indexed stages those too. With
+--stage-bytes 0 such epochs are the feed's (test_without_stage_bytes_the_feed).
+
+test_a_shard_is_read_as_its_bytes_arrive: the defaults, a source that
+holds the second half of every shard back: the first samples reach the
+consumer before any shard is whole, from the staged plan; once the
+halves come the share is the feed's, sample for sample, every sample
+once; the next epoch (every shard indexed) is the feed's.
 
 test_an_http_store_without_a_cache_is_planned_every_epoch: a brace
 pattern over nginx (no sizes), no cache, every rank at once: epochs 0
@@ -50,7 +58,8 @@ import warnings
 from plan_testlib import (data_plane, fetch, keys_fields, make_random_dataset,
                           parse_body, require_planes, stream_query)
 from plan_testlib import read_world as plan_read_world
-from server_testlib import Nginx, get_json
+from server_testlib import FramesStream, Nginx, get_json, stream_path
+from shardcast_testlib import GatedSource
 
 SEED = int(os.environ.get("SHARDCAST_PLAN_SEED", "7171"))
 
@@ -128,7 +137,8 @@ def test_an_http_store_without_a_cache_is_planned_every_epoch(start, server_bina
         src = brace(ng, names, "h")
         feed = start("--job", "t", "--source", src, "--data-plane", "stream", *COMMON)
         plan = start("--job", "t", "--source", src, "--data-plane", "auto",
-                     "--interleave", "3", "--stage-bytes", "1GiB", *COMMON)
+                     "--interleave", "3", "--stage-bytes", "1GiB",
+                     "--stage-indexed", "true", *COMMON)
         feed3 = start("--job", "t", "--source", src, "--data-plane", "stream",
                       "--interleave", "3", *COMMON)
         for epoch in (0, 1):
@@ -269,6 +279,7 @@ def test_an_s3_dataset_larger_than_the_cache_is_planned(start, server_binary, tm
                 "--shuffle-buffer", "20") + COMMON
         feed = start(*args, "--data-plane", "stream", env=env)
         plan = start(*args, "--data-plane", "auto", "--stage-bytes", "1GiB",
+                     "--stage-indexed", "true",
                      "--cache-bytes", str(sum(sizes) // 3), env=env)
         for epoch in (0, 1):
             want = read_world(feed, epoch, 2)
@@ -288,15 +299,15 @@ def test_an_s3_dataset_larger_than_the_cache_is_planned(start, server_binary, tm
 
 
 def test_without_stage_bytes_the_feed_reads_a_remote_dataset(start, server_binary, tmp_path):
-    """The default (--stage-bytes 0): an HTTP store with no cache is read
-    by the feed, as before staging existed; nothing is staged."""
+    """--stage-bytes 0: an HTTP store with no cache is read by the feed,
+    as before staging existed; nothing is staged."""
     require_planes(server_binary, "auto")
     ds = many_shards(tmp_path, SEED + 15, 4, "n")
     names = sorted(os.listdir(ds.path))
     ng = Nginx(ds.path, str(tmp_path))
     try:
         srv = start("--job", "t", "--source", brace(ng, names, "n"), "--data-plane", "auto",
-                    *COMMON)
+                    "--stage-bytes", "0", *COMMON)
         got = read_world(srv, 0, 2)
         assert sum(len(p.samples) for p in got) == (ds.total // 2) * 2, tag()
         dp = data_plane(get_json(srv, "/v1/jobs/t"))
@@ -461,3 +472,45 @@ def test_a_shard_the_store_does_not_have_is_skipped_in_every_staged_epoch(
         assert data_plane(get_json(plan, "/v1/jobs/t"))["feed_streams"] == 0
     finally:
         ng.stop()
+
+
+def test_a_shard_is_read_as_its_bytes_arrive(start, server_binary, tmp_path):
+    require_planes(server_binary, "auto", "stream")
+    ds = many_shards(tmp_path, SEED + 17, 6, "train")
+    gated = GatedSource(ds.path)
+    try:
+        src = "%s/train-{000000..%06d}.tar" % (gated.url, len(os.listdir(ds.path)) - 1)
+        order = ("--interleave", "2", "--shuffle-buffer", "8",
+                 "--fetch-stall-timeout-ms", "300s")
+        srv = start("--job", "t", "--source", src, *order, *COMMON)
+        s = FramesStream(srv, stream_path("t", 0, 0, 1), timeout=120)
+        assert s.status == 200, tag()
+        first = s.next_sample()
+        # Before any shard's second half came: from the plan, staged.
+        assert first is not None and first["index"] == 0, (tag(), s.outcome, s.trailer)
+        dp = data_plane(get_json(srv, "/v1/jobs/t"))
+        assert dp["plans_grown"] == 1 and dp["feed_streams"] == 0, (tag(), dp)
+        st = staging(srv)
+        assert 0 < st["fetched_bytes"] < sum(
+            os.path.getsize(os.path.join(ds.path, n)) for n in os.listdir(ds.path)), (tag(), st)
+        gated.open()
+        got = [(first["key"], first["hash"])]
+        while True:
+            smp = s.next_sample()
+            if smp is None:
+                break
+            got.append((smp["key"], smp["hash"]))
+        s.close()
+        assert s.outcome == "end", (tag(), s.trailer)
+        feed = start("--job", "t", "--source", src, "--data-plane", "stream", *order, *COMMON)
+        want = read_world(feed, 0, 1)[0]
+        assert [k for k, _ in got] == [x["key"] for x in want.samples], tag()
+        assert len(set(k for k, _ in got)) == ds.total, tag()
+        # Epoch 1: every shard indexed, read by the feed (no --stage-indexed).
+        got1 = read_world(srv, 1, 1)[0]
+        want1 = read_world(feed, 1, 1)[0]
+        assert kf(got1) == kf(want1), tag()
+        dp = data_plane(get_json(srv, "/v1/jobs/t"))
+        assert dp["plans_grown"] == 1 and dp["feed_streams"] == 1, (tag(), dp)
+    finally:
+        gated.close()
