@@ -140,6 +140,11 @@ int sio_plan_parked(const sio_plan *p);
  * to be detached by the lag rules)? A parked plan that does is to be
  * kicked again now and then: the lag rules change with time. */
 int sio_plan_stage_blocked(sio_plan *p);
+/* Does a plan that stages follow another world than world (the world of
+ * its first reader: the shards it keeps are let go once that world's
+ * ranks passed them)? A reader of world would need them fetched again,
+ * shard after shard: the feed serves it (its seeks fetch ranges). */
+int sio_plan_stage_other_world(sio_plan *p, uint32_t world);
 /* How far (samples of Y) a growing plan's steps run ahead of its
  * furthest reader before they park (default: 4 x the shuffle buffer, at
  * least 65,536); a reader within half of it of the end kicks. Set it

@@ -1999,6 +1999,11 @@ static unsigned plan_stream(sc_jobs *j, sc_job *job, fslot *slot,
     }
     if (!plan || job->removed)
         return 0;
+    /* A consumer of another world than the one the epoch's staging
+     * follows: its feed (the staged shards go once that world passed
+     * them; this one would have them fetched again one by one). */
+    if (sio_plan_stage_other_world(plan, req->world))
+        return 0;
     sio_planread_config pc;
     sio_error err = {SIO_OK, ""};
     memset(&pc, 0, sizeof pc);

@@ -585,9 +585,13 @@ uint64_t sio_plan_build_ns(const sio_plan *p)
  * which retries with a backoff, goes on. */
 #define GROW_READ_TRIES 2u
 
-/* A step waits this long at most for the shards still arriving before
- * it gives its planner thread back (and is queued again). */
-#define GROW_WAIT_MS 200u
+/* A step waits this long at most for the shards still arriving; it goes
+ * on with them for GROW_SLICE_NS, a round (the order run, its items
+ * published, its readers woken) at most every GROW_ROUND_NS, before it
+ * gives its planner thread back (and is queued again). */
+#define GROW_WAIT_MS 100u
+#define GROW_SLICE_NS (250ull * 1000 * 1000)
+#define GROW_ROUND_NS (1000ull * 1000)
 
 typedef struct plan_grow {
     sio_io *io;
@@ -1788,7 +1792,18 @@ static sio_code order_run(sio_plan *p, size_t *made_now, sio_error *err)
     }
 }
 
-sio_code sio_plan_grow(sio_plan *p, sio_error *err)
+/* Does the order read a shard now (a slot) that no step made ready? */
+static int slot_unready(sio_plan *p)
+{
+    plan_grow *g = p->g;
+    size_t n = sio_order_shards_ahead(g->o, g->ahead, g->ahead_cap);
+    for (size_t i = 0; i < n && i < g->cfg.interleave; i++)
+        if (g->ahead[i] < g->total && !g->ents[g->ahead[i]])
+            return 1;
+    return 0;
+}
+
+static sio_code grow_once(sio_plan *p, sio_error *err)
 {
     plan_grow *g = p->g;
     sio_code rc = SIO_OK;
@@ -1832,6 +1847,10 @@ sio_code sio_plan_grow(sio_plan *p, sio_error *err)
     if (rc == SIO_OK) {
         size_t got = 0;
         rc = order_run(p, &got, err);
+        /* The order may move on with no item made (its buffer filling):
+         * a shard it opened since is made ready in the next round. */
+        if (rc == SIO_ERR_AGAIN && got == 0 && fresh == 0 && slot_unready(p))
+            rc = SIO_OK;
         if (rc == SIO_ERR_AGAIN && got == 0 && fresh == 0 && stage_jobs(p)) {
             /* The order waits for shards still arriving: for their next
              * groups, a while (then the planner's other work goes, and
@@ -1872,6 +1891,16 @@ sio_code sio_plan_grow(sio_plan *p, sio_error *err)
         return SIO_OK;
     }
     if (sio_order_done(g->o)) {
+        /* Every shard's last group was taken: their jobs ended (a job
+         * lets the last one in at its end); what of them is read, so that
+         * their bytes go once the readers passed them. */
+        while (stage_job_reap(p, &sr)) {
+            sio_error e2 = {SIO_OK, ""};
+            if (staged_end(p, &sr, &e2) != SIO_OK)
+                SIO_LOG(&g->cfg.log, SIO_LOG_WARN,
+                        "event=stage_end_failed shard=%" PRIu32
+                        " reason=\"%s\"", sr.s, e2.msg);
+        }
         for (size_t i = 0; i < g->total; i++)
             if (g->ents[i] && g->views[i].open &&
                 !sio_index_view_current(g->ents[i], &g->views[i])) {
@@ -1900,4 +1929,27 @@ sio_code sio_plan_grow(sio_plan *p, sio_error *err)
         atomic_store(&p->parked, 1);
     pthread_mutex_unlock(&p->mu);
     return park ? SIO_ERR_BUSY : SIO_ERR_AGAIN;
+}
+
+sio_code sio_plan_grow(sio_plan *p, sio_error *err)
+{
+    uint64_t t0 = mono_ns();
+    for (;;) {
+        uint64_t r0 = mono_ns();
+        sio_code rc = grow_once(p, err);
+        /* Shards still arriving: the next round here, a while, so that
+         * their groups are published in rounds of about a millisecond's
+         * arrivals, not one round and one wake-up of every reader per
+         * group. */
+        if (rc != SIO_ERR_AGAIN || !p->stage || !stage_jobs(p) ||
+            atomic_load(&p->failed))
+            return rc;
+        uint64_t now = mono_ns();
+        if (now - t0 >= GROW_SLICE_NS)
+            return rc;
+        if (now - r0 < GROW_ROUND_NS) {
+            struct timespec ts = {0, (long)(GROW_ROUND_NS - (now - r0))};
+            nanosleep(&ts, NULL);
+        }
+    }
 }

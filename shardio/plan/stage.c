@@ -208,6 +208,7 @@ typedef struct stage_src {
  * order as it goes (job_progress). */
 struct stage_job {
     struct stage_job *next;
+    struct stage_job *qnext; /* the workers' queue */
     sio_plan *p;
     sio_io *io;
     uint32_t s;
@@ -486,16 +487,18 @@ static void job_progress(void *ud, uint64_t groups)
     }
 }
 
-static void *job_main(void *arg)
+/* Run job j with buf (STAGE_READ bytes) to its end. */
+static void job_run(struct stage_job *j, unsigned char *buf)
 {
-    struct stage_job *j = arg;
     sio_plan *p = j->p;
     sio_io *io = j->io;
     plan_stage *st = p->stage;
     sio_error e2 = {SIO_OK, ""};
     uint64_t reached = 0, vh = 0;
     sio_code brc = SIO_OK;
-    sio_code rc = src_open(&j->src, io, j->url, st->budget, j->dec, &e2);
+    j->buf = buf;
+    sio_code rc = buf ? src_open(&j->src, io, j->url, st->budget, j->dec, &e2)
+                      : sio_seterr(&e2, SIO_ERR_NOMEM, "out of memory");
     if (rc) {
         j->ended = 1;
         j->src_rc = rc;
@@ -513,7 +516,6 @@ static void *job_main(void *arg)
             job_wait(j, UINT64_MAX, &all, none, sizeof none);
     }
     vh = src_close(&j->src, j->ended && j->src_rc == SIO_OK);
-    free(j->buf);
     j->buf = NULL;
     struct stat sb;
     int ok = ftruncate(j->fd, (off_t)j->avail) == 0 && fstat(j->fd, &sb) == 0;
@@ -555,7 +557,58 @@ static void *job_main(void *arg)
      * goes before the io's count: the plan's end uses the index. */
     sio_plan_unref(p);
     sio_io_busy_add(io, -1);
+}
+
+/* The jobs' threads, server-wide, started at the first job and kept (a
+ * thread's fetch buffers stay warm from one shard to the next: a thread
+ * per job faulted every shard's buffers in afresh). */
+#define STAGE_THREADS 16u
+static struct {
+    pthread_once_t once;
+    pthread_mutex_t mu;
+    pthread_cond_t work;
+    struct stage_job *head, *tail;
+    unsigned threads;
+} workers = {.once = PTHREAD_ONCE_INIT,
+             .mu = PTHREAD_MUTEX_INITIALIZER,
+             .work = PTHREAD_COND_INITIALIZER};
+
+static void *worker_main(void *arg)
+{
+    unsigned char *buf = arg;
+    pthread_mutex_lock(&workers.mu);
+    for (;;) {
+        while (!workers.head)
+            pthread_cond_wait(&workers.work, &workers.mu);
+        struct stage_job *j = workers.head;
+        workers.head = j->qnext;
+        if (!workers.head)
+            workers.tail = NULL;
+        pthread_mutex_unlock(&workers.mu);
+        job_run(j, buf);
+        pthread_mutex_lock(&workers.mu);
+    }
     return NULL;
+}
+
+static void workers_start(void)
+{
+    for (unsigned i = 0; i < STAGE_THREADS; i++) {
+        pthread_t th;
+        pthread_attr_t a;
+        unsigned char *buf = malloc(STAGE_READ);
+        if (!buf)
+            break;
+        int ok = pthread_attr_init(&a) == 0;
+        ok = ok && pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED) ==
+                       0 &&
+             pthread_create(&th, &a, worker_main, buf) == 0;
+        if (ok)
+            workers.threads++;
+        else
+            free(buf);
+        pthread_attr_destroy(&a);
+    }
 }
 
 sio_code stage_job_start(sio_plan *p, uint32_t s, sio_index_entry *e,
@@ -566,15 +619,12 @@ sio_code stage_job_start(sio_plan *p, uint32_t s, sio_index_entry *e,
 {
     plan_stage *st = p->stage;
     struct stage_job *j = calloc(1, sizeof *j);
-    if (!j || !(j->url = strdup(url)) || !(j->buf = malloc(STAGE_READ))) {
-        if (j)
-            free(j->url);
+    if (!j || !(j->url = strdup(url))) {
         free(j);
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
     }
     j->fd = stage_memfd(stage_spare(p), err);
     if (j->fd < 0) {
-        free(j->buf);
         free(j->url);
         free(j);
         return err->code;
@@ -609,15 +659,21 @@ sio_code stage_job_start(sio_plan *p, uint32_t s, sio_index_entry *e,
         close(closing);
     sio_plan_ref(p);
     sio_io_busy_add(io, 1);
-    pthread_t th;
-    pthread_attr_t a;
-    int started = pthread_attr_init(&a) == 0 &&
-                  pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED) ==
-                      0 &&
-                  pthread_create(&th, &a, job_main, j) == 0;
-    pthread_attr_destroy(&a);
-    if (!started)
-        job_main(j); /* no thread: here, whole */
+    pthread_once(&workers.once, workers_start);
+    if (!workers.threads) { /* no thread: here, whole */
+        unsigned char *buf = malloc(STAGE_READ);
+        job_run(j, buf);
+        free(buf);
+        return SIO_OK;
+    }
+    pthread_mutex_lock(&workers.mu);
+    if (workers.tail)
+        workers.tail->qnext = j;
+    else
+        workers.head = j;
+    workers.tail = j;
+    pthread_cond_signal(&workers.work);
+    pthread_mutex_unlock(&workers.mu);
     return SIO_OK;
 }
 
@@ -1070,6 +1126,16 @@ int stage_passed(sio_plan *p, uint32_t s, uint64_t t)
 }
 
 /* Public: settings, the restage work, counters. */
+
+int sio_plan_stage_other_world(sio_plan *p, uint32_t world)
+{
+    if (!p->stage)
+        return 0;
+    pthread_mutex_lock(&p->mu);
+    int other = p->stage->world && p->stage->world != world;
+    pthread_mutex_unlock(&p->mu);
+    return other;
+}
 
 void sio_plan_set_stage(sio_plan *p, const sio_plan_stage_config *c)
 {

@@ -7,6 +7,10 @@ passed it. By default the first pass is staged and later epochs (every
 shard indexed) are the feed's; --stage-indexed stages those too. With
 --stage-bytes 0 such epochs are the feed's (test_without_stage_bytes_the_feed).
 
+test_a_consumer_of_another_world_reads_the_feed: world 2 reads the first
+pass from the staged plan, then a consumer of world 1 reads the same
+epoch from its feed, sample for sample the feed's share.
+
 test_a_shard_is_read_as_its_bytes_arrive: the defaults, a source that
 holds the second half of every shard back: the first samples reach the
 consumer before any shard is whole, from the staged plan; once the
@@ -514,3 +518,29 @@ def test_a_shard_is_read_as_its_bytes_arrive(start, server_binary, tmp_path):
         assert dp["plans_grown"] == 1 and dp["feed_streams"] == 1, (tag(), dp)
     finally:
         gated.close()
+
+
+def test_a_consumer_of_another_world_reads_the_feed(start, server_binary, tmp_path):
+    """The staging follows the world of the epoch's first consumers: a
+    consumer of another world reads the epoch from its feed (the staged
+    shards go once the first world passed them), the same share."""
+    require_planes(server_binary, "auto", "stream")
+    ds = many_shards(tmp_path, SEED + 18, 6, "w")
+    names = sorted(os.listdir(ds.path))
+    ng = Nginx(ds.path, str(tmp_path))
+    try:
+        src = brace(ng, names, "w")
+        srv = start("--job", "t", "--source", src, *COMMON)
+        feed = start("--job", "t", "--source", src, "--data-plane", "stream", *COMMON)
+        got2 = read_world(srv, 0, 2)
+        assert sum(len(p.samples) for p in got2) == (ds.total // 2) * 2, tag()
+        dp = data_plane(get_json(srv, "/v1/jobs/t"))
+        assert dp["plans_grown"] == 1 and dp["feed_streams"] == 0, (tag(), dp)
+        got1 = read_world(srv, 0, 1)[0]
+        want1 = read_world(feed, 0, 1)[0]
+        assert kf(got1) == kf(want1), tag()
+        assert got1.summary() == want1.summary(), tag()
+        dp = data_plane(get_json(srv, "/v1/jobs/t"))
+        assert dp["plans_grown"] == 1 and dp["feed_streams"] == 1, (tag(), dp)
+    finally:
+        ng.stop()
