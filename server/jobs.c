@@ -2332,7 +2332,12 @@ static int plan_next_possible(sc_jobs *j, sc_job *job, const fslot *s)
     sio_error err = {SIO_OK, ""};
     ec.epoch = s->epoch + 1;
     ec.journal = NULL;
-    return sio_plan_possible(j->io, job->res->list, &ec, &err) == SIO_OK;
+    sio_code rc = sio_plan_possible(j->io, job->res->list, &ec, &err);
+    /* Remote shards staged for every epoch (--stage-indexed): the next
+     * epoch's plan stages its first shards ahead, where a feed opened
+     * ahead would read the store a second time for nothing. */
+    return rc == SIO_OK ||
+           (rc == SIO_ERR_AGAIN && ec.stage_bytes && ec.stage_indexed);
 }
 
 /* A loaded shard index was dropped since s's length or plan was computed
