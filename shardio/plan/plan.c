@@ -625,6 +625,8 @@ typedef struct plan_grow {
     uint64_t wchunk_c;
     uint64_t skip_to;       /* items below it are not written (a chunk
                                partly passed over is passed over whole) */
+    uint64_t throttles;     /* the store's throttle answers seen so far */
+    uint64_t quiet_ms;      /* no fetch ahead of the order before then */
 } plan_grow;
 
 static size_t ck_bytes_of(const sio_plan *p)
@@ -1416,6 +1418,11 @@ sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
     g->t0 = mono_ns();
     g->max = SIO_PLAN_ITEMS_MAX;
     g->ahead_cap = (size_t)cfg->interleave + GROW_STEP_SHARDS;
+    {
+        sio_io_stats ist;
+        sio_io_get_stats(io, &ist);
+        g->throttles = ist.throttles;
+    }
     g->ents = calloc(total ? total : 1, sizeof *g->ents);
     g->views = calloc(total ? total : 1, sizeof *g->views);
     g->ahead = calloc(g->ahead_cap, sizeof *g->ahead);
@@ -1792,6 +1799,27 @@ static sio_code order_run(sio_plan *p, size_t *made_now, sio_error *err)
     }
 }
 
+/* May the steps fetch shards ahead of those the order reads now? Once a
+ * shard came whole (the store answers), and not within STAGE_QUIET_MS of
+ * a throttle answer from the store (fetching ahead then only adds to the
+ * requests it refuses: the order's own shards go first). */
+#define STAGE_QUIET_MS 2000u
+static int fetch_ahead(sio_plan *p)
+{
+    plan_grow *g = p->g;
+    sio_io_stats st;
+    uint64_t now = sio_now_ms();
+    sio_io_get_stats(g->io, &st);
+    if (st.throttles != g->throttles) {
+        g->throttles = st.throttles;
+        g->quiet_ms = now + STAGE_QUIET_MS;
+    }
+    pthread_mutex_lock(&p->mu);
+    int came = p->stage->max_shard > 0;
+    pthread_mutex_unlock(&p->mu);
+    return came && now >= g->quiet_ms;
+}
+
 /* Does the order read a shard now (a slot) that no step made ready? */
 static int slot_unready(sio_plan *p)
 {
@@ -1828,6 +1856,8 @@ static sio_code grow_once(sio_plan *p, sio_error *err)
             break;
         if (stage_kind(p, s) && stage_jobs(p) >= STAGE_JOBS_MAX)
             break; /* a job's end asks again */
+        if (stage_kind(p, s) && i >= g->cfg.interleave && !fetch_ahead(p))
+            break;
         /* A shard staged in memory waits for room (readers passing the
          * shards before); one of a size not known yet (none staged told
          * how large shards are) only when the order reads it now. */
