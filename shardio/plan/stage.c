@@ -226,6 +226,9 @@ struct stage_job {
     sio_code src_rc;
     sio_error src_err;
     unsigned resumes;
+    int checked, foreign; /* the index's kind looked at; not the stream
+                             staged (a compressed shard staged raw): none
+                             of its groups is let in */
     _Atomic uint64_t *ready;
     /* The end, under the plan's mu. */
     int done;
@@ -481,7 +484,16 @@ static void job_progress(void *ud, uint64_t groups)
 {
     struct stage_job *j = ud;
     uint64_t r = groups ? groups - 1 : 0;
-    if (r > atomic_load(j->ready)) {
+    if (groups && !j->checked) {
+        /* Positions of a decompressed stream (a gzip under a .tar name)
+         * are not positions in what is staged: the step stops the plan
+         * at this shard (staged_end), and no item of it is made. */
+        sio_index_info info;
+        sio_index_get_info(j->e, &info);
+        j->checked = 1;
+        j->foreign = info.stream_only != j->dec;
+    }
+    if (!j->foreign && r > atomic_load(j->ready)) {
         atomic_store(j->ready, r);
         jobs_moved(j->p);
     }
@@ -549,7 +561,8 @@ static void job_run(struct stage_job *j, unsigned char *buf)
         j->res.err = e2;
     }
     j->done = 1;
-    atomic_store(j->ready, UINT64_MAX);
+    if (!j->foreign)
+        atomic_store(j->ready, UINT64_MAX);
     atomic_fetch_add(&st->jobgen, 1);
     pthread_cond_broadcast(&st->cv);
     pthread_mutex_unlock(&p->mu);

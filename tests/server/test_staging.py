@@ -7,6 +7,11 @@ passed it. By default the first pass is staged and later epochs (every
 shard indexed) are the feed's; --stage-indexed stages those too. With
 --stage-bytes 0 such epochs are the feed's (test_without_stage_bytes_the_feed).
 
+test_a_gzip_shard_under_a_tar_name_stops_the_plan_there: a gzip stream
+named .tar is found compressed by its index pass; none of its groups is
+taken, the plan stops there with that reason, and the consumer reads on
+from the feed, the feed's share.
+
 test_a_consumer_of_another_world_reads_the_feed: world 2 reads the first
 pass from the staged plan, then a consumer of world 1 reads the same
 epoch from its feed, sample for sample the feed's share.
@@ -542,5 +547,41 @@ def test_a_consumer_of_another_world_reads_the_feed(start, server_binary, tmp_pa
         assert got1.summary() == want1.summary(), tag()
         dp = data_plane(get_json(srv, "/v1/jobs/t"))
         assert dp["plans_grown"] == 1 and dp["feed_streams"] == 1, (tag(), dp)
+    finally:
+        ng.stop()
+
+
+def test_a_gzip_shard_under_a_tar_name_stops_the_plan_there(start, server_binary, tmp_path):
+    """A gzip stream named .tar over http is found compressed only by its
+    index pass: none of its groups is taken by the staged plan (their
+    positions are in the decompressed stream, not in what was staged),
+    the plan stops there and the consumer, resuming as clients do, reads
+    the rest from the feed: the feed's share, every sample once."""
+    require_planes(server_binary, "auto", "stream")
+    rng = random.Random(SEED + 19)
+    ds = make_random_dataset(str(tmp_path / "ds"), rng.randrange(1 << 30),
+                             [("ustar", 30), ("targz", 30), ("pax", 30)], "g")
+    (gz,) = [n for n in os.listdir(ds.path) if n.endswith(".tar.gz")]
+    os.rename(os.path.join(ds.path, gz), os.path.join(ds.path, gz[:-3]))
+    names = sorted(os.listdir(ds.path))
+    ng = Nginx(ds.path, str(tmp_path))
+    try:
+        src = brace(ng, names, "g")
+        srv = start("--job", "t", "--source", src, "--interleave", "1",
+                    "--shuffle-buffer", "1", *COMMON)
+        feed = start("--job", "t", "--source", src, "--data-plane", "stream",
+                     "--interleave", "1", "--shuffle-buffer", "1", *COMMON)
+        # The first stream ends where the plan stopped, on the shard's
+        # kind: no sample of it was read from the staged (raw) bytes.
+        st, _, body, _, _ = fetch(srv, stream_query("t", 0, 0, 1, "frames"))
+        first = parse_body("frames", body)
+        assert st == 200 and first.retryable_error(), (tag(), first.summary())
+        assert "is compressed or a zip" in first.trailer["reason"], (tag(), first.trailer)
+        got, retries = read_resuming(srv, 0, 0, 1)
+        want = read_world(feed, 0, 1)[0]
+        assert [(s["key"], s["fields"]) for s in got] == kf(want), (tag(), retries)
+        assert len(set(s["key"] for s in got)) == ds.total, tag()
+        dp = data_plane(get_json(srv, "/v1/jobs/t"))
+        assert dp["plans_grown"] == 1 and dp["feed_streams"] >= 1, (tag(), dp)
     finally:
         ng.stop()
