@@ -28,4 +28,9 @@ void sio_log_(const sio_logger *lg, int level, const char *fmt, ...)
             sio_log_(lg_, (lvl), __VA_ARGS__);                         \
     } while (0)
 
+/* The CLOCK_REALTIME time ms milliseconds from now, for
+ * pthread_cond_timedwait on a condition of the default clock (clock.c). */
+struct timespec;
+void sio_deadline_in(struct timespec *ts, uint64_t ms);
+
 #endif /* SHARDIO_CORE_INT_H */

@@ -392,13 +392,7 @@ static int backoff(sio_epoch *ep, unsigned attempt)
         ms *= 2;
     if (ms > EPOCH_RETRY_MAX_MS)
         ms = EPOCH_RETRY_MAX_MS;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += (time_t)(ms / 1000);
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    sio_deadline_in(&ts, ms);
     pthread_mutex_lock(&ep->mu);
     while (!ep->stop &&
            pthread_cond_timedwait(&ep->work, &ep->mu, &ts) == 0)

@@ -623,10 +623,7 @@ static void *producer_main(void *arg)
                 f->blocked_ms = 0;
             }
             struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += FEED_TICK_MS * 1000000L;
-            ts.tv_sec += ts.tv_nsec / 1000000000L;
-            ts.tv_nsec %= 1000000000L;
+            sio_deadline_in(&ts, FEED_TICK_MS);
             f->resume_at = f->need_hint + f->cfg.window_samples / 16 + 1;
             f->producer_waiting = 1;
             pthread_cond_timedwait(&f->room, mu, &ts);
@@ -774,10 +771,7 @@ static void feed_stop(sio_feed *f)
         feed_free(f);
         return;
     }
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 20 * 1000000L;
-    ts.tv_sec += ts.tv_nsec / 1000000000L;
-    ts.tv_nsec %= 1000000000L;
+    sio_deadline_in(&ts, 20);
     if (pthread_timedjoin_np(f->thread, NULL, &ts) == 0) {
         feed_free(f);
         return;
