@@ -287,20 +287,14 @@ sio_code sio_index_build_to(sio_io *io, const char *url, uint32_t index,
                             const sio_logger *log, uint64_t *reached,
                             sio_error *err);
 
-/* The same over url's bytes already in fd (a staged shard, read with
- * pread from offset 0; borrowed). */
-sio_code sio_index_build_fd(sio_io *io, const char *url, uint32_t index,
-                            const sio_shard_limits *limits,
-                            sio_index_entry *e, int fd,
-                            const sio_logger *log, uint64_t *reached,
-                            sio_error *err);
-/* The same over bytes staged in fd with two more facts: decompressed,
+/* The same over url's bytes staged whole in fd (read with pread from
+ * offset 0; borrowed), with two more facts: decompressed,
  * fd holds a compressed shard's decompressed bytes (a tar.gz, tar.zst...)
  * and the entry records the positions in that stream, as a read of the
  * shard itself does (stream-only); cut_at (not UINT64_MAX): the fetch
  * failed after cut_at bytes, so the shard does not end there (a read that
  * reaches it fails as a read of the shard did: no group after it, and the
- * entry is not complete). */
+ * entry is not complete). The writer of sio_index_build_growing, ended. */
 sio_code sio_index_build_staged(sio_io *io, const char *url, uint32_t index,
                                 const sio_shard_limits *limits,
                                 sio_index_entry *e, int fd, int decompressed,

@@ -427,6 +427,17 @@ static void index_key(const char *url, char *out, size_t cap)
     snprintf(out, cap, "%s", url);
 }
 
+/* The persisted index file of hash in x's directory: 0, or -1 when the
+ * path does not fit (or there is no directory). */
+static int index_path(const sio_index *x, const char *hash, char *out,
+                      size_t cap)
+{
+    return x->dir && snprintf(out, cap, "%s/%s%s", x->dir, hash,
+                              SIO_INDEX_SUFFIX) < (int)cap
+               ? 0
+               : -1;
+}
+
 static void url_hash(const char *url, char hex[65])
 {
     unsigned char md[EVP_MAX_MD_SIZE];
@@ -997,9 +1008,7 @@ static void entry_load(sio_index_entry *e, sio_io *io, int lazy)
     int src = SRC_READ;
     char path[4200], why[400];
 
-    int have_path = x->dir && snprintf(path, sizeof path, "%s/%s%s", x->dir,
-                                       e->hash, SIO_INDEX_SUFFIX) <
-                                  (int)sizeof path;
+    int have_path = index_path(x, e->hash, path, sizeof path) == 0;
     /* A persisted file of a remote shard of unknown size (no listing: a
      * brace pattern) would need a HEAD before it could be held against
      * the shard: that waits for someone who relies on the index
@@ -1326,11 +1335,8 @@ int sio_index_known(sio_index *x, const char *url)
         if (info.complete)
             return 1;
     }
-    if (!x->dir)
-        return 0;
     url_hash(url, hash);
-    return snprintf(path, sizeof path, "%s/%s%s", x->dir, hash,
-                    SIO_INDEX_SUFFIX) < (int)sizeof path &&
+    return index_path(x, hash, path, sizeof path) == 0 &&
            access(path, F_OK) == 0;
 }
 
@@ -1617,10 +1623,9 @@ void sio_index_finish(sio_index_entry *e, uint64_t ngroups)
         fclose(e->tmp);
         e->tmp = NULL;
         snprintf(tmp, sizeof tmp, "%s/%s.scidx.tmp", x->dir, e->hash);
-        snprintf(fin, sizeof fin, "%s/%s%s", x->dir, e->hash,
-                 SIO_INDEX_SUFFIX);
         int rerr = 0;
-        if (e->write_failed || (rename(tmp, fin) != 0 && (rerr = errno))) {
+        if (e->write_failed || index_path(x, e->hash, fin, sizeof fin) ||
+            (rename(tmp, fin) != 0 && (rerr = errno))) {
             unlink(tmp);
             SIO_LOG(&x->log, SIO_LOG_WARN,
                     "event=index_write_failed hash=%.16s reason=\"%s\"",
@@ -1645,8 +1650,7 @@ void sio_index_finish(sio_index_entry *e, uint64_t ngroups)
 static sio_code build_pass(sio_io *io, const char *url, uint32_t index,
                            const sio_shard_limits *limits, sio_index_entry *e,
                            struct sio_cache_user *cache, int fd_in,
-                           int decompressed, uint64_t cut_at,
-                           const sio_stage_hooks *hooks,
+                           int decompressed, const sio_stage_hooks *hooks,
                            const sio_logger *log, uint64_t *reached,
                            sio_error *err)
 {
@@ -1665,10 +1669,6 @@ static sio_code build_pass(sio_io *io, const char *url, uint32_t index,
         at.read_cap = 16u << 10;
         at.decompressed = decompressed;
         at.grow = hooks;
-        /* One byte past what was staged: a read that gets there finds
-         * the end early (the shard did not end where its fetch did). */
-        if (cut_at != UINT64_MAX)
-            at.end = cut_at + 1;
     } else if (!cache && sio_io_url_is_file(io, url) &&
                sio_io_open_fd_probe(io, NULL, url, &fd, &fe) == SIO_OK) {
         at.use_fd = 1;
@@ -1705,7 +1705,7 @@ static sio_code build_pass(sio_io *io, const char *url, uint32_t index,
 static sio_code build_twice(sio_io *io, const char *url, uint32_t index,
                             const sio_shard_limits *limits,
                             sio_index_entry *e, struct sio_cache_user *cache,
-                            int fd, int decompressed, uint64_t cut_at,
+                            int fd, int decompressed,
                             const sio_stage_hooks *hooks,
                             const sio_logger *log, uint64_t *reached,
                             sio_error *err)
@@ -1714,14 +1714,14 @@ static sio_code build_twice(sio_io *io, const char *url, uint32_t index,
     uint64_t got = 0;
     sio_index_get_info(e, &before);
     sio_code rc = build_pass(io, url, index, limits, e, cache, fd,
-                             decompressed, cut_at, hooks, log, &got, err);
+                             decompressed, hooks, log, &got, err);
     sio_index_get_info(e, &after);
     /* A loaded index this read disagreed with was dropped midway, after
      * the groups before were offered (and taken as agreeing): a second
      * read from the start records them all. */
     if (rc == SIO_OK && !after.complete && after.gen != before.gen)
         rc = build_pass(io, url, index, limits, e, cache, fd, decompressed,
-                        cut_at, hooks, log, &got, err);
+                        hooks, log, &got, err);
     if (reached)
         *reached = got;
     return rc;
@@ -1733,18 +1733,21 @@ sio_code sio_index_build_to(sio_io *io, const char *url, uint32_t index,
                             const sio_logger *log, uint64_t *reached,
                             sio_error *err)
 {
-    return build_twice(io, url, index, limits, e, cache, -1, 0, UINT64_MAX,
-                       NULL, log, reached, err);
+    return build_twice(io, url, index, limits, e, cache, -1, 0, NULL, log,
+                       reached, err);
 }
 
-sio_code sio_index_build_fd(sio_io *io, const char *url, uint32_t index,
-                            const sio_shard_limits *limits,
-                            sio_index_entry *e, int fd,
-                            const sio_logger *log, uint64_t *reached,
-                            sio_error *err)
+/* A writer that ended after cut_at bytes, its fetch failed. */
+static sio_code cut_wait(void *ud, uint64_t want, uint64_t *avail, char *err,
+                         size_t errlen)
 {
-    return build_twice(io, url, index, limits, e, NULL, fd, 0, UINT64_MAX,
-                       NULL, log, reached, err);
+    uint64_t cut_at = *(const uint64_t *)ud;
+    *avail = cut_at;
+    if (want <= cut_at)
+        return SIO_OK;
+    snprintf(err, errlen, "the fetch stopped after %llu bytes",
+             (unsigned long long)cut_at);
+    return SIO_ERR_IO;
 }
 
 sio_code sio_index_build_staged(sio_io *io, const char *url, uint32_t index,
@@ -1753,8 +1756,9 @@ sio_code sio_index_build_staged(sio_io *io, const char *url, uint32_t index,
                                 uint64_t cut_at, const sio_logger *log,
                                 uint64_t *reached, sio_error *err)
 {
+    sio_stage_hooks cut = {cut_wait, NULL, &cut_at};
     return build_twice(io, url, index, limits, e, NULL, fd, decompressed,
-                       cut_at, NULL, log, reached, err);
+                       cut_at == UINT64_MAX ? NULL : &cut, log, reached, err);
 }
 
 sio_code sio_index_build_growing(sio_io *io, const char *url, uint32_t index,
@@ -1766,7 +1770,7 @@ sio_code sio_index_build_growing(sio_io *io, const char *url, uint32_t index,
                                  sio_error *err)
 {
     return build_twice(io, url, index, limits, e, NULL, fd, decompressed,
-                       UINT64_MAX, hooks, log, reached, err);
+                       hooks, log, reached, err);
 }
 
 sio_code sio_index_build(sio_io *io, const char *url, uint32_t index,
