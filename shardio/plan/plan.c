@@ -1820,6 +1820,24 @@ static int fetch_ahead(sio_plan *p)
     return came && now >= g->quiet_ms;
 }
 
+/* Take the ends of the jobs that ended (staged_end): SIO_OK, or the
+ * first code that stops the plan (every ended job is taken all the
+ * same). */
+static sio_code staged_reap(sio_plan *p, sio_error *err)
+{
+    stage_result sr;
+    sio_code rc = SIO_OK;
+    while (stage_job_reap(p, &sr)) {
+        sio_error e = {SIO_OK, ""};
+        sio_code r = staged_end(p, &sr, &e);
+        if (r != SIO_OK && rc == SIO_OK) {
+            rc = r;
+            *err = e;
+        }
+    }
+    return rc;
+}
+
 /* Does the order read a shard now (a slot) that no step made ready? */
 static int slot_unready(sio_plan *p)
 {
@@ -1840,9 +1858,7 @@ static sio_code grow_once(sio_plan *p, sio_error *err)
         return SIO_OK;
     uint64_t gen0 = p->stage ? atomic_load(&p->stage->jobgen) : 0;
     /* Shards whose fetch ended: where they end, what of them is read. */
-    stage_result sr;
-    while (rc == SIO_OK && stage_job_reap(p, &sr))
-        rc = staged_end(p, &sr, err);
+    rc = staged_reap(p, err);
     /* The shards the order needs now (its slots) and the next few: those
      * staged in memory are fetched by jobs, several at once, and the
      * order takes their groups as they arrive. */
@@ -1854,18 +1870,18 @@ static sio_code grow_once(sio_plan *p, sio_error *err)
             continue;
         if (i >= g->cfg.interleave && fresh >= GROW_STEP_SHARDS)
             break;
-        if (stage_kind(p, s) && stage_jobs(p) >= STAGE_JOBS_MAX)
-            break; /* a job's end asks again */
-        if (stage_kind(p, s) && i >= g->cfg.interleave && !fetch_ahead(p))
-            break;
-        /* A shard staged in memory waits for room (readers passing the
-         * shards before); one of a size not known yet (none staged told
-         * how large shards are) only when the order reads it now. */
+        /* A shard staged in memory: a job of its own, within the jobs'
+         * count, ahead of the order's own only as fetch_ahead says, and
+         * within the room (readers passing the shards before); one of a
+         * size not known yet (none staged told how large shards are) only
+         * when the order reads it now. A job's end asks again. */
         if (stage_kind(p, s)) {
-            uint64_t need = stage_size(p, s);
             int slot = i < g->cfg.interleave;
+            if (stage_jobs(p) >= STAGE_JOBS_MAX || (!slot && !fetch_ahead(p)))
+                break;
+            uint64_t need = stage_size(p, s);
             if (need == UINT64_MAX && !slot)
-                break; /* a job's end asks again */
+                break;
             if (!stage_room(p, need, slot)) {
                 blocked = 1;
                 break;
@@ -1924,13 +1940,10 @@ static sio_code grow_once(sio_plan *p, sio_error *err)
         /* Every shard's last group was taken: their jobs ended (a job
          * lets the last one in at its end); what of them is read, so that
          * their bytes go once the readers passed them. */
-        while (stage_job_reap(p, &sr)) {
-            sio_error e2 = {SIO_OK, ""};
-            if (staged_end(p, &sr, &e2) != SIO_OK)
-                SIO_LOG(&g->cfg.log, SIO_LOG_WARN,
-                        "event=stage_end_failed shard=%" PRIu32
-                        " reason=\"%s\"", sr.s, e2.msg);
-        }
+        sio_error e2 = {SIO_OK, ""};
+        if (staged_reap(p, &e2) != SIO_OK)
+            SIO_LOG(&g->cfg.log, SIO_LOG_WARN,
+                    "event=stage_end_failed reason=\"%s\"", e2.msg);
         for (size_t i = 0; i < g->total; i++)
             if (g->ents[i] && g->views[i].open &&
                 !sio_index_view_current(g->ents[i], &g->views[i])) {

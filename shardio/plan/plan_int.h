@@ -87,7 +87,6 @@ typedef struct stage_shard {
     uint64_t decided;  /* items of it decided so far */
     uint64_t last;     /* Y index of its last item decided so far */
     uint8_t sized;     /* its item count is known (left is kept) */
-    uint8_t arriving;  /* its bytes are still being fetched (a job) */
 } stage_shard;
 
 /* A consumer rank of the world the plan's readers use (the first
@@ -343,7 +342,6 @@ typedef struct stage_result {
     sio_code rc;       /* the fetch's failure, else the index pass's */
     sio_error err;
     uint64_t reached;  /* groups the pass read */
-    uint64_t size;     /* bytes staged */
 } stage_result;
 /* An ended job's result (1), or 0 when none ended. */
 int stage_job_reap(sio_plan *p, stage_result *out);

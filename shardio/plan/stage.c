@@ -535,7 +535,6 @@ static void job_run(struct stage_job *j, unsigned char *buf)
     stage_shard *x = &st->sh[j->s];
     x->size = j->avail;
     x->vhash = vh;
-    x->arriving = 0;
     if (j->avail > st->max_shard)
         st->max_shard = j->avail;
     st->reserved -= j->reserve <= st->reserved ? j->reserve : st->reserved;
@@ -548,7 +547,6 @@ static void job_run(struct stage_job *j, unsigned char *buf)
     j->res.s = j->s;
     j->res.e = j->e;
     j->res.reached = reached;
-    j->res.size = j->avail;
     if (j->src_rc) {
         j->res.rc = j->src_rc;
         j->res.err = j->src_err;
@@ -661,7 +659,6 @@ sio_code stage_job_start(sio_plan *p, uint32_t s, sio_index_entry *e,
     x->size = 0;
     x->left = x->decided = 0;
     x->sized = x->final = x->doomed = 0;
-    x->arriving = 1;
     st->staged++;
     st->reserved += reserve;
     st->running++;
@@ -728,13 +725,7 @@ void stage_jobs_wait(sio_plan *p, uint64_t gen0, unsigned ms)
 {
     plan_stage *st = p->stage;
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    sio_deadline_in(&ts, ms);
     pthread_mutex_lock(&p->mu);
     atomic_store(&st->waiting, 1);
     while (atomic_load(&st->jobgen) == gen0 && st->running > 0 &&
