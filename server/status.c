@@ -70,6 +70,17 @@ static uint64_t lag_threshold(const sc_config *cfg)
 
 /* One epoch's status object; adds to *cnt (job->mu held). cons has
  * SC_STATUS_CONSUMERS_MAX entries. */
+/* A consumer's share length, once the epoch's length is known (null
+ * before). */
+static json_t *share_length_json(const fslot *s, uint32_t rank,
+                                 uint32_t world)
+{
+    return s->count != UINT64_MAX
+               ? jint(sio_share_length(s->count, 0, rank, world,
+                                       (sio_partition)s->partition))
+               : json_null();
+}
+
 static json_t *epoch_json(const sc_config *cfg, sc_job *job, fslot *s,
                           sio_feed_consumer *cons, epoch_counts *cnt,
                           int detail)
@@ -101,13 +112,8 @@ static json_t *epoch_json(const sc_config *cfg, sc_job *job, fslot *s,
             c->attached ? (lag ? "lagging" : "streaming")
                         : c->expected ? "missing" : "disconnected",
             "lagging", lag);
-        /* The consumer's share, once the epoch's length is known. */
-        json_object_set_new(
-            o, "share_length",
-            s->count != UINT64_MAX
-                ? jint(sio_share_length(s->count, 0, c->rank, c->world,
-                                        (sio_partition)s->partition))
-                : json_null());
+        json_object_set_new(o, "share_length",
+                            share_length_json(s, c->rank, c->world));
         json_array_append_new(jc, o);
         /* Missing: expected but never attached, or disconnected and
          * still within its rejoin grace (the window waits for both). */
@@ -152,11 +158,7 @@ static json_t *epoch_json(const sc_config *cfg, sc_job *job, fslot *s,
                       "next_index", "lag", jint(0), "attached", 1, "replay",
                       0, "idle_ms", jint(0), "state", "streaming",
                       "lagging", 0, "share_length",
-                      s->count != UINT64_MAX
-                          ? jint(sio_share_length(
-                                s->count, 0, b->rank, b->world,
-                                (sio_partition)s->partition))
-                          : json_null()));
+                      share_length_json(s, b->rank, b->world)));
     }
     attached += planned;
     cnt->attached += attached;
