@@ -2277,10 +2277,17 @@ static void reap_one(sc_jobs *j, sc_binding *b)
     sc_job *job = b->job;
     sc_stream_stats st;
 
+    /* The status lists the job's bindings, and a plan stream's position
+     * from its reader, under job->mu: the reader leaves the binding under
+     * that lock before it is closed. */
+    pthread_mutex_lock(&job->mu);
+    sio_planread *pr = b->pr;
+    b->pr = NULL;
+    pthread_mutex_unlock(&job->mu);
     /* Closing the cursor stops its notifications (it may close a private
      * replay, which joins a thread): no lock held. */
     sio_cursor_close(b->cur);
-    sio_planread_close(b->pr);
+    sio_planread_close(pr);
     sio_feed_close(b->own_feed);
     sc_stream_get_stats(b->s, &st);
     pthread_mutex_lock(&job->mu);

@@ -17,6 +17,7 @@ opening waited for it (the first one always does: the build is queued).
 epoch, asked with the first epoch's streams done, in both formats.
 """
 
+import http.client
 import os
 import random
 import subprocess
@@ -129,3 +130,71 @@ def test_a_journal_that_cannot_be_read_answers_503(start, server_binary, tmp_pat
     assert st == 200 and complete, (tag(), st, body[:200])
     got = {s["key"] for s in parse_body("tar", body).samples}
     assert got == set(ds.by_key), "%s epoch 2: %d of %d samples" % (tag(), len(got), ds.total)
+
+
+def test_status_asked_while_plan_streams_end(start, server_binary, tmp_path):
+    """The job's status lists the plan's streams at their positions, read
+    from each stream's reader. Streams that end (whole shares, and
+    connections closed early) while the status is asked in a loop on other
+    connections: every stream and every status answers, the server stays
+    up (under the sanitizers a reader freed under the status is fatal),
+    and the epoch's counts add up."""
+    require_planes(server_binary, "auto")
+    rng = random.Random(SEED + 2)
+    ds = make_random_dataset(str(tmp_path / "ds"), rng.randrange(1 << 30),
+                             [("ustar", 40), ("gnu", 40)], "s")
+    state = str(tmp_path / "state")
+    subprocess.run([cli_binary(server_binary), "index", ds.path, "--state-dir", state],
+                   check=True, capture_output=True, timeout=120)
+    srv = start("--job", "t", "--source", ds.path, "--state-dir", state,
+                "--data-plane", "auto", "--prefetch", "false",
+                "--stream-rate-limit", "0", "--rate-limit", "0",
+                "--max-new-epochs-per-minute", "0")
+    rounds, world = 150, 4
+    done = threading.Event()
+    answers, failures = [], []
+
+    def prober():
+        while not done.is_set() or not answers:
+            try:
+                answers.append(request(srv, "/v1/jobs/t")[0])
+            except OSError as e:
+                failures.append(repr(e))
+                return
+
+    def consumer(r):
+        for i in range(rounds):
+            q = stream_query("t", 1, r, world, "frames")
+            try:
+                if i % 2:
+                    # closed after the first bytes: the stream ends early
+                    c = http.client.HTTPConnection(srv.host, srv.port, timeout=60)
+                    c.request("GET", q)
+                    resp = c.getresponse()
+                    st = resp.status
+                    resp.read(1)
+                    c.close()
+                else:
+                    st, _, body, complete, _ = fetch(srv, q)
+                    if complete and parse_body("frames", body).outcome != "end":
+                        st = -1
+                if st != 200:
+                    failures.append("rank %d round %d: %s" % (r, i, st))
+            except OSError as e:
+                failures.append("rank %d round %d: %r" % (r, i, e))
+
+    pt = threading.Thread(target=prober)
+    pt.start()
+    ts = [threading.Thread(target=consumer, args=(r,)) for r in range(world)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(300)
+        assert not t.is_alive(), "%s a consumer still reads" % tag()
+    done.set()
+    pt.join(60)
+    assert not failures, "%s %s" % (tag(), failures[:5])
+    assert answers and all(a == 200 for a in answers), "%s status: %s" % (tag(), answers[:20])
+    assert srv.alive(), "%s the server died:\n%s" % (tag(), srv.log())
+    dp = data_plane(get_json(srv, "/v1/jobs/t"))
+    assert dp["plan_streams"] >= rounds * world, "%s %s" % (tag(), dp)
