@@ -627,6 +627,9 @@ typedef struct plan_grow {
                                partly passed over is passed over whole) */
     uint64_t throttles;     /* the store's throttle answers seen so far */
     uint64_t quiet_ms;      /* no fetch ahead of the order before then */
+    unsigned char *uncached; /* shards the shard cache would not keep: in
+                                memory (NULL: every one the cache has room
+                                for when its step comes) */
 } plan_grow;
 
 static size_t ck_bytes_of(const sio_plan *p)
@@ -651,6 +654,7 @@ static void grow_free(plan_grow *g)
     free(g->views);
     free(g->gready);
     free(g->ahead);
+    free(g->uncached);
     free(g);
 }
 
@@ -1370,6 +1374,68 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
 
 static uint64_t shard_ready(void *ud, uint32_t s);
 
+typedef struct {
+    uint64_t prio, size;
+    uint32_t s;
+} cache_cand;
+
+static int cmp_cand(const void *a, const void *b)
+{
+    const cache_cand *x = a, *y = b;
+    return x->prio > y->prio ? -1 : x->prio < y->prio ? 1 : 0;
+}
+
+/* Which of the epoch's objects to fill into the shard cache when it has
+ * no room for all of them (and staging in memory holds the others): the
+ * ones its stable-subset policy keeps, the highest sio_cache_priority
+ * first, within its room now. Filled in the order's order instead, the
+ * first pass left whichever came first in the cache, and the next epochs
+ * swapped them for the ones the policy keeps, shard by shard (whole
+ * fetches again), by an amount that depended on the machine's load (an
+ * entry in use is not evicted). g->uncached stays NULL when all fit or
+ * nothing is to be filled; SIO_ERR_NOMEM. */
+static sio_code cache_subset(sio_plan *p, plan_grow *g)
+{
+    const sio_epoch_config *cfg = &g->cfg;
+    if (!cfg->cache || !p->stage || !p->stage->budget)
+        return SIO_OK;
+    size_t first = cfg->range_count ? cfg->range_first : 0;
+    size_t count = cfg->range_count ? cfg->range_count : g->total;
+    cache_cand *c = malloc((count ? count : 1) * sizeof *c);
+    if (!c)
+        return SIO_ERR_NOMEM;
+    size_t n = 0;
+    uint64_t want = 0;
+    for (size_t i = first; i < first + count; i++) {
+        const char *url = sio_shardlist_url(g->list, i);
+        uint64_t sz = sio_shardlist_size(g->list, i);
+        if (p->stage->sh[i].kind != STAGE_MEMORY || sz == UINT64_MAX ||
+            sio_io_fd_capable(g->io, cfg->cache, url))
+            continue;
+        c[n++] = (cache_cand){sio_cache_priority(url), sz, (uint32_t)i};
+        want = sz > UINT64_MAX - want ? UINT64_MAX : want + sz;
+    }
+    uint64_t room = sio_cache_user_room(cfg->cache);
+    if (want <= room) {
+        free(c);
+        return SIO_OK;
+    }
+    g->uncached = calloc(g->total ? g->total : 1, 1);
+    if (!g->uncached) {
+        free(c);
+        return SIO_ERR_NOMEM;
+    }
+    qsort(c, n, sizeof *c, cmp_cand);
+    for (size_t k = 0; k < n; k++) {
+        if (c[k].size <= room)
+            room -= c[k].size;
+        else
+            g->uncached[c[k].s] = 1;
+    }
+    free(c);
+    return SIO_OK;
+}
+
 sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
                         const sio_epoch_config *cfg, uint64_t keep,
                         sio_plan **out, sio_error *err)
@@ -1440,6 +1506,10 @@ sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
     }
     for (size_t i = 0; i < total; i++)
         atomic_init(&g->gready[i], UINT64_MAX);
+    if (cache_subset(p, g) != SIO_OK) {
+        plan_free(p);
+        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    }
     rc = sio_order_open(io, list, cfg, 0, &g->o, err);
     if (rc) {
         plan_free(p);
@@ -1587,9 +1657,9 @@ static sio_code prepare_shard(sio_plan *p, uint32_t s, sio_error *err)
         return prepare_staged(p, s, e, err);
     /* An object not in place: filled into the shard cache when it has
      * room for it now (by the listed size: a plan does not evict shards
-     * of its own epoch, so the cached subset stays put), else staged in
-     * memory; one the cache did not keep after all is staged in memory
-     * too. */
+     * of its own epoch, so the cached subset stays put) and is one the
+     * cache keeps (cache_subset), else staged in memory; one the cache
+     * did not keep after all is staged in memory too. */
     int try_cache = 0;
     /* A remote shard not in the cache yet is read through it (indexed
      * already or not): the read fills its entry, where readers find it. */
@@ -1599,6 +1669,7 @@ static sio_code prepare_shard(sio_plan *p, uint32_t s, sio_error *err)
         if (!fill)
             p->stage->sh[s].kind = 0;
         else if (g->cfg.cache && listed != UINT64_MAX &&
+                 !(g->uncached && g->uncached[s]) &&
                  listed <= sio_cache_user_room(g->cfg.cache))
             try_cache = 1;
         else if (!p->stage->budget)

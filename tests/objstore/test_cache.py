@@ -487,3 +487,41 @@ def test_fills_through_store_faults(s3, dataset, tmp_path):
         finally:
             srv.stop()
     assert fired == [4, 3, 2, 1, 2], fired
+
+
+def test_a_staged_first_pass_fills_the_subset_the_cache_keeps(s3, dataset,
+                                                              tmp_path):
+    """A cache of half the dataset and a first pass staged from a listing
+    (sizes known): the first pass fills the cache with the objects its
+    stable-subset policy keeps (the rest is staged in memory), so no later
+    epoch evicts anything, and each reads the same half from the store."""
+    manifest = json.loads((Path(dataset) / "manifest.json").read_text())
+    total = dataset_bytes(Path(dataset))
+    budget = total // 2
+    with FaultProxy(upstream=s3.endpoint) as proxy:
+        env = clean_env({"AWS_ACCESS_KEY_ID": "S3RVER",
+                         "AWS_SECRET_ACCESS_KEY": "S3RVER",
+                         "AWS_REGION": "us-east-1",
+                         "AWS_ENDPOINT_URL_S3": proxy.url})
+        srv = Server("s3://data/train/", ["--cache-bytes", str(budget),
+                                          "--prefetch", "false",
+                                          "--state-dir",
+                                          str(tmp_path / "state")], env)
+        try:
+            per_epoch, evictions, planned = [], [], []
+            for epoch in range(3):
+                proxy.reset_counters()
+                check_once(read_epoch(srv.url, "train", epoch), manifest)
+                per_epoch.append(shard_bytes(proxy))
+                cache = srv.json("/v1/jobs")["cache"]
+                assert cache["used_bytes"] <= budget, cache
+                evictions.append(cache["evictions"])
+                planned.append(srv.json("/v1/jobs/train")["data_plane"]["plan_streams"])
+        finally:
+            srv.stop()
+    # the first pass was the staged plan's (both ranks)
+    assert planned[0] == WORLD, planned
+    assert per_epoch[0] == total, per_epoch
+    assert evictions == [0, 0, 0], (evictions, per_epoch)
+    assert per_epoch[1] == per_epoch[2], per_epoch
+    assert 0.45 * total <= per_epoch[1] <= 0.55 * total, (per_epoch, total)
