@@ -166,7 +166,7 @@ int main(int argc, char **argv)
     char why[300];
     int wr = plan_refill_wait(p, &w, back, why, sizeof why);
     if (wr == 1)
-        sio_plan_restage(p, io, l);
+        sio_plan_restage(p);
     plan_unwait(p, &w);
     got = sio_plan_item_get(p, back, &it);
     double t5 = now();

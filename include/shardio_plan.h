@@ -166,14 +166,15 @@ typedef struct sio_plan_stage_config {
     int lag_wait;
 } sio_plan_stage_config;
 void sio_plan_set_stage(sio_plan *p, const sio_plan_stage_config *c);
-/* fn(ud) asks for sio_plan_restage (a reader needs a shard let go, or a
- * windowed plan's chunk let go: on its thread, no lock of the plan
- * held). NULL: none (readers that need one then fail with
+/* fn(ud) asks for sio_plan_restage (a reader needs a windowed plan's
+ * chunk let go: on its thread, no lock of the plan held). NULL: none
+ * (readers that need a chunk or a staged shard let go then fail with
  * SIO_ERR_CHANGED). */
 void sio_plan_set_restage(sio_plan *p, void (*fn)(void *ud), void *ud);
-/* Make again the chunks and fetch again the shards readers asked for (a
- * planner thread). */
-void sio_plan_restage(sio_plan *p, sio_io *io, const sio_shardlist *list);
+/* Make again the chunks readers asked for (a planner thread). A staged
+ * shard asked for again is fetched on the staging jobs' threads, not
+ * here. */
+void sio_plan_restage(sio_plan *p);
 typedef struct sio_plan_stage_stats {
     int staging;            /* the plan stages shards in memory */
     uint64_t budget;        /* bytes */

@@ -1779,7 +1779,7 @@ static void restage_run(sc_jobs *j, plan_req *r, int stopping)
     slot->restage_queued = 0; /* asked from now on: another run */
     pthread_mutex_unlock(&job->mu);
     if (!stopping)
-        sio_plan_restage(r->restage, j->io, job->res->list);
+        sio_plan_restage(r->restage);
     pthread_mutex_lock(&job->mu);
     slot->streams--;
     slot->last_ms = sio_now_ms();

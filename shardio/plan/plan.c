@@ -637,6 +637,16 @@ static size_t ck_bytes_of(const sio_plan *p)
     return p->g ? atomic_load(&p->g->ck_bytes) : 0;
 }
 
+int plan_source(const sio_plan *p, uint32_t s, sio_io **io,
+                const char **url)
+{
+    if (!p->g || s >= p->g->total)
+        return 0;
+    *io = p->g->io;
+    *url = sio_shardlist_url(p->g->list, s);
+    return *url != NULL;
+}
+
 static void grow_free(plan_grow *g)
 {
     if (!g)

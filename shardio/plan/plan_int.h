@@ -130,8 +130,6 @@ typedef struct plan_stage {
                              only after lag_grace_ms) */
     uint64_t blocked_ms;  /* the steps wait for room since (0: they do
                              not) */
-    uint32_t *want;    /* shards asked to be staged again (total) */
-    size_t nwant;
     char why[300];     /* the last restage failure */
     /* Shards being fetched (stage jobs, each on its own thread): their
      * groups are let in to the order as their bytes arrive. */
@@ -305,23 +303,18 @@ void plan_wake_all(sio_plan *p);
  * (kind set by the caller). The rest take the plan's mu themselves. */
 plan_stage *stage_new(size_t total);
 void stage_free(plan_stage *st);
+/* Where a growing plan's shard s comes from: 1 with *io and *url, 0 for
+ * a plan that was not grown (no source kept). */
+int plan_source(const sio_plan *p, uint32_t s, sio_io **io,
+                const char **url);
 /* Is shard s staged in memory (read from its memfd, not in place)? */
 static inline int stage_kind(const sio_plan *p, uint32_t s)
 {
     return p->stage && s < p->stage->total && p->stage->sh[s].kind;
 }
-/* Fetch url whole, at most cap bytes, into *fd (a spare to write again,
- * or -1: a new memfd): SIO_OK with *fd, *size and the store's validator's
- * hash, else the store's code with err (*fd then holds what came before
- * the failure, or -1). decompress: a compressed shard (tar.gz, tar.zst,
- * tar.xz, tar.bz2) is written decompressed (cap counts those bytes); a
- * zip is SIO_ERR_UNSUPPORTED. */
-sio_code stage_fetch(sio_io *io, const char *url, uint64_t cap,
-                     int decompress, int *fd, uint64_t *size,
-                     uint64_t *vhash, sio_error *err);
 /* A memfd to stage into: one let go before, by this plan or an earlier
  * epoch's (its pages written again: none allocated nor freed per shard),
- * else -1 (stage_fetch makes one). */
+ * else -1 (the job makes one). */
 int stage_spare(sio_plan *p);
 /* Bytes of the spares kept now (server-wide). */
 uint64_t stage_spare_bytes(void);

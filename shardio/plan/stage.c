@@ -26,7 +26,9 @@
  * (restage) by the planner, within a second budget of the same size (a
  * reader beyond it is told to come back: SIO_ERR_BUSY). So at most
  * budget + interleave x the largest shard are staged by the steps, plus
- * budget for readers behind (docs/architecture.md "Memory").
+ * budget for readers behind (docs/architecture.md "Memory"). A shard
+ * fetched again is fetched whole by a job (restage_start), on the jobs'
+ * threads: no planner thread waits for the store.
  *
  * Threading: every record is guarded by the plan's mu; fetches run with no
  * lock held (the planner's threads). Descriptors are closed outside the
@@ -107,8 +109,7 @@ plan_stage *stage_new(size_t total)
     size_t n = total ? total : 1;
     st->sh = calloc(n, sizeof *st->sh);
     st->done = calloc(n, sizeof *st->done);
-    st->want = calloc(n, sizeof *st->want);
-    if (!st->sh || !st->done || !st->want) {
+    if (!st->sh || !st->done) {
         stage_free(st);
         return NULL;
     }
@@ -128,7 +129,6 @@ void stage_free(plan_stage *st)
             close(st->sh[i].fd);
     free(st->sh);
     free(st->done);
-    free(st->want);
     free(st->rank);
     jobs_free(st);
     pthread_cond_destroy(&st->cv);
@@ -233,6 +233,10 @@ struct stage_job {
     /* The end, under the plan's mu. */
     int done;
     stage_result res;
+    /* A shard let go, fetched again whole for a reader behind (no index
+     * pass; restage_run): the object the plan was made from. */
+    int restage;
+    uint64_t want_size, want_v;
 };
 
 /* Jobs ended and not reaped (none runs: each holds a reference to the
@@ -376,38 +380,6 @@ static int stage_memfd(int fd, sio_error *err)
         sio_seterr(err, SIO_ERR_NOMEM, "cannot stage a shard in memory: "
                    "memfd_create: %s", strerror(errno));
     return fd;
-}
-
-sio_code stage_fetch(sio_io *io, const char *url, uint64_t cap,
-                     int decompress, int *fd, uint64_t *size,
-                     uint64_t *vhash, sio_error *err)
-{
-    stage_src src;
-    unsigned char *buf = NULL;
-    *size = 0;
-    *vhash = 0;
-    *fd = stage_memfd(*fd, err);
-    if (*fd < 0)
-        return err->code;
-    sio_code rc = src_open(&src, io, url, cap, decompress, err);
-    if (rc == SIO_OK && !(buf = malloc(STAGE_READ)))
-        rc = sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
-    while (rc == SIO_OK) {
-        size_t got = 0;
-        rc = src_read(&src, buf, &got, err);
-        if (rc || got == 0)
-            break;
-        rc = write_all(*fd, buf, got, err);
-    }
-    *size = src.got;
-    *vhash = src_close(&src, rc == SIO_OK);
-    free(buf);
-    /* A spare longer than this shard: its tail goes (readers read to the
-     * file's end for the last group). */
-    if (ftruncate(*fd, (off_t)*size) != 0 && rc == SIO_OK)
-        rc = sio_seterr(err, SIO_ERR_NOMEM, "cannot stage a shard in "
-                        "memory: ftruncate: %s", strerror(errno));
-    return rc;
 }
 
 /* A job's failure that may pass (an I/O error) resumes the object from
@@ -584,6 +556,77 @@ static struct {
              .mu = PTHREAD_MUTEX_INITIALIZER,
              .work = PTHREAD_COND_INITIALIZER};
 
+/* A restage of shard s ended with rc: its memfd fd (size bytes) is the
+ * shard's, or the shard is marked failed for its readers (fd closed);
+ * either way they are woken. */
+static void restage_settle(sio_plan *p, uint32_t s, uint64_t want_size,
+                           int fd, uint64_t size, sio_code rc,
+                           const sio_error *e)
+{
+    plan_stage *st = p->stage;
+    pthread_mutex_lock(&p->mu);
+    stage_shard *x = &st->sh[s];
+    x->queued = 0;
+    if (rc == SIO_OK) {
+        x->fd = fd;
+        x->doomed = 1; /* let go once its readers let go of it */
+        st->bytes += size;
+        st->restages++;
+        st->fetched_bytes += size;
+        if (st->bytes > st->peak)
+            st->peak = st->bytes;
+        fd = -1;
+    } else {
+        x->failed = 1;
+        x->restaged = 0;
+        st->restage_bytes -= want_size <= st->restage_bytes
+                                 ? want_size
+                                 : st->restage_bytes;
+        snprintf(st->why, sizeof st->why, "%.299s", e->msg);
+    }
+    plan_wake_all(p);
+    pthread_mutex_unlock(&p->mu);
+    if (fd >= 0)
+        close(fd);
+}
+
+/* Run restage job j with buf (STAGE_READ bytes): the shard whole into
+ * its memfd, then the readers that wait for it are woken. The job is
+ * its own (it is on no list) and freed here. */
+static void restage_run(struct stage_job *j, unsigned char *buf)
+{
+    sio_plan *p = j->p;
+    sio_io *io = j->io;
+    sio_error e = {SIO_OK, ""};
+    sio_code rc = buf ? src_open(&j->src, io, j->url, j->want_size, j->dec,
+                                 &e)
+                      : sio_seterr(&e, SIO_ERR_NOMEM, "out of memory");
+    while (rc == SIO_OK) {
+        size_t got = 0;
+        rc = src_read(&j->src, buf, &got, &e);
+        if (rc || got == 0)
+            break;
+        rc = write_all(j->fd, buf, got, &e);
+    }
+    uint64_t size = buf ? j->src.got : 0;
+    uint64_t vh = buf ? src_close(&j->src, rc == SIO_OK) : 0;
+    if (rc == SIO_OK && ftruncate(j->fd, (off_t)size) != 0)
+        rc = sio_seterr(&e, SIO_ERR_NOMEM, "cannot stage a shard in "
+                        "memory: ftruncate: %s", strerror(errno));
+    if (rc == SIO_OK &&
+        (size != j->want_size || (j->want_v && vh && vh != j->want_v)))
+        rc = sio_seterr(&e, SIO_ERR_CHANGED,
+                        "the object is not the one the epoch's plan was "
+                        "made from (%" PRIu64 " bytes, %s validator)", size,
+                        j->want_v && vh && vh != j->want_v ? "another"
+                                                           : "the same");
+    restage_settle(p, j->s, j->want_size, j->fd, size, rc, &e);
+    free(j->url);
+    free(j);
+    sio_plan_unref(p);
+    sio_io_busy_add(io, -1);
+}
+
 static void *worker_main(void *arg)
 {
     unsigned char *buf = arg;
@@ -596,7 +639,10 @@ static void *worker_main(void *arg)
         if (!workers.head)
             workers.tail = NULL;
         pthread_mutex_unlock(&workers.mu);
-        job_run(j, buf);
+        if (j->restage)
+            restage_run(j, buf);
+        else
+            job_run(j, buf);
         pthread_mutex_lock(&workers.mu);
     }
     return NULL;
@@ -620,6 +666,30 @@ static void workers_start(void)
             free(buf);
         pthread_attr_destroy(&a);
     }
+}
+
+/* Hand job j to the workers (it holds a reference to its plan and a
+ * busy count of its io); run here when no worker could be started. */
+static void job_queue(struct stage_job *j)
+{
+    pthread_once(&workers.once, workers_start);
+    if (!workers.threads) { /* no thread: here, whole */
+        unsigned char *buf = malloc(STAGE_READ);
+        if (j->restage)
+            restage_run(j, buf);
+        else
+            job_run(j, buf);
+        free(buf);
+        return;
+    }
+    pthread_mutex_lock(&workers.mu);
+    if (workers.tail)
+        workers.tail->qnext = j;
+    else
+        workers.head = j;
+    workers.tail = j;
+    pthread_cond_signal(&workers.work);
+    pthread_mutex_unlock(&workers.mu);
 }
 
 sio_code stage_job_start(sio_plan *p, uint32_t s, sio_index_entry *e,
@@ -669,22 +739,43 @@ sio_code stage_job_start(sio_plan *p, uint32_t s, sio_index_entry *e,
         close(closing);
     sio_plan_ref(p);
     sio_io_busy_add(io, 1);
-    pthread_once(&workers.once, workers_start);
-    if (!workers.threads) { /* no thread: here, whole */
-        unsigned char *buf = malloc(STAGE_READ);
-        job_run(j, buf);
-        free(buf);
-        return SIO_OK;
-    }
-    pthread_mutex_lock(&workers.mu);
-    if (workers.tail)
-        workers.tail->qnext = j;
-    else
-        workers.head = j;
-    workers.tail = j;
-    pthread_cond_signal(&workers.work);
-    pthread_mutex_unlock(&workers.mu);
+    job_queue(j);
     return SIO_OK;
+}
+
+/* Fetch shard s again whole for the readers behind, on a job's thread
+ * (stage_take reserved its room and marked it queued). */
+static void restage_start(sio_plan *p, uint32_t s, uint64_t want_size,
+                          uint64_t want_v, int dec)
+{
+    sio_error e = {SIO_OK, ""};
+    sio_io *io = NULL;
+    const char *url = NULL;
+    struct stage_job *j = calloc(1, sizeof *j);
+    if (!j || !plan_source(p, s, &io, &url) || !(j->url = strdup(url))) {
+        free(j);
+        sio_seterr(&e, SIO_ERR_NOMEM, "shard %" PRIu32 " cannot be fetched "
+                   "again: %s", s, url ? "out of memory" : "no source");
+        restage_settle(p, s, want_size, -1, 0, e.code, &e);
+        return;
+    }
+    j->fd = stage_memfd(stage_spare(p), &e);
+    if (j->fd < 0) {
+        free(j->url);
+        free(j);
+        restage_settle(p, s, want_size, -1, 0, e.code, &e);
+        return;
+    }
+    j->p = p;
+    j->io = io;
+    j->s = s;
+    j->dec = dec;
+    j->restage = 1;
+    j->want_size = want_size;
+    j->want_v = want_v;
+    sio_plan_ref(p);
+    sio_io_busy_add(j->io, 1);
+    job_queue(j);
 }
 
 int stage_job_reap(sio_plan *p, stage_result *out)
@@ -986,8 +1077,8 @@ sio_code stage_take(sio_plan *p, uint32_t s, plan_waiter *w, int *fd,
                     char *err, size_t errlen)
 {
     plan_stage *st = p->stage;
-    void (*fn)(void *) = NULL;
-    void *ud = NULL;
+    int start = 0;
+    uint64_t want_size = 0, want_v = 0;
     *fd = -1;
     pthread_mutex_lock(&p->mu);
     stage_shard *x = &st->sh[s];
@@ -1024,14 +1115,15 @@ sio_code stage_take(sio_plan *p, uint32_t s, plan_waiter *w, int *fd,
         st->restage_bytes += x->size; /* reserved until it is let go */
         x->restaged = 1;
         x->queued = 1;
-        st->want[st->nwant++] = s;
-        fn = p->restage_fn;
-        ud = p->restage_ud;
+        start = 1;
+        want_size = x->size;
+        want_v = x->vhash;
     }
     plan_link_waiter(p, w);
+    int dec = x->kind == STAGE_DECOMPRESS;
     pthread_mutex_unlock(&p->mu);
-    if (fn)
-        fn(ud);
+    if (start)
+        restage_start(p, s, want_size, want_v, dec);
     return SIO_ERR_AGAIN;
 }
 
@@ -1163,61 +1255,9 @@ void sio_plan_set_restage(sio_plan *p, void (*fn)(void *ud), void *ud)
     pthread_mutex_unlock(&p->mu);
 }
 
-void sio_plan_restage(sio_plan *p, sio_io *io, const sio_shardlist *list)
+void sio_plan_restage(sio_plan *p)
 {
-    plan_stage *st = p->stage;
     plan_refill_run(p);
-    if (!st)
-        return;
-    for (;;) {
-        pthread_mutex_lock(&p->mu);
-        if (!st->nwant) {
-            pthread_mutex_unlock(&p->mu);
-            return;
-        }
-        uint32_t s = st->want[--st->nwant];
-        uint64_t want_size = st->sh[s].size, want_v = st->sh[s].vhash;
-        pthread_mutex_unlock(&p->mu);
-
-        int fd = stage_spare(p);
-        uint64_t size = 0, vh = 0;
-        sio_error e = {SIO_OK, ""};
-        sio_code rc = stage_fetch(io, sio_shardlist_url(list, s), want_size,
-                                  st->sh[s].kind == STAGE_DECOMPRESS, &fd,
-                                  &size, &vh, &e);
-        if (rc == SIO_OK && (size != want_size ||
-                             (want_v && vh && vh != want_v)))
-            rc = sio_seterr(&e, SIO_ERR_CHANGED,
-                            "the object is not the one the epoch's plan "
-                            "was made from (%" PRIu64 " bytes, %s "
-                            "validator)", size,
-                            want_v && vh && vh != want_v ? "another"
-                                                         : "the same");
-        pthread_mutex_lock(&p->mu);
-        stage_shard *x = &st->sh[s];
-        x->queued = 0;
-        if (rc == SIO_OK) {
-            x->fd = fd;
-            x->doomed = 1; /* let go once its readers let go of it */
-            st->bytes += size;
-            st->restages++;
-            st->fetched_bytes += size;
-            if (st->bytes > st->peak)
-                st->peak = st->bytes;
-            fd = -1;
-        } else {
-            x->failed = 1;
-            x->restaged = 0;
-            st->restage_bytes -= want_size <= st->restage_bytes
-                                     ? want_size
-                                     : st->restage_bytes;
-            snprintf(st->why, sizeof st->why, "%s", e.msg);
-        }
-        plan_wake_all(p);
-        pthread_mutex_unlock(&p->mu);
-        if (fd >= 0)
-            close(fd);
-    }
 }
 
 void sio_plan_get_stage_stats(sio_plan *p, sio_plan_stage_stats *out)

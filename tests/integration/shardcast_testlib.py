@@ -369,6 +369,8 @@ class GatedSource:
     def __init__(self, root):
         self.root = root
         self.gate = threading.Event()
+        self.held = 0  # GETs that have waited at the gate
+        self._mu = threading.Lock()
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -423,11 +425,18 @@ class GatedSource:
             h.wfile.write(data[a:min(b + 1, half)])
             h.wfile.flush()
         if b >= half:
+            if not self.gate.is_set():
+                with self._mu:
+                    self.held += 1
             self.gate.wait()
             h.wfile.write(data[max(a, half):b + 1])
 
     def open(self):
         self.gate.set()
+
+    def hold(self):
+        """Hold back the second halves again (open() lets them go)."""
+        self.gate.clear()
 
     def close(self):
         self.gate.set()

@@ -48,6 +48,12 @@ fetched again is taken), and after its rejoin grace ran out reads the
 second half again. The shards it needs are fetched again for it
 (restages), and both shares are the feed's, sample for sample.
 
+test_shards_fetched_again_do_not_hold_the_planners: two jobs' late ranks
+need shards fetched again while the store holds those fetches; a third
+job's first epoch (grown by a planner thread) is served from its plan
+meanwhile, and the late ranks read every sample once after the store
+lets go.
+
 test_an_s3_dataset_larger_than_the_cache_is_planned: listed sizes, a
 cache with room for a third: part cache entries, part memory, every
 shard fetched once, the feed's shares in two epochs.
@@ -585,3 +591,105 @@ def test_a_gzip_shard_under_a_tar_name_stops_the_plan_there(start, server_binary
         assert dp["plans_grown"] == 1 and dp["feed_streams"] >= 1, (tag(), dp)
     finally:
         ng.stop()
+
+
+def _read_job(srv, job, epoch, rank, world):
+    """A share of job `job` read as the clients read it (resuming after a
+    retryable error): the samples."""
+    got = []
+    for _ in range(200):
+        st, _, body, _, _ = fetch(srv, stream_query(job, epoch, rank, world, "frames",
+                                                    start=len(got)))
+        assert st == 200, "%s %s rank %d: %s %r" % (tag(), job, rank, st, body[:300])
+        p = parse_body("frames", body)
+        got.extend(p.samples)
+        if p.outcome == "end":
+            return got
+        assert p.retryable_error(), (tag(), job, rank, p.summary())
+        time.sleep(min(0.5, (p.trailer.get("retry_after_ms") or 100) / 1000.0))
+    raise AssertionError("%s %s rank %d: no end after 200 streams" % (tag(), job, rank))
+
+
+def test_shards_fetched_again_do_not_hold_the_planners(start, server_binary, tmp_path):
+    """Two jobs' late ranks need shards their staging let go; the store
+    holds those fetches (the second half of each shard). Meanwhile a third
+    job's first epoch, which a planner thread grows, is served from its
+    plan: the fetches run on the staging jobs' threads, not on the
+    server's planner threads (it has two). Then the store lets go, and
+    the late ranks read their shares: every sample once."""
+    import json
+    import threading
+    require_planes(server_binary, "auto")
+    rng = random.Random(SEED + 21)
+    dss, gates, sizes = {}, {}, []
+    for job in ("t", "u"):
+        plan = [(rng.choice(("ustar", "pax", "gnu")), rng.randrange(25, 45)) for _ in range(6)]
+        dss[job] = make_random_dataset(str(tmp_path / job), rng.randrange(1 << 30), plan, job)
+        sizes += [os.path.getsize(os.path.join(dss[job].path, n))
+                  for n in os.listdir(dss[job].path)]
+    local = make_random_dataset(str(tmp_path / "local"), rng.randrange(1 << 30),
+                                [("ustar", 30), ("gnu", 30)], "l")
+    for job in ("t", "u"):
+        gates[job] = GatedSource(dss[job].path)
+        gates[job].open()
+    try:
+        cfg = str(tmp_path / "config.json")
+        with open(cfg, "w") as f:
+            json.dump({"jobs": [
+                {"name": job, "source": "%s/%s-{000000..000005}.tar" % (gates[job].url, job),
+                 "seed": 1, "interleave": 2, "shuffle_buffer": 20} for job in ("t", "u")] + [
+                {"name": "v", "source": local.path, "seed": 3}]}, f)
+        srv = start("--config", cfg, "--data-plane", "auto",
+                    "--stage-bytes", str(3 * max(sizes)), "--join-timeout-ms", "1",
+                    "--rejoin-grace-ms", "1", "--lag-grace-ms", "200",
+                    # a held fetch is not given up while the test holds it
+                    "--fetch-stall-timeout-ms", "600000", *COMMON)
+        late = {}
+        for job in ("t", "u"):
+            # rank 1 alone: its shards are let go once it passed them
+            late[job] = {s["key"] for s in _read_job(srv, job, 0, 1, 2)}
+            st = get_json(srv, "/v1/jobs/" + job)["staging"]
+            assert st["released"] > 0, (tag(), job, st)
+        for g in gates.values():
+            g.hold()
+        results, threads = {}, []
+        for job in ("t", "u"):
+            def rank0(job=job):
+                results[job] = _read_job(srv, job, 0, 0, 2)
+            th = threading.Thread(target=rank0, daemon=True)
+            th.start()
+            threads.append(th)
+        # both late ranks' fetches wait at the store
+        deadline = time.monotonic() + 120
+        while min(g.held for g in gates.values()) < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert min(g.held for g in gates.values()) >= 1, (tag(), [g.held for g in gates.values()])
+        got = {}
+
+        def third():
+            got["v"] = _read_job(srv, "v", 0, 0, 1)
+        tv = threading.Thread(target=third, daemon=True)
+        tv.start()
+        tv.join(120)
+        v_done = not tv.is_alive()
+        for g in gates.values():
+            g.open()
+        assert v_done, "%s the third job's epoch waited for the held fetches" % tag()
+        tv.join(120)
+        for th in threads:
+            th.join(120)
+            assert not th.is_alive(), tag()
+        assert sorted(s["key"] for s in got["v"]) == sorted(local.by_key), tag()
+        assert data_plane(get_json(srv, "/v1/jobs/v"))["plan_streams"] >= 1, tag()
+        for job in ("t", "u"):
+            ds = dss[job]
+            first = {s["key"] for s in results[job]}
+            assert not first & late[job], (tag(), job)
+            total = len(first) + len(late[job])
+            assert (first | late[job]) <= set(ds.by_key), (tag(), job)
+            assert total == ds.total - ds.total % 2, (tag(), job, total, ds.total)
+            st = get_json(srv, "/v1/jobs/" + job)["staging"]
+            assert st["restages"] > 0, (tag(), job, st)
+    finally:
+        for g in gates.values():
+            g.close()

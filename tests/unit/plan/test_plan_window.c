@@ -61,7 +61,7 @@ static int copy_item(sio_plan *p, plan_waiter *w, uint64_t t, sio_io *io,
     char why[200];
     int before = woken;
     CHECK(plan_refill_wait(p, w, t, why, sizeof why) == 1);
-    sio_plan_restage(p, io, l);
+    sio_plan_restage(p);
     CHECK(woken > before);
     CHECK(plan_item_copy(p, t, it));
     return 1;
