@@ -145,6 +145,13 @@ int sio_plan_stage_blocked(sio_plan *p);
  * ranks passed them)? A reader of world would need them fetched again,
  * shard after shard: the feed serves it (its seeks fetch ranges). */
 int sio_plan_stage_other_world(sio_plan *p, uint32_t world);
+/* Would a stream that starts at index t of Y have the staging fetch every
+ * shard the order passes on its way there first? 1 for a plan that
+ * stages an epoch whose shards were all indexed when it started, with t
+ * more than a buffer's worth (buffer_samples) beyond the items made so far
+ * (a resume far in, a server restarted under its clients): such a stream
+ * is the feed's, which reads the ranges it needs. 0 otherwise. */
+int sio_plan_stage_far(const sio_plan *p, uint64_t t);
 /* How far (samples of Y) a growing plan's steps run ahead of its
  * furthest reader before they park (default: 4 x the shuffle buffer, at
  * least 65,536); a reader within half of it of the end kicks. Set it
@@ -183,6 +190,7 @@ typedef struct sio_plan_stage_stats {
     uint64_t staged;        /* shards staged by the steps */
     uint64_t fetched_bytes; /* bytes fetched into staging */
     uint64_t restages;      /* shards fetched again for readers behind */
+    uint64_t revived;       /* ... taken back from a spare instead */
     uint64_t released;      /* shards let go */
     uint64_t detaches;      /* ranks no longer waited for */
     uint64_t refused;       /* readers told to come back (no room) */

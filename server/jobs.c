@@ -186,6 +186,7 @@ static void stage_add(sio_plan_stage_stats *a, const sio_plan_stage_stats *b,
     a->staged += b->staged;
     a->fetched_bytes += b->fetched_bytes;
     a->restages += b->restages;
+    a->revived += b->revived;
     a->released += b->released;
     a->detaches += b->detaches;
     a->refused += b->refused;
@@ -2003,6 +2004,14 @@ static unsigned plan_stream(sc_jobs *j, sc_job *job, fslot *slot,
      * follows: its feed (the staged shards go once that world passed
      * them; this one would have them fetched again one by one). */
     if (sio_plan_stage_other_world(plan, req->world))
+        return 0;
+    /* A stream far ahead of what an indexed epoch's staging has made (a
+     * resume): its feed, which seeks, where the staging would fetch every
+     * shard before its position first. */
+    uint64_t t0 = 0;
+    if (sio_share_index(req->global_start, req->rank, req->world,
+                        req->start, &t0) == 0 &&
+        sio_plan_stage_far(plan, t0))
         return 0;
     sio_planread_config pc;
     sio_error err = {SIO_OK, ""};

@@ -312,8 +312,9 @@ static const setting settings[] = {
     {"stage-indexed", NULL, SRV(stage_indexed), T_BOOL, "false", 0, 0, NULL,
      "stage the epochs of remote shards that are all indexed too (after "
      "the first pass); false: those epochs are read by the feed, whose "
-     "seeks (a resume far into an epoch, a consumer of another world) "
-     "fetch the byte ranges they need rather than whole shards"},
+     "seeks fetch the byte ranges they need rather than whole shards "
+     "(with true, a stream that starts far beyond what the plan has made, "
+     "and a consumer of another world, are the feed's too)"},
     {"lag-policy", NULL, SRV(lag_policy), T_ENUM, "detach", 0, 0, lag_choices,
      "a consumer that holds a full window back: detach it into a seek "
      "after --lag-grace-ms, or make everyone wait"},

@@ -731,6 +731,15 @@ void sio_plan_abandon(sio_plan *p, const char *reason)
         grow_fail(p, reason);
 }
 
+int sio_plan_stage_far(const sio_plan *p, uint64_t t)
+{
+    if (!p->stage_seeks || !p->g)
+        return 0;
+    uint64_t n = sio_plan_count(p);
+    uint64_t slack = p->g->cfg.buffer_samples;
+    return t > n && t - n > slack;
+}
+
 int sio_plan_failed(const sio_plan *p, char *msg, size_t len)
 {
     if (!atomic_load(&p->failed))
@@ -1256,7 +1265,7 @@ static int head_kind(sio_io *io, const sio_epoch_config *cfg,
  * STAGE_* kind. */
 static sio_code growable(sio_io *io, const sio_shardlist *list,
                          const sio_epoch_config *cfg, int *stage,
-                         uint8_t *kinds, sio_error *err)
+                         int *indexed, uint8_t *kinds, sio_error *err)
 {
     size_t total = sio_shardlist_count(list);
     size_t first = cfg->range_count ? cfg->range_first : 0;
@@ -1379,6 +1388,7 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
                           "the epoch's shards are indexed and would be "
                           "staged in memory: its feed reads them (staged "
                           "with --stage-indexed)");
+    *indexed = all_indexed;
     return SIO_OK;
 }
 
@@ -1459,7 +1469,8 @@ sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
     uint8_t *kinds = calloc(total ? total : 1, 1);
     if (!kinds)
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
-    rc = growable(io, list, cfg, &stage, kinds, err);
+    int indexed = 0;
+    rc = growable(io, list, cfg, &stage, &indexed, kinds, err);
     if (rc) {
         free(kinds);
         return rc;
@@ -1484,6 +1495,7 @@ sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
     free(kinds);
     pthread_mutex_init(&g->ck_mu, NULL);
     p->growing = 1;
+    p->stage_seeks = stage && indexed;
     p->g = g;
     if (keep)
         p->keep = keep < 2 * PLAN_CHUNK ? 2 * PLAN_CHUNK : keep;
@@ -2058,6 +2070,18 @@ static sio_code grow_once(sio_plan *p, sio_error *err)
 sio_code sio_plan_grow(sio_plan *p, sio_error *err)
 {
     uint64_t t0 = mono_ns();
+    /* The staging of an indexed epoch fetches for its readers, and none
+     * has asked yet (its first stream may be a resume far in, which the
+     * feed serves): parked until one does (plan_wait_for kicks it). */
+    if (p->stage_seeks && p->kick && atomic_load(&p->want) == 0) {
+        pthread_mutex_lock(&p->mu);
+        int park = atomic_load(&p->want) == 0;
+        if (park)
+            atomic_store(&p->parked, 1);
+        pthread_mutex_unlock(&p->mu);
+        if (park)
+            return SIO_ERR_BUSY;
+    }
     for (;;) {
         uint64_t r0 = mono_ns();
         sio_code rc = grow_once(p, err);

@@ -83,6 +83,7 @@ typedef struct stage_shard {
     uint32_t pins;     /* readers holding fd */
     uint64_t size;     /* bytes (as first staged) */
     uint64_t vhash;    /* the store's validator as first staged (0: none) */
+    uint64_t uhash;    /* its URL and kind (what a spare memfd holds) */
     uint64_t left;     /* items of it not decided yet (once sized) */
     uint64_t decided;  /* items of it decided so far */
     uint64_t last;     /* Y index of its last item decided so far */
@@ -140,7 +141,7 @@ typedef struct plan_stage {
     _Atomic int waiting;     /* a step waits for that (cv) */
     pthread_cond_t cv;       /* with the plan's mu */
     /* counters */
-    uint64_t staged, fetched_bytes, restages, released, detaches,
+    uint64_t staged, fetched_bytes, restages, revived, released, detaches,
         refused;
 } plan_stage;
 
@@ -162,6 +163,8 @@ struct sio_plan {
 
     /* A plan that grows (sio_plan_start) while its shards are indexed. */
     int growing;
+    int stage_seeks;        /* it stages an epoch whose shards were all
+                               indexed (sio_plan_stage_far) */
     _Atomic int complete;   /* n is Y's length */
     _Atomic int failed;     /* Y cannot be planned past n: fail_msg */
     _Atomic uint64_t want;  /* 1 + the highest index of Y a reader asked */

@@ -56,31 +56,92 @@
 
 /* Memfds let go, kept for the next shard to be written into (a shard's
  * pages are allocated once, not per shard and epoch): at most SPARES_MAX
- * of them and a plan's budget of bytes, server-wide. */
+ * of them and a plan's budget of bytes, server-wide, oldest first. Until
+ * it is written again a spare still holds its shard, whole: a stream
+ * that comes back for a shard just let go (a client resuming after a cut
+ * connection, from before the position its stream had reached) takes it
+ * back from here instead of fetching it again (spare_revive). */
 #define SPARES_MAX 64u
 static struct {
     pthread_mutex_t mu;
     int fd[SPARES_MAX];
     uint64_t size[SPARES_MAX];
+    uint64_t uhash[SPARES_MAX], vhash[SPARES_MAX]; /* what it holds */
     size_t n;
     uint64_t bytes;
-} spares = {PTHREAD_MUTEX_INITIALIZER, {0}, {0}, 0, 0};
+} spares = {PTHREAD_MUTEX_INITIALIZER, {0}, {0}, {0}, {0}, 0, 0};
 
-/* Keep fd (size bytes) as a spare within cap bytes: 1, else 0 (the
- * caller closes it). */
-static int spare_put(int fd, uint64_t size, uint64_t cap)
+/* Take spare i out (spares.mu held): its fd. */
+static int spare_take(size_t i)
 {
-    int kept = 0;
+    int fd = spares.fd[i];
+    spares.bytes -= spares.size[i];
+    spares.n--;
+    memmove(&spares.fd[i], &spares.fd[i + 1],
+            (spares.n - i) * sizeof spares.fd[0]);
+    memmove(&spares.size[i], &spares.size[i + 1],
+            (spares.n - i) * sizeof spares.size[0]);
+    memmove(&spares.uhash[i], &spares.uhash[i + 1],
+            (spares.n - i) * sizeof spares.uhash[0]);
+    memmove(&spares.vhash[i], &spares.vhash[i + 1],
+            (spares.n - i) * sizeof spares.vhash[0]);
+    return fd;
+}
+
+/* Keep fd (size bytes of the shard uhash, whole when vhash is not 0) as a
+ * spare within cap bytes: 1, else 0 (the caller closes it). */
+static int spare_put(int fd, uint64_t size, uint64_t cap, uint64_t uhash,
+                     uint64_t vhash)
+{
+    int kept = 0, old[SPARES_MAX];
+    size_t nold = 0;
     pthread_mutex_lock(&spares.mu);
+    /* The newest are kept: the oldest make room (a shard let go last is
+     * the one a resuming client may come back for). */
+    while (spares.n && size <= cap &&
+           (spares.n == SPARES_MAX || spares.bytes > cap - size))
+        old[nold++] = spare_take(0);
     if (spares.n < SPARES_MAX && spares.bytes <= cap &&
         size <= cap - spares.bytes) {
         spares.fd[spares.n] = fd;
+        spares.uhash[spares.n] = uhash;
+        spares.vhash[spares.n] = vhash;
         spares.size[spares.n++] = size;
         spares.bytes += size;
         kept = 1;
     }
     pthread_mutex_unlock(&spares.mu);
+    for (size_t i = 0; i < nold; i++)
+        close(old[i]);
     return kept;
+}
+
+/* The spare that still holds the whole shard uhash of size bytes and
+ * validator vhash (not 0), taken out; -1 when none does. */
+static int spare_revive(uint64_t uhash, uint64_t vhash, uint64_t size)
+{
+    int fd = -1;
+    if (!vhash)
+        return -1;
+    pthread_mutex_lock(&spares.mu);
+    for (size_t i = spares.n; i-- > 0;)
+        if (spares.uhash[i] == uhash && spares.vhash[i] == vhash &&
+            spares.size[i] == size) {
+            fd = spare_take(i);
+            break;
+        }
+    pthread_mutex_unlock(&spares.mu);
+    return fd;
+}
+
+/* What a spare holds: shard url staged as kind (a compressed shard's
+ * memfd holds it decompressed). */
+static uint64_t uhash_of(const char *url, int kind)
+{
+    uint64_t h = 1469598103934665603ull ^ (uint64_t)kind;
+    for (const unsigned char *c = (const unsigned char *)url; *c; c++)
+        h = (h ^ *c) * 1099511628211ull;
+    return h ? h : 1;
 }
 
 uint64_t stage_spare_bytes(void)
@@ -125,7 +186,8 @@ void stage_free(plan_stage *st)
         return;
     for (size_t i = 0; st->sh && i < st->total; i++)
         if (st->sh[i].fd >= 0 &&
-            !spare_put(st->sh[i].fd, st->sh[i].size, st->budget))
+            !spare_put(st->sh[i].fd, st->sh[i].size, st->budget,
+                       st->sh[i].uhash, st->sh[i].vhash))
             close(st->sh[i].fd);
     free(st->sh);
     free(st->done);
@@ -726,6 +788,7 @@ sio_code stage_job_start(sio_plan *p, uint32_t s, sio_index_entry *e,
     if (x->fd >= 0 && x->pins == 0) /* staged before: the newer */
         let_go(st, x, &closing);
     x->fd = j->fd;
+    x->uhash = uhash_of(url, x->kind);
     x->size = 0;
     x->left = x->decided = 0;
     x->sized = x->final = x->doomed = 0;
@@ -832,11 +895,8 @@ int stage_spare(sio_plan *p)
     int fd = -1;
     (void)p;
     pthread_mutex_lock(&spares.mu);
-    if (spares.n) {
-        spares.n--;
-        fd = spares.fd[spares.n];
-        spares.bytes -= spares.size[spares.n];
-    }
+    if (spares.n)
+        fd = spare_take(0); /* the oldest: the recent ones may be revived */
     pthread_mutex_unlock(&spares.mu);
     return fd;
 }
@@ -846,7 +906,8 @@ int stage_spare(sio_plan *p)
 static void let_go(plan_stage *st, stage_shard *x, int *closing)
 {
     *closing = x->fd;
-    if (x->fd >= 0 && spare_put(x->fd, x->size, st->budget))
+    if (x->fd >= 0 &&
+        spare_put(x->fd, x->size, st->budget, x->uhash, x->vhash))
         *closing = -1;
     x->fd = -1;
     x->doomed = 0;
@@ -1114,6 +1175,27 @@ sio_code stage_take(sio_plan *p, uint32_t s, plan_waiter *w, int *fd,
         }
         st->restage_bytes += x->size; /* reserved until it is let go */
         x->restaged = 1;
+        if (!x->uhash) {
+            sio_io *io;
+            const char *url;
+            if (plan_source(p, s, &io, &url))
+                x->uhash = uhash_of(url, x->kind);
+        }
+        /* Let go a moment ago (a client resuming from before where its
+         * cut stream was): still whole in a spare. */
+        int rfd = spare_revive(x->uhash, x->vhash, x->size);
+        if (rfd >= 0) {
+            x->fd = rfd;
+            x->doomed = 1; /* let go once its readers let go of it */
+            x->pins++;
+            st->bytes += x->size;
+            st->revived++;
+            if (st->bytes > st->peak)
+                st->peak = st->bytes;
+            *fd = rfd;
+            pthread_mutex_unlock(&p->mu);
+            return SIO_OK;
+        }
         x->queued = 1;
         start = 1;
         want_size = x->size;
@@ -1275,6 +1357,7 @@ void sio_plan_get_stage_stats(sio_plan *p, sio_plan_stage_stats *out)
     out->staged = st->staged;
     out->fetched_bytes = st->fetched_bytes;
     out->restages = st->restages;
+    out->revived = st->revived;
     out->released = st->released;
     out->detaches = st->detaches;
     out->refused = st->refused;

@@ -693,3 +693,78 @@ def test_shards_fetched_again_do_not_hold_the_planners(start, server_binary, tmp
     finally:
         for g in gates.values():
             g.close()
+
+
+def test_a_resume_far_into_an_indexed_staged_epoch_is_the_feeds(start, server_binary,
+                                                               tmp_path):
+    """--stage-indexed: a fresh server (its indexes in state_dir) whose
+    first stream of an epoch resumes at 90% of it. The staging would have
+    to fetch every shard the order passes on its way there; the stream is
+    the feed's (which seeks), the plan's staging fetches nothing while
+    no stream reads it (the store is read once, not by both), and the
+    share from there is
+    the one a full read gives. A stream of the same epoch from its start
+    is the plan's."""
+    require_planes(server_binary, "auto")
+    ds = many_shards(tmp_path, SEED + 31, 12, "r")
+    names = sorted(os.listdir(ds.path))
+    tar_bytes = sum(os.path.getsize(os.path.join(ds.path, n)) for n in names)
+    ng = Nginx(ds.path, str(tmp_path))
+    try:
+        args = ("--job", "t", "--source", brace(ng, names, "r"), "--data-plane", "auto",
+                "--stage-indexed", "true", "--shuffle-buffer", "20",
+                "--state-dir", str(tmp_path / "state")) + COMMON
+        srv = start(*args)
+        whole = read_one(srv, 2, 0, 1)  # epoch 2 whole: every shard indexed
+        assert whole.outcome == "end", tag()
+        srv.stop()
+        srv = start(*args)
+        p = len(whole.samples) * 9 // 10
+        before = fetched_from_nginx(ng, "r")
+        rest = read_one(srv, 2, 0, 1, start=p)
+        assert kf(rest) == kf(whole)[p:], tag()
+        dp = data_plane(get_json(srv, "/v1/jobs/t"))
+        assert dp["feed_streams"] == 1 and dp["plan_streams"] == 0, (tag(), dp)
+        st = staging(srv)
+        assert st["fetched_bytes"] == 0, (tag(), st)
+        # the feed's reads alone: the plan fetched nothing beside them
+        assert fetched_from_nginx(ng, "r") - before <= tar_bytes, tag()
+        again = read_one(srv, 2, 0, 1)
+        assert kf(again) == kf(whole), tag()
+        dp = data_plane(get_json(srv, "/v1/jobs/t"))
+        assert dp["plan_streams"] == 1, (tag(), dp)
+        assert staging(srv)["fetched_bytes"] == tar_bytes, tag()
+    finally:
+        ng.stop()
+
+
+def test_a_shard_just_let_go_is_taken_back_from_memory(start, server_binary, tmp_path):
+    """One consumer reads its share of a staged epoch to the end: every
+    shard is let go, the last ones kept as spare memory, whole. The
+    consumer comes back near the end (a client resuming after its
+    connection was cut): the shard it needs is taken back from there
+    (revived), not fetched again; the samples are the same."""
+    require_planes(server_binary, "auto")
+    ds = many_shards(tmp_path, SEED + 32, 8, "v")
+    names = sorted(os.listdir(ds.path))
+    sizes = [os.path.getsize(os.path.join(ds.path, n)) for n in names]
+    ng = Nginx(ds.path, str(tmp_path))
+    try:
+        srv = start("--job", "t", "--source", brace(ng, names, "v"), "--data-plane", "auto",
+                    "--stage-bytes", str(3 * max(sizes)), "--shuffle-buffer", "5",
+                    "--interleave", "1", *COMMON)
+        whole = read_one(srv, 0, 0, 1)
+        assert whole.outcome == "end", tag()
+        st = staging(srv)
+        assert st["released"] == len(names) and st["spare_bytes"] > 0, (tag(), st)
+        before = fetched_from_nginx(ng, "v")
+        p = len(whole.samples) - 3
+        tail = read_one(srv, 0, 0, 1, start=p)
+        assert kf(tail) == kf(whole)[p:], tag()
+        st2 = staging(srv)
+        assert st2["revived"] >= 1 and st2["restages"] == st["restages"], (tag(), st, st2)
+        assert st2["fetched_bytes"] == st["fetched_bytes"], (tag(), st, st2)
+        assert fetched_from_nginx(ng, "v") == before, tag()
+        assert data_plane(get_json(srv, "/v1/jobs/t"))["feed_streams"] == 0, tag()
+    finally:
+        ng.stop()
