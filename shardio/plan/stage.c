@@ -62,29 +62,24 @@
  * connection, from before the position its stream had reached) takes it
  * back from here instead of fetching it again (spare_revive). */
 #define SPARES_MAX 64u
+typedef struct spare {
+    int fd;
+    uint64_t size, uhash, vhash; /* what it holds */
+} spare;
 static struct {
     pthread_mutex_t mu;
-    int fd[SPARES_MAX];
-    uint64_t size[SPARES_MAX];
-    uint64_t uhash[SPARES_MAX], vhash[SPARES_MAX]; /* what it holds */
+    spare s[SPARES_MAX]; /* oldest first */
     size_t n;
     uint64_t bytes;
-} spares = {PTHREAD_MUTEX_INITIALIZER, {0}, {0}, {0}, {0}, 0, 0};
+} spares = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* Take spare i out (spares.mu held): its fd. */
 static int spare_take(size_t i)
 {
-    int fd = spares.fd[i];
-    spares.bytes -= spares.size[i];
+    int fd = spares.s[i].fd;
+    spares.bytes -= spares.s[i].size;
     spares.n--;
-    memmove(&spares.fd[i], &spares.fd[i + 1],
-            (spares.n - i) * sizeof spares.fd[0]);
-    memmove(&spares.size[i], &spares.size[i + 1],
-            (spares.n - i) * sizeof spares.size[0]);
-    memmove(&spares.uhash[i], &spares.uhash[i + 1],
-            (spares.n - i) * sizeof spares.uhash[0]);
-    memmove(&spares.vhash[i], &spares.vhash[i + 1],
-            (spares.n - i) * sizeof spares.vhash[0]);
+    memmove(&spares.s[i], &spares.s[i + 1], (spares.n - i) * sizeof *spares.s);
     return fd;
 }
 
@@ -103,10 +98,7 @@ static int spare_put(int fd, uint64_t size, uint64_t cap, uint64_t uhash,
         old[nold++] = spare_take(0);
     if (spares.n < SPARES_MAX && spares.bytes <= cap &&
         size <= cap - spares.bytes) {
-        spares.fd[spares.n] = fd;
-        spares.uhash[spares.n] = uhash;
-        spares.vhash[spares.n] = vhash;
-        spares.size[spares.n++] = size;
+        spares.s[spares.n++] = (spare){fd, size, uhash, vhash};
         spares.bytes += size;
         kept = 1;
     }
@@ -125,23 +117,13 @@ static int spare_revive(uint64_t uhash, uint64_t vhash, uint64_t size)
         return -1;
     pthread_mutex_lock(&spares.mu);
     for (size_t i = spares.n; i-- > 0;)
-        if (spares.uhash[i] == uhash && spares.vhash[i] == vhash &&
-            spares.size[i] == size) {
+        if (spares.s[i].uhash == uhash && spares.s[i].vhash == vhash &&
+            spares.s[i].size == size) {
             fd = spare_take(i);
             break;
         }
     pthread_mutex_unlock(&spares.mu);
     return fd;
-}
-
-/* What a spare holds: shard url staged as kind (a compressed shard's
- * memfd holds it decompressed). */
-static uint64_t uhash_of(const char *url, int kind)
-{
-    uint64_t h = 1469598103934665603ull ^ (uint64_t)kind;
-    for (const unsigned char *c = (const unsigned char *)url; *c; c++)
-        h = (h ^ *c) * 1099511628211ull;
-    return h ? h : 1;
 }
 
 uint64_t stage_spare_bytes(void)
@@ -204,6 +186,14 @@ static uint64_t vhash_of(const char *v)
         return 0;
     for (; *v; v++)
         h = (h ^ (unsigned char)*v) * 1099511628211ull;
+    return h ? h : 1;
+}
+
+/* What a spare holds: shard url staged as kind (a compressed shard's
+ * memfd holds it decompressed). */
+static uint64_t uhash_of(const char *url, int kind)
+{
+    uint64_t h = vhash_of(url) ^ ((uint64_t)kind << 56);
     return h ? h : 1;
 }
 
