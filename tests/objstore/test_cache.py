@@ -6,7 +6,7 @@ dataset, later epochs and a second job read 0 bytes from the store; a
 restart reuses the cache after checking each entry (HEAD, no body); a
 changed object is read again, never served stale; a server killed in the
 middle of a fill leaves nothing that is served corrupt; with a cache of
-half the dataset each later epoch reads at most 55% of it (the
+half the dataset each epoch, once the subset has settled, reads at most 55% of it (the
 stable-subset policy) and the budget is never exceeded. Every epoch is
 checked sample by sample against the generator's manifest and against the
 order the same job gives from local files.
@@ -425,10 +425,15 @@ def test_half_the_dataset_cached_keeps_a_stable_half(tmp_path):
                           "--read-threads", "0", "--interleave", "1",
                           "--state-dir", str(state)])
             try:
-                per_epoch = []
-                sidecar_gets = []
-                heads = []
-                for epoch in range(4):
+                per_epoch, sidecar_gets, heads, evicted = [], [], [], []
+                settled = None  # the first epoch after 0 that evicted nothing
+                epoch = 0
+                # Entries in use or filling cannot be evicted, so which
+                # half epoch 0 leaves depends a little on the machine's
+                # load and the subset may take a few epochs to settle:
+                # read until an epoch evicts nothing, then one more.
+                while epoch < 10 and (settled is None or epoch <= settled + 1):
+                    before = srv.json("/v1/jobs")["cache"]["evictions"]
                     proxy.reset_counters()
                     check_once(read_epoch(srv.url, "train", epoch), manifest)
                     per_epoch.append(shard_bytes(proxy))
@@ -436,27 +441,35 @@ def test_half_the_dataset_cached_keeps_a_stable_half(tmp_path):
                                                     path=r"\.scidx$"))
                     heads.append(proxy.count(method="HEAD", path=SHARD))
                     server = srv.json("/v1/jobs")["cache"]
+                    evicted.append(server["evictions"] - before)
                     assert server["used_bytes"] <= budget
                     assert cache_files(state / "cache")[0] <= budget
+                    if settled is None and epoch > 0 and evicted[-1] == 0:
+                        settled = epoch
+                    epoch += 1
                 st = srv.json("/v1/jobs/train")["cache"]
             finally:
                 srv.stop()
+    print("per epoch:", per_epoch, "evicted:", evicted, "HEADs:", heads)
+    assert settled is not None, (per_epoch, evicted)
     assert per_epoch[0] == total
     # a brace pattern, no listing: the store is not asked for sidecars
     # (--index-sidecars-probe would)
-    assert sidecar_gets == [0, 0, 0, 0], sidecar_gets
+    assert sidecar_gets == [0] * len(per_epoch), sidecar_gets
     # What a HEAD told the job is kept: once the subset has settled, an
     # epoch asks the store nothing about the shards the cache cannot take
     # (it asked about each one every epoch before).
-    print("HEADs per epoch:", heads)
-    assert heads[3] == 0, heads
+    assert heads[settled + 1] == 0, heads
+    largest = max(f.stat().st_size for f in Path(data).glob("*.tar"))
     for b in per_epoch[1:]:
-        assert b <= 0.55 * total, (per_epoch, total)
+        # a swap of an entry that was in use costs one more shard
+        assert b <= 0.55 * total + largest, (per_epoch, total)
         assert b >= 0.40 * total, (per_epoch, total)
-    # The same shards stay: once the subset has settled (entries in use
-    # cannot be evicted, so epoch 1 may still swap a few), epochs read the
-    # same amount.
-    assert per_epoch[2] == per_epoch[3], per_epoch
+    # The same shards stay: once the subset has settled, epochs read the
+    # same amount, about half.
+    assert per_epoch[settled] == per_epoch[settled + 1], per_epoch
+    assert per_epoch[settled + 1] <= 0.55 * total, (per_epoch, total)
+    assert evicted[settled + 1] == 0, evicted
     assert st["entries"] >= 8
 
 
