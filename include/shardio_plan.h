@@ -190,6 +190,8 @@ typedef struct sio_plan_stage_stats {
     uint64_t staged;        /* shards staged by the steps */
     uint64_t fetched_bytes; /* bytes fetched into staging */
     uint64_t restages;      /* shards fetched again for readers behind */
+    uint64_t ranged;        /* ... of those, only the byte ranges of the
+                               items still to be read */
     uint64_t revived;       /* ... taken back from a spare instead */
     uint64_t released;      /* shards let go */
     uint64_t detaches;      /* ranks no longer waited for */

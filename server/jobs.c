@@ -186,6 +186,7 @@ static void stage_add(sio_plan_stage_stats *a, const sio_plan_stage_stats *b,
     a->staged += b->staged;
     a->fetched_bytes += b->fetched_bytes;
     a->restages += b->restages;
+    a->ranged += b->ranged;
     a->revived += b->revived;
     a->released += b->released;
     a->detaches += b->detaches;

@@ -88,6 +88,11 @@ typedef struct stage_shard {
     uint64_t decided;  /* items of it decided so far */
     uint64_t last;     /* Y index of its last item decided so far */
     uint8_t sized;     /* its item count is known (left is kept) */
+    uint8_t partial;   /* fd holds only the items at Y >= cover (a ranged
+                          restage), not the whole shard */
+    uint64_t cover;    /* (partial) the lowest Y index whose item is in fd */
+    uint64_t mem;      /* (restaged) bytes fd holds (the shard's size, or
+                          the ranges fetched) */
 } stage_shard;
 
 /* A consumer rank of the world the plan's readers use (the first
@@ -141,8 +146,8 @@ typedef struct plan_stage {
     _Atomic int waiting;     /* a step waits for that (cv) */
     pthread_cond_t cv;       /* with the plan's mu */
     /* counters */
-    uint64_t staged, fetched_bytes, restages, revived, released, detaches,
-        refused;
+    uint64_t staged, fetched_bytes, restages, ranged, revived, released,
+        detaches, refused;
 } plan_stage;
 
 struct sio_plan {
@@ -355,19 +360,21 @@ void stage_end(sio_plan *p, uint32_t s, uint64_t items);
 int stage_room(sio_plan *p, uint64_t size, int slot);
 /* Item y of shard s was decided (the builder, no lock held). */
 void stage_item(sio_plan *p, uint32_t s, uint64_t y);
-/* A reader takes shard s's memfd: SIO_OK with *fd (pinned), SIO_ERR_AGAIN
- * when it is fetched again for this reader (w is woken then),
- * SIO_ERR_BUSY when the room for that is taken, another code with err. */
-sio_code stage_take(sio_plan *p, uint32_t s, plan_waiter *w, int *fd,
-                    char *err, size_t errlen);
+/* A reader at Y index t takes shard s's memfd: SIO_OK with *fd (pinned:
+ * it holds every item of s at Y >= t), SIO_ERR_AGAIN when it is fetched
+ * again for this reader (w is woken then), SIO_ERR_BUSY when the room for
+ * that is taken, another code with err. */
+sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
+                    int *fd, char *err, size_t errlen);
 /* Shard s is read in place from a cache entry, held open as the plan's
  * shared descriptor pi (plan_fd_take) until its readers passed it, so that
  * the cache evicting it meanwhile does not take its bytes from them. */
 void stage_hold(sio_plan *p, uint32_t s, int pi, uint64_t items);
 /* stage_take for a shard the plan read in place (a shard-cache entry)
  * whose entry went meanwhile: fetched into memory for the readers. */
-sio_code stage_take_instead(sio_plan *p, uint32_t s, plan_waiter *w,
-                            int *fd, char *err, size_t errlen);
+sio_code stage_take_instead(sio_plan *p, uint32_t s, uint64_t t,
+                            plan_waiter *w, int *fd, char *err,
+                            size_t errlen);
 void stage_unpin(sio_plan *p, uint32_t s);
 /* Reader of rank/world at Y index t (open 1: it opened, -1: it closed,
  * 0: it moved). */

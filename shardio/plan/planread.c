@@ -272,7 +272,8 @@ static pfile *staged_file(sio_planread *r, pfile *f, uint32_t s, int fd)
     return f;
 }
 
-static pfile *file_for(sio_planread *r, uint32_t s, sio_code *rc)
+static pfile *file_for(sio_planread *r, uint32_t s, uint64_t t,
+                       sio_code *rc)
 {
     pfile *victim = &r->files[0];
     for (size_t i = 0; i < SIO_PLANREAD_FILES; i++) {
@@ -292,7 +293,8 @@ static pfile *file_for(sio_planread *r, uint32_t s, sio_code *rc)
          * let go (SIO_ERR_AGAIN: the notify follows). Staged shards this
          * reader has passed are let go first. */
         drop_passed(r, r->cur);
-        *rc = stage_take(r->plan, s, &r->w, &fd, r->err, sizeof r->err);
+        *rc = stage_take(r->plan, s, t, &r->w, &fd, r->err,
+                         sizeof r->err);
         return *rc ? NULL : staged_file(r, victim, s, fd);
     }
     int pi = shard_take(r, url, s, &fd, &sfd, &cached, rc);
@@ -310,7 +312,7 @@ static pfile *file_for(sio_planread *r, uint32_t s, sio_code *rc)
          * object): the shard is fetched into memory for the readers (its
          * bytes must be the ones planned: the size and every sample's
          * key, size and group are checked). */
-        *rc = stage_take_instead(r->plan, s, &r->w, &fd, r->err,
+        *rc = stage_take_instead(r->plan, s, t, &r->w, &fd, r->err,
                                  sizeof r->err);
         return *rc ? NULL : staged_file(r, victim, s, fd);
     }
@@ -587,7 +589,7 @@ static sio_code read_item(sio_planread *r, uint64_t t,
     }
     const char *url = sio_shardlist_url(r->list, it->shard);
 
-    pfile *f = file_for(r, it->shard, &rc);
+    pfile *f = file_for(r, it->shard, t, &rc);
     if (!f)
         return rc;
     uint64_t end = it->end;

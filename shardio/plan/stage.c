@@ -27,8 +27,15 @@
  * reader beyond it is told to come back: SIO_ERR_BUSY). So at most
  * budget + interleave x the largest shard are staged by the steps, plus
  * budget for readers behind (docs/architecture.md "Memory"). A shard
- * fetched again is fetched whole by a job (restage_start), on the jobs'
- * threads: no planner thread waits for the store.
+ * fetched again is fetched by a job (restage_start), on the jobs'
+ * threads: no planner thread waits for the store. When the reader's own
+ * items of it from where it is (and every other rank's there) are few
+ * (a client resuming a little before where its cut stream was, near the
+ * epoch's end where the last items of many shards leave the buffer),
+ * only their byte ranges are fetched (ranged_of: at most half the
+ * shard), as a seek would; the memfd is partial and serves readers at or
+ * beyond its cover, and a reader before that has the items between
+ * fetched into it too.
  *
  * Threading: every record is guarded by the plan's mu; fetches run with no
  * lock held (the planner's threads). Descriptors are closed outside the
@@ -136,6 +143,17 @@ uint64_t stage_spare_bytes(void)
 
 /* Bytes a fetch reads from its stream at once. */
 #define STAGE_READ (1u << 20)
+
+/* A ranged restage (ranged_of): Y positions looked at, items of the
+ * shard and ranges asked of the store at most; two items fewer than
+ * RANGED_GAP bytes apart are asked for as one range. */
+#define RANGED_SCAN_MAX 16384u
+#define RANGED_ITEMS_MAX 1024u
+#define RANGED_MAX 32u
+#define RANGED_GAP (64u << 10)
+typedef struct stage_range {
+    uint64_t a, b; /* bytes [a, b) of the shard */
+} stage_range;
 /* Ranks of the world the plan follows (a larger world is not followed:
  * its readers count as behind). */
 #define STAGE_WORLD_MAX 65536u
@@ -289,6 +307,13 @@ struct stage_job {
      * pass; restage_run): the object the plan was made from. */
     int restage;
     uint64_t want_size, want_v;
+    /* ... or only the byte ranges rg[0..nr) of its items at Y >= from
+     * (ranged_run); extend: into the memfd the shard has (pinned for the
+     * job), else into a new one. want_mem: the room reserved. */
+    int extend;
+    size_t nr;
+    stage_range rg[RANGED_MAX];
+    uint64_t from, want_mem;
 };
 
 /* Jobs ended and not reaped (none runs: each holds a reference to the
@@ -622,6 +647,9 @@ static void restage_settle(sio_plan *p, uint32_t s, uint64_t want_size,
     if (rc == SIO_OK) {
         x->fd = fd;
         x->doomed = 1; /* let go once its readers let go of it */
+        x->partial = 0;
+        x->cover = 0;
+        x->mem = want_size;
         st->bytes += size;
         st->restages++;
         st->fetched_bytes += size;
@@ -679,6 +707,225 @@ static void restage_run(struct stage_job *j, unsigned char *buf)
     sio_io_busy_add(io, -1);
 }
 
+static int range_cmp(const void *a, const void *b)
+{
+    const stage_range *x = a, *y = b;
+    return x->a < y->a ? -1 : x->a > y->a;
+}
+
+/* The byte ranges of shard s's items at Y [from, to] into rg (at most
+ * RANGED_MAX, sorted, items closer than a gap merged) and their sum in
+ * *bytes: the number of ranges, 0 when they cannot be told here (a span
+ * of Y too long, a chunk of it let go, too many items, none). mu held:
+ * items_lk is taken under it, never the other way round. */
+static size_t ranged_of(sio_plan *p, uint32_t s, uint64_t from, uint64_t to,
+                        uint64_t size, stage_range *rg, uint64_t *bytes)
+{
+    *bytes = 0;
+    if (to < from || to - from >= RANGED_SCAN_MAX ||
+        to >= sio_plan_count(p))
+        return 0;
+    stage_range *all = malloc(RANGED_ITEMS_MAX * sizeof *all);
+    size_t n = 0, nr = 0;
+    if (!all)
+        return 0;
+    for (uint64_t i = from; i <= to; i++) {
+        sio_plan_item it;
+        if (!plan_item_copy(p, i, &it)) {
+            free(all);
+            return 0;
+        }
+        if (it.shard != s)
+            continue;
+        uint64_t b = it.end == UINT64_MAX ? size : it.end;
+        if (n == RANGED_ITEMS_MAX || it.offset >= b || b > size) {
+            free(all);
+            return 0;
+        }
+        all[n++] = (stage_range){it.offset, b};
+    }
+    if (n > 1)
+        qsort(all, n, sizeof *all, range_cmp);
+    for (uint64_t gap = RANGED_GAP; n; gap *= 4) {
+        nr = 0;
+        for (size_t i = 0; i < n && nr <= RANGED_MAX; i++) {
+            if (nr && all[i].a <= rg[nr - 1].b + gap) {
+                if (all[i].b > rg[nr - 1].b)
+                    rg[nr - 1].b = all[i].b;
+            } else if (nr < RANGED_MAX) {
+                rg[nr++] = all[i];
+            } else {
+                nr = RANGED_MAX + 1; /* too many: a wider gap */
+            }
+        }
+        if (nr <= RANGED_MAX)
+            break;
+    }
+    free(all);
+    for (size_t i = 0; i < nr; i++)
+        *bytes += rg[i].b - rg[i].a;
+    return nr;
+}
+
+/* A ranged restage ended with rc (mem bytes written): the shard's memfd
+ * now holds its items from j->from on, or its readers are told it
+ * failed; either way they are woken. */
+static void ranged_settle(struct stage_job *j, uint64_t mem, sio_code rc,
+                          const sio_error *e)
+{
+    sio_plan *p = j->p;
+    plan_stage *st = p->stage;
+    int closing = -1;
+    pthread_mutex_lock(&p->mu);
+    stage_shard *x = &st->sh[j->s];
+    x->queued = 0;
+    st->restage_bytes -= j->want_mem <= st->restage_bytes
+                             ? j->want_mem
+                             : st->restage_bytes;
+    if (rc == SIO_OK) {
+        uint64_t now = j->extend ? x->mem + mem : mem;
+        if (now > x->size || (j->nr == 1 && j->rg[0].a == 0 &&
+                              j->rg[0].b == x->size))
+            now = x->size; /* the whole shard */
+        if (!j->extend) {
+            x->fd = j->fd;
+            x->doomed = 1; /* let go once its readers let go of it */
+            x->mem = 0;
+        }
+        st->restage_bytes += now - x->mem;
+        st->bytes += now - x->mem;
+        x->mem = now;
+        x->partial = now < x->size;
+        x->cover = x->partial ? j->from : 0;
+        st->restages++;
+        st->ranged++;
+        st->fetched_bytes += mem;
+        if (st->bytes > st->peak)
+            st->peak = st->bytes;
+    } else {
+        x->failed = 1;
+        if (!j->extend) {
+            x->restaged = 0;
+            closing = j->fd;
+        }
+        snprintf(st->why, sizeof st->why, "%.299s", e->msg);
+    }
+    /* The job's pin goes; the shard stays for the reader that waits for
+     * it (let go once readers let go of it, as a fresh restage). */
+    if (j->extend && x->pins)
+        x->pins--;
+    plan_wake_all(p);
+    pthread_mutex_unlock(&p->mu);
+    if (closing >= 0)
+        close(closing);
+}
+
+static sio_code pwrite_all(int fd, const unsigned char *p, size_t n,
+                           uint64_t at, sio_error *err)
+{
+    while (n > 0) {
+        ssize_t w = pwrite(fd, p, n, (off_t)at);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return sio_seterr(err, SIO_ERR_NOMEM,
+                              "cannot stage a shard in memory: %s",
+                              w < 0 ? strerror(errno) : "short write");
+        p += w;
+        n -= (size_t)w;
+        at += (uint64_t)w;
+    }
+    return SIO_OK;
+}
+
+/* Run ranged restage j with buf (STAGE_READ bytes): each range asked of
+ * the store on its own (a range cut by a failure that may pass is asked
+ * again from where it stopped, STAGE_RESUMES times), its bytes written at
+ * their place in the memfd. The object must be the one the plan was made
+ * from: its validator and size are checked before a byte of it is
+ * written. Freed here. */
+static void ranged_run(struct stage_job *j, unsigned char *buf)
+{
+    sio_io *io = j->io;
+    sio_error e = {SIO_OK, ""};
+    const sio_backend_ops *ops = NULL;
+    void *ctx = NULL;
+    uint64_t mem = 0;
+    char shown[512];
+    sio_url_redact(j->url, shown, sizeof shown);
+    sio_code rc = buf ? sio_io_backend(io, j->url, &ops, &ctx, &e)
+                      : sio_seterr(&e, SIO_ERR_NOMEM, "out of memory");
+    if (rc == SIO_OK && !j->extend &&
+        (ftruncate(j->fd, 0) != 0 ||
+         ftruncate(j->fd, (off_t)j->want_size) != 0))
+        rc = sio_seterr(&e, SIO_ERR_NOMEM, "cannot stage a shard in "
+                        "memory: ftruncate: %s", strerror(errno));
+    unsigned tries = 0;
+    for (size_t i = 0; rc == SIO_OK && i < j->nr; i++) {
+        uint64_t pos = j->rg[i].a, end = j->rg[i].b;
+        sio_stream *in = NULL;
+        int checked = 0;
+        while (rc == SIO_OK && pos < end) {
+            if (!in) {
+                rc = ops->open_range
+                         ? ops->open_range(ctx, j->url, pos, end, &in, &e)
+                         : ops->open(ctx, j->url, pos, &in, &e);
+                if (rc)
+                    break;
+            }
+            size_t got = 0,
+                   want = end - pos < STAGE_READ ? (size_t)(end - pos)
+                                                 : STAGE_READ;
+            rc = in->ops->read(in, buf, want, &got);
+            if (rc) {
+                sio_seterr(&e, rc, "url=%s: %s", shown,
+                           in->ops->errmsg(in));
+                in->ops->close(in);
+                in = NULL;
+                if ((rc == SIO_ERR_IO || rc == SIO_ERR_RETRY) &&
+                    tries < STAGE_RESUMES) {
+                    tries++;
+                    rc = SIO_OK; /* asked again from pos */
+                }
+                continue;
+            }
+            if (got == 0 || got > want) {
+                rc = sio_seterr(&e, SIO_ERR_CHANGED, "url=%s: the range "
+                                "to byte %" PRIu64 " %s at byte %" PRIu64,
+                                shown, end, got ? "went on" : "ended", pos);
+                break;
+            }
+            if (!checked) {
+                sio_objinfo oi;
+                memset(&oi, 0, sizeof oi);
+                oi.size = UINT64_MAX;
+                if (in->ops->info)
+                    in->ops->info(in, &oi);
+                uint64_t vh = vhash_of(oi.validator);
+                if ((vh && vh != j->want_v) ||
+                    (oi.size != UINT64_MAX && oi.size != j->want_size)) {
+                    rc = sio_seterr(&e, SIO_ERR_CHANGED,
+                                    "the object is not the one the "
+                                    "epoch's plan was made from");
+                    break;
+                }
+                checked = 1;
+            }
+            rc = pwrite_all(j->fd, buf, got, pos, &e);
+            pos += got;
+            mem += got;
+        }
+        if (in)
+            in->ops->close(in);
+    }
+    ranged_settle(j, mem, rc, &e);
+    sio_plan *p = j->p;
+    free(j->url);
+    free(j);
+    sio_plan_unref(p);
+    sio_io_busy_add(io, -1);
+}
+
 static void *worker_main(void *arg)
 {
     unsigned char *buf = arg;
@@ -691,7 +938,9 @@ static void *worker_main(void *arg)
         if (!workers.head)
             workers.tail = NULL;
         pthread_mutex_unlock(&workers.mu);
-        if (j->restage)
+        if (j->restage == 2)
+            ranged_run(j, buf);
+        else if (j->restage)
             restage_run(j, buf);
         else
             job_run(j, buf);
@@ -727,7 +976,9 @@ static void job_queue(struct stage_job *j)
     pthread_once(&workers.once, workers_start);
     if (!workers.threads) { /* no thread: here, whole */
         unsigned char *buf = malloc(STAGE_READ);
-        if (j->restage)
+        if (j->restage == 2)
+            ranged_run(j, buf);
+        else if (j->restage)
             restage_run(j, buf);
         else
             job_run(j, buf);
@@ -895,18 +1146,24 @@ int stage_spare(sio_plan *p)
  * (within the budget), else goes to *closing (-1: kept). */
 static void let_go(plan_stage *st, stage_shard *x, int *closing)
 {
+    uint64_t held = x->restaged ? x->mem : x->size;
     *closing = x->fd;
+    /* A partial memfd is kept for its pages, never taken back whole. */
     if (x->fd >= 0 &&
-        spare_put(x->fd, x->size, st->budget, x->uhash, x->vhash))
+        spare_put(x->fd, held, st->budget, x->uhash,
+                  x->partial ? 0 : x->vhash))
         *closing = -1;
     x->fd = -1;
     x->doomed = 0;
-    st->bytes -= x->size <= st->bytes ? x->size : st->bytes;
+    x->partial = 0;
+    x->cover = 0;
+    st->bytes -= held <= st->bytes ? held : st->bytes;
     if (x->restaged) {
-        st->restage_bytes -= x->size <= st->restage_bytes
-                                 ? x->size
+        st->restage_bytes -= held <= st->restage_bytes
+                                 ? held
                                  : st->restage_bytes;
         x->restaged = 0;
+        x->mem = 0;
     } else {
         st->step_bytes -= x->size <= st->step_bytes ? x->size
                                                     : st->step_bytes;
@@ -1124,16 +1381,43 @@ int stage_room(sio_plan *p, uint64_t size, int slot)
     return ok;
 }
 
-sio_code stage_take(sio_plan *p, uint32_t s, plan_waiter *w, int *fd,
-                    char *err, size_t errlen)
+/* Queue ranged restage j (no lock held; stage_take marked its shard
+ * queued and reserved its room; an extension pinned the shard and writes
+ * into its memfd, else a new one is made here). */
+static void ranged_start(struct stage_job *j)
+{
+    sio_error e = {SIO_OK, ""};
+    sio_io *io = NULL;
+    const char *url = NULL;
+    if (!plan_source(j->p, j->s, &io, &url) || !(j->url = strdup(url))) {
+        sio_seterr(&e, SIO_ERR_NOMEM, "shard %" PRIu32 " cannot be fetched "
+                   "again: %s", j->s, url ? "out of memory" : "no source");
+    } else if (!j->extend) {
+        j->fd = stage_memfd(-1, &e);
+    }
+    if (e.code) {
+        ranged_settle(j, 0, e.code, &e);
+        free(j->url);
+        free(j);
+        return;
+    }
+    j->io = io;
+    sio_plan_ref(j->p);
+    sio_io_busy_add(io, 1);
+    job_queue(j);
+}
+
+sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
+                    int *fd, char *err, size_t errlen)
 {
     plan_stage *st = p->stage;
     int start = 0;
     uint64_t want_size = 0, want_v = 0;
+    struct stage_job *rj = NULL; /* a ranged restage to start */
     *fd = -1;
     pthread_mutex_lock(&p->mu);
     stage_shard *x = &st->sh[s];
-    if (x->fd >= 0) {
+    if (x->fd >= 0 && (!x->partial || t >= x->cover)) {
         x->pins++;
         *fd = x->fd;
         pthread_mutex_unlock(&p->mu);
@@ -1147,25 +1431,15 @@ sio_code stage_take(sio_plan *p, uint32_t s, plan_waiter *w, int *fd,
         return SIO_ERR_CHANGED;
     }
     if (!x->queued) {
+        /* Let go (fd -1), or partial from beyond t (extend). */
+        int extend = x->fd >= 0;
         if (!p->restage_fn) {
             snprintf(err, errlen, "shard %" PRIu32 " was let go by the "
                      "epoch's staging and cannot be fetched again", s);
             pthread_mutex_unlock(&p->mu);
             return SIO_ERR_CHANGED;
         }
-        if (st->restage_bytes > st->budget ||
-            x->size > st->budget - st->restage_bytes) {
-            st->refused++;
-            snprintf(err, errlen, "shard %" PRIu32 " was let go and the "
-                     "room to fetch shards again for readers behind "
-                     "(%" PRIu64 " bytes) is taken: come back shortly", s,
-                     st->budget);
-            pthread_mutex_unlock(&p->mu);
-            return SIO_ERR_BUSY;
-        }
-        st->restage_bytes += x->size; /* reserved until it is let go */
-        x->restaged = 1;
-        if (!x->uhash) {
+        if (!extend && !x->uhash) {
             sio_io *io;
             const char *url;
             if (plan_source(p, s, &io, &url))
@@ -1173,10 +1447,17 @@ sio_code stage_take(sio_plan *p, uint32_t s, plan_waiter *w, int *fd,
         }
         /* Let go a moment ago (a client resuming from before where its
          * cut stream was): still whole in a spare. */
-        int rfd = spare_revive(x->uhash, x->vhash, x->size);
-        if (rfd >= 0) {
+        int rfd = -1;
+        if (!extend && st->restage_bytes <= st->budget &&
+            x->size <= st->budget - st->restage_bytes &&
+            (rfd = spare_revive(x->uhash, x->vhash, x->size)) >= 0) {
+            st->restage_bytes += x->size;
+            x->restaged = 1;
             x->fd = rfd;
             x->doomed = 1; /* let go once its readers let go of it */
+            x->partial = 0;
+            x->cover = 0;
+            x->mem = x->size;
             x->pins++;
             st->bytes += x->size;
             st->revived++;
@@ -1186,16 +1467,71 @@ sio_code stage_take(sio_plan *p, uint32_t s, plan_waiter *w, int *fd,
             pthread_mutex_unlock(&p->mu);
             return SIO_OK;
         }
-        x->queued = 1;
-        start = 1;
-        want_size = x->size;
-        want_v = x->vhash;
+        /* Only the items from t on, when they are few: the reader's own
+         * and the other ranks' there (they come back from about where
+         * this one does). */
+        stage_range rg[RANGED_MAX];
+        uint64_t need = x->size, rb = 0, from = 0;
+        size_t nr = 0;
+        if (extend || (x->kind == STAGE_MEMORY && x->vhash && x->final &&
+                       x->size)) {
+            nr = ranged_of(p, s, t, extend ? x->cover - 1 : x->last,
+                           x->size, rg, &rb);
+            if (nr && (extend || rb <= x->size / 2)) {
+                need = rb;
+                from = t;
+            } else if (extend) { /* the whole shard, in place */
+                rg[0] = (stage_range){0, x->size};
+                nr = 1;
+                need = x->size - x->mem;
+            } else {
+                nr = 0;
+            }
+        }
+        if (st->restage_bytes > st->budget ||
+            need > st->budget - st->restage_bytes) {
+            st->refused++;
+            snprintf(err, errlen, "shard %" PRIu32 " was let go and the "
+                     "room to fetch shards again for readers behind "
+                     "(%" PRIu64 " bytes) is taken: come back shortly", s,
+                     st->budget);
+            pthread_mutex_unlock(&p->mu);
+            return SIO_ERR_BUSY;
+        }
+        st->restage_bytes += need; /* reserved until it is let go */
+        if (nr) {
+            rj = calloc(1, sizeof *rj);
+            if (!rj) {
+                st->restage_bytes -= need;
+                snprintf(err, errlen, "out of memory");
+                pthread_mutex_unlock(&p->mu);
+                return SIO_ERR_NOMEM;
+            }
+            if (extend)
+                x->pins++; /* the job's */
+            else
+                x->restaged = 1;
+            x->queued = 1;
+            *rj = (struct stage_job){.p = p, .s = s, .fd = extend ? x->fd : -1,
+                                     .restage = 2, .extend = extend,
+                                     .want_size = x->size, .want_v = x->vhash,
+                                     .want_mem = need, .from = from, .nr = nr};
+            memcpy(rj->rg, rg, nr * sizeof *rg);
+        } else {
+            x->restaged = 1;
+            x->queued = 1;
+            start = 1;
+            want_size = x->size;
+            want_v = x->vhash;
+        }
     }
     plan_link_waiter(p, w);
     int dec = x->kind == STAGE_DECOMPRESS;
     pthread_mutex_unlock(&p->mu);
     if (start)
         restage_start(p, s, want_size, want_v, dec);
+    if (rj)
+        ranged_start(rj);
     return SIO_ERR_AGAIN;
 }
 
@@ -1216,15 +1552,16 @@ void stage_hold(sio_plan *p, uint32_t s, int pi, uint64_t items)
         plan_fd_release(p, pi, 0);
 }
 
-sio_code stage_take_instead(sio_plan *p, uint32_t s, plan_waiter *w,
-                            int *fd, char *err, size_t errlen)
+sio_code stage_take_instead(sio_plan *p, uint32_t s, uint64_t t,
+                            plan_waiter *w, int *fd, char *err,
+                            size_t errlen)
 {
     pthread_mutex_lock(&p->mu);
     stage_shard *x = &p->stage->sh[s];
     if (!x->size && x->fd < 0 && !x->queued)
         x->size = (uint64_t)p->files[s].size; /* never staged: as planned */
     pthread_mutex_unlock(&p->mu);
-    return stage_take(p, s, w, fd, err, errlen);
+    return stage_take(p, s, t, w, fd, err, errlen);
 }
 
 void stage_unpin(sio_plan *p, uint32_t s)
@@ -1347,6 +1684,7 @@ void sio_plan_get_stage_stats(sio_plan *p, sio_plan_stage_stats *out)
     out->staged = st->staged;
     out->fetched_bytes = st->fetched_bytes;
     out->restages = st->restages;
+    out->ranged = st->ranged;
     out->revived = st->revived;
     out->released = st->released;
     out->detaches = st->detaches;

@@ -63,6 +63,7 @@ test_a_listed_shard_larger_than_stage_bytes_keeps_the_feed: where staging
 is off or cannot hold a shard, the epoch is the feed's from the start.
 """
 
+import json
 import os
 import random
 import re
@@ -71,9 +72,9 @@ import time
 import warnings
 
 from plan_testlib import (data_plane, fetch, keys_fields, make_random_dataset,
-                          parse_body, require_planes, stream_query)
+                          parse_body, require_planes, stream_query, wait_until)
 from plan_testlib import read_world as plan_read_world
-from server_testlib import FramesStream, Nginx, get_json, stream_path
+from server_testlib import FramesStream, Nginx, content_hash, get_json, stream_path
 from shardcast_testlib import GatedSource
 
 SEED = int(os.environ.get("SHARDCAST_PLAN_SEED", "7171"))
@@ -766,5 +767,81 @@ def test_a_shard_just_let_go_is_taken_back_from_memory(start, server_binary, tmp
         assert st2["fetched_bytes"] == st["fetched_bytes"], (tag(), st, st2)
         assert fetched_from_nginx(ng, "v") == before, tag()
         assert data_plane(get_json(srv, "/v1/jobs/t"))["feed_streams"] == 0, tag()
+    finally:
+        ng.stop()
+
+
+def test_a_reader_behind_has_only_the_ranges_of_its_items_fetched_again(
+        start, server_binary, tmp_path):
+    """World 2 reads a staged epoch to the end with a shuffle buffer larger
+    than the shards, so the last items of every shard leave the buffer
+    together near the end; the spares hold about two shards. Rank 0 comes
+    back a few samples before its end (a client resuming after a cut
+    connection): the shards it needs are fetched again as the byte ranges
+    of the items from there on (ranged), a small part of the shards.
+    While that stream is still open, rank 1 comes back from further
+    before: the items in between are fetched too. Both tails are the
+    samples read before. Then one shard is replaced in the store (same
+    size, new validator): a stream that needs it fetched again gets a
+    retryable error, never a sample of the new object."""
+    require_planes(server_binary, "auto")
+    ds = many_shards(tmp_path, SEED + 41, 8, "g")
+    names = sorted(os.listdir(ds.path))
+    sizes = [os.path.getsize(os.path.join(ds.path, n)) for n in names]
+    ng = Nginx(ds.path, str(tmp_path))
+    try:
+        srv = start("--job", "t", "--source", brace(ng, names, "g"), "--data-plane", "auto",
+                    "--stage-bytes", str(2 * max(sizes)), "--shuffle-buffer", "120",
+                    "--interleave", "8", *COMMON)
+        whole = [read_one(srv, 0, r, 2) for r in range(2)]
+        for r in range(2):
+            assert whole[r].outcome == "end", tag()
+        st = staging(srv)
+        assert st["released"] >= len(names) and st["restages"] == 0, (tag(), st)
+        before = fetched_from_nginx(ng, "g")
+        k0 = 8
+        p0 = len(whole[0].samples) - k0
+        s0 = FramesStream(srv, stream_path("t", 0, 0, 2, start=p0))
+        first = s0.next_sample()
+        assert first is not None and first["key"] == whole[0].samples[p0]["key"], tag()
+        st1 = staging(srv)
+        assert st1["restages_ranged"] >= 1, (tag(), st1)
+        # rank 1, further back, while rank 0's stream holds what it reads
+        p1 = len(whole[1].samples) - 3 * k0
+        tail1, _ = read_resuming(srv, 0, 1, 2, start=p1)
+        assert [(s["key"], s["fields"]) for s in tail1] == kf(whole[1])[p1:], tag()
+        rest0 = [first]
+        while True:
+            smp = s0.next_sample()
+            if smp is None:
+                break
+            rest0.append(smp)
+        s0.close()
+        assert s0.outcome == "end", (tag(), s0.outcome, s0.trailer)
+        assert [(s["key"], s["hash"]) for s in rest0] == \
+            [(s["key"], content_hash(s["fields"])) for s in whole[0].samples[p0:]], tag()
+        st2 = staging(srv)
+        again = fetched_from_nginx(ng, "g") - before
+        print("%s ranged restages %d, whole %d, fetched again %d bytes of %d" % (
+            tag(), st2["restages_ranged"], st2["restages"] - st2["restages_ranged"],
+            again, sum(sizes)))
+        assert st2["restages_ranged"] >= 2, (tag(), st2)
+        assert 0 < again == st2["fetched_bytes"] - st["fetched_bytes"], (tag(), again, st2)
+        assert again < sum(sizes) // 4, (tag(), again, sum(sizes))
+        # A shard replaced in the store: its validator differs.
+        wait_until(lambda: staging(srv)["bytes"] == 0, 30, "every shard let go")
+        victim = os.path.join(ds.path, whole[0].samples[-1]["shard"].rsplit("/", 1)[1])
+        data = bytearray(open(victim, "rb").read())
+        for i in range(1024, len(data) - 2048, 4096):
+            data[i] ^= 0x5A
+        with open(victim, "wb") as f:
+            f.write(data)
+        os.utime(victim, (time.time() + 10, time.time() + 10))
+        st, _, body, _, _ = fetch(srv, stream_query("t", 0, 0, 2, "frames", start=p0))
+        assert st == 200, tag()
+        p = parse_body("frames", body)
+        assert p.retryable_error(), (tag(), p.summary())
+        assert "not the one" in json.dumps(p.trailer), (tag(), p.summary())
+        assert kf(p) == kf(whole[0])[p0:p0 + len(p.samples)], tag()
     finally:
         ng.stop()
