@@ -306,15 +306,17 @@ static const setting settings[] = {
      "as much again for shards fetched a second time for streams behind "
      "the others (docs/architecture.md \"Memory\"); compressed shards "
      "(tar.gz, tar.zst...) are staged there decompressed, so their epochs "
-     "are planned too. Staged: the first pass over such shards, and with "
-     "--stage-indexed later epochs too. 0: such epochs are read by the "
-     "feed"},
-    {"stage-indexed", NULL, SRV(stage_indexed), T_BOOL, "false", 0, 0, NULL,
+     "are planned too. Staged: the first pass over such shards and (with "
+     "--stage-indexed, the default) every later epoch. 0: such epochs "
+     "are read by the feed"},
+    {"stage-indexed", NULL, SRV(stage_indexed), T_BOOL, "true", 0, 0, NULL,
      "stage the epochs of remote shards that are all indexed too (after "
-     "the first pass); false: those epochs are read by the feed, whose "
-     "seeks fetch the byte ranges they need rather than whole shards "
-     "(with true, a stream that starts far beyond what the plan has made, "
-     "and a consumer of another world, are the feed's too)"},
+     "the first pass): each shard fetched once for every consumer; a "
+     "stream that starts far beyond what the plan has made, and a "
+     "consumer of another world, are the feed's, whose seeks fetch the "
+     "byte ranges they need; a stream behind that needs a shard already "
+     "let go has only its items' byte ranges fetched again where they are "
+     "few. false: those epochs are read by the feed"},
     {"lag-policy", NULL, SRV(lag_policy), T_ENUM, "detach", 0, 0, lag_choices,
      "a consumer that holds a full window back: detach it into a seek "
      "after --lag-grace-ms, or make everyone wait"},

@@ -3,8 +3,8 @@
 and "Memory"): an epoch over an HTTP store with no cache is planned, each
 shard fetched once into memory by a job that indexes it as its bytes
 arrive, read by every stream from there, and let go once the streams have
-passed it. By default the first pass is staged and later epochs (every
-shard indexed) are the feed's; --stage-indexed stages those too. With
+passed it. The first pass is staged, and so are later epochs (every
+shard indexed) unless --stage-indexed false makes them the feed's. With
 --stage-bytes 0 such epochs are the feed's (test_without_stage_bytes_the_feed).
 
 test_a_gzip_shard_under_a_tar_name_stops_the_plan_there: a gzip stream
@@ -20,7 +20,7 @@ test_a_shard_is_read_as_its_bytes_arrive: the defaults, a source that
 holds the second half of every shard back: the first samples reach the
 consumer before any shard is whole, from the staged plan; once the
 halves come the share is the feed's, sample for sample, every sample
-once; the next epoch (every shard indexed) is the feed's.
+once; the next epoch (every shard indexed) is staged too.
 
 test_an_http_store_without_a_cache_is_planned_every_epoch: a brace
 pattern over nginx (no sizes), no cache, every rank at once: epochs 0
@@ -47,6 +47,12 @@ client does (resuming after a retryable "busy" when the room for shards
 fetched again is taken), and after its rejoin grace ran out reads the
 second half again. The shards it needs are fetched again for it
 (restages), and both shares are the feed's, sample for sample.
+
+test_a_reader_behind_has_only_the_ranges_of_its_items_fetched_again: a
+client coming back near the end of a staged epoch, after its shards were
+let go, has only the byte ranges of the items from its position fetched
+again (and a second one further back those in between); a shard replaced
+in the store meanwhile is refused by its validator.
 
 test_shards_fetched_again_do_not_hold_the_planners: two jobs' late ranks
 need shards fetched again while the store holds those fetches; a third
@@ -522,12 +528,13 @@ def test_a_shard_is_read_as_its_bytes_arrive(start, server_binary, tmp_path):
         want = read_world(feed, 0, 1)[0]
         assert [k for k, _ in got] == [x["key"] for x in want.samples], tag()
         assert len(set(k for k, _ in got)) == ds.total, tag()
-        # Epoch 1: every shard indexed, read by the feed (no --stage-indexed).
+        # Epoch 1: every shard indexed, staged too (--stage-indexed is
+        # on by default).
         got1 = read_world(srv, 1, 1)[0]
         want1 = read_world(feed, 1, 1)[0]
         assert kf(got1) == kf(want1), tag()
         dp = data_plane(get_json(srv, "/v1/jobs/t"))
-        assert dp["plans_grown"] == 1 and dp["feed_streams"] == 1, (tag(), dp)
+        assert dp["plans_grown"] == 2 and dp["feed_streams"] == 0, (tag(), dp)
     finally:
         gated.close()
 
