@@ -1255,6 +1255,29 @@ static int head_kind(sio_io *io, const sio_epoch_config *cfg,
     return sio_tarp_compressed(head, (size_t)got) ? 1 : 0;
 }
 
+/* Shard i's size before it is fetched: listed, else the size its
+ * complete index describes, else what a HEAD told the job's shard cache
+ * (a shard of a brace pattern, read by an earlier epoch); UINT64_MAX when
+ * none tells. */
+static uint64_t known_size(const sio_shardlist *list,
+                           const sio_epoch_config *cfg, size_t i)
+{
+    uint64_t sz = sio_shardlist_size(list, i);
+    const char *url = sio_shardlist_url(list, i);
+    sio_index_entry *e;
+    sio_index_info info;
+    if (sz != UINT64_MAX)
+        return sz;
+    if (cfg->index && (e = sio_index_peek(cfg->index, url))) {
+        sio_index_get_info(e, &info);
+        if (info.complete && !info.stream_only && info.size &&
+            info.size != UINT64_MAX)
+            return info.size;
+    }
+    sz = sio_cache_user_known_size(cfg->cache, url);
+    return sz ? sz : UINT64_MAX;
+}
+
 /* Can the epoch grow a plan from its shards as they are indexed? Every
  * shard must be readable in place (a local file, a complete cache entry)
  * or, from an object store, be staged by the step that indexes it: into
@@ -1328,15 +1351,16 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
         }
         if (object) {
             /* An object: staged in the job's shard cache where the
-             * listing says how much it takes and the cache has room for
-             * it when its step comes, else in memory (with --stage-bytes),
-             * while the epoch's readers need it (stage.c). With a cache, a
-             * shard whose size no listing gave (a brace pattern over http)
-             * keeps the feed: the feed's reads through the cache learn and
-             * validate each object as they go. A complete entry is not
-             * opened here (a reader holding it would keep the cache from
-             * evicting it meanwhile). */
-            uint64_t sz = sio_shardlist_size(list, i);
+             * listing (or the index an earlier epoch made) says how much
+             * it takes and the cache has room for it when its step comes,
+             * else in memory (with --stage-bytes), while the epoch's
+             * readers need it (stage.c). With a cache, a shard whose size
+             * nothing told yet (the first pass over a brace pattern over
+             * http) keeps the feed: the feed's reads through the cache
+             * learn and validate each object as they go. A complete entry
+             * is not opened here (a reader holding it would keep the
+             * cache from evicting it meanwhile). */
+            uint64_t sz = known_size(list, cfg, i);
             kinds[i] = STAGE_MEMORY;
             if (sio_io_fd_capable(io, cfg->cache, url))
                 continue;
@@ -1428,7 +1452,7 @@ static sio_code cache_subset(sio_plan *p, plan_grow *g)
     uint64_t want = 0;
     for (size_t i = first; i < first + count; i++) {
         const char *url = sio_shardlist_url(g->list, i);
-        uint64_t sz = sio_shardlist_size(g->list, i);
+        uint64_t sz = known_size(g->list, cfg, i);
         if (p->stage->sh[i].kind != STAGE_MEMORY || sz == UINT64_MAX ||
             sio_io_fd_capable(g->io, cfg->cache, url))
             continue;
@@ -1687,7 +1711,7 @@ static sio_code prepare_shard(sio_plan *p, uint32_t s, sio_error *err)
      * already or not): the read fills its entry, where readers find it. */
     int fill = !sio_io_fd_capable(g->io, g->cfg.cache, url);
     if (stage_kind(p, s)) {
-        uint64_t listed = sio_shardlist_size(g->list, s);
+        uint64_t listed = known_size(g->list, &g->cfg, s);
         if (!fill)
             p->stage->sh[s].kind = 0;
         else if (g->cfg.cache && listed != UINT64_MAX &&
@@ -1804,7 +1828,7 @@ static uint64_t stage_size(sio_plan *p, uint32_t s)
 {
     uint64_t sz = p->stage->sh[s].kind == STAGE_DECOMPRESS
                       ? UINT64_MAX
-                      : sio_shardlist_size(p->g->list, s);
+                      : known_size(p->g->list, &p->g->cfg, s);
     if (sz == UINT64_MAX) {
         pthread_mutex_lock(&p->mu);
         if (p->stage->max_shard)

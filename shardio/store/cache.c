@@ -1195,6 +1195,11 @@ uint64_t sio_cache_user_room(struct sio_cache_user *u)
     return room;
 }
 
+uint64_t sio_cache_user_known_size(struct sio_cache_user *u, const char *url)
+{
+    return u ? memo_size(u, url) : UINT64_MAX;
+}
+
 void sio_cache_get_stats(const sio_cache *cc, sio_cache_stats *st)
 {
     sio_cache *c = (sio_cache *)(uintptr_t)cc;

@@ -98,6 +98,10 @@ int sio_cache_entry_fd(struct sio_cache_user *u, const char *url, int *fd,
 int sio_cache_wait_filled(struct sio_cache_user *u, const char *url);
 /* Bytes of the cache's budget not charged now (a snapshot). */
 uint64_t sio_cache_user_room(struct sio_cache_user *u);
+/* The size a HEAD told this job of url (an object whose size no listing
+ * gave), or UINT64_MAX when none did. NULL u: UINT64_MAX. */
+uint64_t sio_cache_user_known_size(struct sio_cache_user *u,
+                                   const char *url);
 
 /* Check bytes [off, off + len) of url's entry (of size bytes) read
  * through fd, sums sfd (sio_cache_entry_fd): buf holds those bytes (NULL:

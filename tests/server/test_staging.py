@@ -64,6 +64,11 @@ test_an_s3_dataset_larger_than_the_cache_is_planned: listed sizes, a
 cache with room for a third: part cache entries, part memory, every
 shard fetched once, the feed's shares in two epochs.
 
+test_a_brace_pattern_larger_than_the_cache_is_planned_after_its_first_pass:
+no sizes listed, a cache with room for a third: the first pass is the
+feed's, every later epoch is planned (sizes from the cache's HEADs or
+the index), part cache entries, part memory, the feed's shares.
+
 test_without_stage_bytes_the_feed_reads_a_remote_dataset and
 test_a_listed_shard_larger_than_stage_bytes_keeps_the_feed: where staging
 is off or cannot hold a shard, the epoch is the feed's from the start.
@@ -318,6 +323,48 @@ def test_an_s3_dataset_larger_than_the_cache_is_planned(start, server_binary, tm
                     tag(), cache, st)
         dp = data_plane(get_json(plan, "/v1/jobs/t"))
         assert dp["feed_streams"] == 0 and dp["plans_grown"] == 2, (tag(), dp)
+
+
+def test_a_brace_pattern_larger_than_the_cache_is_planned_after_its_first_pass(
+        start, server_binary, tmp_path):
+    """A brace pattern over nginx (no sizes listed) and a shard cache with
+    room for about a third of it: the first pass is the feed's (it learns
+    each shard's size as it reads it through the cache); every later epoch
+    is planned, shards in the cache read from their entries, the others
+    staged in memory, each fetched once per epoch. The shares are the
+    feed's, sample for sample."""
+    require_planes(server_binary, "auto", "stream")
+    ds = many_shards(tmp_path, SEED + 43, 9, "b")
+    names = sorted(os.listdir(ds.path))
+    sizes = [os.path.getsize(os.path.join(ds.path, n)) for n in names]
+    ng = Nginx(ds.path, str(tmp_path))
+    try:
+        args = ("--job", "t", "--source", brace(ng, names, "b"), "--interleave", "2",
+                "--shuffle-buffer", "20") + COMMON
+        feed = start(*args, "--data-plane", "stream")
+        plan = start(*args, "--data-plane", "auto", "--cache-bytes", str(sum(sizes) // 3))
+        for epoch in (0, 1, 2):
+            before = fetched_from_nginx(ng, "b")
+            want = read_world(feed, epoch, 2)
+            mid = fetched_from_nginx(ng, "b")
+            got = read_world(plan, epoch, 2)
+            for r in range(2):
+                assert kf(got[r]) == kf(want[r]), (tag(), epoch, r)
+                assert got[r].summary() == want[r].summary(), (tag(), epoch, r)
+            dp = data_plane(get_json(plan, "/v1/jobs/t"))
+            if epoch == 0:
+                assert dp["plans_grown"] == 0 and dp["feed_streams"] == 2, (tag(), dp)
+                continue
+            assert dp["plans_grown"] == epoch and dp["feed_streams"] == 2, (tag(), epoch, dp)
+            cache = get_json(plan, "/v1/jobs")["cache"]
+            assert cache["complete"] > 0, (tag(), cache)
+            # each shard not in the cache fetched once in the epoch
+            fetched = fetched_from_nginx(ng, "b") - mid
+            assert 0 < fetched < sum(sizes), (tag(), epoch, fetched, before)
+        st = staging(plan)
+        assert st["shards"] > 0 and st["restages"] == 0, (tag(), st)
+    finally:
+        ng.stop()
 
 
 def test_without_stage_bytes_the_feed_reads_a_remote_dataset(start, server_binary, tmp_path):
