@@ -230,6 +230,14 @@ int sio_index_reject(sio_index_entry *e, const char *reason);
  * report that themselves) or one that is unchanged. Thread-safe; a stat.
  */
 int sio_index_refresh(sio_index_entry *e);
+/*
+ * A remote shard found to be another version of the object than the one
+ * its groups were read from (the store's validator changed): every group
+ * is dropped whatever its source, as sio_index_refresh drops a local
+ * file's, and the entry takes size (UINT64_MAX: unknown). Returns 1 when
+ * it dropped something. Thread-safe.
+ */
+int sio_index_object_changed(sio_index_entry *e, uint64_t size);
 
 /* A field of a group being recorded. */
 typedef struct sio_index_field {

@@ -1356,19 +1356,20 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
              * else in memory (with --stage-bytes), while the epoch's
              * readers need it (stage.c). With a cache, a shard whose size
              * nothing told yet (the first pass over a brace pattern over
-             * http) keeps the feed: the feed's reads through the cache
-             * learn and validate each object as they go. A complete entry
+             * http) has it asked of the store by its step (a HEAD, as the
+             * feed's read through the cache would); without staging in
+             * memory to fall back on, it keeps the feed. A complete entry
              * is not opened here (a reader holding it would keep the
              * cache from evicting it meanwhile). */
             uint64_t sz = known_size(list, cfg, i);
             kinds[i] = STAGE_MEMORY;
             if (sio_io_fd_capable(io, cfg->cache, url))
                 continue;
-            if (cfg->cache && sz == UINT64_MAX)
+            if (cfg->cache && sz == UINT64_MAX && !cfg->stage_bytes)
                 return sio_seterr(err, SIO_ERR_UNSUPPORTED,
-                                  "shard %zu's size is not listed: with a "
-                                  "shard cache its first pass is the "
-                                  "feed's", i);
+                                  "shard %zu's size is not listed and "
+                                  "there is no staging (--stage-bytes 0): "
+                                  "its first pass is the feed's", i);
             if (!cfg->cache && !cfg->stage_bytes)
                 return sio_seterr(err, SIO_ERR_UNSUPPORTED,
                                   "shard %zu is not a local file, there is "
@@ -1712,6 +1713,19 @@ static sio_code prepare_shard(sio_plan *p, uint32_t s, sio_error *err)
     int fill = !sio_io_fd_capable(g->io, g->cfg.cache, url);
     if (stage_kind(p, s)) {
         uint64_t listed = known_size(g->list, &g->cfg, s);
+        const sio_backend_ops *ops;
+        void *ctx;
+        int stale = 0;
+        /* No size known yet (a brace pattern): asked of the store, and
+         * kept for the read through the cache that fills the entry. A
+         * cache entry of another version of the object means the index
+         * is of that version too: read again from the start. */
+        if (fill && g->cfg.cache && listed == UINT64_MAX &&
+            sio_io_backend(g->io, url, &ops, &ctx, NULL) == SIO_OK)
+            listed = sio_cache_user_head_size(g->cfg.cache, ops, ctx, url,
+                                              &stale);
+        if (stale)
+            sio_index_object_changed(e, listed);
         if (!fill)
             p->stage->sh[s].kind = 0;
         else if (g->cfg.cache && listed != UINT64_MAX &&

@@ -1200,6 +1200,49 @@ uint64_t sio_cache_user_known_size(struct sio_cache_user *u, const char *url)
     return u ? memo_size(u, url) : UINT64_MAX;
 }
 
+/* What a HEAD of url told (oi) against its entry e, if any (c->mu held):
+ * a stale entry is dropped (NULL), else this job's check of it is
+ * remembered. */
+static entry *head_checks(sio_cache *c, sio_cache_user *u, entry *e,
+                          const char *url, const sio_objinfo *oi)
+{
+    if (e && (strcmp(oi->validator, e->validator) != 0 ||
+              oi->size != e->size)) {
+        SIO_LOG(&c->log, SIO_LOG_INFO,
+                "event=cache_stale url=%s cached=%s store=%s", url,
+                e->validator, oi->validator);
+        atomic_fetch_add(&c->stale, 1);
+        drop(c, e);
+        return NULL;
+    }
+    if (e)
+        memo_set(u, url, e->validator);
+    return e;
+}
+
+uint64_t sio_cache_user_head_size(struct sio_cache_user *u,
+                                  const sio_backend_ops *ops, void *ctx,
+                                  const char *url, int *stale)
+{
+    sio_objinfo oi = {UINT64_MAX, ""};
+    sio_error he;
+    uint64_t size = memo_size(u, url);
+    if (size != UINT64_MAX || !ops->head)
+        return size;
+    atomic_fetch_add(&u->c->validations, 1);
+    if (ops->head(ctx, url, &oi, &he) != SIO_OK || oi.size == 0)
+        return UINT64_MAX;
+    memo_size_set(u, url, oi.size);
+    /* The HEAD checks an entry of url too, as sio_cache_open's would. */
+    sio_cache *c = u->c;
+    pthread_mutex_lock(&c->mu);
+    entry *e = find(c, url);
+    if (e && e->validator[0] && !head_checks(c, u, e, url, &oi))
+        *stale = 1;
+    pthread_mutex_unlock(&c->mu);
+    return oi.size;
+}
+
 void sio_cache_get_stats(const sio_cache *cc, sio_cache_stats *st)
 {
     sio_cache *c = (sio_cache *)(uintptr_t)cc;
@@ -2032,16 +2075,8 @@ again:
         if (hrc != SIO_OK) {
             e = NULL; /* the store will say it to the reader */
             oi.size = UINT64_MAX;
-        } else if (e && (strcmp(oi.validator, e->validator) != 0 ||
-                         oi.size != e->size)) {
-            SIO_LOG(&c->log, SIO_LOG_INFO,
-                    "event=cache_stale url=%s cached=%s store=%s", url,
-                    e->validator, oi.validator);
-            atomic_fetch_add(&c->stale, 1);
-            drop(c, e);
-            e = NULL;
-        } else if (e) {
-            memo_set(u, url, e->validator);
+        } else {
+            e = head_checks(c, u, e, url, &oi);
         }
     }
     if (e) {
@@ -2067,6 +2102,10 @@ again:
             size = UINT64_MAX;
             headed = 1;
             oi.validator[0] = '\0';
+        } else if (known != UINT64_MAX) {
+            /* A HEAD told this job the size before and it may fit now:
+             * taken as a listed size (the fill learns the validator). */
+            size = known;
         } else if (size == UINT64_MAX && !headed) {
             sio_error he;
             pthread_mutex_unlock(&c->mu);

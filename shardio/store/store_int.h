@@ -102,6 +102,14 @@ uint64_t sio_cache_user_room(struct sio_cache_user *u);
  * gave), or UINT64_MAX when none did. NULL u: UINT64_MAX. */
 uint64_t sio_cache_user_known_size(struct sio_cache_user *u,
                                    const char *url);
+/* The same, asked of the store (a HEAD through ops/ctx) when no HEAD told
+ * it yet; kept for the next reads of url, which admit it to the cache by
+ * it, and taken as this job's check of an entry of url (the validator):
+ * *stale set when that entry is of another version of the object (it is
+ * dropped). UINT64_MAX when the store does not tell. */
+uint64_t sio_cache_user_head_size(struct sio_cache_user *u,
+                                  const sio_backend_ops *ops,
+                                  void *ctx, const char *url, int *stale);
 
 /* Check bytes [off, off + len) of url's entry (of size bytes) read
  * through fd, sums sfd (sio_cache_entry_fd): buf holds those bytes (NULL:

@@ -1185,6 +1185,29 @@ int sio_index_refresh(sio_index_entry *e)
     return 1;
 }
 
+int sio_index_object_changed(sio_index_entry *e, uint64_t size)
+{
+    if (!e)
+        return 0;
+    sio_index *x = e->x;
+    pthread_mutex_lock(&e->mu);
+    int had = e->n > 0 || e->complete;
+    if (had) {
+        SIO_LOG(&x->log, SIO_LOG_INFO,
+                "event=index_stale what=changed hash=%.16s groups=%" PRIu64
+                " size=%" PRIu64 "/%" PRIu64 " reason=\"the object changed "
+                "since it was indexed: indexed again by the next read\"",
+                e->hash, e->n, e->size, size);
+        tmp_discard(e);
+        entry_clear(e);
+        e->deferred = 0;
+        atomic_store(&e->settled, 1);
+    }
+    e->size = size;
+    pthread_mutex_unlock(&e->mu);
+    return had;
+}
+
 int sio_index_reject(sio_index_entry *e, const char *reason)
 {
     int dropped = 0;

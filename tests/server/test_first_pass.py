@@ -29,11 +29,12 @@ test_s3_shards_are_staged_in_the_cache_and_planned: an s3 source (sizes
 listed) with a shard cache that has room: the first pass is planned, each
 shard fetched once into the cache by the read that indexes it; the same
 shares as the feed's; the next epoch reads nothing from the store. The
-same shards as a brace pattern over http (no sizes) keep the feed.
+same shards as a brace pattern over http (no sizes) are planned too, each
+size asked of the store first.
 
-test_a_cache_too_small_hands_the_first_pass_to_the_feed: a cache smaller
-than a shard: a consumer that resumes as the clients do reads the whole
-epoch, every sample once.
+test_a_cache_too_small_stages_the_first_pass_in_memory: a cache smaller
+than a shard: the shards are staged in memory and the epoch planned; with
+--stage-bytes 0 too, the feed reads it; every sample once either way.
 
 test_a_server_killed_in_the_first_pass_is_resumed_where_it_was: SIGKILL
 mid-way through a planned first pass; a new server on the same state_dir
@@ -236,8 +237,8 @@ def test_s3_shards_are_staged_in_the_cache_and_planned(start, server_binary, tmp
     fetched once, into the cache, by the read that indexes it, and read by
     the streams from its cache entry; the same shares as the feed's; the
     next epoch is built whole and reads nothing from the store. The same
-    source as a brace pattern over http (no sizes) keeps the feed for its
-    first pass."""
+    source as a brace pattern over http (no sizes) is planned too: each
+    step asks its shard's size of the store (a HEAD) first."""
     require_planes(server_binary, "auto", "stream")
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     from support.s3rver import S3rver
@@ -286,19 +287,23 @@ def test_s3_shards_are_staged_in_the_cache_and_planned(start, server_binary, tmp
                     "--stream-rate-limit", "0", "--rate-limit", "0",
                     "--max-new-epochs-per-minute", "0")
         got = read_world(srv, 0, "frames")
-        assert sum(len(p.samples) for p in got) == (ds.total // WORLD) * WORLD, tag()
+        for r in range(WORLD):
+            assert keys_and_fields(got[r]) == keys_and_fields(want[r]), (tag(), r)
         dp = data_plane(get_json(srv, "/v1/jobs/t"))
-        assert dp["plans_grown"] == 0 and dp["feed_streams"] == WORLD, "%s %s" % (tag(), dp)
+        assert dp["plans_grown"] == 1 and dp["feed_streams"] == 0, "%s %s" % (tag(), dp)
+        st = get_json(srv, "/v1/jobs")["cache"]
+        assert st["store_bytes"] == tar_bytes and st["complete"] == len(names), (tag(), st)
     finally:
         ng.stop()
 
 
-def test_a_cache_too_small_hands_the_first_pass_to_the_feed(start, server_binary, tmp_path,
-                                                             workdir):
+def test_a_cache_too_small_stages_the_first_pass_in_memory(start, server_binary, tmp_path,
+                                                           workdir):
     """The same http source with a shard cache smaller than one shard: no
-    shard can be staged, the plan stops before its first sample, and a
-    consumer that resumes as the clients do reads the whole epoch from the
-    feed, every sample once."""
+    shard can be filled into the cache, so each is staged in memory and
+    the epoch is planned, every sample once. With --stage-bytes 0 as well
+    there is nowhere to stage, and the epoch is the feed's, every sample
+    once."""
     require_planes(server_binary, "auto")
     from server_testlib import Nginx
     rng = random.Random(SEED + 5)
@@ -308,17 +313,24 @@ def test_a_cache_too_small_hands_the_first_pass_to_the_feed(start, server_binary
     try:
         names = sorted(os.listdir(ds.path))
         src = "http://127.0.0.1:%d/s-{000000..%06d}.tar" % (ng.port, len(names) - 1)
-        srv = start("--job", "t", "--source", src, "--data-plane", "auto",
-                    "--cache-bytes", "64KiB", "--prefetch", "false",
-                    "--stream-rate-limit", "0", "--rate-limit", "0",
-                    "--max-new-epochs-per-minute", "0")
-        samples, last = read_resuming(srv, "t", 0, "frames")
-        keys = [s["key"] for s in samples]
-        assert len(keys) == len(set(keys)) == ds.total, (tag(), len(keys), ds.total)
-        assert {s["key"]: s["fields"] for s in samples} == {
-            k: f for k, (_, f) in ds.by_key.items()}, tag()
-        dp = data_plane(get_json(srv, "/v1/jobs/t"))
-        assert dp["feed_streams"] >= 1, "%s %s" % (tag(), dp)
+        for extra, planned in (((), True), (("--stage-bytes", "0"), False)):
+            srv = start("--job", "t", "--source", src, "--data-plane", "auto",
+                        "--cache-bytes", "64KiB", "--prefetch", "false",
+                        "--stream-rate-limit", "0", "--rate-limit", "0",
+                        "--max-new-epochs-per-minute", "0", *extra)
+            samples, last = read_resuming(srv, "t", 0, "frames")
+            keys = [s["key"] for s in samples]
+            assert len(keys) == len(set(keys)) == ds.total, (tag(), len(keys), ds.total)
+            assert {s["key"]: s["fields"] for s in samples} == {
+                k: f for k, (_, f) in ds.by_key.items()}, tag()
+            dp = data_plane(get_json(srv, "/v1/jobs/t"))
+            if planned:
+                assert dp["plans_grown"] == 1 and dp["feed_streams"] == 0, (tag(), dp)
+                st = get_json(srv, "/v1/jobs/t")["staging"]
+                assert st["shards"] == len(names), (tag(), st)
+            else:
+                assert dp["plans_grown"] == 0 and dp["feed_streams"] >= 1, (tag(), dp)
+            srv.stop()
     finally:
         ng.stop()
 
