@@ -566,6 +566,18 @@ static void job_run(struct stage_job *j, unsigned char *buf)
         j->src_err = e2;
     } else {
         sio_stage_hooks h = {job_wait, job_progress, j};
+        /* Another version of the object than the one its index was read
+         * from (replaced in the store since): indexed again from these
+         * bytes, before any of its groups is let in to the order. */
+        uint64_t iv = sio_index_version(j->e);
+        if (iv && !j->dec) {
+            uint64_t first, now;
+            char none[8];
+            job_wait(j, 1, &first, none, sizeof none); /* the store told */
+            now = src_validator(&j->src);
+            if (now && now != iv)
+                sio_index_object_changed(j->e, UINT64_MAX);
+        }
         brc = sio_index_build_growing(io, j->url, j->s, &j->limits, j->e,
                                       j->fd, j->dec, &h, &j->log, &reached,
                                       &e2);
@@ -577,6 +589,8 @@ static void job_run(struct stage_job *j, unsigned char *buf)
             job_wait(j, UINT64_MAX, &all, none, sizeof none);
     }
     vh = src_close(&j->src, j->ended && j->src_rc == SIO_OK);
+    if (vh && brc == SIO_OK && !j->dec)
+        sio_index_set_version(j->e, vh);
     j->buf = NULL;
     struct stat sb;
     int ok = ftruncate(j->fd, (off_t)j->avail) == 0 && fstat(j->fd, &sb) == 0;

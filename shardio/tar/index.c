@@ -57,6 +57,8 @@ struct sio_index_entry {
     uint64_t size, mtime;
     uint64_t mtime_ns;    /* a local file's mtime in ns when the entry was
                              made or refreshed (memory only; 0: unknown) */
+    uint64_t version;     /* a remote object's validator (hash) when a read
+                             indexed it whole (memory only; 0: unknown) */
     sio_index_group *g;
     uint64_t n, cap;
     uint64_t good, bytes;
@@ -1204,8 +1206,29 @@ int sio_index_object_changed(sio_index_entry *e, uint64_t size)
         atomic_store(&e->settled, 1);
     }
     e->size = size;
+    e->version = 0;
     pthread_mutex_unlock(&e->mu);
     return had;
+}
+
+void sio_index_set_version(sio_index_entry *e, uint64_t version)
+{
+    if (!e)
+        return;
+    pthread_mutex_lock(&e->mu);
+    if (e->complete)
+        e->version = version;
+    pthread_mutex_unlock(&e->mu);
+}
+
+uint64_t sio_index_version(sio_index_entry *e)
+{
+    if (!e)
+        return 0;
+    pthread_mutex_lock(&e->mu);
+    uint64_t v = e->complete ? e->version : 0;
+    pthread_mutex_unlock(&e->mu);
+    return v;
 }
 
 int sio_index_reject(sio_index_entry *e, const char *reason)

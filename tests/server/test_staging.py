@@ -54,6 +54,11 @@ let go, has only the byte ranges of the items from its position fetched
 again (and a second one further back those in between); a shard replaced
 in the store meanwhile is refused by its validator.
 
+test_a_shard_replaced_in_the_store_is_indexed_again: after epoch 0, one
+shard is replaced in the store; epoch 1's staging finds the new validator
+and indexes it again before planning it: the feed's share of the new
+contents, planned whole, no error.
+
 test_shards_fetched_again_do_not_hold_the_planners: two jobs' late ranks
 need shards fetched again while the store holds those fetches; a third
 job's first epoch (grown by a planner thread) is served from its plan
@@ -78,6 +83,7 @@ import json
 import os
 import random
 import re
+import shutil
 import sys
 import time
 import warnings
@@ -916,5 +922,44 @@ def test_a_reader_behind_has_only_the_ranges_of_its_items_fetched_again(
         assert p.retryable_error(), (tag(), p.summary())
         assert "not the one" in json.dumps(p.trailer), (tag(), p.summary())
         assert kf(p) == kf(whole[0])[p0:p0 + len(p.samples)], tag()
+    finally:
+        ng.stop()
+
+
+def test_a_shard_replaced_in_the_store_is_indexed_again(start, server_binary, tmp_path):
+    """Epoch 0 of an http store is staged and indexes every shard; one
+    shard is then replaced in the store (other samples, another
+    validator). Epoch 1's staging job finds the new validator before any
+    group of that shard is planned: the shard is indexed again from the
+    new bytes, the epoch is planned whole with no error, retry or feed
+    stream, and it is the share a fresh server's feed reads, sample for
+    sample (the old shard's samples gone, the new one's there)."""
+    require_planes(server_binary, "auto", "stream")
+    ds = many_shards(tmp_path, SEED + 47, 4, "r")
+    names = sorted(os.listdir(ds.path))
+    other = make_random_dataset(str(tmp_path / "other"), SEED + 48,
+                                [("ustar", 30)] * len(names), "r")
+    ng = Nginx(ds.path, str(tmp_path))
+    try:
+        src = brace(ng, names, "r")
+        srv = start("--job", "t", "--source", src, *COMMON)
+        e0 = read_world(srv, 0, 1)[0]
+        victim = os.path.join(ds.path, names[1])
+        old = {content_hash(smp["fields"]) for smp in e0.samples
+               if smp["shard"].endswith(names[1])}
+        time.sleep(1.1)  # another Last-Modified second: another ETag
+        shutil.copy(os.path.join(other.path, sorted(os.listdir(other.path))[1]),
+                    victim + ".new")
+        os.replace(victim + ".new", victim)
+        got = read_world(srv, 1, 1)[0]
+        feed = start("--job", "t", "--source", src, "--data-plane", "stream", *COMMON)
+        want = read_world(feed, 1, 1)[0]
+        assert kf(got) == kf(want), tag()
+        new = {content_hash(smp["fields"]) for smp in got.samples
+               if smp["shard"].endswith(names[1])}
+        assert new and not (new & old), tag()
+        dp = data_plane(get_json(srv, "/v1/jobs/t"))
+        assert dp["plans_grown"] == 2 and dp["feed_streams"] == 0, (tag(), dp)
+        assert dp["plan_failures"] == 0, (tag(), dp)
     finally:
         ng.stop()
