@@ -1150,12 +1150,28 @@ static void entry_drop(sio_index_entry *e, const char *reason)
     entry_clear(e);
 }
 
+/* Every group of e dropped whatever its source (e->mu held): the shard
+ * changed since it was indexed (why: what changed), and the next read
+ * from the start indexes it anew; e takes size. */
+static void entry_restart(sio_index_entry *e, uint64_t size, const char *why)
+{
+    SIO_LOG(&e->x->log, SIO_LOG_INFO,
+            "event=index_stale what=changed hash=%.16s groups=%" PRIu64
+            " size=%" PRIu64 "/%" PRIu64 " reason=\"the %s changed since it "
+            "was indexed: indexed again by the next read\"",
+            e->hash, e->n, e->size, size, why);
+    tmp_discard(e);
+    entry_clear(e);
+    e->deferred = 0;
+    atomic_store(&e->settled, 1);
+    e->size = size;
+}
+
 int sio_index_refresh(sio_index_entry *e)
 {
     struct stat st;
     if (!e || local_stat(e->url, &st) != 0)
         return 0;
-    sio_index *x = e->x;
     uint64_t size = (uint64_t)st.st_size, ns = stat_mtime_ns(&st);
     pthread_mutex_lock(&e->mu);
     int changed =
@@ -1171,16 +1187,7 @@ int sio_index_refresh(sio_index_entry *e)
         pthread_mutex_unlock(&e->mu);
         return 0;
     }
-    SIO_LOG(&x->log, SIO_LOG_INFO,
-            "event=index_stale what=changed hash=%.16s groups=%" PRIu64
-            " size=%" PRIu64 "/%" PRIu64 " reason=\"the shard file changed "
-            "since it was indexed: indexed again by the next read\"",
-            e->hash, e->n, e->size, size);
-    tmp_discard(e);
-    entry_clear(e);
-    e->deferred = 0;
-    atomic_store(&e->settled, 1);
-    e->size = size;
+    entry_restart(e, size, "shard file");
     e->mtime = (uint64_t)st.st_mtime;
     e->mtime_ns = ns;
     pthread_mutex_unlock(&e->mu);
@@ -1191,20 +1198,10 @@ int sio_index_object_changed(sio_index_entry *e, uint64_t size)
 {
     if (!e)
         return 0;
-    sio_index *x = e->x;
     pthread_mutex_lock(&e->mu);
     int had = e->n > 0 || e->complete;
-    if (had) {
-        SIO_LOG(&x->log, SIO_LOG_INFO,
-                "event=index_stale what=changed hash=%.16s groups=%" PRIu64
-                " size=%" PRIu64 "/%" PRIu64 " reason=\"the object changed "
-                "since it was indexed: indexed again by the next read\"",
-                e->hash, e->n, e->size, size);
-        tmp_discard(e);
-        entry_clear(e);
-        e->deferred = 0;
-        atomic_store(&e->settled, 1);
-    }
+    if (had)
+        entry_restart(e, size, "object");
     e->size = size;
     e->version = 0;
     pthread_mutex_unlock(&e->mu);
