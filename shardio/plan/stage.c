@@ -17,16 +17,19 @@
  * is let go: its memfd is closed once no reader holds it.
  *
  * Room. The steps stage a shard only while the staged bytes stay within
- * the budget (the shards the order reads now are staged regardless: the
- * order cannot go on without them). When a rank holds the room (the steps
- * wait and readers wait for the steps), it is detached: at once when it is
- * more than lag_samples behind the furthest rank, else after lag_grace_ms;
- * under --lag-policy wait nobody is. A detached rank, a late one or a
+ * the budget; the shards the order reads now are staged beyond it while
+ * the shards that wait only for readers take no more than the budget (the
+ * rest is what the order holds open, its slots and the shards of the
+ * samples in its buffer: no reader can give that back). When ranks hold
+ * more (the steps wait and readers wait for the steps), a rank is
+ * detached: at once when it is more than lag_samples behind the furthest
+ * rank, else after lag_grace_ms; under --lag-policy wait nobody is. A detached rank, a late one or a
  * resume from before low reads on: a shard let go is fetched again for it
  * (restage) by the planner, within a second budget of the same size (a
  * reader beyond it is told to come back: SIO_ERR_BUSY). So at most
- * budget + interleave x the largest shard are staged by the steps, plus
- * budget for readers behind (docs/architecture.md "Memory"). A shard
+ * budget + (interleave + the shards with samples in the buffer) x the
+ * largest shard are staged by the steps, plus budget for readers behind
+ * (docs/architecture.md "Memory"). A shard
  * fetched again is fetched by a job (restage_start), on the jobs'
  * threads: no planner thread waits for the store. When the reader's own
  * items of it from where it is (and every other rank's there) are few
@@ -215,11 +218,12 @@ static uint64_t uhash_of(const char *url, int kind)
     return h ? h : 1;
 }
 
+/* n bytes into fd at byte at (-1: at its position). */
 static sio_code write_all(int fd, const unsigned char *p, size_t n,
-                          sio_error *err)
+                          int64_t at, sio_error *err)
 {
     while (n > 0) {
-        ssize_t w = write(fd, p, n);
+        ssize_t w = at < 0 ? write(fd, p, n) : pwrite(fd, p, n, (off_t)at);
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0)
@@ -228,6 +232,8 @@ static sio_code write_all(int fd, const unsigned char *p, size_t n,
                               w < 0 ? strerror(errno) : "short write");
         p += w;
         n -= (size_t)w;
+        if (at >= 0)
+            at += w;
     }
     return SIO_OK;
 }
@@ -499,7 +505,7 @@ static sio_code job_wait(void *ud, uint64_t want, uint64_t *avail,
             rc = e.code ? e.code : rc;
         }
         if (rc == SIO_OK && got > 0)
-            rc = write_all(j->fd, j->buf, got, &e);
+            rc = write_all(j->fd, j->buf, got, -1, &e);
         if (rc || got == 0) {
             j->ended = 1;
             j->src_rc = rc;
@@ -700,7 +706,7 @@ static void restage_run(struct stage_job *j, unsigned char *buf)
         rc = src_read(&j->src, buf, &got, &e);
         if (rc || got == 0)
             break;
-        rc = write_all(j->fd, buf, got, &e);
+        rc = write_all(j->fd, buf, got, -1, &e);
     }
     uint64_t size = buf ? j->src.got : 0;
     uint64_t vh = buf ? src_close(&j->src, rc == SIO_OK) : 0;
@@ -834,24 +840,6 @@ static void ranged_settle(struct stage_job *j, uint64_t mem, sio_code rc,
         close(closing);
 }
 
-static sio_code pwrite_all(int fd, const unsigned char *p, size_t n,
-                           uint64_t at, sio_error *err)
-{
-    while (n > 0) {
-        ssize_t w = pwrite(fd, p, n, (off_t)at);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return sio_seterr(err, SIO_ERR_NOMEM,
-                              "cannot stage a shard in memory: %s",
-                              w < 0 ? strerror(errno) : "short write");
-        p += w;
-        n -= (size_t)w;
-        at += (uint64_t)w;
-    }
-    return SIO_OK;
-}
-
 /* Run ranged restage j with buf (STAGE_READ bytes): each range asked of
  * the store on its own (a range cut by a failure that may pass is asked
  * again from where it stopped, STAGE_RESUMES times), its bytes written at
@@ -925,7 +913,7 @@ static void ranged_run(struct stage_job *j, unsigned char *buf)
                 }
                 checked = 1;
             }
-            rc = pwrite_all(j->fd, buf, got, pos, &e);
+            rc = write_all(j->fd, buf, got, (int64_t)pos, &e);
             pos += got;
             mem += got;
         }
@@ -1330,6 +1318,20 @@ static int has_room(const plan_stage *st, uint64_t need)
     return used == 0 || (used < st->budget && need <= st->budget - used);
 }
 
+/* Bytes the steps staged that wait only for readers to pass them (every
+ * item decided; mu held). */
+static uint64_t done_bytes(const plan_stage *st)
+{
+    uint64_t done = 0;
+    for (size_t i = 0; i < st->done_n; i++) {
+        const stage_shard *x = &st->sh[st->done[(st->done_head + i) %
+                                               st->total]];
+        if (x->fd >= 0 && !x->restaged)
+            done += x->size;
+    }
+    return done;
+}
+
 int stage_room(sio_plan *p, uint64_t size, int slot)
 {
     plan_stage *st = p->stage;
@@ -1340,10 +1342,14 @@ int stage_room(sio_plan *p, uint64_t size, int slot)
     nc = sweep(p, closing, 64);
     uint64_t need = size == UINT64_MAX ? 1 : size;
     ok = has_room(st, need);
-    /* A shard the order reads now, when no staged shard waits for a
-     * reader to pass it (what is staged is what the order itself holds
-     * open: its slots and the shards of the samples in its buffer). */
-    if (!ok && slot && st->done_n == 0)
+    /* A shard the order reads now, while the shards that wait only for
+     * readers to pass them stay within the budget: the rest of what is
+     * staged is what the order itself holds open (its slots and the
+     * shards of the samples in its buffer, which may be every shard of
+     * the epoch when the buffer is large), which no reader can give
+     * back; waiting for readers (and detaching them) would not make
+     * room. Readers that hold more than the budget are waited for. */
+    if (!ok && slot && done_bytes(st) <= st->budget)
         ok = 1;
     if (!ok && !st->lag_wait && st->world) {
         uint64_t now = sio_now_ms();
