@@ -1700,6 +1700,13 @@ static sio_code build_pass(sio_io *io, const char *url, uint32_t index,
     sio_shard *sh = NULL;
     sio_shard_at at = {.end = UINT64_MAX, .rec = sio_index_recorder(e),
                        .cache = cache};
+    /* The size the listing gave (the entry's): a read through the shard
+     * cache admits the object by it, as the feed's does, rather than
+     * asking the store for it first (a HEAD per shard). */
+    pthread_mutex_lock(&e->mu);
+    if (e->size && e->size != UINT64_MAX)
+        at.size_hint = e->size;
+    pthread_mutex_unlock(&e->mu);
     /* A local file (or the bytes staged in fd_in) is skimmed through a
      * descriptor: headers read, the members' data skipped, not read (the
      * shard's own index pass, at a fraction of its bytes). */
