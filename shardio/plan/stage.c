@@ -309,13 +309,15 @@ struct stage_job {
     /* The end, under the plan's mu. */
     int done;
     stage_result res;
-    /* A shard let go, fetched again whole for a reader behind (no index
-     * pass; restage_run): the object the plan was made from. */
+    /* A shard let go, fetched again for a reader behind (no index pass):
+     * the object the plan was made from (want_size, want_v), its byte
+     * ranges rg[0..nr) (a whole shard: one range, [0, want_size)), which
+     * hold its items at Y >= from. restage 2: the object's own bytes
+     * (ranged_run); 1: a compressed shard decompressed whole
+     * (restage_run). extend: into the memfd the shard has (pinned for
+     * the job), else into a new one. want_mem: the room reserved. */
     int restage;
     uint64_t want_size, want_v;
-    /* ... or only the byte ranges rg[0..nr) of its items at Y >= from
-     * (ranged_run); extend: into the memfd the shard has (pinned for the
-     * job), else into a new one. want_mem: the room reserved. */
     int extend;
     size_t nr;
     stage_range rg[RANGED_MAX];
@@ -653,80 +655,6 @@ static struct {
              .mu = PTHREAD_MUTEX_INITIALIZER,
              .work = PTHREAD_COND_INITIALIZER};
 
-/* A restage of shard s ended with rc: its memfd fd (size bytes) is the
- * shard's, or the shard is marked failed for its readers (fd closed);
- * either way they are woken. */
-static void restage_settle(sio_plan *p, uint32_t s, uint64_t want_size,
-                           int fd, uint64_t size, sio_code rc,
-                           const sio_error *e)
-{
-    plan_stage *st = p->stage;
-    pthread_mutex_lock(&p->mu);
-    stage_shard *x = &st->sh[s];
-    x->queued = 0;
-    if (rc == SIO_OK) {
-        x->fd = fd;
-        x->doomed = 1; /* let go once its readers let go of it */
-        x->partial = 0;
-        x->cover = 0;
-        x->mem = want_size;
-        st->bytes += size;
-        st->restages++;
-        st->fetched_bytes += size;
-        if (st->bytes > st->peak)
-            st->peak = st->bytes;
-        fd = -1;
-    } else {
-        x->failed = 1;
-        x->restaged = 0;
-        st->restage_bytes -= want_size <= st->restage_bytes
-                                 ? want_size
-                                 : st->restage_bytes;
-        snprintf(st->why, sizeof st->why, "%.299s", e->msg);
-    }
-    plan_wake_all(p);
-    pthread_mutex_unlock(&p->mu);
-    if (fd >= 0)
-        close(fd);
-}
-
-/* Run restage job j with buf (STAGE_READ bytes): the shard whole into
- * its memfd, then the readers that wait for it are woken. The job is
- * its own (it is on no list) and freed here. */
-static void restage_run(struct stage_job *j, unsigned char *buf)
-{
-    sio_plan *p = j->p;
-    sio_io *io = j->io;
-    sio_error e = {SIO_OK, ""};
-    sio_code rc = buf ? src_open(&j->src, io, j->url, j->want_size, j->dec,
-                                 &e)
-                      : sio_seterr(&e, SIO_ERR_NOMEM, "out of memory");
-    while (rc == SIO_OK) {
-        size_t got = 0;
-        rc = src_read(&j->src, buf, &got, &e);
-        if (rc || got == 0)
-            break;
-        rc = write_all(j->fd, buf, got, -1, &e);
-    }
-    uint64_t size = buf ? j->src.got : 0;
-    uint64_t vh = buf ? src_close(&j->src, rc == SIO_OK) : 0;
-    if (rc == SIO_OK && ftruncate(j->fd, (off_t)size) != 0)
-        rc = sio_seterr(&e, SIO_ERR_NOMEM, "cannot stage a shard in "
-                        "memory: ftruncate: %s", strerror(errno));
-    if (rc == SIO_OK &&
-        (size != j->want_size || (j->want_v && vh && vh != j->want_v)))
-        rc = sio_seterr(&e, SIO_ERR_CHANGED,
-                        "the object is not the one the epoch's plan was "
-                        "made from (%" PRIu64 " bytes, %s validator)", size,
-                        j->want_v && vh && vh != j->want_v ? "another"
-                                                           : "the same");
-    restage_settle(p, j->s, j->want_size, j->fd, size, rc, &e);
-    free(j->url);
-    free(j);
-    sio_plan_unref(p);
-    sio_io_busy_add(io, -1);
-}
-
 static int range_cmp(const void *a, const void *b)
 {
     const stage_range *x = a, *y = b;
@@ -787,10 +715,16 @@ static size_t ranged_of(sio_plan *p, uint32_t s, uint64_t from, uint64_t to,
     return nr;
 }
 
-/* A ranged restage ended with rc (mem bytes written): the shard's memfd
- * now holds its items from j->from on, or its readers are told it
- * failed; either way they are woken. */
-static void ranged_settle(struct stage_job *j, uint64_t mem, sio_code rc,
+/* Does restage j fetch the whole shard? */
+static int restage_whole(const struct stage_job *j)
+{
+    return j->nr == 1 && j->rg[0].a == 0 && j->rg[0].b == j->want_size;
+}
+
+/* Restage j ended with rc (mem bytes written): the shard's memfd now
+ * holds its items from j->from on (all of them when whole), or its
+ * readers are told it failed; either way they are woken. */
+static void restage_settle(struct stage_job *j, uint64_t mem, sio_code rc,
                           const sio_error *e)
 {
     sio_plan *p = j->p;
@@ -803,10 +737,10 @@ static void ranged_settle(struct stage_job *j, uint64_t mem, sio_code rc,
                              ? j->want_mem
                              : st->restage_bytes;
     if (rc == SIO_OK) {
+        int whole = restage_whole(j);
         uint64_t now = j->extend ? x->mem + mem : mem;
-        if (now > x->size || (j->nr == 1 && j->rg[0].a == 0 &&
-                              j->rg[0].b == x->size))
-            now = x->size; /* the whole shard */
+        if (now > x->size || whole)
+            now = x->size;
         if (!j->extend) {
             x->fd = j->fd;
             x->doomed = 1; /* let go once its readers let go of it */
@@ -818,7 +752,7 @@ static void ranged_settle(struct stage_job *j, uint64_t mem, sio_code rc,
         x->partial = now < x->size;
         x->cover = x->partial ? j->from : 0;
         st->restages++;
-        st->ranged++;
+        st->ranged += !whole;
         st->fetched_bytes += mem;
         if (st->bytes > st->peak)
             st->peak = st->bytes;
@@ -840,6 +774,17 @@ static void ranged_settle(struct stage_job *j, uint64_t mem, sio_code rc,
         close(closing);
 }
 
+/* A restage job is done: freed with what it held. */
+static void restage_end(struct stage_job *j)
+{
+    sio_plan *p = j->p;
+    sio_io *io = j->io;
+    free(j->url);
+    free(j);
+    sio_plan_unref(p);
+    sio_io_busy_add(io, -1);
+}
+
 /* Run ranged restage j with buf (STAGE_READ bytes): each range asked of
  * the store on its own (a range cut by a failure that may pass is asked
  * again from where it stopped, STAGE_RESUMES times), its bytes written at
@@ -857,8 +802,10 @@ static void ranged_run(struct stage_job *j, unsigned char *buf)
     sio_url_redact(j->url, shown, sizeof shown);
     sio_code rc = buf ? sio_io_backend(io, j->url, &ops, &ctx, &e)
                       : sio_seterr(&e, SIO_ERR_NOMEM, "out of memory");
+    /* A new memfd (a spare: another shard's pages) holds only the ranges
+     * written: the rest reads as zeros, never as another shard. */
     if (rc == SIO_OK && !j->extend &&
-        (ftruncate(j->fd, 0) != 0 ||
+        ((!restage_whole(j) && ftruncate(j->fd, 0) != 0) ||
          ftruncate(j->fd, (off_t)j->want_size) != 0))
         rc = sio_seterr(&e, SIO_ERR_NOMEM, "cannot stage a shard in "
                         "memory: ftruncate: %s", strerror(errno));
@@ -920,12 +867,40 @@ static void ranged_run(struct stage_job *j, unsigned char *buf)
         if (in)
             in->ops->close(in);
     }
-    ranged_settle(j, mem, rc, &e);
-    sio_plan *p = j->p;
-    free(j->url);
-    free(j);
-    sio_plan_unref(p);
-    sio_io_busy_add(io, -1);
+    restage_settle(j, mem, rc, &e);
+    restage_end(j);
+}
+
+/* Run restage job j of a compressed shard with buf (STAGE_READ bytes):
+ * the shard decompressed whole into its memfd, then the readers that
+ * wait for it are woken. The job is its own (on no list), freed here. */
+static void restage_run(struct stage_job *j, unsigned char *buf)
+{
+    sio_error e = {SIO_OK, ""};
+    sio_code rc = buf ? src_open(&j->src, j->io, j->url, j->want_size, j->dec,
+                                 &e)
+                      : sio_seterr(&e, SIO_ERR_NOMEM, "out of memory");
+    while (rc == SIO_OK) {
+        size_t got = 0;
+        rc = src_read(&j->src, buf, &got, &e);
+        if (rc || got == 0)
+            break;
+        rc = write_all(j->fd, buf, got, -1, &e);
+    }
+    uint64_t size = buf ? j->src.got : 0;
+    uint64_t vh = buf ? src_close(&j->src, rc == SIO_OK) : 0;
+    if (rc == SIO_OK && ftruncate(j->fd, (off_t)size) != 0)
+        rc = sio_seterr(&e, SIO_ERR_NOMEM, "cannot stage a shard in "
+                        "memory: ftruncate: %s", strerror(errno));
+    if (rc == SIO_OK &&
+        (size != j->want_size || (j->want_v && vh && vh != j->want_v)))
+        rc = sio_seterr(&e, SIO_ERR_CHANGED,
+                        "the object is not the one the epoch's plan was "
+                        "made from (%" PRIu64 " bytes, %s validator)", size,
+                        j->want_v && vh && vh != j->want_v ? "another"
+                                                           : "the same");
+    restage_settle(j, size, rc, &e);
+    restage_end(j);
 }
 
 static void *worker_main(void *arg)
@@ -1047,41 +1022,6 @@ sio_code stage_job_start(sio_plan *p, uint32_t s, sio_index_entry *e,
     sio_io_busy_add(io, 1);
     job_queue(j);
     return SIO_OK;
-}
-
-/* Fetch shard s again whole for the readers behind, on a job's thread
- * (stage_take reserved its room and marked it queued). */
-static void restage_start(sio_plan *p, uint32_t s, uint64_t want_size,
-                          uint64_t want_v, int dec)
-{
-    sio_error e = {SIO_OK, ""};
-    sio_io *io = NULL;
-    const char *url = NULL;
-    struct stage_job *j = calloc(1, sizeof *j);
-    if (!j || !plan_source(p, s, &io, &url) || !(j->url = strdup(url))) {
-        free(j);
-        sio_seterr(&e, SIO_ERR_NOMEM, "shard %" PRIu32 " cannot be fetched "
-                   "again: %s", s, url ? "out of memory" : "no source");
-        restage_settle(p, s, want_size, -1, 0, e.code, &e);
-        return;
-    }
-    j->fd = stage_memfd(stage_spare(p), &e);
-    if (j->fd < 0) {
-        free(j->url);
-        free(j);
-        restage_settle(p, s, want_size, -1, 0, e.code, &e);
-        return;
-    }
-    j->p = p;
-    j->io = io;
-    j->s = s;
-    j->dec = dec;
-    j->restage = 1;
-    j->want_size = want_size;
-    j->want_v = want_v;
-    sio_plan_ref(p);
-    sio_io_busy_add(j->io, 1);
-    job_queue(j);
 }
 
 int stage_job_reap(sio_plan *p, stage_result *out)
@@ -1401,10 +1341,10 @@ int stage_room(sio_plan *p, uint64_t size, int slot)
     return ok;
 }
 
-/* Queue ranged restage j (no lock held; stage_take marked its shard
- * queued and reserved its room; an extension pinned the shard and writes
- * into its memfd, else a new one is made here). */
-static void ranged_start(struct stage_job *j)
+/* Queue restage j (no lock held; stage_take marked its shard queued and
+ * reserved its room; an extension pinned the shard and writes into its
+ * memfd, else one is taken here: a spare for a whole shard). */
+static void restage_start(struct stage_job *j)
 {
     sio_error e = {SIO_OK, ""};
     sio_io *io = NULL;
@@ -1413,10 +1353,10 @@ static void ranged_start(struct stage_job *j)
         sio_seterr(&e, SIO_ERR_NOMEM, "shard %" PRIu32 " cannot be fetched "
                    "again: %s", j->s, url ? "out of memory" : "no source");
     } else if (!j->extend) {
-        j->fd = stage_memfd(-1, &e);
+        j->fd = stage_memfd(restage_whole(j) ? stage_spare(j->p) : -1, &e);
     }
     if (e.code) {
-        ranged_settle(j, 0, e.code, &e);
+        restage_settle(j, 0, e.code, &e);
         free(j->url);
         free(j);
         return;
@@ -1431,9 +1371,7 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
                     int *fd, char *err, size_t errlen)
 {
     plan_stage *st = p->stage;
-    int start = 0;
-    uint64_t want_size = 0, want_v = 0;
-    struct stage_job *rj = NULL; /* a ranged restage to start */
+    struct stage_job *rj = NULL; /* a restage to start */
     *fd = -1;
     pthread_mutex_lock(&p->mu);
     stage_shard *x = &st->sh[s];
@@ -1489,24 +1427,21 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
         }
         /* Only the items from t on, when they are few: the reader's own
          * and the other ranks' there (they come back from about where
-         * this one does). */
-        stage_range rg[RANGED_MAX];
-        uint64_t need = x->size, rb = 0, from = 0;
+         * this one does); else the whole shard (in place when extending
+         * a partial one; decompressed for a compressed one). */
+        stage_range rg = {0, x->size}, part[RANGED_MAX];
+        uint64_t need = x->size - (extend ? x->mem : 0), rb = 0, from = 0;
         size_t nr = 0;
         if (extend || (x->kind == STAGE_MEMORY && x->vhash && x->final &&
                        x->size)) {
             nr = ranged_of(p, s, t, extend ? x->cover - 1 : x->last,
-                           x->size, rg, &rb);
-            if (nr && (extend || rb <= x->size / 2)) {
-                need = rb;
-                from = t;
-            } else if (extend) { /* the whole shard, in place */
-                rg[0] = (stage_range){0, x->size};
-                nr = 1;
-                need = x->size - x->mem;
-            } else {
+                           x->size, part, &rb);
+            if (nr && !extend && rb > x->size / 2)
                 nr = 0;
-            }
+        }
+        if (nr) {
+            need = rb;
+            from = t;
         }
         if (st->restage_bytes > st->budget ||
             need > st->budget - st->restage_bytes) {
@@ -1518,40 +1453,29 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
             pthread_mutex_unlock(&p->mu);
             return SIO_ERR_BUSY;
         }
-        st->restage_bytes += need; /* reserved until it is let go */
-        if (nr) {
-            rj = calloc(1, sizeof *rj);
-            if (!rj) {
-                st->restage_bytes -= need;
-                snprintf(err, errlen, "out of memory");
-                pthread_mutex_unlock(&p->mu);
-                return SIO_ERR_NOMEM;
-            }
-            if (extend)
-                x->pins++; /* the job's */
-            else
-                x->restaged = 1;
-            x->queued = 1;
-            *rj = (struct stage_job){.p = p, .s = s, .fd = extend ? x->fd : -1,
-                                     .restage = 2, .extend = extend,
-                                     .want_size = x->size, .want_v = x->vhash,
-                                     .want_mem = need, .from = from, .nr = nr};
-            memcpy(rj->rg, rg, nr * sizeof *rg);
-        } else {
-            x->restaged = 1;
-            x->queued = 1;
-            start = 1;
-            want_size = x->size;
-            want_v = x->vhash;
+        if (!(rj = calloc(1, sizeof *rj))) {
+            snprintf(err, errlen, "out of memory");
+            pthread_mutex_unlock(&p->mu);
+            return SIO_ERR_NOMEM;
         }
+        *rj = (struct stage_job){
+            .p = p, .s = s, .fd = extend ? x->fd : -1,
+            .dec = x->kind == STAGE_DECOMPRESS,
+            .restage = x->kind == STAGE_DECOMPRESS ? 1 : 2,
+            .extend = extend, .want_size = x->size, .want_v = x->vhash,
+            .want_mem = need, .from = from, .nr = nr ? nr : 1};
+        memcpy(rj->rg, nr ? part : &rg, rj->nr * sizeof rg);
+        st->restage_bytes += need; /* reserved until it is let go */
+        if (extend)
+            x->pins++; /* the job's */
+        else
+            x->restaged = 1;
+        x->queued = 1;
     }
     plan_link_waiter(p, w);
-    int dec = x->kind == STAGE_DECOMPRESS;
     pthread_mutex_unlock(&p->mu);
-    if (start)
-        restage_start(p, s, want_size, want_v, dec);
     if (rj)
-        ranged_start(rj);
+        restage_start(rj);
     return SIO_ERR_AGAIN;
 }
 
