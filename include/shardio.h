@@ -763,6 +763,21 @@ int sio_order_done(const sio_order *o);
  * first group not let in, and asks again when it comes back there. */
 void sio_order_set_gate(sio_order *o,
                         uint64_t (*fn)(void *ud, uint32_t shard), void *ud);
+/* Shards that fail the order (an epoch under on_error=fail whose reads
+ * its owner makes): fn(ud, shard, &at, &rc, msg, msglen) returns 1 when
+ * a read of shard failed with rc (msg: why) after its first `at` groups.
+ * The order then fails where it would take group `at` of that shard, as
+ * the read failing there fails the epoch's own readers (the same code
+ * and message: "shard failed url=... code=...: msg"). Asked where the
+ * gate or the index keeps the order from the shard's next group, and
+ * before each group while fn has named no place for the shard. */
+void sio_order_set_stop(sio_order *o,
+                        int (*fn)(void *ud, uint32_t shard, uint64_t *at,
+                                  sio_code *rc, char *msg, size_t msglen),
+                        void *ud);
+/* Did the order fail (a code other than SIO_OK or SIO_ERR_AGAIN: the
+ * epoch failed there, under on_error=fail, or it ran out of memory)? */
+int sio_order_failed(const sio_order *o);
 /* The shards the order reads next, in the order it needs them: those
  * open in its slots, then the next ones of its permutation (at most max
  * written to shards; list indexes, a shard may repeat under resampling). */

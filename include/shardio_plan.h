@@ -207,6 +207,11 @@ void sio_plan_get_stage_stats(sio_plan *p, sio_plan_stage_stats *out);
 void sio_plan_abandon(sio_plan *p, const char *reason);
 /* 1 (and the reason) when a growing plan stopped short. */
 int sio_plan_failed(const sio_plan *p, char *msg, size_t len);
+/* The code the epoch itself fails with where a growing plan stopped (an
+ * epoch under on_error=fail: a bad sample, a shard whose read failed;
+ * its feed fails it at the same place), else SIO_OK (the plan only
+ * stopped: the feed goes on from there). */
+sio_code sio_plan_fatal(const sio_plan *p);
 /* 1 once Y is complete (a built plan always). */
 int sio_plan_complete(const sio_plan *p);
 
@@ -313,6 +318,9 @@ sio_code sio_planread_pread(sio_planread *r, int fd, void *buf, size_t n,
  * since may not be the indexed ones (sio_planread_errmsg). */
 sio_code sio_planread_verify(sio_planread *r);
 const char *sio_planread_errmsg(const sio_planread *r);
+/* 1 when the last error of sio_planread_next is the epoch's own failure
+ * (sio_plan_fatal): the share ends there with it, on any data plane. */
+int sio_planread_fatal(const sio_planread *r);
 /* Position within the share (samples handed out, including start). */
 uint64_t sio_planread_position(const sio_planread *r);
 /* The same, read from another thread than the reader's (status). */

@@ -1819,6 +1819,14 @@ static void grow_after(sc_jobs *j, plan_req *r, sio_code rc, int stopping)
     if (mine && sio_plan_complete(p)) {
         sio_plan_set_kick(p, NULL, NULL);
         plan_built(job, slot, p, 1);
+    } else if (mine && sio_plan_failed(p, why, sizeof why) &&
+               sio_plan_fatal(p)) {
+        /* The epoch fails there (on_error=fail): its readers end with
+         * the failure, as on its feed. */
+        SC_LOG(SIO_LOG_WARN,
+               "event=epoch_failed job=%s epoch=%" PRIu64 " samples=%" PRIu64
+               " reason=\"%s\"", job->spec.name, slot->epoch,
+               sio_plan_count(p), why);
     } else if (mine && sio_plan_failed(p, why, sizeof why)) {
         /* Its readers fail at its end and resume from the feed. */
         SC_LOG(SIO_LOG_WARN,

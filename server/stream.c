@@ -559,10 +559,12 @@ static int advance(sc_stream *s)
         }
         if (rc == SIO_ERR_AGAIN)
             return 0; /* a growing plan: woken when it has the sample */
-        if (rc != SIO_OK) {
+        if (rc != SIO_OK && !sio_planread_fatal(s->plan)) {
             plan_failed(s, rc);
             return 1;
         }
+        /* Else the epoch itself fails here (on_error=fail): as on its
+         * feed. */
     } else {
         rc = sio_cursor_next(s->cursor, &smp);
     }
@@ -570,7 +572,8 @@ static int advance(sc_stream *s)
         return 0;
     if (rc != SIO_OK) {
         snprintf(reason, sizeof reason, "%s: %s", sio_strerror(rc),
-                 sio_cursor_errmsg(s->cursor));
+                 s->plan ? sio_planread_errmsg(s->plan)
+                         : sio_cursor_errmsg(s->cursor));
         char red[REASON_MAX], q[REASON_MAX + 16];
         sc_redact_source(reason, red, sizeof red);
         SC_LOG(SIO_LOG_WARN, "event=stream_failed id=%s code=%d reason=%s",

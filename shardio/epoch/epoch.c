@@ -125,6 +125,9 @@ typedef struct reader {
     uint64_t mcut, mjgen;    /* meta: the journal's cut for it, as of the
                                 journal's generation mjgen ... */
     int mcut_ok;             /* ... once asked */
+    uint64_t mstop;          /* meta: the group its shard fails at, as the
+                                order's stop hook said (UINT64_MAX: none
+                                said yet) */
 } reader;
 
 /* A buffer entry of meta mode: a sample known only by its place. */
@@ -223,6 +226,11 @@ struct sio_epoch {
      * group of a shard it has not let in. */
     uint64_t (*gate)(void *ud, uint32_t shard);
     void *gate_ud;
+    /* And its stop hook (sio_order_set_stop): shards whose read failed
+     * under on_error=fail, where they fail the order. */
+    int (*stop_fn)(void *ud, uint32_t shard, uint64_t *at, sio_code *rc,
+                   char *msg, size_t msglen);
+    void *stop_ud;
 };
 
 /*
@@ -708,6 +716,7 @@ static reader *reader_new(sio_epoch *ep, size_t pos, uint64_t g, int queue)
     r->idx = ep->perm[pos];
     r->start_group = g;
     r->g = g;
+    r->mstop = UINT64_MAX;
     return r;
 }
 
@@ -1423,6 +1432,28 @@ static int gate_shut(sio_epoch *ep, reader *r)
     return r->g >= r->gready;
 }
 
+/* Does r's shard fail where r is (the order's stop hook: a read of it
+ * failed there under on_error=fail)? Asked before each group until the
+ * hook names the group (then only once r reaches it); 1 with *rc_out and
+ * msg set as the read's failure. */
+static int meta_stopped(sio_epoch *ep, reader *r, sio_code *rc_out,
+                        char *msg, size_t msglen)
+{
+    uint64_t at = UINT64_MAX;
+    sio_code rc = SIO_OK;
+    if (!ep->stop_fn)
+        return 0;
+    if (r->g < r->mstop && r->mstop != UINT64_MAX)
+        return 0;
+    if (!ep->stop_fn(ep->stop_ud, r->idx, &at, &rc, msg, msglen))
+        return 0;
+    r->mstop = at;
+    if (r->g < at)
+        return 0;
+    *rc_out = rc ? rc : SIO_ERR_IO;
+    return 1;
+}
+
 /* Meta mode: the next good group of r's shard from the index, as a stub.
  * SIO_ERR_AGAIN when the index does not know it (yet). */
 static sio_code meta_take(sio_epoch *ep, reader *r, const sio_sample **out,
@@ -1433,7 +1464,10 @@ static sio_code meta_take(sio_epoch *ep, reader *r, const sio_sample **out,
     /* The gate first: a shard not made ready is not looked at (its index
      * not loaded: the step that readies it knows its size). */
     if (gate_shut(ep, r))
-        return SIO_ERR_AGAIN;
+        return meta_stopped(ep, r, rc_out, msg, msglen) ? SIO_OK
+                                                        : SIO_ERR_AGAIN;
+    if (meta_stopped(ep, r, rc_out, msg, msglen))
+        return SIO_OK;
     /* The entry and the cut are looked up once per shard (an entry of
      * the epoch never changes; the cut is asked again when the journal
      * took a decision since): no lock per group. */
@@ -1469,10 +1503,13 @@ static sio_code meta_take(sio_epoch *ep, reader *r, const sio_sample **out,
             *rc_out = SIO_OK;
             return SIO_OK;
         }
+        if (r->g >= r->mstop && meta_stopped(ep, r, rc_out, msg, msglen))
+            return SIO_OK;
         /* Groups past those the gate let in (a shard still arriving):
          * asked again, else later. */
         if (gate_shut(ep, r))
-            return SIO_ERR_AGAIN;
+            return meta_stopped(ep, r, rc_out, msg, msglen) ? SIO_OK
+                                                            : SIO_ERR_AGAIN;
         if (r->ve && r->g < r->view.n) {
             g = r->view.g[r->g];
         } else if (r->ve) {
@@ -1485,7 +1522,8 @@ static sio_code meta_take(sio_epoch *ep, reader *r, const sio_sample **out,
                 *rc_out = SIO_OK; /* the end of the shard */
                 return SIO_OK;
             }
-            return SIO_ERR_AGAIN;
+            return meta_stopped(ep, r, rc_out, msg, msglen) ? SIO_OK
+                                                            : SIO_ERR_AGAIN;
         }
         if (g.flags & SIO_INDEX_GROUP_BAD) {
             r->g++;
@@ -2104,6 +2142,20 @@ void sio_order_set_gate(sio_order *o,
 {
     o->ep->gate = fn;
     o->ep->gate_ud = ud;
+}
+
+void sio_order_set_stop(sio_order *o,
+                        int (*fn)(void *ud, uint32_t shard, uint64_t *at,
+                                  sio_code *rc, char *msg, size_t msglen),
+                        void *ud)
+{
+    o->ep->stop_fn = fn;
+    o->ep->stop_ud = ud;
+}
+
+int sio_order_failed(const sio_order *o)
+{
+    return o->failed;
 }
 
 int sio_order_done(const sio_order *o)

@@ -500,6 +500,15 @@ sio_code sio_plan_build(sio_io *io, const sio_shardlist *list,
                    .ents = ents, .total = total, .err = err};
     rc = sio_epoch_order_each(io, list, cfg, 0, (size_t)n, fill_item, &fc,
                               &got, err);
+    if (rc && cfg->on_error == SIO_ON_ERROR_FAIL && rc != SIO_ERR_NOMEM &&
+        rc != SIO_ERR_CANCELED && rc != SIO_ERR_AGAIN) {
+        /* The epoch fails midway (a bad sample, a shard that ends
+         * short): a plan that grows (sio_plan_start) ends there. */
+        char why[sizeof err->msg];
+        snprintf(why, sizeof why, "%s", err->msg);
+        rc = sio_seterr(err, SIO_ERR_AGAIN, "the epoch fails after %zu "
+                        "samples under on_error=fail: %.400s", got, why);
+    }
     if (rc)
         goto out;
     if (got != n) {
@@ -630,7 +639,20 @@ typedef struct plan_grow {
     unsigned char *uncached; /* shards the shard cache would not keep: in
                                 memory (NULL: every one the cache has room
                                 for when its step comes) */
+    struct grow_stop *stops; /* under on_error=fail: shards whose read
+                                failed, where (the order's stop hook) */
 } plan_grow;
+
+/* A shard whose read failed under on_error=fail: the order fails where
+ * it would take group `at` of it (the steps write, the order reads, both
+ * on the step's thread). */
+typedef struct grow_stop {
+    struct grow_stop *next;
+    uint32_t s;
+    uint64_t at;
+    sio_code rc;
+    char msg[600];
+} grow_stop;
 
 static size_t ck_bytes_of(const sio_plan *p)
 {
@@ -665,6 +687,11 @@ static void grow_free(plan_grow *g)
     free(g->gready);
     free(g->ahead);
     free(g->uncached);
+    while (g->stops) {
+        grow_stop *x = g->stops;
+        g->stops = x->next;
+        free(x);
+    }
     free(g);
 }
 
@@ -714,15 +741,21 @@ static void publish(sio_plan *p)
 
 /* The plan stops growing at n: readers that reach its end fail there
  * with reason (they resume elsewhere). */
-static void grow_fail(sio_plan *p, const char *reason)
+static void grow_fail_code(sio_plan *p, sio_code fatal, const char *reason)
 {
     pthread_mutex_lock(&p->mu);
     if (!atomic_load(&p->failed) && !atomic_load(&p->complete)) {
         snprintf(p->fail_msg, sizeof p->fail_msg, "%s", reason);
+        p->fatal = fatal;
         atomic_store(&p->failed, 1);
     }
     plan_wake_all(p);
     pthread_mutex_unlock(&p->mu);
+}
+
+static void grow_fail(sio_plan *p, const char *reason)
+{
+    grow_fail_code(p, SIO_OK, reason);
 }
 
 void sio_plan_abandon(sio_plan *p, const char *reason)
@@ -749,6 +782,11 @@ int sio_plan_failed(const sio_plan *p, char *msg, size_t len)
         snprintf(msg, len, "%s", p->fail_msg);
     pthread_mutex_unlock((pthread_mutex_t *)&p->mu);
     return 1;
+}
+
+sio_code sio_plan_fatal(const sio_plan *p)
+{
+    return atomic_load(&p->failed) ? p->fatal : SIO_OK;
 }
 
 int sio_plan_parked(const sio_plan *p)
@@ -1298,10 +1336,13 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
     int all_indexed = 1, in_memory = 0;
     if (first > total || count > total - first)
         return sio_seterr(err, SIO_ERR_INVALID, "shard range out of list");
-    if (cfg->on_error != SIO_ON_ERROR_SKIP || !cfg->journal)
+    /* Under on_error=skip a failed read is a decision every reader
+     * follows (the journal); under on_error=fail the plan ends where the
+     * read fails the epoch (grow_stop). */
+    if (cfg->on_error == SIO_ON_ERROR_SKIP && !cfg->journal)
         return sio_seterr(err, SIO_ERR_UNSUPPORTED,
-                          "an epoch under on_error=fail is planned once "
-                          "its shards are indexed");
+                          "an epoch under on_error=skip without a journal "
+                          "is streamed");
     for (size_t i = first; i < first + count; i++) {
         const char *url = sio_shardlist_url(list, i);
         int object = sio_cache_covers(url);
@@ -1418,6 +1459,8 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
 }
 
 static uint64_t shard_ready(void *ud, uint32_t s);
+static int grow_stop_at(void *ud, uint32_t s, uint64_t *at, sio_code *rc,
+                        char *msg, size_t msglen);
 
 typedef struct {
     uint64_t prio, size;
@@ -1573,6 +1616,8 @@ sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
         }
     }
     sio_order_set_gate(g->o, shard_ready, g);
+    if (cfg->on_error == SIO_ON_ERROR_FAIL)
+        sio_order_set_stop(g->o, grow_stop_at, g);
     *out = p;
     return SIO_OK;
 }
@@ -1593,14 +1638,62 @@ static int transient_read(sio_code rc)
     return rc == SIO_ERR_IO || rc == SIO_ERR_RETRY;
 }
 
+/* Where shard s ends short, when it does: the epoch's journal's cut
+ * (on_error=skip), or where its read failed (on_error=fail). */
+static int shard_cut(const plan_grow *g, uint32_t s, uint64_t *cut)
+{
+    if (sio_journal_cut(g->cfg.journal, s, cut))
+        return 1;
+    for (const grow_stop *x = g->stops; x; x = x->next)
+        if (x->s == s) {
+            *cut = x->at;
+            return 1;
+        }
+    return 0;
+}
+
+/* The order's stop hook (sio_order_set_stop). */
+static int grow_stop_at(void *ud, uint32_t s, uint64_t *at, sio_code *rc,
+                        char *msg, size_t msglen)
+{
+    const plan_grow *g = ud;
+    for (const grow_stop *x = g->stops; x; x = x->next)
+        if (x->s == s) {
+            *at = x->at;
+            *rc = x->rc;
+            snprintf(msg, msglen, "%s", x->msg);
+            return 1;
+        }
+    return 0;
+}
+
 /* Shard s's read failed with rc after reached groups: the decision every
- * reader of the epoch follows, journaled as the feed journals it. */
+ * reader of the epoch follows, journaled as the feed journals it; under
+ * on_error=fail, the place where the order fails the epoch. */
 static sio_code shard_ended(plan_grow *g, uint32_t s, const char *url,
                             sio_code rc, uint64_t reached, const char *why,
                             sio_error *err)
 {
     char shown[512];
     sio_url_redact(url, shown, sizeof shown);
+    if (g->cfg.on_error == SIO_ON_ERROR_FAIL) {
+        uint64_t have;
+        if (shard_cut(g, s, &have))
+            return SIO_OK;
+        grow_stop *x = calloc(1, sizeof *x);
+        if (!x)
+            return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+        x->s = s;
+        x->at = reached;
+        x->rc = rc;
+        snprintf(x->msg, sizeof x->msg, "%s", why);
+        x->next = g->stops;
+        g->stops = x;
+        SIO_LOG(&g->cfg.log, SIO_LOG_WARN,
+                "event=shard_failed url=%s code=%s group=%" PRIu64
+                " reason=\"%s\"", shown, sio_strerror(rc), reached, why);
+        return SIO_OK;
+    }
     uint64_t d = sio_journal_record(g->cfg.journal, s, reached, rc, why);
     if (d != reached)
         return sio_seterr(err, SIO_ERR_CANCELED,
@@ -1624,7 +1717,7 @@ static sio_code prepare_staged(sio_plan *p, uint32_t s, sio_index_entry *e,
 {
     plan_grow *g = p->g;
     uint64_t cut = UINT64_MAX;
-    if (sio_journal_cut(g->cfg.journal, s, &cut) && cut == 0) {
+    if (shard_cut(g, s, &cut) && cut == 0) {
         g->ents[s] = e; /* journaled with no group: nothing read */
         return SIO_OK;
     }
@@ -1652,7 +1745,7 @@ static sio_code staged_end(sio_plan *p, const stage_result *r,
     int dec = p->stage->sh[s].kind == STAGE_DECOMPRESS;
     sio_index_info info;
     uint64_t cut = UINT64_MAX;
-    int has_cut = sio_journal_cut(g->cfg.journal, s, &cut);
+    int has_cut = shard_cut(g, s, &cut);
     sio_code rc = r->rc;
     if (rc == SIO_ERR_NOMEM || rc == SIO_ERR_LIMIT ||
         rc == SIO_ERR_CANCELED || transient_read(rc))
@@ -1665,7 +1758,7 @@ static sio_code staged_end(sio_plan *p, const stage_result *r,
                                   err);
         if (jr)
             return jr;
-        has_cut = sio_journal_cut(g->cfg.journal, s, &cut);
+        has_cut = shard_cut(g, s, &cut);
     } else if (rc == SIO_OK && !info.complete) {
         return sio_seterr(err, SIO_ERR_CHANGED,
                           "shard %" PRIu32 " was read to its end but its "
@@ -1743,7 +1836,7 @@ static sio_code prepare_shard(sio_plan *p, uint32_t s, sio_error *err)
     }
     sio_index_get_info(e, &info);
     uint64_t cut = UINT64_MAX;
-    int has_cut = sio_journal_cut(g->cfg.journal, s, &cut);
+    int has_cut = shard_cut(g, s, &cut);
     int read = fill || (!info.complete && !(has_cut && info.known >= cut));
     /* Groups relied on without a read from the start (a loaded index):
      * the checks that wait for such a use (a read checks every group). */
@@ -1784,7 +1877,7 @@ static sio_code prepare_shard(sio_plan *p, uint32_t s, sio_error *err)
                               "shard %" PRIu32 " was read to its end but "
                               "its index is not complete", s);
         }
-        has_cut = sio_journal_cut(g->cfg.journal, s, &cut);
+        has_cut = shard_cut(g, s, &cut);
     }
     if (info.stream_only)
         return sio_seterr(err, SIO_ERR_UNSUPPORTED,
@@ -2064,7 +2157,13 @@ static sio_code grow_once(sio_plan *p, sio_error *err)
     }
     if (rc != SIO_OK) {
         publish(p);
-        grow_fail(p, err->msg);
+        /* The order failed (on_error=fail: a bad sample, or a shard
+         * whose read failed): the epoch fails at the items made, as it
+         * fails on its feed; anything else only stops the plan. */
+        int fatal = g->cfg.on_error == SIO_ON_ERROR_FAIL &&
+                    sio_order_failed(g->o) && rc != SIO_ERR_NOMEM &&
+                    rc != SIO_ERR_CANCELED;
+        grow_fail_code(p, fatal ? rc : SIO_OK, err->msg);
         return SIO_OK;
     }
     if (sio_order_done(g->o)) {

@@ -172,6 +172,10 @@ struct sio_plan {
                                indexed (sio_plan_stage_far) */
     _Atomic int complete;   /* n is Y's length */
     _Atomic int failed;     /* Y cannot be planned past n: fail_msg */
+    sio_code fatal;         /* set before failed: the epoch itself fails
+                               at n with this code (on_error=fail), where
+                               its feed would fail it too; 0: the plan
+                               only stops there, the feed goes on */
     _Atomic uint64_t want;  /* 1 + the highest index of Y a reader asked */
     _Atomic int parked;     /* the builder waits for readers to come near */
     uint64_t g_ahead_low;   /* a reader this near n kicks a parked one */

@@ -127,6 +127,7 @@ struct sio_planread {
     int final;              /* n and length are the plan's final ones */
     uint64_t noted;         /* the Y index last told to the staging */
     uint64_t cur;           /* the Y index being read */
+    int fatal;              /* err is the epoch's own failure */
     char err[700];
 };
 
@@ -704,6 +705,13 @@ static sio_code grow_wait(sio_planread *r)
             return SIO_OK;
         char why[600];
         if (sio_plan_failed(r->plan, why, sizeof why)) {
+            sio_code fatal = sio_plan_fatal(r->plan);
+            if (fatal) {
+                /* The epoch's own failure, as its feed reports it. */
+                snprintf(r->err, sizeof r->err, "%.500s", why);
+                r->fatal = 1;
+                return fatal;
+            }
             snprintf(r->err, sizeof r->err, "the epoch's plan stopped at "
                      "sample %" PRIu64 ": %.500s", r->n, why);
             return SIO_ERR_CHANGED;
@@ -803,6 +811,11 @@ sio_code sio_planread_pread(sio_planread *r, int fd, void *buf, size_t n,
 const char *sio_planread_errmsg(const sio_planread *r)
 {
     return r->err;
+}
+
+int sio_planread_fatal(const sio_planread *r)
+{
+    return r->fatal;
 }
 
 uint64_t sio_planread_position(const sio_planread *r)

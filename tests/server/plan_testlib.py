@@ -653,6 +653,27 @@ def read_world(srv, epoch, world, fmt="frames", job="t", what="",
     return out
 
 
+def read_world_failing(srv, epoch, world, fmt="frames", job="t", what="",
+                       timeout=180):
+    """Every rank of a world read at once to the end of its body, which
+    may be an error trailer: (status, complete, parsed body or the raw
+    body when the status is not 200) in rank order."""
+    out = [None] * world
+
+    def one(r):
+        st, _, body, complete, _ = fetch(srv, stream_query(job, epoch, r, world, fmt))
+        out[r] = (st, complete, parse_body(fmt, body) if st == 200 else body)
+
+    ts = [threading.Thread(target=one, args=(r,)) for r in range(world)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout)
+        assert not t.is_alive(), "%s epoch %d: a consumer still reads" % (
+            what, epoch)
+    return out
+
+
 def keys_fields(p):
     """A parsed body's samples as (key, fields) pairs."""
     return [(s["key"], s["fields"]) for s in p.samples]

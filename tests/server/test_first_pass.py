@@ -15,6 +15,12 @@ a shard cut short mid-member and a shard that is not a tar at all, on
 both planes: the same samples in the same order, the same END summary
 naming the skipped shards.
 
+test_a_first_pass_under_on_error_fail_fails_where_the_feed_fails: a
+shard cut short, and in a second dataset a sample with a repeated field,
+under on_error=fail: every rank of the planned first pass gets the feed's
+samples at the feed's positions, then a non-retryable error trailer; no
+stream comes from the feed, in epoch 0 or 1.
+
 test_compressed_shards_keep_the_feed: a dataset with a tar.gz shard is
 not planned before it is indexed; its first epoch streams from the feed,
 whole; the same when the gzip shard is named .tar.
@@ -51,7 +57,8 @@ import random
 import sys
 
 from plan_testlib import (data_plane, fetch, keys_fields, make_random_dataset,
-                          parse_body, require_planes, stream_query)
+                          parse_body, read_world_failing, require_planes,
+                          stream_query)
 from plan_testlib import read_world as plan_read_world
 from server_testlib import get_json
 
@@ -149,6 +156,85 @@ def test_a_shard_that_fails_in_the_first_pass_is_journaled_like_the_feed(
             assert skipped.get("shards") == 2, "%s %s" % (tag(), got[0].trailer)
         dp = data_plane(get_json(plan, "/v1/jobs/t"))
         assert dp["plans_grown"] == 1 and dp["feed_streams"] == 0, "%s %s" % (tag(), dp)
+
+
+def test_a_first_pass_under_on_error_fail_fails_where_the_feed_fails(
+        start, server_binary, tmp_path):
+    """on_error=fail: the first pass is planned too. A shard cut short (and,
+    in a second dataset, a shard with one sample of a repeated field) fails
+    the epoch at the same position of Y as on the feed: every rank gets the
+    same samples, then the same error trailer, not retryable; the plan
+    served every stream (no feed stream), and the next epoch too."""
+    require_planes(server_binary, "auto", "stream")
+    from server_testlib import make_dataset
+    for case in ("cut", "bad"):
+        d = str(tmp_path / case)
+        man = make_dataset(d, shards=5, per_shard=60, size=1500, seed=SEED + 5,
+                           prefix=case)
+        ds = type("DS", (), {"path": d})
+        victim = os.path.join(d, man["shards"][2]["file"])
+        if case == "cut":
+            size = os.path.getsize(victim)
+            with open(victim, "r+b") as f:
+                f.truncate(size // 2 + 100)  # inside a member's data
+        else:
+            # the member after the shard's middle one again: its sample
+            # has a repeated field (bad)
+            import io
+            import tarfile
+            with tarfile.open(victim) as t:
+                ms = [(m, t.extractfile(m).read()) for m in t.getmembers() if m.isfile()]
+            k = len(ms) // 2
+            tmp = victim + ".new"
+            with tarfile.open(tmp, "w", format=tarfile.USTAR_FORMAT) as t:
+                for i, (m, data) in enumerate(ms):
+                    t.addfile(m, io.BytesIO(data))
+                    if i == k:
+                        t.addfile(m, io.BytesIO(data))
+            os.replace(tmp, victim)
+        # a small buffer: samples go out before the failure
+        args = ("--on-error", "fail", "--shuffle-buffer", "8", "--interleave", "2")
+        for fmt in ("frames", "tar"):
+            for world in (1, 3):
+                feed = serve(start, ds, "stream", *args)
+                plan = serve(start, ds, "auto", *args)
+                want = read_world_failing(feed, 0, world, fmt, what=tag())
+                got = read_world_failing(plan, 0, world, fmt, what=tag())
+                what = "%s %s %s world %d" % (tag(), case, fmt, world)
+                for r in range(world):
+                    wst, _, wp = want[r]
+                    gst, _, gp = got[r]
+                    assert wst == gst == 200, (what, r, wst, gst)
+                    assert wp.outcome == "error", (what, r, wp.summary())
+                    assert gp.outcome == "error", (what, r, gp.summary())
+                    assert not gp.retryable_error(), (what, r, gp.summary())
+                    assert len(gp.samples) > 0, (what, r, gp.summary())
+                    assert keys_and_fields(gp) == keys_and_fields(wp), (
+                        "%s rank %d: %d samples against the feed's %d" % (
+                            what, r, len(gp.samples), len(wp.samples)))
+                    assert [s["position"] for s in gp.samples] == \
+                        [s["position"] for s in wp.samples], (what, r)
+                    # the same failure (a bad sample's own text is the
+                    # shard reader's on the feed, the index's on a plan)
+                    if case == "cut":
+                        assert gp.trailer["reason"] == wp.trailer["reason"], (
+                            what, r, gp.trailer, wp.trailer)
+                    else:
+                        assert gp.trailer["reason"].startswith("bad sample: ") and \
+                            wp.trailer["reason"].startswith("bad sample: "), (
+                                what, r, gp.trailer, wp.trailer)
+                dp = data_plane(get_json(plan, "/v1/jobs/t"))
+                assert dp["plans_grown"] == 1 and dp["feed_streams"] == 0, \
+                    "%s %s" % (what, dp)
+                # the next epoch fails the same way, planned from the indexes
+                want = read_world_failing(feed, 1, 1, fmt, what=tag())
+                got = read_world_failing(plan, 1, 1, fmt, what=tag())
+                assert keys_and_fields(got[0][2]) == keys_and_fields(want[0][2]), what
+                assert got[0][2].outcome == want[0][2].outcome == "error", what
+                dp = data_plane(get_json(plan, "/v1/jobs/t"))
+                assert dp["feed_streams"] == 0, "%s %s" % (what, dp)
+                feed.stop()
+                plan.stop()
 
 
 def test_compressed_shards_keep_the_feed(start, server_binary, tmp_path):

@@ -74,6 +74,10 @@ a cache with room for a third: every epoch is planned, the first pass's
 steps ask each size once (a HEAD), part cache entries, part memory, the
 feed's shares, each shard fetched once.
 
+test_a_remote_shard_cut_short_under_on_error_fail_fails_the_staged_epoch_as_the_feed:
+on_error=fail over nginx: the staged first pass fails where the feed
+fails, with the same samples and the same non-retryable trailer.
+
 test_without_stage_bytes_the_feed_reads_a_remote_dataset and
 test_a_listed_shard_larger_than_stage_bytes_keeps_the_feed: where staging
 is off or cannot hold a shard, the epoch is the feed's from the start.
@@ -89,7 +93,8 @@ import time
 import warnings
 
 from plan_testlib import (data_plane, fetch, keys_fields, make_random_dataset,
-                          parse_body, require_planes, stream_query, wait_until)
+                          parse_body, read_world_failing, require_planes,
+                          stream_query, wait_until)
 from plan_testlib import read_world as plan_read_world
 from server_testlib import FramesStream, Nginx, content_hash, get_json, stream_path
 from shardcast_testlib import GatedSource
@@ -564,6 +569,45 @@ def test_a_shard_the_store_does_not_have_is_skipped_in_every_staged_epoch(
                     tag(), epoch, r, got[r].summary(), want[r].summary())
             assert "skipped" in want[0].trailer, want[0].summary()
         assert data_plane(get_json(plan, "/v1/jobs/t"))["feed_streams"] == 0
+    finally:
+        ng.stop()
+
+
+def test_a_remote_shard_cut_short_under_on_error_fail_fails_the_staged_epoch_as_the_feed(
+        start, server_binary, tmp_path):
+    """on_error=fail over http, no cache: the first pass is staged and
+    planned, and a shard nginx serves cut short fails the epoch at the same
+    position as on the feed: the same samples to every rank, then the same
+    error trailer, not retryable; no stream came from the feed."""
+    require_planes(server_binary, "auto", "stream")
+    from server_testlib import make_dataset
+    d = str(tmp_path / "ds")
+    man = make_dataset(d, shards=5, per_shard=50, size=1500, seed=SEED + 31, prefix="f")
+    os.remove(os.path.join(d, "manifest.json"))
+    names = sorted(os.listdir(d))
+    victim = os.path.join(d, man["shards"][3]["file"])
+    with open(victim, "r+b") as f:
+        f.truncate(os.path.getsize(victim) // 2 + 300)
+    ng = Nginx(d, str(tmp_path))
+    try:
+        src = "http://127.0.0.1:%d/f-{000000..%06d}.tar" % (ng.port, len(names) - 1)
+        args = ("--job", "t", "--source", src, "--on-error", "fail",
+                "--shuffle-buffer", "8", "--interleave", "2", *COMMON)
+        feed = start(*args, "--data-plane", "stream")
+        plan = start(*args, "--data-plane", "auto", "--stage-bytes", "256MiB")
+        want = read_world_failing(feed, 0, 2, what=tag())
+        got = read_world_failing(plan, 0, 2, what=tag())
+        for r in range(2):
+            (wst, _, wp), (gst, _, gp) = want[r], got[r]
+            assert wst == gst == 200, (tag(), r, wst, gst)
+            assert wp.outcome == gp.outcome == "error", (tag(), r, wp.summary(), gp.summary())
+            assert not gp.retryable_error(), (tag(), r, gp.summary())
+            assert gp.samples and kf(gp) == kf(wp), (
+                tag(), r, len(gp.samples), len(wp.samples))
+            assert gp.trailer["reason"] == wp.trailer["reason"], (
+                tag(), r, gp.trailer, wp.trailer)
+        dp = data_plane(get_json(plan, "/v1/jobs/t"))
+        assert dp["plans_grown"] == 1 and dp["feed_streams"] == 0, (tag(), dp)
     finally:
         ng.stop()
 
