@@ -41,12 +41,12 @@
 #include <stdint.h>
 
 #include "shardio.h"
+#include "shardio_tarhdr.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define SIO_TAR_BLOCK 512u
 
 /* Hex digits of a replica set's fingerprint (see sio_stream_ident). */
 #define SIO_FINGERPRINT_LEN 32u
@@ -168,22 +168,8 @@ sio_code sio_wire_error_json(const char *reason, int retryable,
 sio_code sio_wire_error_parse(const void *json, size_t len,
                               sio_wire_error *out, sio_error *err);
 
-/* ------------------------------------------------------------------ */
-/* Low-level: one ustar header block                                    */
-
-/*
- * Fill block[SIO_TAR_BLOCK] with a ustar header for `name` (name_len bytes,
- * not necessarily NUL-terminated), typeflag ('0' regular, 'x' pax) and size,
- * with the fixed attributes of the stream format. The name is split into
- * the ustar prefix/name fields when it fits; otherwise *fits is set to 0 and
- * the name field holds a truncated form (the caller must then precede the
- * member with a pax "path=" record). Sizes >= 8 GiB are written base-256.
- */
-void sio_tar_header(unsigned char block[SIO_TAR_BLOCK], const char *name,
-                    size_t name_len, char typeflag, uint64_t size, int *fits);
-
-/* Does `name` fit the ustar prefix/name fields (so needs no pax path=)? */
-int sio_tar_name_fits(const char *name, size_t name_len);
+/* One ustar header block (sio_tar_header, sio_tar_name_fits):
+ * shardio_tarhdr.h. */
 
 /*
  * Append the member-name form of key (klen bytes) to out under the rule

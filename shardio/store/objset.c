@@ -46,7 +46,7 @@
 #include "core/core_int.h"
 #include "store/backend_ops.h"
 #include "store/store_int.h"
-#include "shardio_wire.h"
+#include "shardio_tarhdr.h"
 
 #define OBJSET_MARK "?objects"
 #define OBJSET_PER_DEFAULT 1000u
