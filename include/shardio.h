@@ -713,6 +713,7 @@ sio_code sio_epoch_open_at(sio_io *io, const sio_shardlist *list,
 typedef struct sio_order_item {
     uint32_t shard;
     uint64_t group;
+    uint32_t source; /* a mixed epoch's source of the item (else 0) */
 } sio_order_item;
 
 /*
@@ -778,6 +779,10 @@ void sio_order_set_stop(sio_order *o,
 /* Did the order fail (a code other than SIO_OK or SIO_ERR_AGAIN: the
  * epoch failed there, under on_error=fail, or it ran out of memory)? */
 int sio_order_failed(const sio_order *o);
+/* How many of the entries sio_order_shards_ahead writes first are the
+ * shards the order reads now (its slots; a mixed order's: those of every
+ * source's open pass, an entry UINT32_MAX where a slot holds none). */
+size_t sio_order_slot_count(const sio_order *o);
 /* The shards the order reads next, in the order it needs them: those
  * open in its slots, then the next ones of its permutation (at most max
  * written to shards; list indexes, a shard may repeat under resampling). */

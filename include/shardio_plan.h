@@ -63,7 +63,7 @@ typedef struct sio_plan_item {
     uint32_t shard;
     uint32_t group;   /* the sample's index_in_shard */
     uint32_t keyhash; /* sio_index_keyhash of the sample's key */
-    uint32_t reserved;
+    uint32_t source;  /* a mixed epoch's source of the sample (else 0) */
 } sio_plan_item;
 
 /* Items above this are not planned (SIO_ERR_LIMIT): 2^32 samples. */

@@ -1881,7 +1881,7 @@ static void plan_finish(sc_jobs *j, plan_req *r, sio_code rc, sio_plan *p,
         plan_built(job, slot, p, 0);
     } else {
         sio_plan_unref(p);
-        /* Compressed or remote shards, a mixed epoch, an epoch under
+        /* Compressed or remote shards, an epoch under
          * on_error=fail too long for a whole plan: this epoch streams,
          * nothing to try again. */
         if (rc == SIO_ERR_UNSUPPORTED || rc == SIO_ERR_LIMIT)
@@ -1972,7 +1972,7 @@ static sio_plan *slot_plan(sc_jobs *j, sc_job *job, fslot *slot,
                            int *pending)
 {
     *pending = 0;
-    if (j->cfg->data_plane != SC_DATA_PLANE_AUTO || job->res->nmix)
+    if (j->cfg->data_plane != SC_DATA_PLANE_AUTO)
         return NULL;
     if (slot->plan_building) {
         *pending = 1;

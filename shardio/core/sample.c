@@ -237,6 +237,7 @@ sio_code sb_finish(sample_builder *b, const char *shard_url,
     si->pub.shard_index = shard_index;
     si->pub.index_in_shard = index_in_shard;
     si->pub.global_index = UINT64_MAX;
+    si->pub.source = 0; /* a mixed epoch sets its own */
     atomic_init(&si->refs, 1);
     sb_reset(b);
     *out = &si->pub;

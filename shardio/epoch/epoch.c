@@ -231,6 +231,9 @@ struct sio_epoch {
     int (*stop_fn)(void *ud, uint32_t shard, uint64_t *at, sio_code *rc,
                    char *msg, size_t msglen);
     void *stop_ud;
+    /* A mixed order's source pass (meta mode): its stubs are the mixed
+     * order's (they outlive the pass in that order's buffer). */
+    struct sio_epoch *stub_home;
 };
 
 /*
@@ -307,6 +310,8 @@ void sio_epoch_get_stats(const sio_epoch *ep, sio_epoch_stats *st)
 static stub *stub_new(sio_epoch *ep, uint32_t shard, uint64_t group,
                       uint64_t bytes)
 {
+    if (ep->stub_home)
+        ep = ep->stub_home;
     stub *s = ep->free_stubs;
     if (!s) {
         stub_chunk *c = malloc(sizeof *c);
@@ -336,6 +341,8 @@ static void ent_drop(sio_epoch *ep, const sio_sample *s)
 {
     if (s && IS_STUB(s)) {
         stub *st = (stub *)(uintptr_t)s;
+        if (ep->stub_home)
+            ep = ep->stub_home;
         if (st->vi != UINT32_MAX && ep->vents) {
             vent *v = &ep->vents[st->vi];
             sio_sample_unref(v->real);
@@ -1568,6 +1575,48 @@ static void pass_config(const sio_epoch *ep, uint32_t i, uint32_t k,
     c->order_stream = SIO_RNG_PASS(i, k);
 }
 
+static sio_code epoch_new(sio_io *io, const sio_shardlist *list,
+                          const sio_epoch_config *cfg, sio_epoch **out,
+                          sio_error *err);
+static sio_code advance(sio_epoch *ep);
+static const sio_sample *outq_pop(sio_epoch *ep);
+
+/* A pass of a mixed order's source (meta mode): an order of its own over
+ * the source's shards, whose stubs, gate and stop hook are the mixed
+ * order's. */
+static sio_code meta_sub_open(sio_epoch *ep, const sio_epoch_config *c,
+                              sio_epoch **out, sio_error *err)
+{
+    sio_epoch_config sc = *c;
+    sc.read_threads = 0;
+    sio_code rc = epoch_new(ep->io, ep->list, &sc, out, err);
+    if (rc)
+        return rc;
+    sio_epoch *sub = *out;
+    sub->meta = 1;
+    sub->stub_home = ep->stub_home ? ep->stub_home : ep;
+    sub->gate = ep->gate;
+    sub->gate_ud = ep->gate_ud;
+    sub->stop_fn = ep->stop_fn;
+    sub->stop_ud = ep->stop_ud;
+    return SIO_OK;
+}
+
+/* The next stub of a meta pass: *out, NULL at its end; SIO_ERR_AGAIN
+ * while its shards are not ready (its state stays where it is). */
+static sio_code meta_sub_next(sio_epoch *sub, const sio_sample **out)
+{
+    *out = NULL;
+    if (sub->failed)
+        return SIO_ERR_IO;
+    sio_code rc = advance(sub);
+    if (rc)
+        return rc;
+    if (sub->qlen > 0)
+        *out = outq_pop(sub);
+    return SIO_OK;
+}
+
 /* The next sample of mixed source i's sequence of passes: *out, or NULL
  * when a pass gave nothing (the source is dry). */
 static sio_code source_take(sio_epoch *ep, uint32_t i,
@@ -1590,7 +1639,10 @@ static sio_code source_take(sio_epoch *ep, uint32_t i,
             }
             pass_config(ep, i, m->pass, &c);
             e.msg[0] = '\0';
-            rc = epoch_open(ep->io, ep->list, &c, 0, ep->pool, &sub, &e);
+            if (ep->meta)
+                rc = meta_sub_open(ep, &c, &sub, &e);
+            else
+                rc = epoch_open(ep->io, ep->list, &c, 0, ep->pool, &sub, &e);
             if (rc) {
                 snprintf(ep->err, sizeof ep->err, "mixed source %u: %s", i,
                          e.msg);
@@ -1604,7 +1656,10 @@ static sio_code source_take(sio_epoch *ep, uint32_t i,
             pthread_mutex_unlock(&ep->mu);
             m->pass_taken = 0;
         }
-        rc = sio_epoch_next(m->sub, out);
+        rc = ep->meta ? meta_sub_next(m->sub, out)
+                      : sio_epoch_next(m->sub, out);
+        if (rc == SIO_ERR_AGAIN && ep->meta)
+            return rc; /* the pass waits for its shards: asked again */
         if (rc) {
             snprintf(ep->err, sizeof ep->err, "%s", sio_epoch_errmsg(m->sub));
             ep->failed = 1;
@@ -1650,6 +1705,7 @@ static sio_code mix_next(sio_epoch *ep, const sio_sample **out)
             total += ep->msrc[i].left;
         if (total == 0)
             return SIO_OK;
+        sio_rng before = ep->mrng;
         uint64_t x = sio_rng_below(&ep->mrng, total);
         uint32_t i = 0;
         while (x >= ep->msrc[i].left) {
@@ -1658,6 +1714,11 @@ static sio_code mix_next(sio_epoch *ep, const sio_sample **out)
         }
         const sio_sample *smp = NULL;
         sio_code rc = source_take(ep, i, &smp);
+        if (rc == SIO_ERR_AGAIN && ep->meta) {
+            /* The draw is made again when the source's shard is ready. */
+            ep->mrng = before;
+            return rc;
+        }
         if (rc)
             return rc;
         if (!smp) {
@@ -2070,10 +2131,6 @@ static sio_code order_new(sio_io *io, const sio_shardlist *list,
     *out = NULL;
     if (!cfg->index)
         return sio_seterr(err, SIO_ERR_UNSUPPORTED, "no shard indexes");
-    if (cfg->nmix)
-        return sio_seterr(err, SIO_ERR_UNSUPPORTED,
-                          "the order of a mixed epoch is not computed from "
-                          "indexes");
     sio_order *o = calloc(1, sizeof *o);
     if (!o)
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
@@ -2127,7 +2184,7 @@ sio_code sio_order_next(sio_order *o, size_t max, sio_order_fn fn, void *ud,
             }
         }
         const sio_sample *s = outq_pop(ep);
-        sio_order_item it = {s->shard_index, s->index_in_shard};
+        sio_order_item it = {s->shard_index, s->index_in_shard, s->source};
         ent_drop(ep, s);
         rc = fn(ud, *n, &it);
         if (rc)
@@ -2142,6 +2199,11 @@ void sio_order_set_gate(sio_order *o,
 {
     o->ep->gate = fn;
     o->ep->gate_ud = ud;
+    for (uint32_t i = 0; i < o->ep->nmsrc; i++)
+        if (o->ep->msrc[i].sub) {
+            o->ep->msrc[i].sub->gate = fn;
+            o->ep->msrc[i].sub->gate_ud = ud;
+        }
 }
 
 void sio_order_set_stop(sio_order *o,
@@ -2151,6 +2213,11 @@ void sio_order_set_stop(sio_order *o,
 {
     o->ep->stop_fn = fn;
     o->ep->stop_ud = ud;
+    for (uint32_t i = 0; i < o->ep->nmsrc; i++)
+        if (o->ep->msrc[i].sub) {
+            o->ep->msrc[i].sub->stop_fn = fn;
+            o->ep->msrc[i].sub->stop_ud = ud;
+        }
 }
 
 int sio_order_failed(const sio_order *o)
@@ -2163,11 +2230,50 @@ int sio_order_done(const sio_order *o)
     return o->done;
 }
 
+size_t sio_order_slot_count(const sio_order *o)
+{
+    const sio_epoch *ep = o->ep;
+    size_t n = 0;
+    if (!ep->nmsrc)
+        return ep->cfg.interleave;
+    for (uint32_t i = 0; i < ep->nmsrc; i++)
+        if (ep->msrc[i].sub && !ep->msrc[i].dry)
+            n += ep->msrc[i].sub->cfg.interleave;
+    return n;
+}
+
 size_t sio_order_shards_ahead(const sio_order *o, uint32_t *shards,
                               size_t max)
 {
     const sio_epoch *ep = o->ep;
     size_t n = 0;
+    if (ep->nmsrc) {
+        /* A mixed order: the slots of every source's open pass first
+         * (as many entries as sio_order_slot_count says), then the next
+         * shards of each pass in turn. */
+        for (uint32_t i = 0; i < ep->nmsrc; i++) {
+            const sio_epoch *sub = ep->msrc[i].sub;
+            if (!sub || ep->msrc[i].dry)
+                continue;
+            for (uint32_t s = 0; s < sub->cfg.interleave && n < max; s++)
+                shards[n++] = sub->started && sub->slots[s]
+                                  ? sub->slots[s]->idx
+                                  : UINT32_MAX;
+        }
+        for (size_t k = 0; n < max; k++) {
+            int any = 0;
+            for (uint32_t i = 0; i < ep->nmsrc && n < max; i++) {
+                const sio_epoch *sub = ep->msrc[i].sub;
+                if (!sub || ep->msrc[i].dry || sub->next_shard + k >= sub->nshards)
+                    continue;
+                shards[n++] = sub->perm[sub->next_shard + k];
+                any = 1;
+            }
+            if (!any)
+                break;
+        }
+        return n;
+    }
     if (ep->started)
         for (uint32_t s = 0; s < ep->cfg.interleave && n < max; s++)
             if (ep->slots[s])
@@ -2248,8 +2354,8 @@ sio_order_ckpt *sio_order_save(const sio_order *o)
     size_t cap = (size_t)f->buffer_samples + 1, n = ep->count + ep->qlen;
     size_t size = sizeof(sio_order_ckpt) + f->interleave * sizeof(ckpt_slot) +
                   n * sizeof(ckpt_ent);
-    if (o->failed || ep->failed)
-        return NULL;
+    if (o->failed || ep->failed || ep->nmsrc)
+        return NULL; /* a mixed order keeps no checkpoints */
     sio_order_ckpt *c = calloc(1, size);
     if (!c)
         return NULL;

@@ -29,6 +29,7 @@
 #include "core/core_int.h"
 #include "plan/plan_int.h"
 #include "shardio_cache.h"
+#include "store/backend_ops.h"
 #include "store/store_int.h"
 #include "tar/tarparse.h"
 
@@ -66,6 +67,15 @@ static sio_code file_identity(sio_io *io, const sio_epoch_config *cfg,
 
 static int zip_name(const char *url);
 
+/* A virtual shard of an object set: an object the store makes (its
+ * members fetched object by object), staged in memory like a remote
+ * shard, never filled into the shard cache (its objects are the store's
+ * own; nothing answers a HEAD for the tar they make). */
+static int virtual_shard(const char *url)
+{
+    return sio_backend_for(url) == &sio_backend_objset;
+}
+
 /* Is every shard of the epoch's part of the list indexed completely, with
  * byte offsets, and readable in place? The entries go into ents[], and
  * with files non-NULL each file's identity into files[]. */
@@ -86,7 +96,7 @@ static sio_code check_shards(sio_io *io, const sio_shardlist *list,
         if (!sio_io_fd_capable(io, cfg->cache, url)) {
             /* An object not in the shard cache (yet): a plan that grows
              * stages it (sio_plan_start), in the cache or in memory. */
-            if (sio_cache_covers(url))
+            if (sio_cache_covers(url) || virtual_shard(url))
                 return sio_seterr(err, SIO_ERR_AGAIN,
                                   "shard %zu is not in the shard cache: it "
                                   "is staged", i);
@@ -144,9 +154,6 @@ static sio_code epoch_plannable(const sio_epoch_config *cfg, sio_error *err)
 {
     if (!cfg->index)
         return sio_seterr(err, SIO_ERR_UNSUPPORTED, "no shard indexes");
-    if (cfg->nmix)
-        return sio_seterr(err, SIO_ERR_UNSUPPORTED,
-                          "a mixed epoch is streamed");
     return SIO_OK;
 }
 
@@ -262,7 +269,8 @@ static sio_code fill_item(void *ud, uint64_t i, const sio_order_item *it)
                            .bytes = g.bytes,
                            .shard = s,
                            .group = (uint32_t)it->group,
-                           .keyhash = g.keyhash};
+                           .keyhash = g.keyhash,
+                           .source = it->source};
     if (c->dst)
         return SIO_OK;
     if (c->seen)
@@ -1345,7 +1353,8 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
                           "is streamed");
     for (size_t i = first; i < first + count; i++) {
         const char *url = sio_shardlist_url(list, i);
-        int object = sio_cache_covers(url);
+        int vshard = virtual_shard(url);
+        int object = sio_cache_covers(url) || vshard;
         int zipn = zip_name(url), cname = compressed_name(url) && !zipn;
         sio_index_entry *e = sio_index_peek(cfg->index, url);
         sio_index_info info = {0};
@@ -1404,25 +1413,27 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
              * cache from evicting it meanwhile). */
             uint64_t sz = known_size(list, cfg, i);
             kinds[i] = STAGE_MEMORY;
-            if (sio_io_fd_capable(io, cfg->cache, url))
+            /* A virtual shard: in memory only. */
+            const sio_cache_user *cache = vshard ? NULL : cfg->cache;
+            if (cache && sio_io_fd_capable(io, cfg->cache, url))
                 continue;
-            if (cfg->cache && sz == UINT64_MAX && !cfg->stage_bytes)
+            if (cache && sz == UINT64_MAX && !cfg->stage_bytes)
                 return sio_seterr(err, SIO_ERR_UNSUPPORTED,
                                   "shard %zu's size is not listed and "
                                   "there is no staging (--stage-bytes 0): "
                                   "its first pass is the feed's", i);
-            if (!cfg->cache && !cfg->stage_bytes)
+            if (!cache && !cfg->stage_bytes)
                 return sio_seterr(err, SIO_ERR_UNSUPPORTED,
                                   "shard %zu is not a local file, there is "
                                   "no shard cache and no staging "
                                   "(--stage-bytes 0)", i);
             /* One the budget cannot hold at all: the feed from the start
              * (not a plan that stops there and hands its streams over). */
-            if (!cfg->cache && sz != UINT64_MAX && sz > cfg->stage_bytes)
+            if (!cache && sz != UINT64_MAX && sz > cfg->stage_bytes)
                 return sio_seterr(err, SIO_ERR_UNSUPPORTED,
                                   "shard %zu (%" PRIu64 " bytes) is larger "
                                   "than --stage-bytes", i, sz);
-            if (cfg->cache)
+            if (cache)
                 to_fill = sz > UINT64_MAX - to_fill ? UINT64_MAX
                                                     : to_fill + sz;
             else
@@ -1498,7 +1509,7 @@ static sio_code cache_subset(sio_plan *p, plan_grow *g)
         const char *url = sio_shardlist_url(g->list, i);
         uint64_t sz = known_size(g->list, cfg, i);
         if (p->stage->sh[i].kind != STAGE_MEMORY || sz == UINT64_MAX ||
-            sio_io_fd_capable(g->io, cfg->cache, url))
+            virtual_shard(url) || sio_io_fd_capable(g->io, cfg->cache, url))
             continue;
         c[n++] = (cache_cand){sio_cache_priority(url), sz, (uint32_t)i};
         want = sz > UINT64_MAX - want ? UINT64_MAX : want + sz;
@@ -1532,6 +1543,15 @@ sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
     sio_code rc = epoch_plannable(cfg, err);
     if (rc)
         return rc;
+    /* A mixed epoch known to be longer than a plan keeps unwindowed:
+     * the feed's from the start (not a plan whose streams all move to
+     * the feed at keep). */
+    uint64_t len = 0;
+    if (cfg->nmix && keep &&
+        sio_epoch_count(io, list, cfg, &len) == SIO_OK && len > keep)
+        return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                          "a mixed epoch of %" PRIu64 " samples is longer "
+                          "than a mixed plan holds (%" PRIu64 ")", len, keep);
     int stage = 0;
     size_t total = sio_shardlist_count(list);
     uint8_t *kinds = calloc(total ? total : 1, 1);
@@ -1565,15 +1585,22 @@ sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
     p->growing = 1;
     p->stage_seeks = stage && indexed;
     p->g = g;
-    if (keep)
+    /* A mixed order keeps no checkpoints: its plan is not windowed, and
+     * holds at most keep items (past them it stops, and its streams go on
+     * from the feed). */
+    if (keep && !cfg->nmix)
         p->keep = keep < 2 * PLAN_CHUNK ? 2 * PLAN_CHUNK : keep;
     g->io = io;
     g->list = list;
     g->cfg = *cfg;
     g->total = total;
     g->t0 = mono_ns();
-    g->max = SIO_PLAN_ITEMS_MAX;
-    g->ahead_cap = (size_t)cfg->interleave + GROW_STEP_SHARDS;
+    g->max = cfg->nmix && keep && keep < SIO_PLAN_ITEMS_MAX
+                 ? keep
+                 : SIO_PLAN_ITEMS_MAX;
+    /* The slots (of every mixed source's pass) and the next few. */
+    g->ahead_cap = (size_t)cfg->interleave * (cfg->nmix ? cfg->nmix : 1) +
+                   GROW_STEP_SHARDS;
     {
         sio_io_stats ist;
         sio_io_get_stats(io, &ist);
@@ -1813,7 +1840,7 @@ static sio_code prepare_shard(sio_plan *p, uint32_t s, sio_error *err)
          * kept for the read through the cache that fills the entry. A
          * cache entry of another version of the object means the index
          * is of that version too: read again from the start. */
-        if (fill && g->cfg.cache && listed == UINT64_MAX &&
+        if (fill && g->cfg.cache && listed == UINT64_MAX && !virtual_shard(url) &&
             sio_io_backend(g->io, url, &ops, &ctx, NULL) == SIO_OK)
             listed = sio_cache_user_head_size(g->cfg.cache, ops, ctx, url,
                                               &stale);
@@ -1821,7 +1848,9 @@ static sio_code prepare_shard(sio_plan *p, uint32_t s, sio_error *err)
             sio_index_object_changed(e, listed);
         if (!fill)
             p->stage->sh[s].kind = 0;
-        else if (g->cfg.cache && listed != UINT64_MAX &&
+        else if (virtual_shard(url) && p->stage->budget)
+            return prepare_staged(p, s, e, err);
+        else if (g->cfg.cache && listed != UINT64_MAX && !virtual_shard(url) &&
                  !(g->uncached && g->uncached[s]) &&
                  listed <= sio_cache_user_room(g->cfg.cache))
             try_cache = 1;
@@ -2067,7 +2096,8 @@ static int slot_unready(sio_plan *p)
 {
     plan_grow *g = p->g;
     size_t n = sio_order_shards_ahead(g->o, g->ahead, g->ahead_cap);
-    for (size_t i = 0; i < n && i < g->cfg.interleave; i++)
+    size_t slots = sio_order_slot_count(g->o);
+    for (size_t i = 0; i < n && i < slots; i++)
         if (g->ahead[i] < g->total && !g->ents[g->ahead[i]])
             return 1;
     return 0;
@@ -2087,12 +2117,13 @@ static sio_code grow_once(sio_plan *p, sio_error *err)
      * staged in memory are fetched by jobs, several at once, and the
      * order takes their groups as they arrive. */
     size_t n = sio_order_shards_ahead(g->o, g->ahead, g->ahead_cap);
+    size_t slots = sio_order_slot_count(g->o);
     unsigned fresh = 0;
     for (size_t i = 0; i < n && rc == SIO_OK; i++) {
         uint32_t s = g->ahead[i];
         if (s >= g->total || g->ents[s])
             continue;
-        if (i >= g->cfg.interleave && fresh >= GROW_STEP_SHARDS)
+        if (i >= slots && fresh >= GROW_STEP_SHARDS)
             break;
         /* A shard staged in memory: a job of its own, within the jobs'
          * count, ahead of the order's own only as fetch_ahead says, and
@@ -2100,7 +2131,7 @@ static sio_code grow_once(sio_plan *p, sio_error *err)
          * size not known yet (none staged told how large shards are) only
          * when the order reads it now. A job's end asks again. */
         if (stage_kind(p, s)) {
-            int slot = i < g->cfg.interleave;
+            int slot = i < slots;
             if (stage_jobs(p) >= STAGE_JOBS_MAX || (!slot && !fetch_ahead(p)))
                 break;
             uint64_t need = stage_size(p, s);

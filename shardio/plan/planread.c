@@ -651,6 +651,7 @@ static sio_code read_item(sio_planread *r, uint64_t t,
         return SIO_ERR_CHANGED;
     }
     ((sio_sample *)(uintptr_t)smp)->global_index = t;
+    ((sio_sample *)(uintptr_t)smp)->source = it->source;
     if (f->cached) {
         r->hit_bytes += end - it->offset;
         if (r->hit_bytes >= (4u << 20))

@@ -120,14 +120,19 @@ def test_mixed_epoch_equals_the_library_in_every_reader(start, server_binary,
     assert e1 != want and collections.Counter(s for _, s in e1) == counts
     assert e1 == library_order(server_binary, sources, epoch=1)
 
+    reads = 4 if have_c else 3  # epoch 0 by frames, tar (and C); epoch 1
     status = get_json(srv, "/v1/jobs/mix")
+    # every stream of a mixed job was served from its epoch's plan: the
+    # first pass from a plan that grew, epoch 1 from one built whole
+    dp = status["data_plane"]
+    assert dp["feed_streams"] == 0 and dp["plans_grown"] == 1, dp
+    assert dp["plans"] == 2 and dp["plan_streams"] == reads, dp
     mix = {m["name"]: m for m in status["mix"]}
     assert mix["web"]["quota"] == 240 and mix["code"]["quota"] == 120
     assert mix["books"]["quota"] == 40
     assert mix["code"]["sampling"] == "with_replacement"
     assert abs(mix["web"]["proportion_configured"] - 0.6) < 1e-9
     sent = sum(m["samples_sent"] for m in mix.values())
-    reads = 4 if have_c else 3  # epoch 0 by frames, tar (and C); epoch 1
     assert sent == 400 * reads
     assert abs(mix["web"]["proportion_realized"] - 0.6) < 1e-9
     assert status["settings"]["epoch_size"] == 400
@@ -156,6 +161,69 @@ def test_shares_are_exactly_once_and_resume_lands_on_the_same_sequence(
     # mixed epoch) gets the same rest
     again = read(srv, "mix", 0, 1, world, start=17)
     assert again == shares[1][17:]
+
+
+def test_a_mixed_job_is_planned_with_the_feeds_bytes(start, server_binary, sources):
+    """The same mixed job on both data planes (--data-plane stream: the
+    feed): every rank of a world of 3, epochs 0 and 1, frames and tar, gets
+    the same samples with the same bytes and sources; a resume in the
+    middle of a share is planned too (a mixed epoch's feed replays it)."""
+    sys.path.insert(0, os.path.dirname(__file__))
+    from plan_testlib import fetch, parse_body, stream_query
+    servers = {}
+    for plane in ("stream", "auto"):
+        srv = start("--admin-token", ADMIN, "--data-plane", plane)
+        put_job(srv, "mix", spec(sources))
+        assert ready(srv, "mix")
+        servers[plane] = srv
+
+    def body(srv, epoch, rank, fmt, start_at=None):
+        st, _, data, complete, _ = fetch(
+            srv, stream_query("mix", epoch, rank, 3, fmt, start=start_at))
+        assert st == 200 and complete, (st, data[-300:])
+        p = parse_body(fmt, data)
+        assert p.outcome == "end", p.summary()
+        return [(x["key"], x["fields"], x.get("position")) for x in p.samples], p.trailer
+
+    for epoch in (0, 1):
+        for fmt in ("frames", "tar"):
+            for rank in range(3):
+                want = body(servers["stream"], epoch, rank, fmt)
+                got = body(servers["auto"], epoch, rank, fmt)
+                assert got == want, (epoch, fmt, rank, len(got[0]), len(want[0]))
+    # sources as the Python reader names them
+    assert read(servers["auto"], "mix", 1, 2, 3) == read(servers["stream"], "mix", 1, 2, 3)
+    got = body(servers["auto"], 1, 1, "frames", start_at=29)
+    want = body(servers["stream"], 1, 1, "frames", start_at=29)
+    assert got == want
+    dp = get_json(servers["auto"], "/v1/jobs/mix")["data_plane"]
+    assert dp["feed_streams"] == 0 and dp["plans"] == 2, dp
+
+    # A mixed plan is not windowed: with --plan-keep-samples below the
+    # epoch's 400 samples, the first pass's plan stops at 300 and its
+    # streams go on from the feed (the Python reader resumes), and the
+    # next epoch is the feed's from its start; the same samples either way.
+    srv = start("--admin-token", ADMIN, "--plan-keep-samples", "300")
+    put_job(srv, "mix", spec(sources))
+    assert ready(srv, "mix")
+    def resuming(srv, epoch):
+        got, retries = [], 0
+        while True:
+            st, _, data, _, _ = fetch(srv, stream_query("mix", epoch, 0, 1, "frames",
+                                                        start=len(got)))
+            assert st == 200, (st, data[-300:])
+            p = parse_body("frames", data)
+            got += [(x["key"], x["fields"], x["position"]) for x in p.samples]
+            if p.outcome == "end":
+                return got
+            assert p.retryable_error() and retries < 20, p.summary()
+            retries += 1
+
+    for epoch in (0, 1):
+        want = resuming(servers["stream"], epoch)
+        assert len(want) == 400 and resuming(srv, epoch) == want, epoch
+    dp = get_json(srv, "/v1/jobs/mix")["data_plane"]
+    assert dp["plans"] == 0 and dp["plan_failures"] >= 1 and dp["feed_streams"] >= 2, dp
 
 
 def test_config_file_repeat_and_epoch_size_only(start, server_binary, sources,

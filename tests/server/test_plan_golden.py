@@ -15,10 +15,10 @@ repeated field), skipped members (directories, top-level __*__ names,
 names without a dot) and a shard of skipped members only.
 
 - eligible (d1: indexed ahead by `shardcast index`; d2: indexed by reading
-  epoch 0 once on each server): B must serve from plans;
-- fallback: a dataset with a zip and a .tar.gz shard, a mixed job (two
-  weighted sources and an epoch_size) and an objects source: B must give
-  the same bytes from the feed, and (zip, tar.gz, mixed) build no plan.
+  epoch 0 once on each server; a mixed job of two weighted sources and an
+  epoch_size; an objects source): B must serve from plans;
+- fallback: a dataset with a zip and a .tar.gz shard: B must give the same
+  bytes from the feed, and builds no plan.
 
 Every partition policy is a job of its own (partition is a job key). For
 each job, random combinations (epochs, world 1..5 with every rank, start
@@ -413,24 +413,23 @@ def test_zip_and_targz_shards_fall_back_and_match(golden):
     check_plane_stats(golden, jobs, want_plans=False)
 
 
-def test_mixed_job_falls_back_and_matches(golden):
+def test_mixed_job_is_planned_and_matches(golden):
     jobs = ["mix-drop", "mix-pad", "mix-none"]
     d1, d2 = golden["d1"], golden["d2"]
     names = field_names(list(f for _, f in d1.by_key.values()) +
                         list(f for _, f in d2.by_key.values()))
     run_jobs(golden, jobs, golden["mix_size"], EPOCHS, COMBOS_FALLBACK, names)
-    check_plane_stats(golden, jobs, want_plans=False)
+    check_plane_stats(golden, jobs, want_plans=True)
 
 
-def test_objects_source_matches(golden):
-    """Virtual shards of small objects: whichever path B takes, the same
-    bytes (plan use is reported, not required either way)."""
+def test_objects_source_is_planned_and_matches(golden):
+    """Virtual shards of small objects: staged in memory (the tar their
+    objects make) and planned, with the feed's bytes."""
     objects = golden["objects"]
     epoch0_both(golden, "obj-drop", objects)
     run_jobs(golden, ["obj-drop"], len(objects), EPOCHS, COMBOS_FALLBACK,
              field_names(objects.values()))
-    sa, sb = golden["pair"].status("obj-drop")
-    print("%s obj-drop data_plane: A %s B %s" % (tag(), data_plane(sa), data_plane(sb)))
+    check_plane_stats(golden, ["obj-drop"], want_plans=True)
 
 
 @pytest.mark.parametrize("how", ["cli-state-dir", "cli-sidecar", "restart"])

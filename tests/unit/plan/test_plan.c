@@ -25,7 +25,7 @@
 #include "tarutil.h"
 
 typedef struct yitem {
-    uint32_t shard;
+    uint32_t shard, source;
     uint64_t group, global;
     uint64_t sum; /* FNV of key, field names and payload */
 } yitem;
@@ -43,8 +43,8 @@ static uint64_t sample_sum(const sio_sample *s)
 
 static yitem item_of(const sio_sample *s)
 {
-    return (yitem){s->shard_index, s->index_in_shard, s->global_index,
-                   sample_sum(s)};
+    return (yitem){s->shard_index, s->source, s->index_in_shard,
+                   s->global_index, sample_sum(s)};
 }
 
 /* A plan reader's sample: its payload read from its extents (as the
@@ -142,7 +142,8 @@ static int same(const yitem *a, const yitem *b, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         if (a[i].shard != b[i].shard || a[i].group != b[i].group ||
-            a[i].global != b[i].global || a[i].sum != b[i].sum) {
+            a[i].global != b[i].global || a[i].sum != b[i].sum ||
+            a[i].source != b[i].source) {
             fprintf(stderr, "differs at %zu: %u/%llu/%llu vs %u/%llu/%llu\n",
                     i, a[i].shard, (unsigned long long)a[i].group,
                     (unsigned long long)a[i].global, b[i].shard,
@@ -378,13 +379,24 @@ static void one_dataset(int round)
         sio_plan_unref(plan);
         plan = NULL;
     }
-    /* A mixed epoch is streamed. */
-    {
-        sio_mix_source ms = {0, (uint32_t)nshards, 10, 0};
+    /* A mixed epoch (two sources, one drawn with replacement) is planned
+     * from the indexes: the plan is the streamed Y, source by source. */
+    if (nshards >= 2) {
+        sio_mix_source ms[2] = {{0, (uint32_t)(nshards / 2), 10, 0},
+                                {(uint32_t)(nshards / 2),
+                                 (uint32_t)(nshards - nshards / 2), 7, 1}};
         sio_epoch_config cm = c;
-        cm.mix = &ms;
-        cm.nmix = 1;
-        CHECK(sio_plan_build(io, l, &cm, 0, &plan, &e) == SIO_ERR_UNSUPPORTED);
+        cm.mix = ms;
+        cm.nmix = 2;
+        size_t nm = stream_epoch(io, l, &cm, y, MAX);
+        CHECK(sio_plan_build(io, l, &cm, 0, &plan, &e) == SIO_OK);
+        CHECK_EQ_U64(sio_plan_count(plan), nm);
+        size_t b = share_planned(io, l, plan, 0, 1, SIO_PARTITION_NONE, 0, 0,
+                                 z, MAX);
+        CHECK_EQ_U64(b, nm);
+        CHECK(same(y, z, nm < MAX ? nm : MAX));
+        sio_plan_unref(plan);
+        plan = NULL;
     }
 
     /* Shards that change under a plan: truncated, rewritten in place
