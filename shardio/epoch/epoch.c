@@ -2316,8 +2316,18 @@ typedef struct ckpt_slot {
 
 typedef struct ckpt_ent {
     uint64_t group, bytes;
-    uint32_t shard;
+    uint32_t shard, source;
 } ckpt_ent;
+
+/* A mixed order's source: its quota state and its open pass (a
+ * checkpoint of that pass's own order, or none). */
+typedef struct ckpt_mix {
+    sio_mix_source def;
+    uint64_t left, pass_taken, taken;
+    uint32_t pass;
+    int dry;
+    struct sio_order_ckpt *sub;
+} ckpt_mix;
 
 struct sio_order_ckpt {
     /* What the sequence depends on in the order's config and list. */
@@ -2336,32 +2346,62 @@ struct sio_order_ckpt {
     int started, input_done, done;
     sio_epoch_stats st;
     uint64_t count, qlen;   /* entries of the buffer, of the queue */
-    size_t size;            /* bytes of the allocation */
+    size_t size;            /* bytes of the allocation (and its
+                               sources' checkpoints) */
     ckpt_slot *slots;
     ckpt_ent *ents;
+    /* A mixed order: the draw's PRNG and each source's state. */
+    uint32_t nmix;
+    sio_rng mrng;
+    ckpt_mix *mix;
 };
 
 static ckpt_ent ckpt_ent_of(const sio_sample *s)
 {
     return (ckpt_ent){.group = s->index_in_shard, .bytes = s->bytes,
-                      .shard = s->shard_index};
+                      .shard = s->shard_index, .source = s->source};
 }
 
-sio_order_ckpt *sio_order_save(const sio_order *o)
+/* The state of ep (an order's epoch, or a pass of a mixed one) at
+ * position pos; done: the order ended. NULL when out of memory or when it
+ * failed. */
+static sio_order_ckpt *ckpt_save_ep(const sio_epoch *ep, int done,
+                                    uint64_t pos)
 {
-    const sio_epoch *ep = o->ep;
     const sio_epoch_config *f = &ep->cfg;
     size_t cap = (size_t)f->buffer_samples + 1, n = ep->count + ep->qlen;
     size_t size = sizeof(sio_order_ckpt) + f->interleave * sizeof(ckpt_slot) +
-                  n * sizeof(ckpt_ent);
-    if (o->failed || ep->failed || ep->nmsrc)
-        return NULL; /* a mixed order keeps no checkpoints */
+                  n * sizeof(ckpt_ent) + ep->nmsrc * sizeof(ckpt_mix);
+    if (ep->failed)
+        return NULL;
     sio_order_ckpt *c = calloc(1, size);
     if (!c)
         return NULL;
     c->slots = (ckpt_slot *)(void *)(c + 1);
     c->ents = (ckpt_ent *)(void *)(c->slots + f->interleave);
+    c->mix = (ckpt_mix *)(void *)(c->ents + n);
     c->size = size;
+    c->nmix = ep->nmsrc;
+    c->mrng = ep->mrng;
+    for (uint32_t i = 0; i < ep->nmsrc; i++) {
+        const mixsrc *m = &ep->msrc[i];
+        ckpt_mix *cm = &c->mix[i];
+        cm->def = m->def;
+        cm->left = m->left;
+        cm->pass_taken = m->pass_taken;
+        cm->taken = m->taken;
+        cm->pass = m->pass;
+        cm->dry = m->dry;
+        if (m->sub) {
+            cm->sub = ckpt_save_ep(m->sub, 0,
+                                   m->sub->emitted - m->sub->qlen);
+            if (!cm->sub) {
+                sio_order_ckpt_free(c);
+                return NULL;
+            }
+            c->size += cm->sub->size;
+        }
+    }
     c->seed = f->seed;
     c->epoch = f->epoch;
     c->buffer_bytes = f->buffer_bytes;
@@ -2376,7 +2416,7 @@ sio_order_ckpt *sio_order_save(const sio_order *o)
     c->on_error = f->on_error;
     c->total = sio_shardlist_count(ep->list);
     c->nshards = ep->nshards;
-    c->pos = sio_order_pos(o);
+    c->pos = pos;
     c->brng = ep->brng;
     c->emitted = ep->emitted;
     c->bytes = ep->bytes;
@@ -2385,7 +2425,7 @@ sio_order_ckpt *sio_order_save(const sio_order *o)
     c->active = ep->active;
     c->started = ep->started;
     c->input_done = ep->input_done;
-    c->done = o->done;
+    c->done = done;
     c->st = ep->st;
     c->count = ep->count;
     c->qlen = ep->qlen;
@@ -2405,6 +2445,13 @@ sio_order_ckpt *sio_order_save(const sio_order *o)
     return c;
 }
 
+sio_order_ckpt *sio_order_save(const sio_order *o)
+{
+    if (o->failed)
+        return NULL;
+    return ckpt_save_ep(o->ep, o->done, sio_order_pos(o));
+}
+
 uint64_t sio_order_ckpt_pos(const sio_order_ckpt *c)
 {
     return c->pos;
@@ -2417,6 +2464,10 @@ size_t sio_order_ckpt_bytes(const sio_order_ckpt *c)
 
 void sio_order_ckpt_free(sio_order_ckpt *c)
 {
+    if (!c)
+        return;
+    for (uint32_t i = 0; i < c->nmix; i++)
+        sio_order_ckpt_free(c->mix[i].sub);
     free(c);
 }
 
@@ -2463,6 +2514,14 @@ static sio_code ckpt_fits(const sio_epoch *ep, const sio_order_ckpt *c,
     else if (c->total != sio_shardlist_count(ep->list) ||
              c->nshards != ep->nshards)
         what = "shard count";
+    else if (c->nmix != ep->nmsrc)
+        what = "mixed sources";
+    for (uint32_t i = 0; !what && i < c->nmix; i++) {
+        const sio_mix_source *a = &c->mix[i].def, *b = &ep->msrc[i].def;
+        if (a->first != b->first || a->count != b->count ||
+            a->quota != b->quota || !a->resample != !b->resample)
+            what = "mixed sources";
+    }
     if (what)
         return sio_seterr(err, SIO_ERR_INVALID,
                           "checkpoint of another order: its %s differs", what);
@@ -2515,11 +2574,54 @@ static sio_code ckpt_check(const sio_epoch *ep, const sio_order_ckpt *c,
     return SIO_OK;
 }
 
-/* Put c's state into o, a fresh order it fits. */
-static sio_code ckpt_restore(sio_order *o, const sio_order_ckpt *c,
-                             sio_error *err)
+static void pass_config(const sio_epoch *ep, uint32_t i, uint32_t k,
+                        sio_epoch_config *c);
+static sio_code meta_sub_open(sio_epoch *ep, const sio_epoch_config *c,
+                              sio_epoch **out, sio_error *err);
+static sio_code ckpt_restore_ep(sio_epoch *ep, const sio_order_ckpt *c,
+                                sio_error *err);
+
+/* A mixed order's sources from c (ep fresh, c fits it): each open pass
+ * opened again and put in its saved state. */
+static sio_code ckpt_restore_mix(sio_epoch *ep, const sio_order_ckpt *c,
+                                 sio_error *err)
 {
-    sio_epoch *ep = o->ep;
+    ep->mrng = c->mrng;
+    for (uint32_t i = 0; i < c->nmix; i++) {
+        const ckpt_mix *cm = &c->mix[i];
+        mixsrc *m = &ep->msrc[i];
+        if (cm->left > cm->def.quota || cm->taken > cm->def.quota ||
+            cm->pass >= SIO_MIX_PASSES_MAX)
+            return ckpt_bad(err, "a mixed source's state out of range");
+        m->left = cm->left;
+        m->pass_taken = cm->pass_taken;
+        m->taken = cm->taken;
+        m->pass = cm->pass;
+        m->dry = cm->dry;
+        if (!cm->sub)
+            continue;
+        sio_epoch_config pc;
+        sio_epoch *sub = NULL;
+        pass_config(ep, i, cm->pass, &pc);
+        sio_code rc = meta_sub_open(ep, &pc, &sub, err);
+        if (rc)
+            return rc;
+        m->sub = sub; /* closed with ep from here on */
+        rc = ckpt_fits(sub, cm->sub, err);
+        if (rc == SIO_OK)
+            rc = ckpt_check(sub, cm->sub, err);
+        if (rc == SIO_OK)
+            rc = ckpt_restore_ep(sub, cm->sub, err);
+        if (rc)
+            return rc;
+    }
+    return SIO_OK;
+}
+
+/* Put c's state into ep, a fresh epoch (order or pass) it fits. */
+static sio_code ckpt_restore_ep(sio_epoch *ep, const sio_order_ckpt *c,
+                                sio_error *err)
+{
     for (uint32_t s = 0; s < c->interleave; s++) {
         const ckpt_slot *cs = &c->slots[s];
         if (!cs->present)
@@ -2536,6 +2638,9 @@ static sio_code ckpt_restore(sio_order *o, const sio_order_ckpt *c,
         stub *st = stub_new(ep, ce->shard, ce->group, ce->bytes);
         if (!st)
             return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+        if (ep->nmsrc && ce->source >= ep->nmsrc)
+            return ckpt_bad(err, "an entry's source is not the order's");
+        st->pub.source = ce->source;
         if (i < c->count) {
             ep->buf[ep->count++] = &st->pub;
         } else {
@@ -2553,8 +2658,17 @@ static sio_code ckpt_restore(sio_order *o, const sio_order_ckpt *c,
     ep->started = c->started;
     ep->input_done = c->input_done;
     ep->st = c->st;
-    o->done = c->done;
-    return SIO_OK;
+    return ep->nmsrc ? ckpt_restore_mix(ep, c, err) : SIO_OK;
+}
+
+/* Put c's state into o, a fresh order it fits. */
+static sio_code ckpt_restore(sio_order *o, const sio_order_ckpt *c,
+                             sio_error *err)
+{
+    sio_code rc = ckpt_restore_ep(o->ep, c, err);
+    if (rc == SIO_OK)
+        o->done = c->done;
+    return rc;
 }
 
 sio_code sio_order_open_ckpt(sio_io *io, const sio_shardlist *list,

@@ -1543,15 +1543,6 @@ sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
     sio_code rc = epoch_plannable(cfg, err);
     if (rc)
         return rc;
-    /* A mixed epoch known to be longer than a plan keeps unwindowed:
-     * the feed's from the start (not a plan whose streams all move to
-     * the feed at keep). */
-    uint64_t len = 0;
-    if (cfg->nmix && keep &&
-        sio_epoch_count(io, list, cfg, &len) == SIO_OK && len > keep)
-        return sio_seterr(err, SIO_ERR_UNSUPPORTED,
-                          "a mixed epoch of %" PRIu64 " samples is longer "
-                          "than a mixed plan holds (%" PRIu64 ")", len, keep);
     int stage = 0;
     size_t total = sio_shardlist_count(list);
     uint8_t *kinds = calloc(total ? total : 1, 1);
@@ -1585,19 +1576,14 @@ sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
     p->growing = 1;
     p->stage_seeks = stage && indexed;
     p->g = g;
-    /* A mixed order keeps no checkpoints: its plan is not windowed, and
-     * holds at most keep items (past them it stops, and its streams go on
-     * from the feed). */
-    if (keep && !cfg->nmix)
+    if (keep)
         p->keep = keep < 2 * PLAN_CHUNK ? 2 * PLAN_CHUNK : keep;
     g->io = io;
     g->list = list;
     g->cfg = *cfg;
     g->total = total;
     g->t0 = mono_ns();
-    g->max = cfg->nmix && keep && keep < SIO_PLAN_ITEMS_MAX
-                 ? keep
-                 : SIO_PLAN_ITEMS_MAX;
+    g->max = SIO_PLAN_ITEMS_MAX;
     /* The slots (of every mixed source's pass) and the next few. */
     g->ahead_cap = (size_t)cfg->interleave * (cfg->nmix ? cfg->nmix : 1) +
                    GROW_STEP_SHARDS;

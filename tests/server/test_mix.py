@@ -199,32 +199,6 @@ def test_a_mixed_job_is_planned_with_the_feeds_bytes(start, server_binary, sourc
     dp = get_json(servers["auto"], "/v1/jobs/mix")["data_plane"]
     assert dp["feed_streams"] == 0 and dp["plans"] == 2, dp
 
-    # A mixed plan is not windowed: with --plan-keep-samples below the
-    # epoch's 400 samples, the first pass's plan stops at 300 and its
-    # streams go on from the feed (the Python reader resumes), and the
-    # next epoch is the feed's from its start; the same samples either way.
-    srv = start("--admin-token", ADMIN, "--plan-keep-samples", "300")
-    put_job(srv, "mix", spec(sources))
-    assert ready(srv, "mix")
-    def resuming(srv, epoch):
-        got, retries = [], 0
-        while True:
-            st, _, data, _, _ = fetch(srv, stream_query("mix", epoch, 0, 1, "frames",
-                                                        start=len(got)))
-            assert st == 200, (st, data[-300:])
-            p = parse_body("frames", data)
-            got += [(x["key"], x["fields"], x["position"]) for x in p.samples]
-            if p.outcome == "end":
-                return got
-            assert p.retryable_error() and retries < 20, p.summary()
-            retries += 1
-
-    for epoch in (0, 1):
-        want = resuming(servers["stream"], epoch)
-        assert len(want) == 400 and resuming(srv, epoch) == want, epoch
-    dp = get_json(srv, "/v1/jobs/mix")["data_plane"]
-    assert dp["plans"] == 0 and dp["plan_failures"] >= 1 and dp["feed_streams"] >= 2, dp
-
 
 def test_config_file_repeat_and_epoch_size_only(start, server_binary, sources,
                                                 tmp_path):

@@ -12,9 +12,15 @@ feed) gives. The plan let chunks go and held no more than its window.
 Then a consumer reads rank 0's share of epoch 1 again from the start,
 and another resumes rank 1 at 90% of its share: the chunks they need are
 made again, and both get the feed's samples.
+
+test_a_long_mixed_epoch_is_planned_with_a_window: the same for a mixed
+job (two sources of 12 shards, weights 0.5 / 0.5, one drawn with
+replacement, an epoch_size of 24,000): a mixed order's checkpoints hold
+each source's open pass, so its chunks are made again too.
 """
 
 import io
+import json
 import os
 import random
 import tarfile
@@ -22,7 +28,7 @@ import tarfile
 from plan_testlib import (data_plane, fetch, keys_fields, parse_body,
                           stream_query)
 from plan_testlib import read_world as plan_read_world
-from server_testlib import get_json
+from server_testlib import get_json, request, wait_for
 
 SHARDS = 24
 PER_SHARD = 1000
@@ -116,3 +122,63 @@ def test_a_long_epoch_is_planned_with_a_window(start, tmp_path):
     assert tail == want1[1][at:]
     w = window_of(srv, 1)
     assert w["refilled_chunks"] > 0, w
+
+
+ADMIN = "window-admin-5d2e"
+
+
+def put_mixed(srv, d1, d2):
+    spec = {"seed": 11, "shuffle_buffer": 300, "interleave": 3,
+            "epoch_size": SHARDS * PER_SHARD,
+            "sources": [{"name": "a", "source": d1, "weight": 0.5},
+                        {"name": "b", "source": d2, "weight": 0.5,
+                         "sampling": "with_replacement"}]}
+    st, _, data = request(srv, "/v1/jobs/t", method="PUT", token=ADMIN,
+                          body=json.dumps(spec).encode(),
+                          headers={"Content-Type": "application/json"})
+    assert st in (200, 201), data
+    assert wait_for(lambda: get_json(srv, "/v1/jobs/t")["state"] == "ready", 60)
+
+
+def test_a_long_mixed_epoch_is_planned_with_a_window(start, tmp_path):
+    path = make_small_dataset(str(tmp_path / "ds"), 4343)
+    d1, d2 = str(tmp_path / "a"), str(tmp_path / "b")
+    os.makedirs(d1)
+    os.makedirs(d2)
+    for s in range(SHARDS):
+        name = "w-%06d.tar" % s
+        os.rename(os.path.join(path, name),
+                  os.path.join(d1 if s < SHARDS // 2 else d2, name))
+    common = ("--admin-token", ADMIN, "--prefetch", "false",
+              "--stream-rate-limit", "0", "--rate-limit", "0",
+              "--max-new-epochs-per-minute", "0")
+    feed = start(*common, "--data-plane", "stream")
+    srv = start(*common, "--data-plane", "auto", "--plan-keep-samples", "1",
+                "--plan-ahead-samples", "500", "--max-epochs", "4")
+    put_mixed(feed, d1, d2)
+    put_mixed(srv, d1, d2)
+    for epoch in (0, 1):
+        want = read_world(feed, epoch)
+        got = read_world(srv, epoch)
+        assert sum(len(g) for g in got) == SHARDS * PER_SHARD
+        for r in range(WORLD):
+            assert got[r] == want[r], (
+                "epoch %d rank %d: the windowed mixed plan's share differs "
+                "from the feed's (%d samples against %d)" % (
+                    epoch, r, len(got[r]), len(want[r])))
+        w = window_of(srv, epoch)
+        assert w is not None and w["released_chunks"] > 0, w
+        assert w["checkpoints"] >= 2 and w["held_samples"] <= 5 * 4096, w
+        if epoch == 1:
+            want1 = want
+    dp = data_plane(get_json(srv, "/v1/jobs/t"))
+    assert dp["feed_streams"] == 0 and dp["plans_grown"] >= 1, dp
+    again = keys_of(fetch(srv, stream_query("t", 1, 0, WORLD, "frames")), 1, 0)
+    assert again == want1[0]
+    at = len(want1[1]) * 9 // 10
+    tail = keys_of(fetch(srv, stream_query("t", 1, 1, WORLD, "frames",
+                                           start=at)), 1, 1)
+    assert tail == want1[1][at:]
+    w = window_of(srv, 1)
+    assert w["refilled_chunks"] > 0, w
+    assert data_plane(get_json(srv, "/v1/jobs/t"))["feed_streams"] == 0
