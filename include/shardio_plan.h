@@ -313,9 +313,12 @@ void sio_planread_set_notify(sio_planread *r, void (*fn)(void *ud),
  * sio_planread_verify. */
 sio_code sio_planread_pread(sio_planread *r, int fd, void *buf, size_t n,
                             uint64_t off);
-/* Have the files whose extents were handed out since the last check kept
- * their identity? SIO_OK, or SIO_ERR_CHANGED: the bytes read from them
- * since may not be the indexed ones (sio_planread_errmsg). */
+/* Have the files whose samples were handed out since the last check (in
+ * memory or as extents) kept their identity? SIO_OK, or SIO_ERR_CHANGED:
+ * the bytes read from them since may not be the indexed ones
+ * (sio_planread_errmsg). Call it before any byte of those samples goes
+ * out; one call covers every sample since the last (an fstat per file,
+ * not per sample). */
 sio_code sio_planread_verify(sio_planread *r);
 const char *sio_planread_errmsg(const sio_planread *r);
 /* 1 when the last error of sio_planread_next is the epoch's own failure

@@ -72,6 +72,13 @@ struct sc_stream {
     int started_here;         /* the current sample began in this call */
     uint32_t encoding_source; /* the source of the sample just encoded */
     size_t start_off;         /* at this offset of the call's buffer */
+    /* The samples begun in this call (a plan's: their files are checked
+     * once, before the call's bytes go out): the first one's offset, and
+     * the counters as they were before it. */
+    int batch_open;
+    size_t batch_off;
+    uint64_t batch_samples, batch_position;
+    uint32_t *batch_src;      /* per source, samples of the batch */
     sio_wenc *enc; /* the format's encoder */
     sio_wbuf pending;
     seg *segs;
@@ -340,6 +347,9 @@ sio_code sc_stream_create(const sc_stream_params *p, sc_stream **out,
     }
     s->source_sent = p->source_sent;
     s->nsources = p->nsources;
+    if (rc == SIO_OK && p->nsources &&
+        !(s->batch_src = calloc(p->nsources, sizeof *s->batch_src)))
+        rc = SIO_ERR_NOMEM;
     if (rc)
         goto out;
     *out = s;
@@ -516,12 +526,47 @@ static void plan_failed(sc_stream *s, sio_code rc)
  * buffer is cut back to its start and the retryable trailer follows (1);
  * when its first bytes were sent before, only cutting the connection is
  * left (0). */
+/* The batch's samples went out: their per-source counts join the job's. */
+static void batch_commit(sc_stream *s)
+{
+    s->batch_open = 0;
+    for (size_t i = 0; s->batch_src && i < s->nsources; i++)
+        if (s->batch_src[i]) {
+            atomic_fetch_add(&s->source_sent[i], s->batch_src[i]);
+            s->batch_src[i] = 0;
+        }
+}
+
+/* The batch's samples do not go out: its counters as they were. */
+static void batch_undo(sc_stream *s)
+{
+    if (!s->batch_open)
+        return;
+    uint64_t k = s->samples - s->batch_samples;
+    if (s->counters && k)
+        atomic_fetch_sub(&s->counters->samples, k);
+    s->samples = s->batch_samples;
+    s->position = s->batch_position;
+    for (size_t i = 0; s->batch_src && i < s->nsources; i++)
+        s->batch_src[i] = 0;
+    s->batch_open = 0;
+}
+
 static int file_failed(sc_stream *s, size_t *n)
 {
     s->file_fail = 0;
     s->file_read = 0;
     s->nseg = s->segi = s->segoff = 0;
     s->pending.len = 0;
+    if (s->batch_open) {
+        /* Every sample begun in this call goes: the check covered the
+         * files of them all. */
+        *n = s->batch_off;
+        batch_undo(s);
+        s->started_here = 0;
+        plan_failed(s, SIO_ERR_CHANGED);
+        return 1;
+    }
     if (s->started_here) {
         *n = s->start_off;
         s->started_here = 0;
@@ -646,13 +691,31 @@ static int advance(sc_stream *s)
     s->position = pos + 1;
     if (s->counters)
         atomic_fetch_add(&s->counters->samples, 1);
-    if (s->source_sent && source < s->nsources)
-        atomic_fetch_add(&s->source_sent[source], 1);
+    if (s->batch_src && source < s->nsources)
+        s->batch_src[source]++; /* counted once the batch goes out */
     if (s->samples == 1 && s->route)
         sc_metrics_first_sample(s->route, &s->arrival);
     if (s->nseg == 0)
         segments_done(s); /* a tar sample with no kept field */
     return 1;
+}
+
+/* Before the call's bytes go out: the files the plan read for them since
+ * the last check kept their identity? 0: they go; 1: a file changed
+ * (s->file_fail set: the samples begun in this call are cut back and a
+ * retryable trailer follows, or the connection is cut). Without a plan
+ * sample in the call, the per-source counts of the feed's samples join
+ * the job's here too. */
+static int sent_unchecked(sc_stream *s)
+{
+    if (s->plan && (s->file_read || s->batch_open) &&
+        sio_planread_verify(s->plan) != SIO_OK) {
+        s->file_fail = 1;
+        return 1;
+    }
+    s->file_read = 0;
+    batch_commit(s);
+    return 0;
 }
 
 ssize_t sc_stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
@@ -665,8 +728,10 @@ ssize_t sc_stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
     if (max > (size_t)SSIZE_MAX)
         max = (size_t)SSIZE_MAX;
     s->started_here = 0;
+    s->batch_open = 0;
     for (;;) {
-        n += drain(s, buf + n, max - n);
+        if (!s->file_fail)
+            n += drain(s, buf + n, max - n);
         if (s->file_fail) {
             if (file_failed(s, &n))
                 continue; /* the trailer follows the last whole sample */
@@ -674,15 +739,10 @@ ssize_t sc_stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
             goto out;
         }
         if (n == max || s->segi < s->nseg) {
-            /* Part of a sample goes out: the file bytes read for it in
-             * this call are checked first. */
-            if (s->file_read && s->plan) {
-                if (sio_planread_verify(s->plan) != SIO_OK) {
-                    s->file_fail = 1;
-                    continue;
-                }
-                s->file_read = 0;
-            }
+            /* The call's bytes go out (part of a sample among them): the
+             * files read for them are checked first. */
+            if (sent_unchecked(s))
+                continue;
             break;
         }
         /* Every recorded byte is out: the end, or the next sample. */
@@ -691,6 +751,8 @@ ssize_t sc_stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
                 ret = MHD_CONTENT_READER_END_OF_STREAM;
                 goto out;
             }
+            if (sent_unchecked(s))
+                continue;
             break;
         }
         if (s->state == ST_END_ERROR) {
@@ -700,6 +762,8 @@ ssize_t sc_stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
                 ret = MHD_CONTENT_READER_END_WITH_ERROR;
                 goto out;
             }
+            if (sent_unchecked(s))
+                continue;
             break;
         }
         pthread_mutex_lock(&s->mu);
@@ -716,10 +780,20 @@ ssize_t sc_stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
         }
         s->started_here = 1;
         s->start_off = n;
+        if (s->plan && !s->batch_open) {
+            s->batch_open = 1;
+            s->batch_off = n;
+            s->batch_samples = s->samples;
+            s->batch_position = s->position;
+        }
         if (advance(s))
             continue;
-        if (n > 0)
-            break; /* send what we have; the notify flag catches up */
+        if (n > 0) {
+            /* send what we have; the notify flag catches up */
+            if (sent_unchecked(s))
+                continue;
+            break;
+        }
         /* Nothing to send. A suspended connection is not polled, so look
          * at the socket first: a consumer that went away while waiting
          * ends the request now (its cursor detaches and stops holding the
@@ -803,6 +877,7 @@ void sc_stream_destroy(sc_stream *s)
     sio_wenc_destroy(s->enc);
     sio_wbuf_free(&s->pending);
     free(s->segs);
+    free(s->batch_src);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }

@@ -128,6 +128,10 @@ struct sio_planread {
     uint64_t noted;         /* the Y index last told to the staging */
     uint64_t cur;           /* the Y index being read */
     int fatal;              /* err is the epoch's own failure */
+    int stale;              /* a file let go before its check failed it:
+                               the next sio_planread_verify says so
+                               (stale_err) */
+    char stale_err[700];
     char err[700];
 };
 
@@ -185,9 +189,22 @@ sio_code sio_planread_open(sio_io *io, const sio_shardlist *list,
     return SIO_OK;
 }
 
-/* Let go of f (bad: its file was found changed). */
+/* Let go of f (bad: its file was found changed). Bytes of it handed out
+ * since the last check are checked first (the caller's next
+ * sio_planread_verify reports a change). */
 static void file_drop(sio_planread *r, pfile *f, int bad)
 {
+    if (!bad && f->fd >= 0 && f->unverified && !f->staged) {
+        struct stat now;
+        if (fstat(f->fd, &now) != 0 ||
+            !plan_file_same(r->plan, f->shard, &now)) {
+            bad = 1;
+            r->stale = 1;
+            snprintf(r->stale_err, sizeof r->stale_err,
+                     "url=%s changed while the epoch's plan read it",
+                     sio_shardlist_url(r->list, f->shard));
+        }
+    }
     if (f->staged) {
         if (f->fd >= 0)
             stage_unpin(r->plan, f->shard);
@@ -218,6 +235,11 @@ sio_code sio_planread_verify(sio_planread *r)
 {
     struct stat now;
     sio_code rc = SIO_OK;
+    if (r->stale) {
+        r->stale = 0;
+        snprintf(r->err, sizeof r->err, "%s", r->stale_err);
+        rc = SIO_ERR_CHANGED;
+    }
     for (size_t i = 0; i < SIO_PLANREAD_FILES; i++) {
         pfile *f = &r->files[i];
         if (f->fd < 0 || !f->unverified || f->staged)
@@ -226,6 +248,8 @@ sio_code sio_planread_verify(sio_planread *r)
             !plan_file_same(r->plan, f->shard, &now)) {
             rc = changed(r, sio_shardlist_url(r->list, f->shard));
             file_drop(r, f, 1);
+        } else {
+            f->unverified = 0;
         }
     }
     return rc;
@@ -573,7 +597,6 @@ static sio_code read_item(sio_planread *r, uint64_t t,
     const sio_plan_item *it = &copy;
     const sio_sample *smp;
     sio_code rc;
-    struct stat now;
 
     /* Its bytes are being read into the page cache: the warm threads'
      * notify follows (a stream that had bytes to send comes back before
@@ -633,13 +656,12 @@ static sio_code read_item(sio_planread *r, uint64_t t,
                                                        : SIO_ERR_CHANGED;
     if (rc == SIO_ERR_UNSUPPORTED)
         rc = read_by_shard(r, it, url, f->fd);
-    /* What was read so far: was the file written to meanwhile? (Staged
-     * bytes never are.) */
-    if (!f->staged && (fstat(f->fd, &now) != 0 ||
-                       !plan_file_same(r->plan, it->shard, &now))) {
-        file_drop(r, f, 1);
-        return changed(r, url);
-    }
+    /* Was the file written to meanwhile? Asked by the caller's
+     * sio_planread_verify before the bytes go out, once for every sample
+     * read from the file since the last check (an fstat per output
+     * buffer, not per sample); staged bytes never are. */
+    if (!f->staged)
+        f->unverified = 1;
     if (rc)
         return rc;
     smp = r->held ? r->held : &r->smp;
@@ -658,10 +680,8 @@ static sio_code read_item(sio_planread *r, uint64_t t,
             flush_hits(r);
     }
     *out = smp;
-    if (!r->held && large) {
+    if (!r->held && large)
         *ext = r->ext;
-        f->unverified = 1;
-    }
     return SIO_OK;
 }
 
@@ -745,11 +765,9 @@ sio_code sio_planread_next(sio_planread *r, const sio_sample **out,
     *ext = NULL;
     sio_sample_unref(r->held);
     r->held = NULL;
-    /* The caller has read and checked the previous sample's extents
-     * (sio_planread_verify): a new sample starts with nothing to check. */
+    /* What was read since the caller's last sio_planread_verify stays
+     * to be checked (the caller checks before the bytes go out). */
     sio_code rc;
-    for (size_t f = 0; f < SIO_PLANREAD_FILES; f++)
-        r->files[f].unverified = 0;
     if (!r->final) {
         rc = grow_wait(r);
         if (rc == SIO_ERR_AGAIN && sio_share_index(r->cfg.global_start,
@@ -783,8 +801,13 @@ sio_code sio_planread_pread(sio_planread *r, int fd, void *buf, size_t n,
 {
     for (size_t i = 0; i < SIO_PLANREAD_FILES; i++) {
         pfile *f = &r->files[i];
-        if (f->fd != fd || f->sfd < 0)
+        if (f->fd != fd)
             continue;
+        /* Bytes read from it now are checked by the next verify. */
+        if (!f->staged)
+            f->unverified = 1;
+        if (f->sfd < 0)
+            break;
         return sio_cache_pread(r->cfg.cache, sio_shardlist_url(r->list,
                                                                f->shard),
                                fd, f->sfd,

@@ -71,7 +71,7 @@ static int planned_item(sio_planread *r, const sio_sample *s,
         }
     }
     c.fields = f;
-    if (ext && sio_planread_verify(r) != SIO_OK)
+    if (sio_planread_verify(r) != SIO_OK)
         rc = -1;
     *out = item_of(&c);
     for (size_t i = 0; i < 64; i++)
