@@ -123,6 +123,51 @@ sio_code sio_wbuf_printf(sio_wbuf *b, const char *fmt, ...)
 void sio_wbuf_free(sio_wbuf *b);
 
 /* ------------------------------------------------------------------ */
+/* The output chain: what the encoders made of a sample, in order        */
+
+/*
+ * A stream's bytes between its encoder and the socket, as pieces: header
+ * bytes copied into the chain's own buffer, references into a sample's
+ * memory (valid while the caller holds the sample), and byte ranges of
+ * files, read only when the chain is drained, through the caller's reader
+ * (which checks them). The encoders' sink appends pieces; the stream
+ * drains them into the transport's buffer, as much at a time as it
+ * takes. One copy of every payload byte: into that buffer.
+ *
+ * Threading: a chain belongs to one thread at a time; no global state.
+ */
+typedef struct sio_wpiece sio_wpiece;
+typedef struct sio_wchain {
+    sio_wbuf copy;       /* the copied bytes */
+    sio_wpiece *pieces;
+    size_t n, cap, max;  /* pieces, at most max */
+    size_t at, at_off;   /* the next piece to drain, its bytes drained */
+} sio_wchain;
+
+/* An empty chain: copied bytes up to copy_max, at most pieces_max
+ * pieces (appends beyond fail with SIO_ERR_LIMIT). */
+void sio_wchain_init(sio_wchain *c, size_t copy_max, size_t pieces_max);
+void sio_wchain_free(sio_wchain *c);
+/* Append len bytes copied now / a reference to len bytes at p / len bytes
+ * at off of fd. SIO_ERR_LIMIT, SIO_ERR_NOMEM. */
+sio_code sio_wchain_copy(sio_wchain *c, const void *p, size_t len);
+sio_code sio_wchain_ref(sio_wchain *c, const void *p, size_t len);
+sio_code sio_wchain_file(sio_wchain *c, int fd, uint64_t off, size_t len);
+/* Reads n bytes at off of fd into buf (a file piece's bytes), checked as
+ * the caller wants: SIO_OK or the code that stops the drain. */
+typedef sio_code (*sio_wchain_read_fn)(void *ud, int fd, void *buf,
+                                       size_t n, uint64_t off);
+/* Copy the chain's next bytes, at most max, into buf: the count. A file
+ * piece whose read fails stops there (*rc its code, else SIO_OK). */
+size_t sio_wchain_drain(sio_wchain *c, void *buf, size_t max,
+                        sio_wchain_read_fn rd, void *ud, sio_code *rc);
+/* Pieces appended and not drained yet; pieces appended at all. */
+int sio_wchain_pending(const sio_wchain *c);
+int sio_wchain_used(const sio_wchain *c);
+/* Forget every piece; a copy buffer grown above keep bytes is freed. */
+void sio_wchain_reset(sio_wchain *c, size_t keep);
+
+/* ------------------------------------------------------------------ */
 /* The error trailer, shared by both formats                            */
 
 /*

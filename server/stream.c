@@ -1,14 +1,16 @@
 /*
- * stream.c — one consumer stream: cursor -> encoder -> segments -> MHD
- * (contract, memory bounds and lock order in stream.h).
+ * stream.c — one consumer stream: cursor or plan reader -> encoder ->
+ * output chain (sio_wchain, shardio_wire.h) -> MHD (contract, memory
+ * bounds and lock order in stream.h). This file only writes the chain to
+ * libmicrohttpd, suspends and resumes, and writes trailers.
  *
- * Threading: the reader state (encoder, segments, pending buffer, held
- * sample, counters) is touched only by the thread running
+ * Threading: the reader state (encoder, output chain, held sample,
+ * counters) is touched only by the thread running
  * sc_stream_reader, and after the request completed by the thread that
  * destroys the stream. s->mu guards suspended / notified / cut / gone and
  * the cut reason, which notify and cut touch from other threads.
- * Ownership: the stream owns its encoder, its pending buffer and one
- * reference to the sample whose segments are being sent. It does not own
+ * Ownership: the stream owns its encoder, its output chain and one
+ * reference to the sample whose pieces are being sent. It does not own
  * its cursor (jobs.c closes it before destroying the stream).
  */
 #include "stream.h"
@@ -30,17 +32,6 @@
 #include "shardio_wire.h"
 
 #define REASON_MAX 512
-
-enum { SEG_PENDING = 0, SEG_REF = 1, SEG_FILE = 2 };
-
-typedef struct seg {
-    int kind;
-    const unsigned char *p; /* SEG_REF: into the held sample */
-    size_t off;             /* SEG_PENDING: offset in s->pending */
-    size_t len;
-    int fd;                 /* SEG_FILE: the bytes at foff of fd */
-    uint64_t foff;
-} seg;
 
 enum { ST_STREAMING = 0, ST_END_OK, ST_END_ERROR };
 
@@ -80,9 +71,7 @@ struct sc_stream {
     uint64_t batch_samples, batch_position;
     uint32_t *batch_src;      /* per source, samples of the batch */
     sio_wenc *enc; /* the format's encoder */
-    sio_wbuf pending;
-    seg *segs;
-    size_t nseg, segcap, segi, segoff;
+    sio_wchain out; /* the encoded bytes not sent yet (shardio_wire.h) */
     const sio_sample *held; /* referenced while its segments are sent */
     const sio_sample *encoding; /* the sample being encoded (sink check) */
     sio_code sink_rc;
@@ -134,118 +123,60 @@ static int in_sample(const sio_sample *smp, const unsigned char *p,
     return 0;
 }
 
-static sio_code add_seg(sc_stream *s, int kind, const unsigned char *p,
-                        size_t off, size_t len)
-{
-    if (s->nseg == s->segcap) {
-        size_t ncap = s->segcap ? s->segcap * 2 : 16;
-        if (ncap > SC_STREAM_SEGMENTS_MAX)
-            ncap = SC_STREAM_SEGMENTS_MAX;
-        if (ncap <= s->nseg)
-            return SIO_ERR_LIMIT;
-        seg *n = realloc(s->segs, ncap * sizeof *n);
-        if (!n)
-            return SIO_ERR_NOMEM;
-        s->segs = n;
-        s->segcap = ncap;
-    }
-    s->segs[s->nseg++] = (seg){kind, p, off, len, -1, 0};
-    return SIO_OK;
-}
-
 /* The encoders' extent sink: a payload left in its file (plan streams). */
 static sio_code sink_extent(void *ud, const sio_extent *x, size_t len)
 {
     sc_stream *s = ud;
-    sio_code rc = add_seg(s, SEG_FILE, NULL, 0, len);
-    if (rc == SIO_OK) {
-        s->segs[s->nseg - 1].fd = x->fd;
-        s->segs[s->nseg - 1].foff = x->offset;
-    }
-    return rc;
+    return sio_wchain_file(&s->out, x->fd, x->offset, len);
 }
 
 /* The encoders' sink: record payload by reference, copy header bytes. */
 static sio_code sink(void *ud, const void *data, size_t len)
 {
     sc_stream *s = ud;
-    const unsigned char *p = data;
-    sio_code rc;
-
-    if (len == 0)
-        return SIO_OK;
-    if (in_sample(s->encoding, p, len))
-        return add_seg(s, SEG_REF, p, 0, len);
-    size_t off = s->pending.len;
-    rc = sio_wbuf_append(&s->pending, p, len);
-    if (rc)
-        return rc;
-    if (s->nseg > 0 && s->segs[s->nseg - 1].kind == SEG_PENDING &&
-        s->segs[s->nseg - 1].off + s->segs[s->nseg - 1].len == off) {
-        s->segs[s->nseg - 1].len += len;
-        return SIO_OK;
-    }
-    return add_seg(s, SEG_PENDING, NULL, off, len);
+    if (in_sample(s->encoding, data, len))
+        return sio_wchain_ref(&s->out, data, len);
+    return sio_wchain_copy(&s->out, data, len);
 }
 
 /* Everything recorded has been sent: drop the sample, reset buffers. */
 static void segments_done(sc_stream *s)
 {
-    s->nseg = s->segi = s->segoff = 0;
-    s->pending.len = 0;
-    if (s->pending.cap > SC_STREAM_PENDING_KEEP) {
-        size_t max = s->pending.max;
-        sio_wbuf_free(&s->pending);
-        sio_wbuf_init(&s->pending, max);
-    }
+    sio_wchain_reset(&s->out, SC_STREAM_PENDING_KEEP);
     if (s->held) {
         sio_sample_unref(s->held);
         s->held = NULL;
     }
 }
 
-/* Read a file segment's next k bytes into dst (pread: the one copy the
- * payload makes before the socket; a shard-cache entry's bytes are
- * checked against its block sums as they are read). 0, or -1 when the
- * file ended early, failed or failed its check (it changed under the
- * plan). */
-static int read_extent(sc_stream *s, const seg *g, char *dst, size_t k)
+/* A file piece's next bytes (pread: the one copy the payload makes
+ * before the socket; a shard-cache entry's bytes are checked against its
+ * block sums as they are read). SIO_OK, or SIO_ERR_CHANGED when the file
+ * ended early, failed or failed its check (it changed under the plan). */
+static sio_code read_piece(void *ud, int fd, void *dst, size_t k,
+                           uint64_t off)
 {
-    if (sio_planread_pread(s->plan, g->fd, dst, k, g->foff + s->segoff))
-        return -1;
-    s->file_read = 1;
-    return 0;
+    sc_stream *s = ud;
+    if (!s->plan)
+        return SIO_ERR_INVALID;
+    sio_code rc = sio_planread_pread(s->plan, fd, dst, k, off);
+    if (rc == SIO_OK)
+        s->file_read = 1;
+    return rc;
 }
 
-/* Copy recorded segments into buf; returns the bytes copied. A file
- * segment that cannot be read whole, or a plan check that fails once the
+/* Copy the chain's next bytes into buf; returns the bytes copied. A file
+ * piece that cannot be read whole, or a plan check that fails once the
  * sample's bytes are read, sets s->file_fail and stops. */
 static size_t drain(sc_stream *s, char *buf, size_t max)
 {
-    size_t n = 0;
-    while (n < max && s->segi < s->nseg) {
-        seg *g = &s->segs[s->segi];
-        size_t k = g->len - s->segoff;
-        if (k > max - n)
-            k = max - n;
-        if (g->kind == SEG_FILE) {
-            if (read_extent(s, g, buf + n, k) != 0) {
-                s->file_fail = 1;
-                return n;
-            }
-        } else {
-            const unsigned char *src =
-                g->kind == SEG_REF ? g->p : s->pending.data + g->off;
-            memcpy(buf + n, src + s->segoff, k);
-        }
-        n += k;
-        s->segoff += k;
-        if (s->segoff == g->len) {
-            s->segi++;
-            s->segoff = 0;
-        }
+    sio_code rc;
+    size_t n = sio_wchain_drain(&s->out, buf, max, read_piece, s, &rc);
+    if (rc) {
+        s->file_fail = 1;
+        return n;
     }
-    if (s->segi == s->nseg && s->nseg > 0) {
+    if (!sio_wchain_pending(&s->out) && sio_wchain_used(&s->out)) {
         /* The sample's file bytes are read: are they the indexed ones? */
         if (s->file_read && s->plan &&
             sio_planread_verify(s->plan) != SIO_OK) {
@@ -270,8 +201,7 @@ static void write_error_retry(sc_stream *s, const char *reason,
     sio_code rc = sio_wenc_error(s->enc, reason, retryable, retry_after_ms);
     if (rc != SIO_OK) {
         /* Nothing better to send: the cut connection says it all. */
-        s->nseg = s->segi = s->segoff = 0;
-        s->pending.len = 0;
+        sio_wchain_reset(&s->out, SIZE_MAX);
     }
     s->state = ST_END_ERROR;
     s->outcome = outcome;
@@ -301,7 +231,7 @@ sio_code sc_stream_create(const sc_stream_params *p, sc_stream **out,
     if (!s)
         return stream_err(err, SIO_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&s->mu, NULL);
-    sio_wbuf_init(&s->pending, SC_STREAM_PENDING_MAX);
+    sio_wchain_init(&s->out, SC_STREAM_PENDING_MAX, SC_STREAM_SEGMENTS_MAX);
     s->epoch = p->epoch;
     s->rank = p->rank;
     s->world = p->world;
@@ -442,7 +372,7 @@ void sc_stream_gone(sc_stream *s, int completed_ok)
     pthread_mutex_unlock(&s->mu);
     /* Only a response MHD finished sending is a delivered end. */
     if (s->state == ST_STREAMING ||
-        (s->state == ST_END_OK && (!completed_ok || s->segi < s->nseg)))
+        (s->state == ST_END_OK && (!completed_ok || sio_wchain_pending(&s->out))))
         s->outcome = SC_STREAM_CLIENT_GONE;
 }
 
@@ -479,8 +409,7 @@ static sio_code encode_skipped(sc_stream *s, const sio_sample *smp,
                                uint64_t pos)
 {
     sio_sample empty = *smp;
-    s->nseg = s->segi = s->segoff = 0;
-    s->pending.len = 0;
+    sio_wchain_reset(&s->out, SIZE_MAX);
     empty.key = SC_STREAM_SKIPPED_KEY;
     empty.nfields = 0;
     empty.fields = NULL;
@@ -556,8 +485,7 @@ static int file_failed(sc_stream *s, size_t *n)
 {
     s->file_fail = 0;
     s->file_read = 0;
-    s->nseg = s->segi = s->segoff = 0;
-    s->pending.len = 0;
+    sio_wchain_reset(&s->out, SIZE_MAX);
     if (s->batch_open) {
         /* Every sample begun in this call goes: the check covered the
          * files of them all. */
@@ -652,8 +580,7 @@ static int advance(sc_stream *s)
         if (rc != SIO_OK) {
             snprintf(reason, sizeof reason, "cannot encode the end: %s",
                      sio_strerror(rc));
-            s->nseg = s->segi = s->segoff = 0;
-            s->pending.len = 0;
+            sio_wchain_reset(&s->out, SIZE_MAX);
             write_error(s, reason, SC_STREAM_ERROR);
             return 1;
         }
@@ -678,8 +605,7 @@ static int advance(sc_stream *s)
         /* Nothing of this sample has been sent yet: drop what the encoder
          * recorded, so the trailer follows a whole sample. */
         sio_sample_unref(smp);
-        s->nseg = s->segi = s->segoff = 0;
-        s->pending.len = 0;
+        sio_wchain_reset(&s->out, SIZE_MAX);
         snprintf(reason, sizeof reason, "cannot encode sample %" PRIu64
                  ": %s", pos, sio_strerror(rc));
         write_error(s, reason, SC_STREAM_ERROR);
@@ -695,7 +621,7 @@ static int advance(sc_stream *s)
         s->batch_src[source]++; /* counted once the batch goes out */
     if (s->samples == 1 && s->route)
         sc_metrics_first_sample(s->route, &s->arrival);
-    if (s->nseg == 0)
+    if (!sio_wchain_used(&s->out))
         segments_done(s); /* a tar sample with no kept field */
     return 1;
 }
@@ -738,7 +664,7 @@ ssize_t sc_stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
             ret = MHD_CONTENT_READER_END_WITH_ERROR;
             goto out;
         }
-        if (n == max || s->segi < s->nseg) {
+        if (n == max || sio_wchain_pending(&s->out)) {
             /* The call's bytes go out (part of a sample among them): the
              * files read for them are checked first. */
             if (sent_unchecked(s))
@@ -875,8 +801,7 @@ void sc_stream_destroy(sc_stream *s)
     if (s->held)
         sio_sample_unref(s->held);
     sio_wenc_destroy(s->enc);
-    sio_wbuf_free(&s->pending);
-    free(s->segs);
+    sio_wchain_free(&s->out);
     free(s->batch_src);
     pthread_mutex_destroy(&s->mu);
     free(s);

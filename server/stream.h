@@ -19,14 +19,15 @@
  * not read keeps its samples in the window, and the producer waits.
  *
  * One copy: the encoders hand payload pointers that point into the
- * sample's field memory to their sink; the sink records them as segments
- * (the sample stays referenced until they are sent) and copies only header
- * bytes into a small per-stream pending buffer. The reader copies segments
- * into MHD's buffer. Per-stream memory: the struct (about 1 KiB), the
+ * sample's field memory (or file extents, on a plan) to their sink; the
+ * sink appends them to the stream's output chain (sio_wchain,
+ * shardio_wire.h) as references (the sample stays referenced until they
+ * are sent) and copies only header bytes into the chain. The reader
+ * drains the chain into MHD's buffer. Per-stream memory: the struct (about 1 KiB), the
  * encoder (a few hundred bytes; frames adds a shard bitmap of one bit per
  * shard index seen), the pending buffer (headers of one sample: typically
- * under 2 KiB, never above SC_STREAM_PENDING_MAX) and the segment list
- * (at most SC_STREAM_SEGMENTS_MAX entries of 24 bytes), plus MHD's
+ * under 2 KiB, never above SC_STREAM_PENDING_MAX) and the chain's pieces
+ * (at most SC_STREAM_SEGMENTS_MAX entries of 40 bytes), plus MHD's
  * per-connection pool (--connection-memory).
  *
  * Threading and lock order: s->mu guards the suspend/resume handshake
