@@ -78,6 +78,11 @@ test_a_remote_shard_cut_short_under_on_error_fail_fails_the_staged_epoch_as_the_
 on_error=fail over nginx: the staged first pass fails where the feed
 fails, with the same samples and the same non-retryable trailer.
 
+test_a_shard_replaced_while_the_server_was_down_is_indexed_again: an s3
+object replaced by one of the same size but other keys while the server
+was down: the index file read back is only a hint, the staging read
+indexes the shard again, no error reaches a consumer.
+
 test_without_stage_bytes_the_feed_reads_a_remote_dataset and
 test_a_listed_shard_larger_than_stage_bytes_keeps_the_feed: where staging
 is off or cannot hold a shard, the epoch is the feed's from the start.
@@ -1006,3 +1011,60 @@ def test_a_shard_replaced_in_the_store_is_indexed_again(start, server_binary, tm
         assert dp["plan_failures"] == 0, (tag(), dp)
     finally:
         ng.stop()
+
+
+def test_a_shard_replaced_while_the_server_was_down_is_indexed_again(
+        start, server_binary, tmp_path):
+    """Index files under state_dir are hints: a server stages epoch 0 of an
+    s3 prefix (sizes listed, so its index files are read back after a
+    restart) and stops; one object is replaced by one of the same size and
+    layout whose samples have other keys; a server on the same state_dir
+    plans epoch 1 with no error, retry or feed stream (the staging read
+    from the start disagrees with the loaded index at its first group and
+    indexes the shard again) and sends the new keys, as a fresh server's
+    feed does."""
+    import glob
+    import io
+    import tarfile
+    require_planes(server_binary, "auto", "stream")
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from support.s3rver import S3rver
+    from server_testlib import make_dataset
+    d = str(tmp_path / "ds")
+    make_dataset(d, shards=4, per_shard=30, size=1500, seed=SEED + 51, prefix="v")
+    os.remove(os.path.join(d, "manifest.json"))
+    names = sorted(os.listdir(d))
+    state = str(tmp_path / "state")
+    with S3rver() as s3:
+        s3.create_bucket("restart")
+        s3.upload_dir("restart", d, prefix="d/")
+        env = dict(s3.env())
+        env["AWS_EC2_METADATA_DISABLED"] = "true"
+        args = ("--job", "t", "--source", "s3://restart/d/") + COMMON
+        srv = start(*args, "--state-dir", state, env=env)
+        read_world(srv, 0, 1)
+        files = glob.glob(os.path.join(state, "**", "*.scidx"), recursive=True)
+        assert len(files) == len(names), (tag(), files)
+        srv.stop()
+        # shard 1: the same size and layout, other keys
+        victim = os.path.join(d, names[1])
+        size = os.path.getsize(victim)
+        with tarfile.open(victim) as t:
+            fmt = t.format
+            ms = [(m, t.extractfile(m).read()) for m in t.getmembers()]
+        with tarfile.open(victim + ".new", "w", format=fmt) as t:
+            for m, data in ms:
+                m.name = m.name.replace("sample", "sampla")
+                t.addfile(m, io.BytesIO(data))
+        os.replace(victim + ".new", victim)
+        assert os.path.getsize(victim) == size
+        s3.upload_file("restart", victim, key="d/" + names[1])
+        srv2 = start(*args, "--state-dir", state, env=env)
+        got = read_world(srv2, 1, 1)[0]
+        feed = start(*args, "--data-plane", "stream", env=env)
+        want = read_world(feed, 1, 1)[0]
+        assert kf(got) == kf(want), tag()
+        keys = {smp["key"] for smp in got.samples if smp["shard"].endswith(names[1])}
+        assert keys and all("sampla" in k for k in keys), (tag(), sorted(keys)[:3])
+        dp = data_plane(get_json(srv2, "/v1/jobs/t"))
+        assert dp["feed_streams"] == 0 and dp["plan_failures"] == 0, (tag(), dp)
