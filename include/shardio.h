@@ -776,6 +776,15 @@ void sio_order_set_stop(sio_order *o,
                         int (*fn)(void *ud, uint32_t shard, uint64_t *at,
                                   sio_code *rc, char *msg, size_t msglen),
                         void *ud);
+/* Where the order finds shard's groups: fn(ud, shard), or (fn NULL or
+ * returning NULL) the index's entry for the shard's URL (a plan staging a
+ * zip as the tar of its samples keeps that tar's groups apart). Asked
+ * once per shard the order opens. */
+struct sio_index_entry;
+void sio_order_set_entries(sio_order *o,
+                           struct sio_index_entry *(*fn)(void *ud,
+                                                         uint32_t shard),
+                           void *ud);
 /* Did the order fail (a code other than SIO_OK or SIO_ERR_AGAIN: the
  * epoch failed there, under on_error=fail, or it ran out of memory)? */
 int sio_order_failed(const sio_order *o);

@@ -29,6 +29,10 @@ void sio_tar_header(unsigned char block[SIO_TAR_BLOCK], const char *name,
 /* Does `name` fit the ustar prefix/name fields (so needs no pax path=)? */
 int sio_tar_name_fits(const char *name, size_t name_len);
 
+/* Bytes of the pax record "<len> path=<name>\n" for a name of name_len
+ * bytes (its own length included). */
+size_t sio_tar_pax_path_len(size_t name_len);
+
 #ifdef __cplusplus
 }
 #endif

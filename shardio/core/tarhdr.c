@@ -7,6 +7,7 @@
  */
 #include "shardio_tarhdr.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* ustar header layout (POSIX.1-1988 / pax). */
@@ -117,4 +118,16 @@ void sio_tar_header(unsigned char block[SIO_TAR_BLOCK], const char *name,
         sum += block[i];
     put_octal(block + OFF_CHKSUM, 7, sum);
     block[OFF_CHKSUM + 7] = ' ';
+}
+
+size_t sio_tar_pax_path_len(size_t nlen)
+{
+    size_t body = 1 + 5 + nlen + 1; /* ' ' "path=" name '\n' */
+    size_t len = body + 1, digits;
+    for (;;) {
+        digits = (size_t)snprintf(NULL, 0, "%zu", len);
+        if (body + digits == len)
+            return len;
+        len = body + digits;
+    }
 }

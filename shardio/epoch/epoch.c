@@ -234,6 +234,10 @@ struct sio_epoch {
     /* A mixed order's source pass (meta mode): its stubs are the mixed
      * order's (they outlive the pass in that order's buffer). */
     struct sio_epoch *stub_home;
+    /* Where meta mode finds a shard's groups (sio_order_set_entries):
+     * NULL from entry_fn, the index's entry for the shard's URL. */
+    sio_index_entry *(*entry_fn)(void *ud, uint32_t shard);
+    void *entry_ud;
 };
 
 /*
@@ -1480,7 +1484,10 @@ static sio_code meta_take(sio_epoch *ep, reader *r, const sio_sample **out,
      * took a decision since): no lock per group. */
     sio_index_entry *e = r->mix;
     if (!e) {
-        e = shard_ixv(ep, r->idx);
+        if (ep->entry_fn)
+            e = ep->entry_fn(ep->entry_ud, r->idx);
+        if (!e)
+            e = shard_ixv(ep, r->idx);
         if (!e)
             return SIO_ERR_AGAIN;
         r->mix = e;
@@ -1599,6 +1606,8 @@ static sio_code meta_sub_open(sio_epoch *ep, const sio_epoch_config *c,
     sub->gate_ud = ep->gate_ud;
     sub->stop_fn = ep->stop_fn;
     sub->stop_ud = ep->stop_ud;
+    sub->entry_fn = ep->entry_fn;
+    sub->entry_ud = ep->entry_ud;
     return SIO_OK;
 }
 
@@ -2217,6 +2226,19 @@ void sio_order_set_stop(sio_order *o,
         if (o->ep->msrc[i].sub) {
             o->ep->msrc[i].sub->stop_fn = fn;
             o->ep->msrc[i].sub->stop_ud = ud;
+        }
+}
+
+void sio_order_set_entries(sio_order *o,
+                           sio_index_entry *(*fn)(void *ud, uint32_t shard),
+                           void *ud)
+{
+    o->ep->entry_fn = fn;
+    o->ep->entry_ud = ud;
+    for (uint32_t i = 0; i < o->ep->nmsrc; i++)
+        if (o->ep->msrc[i].sub) {
+            o->ep->msrc[i].sub->entry_fn = fn;
+            o->ep->msrc[i].sub->entry_ud = ud;
         }
 }
 

@@ -66,6 +66,7 @@ static sio_code file_identity(sio_io *io, const sio_epoch_config *cfg,
 }
 
 static int zip_name(const char *url);
+static sio_index_entry *grow_entry(void *ud, uint32_t s);
 
 /* A virtual shard of an object set: an object the store makes (its
  * members fetched object by object), staged in memory like a remote
@@ -126,10 +127,10 @@ static sio_code check_shards(sio_io *io, const sio_shardlist *list,
         /* Compressed: its index holds positions in the decompressed
          * stream, which a plan reads from staging (a plan that grows);
          * a zip's are not byte positions at all. */
-        if (info.stream_only && cfg->stage_bytes && !zip_name(url))
+        if (info.stream_only && cfg->stage_bytes)
             return sio_seterr(err, SIO_ERR_AGAIN,
-                              "shard %zu is compressed: it is staged "
-                              "decompressed", i);
+                              "shard %zu is compressed or a zip: it is "
+                              "staged (decompressed, or as a tar)", i);
         if (info.stream_only)
             return sio_seterr(err, SIO_ERR_UNSUPPORTED,
                               "shard %zu is compressed or a zip (its index "
@@ -1176,6 +1177,8 @@ static sio_code refill_chunk(sio_plan *p, uint64_t c, sio_error *err)
                                            err)
                      : sio_seterr(err, SIO_ERR_CHANGED, "no checkpoint "
                                   "before sample %" PRIu64, base);
+    if (rc == SIO_OK)
+        sio_order_set_entries(o, grow_entry, p);
     if (rc == SIO_OK) {
         from = sio_order_ckpt_pos(ck);
         fill_ctx fc = {.p = p, .base = from, .max = g->max,
@@ -1382,9 +1385,22 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
                                   "shard %zu cannot be opened: %s", i,
                                   err->msg);
         }
-        if (kind == 2)
-            return sio_seterr(err, SIO_ERR_UNSUPPORTED,
-                              "shard %zu is a zip (read as a stream)", i);
+        if (kind == 2) {
+            /* A zip: staged in memory as the tar of its samples (the zip
+             * reader's own group builder writes it), read from there. */
+            if (!dec)
+                return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                                  "shard %zu is a zip and there is no "
+                                  "staging (--stage-bytes 0) to hold it "
+                                  "as a tar", i);
+            if (!object && !local)
+                return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                                  "shard %zu cannot be read", i);
+            kinds[i] = STAGE_ZIP;
+            *stage = 1;
+            in_memory = 1;
+            continue;
+        }
         if (kind == 1) {
             if (!dec)
                 return sio_seterr(err, SIO_ERR_UNSUPPORTED,
@@ -1629,6 +1645,7 @@ sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
         }
     }
     sio_order_set_gate(g->o, shard_ready, g);
+    sio_order_set_entries(g->o, grow_entry, p);
     if (cfg->on_error == SIO_ON_ERROR_FAIL)
         sio_order_set_stop(g->o, grow_stop_at, g);
     *out = p;
@@ -1721,6 +1738,34 @@ static sio_code shard_ended(plan_grow *g, uint32_t s, const char *url,
 
 static uint64_t stage_size(sio_plan *p, uint32_t s);
 
+/* The index entry of zip shard s as the tar of its samples: a key of its
+ * own (the URL and a suffix no URL has), so that the zip reader's index
+ * (its positions are libarchive's) and this one never mix. */
+#define ZIP_TAR_KEY "\x1ftar-of-samples"
+static sio_index_entry *zip_tar_entry(plan_grow *g, uint32_t s)
+{
+    const char *url = sio_shardlist_url(g->list, s);
+    size_t n = strlen(url);
+    char *key = malloc(n + sizeof ZIP_TAR_KEY);
+    if (!key)
+        return NULL;
+    memcpy(key, url, n);
+    memcpy(key + n, ZIP_TAR_KEY, sizeof ZIP_TAR_KEY);
+    sio_index_entry *e = sio_index_get(g->cfg.index, g->io, key, UINT64_MAX);
+    free(key);
+    return e;
+}
+
+/* The order's entries (sio_order_set_entries): a zip's is its tar's. */
+static sio_index_entry *grow_entry(void *ud, uint32_t s)
+{
+    sio_plan *p = ud;
+    if (!p->stage || s >= p->stage->total ||
+        p->stage->sh[s].kind != STAGE_ZIP)
+        return NULL;
+    return p->g->ents[s];
+}
+
 /* Shard s of a plan that stages: fetched into memory by a job on a
  * thread of its own (stage.c) and indexed from there as its bytes
  * arrive; the order takes its groups as they come (the gate), and the
@@ -1805,9 +1850,17 @@ static sio_code prepare_shard(sio_plan *p, uint32_t s, sio_error *err)
     if (!e)
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
     sio_index_refresh(e);
-    /* A compressed shard: in memory, decompressed. */
+    /* A compressed shard: in memory, decompressed; a zip: in memory, as
+     * the tar of its samples, indexed apart from the zip's own index
+     * (whose positions are the zip reader's). */
     if (p->stage && p->stage->sh[s].kind == STAGE_DECOMPRESS)
         return prepare_staged(p, s, e, err);
+    if (p->stage && p->stage->sh[s].kind == STAGE_ZIP) {
+        sio_index_entry *ze = zip_tar_entry(g, s);
+        if (!ze)
+            return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+        return prepare_staged(p, s, ze, err);
+    }
     /* An object not in place: filled into the shard cache when it has
      * room for it now (by the listed size: a plan does not evict shards
      * of its own epoch, so the cached subset stays put) and is one the
@@ -1948,7 +2001,8 @@ static sio_code prepare_shard(sio_plan *p, uint32_t s, sio_error *err)
  * so far; UINT64_MAX before any. */
 static uint64_t stage_size(sio_plan *p, uint32_t s)
 {
-    uint64_t sz = p->stage->sh[s].kind == STAGE_DECOMPRESS
+    uint64_t sz = p->stage->sh[s].kind == STAGE_DECOMPRESS ||
+                          p->stage->sh[s].kind == STAGE_ZIP
                       ? UINT64_MAX
                       : known_size(p->g->list, &p->g->cfg, s);
     if (sz == UINT64_MAX) {

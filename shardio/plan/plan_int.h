@@ -69,7 +69,8 @@ typedef struct plan_waiter {
 /* stage_shard.kind: read in place (0), staged in memory (1), staged in
  * memory decompressed (a compressed shard; its index is stream-only: the
  * positions of the decompressed stream). */
-enum { STAGE_IN_PLACE = 0, STAGE_MEMORY = 1, STAGE_DECOMPRESS = 2 };
+enum { STAGE_IN_PLACE = 0, STAGE_MEMORY = 1, STAGE_DECOMPRESS = 2,
+       STAGE_ZIP = 3 /* a zip, staged as the tar its samples make */ };
 typedef struct stage_shard {
     int fd;            /* the memfd (-1: not staged, or let go) */
     uint8_t kind;      /* STAGE_*: staged in memory, not read in place */
@@ -137,6 +138,8 @@ typedef struct plan_stage {
     uint64_t blocked_ms;  /* the steps wait for room since (0: they do
                              not) */
     char why[300];     /* the last restage failure */
+    sio_shard_limits limits; /* the epoch's (a zip's tar is made with
+                                them; set by the first job) */
     /* Shards being fetched (stage jobs, each on its own thread): their
      * groups are let in to the order as their bytes arrive. */
     struct stage_job *jobs;

@@ -273,10 +273,25 @@ typedef struct stage_src {
     struct archive *ar;
     la_src la;
     int dec;
+    /* A zip: its samples as a tar (the shard reader's tap), handed out
+     * from zout; zrc: how the shard ended once zout is out. */
+    sio_shard *zsh;
+    sio_wbuf zout;
+    size_t zpos;
+    int zend;
+    sio_code zrc;
+    char zerr[640];
     uint64_t cap, got;
     uint64_t vopen; /* the validator's hash when opened (0: none) */
     char shown[512];
 } stage_src;
+
+/* The zip reader's tap: its tar into zout. */
+static sio_code zip_tap(void *ud, const void *p, size_t n)
+{
+    stage_src *s = ud;
+    return sio_wbuf_append(&s->zout, p, n);
+}
 
 /* A shard being fetched into memory on a thread of its own (a job): the
  * index pass reads its bytes as they arrive (job_wait fetches what the
@@ -294,6 +309,7 @@ struct stage_job {
     sio_logger log;
     int fd;
     int dec;
+    int zip;            /* a zip, staged as the tar of its samples */
     stage_src src;
     unsigned char *buf;
     uint64_t avail;     /* bytes written to fd */
@@ -346,9 +362,15 @@ static uint64_t src_validator(stage_src *s)
     return vhash_of(oi.validator);
 }
 
+/* What a source makes of the object: its bytes, decompressed, or (a
+ * zip) the tar of its samples. */
+enum { SRC_RAW = 0, SRC_DEC = 1, SRC_ZIP = 2 };
+
 static sio_code src_open(stage_src *s, sio_io *io, const char *url,
-                         uint64_t cap, int dec, sio_error *err)
+                         uint64_t cap, int mode,
+                         const sio_shard_limits *limits, sio_error *err)
 {
+    int dec = mode == SRC_DEC;
     memset(s, 0, sizeof *s);
     s->url = url;
     s->cap = cap;
@@ -359,6 +381,15 @@ static sio_code src_open(stage_src *s, sio_io *io, const char *url,
         rc = s->ops->open(s->ctx, url, 0, &s->in, err);
     if (rc == SIO_OK)
         s->vopen = src_validator(s);
+    if (rc == SIO_OK && mode == SRC_ZIP) {
+        /* The shard reader owns the stream from here (it closes it). */
+        sio_wbuf_init(&s->zout, (size_t)1 << 30);
+        rc = sio_shard_open_stream(io, s->in, url, 0, limits, &s->zsh, err);
+        if (rc == SIO_OK)
+            sio_shard_set_tar_tap(s->zsh, zip_tap, s);
+        else
+            s->in = NULL; /* closed by the failed open */
+    }
     if (rc == SIO_OK && dec) {
         struct archive_entry *ent = NULL;
         s->la = (la_src){.in = s->in, .buf = malloc(STAGE_READ),
@@ -387,7 +418,36 @@ static sio_code src_read(stage_src *s, unsigned char *buf, size_t *got,
 {
     sio_code rc;
     *got = 0;
-    if (s->ar) {
+    if (s->zsh) {
+        /* The tar the zip reader's tap wrote, sample by sample; the
+         * shard's end (or failure) once it is all out. */
+        while (s->zpos == s->zout.len && !s->zend) {
+            const sio_sample *smp = NULL;
+            s->zout.len = s->zpos = 0;
+            sio_code r = sio_shard_next(s->zsh, &smp);
+            if (r == SIO_OK && smp) {
+                sio_sample_unref(smp);
+            } else if (r == SIO_OK) {
+                s->zend = 1;
+            } else if (r != SIO_ERR_SAMPLE) {
+                s->zend = 1;
+                s->zrc = r;
+                snprintf(s->zerr, sizeof s->zerr, "%s",
+                         sio_shard_errmsg(s->zsh));
+            }
+        }
+        if (s->zpos == s->zout.len) {
+            if (s->zrc)
+                return sio_seterr(err, s->zrc, "%s", s->zerr);
+            return SIO_OK; /* the end */
+        }
+        size_t n = s->zout.len - s->zpos;
+        if (n > STAGE_READ)
+            n = STAGE_READ;
+        memcpy(buf, s->zout.data + s->zpos, n);
+        s->zpos += n;
+        *got = n;
+    } else if (s->ar) {
         /* In the filters' own blocks: a stream cut short gives the
          * blocks before the cut, as a shard reader's reads get them. */
         la_ssize_t n = archive_read_data(s->ar, buf, STAGE_LA_READ);
@@ -423,9 +483,10 @@ static sio_code src_read(stage_src *s, unsigned char *buf, size_t *got,
  * stopped (not a decompressed one), the same version. */
 static sio_code src_resume(stage_src *s, sio_error *err)
 {
-    if (s->dec)
-        return sio_seterr(err, SIO_ERR_IO, "url=%s: a compressed shard "
-                          "is not fetched again from its middle", s->shown);
+    if (s->dec || s->zsh)
+        return sio_seterr(err, SIO_ERR_IO, "url=%s: a compressed or zip "
+                          "shard is not fetched again from its middle",
+                          s->shown);
     if (s->in)
         s->in->ops->close(s->in);
     s->in = NULL;
@@ -442,6 +503,11 @@ static sio_code src_resume(stage_src *s, sio_error *err)
 static uint64_t src_close(stage_src *s, int whole)
 {
     uint64_t vh = whole ? src_validator(s) : 0;
+    if (s->zsh) {
+        sio_shard_close(s->zsh); /* and its stream */
+        s->in = NULL;
+        sio_wbuf_free(&s->zout);
+    }
     if (s->ar)
         archive_read_free(s->ar);
     free(s->la.buf);
@@ -566,7 +632,9 @@ static void job_run(struct stage_job *j, unsigned char *buf)
     uint64_t reached = 0, vh = 0;
     sio_code brc = SIO_OK;
     j->buf = buf;
-    sio_code rc = buf ? src_open(&j->src, io, j->url, st->budget, j->dec, &e2)
+    sio_code rc = buf ? src_open(&j->src, io, j->url, st->budget,
+                                 j->dec ? SRC_DEC : j->zip ? SRC_ZIP : SRC_RAW,
+                                 &j->limits, &e2)
                       : sio_seterr(&e2, SIO_ERR_NOMEM, "out of memory");
     if (rc) {
         j->ended = 1;
@@ -877,8 +945,9 @@ static void ranged_run(struct stage_job *j, unsigned char *buf)
 static void restage_run(struct stage_job *j, unsigned char *buf)
 {
     sio_error e = {SIO_OK, ""};
-    sio_code rc = buf ? src_open(&j->src, j->io, j->url, j->want_size, j->dec,
-                                 &e)
+    sio_code rc = buf ? src_open(&j->src, j->io, j->url, j->want_size,
+                                 j->dec ? SRC_DEC : j->zip ? SRC_ZIP : SRC_RAW,
+                                 &j->p->stage->limits, &e)
                       : sio_seterr(&e, SIO_ERR_NOMEM, "out of memory");
     while (rc == SIO_OK) {
         size_t got = 0;
@@ -995,7 +1064,9 @@ sio_code stage_job_start(sio_plan *p, uint32_t s, sio_index_entry *e,
     j->s = s;
     j->e = e;
     j->dec = st->sh[s].kind == STAGE_DECOMPRESS;
+    j->zip = st->sh[s].kind == STAGE_ZIP;
     j->limits = *limits;
+    st->limits = *limits;
     j->log = *log;
     j->ready = ready;
     j->reserve = reserve;
@@ -1461,7 +1532,9 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
         *rj = (struct stage_job){
             .p = p, .s = s, .fd = extend ? x->fd : -1,
             .dec = x->kind == STAGE_DECOMPRESS,
-            .restage = x->kind == STAGE_DECOMPRESS ? 1 : 2,
+            .zip = x->kind == STAGE_ZIP,
+            .restage = x->kind == STAGE_DECOMPRESS || x->kind == STAGE_ZIP
+                           ? 1 : 2,
             .extend = extend, .want_size = x->size, .want_v = x->vhash,
             .want_mem = need, .from = from, .nr = nr ? nr : 1};
         memcpy(rj->rg, nr ? part : &rg, rj->nr * sizeof rg);

@@ -90,18 +90,6 @@ static uint64_t pad512(uint64_t n)
 }
 
 /* The pax record "<len> path=<name>\n" (len counts itself). */
-static size_t pax_record_len(size_t nlen)
-{
-    size_t body = 1 + 5 + nlen + 1; /* ' ' "path=" name '\n' */
-    size_t len = body + 1, digits;
-    for (;;) {
-        digits = (size_t)snprintf(NULL, 0, "%zu", len);
-        if (body + digits == len)
-            return len;
-        len = body + digits;
-    }
-}
-
 static void objset_free(objset *s)
 {
     if (!s)
@@ -305,7 +293,7 @@ static sio_code pax_bytes(ostream *o, size_t j, uint64_t a, unsigned char *buf,
         o->paxcap = need;
     }
     memset(o->pax, 0, need);
-    size_t nl = strlen(s->names[j]), rl = pax_record_len(nl);
+    size_t nl = strlen(s->names[j]), rl = sio_tar_pax_path_len(nl);
     int fits;
     sio_tar_header(o->pax, "././@PaxHeader", 14, 'x', rl, &fits);
     snprintf((char *)o->pax + SIO_TAR_BLOCK, need - SIO_TAR_BLOCK,
@@ -807,7 +795,7 @@ sio_code sio_objset_resolve(sio_io *io, const char *spec, sio_objlist *out,
         s->paxlen[j] = sio_tar_name_fits(name, nl)
                            ? 0
                            : (uint32_t)(SIO_TAR_BLOCK +
-                                        pad512(pax_record_len(nl)));
+                                        pad512(sio_tar_pax_path_len(nl)));
         shard_bytes += s->paxlen[j] + SIO_TAR_BLOCK + pad512(s->sizes[j]);
         prev_key = s->names[j];
         prev_klen = klen;

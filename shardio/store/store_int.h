@@ -288,6 +288,23 @@ sio_code sio_shard_open_stream(sio_io *io, sio_stream *stream,
  * reader (process-wide; set before opening shards). */
 void sio_shard_force_libarchive(int on);
 
+/*
+ * A zip shard read as the tar its samples make (staging a zip for a plan):
+ * fn receives, as the group builder reads them, the members of every
+ * sample as a tar (a pax path header where the name does not fit ustar,
+ * the ustar header, the data, the padding), and two zero blocks at the
+ * end. Members the grouping rule skips are left out (they change no
+ * group); a sample found bad gets two empty members "<key>.bad" (a
+ * repeated field: the tar's reader finds it bad too) and nothing more of
+ * it. A failure between samples ends the tar cleanly (the samples before
+ * are whole); one inside a sample ends it short (that sample is lost, as
+ * the zip's own reader loses it). So the tar's groups are the zip's, one
+ * for one. Set before the first sio_shard_next; fn's error stops the
+ * shard.
+ */
+typedef sio_code (*sio_shard_tap_fn)(void *ud, const void *p, size_t n);
+void sio_shard_set_tar_tap(sio_shard *sh, sio_shard_tap_fn fn, void *ud);
+
 /* Tests: how many times the reader dropped damaged tar header blocks
  * before an entry or the end (each run of dropped blocks counts once). */
 uint64_t sio_shard_damage_seen(const sio_shard *sh);

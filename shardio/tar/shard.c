@@ -27,7 +27,9 @@
  *    shard with a message naming it (see zip_* below and
  *    tests/unit/tar/test_zip.c): encrypted entries, entries whose end cannot be
  *    found (stored with a data descriptor that has no signature),
- *    compression methods libarchive lacks.
+ *    compression methods libarchive lacks. A plan stages a zip as the tar
+ *    of its samples: the group builder below writes what it reads to a tar
+ *    tap (sio_shard_set_tar_tap), so the tar's groups are the zip's.
  * Grouping follows upstream WebDataset (docs/architecture.md, "Shard formats"): key = path up to
  * the first dot of the last component, extension = the rest (lowercased);
  * consecutive members with one key form a sample; non-regular members, names
@@ -52,6 +54,7 @@
 #include "core/sample.h"
 #include "shardio_index.h"
 #include "tar/tarparse.h"
+#include "shardio_tarhdr.h"
 
 /* Longest member name we accept (PATH_MAX-like; libarchive accepts more).
  * The plain reader truncates longer names to this length, so they are
@@ -132,6 +135,12 @@ struct sio_shard {
     int zcrypt;              /* zip: the current entry is encrypted */
     unsigned char *zbuf;     /* zip: an entry of unknown size, being read */
     size_t zcap;
+    /* The tar tap (sio_shard_set_tar_tap). */
+    sio_shard_tap_fn tap;
+    void *tap_ud;
+    int tap_wrote;           /* a member of the group being built went */
+    int tap_bad;             /* ... and its "bad" members */
+    int tap_done;            /* the tap's tar ended */
     char err[640];
 };
 
@@ -435,6 +444,9 @@ const char *sio_shard_errmsg(const sio_shard *sh)
     return sh->err;
 }
 
+static void tap_end(sio_shard *sh);
+static void tap_cut(sio_shard *sh);
+
 static sio_code fail(sio_shard *sh, sio_code rc, const char *what)
 {
     if (sh->stream_rc) {
@@ -443,7 +455,115 @@ static sio_code fail(sio_shard *sh, sio_code rc, const char *what)
     }
     snprintf(sh->err, sizeof sh->err, "url=%s: %s", sh->url, what);
     sh->eof = 1;
+    /* Between samples the tap's tar ends whole; inside one it ends short
+     * (the sample is lost on both sides). */
+    if (sh->tap && !sh->tap_done && !sh->tap_wrote)
+        tap_end(sh);
+    else if (sh->tap && !sh->tap_done)
+        tap_cut(sh);
+    sh->tap_done = 1;
     return rc;
+}
+
+/* The tar tap --------------------------------------------------------- */
+
+void sio_shard_set_tar_tap(sio_shard *sh, sio_shard_tap_fn fn, void *ud)
+{
+    sh->tap = fn;
+    sh->tap_ud = ud;
+}
+
+static const unsigned char tap_zeros[2 * SIO_TAR_BLOCK];
+
+/* Member `name` of size bytes (data: its bytes, or NULL with size 0). */
+static sio_code tap_member(sio_shard *sh, const char *name,
+                           const unsigned char *data, uint64_t size)
+{
+    unsigned char blk[SIO_TAR_BLOCK];
+    size_t nl = strlen(name);
+    int fits;
+    sio_code rc = SIO_OK;
+    if (!sio_tar_name_fits(name, nl)) {
+        size_t rl = sio_tar_pax_path_len(nl);
+        char head[32];
+        sio_tar_header(blk, "././@PaxHeader", 14, 'x', rl, &fits);
+        int hl = snprintf(head, sizeof head, "%zu path=", rl);
+        rc = sh->tap(sh->tap_ud, blk, sizeof blk);
+        if (!rc)
+            rc = sh->tap(sh->tap_ud, head, (size_t)hl);
+        if (!rc)
+            rc = sh->tap(sh->tap_ud, name, nl);
+        if (!rc)
+            rc = sh->tap(sh->tap_ud, "\n", 1);
+        size_t pad = (SIO_TAR_BLOCK - rl % SIO_TAR_BLOCK) % SIO_TAR_BLOCK;
+        if (!rc && pad)
+            rc = sh->tap(sh->tap_ud, tap_zeros, pad);
+    }
+    sio_tar_header(blk, name, nl, '0', size, &fits);
+    if (!rc)
+        rc = sh->tap(sh->tap_ud, blk, sizeof blk);
+    if (!rc && size)
+        rc = sh->tap(sh->tap_ud, data, (size_t)size);
+    size_t pad = (size_t)((SIO_TAR_BLOCK - size % SIO_TAR_BLOCK) %
+                          SIO_TAR_BLOCK);
+    if (!rc && pad)
+        rc = sh->tap(sh->tap_ud, tap_zeros, pad);
+    sh->tap_wrote = 1;
+    return rc;
+}
+
+/* The group being built is bad: two empty "<key>.bad" members, once. */
+static sio_code tap_bad_group(sio_shard *sh)
+{
+    if (sh->tap_bad || !sh->sb.key)
+        return SIO_OK;
+    sh->tap_bad = 1;
+    size_t kl = sh->sb.keylen;
+    char *name = malloc(kl + 5);
+    if (!name)
+        return SIO_ERR_NOMEM;
+    memcpy(name, sh->sb.key, kl);
+    memcpy(name + kl, ".bad", 5);
+    sio_code rc = tap_member(sh, name, NULL, 0);
+    if (!rc)
+        rc = tap_member(sh, name, NULL, 0);
+    free(name);
+    return rc;
+}
+
+/* The member just read into the builder (its last field) goes, or the
+ * group's "bad" members when it made the group bad. */
+static sio_code tap_read(sio_shard *sh, const char *name, size_t nf0)
+{
+    if (sh->bad)
+        return tap_bad_group(sh);
+    if (sh->sb.nf == nf0)
+        return SIO_OK; /* nothing kept (read past) */
+    const sample_field_ref *f = &sh->sb.f[sh->sb.nf - 1];
+    return tap_member(sh, name, sh->sb.data + f->data_off, f->len);
+}
+
+/* The tar ends inside a header block: its reader fails there, and the
+ * sample open then is lost (a tar that ends after a whole member reads
+ * as ended there). */
+static void tap_cut(sio_shard *sh)
+{
+    unsigned char blk[SIO_TAR_BLOCK];
+    int fits;
+    if (!sh->tap || sh->tap_done)
+        return;
+    sh->tap_done = 1;
+    sio_tar_header(blk, "__shardcast_cut__", 17, '0', 0, &fits);
+    (void)sh->tap(sh->tap_ud, blk, SIO_TAR_BLOCK / 2);
+}
+
+/* The tar's end: two zero blocks. */
+static void tap_end(sio_shard *sh)
+{
+    if (!sh->tap || sh->tap_done)
+        return;
+    sh->tap_done = 1;
+    (void)sh->tap(sh->tap_ud, tap_zeros, sizeof tap_zeros);
 }
 
 /* Zip ------------------------------------------------------------------ */
@@ -1021,6 +1141,7 @@ static sio_code read_group(sio_shard *sh, int *open)
     *open = 0;
     sb_reset(&sh->sb);
     sh->bad = 0;
+    sh->tap_wrote = sh->tap_bad = 0;
     sh->bad_kind = SIO_SHARD_BAD_OTHER; /* unless tar_damage says more */
     sh->gxlen = 0;
     sh->gxover = 0;
@@ -1049,6 +1170,7 @@ static sio_code read_group(sio_shard *sh, int *open)
             }
             sh->damaged = 0;
             sh->eof = 1;
+            tap_end(sh);
             break;
         }
         const sio_tar_entry *e = &sh->cur;
@@ -1125,13 +1247,18 @@ static sio_code read_group(sio_shard *sh, int *open)
             snprintf(sh->bad_reason, sizeof sh->bad_reason,
                      "repeated field %.64s", ext);
             sh->bad = 1;
+            if (sh->tap && (rc = tap_bad_group(sh)) != SIO_OK)
+                return fail(sh, rc, "staging the zip's tar failed");
             continue;
         }
         if (sh->bad)
             continue;
+        size_t nf0 = sh->sb.nf;
         rc = read_member(sh, e, ext);
         if (rc)
             return rc;
+        if (sh->tap && (rc = tap_read(sh, name, nf0)) != SIO_OK)
+            return fail(sh, rc, "staging the zip's tar failed");
     }
     return SIO_OK;
 }

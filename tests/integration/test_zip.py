@@ -6,7 +6,9 @@ What a stream delivers is checked sample by sample against the zips as
 Python's zipfile reads them (through the central directory), by the
 WebDataset rule. Zips that cannot be streamed (an encrypted entry, a stored
 entry whose data descriptor has no signature) fail their shard with a
-message naming the problem, under on_error=skip and on_error=fail. A
+message naming the problem, under on_error=skip and on_error=fail; with
+staging (the default) every epoch is planned, each zip staged as the tar
+of its samples. A
 deflate bomb (4 GiB of zeros with its size declared, 1 GiB with its size
 only in a descriptor) is a bad sample under max-field-bytes and does not
 raise the server's memory.
@@ -31,7 +33,8 @@ import pytest
 import shardcast
 from shardcast import ShardcastHTTPError, ShardcastStreamError
 
-from shardcast_testlib import field_dict, read_samples, wds_samples, wds_split
+from shardcast_testlib import (field_dict, http_request, read_samples, wds_samples,
+                               wds_split)
 
 JOB = "z"
 
@@ -169,6 +172,16 @@ def check_exactly(samples, expect):
         assert s["__shard__"].endswith("/" + shard)
 
 
+def planned_only(srv):
+    """Every stream of the job came from a plan (the zips staged as the
+    tar of their samples), none from the feed."""
+    import json
+    st, _, body = http_request(srv, "/v1/jobs/" + JOB)
+    assert st == 200
+    dp = json.loads(body)["data_plane"]
+    assert dp["feed_streams"] == 0 and dp["plan_streams"] > 0, dp
+
+
 def test_zip_layouts_exactly_once(start_server, zip_dataset):
     d, expect = zip_dataset
     srv = start_server(d, job=JOB, seed=3, extra=["--on-error", "fail"])
@@ -184,6 +197,7 @@ def test_zip_layouts_exactly_once(start_server, zip_dataset):
     both = halves[0] + halves[1]
     assert len(both) == len(expect) - len(expect) % 2
     check_exactly(both, {k: expect[k] for k in {s["__key__"] for s in both}})
+    planned_only(srv)
     assert srv.alive(), srv.log()
 
 
@@ -302,6 +316,7 @@ def test_unstreamable_zips_skipped_with_reason(start_server, refused_dataset):
             "read (no passphrase)") in log, log
     assert "zip entry nosig-000.bin:" in log and \
         "stored entry whose size is only in a data descriptor" in log, log
+    planned_only(srv)
     assert srv.alive(), srv.log()
 
 

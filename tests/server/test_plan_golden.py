@@ -15,10 +15,10 @@ repeated field), skipped members (directories, top-level __*__ names,
 names without a dot) and a shard of skipped members only.
 
 - eligible (d1: indexed ahead by `shardcast index`; d2: indexed by reading
-  epoch 0 once on each server; a mixed job of two weighted sources and an
-  epoch_size; an objects source): B must serve from plans;
-- fallback: a dataset with a zip and a .tar.gz shard: B must give the same
-  bytes from the feed, and builds no plan.
+  epoch 0 once on each server; d3: a dataset with a zip and a .tar.gz
+  shard, staged; a mixed job of two weighted sources and an epoch_size; an
+  objects source): B must serve from plans (a staged epoch's streams of
+  another world or far ahead come from its feed, as designed).
 
 Every partition policy is a job of its own (partition is a job key). For
 each job, random combinations (epochs, world 1..5 with every rank, start
@@ -404,13 +404,16 @@ def test_eligible_datasets_are_byte_identical(golden):
                                     "d2-fields": 0})
 
 
-def test_zip_and_targz_shards_fall_back_and_match(golden):
+def test_zip_and_targz_shards_are_planned_and_match(golden):
+    """A dataset with a zip and a .tar.gz shard: staged (the gzip
+    decompressed, the zip as the tar of its samples) and planned, with the
+    feed's bytes."""
     d3 = golden["d3"]
     epoch0_both(golden, "d3-drop", expected_of(d3))
     jobs = ["d3-drop", "d3-pad", "d3-none"]
     run_jobs(golden, jobs, d3.total, EPOCHS, COMBOS_FALLBACK,
              field_names(f for _, f in d3.by_key.values()))
-    check_plane_stats(golden, jobs, want_plans=False)
+    check_plane_stats(golden, jobs, want_plans=True)
 
 
 def test_mixed_job_is_planned_and_matches(golden):

@@ -493,8 +493,9 @@ def test_compressed_shards_are_staged_decompressed_and_planned(start, server_bin
     """Local tar.gz and tar.zst shards with --stage-bytes, one tar.gz cut
     short: every epoch is planned (each compressed shard decompressed once
     into memory, read with the positions of its stream-only index), and
-    each rank's share and END summary are the feed's; a zip shard keeps
-    the feed."""
+    each rank's share and END summary are the feed's. A zip shard is
+    staged as the tar of its samples and planned too, with the feed's
+    samples; with --stage-bytes 0 it is the feed's."""
     import shutil
     import subprocess
     require_planes(server_binary, "auto", "stream")
@@ -529,7 +530,8 @@ def test_compressed_shards_are_staged_decompressed_and_planned(start, server_bin
         assert after["feed_streams"] == before["feed_streams"], (tag(), after)
         assert after["plan_streams"] == before["plan_streams"] + 3, (tag(), after)
     assert staging(plan)["shards"] >= 2, staging(plan)
-    # A zip among them: the feed, with staging or without.
+    # A zip among them: staged as a tar and planned (the feed's samples);
+    # without staging, the feed.
     with warnings.catch_warnings():
         # the writer repeats a member name on purpose (a bad sample)
         warnings.simplefilter("ignore", UserWarning)
@@ -540,10 +542,19 @@ def test_compressed_shards_are_staged_decompressed_and_planned(start, server_bin
                   "--data-plane", "stream")
     zplan = start("--job", "t", "--source", zds.path, *COMMON,
                   "--data-plane", "auto", "--stage-bytes", "256MiB")
-    want = read_world(zfeed, 0, 2)
-    got = read_world(zplan, 0, 2)
-    assert [kf(p) for p in got] == [kf(p) for p in want], tag()
+    for epoch in (0, 1):
+        want = read_world(zfeed, epoch, 2)
+        got = read_world(zplan, epoch, 2)
+        assert [kf(p) for p in got] == [kf(p) for p in want], (tag(), epoch)
+        assert [p.summary() for p in got] == [p.summary() for p in want], (tag(), epoch)
     dp = data_plane(get_json(zplan, "/v1/jobs/t"))
+    assert dp["plan_streams"] == 4 and dp["feed_streams"] == 0, (tag(), dp)
+    assert dp["plans_grown"] == 2, (tag(), dp)
+    znone = start("--job", "t", "--source", zds.path, *COMMON,
+                  "--data-plane", "auto", "--stage-bytes", "0")
+    got = read_world(znone, 0, 2)
+    assert [kf(p) for p in got] == [kf(p) for p in read_world(zfeed, 0, 2)], tag()
+    dp = data_plane(get_json(znone, "/v1/jobs/t"))
     assert dp["plan_streams"] == 0 and dp["feed_streams"] == 2, (tag(), dp)
 
 
