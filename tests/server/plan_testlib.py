@@ -623,36 +623,6 @@ def stream_query(job, epoch, rank, world, fmt, start=None, global_start=None,
     return "/v1/jobs/%s/epochs/%d/stream?%s" % (job, epoch, q)
 
 
-def read_world(srv, epoch, world, fmt="frames", job="t", what="",
-               timeout=180):
-    """Every rank of a world read at once, each stream to its END: the
-    parsed bodies in rank order. what names the case in failures."""
-    out = [None] * world
-
-    def one(r):
-        try:
-            st, _, body, complete, _ = fetch(
-                srv, stream_query(job, epoch, r, world, fmt))
-            assert st == 200 and complete, "%s epoch %d rank %d: %s %r" % (
-                what, epoch, r, st, body[-400:])
-            out[r] = parse_body(fmt, body)
-        except AssertionError as e:  # reported below
-            out[r] = e
-
-    ts = [threading.Thread(target=one, args=(r,)) for r in range(world)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(timeout)
-        assert not t.is_alive(), "%s epoch %d: a consumer still reads" % (
-            what, epoch)
-    for r, p in enumerate(out):
-        assert not isinstance(p, AssertionError), str(p)
-        assert p.outcome == "end", "%s epoch %d rank %d: %s" % (
-            what, epoch, r, p.summary())
-    return out
-
-
 def read_world_failing(srv, epoch, world, fmt="frames", job="t", what="",
                        timeout=180):
     """Every rank of a world read at once to the end of its body, which
@@ -671,6 +641,21 @@ def read_world_failing(srv, epoch, world, fmt="frames", job="t", what="",
         t.join(timeout)
         assert not t.is_alive(), "%s epoch %d: a consumer still reads" % (
             what, epoch)
+    return out
+
+
+def read_world(srv, epoch, world, fmt="frames", job="t", what="",
+               timeout=180):
+    """Every rank of a world read at once, each stream to its END: the
+    parsed bodies in rank order. what names the case in failures."""
+    out = []
+    for r, (st, complete, p) in enumerate(read_world_failing(
+            srv, epoch, world, fmt, job, what, timeout)):
+        assert st == 200 and complete, "%s epoch %d rank %d: %s %s" % (
+            what, epoch, r, st, p.summary() if st == 200 else repr(p[-400:]))
+        assert p.outcome == "end", "%s epoch %d rank %d: %s" % (
+            what, epoch, r, p.summary())
+        out.append(p)
     return out
 
 
