@@ -412,12 +412,15 @@ static sio_code src_open(stage_src *s, sio_io *io, const char *url,
     return rc;
 }
 
-/* The next bytes (at most STAGE_READ) into buf: *got 0 at the end. */
-static sio_code src_read(stage_src *s, unsigned char *buf, size_t *got,
+/* The next bytes: *got of them at *out (0 at the end), read into buf (at
+ * most STAGE_READ), or (a zip) the source's own tar buffer, not copied. */
+static sio_code src_read(stage_src *s, unsigned char *buf,
+                         const unsigned char **out, size_t *got,
                          sio_error *err)
 {
     sio_code rc;
     *got = 0;
+    *out = buf;
     if (s->zsh) {
         /* The tar the zip reader's tap wrote, sample by sample; the
          * shard's end (or failure) once it is all out. */
@@ -442,9 +445,7 @@ static sio_code src_read(stage_src *s, unsigned char *buf, size_t *got,
             return SIO_OK; /* the end */
         }
         size_t n = s->zout.len - s->zpos;
-        if (n > STAGE_READ)
-            n = STAGE_READ;
-        memcpy(buf, s->zout.data + s->zpos, n);
+        *out = s->zout.data + s->zpos;
         s->zpos += n;
         *got = n;
     } else if (s->ar) {
@@ -560,11 +561,12 @@ static sio_code job_wait(void *ud, uint64_t want, uint64_t *avail,
         size_t got = 0;
         sio_error e = {SIO_OK, ""};
         sio_code rc;
+        const unsigned char *data = j->buf;
         if (atomic_load(&j->p->failed))
             rc = sio_seterr(&e, SIO_ERR_CANCELED, "the epoch's plan "
                             "stopped");
         else
-            rc = src_read(&j->src, j->buf, &got, &e);
+            rc = src_read(&j->src, j->buf, &data, &got, &e);
         if ((rc == SIO_ERR_IO || rc == SIO_ERR_RETRY) &&
             j->resumes < STAGE_RESUMES) {
             j->resumes++;
@@ -573,7 +575,7 @@ static sio_code job_wait(void *ud, uint64_t want, uint64_t *avail,
             rc = e.code ? e.code : rc;
         }
         if (rc == SIO_OK && got > 0)
-            rc = write_all(j->fd, j->buf, got, -1, &e);
+            rc = write_all(j->fd, data, got, -1, &e);
         if (rc || got == 0) {
             j->ended = 1;
             j->src_rc = rc;
@@ -951,10 +953,11 @@ static void restage_run(struct stage_job *j, unsigned char *buf)
                       : sio_seterr(&e, SIO_ERR_NOMEM, "out of memory");
     while (rc == SIO_OK) {
         size_t got = 0;
-        rc = src_read(&j->src, buf, &got, &e);
+        const unsigned char *data = buf;
+        rc = src_read(&j->src, buf, &data, &got, &e);
         if (rc || got == 0)
             break;
-        rc = write_all(j->fd, buf, got, -1, &e);
+        rc = write_all(j->fd, data, got, -1, &e);
     }
     uint64_t size = buf ? j->src.got : 0;
     uint64_t vh = buf ? src_close(&j->src, rc == SIO_OK) : 0;
