@@ -1248,7 +1248,9 @@ static sio_code read_group(sio_shard *sh, int *open)
                      "repeated field %.64s", ext);
             sh->bad = 1;
             if (sh->tap && (rc = tap_bad_group(sh)) != SIO_OK)
-                return fail(sh, rc, "staging the zip's tar failed");
+                return fail(sh, rc, rc == SIO_ERR_LIMIT
+                                       ? "the zip's tar is larger than the staging budget"
+                                       : "staging the zip's tar failed");
             continue;
         }
         if (sh->bad)
@@ -1258,7 +1260,9 @@ static sio_code read_group(sio_shard *sh, int *open)
         if (rc)
             return rc;
         if (sh->tap && (rc = tap_read(sh, name, nf0)) != SIO_OK)
-            return fail(sh, rc, "staging the zip's tar failed");
+            return fail(sh, rc, rc == SIO_ERR_LIMIT
+                                       ? "the zip's tar is larger than the staging budget"
+                                       : "staging the zip's tar failed");
     }
     return SIO_OK;
 }
