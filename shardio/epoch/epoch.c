@@ -231,9 +231,10 @@ struct sio_epoch {
     int (*stop_fn)(void *ud, uint32_t shard, uint64_t *at, sio_code *rc,
                    char *msg, size_t msglen);
     void *stop_ud;
-    /* A mixed order's source pass (meta mode): its stubs are the mixed
-     * order's (they outlive the pass in that order's buffer). */
-    struct sio_epoch *stub_home;
+    /* A mixed order's source pass (meta mode): the mixed order. Its stub
+     * entries are that order's (they outlive the pass in its buffer), and
+     * so are the gate, stop hook and entries hook (home_of). */
+    struct sio_epoch *home;
     /* Where meta mode finds a shard's groups (sio_order_set_entries):
      * NULL from entry_fn, the index's entry for the shard's URL. */
     sio_index_entry *(*entry_fn)(void *ud, uint32_t shard);
@@ -311,11 +312,17 @@ void sio_epoch_get_stats(const sio_epoch *ep, sio_epoch_stats *st)
 
 /* Stubs --------------------------------------------------------------- */
 
+/* The epoch whose stub entries and order hooks ep uses: a mixed order's
+ * for one of its source passes, else ep itself. */
+static sio_epoch *home_of(sio_epoch *ep)
+{
+    return ep->home ? ep->home : ep;
+}
+
 static stub *stub_new(sio_epoch *ep, uint32_t shard, uint64_t group,
                       uint64_t bytes)
 {
-    if (ep->stub_home)
-        ep = ep->stub_home;
+    ep = home_of(ep);
     stub *s = ep->free_stubs;
     if (!s) {
         stub_chunk *c = malloc(sizeof *c);
@@ -345,8 +352,7 @@ static void ent_drop(sio_epoch *ep, const sio_sample *s)
 {
     if (s && IS_STUB(s)) {
         stub *st = (stub *)(uintptr_t)s;
-        if (ep->stub_home)
-            ep = ep->stub_home;
+        ep = home_of(ep);
         if (st->vi != UINT32_MAX && ep->vents) {
             vent *v = &ep->vents[st->vi];
             sio_sample_unref(v->real);
@@ -1437,9 +1443,10 @@ static void slot_take(sio_epoch *ep, reader *r, const sio_sample **out,
  * when r reached what it let in before)? */
 static int gate_shut(sio_epoch *ep, reader *r)
 {
-    if (!ep->gate || r->g < r->gready)
+    const sio_epoch *h = home_of(ep);
+    if (!h->gate || r->g < r->gready)
         return 0;
-    r->gready = ep->gate(ep->gate_ud, r->idx);
+    r->gready = h->gate(h->gate_ud, r->idx);
     return r->g >= r->gready;
 }
 
@@ -1452,11 +1459,12 @@ static int meta_stopped(sio_epoch *ep, reader *r, sio_code *rc_out,
 {
     uint64_t at = UINT64_MAX;
     sio_code rc = SIO_OK;
-    if (!ep->stop_fn)
+    const sio_epoch *h = home_of(ep);
+    if (!h->stop_fn)
         return 0;
     if (r->g < r->mstop && r->mstop != UINT64_MAX)
         return 0;
-    if (!ep->stop_fn(ep->stop_ud, r->idx, &at, &rc, msg, msglen))
+    if (!h->stop_fn(h->stop_ud, r->idx, &at, &rc, msg, msglen))
         return 0;
     r->mstop = at;
     if (r->g < at)
@@ -1484,8 +1492,9 @@ static sio_code meta_take(sio_epoch *ep, reader *r, const sio_sample **out,
      * took a decision since): no lock per group. */
     sio_index_entry *e = r->mix;
     if (!e) {
-        if (ep->entry_fn)
-            e = ep->entry_fn(ep->entry_ud, r->idx);
+        const sio_epoch *h = home_of(ep);
+        if (h->entry_fn)
+            e = h->entry_fn(h->entry_ud, r->idx);
         if (!e)
             e = shard_ixv(ep, r->idx);
         if (!e)
@@ -1589,8 +1598,8 @@ static sio_code advance(sio_epoch *ep);
 static const sio_sample *outq_pop(sio_epoch *ep);
 
 /* A pass of a mixed order's source (meta mode): an order of its own over
- * the source's shards, whose stubs, gate and stop hook are the mixed
- * order's. */
+ * the source's shards, whose entries and hooks are the mixed order's
+ * (home_of). */
 static sio_code meta_sub_open(sio_epoch *ep, const sio_epoch_config *c,
                               sio_epoch **out, sio_error *err)
 {
@@ -1601,18 +1610,13 @@ static sio_code meta_sub_open(sio_epoch *ep, const sio_epoch_config *c,
         return rc;
     sio_epoch *sub = *out;
     sub->meta = 1;
-    sub->stub_home = ep->stub_home ? ep->stub_home : ep;
-    sub->gate = ep->gate;
-    sub->gate_ud = ep->gate_ud;
-    sub->stop_fn = ep->stop_fn;
-    sub->stop_ud = ep->stop_ud;
-    sub->entry_fn = ep->entry_fn;
-    sub->entry_ud = ep->entry_ud;
+    sub->home = home_of(ep);
     return SIO_OK;
 }
 
-/* The next stub of a meta pass: *out, NULL at its end; SIO_ERR_AGAIN
- * while its shards are not ready (its state stays where it is). */
+/* The next entry of a meta pass (a sample known by its place): *out,
+ * NULL at its end; SIO_ERR_AGAIN while its shards are not ready (its
+ * state stays where it is). */
 static sio_code meta_sub_next(sio_epoch *sub, const sio_sample **out)
 {
     *out = NULL;
@@ -2208,11 +2212,6 @@ void sio_order_set_gate(sio_order *o,
 {
     o->ep->gate = fn;
     o->ep->gate_ud = ud;
-    for (uint32_t i = 0; i < o->ep->nmsrc; i++)
-        if (o->ep->msrc[i].sub) {
-            o->ep->msrc[i].sub->gate = fn;
-            o->ep->msrc[i].sub->gate_ud = ud;
-        }
 }
 
 void sio_order_set_stop(sio_order *o,
@@ -2222,11 +2221,6 @@ void sio_order_set_stop(sio_order *o,
 {
     o->ep->stop_fn = fn;
     o->ep->stop_ud = ud;
-    for (uint32_t i = 0; i < o->ep->nmsrc; i++)
-        if (o->ep->msrc[i].sub) {
-            o->ep->msrc[i].sub->stop_fn = fn;
-            o->ep->msrc[i].sub->stop_ud = ud;
-        }
 }
 
 void sio_order_set_entries(sio_order *o,
@@ -2235,11 +2229,6 @@ void sio_order_set_entries(sio_order *o,
 {
     o->ep->entry_fn = fn;
     o->ep->entry_ud = ud;
-    for (uint32_t i = 0; i < o->ep->nmsrc; i++)
-        if (o->ep->msrc[i].sub) {
-            o->ep->msrc[i].sub->entry_fn = fn;
-            o->ep->msrc[i].sub->entry_ud = ud;
-        }
 }
 
 int sio_order_failed(const sio_order *o)

@@ -1385,32 +1385,20 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
                                   "shard %zu cannot be opened: %s", i,
                                   err->msg);
         }
-        if (kind == 2) {
-            /* A zip: staged in memory as the tar of its samples (the zip
-             * reader's own group builder writes it), read from there. */
+        if (kind == 1 || kind == 2) {
+            /* Compressed: staged in memory decompressed; a zip: staged in
+             * memory as the tar of its samples (the zip reader's own
+             * group builder writes it). Read from there. */
             if (!dec)
                 return sio_seterr(err, SIO_ERR_UNSUPPORTED,
-                                  "shard %zu is a zip and there is no "
-                                  "staging (--stage-bytes 0) to hold it "
-                                  "as a tar", i);
+                                  "shard %zu is %s and there is no staging "
+                                  "(--stage-bytes 0) to hold it %s", i,
+                                  kind == 2 ? "a zip" : "compressed",
+                                  kind == 2 ? "as a tar" : "decompressed");
             if (!object && !local)
                 return sio_seterr(err, SIO_ERR_UNSUPPORTED,
                                   "shard %zu cannot be read", i);
-            kinds[i] = STAGE_ZIP;
-            *stage = 1;
-            in_memory = 1;
-            continue;
-        }
-        if (kind == 1) {
-            if (!dec)
-                return sio_seterr(err, SIO_ERR_UNSUPPORTED,
-                                  "shard %zu is compressed and there is no "
-                                  "staging (--stage-bytes 0) to hold it "
-                                  "decompressed", i);
-            if (!object && !local)
-                return sio_seterr(err, SIO_ERR_UNSUPPORTED,
-                                  "shard %zu cannot be read", i);
-            kinds[i] = STAGE_DECOMPRESS;
+            kinds[i] = kind == 2 ? STAGE_ZIP : STAGE_DECOMPRESS;
             *stage = 1;
             in_memory = 1;
             continue;
