@@ -45,7 +45,6 @@
  */
 #include "shardio_plan.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -59,6 +58,7 @@
 #include "plan/plan_int.h"
 #include "shardio_cache.h"
 #include "store/store_int.h"
+#include "tar/group.h"
 #include "tar/tarparse.h"
 
 /* A sample whose byte range is at most this is read whole, in one pread,
@@ -110,10 +110,7 @@ struct sio_planread {
     size_t bufcap;
     /* The sample handed out (valid until the next call). */
     sio_sample smp;
-    char *key;
-    size_t keycap;
-    char *names;
-    size_t nlen, ncap;
+    sio_group g;            /* the group read (the rule: tar/group.h) */
     pfield *pf;
     sio_field *fields;
     sio_extent *ext;
@@ -157,12 +154,8 @@ sio_code sio_planread_open(sio_io *io, const sio_shardlist *list,
     r->plan = plan;
     sio_plan_ref(plan);
     r->cfg = *cfg;
-    if (!r->cfg.limits.member_max)
-        r->cfg.limits.member_max = SIO_MEMBER_MAX_DEFAULT;
-    if (!r->cfg.limits.sample_max)
-        r->cfg.limits.sample_max = SIO_SAMPLE_MAX_DEFAULT;
-    if (!r->cfg.limits.fields_max)
-        r->cfg.limits.fields_max = SIO_FIELDS_MAX_DEFAULT;
+    sio_group_limits(&r->cfg.limits);
+    sio_group_init(&r->g);
     r->n = sio_plan_count(plan);
     r->final = sio_plan_complete(plan);
     r->length = r->final ? sio_share_length(r->n, cfg->global_start,
@@ -378,35 +371,8 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
     return 0;
 }
 
-/*
- * Blocks dropped for a bad checksum after the group's last member, up to
- * the end of its indexed range: the index builder (shard.c's
- * damage_owner) took the damaged header for the next group's first
- * member. Believe it only when this read sees the same: exactly that
- * header and its data were dropped, its key is another one, and the
- * group has a member of its extension (so none is missing here).
- */
-static int damage_after(const sio_planread *r, size_t keylen)
-{
-    const sio_tar_plain *t = &r->tp;
-    sio_tar_entry de = {.name = t->dmg_name, .regular = 1};
-    char ext[SIO_TARP_DMG_NAME_MAX + 1];
-    size_t kl = 0;
-    if (!t->dmg_blocks || t->damaged != t->dmg_blocks ||
-        sio_tar_skip_member(&de, &kl))
-        return 0;
-    if (kl == keylen && memcmp(t->dmg_name, r->key, kl) == 0)
-        return 0;
-    size_t nl = strlen(t->dmg_name);
-    for (size_t i = kl + 1; i <= nl; i++)
-        ext[i - kl - 1] = (char)tolower((unsigned char)t->dmg_name[i]);
-    for (size_t f = 0; f < r->nf; f++)
-        if (strcmp(r->names + r->pf[f].name_off, ext) == 0)
-            return 1;
-    return 0;
-}
-
-/* The group at the reader's tar position, collected into r->smp.
+/* The group at the reader's tar position, collected into r->smp by the
+ * grouping rule every reader follows (tar/group.h).
  * SIO_OK: r->smp is the sample (ext set when large); SIO_ERR_UNSUPPORTED:
  * an entry only libarchive reads (the caller takes the shard reader);
  * else the bytes are not the indexed sample. */
@@ -414,12 +380,12 @@ static sio_code collect(sio_planread *r, const sio_plan_item *it,
                         const char *url, int large, int fd)
 {
     const sio_shard_limits *lim = &r->cfg.limits;
+    sio_group *g = &r->g;
     sio_tar_entry e;
-    size_t keylen = 0;
-    uint64_t dlen = 0;
-    int open = 0, bad = 0;
+    char ext[SIO_GROUP_EXT_MAX];
 
-    r->nf = r->nlen = 0;
+    r->nf = 0;
+    sio_group_reset(g);
     for (;;) {
         int what = 0;
         sio_code rc = sio_tarp_next(&r->tp, &e, &what);
@@ -430,7 +396,14 @@ static sio_code collect(sio_planread *r, const sio_plan_item *it,
                        : SIO_ERR_CHANGED;
         }
         if (r->tp.damaged) {
-            if (open && what == SIO_TARP_END && damage_after(r, keylen))
+            /* Blocks dropped for a bad checksum after the group's last
+             * member, up to the end of its indexed range: the index
+             * builder took the damaged header for the next group's first
+             * member; believe it where this read sees the same. */
+            int known = r->tp.dmg_blocks != 0 &&
+                        r->tp.damaged == r->tp.dmg_blocks;
+            if (g->open && what == SIO_TARP_END &&
+                sio_group_damage_after(g, r->tp.dmg_name, known))
                 break; /* the next group's damaged first member */
             /* The index took this range for a whole sample: a header
              * dropped for its checksum means it is not that sample. */
@@ -443,40 +416,24 @@ static sio_code collect(sio_planread *r, const sio_plan_item *it,
             return SIO_ERR_UNSUPPORTED;
         if (what == SIO_TARP_END)
             break;
-        size_t kl = 0;
-        if (sio_tar_skip_member(&e, &kl))
-            continue;
-        if (!open) {
-            if (grow((void **)&r->key, &r->keycap, kl + 1, 1))
-                return SIO_ERR_NOMEM;
-            memcpy(r->key, e.name, kl);
-            r->key[kl] = '\0';
-            keylen = kl;
-            open = 1;
-        } else if (kl != keylen || memcmp(e.name, r->key, kl) != 0) {
-            break; /* the next group: past the indexed end */
-        }
-        size_t nl = strlen(e.name);
-        size_t xl = nl - kl; /* ext and its NUL */
-        if (grow((void **)&r->names, &r->ncap, r->nlen + xl, 1))
+        int first = 0;
+        int m = sio_group_member(g, &e, ext, &first);
+        if (m < 0)
             return SIO_ERR_NOMEM;
-        char *x = r->names + r->nlen;
-        for (size_t i = kl + 1; i <= nl; i++)
-            x[i - kl - 1] = (char)tolower((unsigned char)e.name[i]);
-        for (size_t f = 0; f < r->nf; f++)
-            if (strcmp(r->names + r->pf[f].name_off, x) == 0)
-                bad = 1; /* a repeated field */
-        if (bad)
+        if (m == SIO_GROUP_SKIP)
             continue;
-        if (e.size > lim->member_max || r->nf >= lim->fields_max ||
-            e.size > lim->sample_max || dlen > lim->sample_max - e.size) {
-            bad = 1;
-            continue;
-        }
+        if (m == SIO_GROUP_NEXT)
+            break; /* the next group: past the indexed end */
+        size_t name_off = 0;
+        int keep = sio_group_field(g, ext, e.size, lim, &name_off);
+        if (keep < 0)
+            return SIO_ERR_NOMEM;
+        if (!keep)
+            continue; /* bad: told below */
         if (grow((void **)&r->pf, &r->fcap, r->nf + 1, sizeof *r->pf))
             return SIO_ERR_NOMEM;
         pfield *pf = &r->pf[r->nf++];
-        pf->name_off = r->nlen;
+        pf->name_off = name_off;
         pf->len = e.size;
         pf->off = r->tp.off; /* the data follows the header */
         pf->data = NULL;
@@ -489,14 +446,13 @@ static sio_code collect(sio_planread *r, const sio_plan_item *it,
             }
             pf->data = r->tp.buf + r->tp.pos;
         }
-        r->nlen += xl;
-        dlen += e.size;
     }
-    if (!open || bad) {
+    if (!g->open || g->bad) {
         snprintf(r->err, sizeof r->err,
-                 "url=%s group %" PRIu32 ": %s where the index has a good "
+                 "url=%s group %" PRIu32 ": %s%s where the index has a good "
                  "sample (the shard changed)", url, it->group,
-                 open ? "a bad sample" : "no sample");
+                 g->open ? "a bad sample: " : "no sample",
+                 g->open ? g->reason : "");
         return SIO_ERR_CHANGED;
     }
     /* The field table (the reader's arrays; sizes only grow). */
@@ -512,20 +468,20 @@ static sio_code collect(sio_planread *r, const sio_plan_item *it,
         r->tcap = r->fcap;
     }
     for (size_t f = 0; f < r->nf; f++) {
-        r->fields[f].name = r->names + r->pf[f].name_off;
+        r->fields[f].name = g->names + r->pf[f].name_off;
         r->fields[f].data = r->pf[f].data;
         r->fields[f].len = (size_t)r->pf[f].len;
         r->ext[f].fd = large ? fd : -1;
         r->ext[f].offset = r->pf[f].off;
     }
-    r->smp = (sio_sample){.key = r->key,
+    r->smp = (sio_sample){.key = g->key,
                           .shard_url = url,
                           .shard_index = it->shard,
                           .index_in_shard = it->group,
                           .global_index = UINT64_MAX,
                           .nfields = r->nf,
                           .fields = r->fields,
-                          .bytes = (size_t)dlen,
+                          .bytes = (size_t)g->dlen,
                           .source = 0};
     return SIO_OK;
 }
@@ -871,8 +827,7 @@ void sio_planread_close(sio_planread *r)
         stage_reader(r->plan, r->cfg.rank, r->cfg.world, r->noted, -1);
     sio_sample_unref(r->held);
     sio_pool_put(r->buf, r->bufcap);
-    free(r->key);
-    free(r->names);
+    sio_group_free(&r->g);
     free(r->pf);
     free(r->fields);
     free(r->ext);

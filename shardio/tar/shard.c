@@ -3,7 +3,7 @@
  *
  * A shard is read through a backend stream, so only one read buffer and
  * the sample being built are in memory, whatever the shard's size. Two
- * readers share the grouping code below:
+ * readers share the group reader below (read_group):
  *  - an uncompressed tar (the common case) is parsed here (tarparse.c's
  *    rules: ustar/GNU/pax headers, GNU long names, pax path and size), and
  *    member data is read straight from the stream into the sample's pool
@@ -30,11 +30,13 @@
  *    compression methods libarchive lacks. A plan stages a zip as the tar
  *    of its samples: the group builder below writes what it reads to a tar
  *    tap (sio_shard_set_tar_tap), so the tar's groups are the zip's.
- * Grouping follows upstream WebDataset (docs/architecture.md, "Shard formats"): key = path up to
- * the first dot of the last component, extension = the rest (lowercased);
- * consecutive members with one key form a sample; non-regular members, names
- * without such a split and top-level "__*__" names are skipped; a repeated
- * field makes that sample bad (SIO_ERR_SAMPLE) but not the shard.
+ * Grouping follows upstream WebDataset (docs/architecture.md, "Shard
+ * formats"), by the rule in group.c, the one the plan's reader follows
+ * too: key = path up to the first dot of the last component, extension =
+ * the rest (lowercased); consecutive members with one key form a sample;
+ * non-regular members, names without such a split and top-level "__*__"
+ * names are skipped; a repeated field or a limit passed makes that sample
+ * bad (SIO_ERR_SAMPLE) but not the shard.
  *
  * Threading: a sio_shard is used by one thread at a time.
  * Ownership: the shard owns its stream, archive and builder; samples it
@@ -53,6 +55,7 @@
 #include "store/store_int.h"
 #include "core/sample.h"
 #include "shardio_index.h"
+#include "tar/group.h"
 #include "tar/tarparse.h"
 #include "shardio_tarhdr.h"
 
@@ -60,8 +63,7 @@
  * The plain reader truncates longer names to this length, so they are
  * skipped alike. */
 #define SHARD_NAME_MAX SIO_TARP_NAME_MAX
-/* Room for the extensions of one group's members (damage_owner). */
-#define GX_MAX 1024
+_Static_assert(SIO_GROUP_EXT_MAX >= SHARD_NAME_MAX, "ext buffers");
 
 /* Tests: read every shard through libarchive. */
 static int force_libarchive;
@@ -94,8 +96,8 @@ struct sio_shard {
     sio_tar_entry cur;       /* the entry whose header was read last */
     int pending;             /* cur: header read, data not yet consumed */
     int eof;
-    int bad;                 /* the current sample is bad (bad_reason) */
-    char bad_reason[320];
+    sio_group g;             /* the group being read (the rule, group.h):
+                                g.bad, g.reason: it is bad, and why */
     int damaged;             /* a damaged header was dropped since the
                                 last member taken (tar_damage) */
     int bad_next;            /* the next group is bad (a damaged header
@@ -118,10 +120,6 @@ struct sio_shard {
     uint64_t damage_seen;    /* damaged-header events (tests) */
     int bad_kind;            /* why the last bad group was (tests):
                                 SIO_SHARD_BAD_* */
-    char gx[GX_MAX];         /* the extensions of the open group's members
-                                (every member, kept or not), NUL-separated */
-    size_t gxlen;
-    int gxover;              /* gx could not hold them all */
     uint64_t groups;         /* key groups seen (good and bad), counted
                                 from at.first_group */
     sample_builder sb;
@@ -187,12 +185,8 @@ static sio_code shard_start(sio_shard *sh, sio_io *io, const char *url,
     sh->index = index;
     if (limits)
         sh->lim = *limits;
-    if (!sh->lim.member_max)
-        sh->lim.member_max = SIO_MEMBER_MAX_DEFAULT;
-    if (!sh->lim.sample_max)
-        sh->lim.sample_max = SIO_SAMPLE_MAX_DEFAULT;
-    if (!sh->lim.fields_max)
-        sh->lim.fields_max = SIO_FIELDS_MAX_DEFAULT;
+    sio_group_limits(&sh->lim);
+    sio_group_init(&sh->g);
     sb_init(&sh->sb, sh->lim.sample_max, sh->lim.fields_max);
     sh->url = strdup(url);
     sh->rcap = sh->at.read_cap ? sh->at.read_cap : sio_io_read_buffer(io);
@@ -433,6 +427,7 @@ void sio_shard_close(sio_shard *sh)
     if (sh->stream)
         sh->stream->ops->close(sh->stream);
     sb_free(&sh->sb);
+    sio_group_free(&sh->g);
     free(sh->zbuf);
     sio_pool_put(sh->rbuf, sh->rbcap);
     free(sh->url);
@@ -535,7 +530,7 @@ static sio_code tap_bad_group(sio_shard *sh)
  * group's "bad" members when it made the group bad. */
 static sio_code tap_read(sio_shard *sh, const char *name, size_t nf0)
 {
-    if (sh->bad)
+    if (sh->g.bad)
         return tap_bad_group(sh);
     if (sh->sb.nf == nf0)
         return SIO_OK; /* nothing kept (read past) */
@@ -766,29 +761,19 @@ static sio_code zip_read_unsized(sio_shard *sh, const char *name,
     }
     if (end)
         sh->zdrain = 0;
-    if (got > sh->lim.member_max) {
-        snprintf(sh->bad_reason, sizeof sh->bad_reason,
-                 "member of more than %llu bytes above member_max=%llu",
-                 (unsigned long long)sh->lim.member_max,
-                 (unsigned long long)sh->lim.member_max);
-        sh->bad = 1;
-    } else {
+    /* Its size now known, the rule's limits (group.c) decide. */
+    if (sio_group_grow(&sh->g, got, &sh->lim) == 0) {
         unsigned char *dst = got > keep ? NULL
                                         : sb_begin_field(&sh->sb, ext, got,
                                                          &rc);
-        if (dst) {
-            if (got)
-                memcpy(dst, sh->zbuf, (size_t)got);
-            sb_end_field(&sh->sb, (size_t)got);
-        } else if (rc == SIO_ERR_NOMEM) {
-            return fail(sh, rc, "out of memory");
-        } else {
-            snprintf(sh->bad_reason, sizeof sh->bad_reason,
-                     "sample above sample_max=%llu bytes or fields_max=%u",
-                     (unsigned long long)sh->lim.sample_max,
-                     sh->lim.fields_max);
-            sh->bad = 1;
-        }
+        if (!dst)
+            return fail(sh, rc ? rc : SIO_ERR_LIMIT,
+                        rc == SIO_ERR_NOMEM ? "out of memory"
+                                            : "sample builder refused a "
+                                              "field the grouping rule took");
+        if (got)
+            memcpy(dst, sh->zbuf, (size_t)got);
+        sb_end_field(&sh->sb, (size_t)got);
     }
     if (sh->zcap > ZIP_SCRATCH_KEEP) {
         free(sh->zbuf);
@@ -889,46 +874,15 @@ static sio_code next_header(sio_shard *sh)
     }
 }
 
-/* Is this member to be skipped entirely (not a regular file, metadata)? */
-static int skip_member(const sio_tar_entry *e, size_t *keylen);
-
-int sio_tar_skip_member(const sio_tar_entry *e, size_t *keylen)
-{
-    return skip_member(e, keylen) || strlen(e->name) >= SHARD_NAME_MAX;
-}
-
-static int skip_member(const sio_tar_entry *e, size_t *keylen)
-{
-    const char *name = e->name;
-    if (!e->regular)
-        return 1;
-    if (!name || !*name)
-        return 1;
-    size_t nl = strlen(name);
-    if (!strchr(name, '/') && nl >= 4 && name[0] == '_' && name[1] == '_' &&
-        name[nl - 1] == '_' && name[nl - 2] == '_')
-        return 1;
-    return sio_split_key(name, keylen) != 0;
-}
-
-/* Read the pending member's data into the builder as field `ext`. */
+/* Read the pending member's data into the builder as field `ext` (the
+ * rule took it as a field: sio_group_field checked its limits). */
 static sio_code read_member(sio_shard *sh, const sio_tar_entry *e,
                             const char *ext)
 {
     sio_code rc;
-    if (sh->groups < sh->at.skip_until)
-        return SIO_OK; /* read past: the next header read skips the data */
     if (sh->zip && !sh->zknown)
         return zip_read_unsized(sh, e->name, ext);
     uint64_t size = e->size;
-    if (size > sh->lim.member_max) {
-        snprintf(sh->bad_reason, sizeof sh->bad_reason,
-                 "member of %llu bytes above member_max=%llu",
-                 (unsigned long long)size,
-                 (unsigned long long)sh->lim.member_max);
-        sh->bad = 1;
-        return SIO_OK; /* data skipped by the next header read */
-    }
     /* Skimming (sio_shard_skim): its size only, the next header read
      * skips the data. */
     int skim = sh->skim && sh->plain;
@@ -937,15 +891,11 @@ static sio_code read_member(sio_shard *sh, const sio_tar_entry *e,
         rc = sb_size_field(&sh->sb, ext, size);
     else
         dst = sb_begin_field(&sh->sb, ext, size, &rc);
-    if (rc) {
-        if (rc == SIO_ERR_NOMEM)
-            return fail(sh, rc, "out of memory");
-        snprintf(sh->bad_reason, sizeof sh->bad_reason,
-                 "sample above sample_max=%llu bytes or fields_max=%u",
-                 (unsigned long long)sh->lim.sample_max, sh->lim.fields_max);
-        sh->bad = 1;
-        return SIO_OK;
-    }
+    if (rc) /* the builder's bounds are the rule's limits, checked */
+        return fail(sh, rc,
+                    rc == SIO_ERR_NOMEM ? "out of memory"
+                                        : "sample builder refused a field "
+                                          "the grouping rule took");
     if (skim)
         return SIO_OK;
     if (sh->plain) {
@@ -1016,135 +966,56 @@ static void offer_group(sio_shard *sh, uint64_t g, uint64_t end, int bad)
  * (counted, or fatal under on_error=fail), never delivered shortened. */
 static void tar_damage(sio_shard *sh)
 {
-    snprintf(sh->bad_reason, sizeof sh->bad_reason,
+    snprintf(sh->g.reason, sizeof sh->g.reason,
              "damaged tar header (bad checksum) in or next to the sample: "
              "a member may be lost");
-    sh->bad = 1;
+    sh->g.bad = 1;
     sh->bad_kind = SIO_SHARD_BAD_DAMAGE;
 }
 
-/* Note ext (lower case) among the open group's member extensions. */
-static void gx_add(sio_shard *sh, const char *name, size_t keylen)
-{
-    size_t nl = strlen(name), xl = nl - keylen; /* ext and its NUL */
-    if (sh->gxover || xl > sizeof sh->gx - sh->gxlen) {
-        sh->gxover = 1;
-        return;
-    }
-    for (size_t i = keylen + 1; i <= nl; i++)
-        sh->gx[sh->gxlen++] = (char)tolower((unsigned char)name[i]);
-}
-
-/* Has the open group a member with extension ext (lower case)? -1 when
- * that is not known (too many members to note). */
-static int gx_has(const sio_shard *sh, const char *ext)
-{
-    if (sh->gxover)
-        return -1;
-    for (size_t i = 0; i < sh->gxlen; i += strlen(sh->gx + i) + 1)
-        if (strcmp(sh->gx + i, ext) == 0)
-            return 1;
-    return 0;
-}
-
-/* The pending damaged header's key length and (lower-case) extension,
- * when it can be read as a member's name at all (dmg_known); else -1. */
-static int damage_name(const sio_shard *sh, size_t *kl, char *ext)
-{
-    sio_tar_entry de = {.name = sh->dmg_name, .regular = 1};
-    if (!sh->dmg_known || sio_tar_skip_member(&de, kl))
-        return -1;
-    size_t nl = strlen(sh->dmg_name);
-    for (size_t i = *kl + 1; i <= nl; i++)
-        ext[i - *kl - 1] = (char)tolower((unsigned char)sh->dmg_name[i]);
-    return 0;
-}
-
-/*
- * A damaged header lies between the open group (key `open`) and the next
- * one (key `next`, whose first header follows it). Whose member did it
- * begin? 1: the open group's (*ext: its extension, which the next group
- * must then have, read_group); 2: the next group's; 3: neither's, a
- * sample of its own (one member: the next group must have a member of
- * *ext as well); 0: unknown (both are taken as bad). next is NULL at the
- * archive's end (1, 3 or 0 then). Its name is read from a block whose checksum failed, so
- * it is believed only where everything around agrees with it: exactly
- * that header and the data its size gives were dropped, with no entry
- * skipped on the way (dmg_known), its key is one of the two, and
- *  - the open group's: the group has no member of its extension yet (a
- *    sample holds one member per extension), so a member is missing
- *    there; and the next group must turn out to have one (else a key
- *    damaged into the open group's may hide that the member was the next
- *    group's: both are bad then);
- *  - the next group's: the open group already has a member of its
- *    extension, so that one is not missing there;
- *  - neither's: both groups have a member of its extension (the next one
- *    checked when it closes), so it was not theirs.
- * The extensions noted are every member's, whatever the reader keeps (a
- * seek that reads past groups, a field selection), so every reader of the
- * shard decides alike and the index agrees with the stream.
- */
-static int damage_owner(sio_shard *sh, const char *open, size_t openlen,
-                        const char *next, size_t nextlen, char *ext)
+/* A damaged header lies between the open group and the next one (key
+ * `next`; NULL at the archive's end): whose member it began, as the rule
+ * tells (sio_group_damage_owner); a sample of its own (3) is noted to
+ * follow (sh->lone). */
+static int damage_owner(sio_shard *sh, const char *next, size_t nextlen,
+                        char *ext)
 {
     size_t kl = 0;
-    if (damage_name(sh, &kl, ext) != 0)
-        return 0;
-    int has = gx_has(sh, ext);
-    if (kl == openlen && memcmp(sh->dmg_name, open, kl) == 0)
-        return has == 0 ? 1 : 0;
-    if (next && kl == nextlen && memcmp(sh->dmg_name, next, kl) == 0)
-        return has == 1 ? 2 : 0;
-    if (has == 1) {
+    int who = sio_group_damage_owner(&sh->g, sh->dmg_name, sh->dmg_known,
+                                     next, nextlen, &kl, ext);
+    if (who == 3) {
         sh->lone = 1;
         memcpy(sh->lone_key, sh->dmg_name, kl);
         sh->lone_key[kl] = '\0';
         sh->lone_off = sh->dmg_off;
-        return 3;
     }
-    return 0;
-}
-
-/* A reader bounded at a group's indexed end (sh->at.end) met damaged
- * blocks after the open group's last member and then that end: the index
- * builder took them for the next group's damaged first member
- * (damage_owner 2). Agree where this reader can check it: its name reads,
- * with another key, and the group has a member of its extension. */
-static int damage_after_end(sio_shard *sh)
-{
-    char ext[SIO_TARP_DMG_NAME_MAX + 1];
-    size_t kl = 0;
-    if (sh->at.end == UINT64_MAX || damage_name(sh, &kl, ext) != 0)
-        return 0;
-    if (kl == sh->sb.keylen && memcmp(sh->dmg_name, sh->sb.key, kl) == 0)
-        return 0;
-    return gx_has(sh, ext) == 1;
+    return who;
 }
 
 /* The open group is closing: the extension a damage before it asked of
  * it (damage_owner 1). */
 static void need_check(sio_shard *sh)
 {
-    if (sh->need && gx_has(sh, sh->need_ext) != 1)
+    if (sh->need && sio_group_has_ext(&sh->g, sh->need_ext) != 1)
         tar_damage(sh);
     sh->need = 0;
 }
 
 /* Read the next group into the builder. Returns SIO_OK with *open set
- * when a group was read (sh->bad tells whether it is good), *open = 0 at
- * the end of the shard. */
+ * when a group was read (sh->g.bad tells whether it is good), *open = 0
+ * at the end of the shard. Which members make the group, and when it is
+ * bad, is the rule's (group.c); this reads their data and follows the
+ * damaged headers the tar reader reports. */
 static sio_code read_group(sio_shard *sh, int *open)
 {
     sio_code rc = SIO_OK;
-    char ext[SHARD_NAME_MAX];
+    char ext[SIO_GROUP_EXT_MAX];
 
     *open = 0;
     sb_reset(&sh->sb);
-    sh->bad = 0;
+    sio_group_reset(&sh->g);
     sh->tap_wrote = sh->tap_bad = 0;
     sh->bad_kind = SIO_SHARD_BAD_OTHER; /* unless tar_damage says more */
-    sh->gxlen = 0;
-    sh->gxover = 0;
     if (sh->bad_next) {
         sh->bad_next = 0;
         tar_damage(sh);
@@ -1158,12 +1029,14 @@ static sio_code read_group(sio_shard *sh, int *open)
         if (!sh->pending) { /* end of the archive */
             if (*open)
                 need_check(sh);
-            if (sh->damaged && *open && !damage_after_end(sh)) {
+            if (sh->damaged && *open &&
+                !(sh->at.end != UINT64_MAX &&
+                  sio_group_damage_after(&sh->g, sh->dmg_name,
+                                         sh->dmg_known))) {
                 char ext2[SIO_TARP_DMG_NAME_MAX + 1];
                 /* at the tar's end only: a bounded reader cannot tell */
                 int who = sh->at.end == UINT64_MAX
-                              ? damage_owner(sh, sh->sb.key, sh->sb.keylen,
-                                             NULL, 0, ext2)
+                              ? damage_owner(sh, NULL, 0, ext2)
                               : 0;
                 if (who != 3)
                     tar_damage(sh);
@@ -1175,19 +1048,20 @@ static sio_code read_group(sio_shard *sh, int *open)
         }
         const sio_tar_entry *e = &sh->cur;
         const char *name = e->name;
-        size_t keylen = 0;
-        int skip = sio_tar_skip_member(e, &keylen);
+        int first = 0;
+        int what = sio_group_member(&sh->g, e, ext, &first);
+        if (what < 0)
+            return fail(sh, SIO_ERR_NOMEM, "out of memory");
         if (sh->zip && sh->zcrypt) {
             /* An encrypted zip entry fails the shard; a sample it does
              * not belong to is complete and delivered first. */
-            if (*open && (skip || keylen != sh->sb.keylen ||
-                          memcmp(name, sh->sb.key, keylen) != 0))
+            if (*open && what != SIO_GROUP_MEMBER)
                 break;
             return zip_fail(sh, SIO_ERR_UNSUPPORTED, name,
                             "encrypted: encrypted zip entries cannot be "
                             "read (no passphrase)");
         }
-        if (skip) {
+        if (what == SIO_GROUP_SKIP) {
             /* Not a member, but past a damaged header it makes the
              * dropped blocks no longer that header's alone. */
             if (sh->damaged)
@@ -1195,40 +1069,36 @@ static sio_code read_group(sio_shard *sh, int *open)
             sh->pending = 0;
             continue;
         }
-        size_t nl = strlen(name);
-        if (*open) {
+        if (what == SIO_GROUP_NEXT) {
             /* A different key closes the current sample; the member stays
-             * pending for the next call. */
-            if (keylen != sh->sb.keylen ||
-                memcmp(name, sh->sb.key, keylen) != 0) {
-                /* A damaged header between two samples: the one whose
-                 * member it began is bad; when that cannot be told, both
-                 * are. */
-                need_check(sh);
-                if (sh->damaged) {
-                    char ext2[SIO_TARP_DMG_NAME_MAX + 1];
-                    int who = damage_owner(sh, sh->sb.key, sh->sb.keylen,
-                                           name, keylen, ext2);
-                    if (who == 0 || who == 1)
-                        tar_damage(sh);
-                    if (who == 0 || who == 2)
-                        sh->bad_next = 1;
-                    if (who == 1 || who == 3) {
-                        sh->need = 1;
-                        memcpy(sh->need_ext, ext2, strlen(ext2) + 1);
-                    }
-                    sh->damaged = 0;
+             * pending for the next call. A damaged header between two
+             * samples: the one whose member it began is bad; when that
+             * cannot be told, both are. */
+            need_check(sh);
+            if (sh->damaged) {
+                char ext2[SIO_TARP_DMG_NAME_MAX + 1];
+                size_t keylen = 0;
+                (void)sio_tar_skip_member(e, &keylen);
+                int who = damage_owner(sh, name, keylen, ext2);
+                if (who == 0 || who == 1)
+                    tar_damage(sh);
+                if (who == 0 || who == 2)
+                    sh->bad_next = 1;
+                if (who == 1 || who == 3) {
+                    sh->need = 1;
+                    memcpy(sh->need_ext, ext2, strlen(ext2) + 1);
                 }
-                break;
+                sh->damaged = 0;
             }
-        } else {
-            rc = sb_set_key(&sh->sb, name, keylen);
+            break;
+        }
+        if (first) {
+            rc = sb_set_key(&sh->sb, sh->g.key, sh->g.keylen);
             if (rc)
                 return fail(sh, rc, "out of memory");
             *open = 1;
             sh->gstart = e->hdr_pos;
         }
-        gx_add(sh, name, keylen);
         if (sh->damaged) {
             tar_damage(sh);
             sh->damaged = 0;
@@ -1241,20 +1111,24 @@ static sio_code read_group(sio_shard *sh, int *open)
             sh->zdrain = !(sh->zknown && e->size > sh->lim.member_max);
         if (sh->groups < sh->at.skip_until)
             continue; /* read past: no field is kept */
-        for (size_t i = keylen + 1; i <= nl; i++)
-            ext[i - keylen - 1] = (char)tolower((unsigned char)name[i]);
-        if (sb_has_field(&sh->sb, ext)) {
-            snprintf(sh->bad_reason, sizeof sh->bad_reason,
-                     "repeated field %.64s", ext);
-            sh->bad = 1;
-            if (sh->tap && (rc = tap_bad_group(sh)) != SIO_OK)
+        int was_bad = sh->g.bad;
+        size_t name_off = 0;
+        int keep = sio_group_field(&sh->g, ext,
+                                   sh->zip && !sh->zknown
+                                       ? SIO_GROUP_SIZE_UNKNOWN
+                                       : e->size,
+                                   &sh->lim, &name_off);
+        if (keep < 0)
+            return fail(sh, SIO_ERR_NOMEM, "out of memory");
+        if (!keep) {
+            /* Bad now (a repeated extension, a limit): the tap's "bad"
+             * members. */
+            if (!was_bad && sh->tap && (rc = tap_bad_group(sh)) != SIO_OK)
                 return fail(sh, rc, rc == SIO_ERR_LIMIT
                                        ? "the zip's tar is larger than the staging budget"
                                        : "staging the zip's tar failed");
             continue;
         }
-        if (sh->bad)
-            continue;
         size_t nf0 = sh->sb.nf;
         rc = read_member(sh, e, ext);
         if (rc)
@@ -1313,12 +1187,12 @@ sio_code sio_shard_next(sio_shard *sh, const sio_sample **out)
         uint64_t idx = sh->groups++;
         if (idx < sh->at.skip_until)
             continue;
-        offer_group(sh, idx, end, sh->bad);
-        if (sh->eof && !sh->bad && !sh->lone)
+        offer_group(sh, idx, end, sh->g.bad);
+        if (sh->eof && !sh->g.bad && !sh->lone)
             finish_groups(sh);
-        if (sh->bad) {
+        if (sh->g.bad) {
             snprintf(sh->err, sizeof sh->err, "url=%s key=%.256s: %s",
-                     sh->url, sh->sb.key ? sh->sb.key : "", sh->bad_reason);
+                     sh->url, sh->sb.key ? sh->sb.key : "", sh->g.reason);
             if (sh->eof && !sh->lone)
                 finish_groups(sh);
             sb_reset(&sh->sb);

@@ -62,7 +62,7 @@ typedef struct sio_tar_plain {
      * its size field (0 when it names no regular member with a readable,
      * printable name and an octal size); that name (ustar prefix
      * included). Whether the name can be believed is the caller's call:
-     * see shard.c's damage_owner. */
+     * see sio_group_damage_owner (tar/group.h). */
     uint64_t dmg_off;
     uint64_t dmg_blocks;
     char dmg_name[SIO_TARP_DMG_NAME_MAX + 1];
@@ -106,11 +106,6 @@ sio_code sio_tarp_peek(sio_tar_plain *t, size_t n, const unsigned char **p,
  * before reading the stream on. */
 int sio_tarp_buffered_from(const sio_tar_plain *t, uint64_t pos,
                            const unsigned char **p, size_t *n);
-
-/* The WebDataset rule on one entry (shard.c): is it skipped (not a
- * regular file, a top-level __*__ name, no extension, a name too long)?
- * Else *keylen is the length of its key. */
-int sio_tar_skip_member(const sio_tar_entry *e, size_t *keylen);
 
 /* Do these first bytes of a stream start a tar the plain reader takes
  * (nothing, an end block or a header with a valid checksum)? Else
