@@ -2009,9 +2009,8 @@ static unsigned plan_stream(sc_jobs *j, sc_job *job, fslot *slot,
     }
     if (!plan || job->removed)
         return 0;
-    /* A consumer of another world than the one the epoch's staging
-     * follows: its feed (the staged shards go once that world passed
-     * them; this one would have them fetched again one by one). */
+    /* A consumer of a world the epoch's staging cannot follow (it
+     * follows the first few worlds that read the epoch): its feed. */
     if (sio_plan_stage_other_world(plan, req->world))
         return 0;
     /* A stream far ahead of what an indexed epoch's staging has made (a

@@ -96,14 +96,24 @@ typedef struct stage_shard {
                           the ranges fetched) */
 } stage_shard;
 
-/* A consumer rank of the world the plan's readers use (the first
- * reader's): where it reads, whether it counts for what is kept. */
+/* A consumer rank of a world the plan's readers use: where it reads,
+ * whether it counts for what is kept. */
 typedef struct stage_rank {
     uint64_t t;        /* next Y index it reads */
     uint64_t gone_ms;  /* its last reader closed then (0: one is open) */
     uint32_t open;     /* readers of it open */
     uint8_t joined, detached;
 } stage_rank;
+
+/* The worlds whose readers the staging follows: the first reader's, and
+ * others that read the epoch at the same time (an elastic restart with
+ * fewer ranks, an evaluation reader of world 1 beside the training job). */
+#define STAGE_WORLDS 4u
+typedef struct stage_world {
+    uint32_t world;    /* its ranks */
+    stage_rank *rank;
+    uint64_t join_deadline_ms; /* its ranks are expected until then */
+} stage_world;
 
 /* A reader's place for the window (plan_mark_*): the chunk of Y it
  * reads now, which the window keeps while it can. Linked under the plan's
@@ -127,9 +137,8 @@ typedef struct plan_stage {
     uint32_t *done;    /* shards whose last item is decided, in that order
                           (a ring of total entries) */
     size_t done_head, done_n;
-    uint32_t world;    /* 0: no reader yet */
-    stage_rank *rank;
-    uint64_t join_deadline_ms;
+    stage_world w[STAGE_WORLDS];
+    unsigned nw;       /* worlds in w (0: no reader yet) */
     uint32_t join_ms, rejoin_ms, lag_grace_ms;
     int lag_wait;      /* --lag-policy wait: nobody is detached */
     uint64_t lag_samples; /* a rank this far behind the furthest is

@@ -194,7 +194,8 @@ void stage_free(plan_stage *st)
             close(st->sh[i].fd);
     free(st->sh);
     free(st->done);
-    free(st->rank);
+    for (unsigned i = 0; i < st->nw; i++)
+        free(st->w[i].rank);
     jobs_free(st);
     pthread_cond_destroy(&st->cv);
     free(st);
@@ -1187,19 +1188,21 @@ static void let_go(plan_stage *st, stage_shard *x, int *closing)
     st->released++;
 }
 
-/* The lowest Y index a counting rank reads next (mu held); UINT64_MAX
- * when none counts. Ranks whose grace ran out stop counting here. */
+/* The lowest Y index a counting rank of any world reads next (mu
+ * held); UINT64_MAX when none counts. Ranks whose grace ran out stop
+ * counting here. */
 static uint64_t low_of(plan_stage *st, uint64_t now)
 {
     uint64_t low = UINT64_MAX;
-    if (!st->world)
+    if (!st->nw)
         return 0; /* nobody came yet: everything is still to be read */
-    for (uint32_t r = 0; r < st->world; r++) {
-        stage_rank *k = &st->rank[r];
+    for (unsigned wi = 0; wi < st->nw; wi++)
+    for (uint32_t r = 0; r < st->w[wi].world; r++) {
+        stage_rank *k = &st->w[wi].rank[r];
         if (k->detached)
             continue;
         if (!k->joined) {
-            if (now < st->join_deadline_ms)
+            if (now < st->w[wi].join_deadline_ms)
                 return 0;
             continue;
         }
@@ -1365,37 +1368,44 @@ int stage_room(sio_plan *p, uint64_t size, int slot)
      * room. Readers that hold more than the budget are waited for. */
     if (!ok && slot && done_bytes(st) <= st->budget)
         ok = 1;
-    if (!ok && !st->lag_wait && st->world) {
+    if (!ok && !st->lag_wait && st->nw) {
         uint64_t now = sio_now_ms();
         if (!st->blocked_ms)
             st->blocked_ms = now;
         /* Who holds the room: ranks far behind the furthest at once,
          * else the slowest once the grace is spent (and ranks that
-         * never came). A rank whose share is read (t UINT64_MAX) holds
-         * nothing and is no measure. */
+         * never came), of whichever world. A rank whose share is read
+         * (t UINT64_MAX) holds nothing and is no measure. */
         uint64_t far = 0;
-        for (uint32_t r = 0; r < st->world; r++)
-            if (st->rank[r].joined && !st->rank[r].detached &&
-                st->rank[r].t != UINT64_MAX && st->rank[r].t > far)
-                far = st->rank[r].t;
+        for (unsigned wi = 0; wi < st->nw; wi++)
+            for (uint32_t r = 0; r < st->w[wi].world; r++) {
+                const stage_rank *k = &st->w[wi].rank[r];
+                if (k->joined && !k->detached && k->t != UINT64_MAX &&
+                    k->t > far)
+                    far = k->t;
+            }
         int moved = 0;
         if (st->lag_samples && far > st->lag_samples)
-            for (uint32_t r = 0; r < st->world; r++) {
-                stage_rank *k = &st->rank[r];
-                if (k->joined && !k->detached &&
-                    k->t < far - st->lag_samples) {
-                    k->detached = 1;
-                    st->detaches++;
-                    moved = 1;
+            for (unsigned wi = 0; wi < st->nw; wi++)
+                for (uint32_t r = 0; r < st->w[wi].world; r++) {
+                    stage_rank *k = &st->w[wi].rank[r];
+                    if (k->joined && !k->detached &&
+                        k->t < far - st->lag_samples) {
+                        k->detached = 1;
+                        st->detaches++;
+                        moved = 1;
+                    }
                 }
-            }
         if (!moved && now - st->blocked_ms >= st->lag_grace_ms) {
-            st->join_deadline_ms = 0;
             stage_rank *slow = NULL;
-            for (uint32_t r = 0; r < st->world; r++) {
-                stage_rank *k = &st->rank[r];
-                if (k->joined && !k->detached && (!slow || k->t < slow->t))
-                    slow = k;
+            for (unsigned wi = 0; wi < st->nw; wi++) {
+                st->w[wi].join_deadline_ms = 0;
+                for (uint32_t r = 0; r < st->w[wi].world; r++) {
+                    stage_rank *k = &st->w[wi].rank[r];
+                    if (k->joined && !k->detached &&
+                        (!slow || k->t < slow->t))
+                        slow = k;
+                }
             }
             if (slow && slow->t < far) {
                 slow->detached = 1;
@@ -1602,6 +1612,26 @@ void stage_unpin(sio_plan *p, uint32_t s)
         after_sweep(p, NULL, 0);
 }
 
+/* Does world w hold nothing any more (mu held): none of its readers
+ * open, and each rank read its share, was detached, or never came within
+ * the join grace? */
+static int world_gone(const plan_stage *st, const stage_world *w,
+                      uint64_t now)
+{
+    (void)st;
+    for (uint32_t r = 0; r < w->world; r++) {
+        const stage_rank *k = &w->rank[r];
+        if (k->open)
+            return 0;
+        if (k->detached || (k->joined && k->t == UINT64_MAX))
+            continue;
+        if (!k->joined && now >= w->join_deadline_ms)
+            continue;
+        return 0;
+    }
+    return 1;
+}
+
 void stage_reader(sio_plan *p, uint32_t rank, uint32_t world, uint64_t t,
                   int open)
 {
@@ -1610,15 +1640,33 @@ void stage_reader(sio_plan *p, uint32_t rank, uint32_t world, uint64_t t,
     size_t nc = 0;
     pthread_mutex_lock(&p->mu);
     uint64_t released = st->released;
-    if (!st->world && open > 0 && world && world <= STAGE_WORLD_MAX) {
-        st->rank = calloc(world, sizeof *st->rank);
-        if (st->rank) {
-            st->world = world;
-            st->join_deadline_ms = sio_now_ms() + st->join_ms;
+    stage_world *sw = NULL;
+    for (unsigned i = 0; i < st->nw && !sw; i++)
+        if (st->w[i].world == world)
+            sw = &st->w[i];
+    /* A world not followed yet: from its first reader on, its ranks are
+     * expected for the join grace, as the first world's were. It takes
+     * the place of a world whose readers are all gone for good. */
+    if (!sw && open > 0 && world && world <= STAGE_WORLD_MAX) {
+        unsigned at = st->nw;
+        for (unsigned i = 0; i < st->nw && at == st->nw; i++)
+            if (world_gone(st, &st->w[i], sio_now_ms()))
+                at = i;
+        stage_rank *ranks = at < STAGE_WORLDS ? calloc(world, sizeof *ranks)
+                                              : NULL;
+        if (ranks) {
+            if (at == st->nw)
+                st->nw++;
+            else
+                free(st->w[at].rank);
+            sw = &st->w[at];
+            sw->world = world;
+            sw->rank = ranks;
+            sw->join_deadline_ms = sio_now_ms() + st->join_ms;
         }
     }
-    if (st->world && world == st->world && rank < world) {
-        stage_rank *k = &st->rank[rank];
+    if (sw && rank < world) {
+        stage_rank *k = &sw->rank[rank];
         if (open > 0) {
             if (!k->detached && !k->open && k->gone_ms &&
                 sio_now_ms() - k->gone_ms >= st->rejoin_ms)
@@ -1657,7 +1705,12 @@ int sio_plan_stage_other_world(sio_plan *p, uint32_t world)
     if (!p->stage)
         return 0;
     pthread_mutex_lock(&p->mu);
-    int other = p->stage->world && p->stage->world != world;
+    plan_stage *st = p->stage;
+    int known = 0;
+    for (unsigned i = 0; i < st->nw; i++)
+        known |= st->w[i].world == world;
+    int other = !known && (st->nw >= STAGE_WORLDS || world == 0 ||
+                           world > STAGE_WORLD_MAX);
     pthread_mutex_unlock(&p->mu);
     return other;
 }

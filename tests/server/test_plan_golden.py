@@ -17,8 +17,8 @@ names without a dot) and a shard of skipped members only.
 - eligible (d1: indexed ahead by `shardcast index`; d2: indexed by reading
   epoch 0 once on each server; d3: a dataset with a zip and a .tar.gz
   shard, staged; a mixed job of two weighted sources and an epoch_size; an
-  objects source): B must serve from plans (a staged epoch's streams of
-  another world or far ahead come from its feed, as designed).
+  objects source): B must serve from plans (a staged epoch's streams
+  far ahead come from its feed, as designed).
 
 Every partition policy is a job of its own (partition is a job key). For
 each job, random combinations (epochs, world 1..5 with every rank, start
