@@ -80,6 +80,8 @@ typedef struct stage_shard {
     uint8_t queued;    /* a restage is asked for */
     uint8_t failed;    /* the last restage failed (why: the plan's) */
     uint8_t held;      /* a cache entry the plan holds open (hold_pi) */
+    uint8_t gone;      /* its memfd was let go (readers passed it) and it
+                          was not staged again since */
     int hold_pi;       /* the plan's shared descriptor held */
     uint32_t pins;     /* readers holding fd */
     uint64_t size;     /* bytes (as first staged) */

@@ -1081,6 +1081,7 @@ sio_code stage_job_start(sio_plan *p, uint32_t s, sio_index_entry *e,
     if (x->fd >= 0 && x->pins == 0) /* staged before: the newer */
         let_go(st, x, &closing);
     x->fd = j->fd;
+    x->gone = 0;
     x->uhash = uhash_of(url, x->kind);
     x->size = 0;
     x->left = x->decided = 0;
@@ -1174,6 +1175,7 @@ static void let_go(plan_stage *st, stage_shard *x, int *closing)
     x->doomed = 0;
     x->partial = 0;
     x->cover = 0;
+    x->gone = 1;
     st->bytes -= held <= st->bytes ? held : st->bytes;
     if (x->restaged) {
         st->restage_bytes -= held <= st->restage_bytes
@@ -1700,7 +1702,7 @@ int stage_passed(sio_plan *p, uint32_t s, uint64_t t)
 
 /* Public: settings, the restage work, counters. */
 
-int sio_plan_stage_other_world(sio_plan *p, uint32_t world)
+int sio_plan_stage_other_world(sio_plan *p, uint32_t world, uint64_t t)
 {
     if (!p->stage)
         return 0;
@@ -1711,6 +1713,14 @@ int sio_plan_stage_other_world(sio_plan *p, uint32_t world)
         known |= st->w[i].world == world;
     int other = !known && (st->nw >= STAGE_WORLDS || world == 0 ||
                            world > STAGE_WORLD_MAX);
+    /* A world that comes after the others let go of shards it needs:
+     * every one of them would be fetched again for it, one at a time,
+     * within the room for readers behind. */
+    for (size_t s = 0; !known && !other && st->nw && s < st->total; s++) {
+        const stage_shard *x = &st->sh[s];
+        if (x->gone && x->fd < 0 && x->final && x->last >= t)
+            other = 1;
+    }
     pthread_mutex_unlock(&p->mu);
     return other;
 }
