@@ -1287,21 +1287,52 @@ static int compressed_name(const char *url)
 /* What a local shard starts with: 0 a tar (or anything else read as
  * one), 1 a compressed stream, 2 a zip; -1 (err) when it cannot be
  * opened. One read of 512 bytes. */
+#define ZIP_TAR_KEY "\x1ftar-of-samples"
+
+/* Was url staged as a zip (the tar of its samples indexed, in memory or
+ * in state_dir)? Its complete index says "stream-only" alone, as a
+ * compressed shard's does. */
+static int zip_tar_known(sio_index *x, const char *url)
+{
+    size_t n = strlen(url);
+    char *key = malloc(n + sizeof ZIP_TAR_KEY);
+    if (!key)
+        return 0;
+    memcpy(key, url, n);
+    memcpy(key + n, ZIP_TAR_KEY, sizeof ZIP_TAR_KEY);
+    int known = sio_index_known(x, key);
+    free(key);
+    return known;
+}
+
+/* What the first bytes of a shard (got of them) say it is: 2 a zip, 1
+ * compressed, 0 a tar (or what libarchive decides). */
+static int bytes_kind(const unsigned char *head, size_t got)
+{
+    if (got >= 4 && head[0] == 'P' && head[1] == 'K' &&
+        ((head[2] == 3 && head[3] == 4) || (head[2] == 5 && head[3] == 6)))
+        return 2;
+    return sio_tarp_compressed(head, got) ? 1 : 0;
+}
+
+/* bytes_kind of the file fd; 1 when it cannot be read (not planned: the
+ * feed reports it). */
+static int fd_kind(int fd)
+{
+    unsigned char head[512];
+    ssize_t got = pread(fd, head, sizeof head, 0);
+    return got < 0 ? 1 : bytes_kind(head, (size_t)got);
+}
+
 static int head_kind(sio_io *io, const sio_epoch_config *cfg,
                      const char *url, sio_error *err)
 {
     int fd = -1;
-    unsigned char head[512];
     if (sio_io_open_fd_probe(io, cfg->cache, url, &fd, err) != SIO_OK)
         return -1;
-    ssize_t got = pread(fd, head, sizeof head, 0);
+    int kind = fd_kind(fd);
     close(fd);
-    if (got < 0)
-        return 1; /* unreadable: not planned (the feed reports it) */
-    if (got >= 4 && head[0] == 'P' && head[1] == 'K' &&
-        ((head[2] == 3 && head[3] == 4) || (head[2] == 5 && head[3] == 6)))
-        return 2;
-    return sio_tarp_compressed(head, (size_t)got) ? 1 : 0;
+    return kind;
 }
 
 /* Shard i's size before it is fetched: listed, else the size its
@@ -1374,7 +1405,7 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
                    : zipn               ? 2
                    : cname              ? 1
                                         : 0;
-        if (kind == 1 && zipn)
+        if (kind == 1 && (zipn || (!cname && zip_tar_known(cfg->index, url))))
             kind = 2;
         int local = !object && sio_io_fd_capable(io, cfg->cache, url);
         if (local && ((kind == 0 && !(e && info.complete)) ||
@@ -1727,9 +1758,9 @@ static sio_code shard_ended(plan_grow *g, uint32_t s, const char *url,
 static uint64_t stage_size(sio_plan *p, uint32_t s);
 
 /* The index entry of zip shard s as the tar of its samples: a key of its
- * own (the URL and a suffix no URL has), so that the zip reader's index
- * (its positions are libarchive's) and this one never mix. */
-#define ZIP_TAR_KEY "\x1ftar-of-samples"
+ * own (the URL and a suffix no URL has, ZIP_TAR_KEY), so that the zip
+ * reader's index (its positions are libarchive's) and this one never
+ * mix. */
 static sio_index_entry *zip_tar_entry(plan_grow *g, uint32_t s)
 {
     const char *url = sio_shardlist_url(g->list, s);
@@ -1778,6 +1809,39 @@ static sio_code prepare_staged(sio_plan *p, uint32_t s, sio_index_entry *e,
     return rc;
 }
 
+/* Shard s, staged as it is and found compressed or a zip by its index
+ * pass, or staged decompressed and found a zip (no group of it went to
+ * the order), staged again as its first bytes say: decompressed, or as
+ * the tar of its samples. */
+static sio_code restage_as(sio_plan *p, uint32_t s, sio_index_entry *e,
+                           sio_error *err)
+{
+    plan_stage *st = p->stage;
+    pthread_mutex_lock(&p->mu);
+    int fd = st->sh[s].fd >= 0 ? dup(st->sh[s].fd) : -1;
+    pthread_mutex_unlock(&p->mu);
+    int kind = fd >= 0 ? fd_kind(fd) : 0;
+    if (fd >= 0)
+        close(fd);
+    int now = kind == 2 ? STAGE_ZIP : STAGE_DECOMPRESS;
+    if ((kind != 1 && kind != 2) || st->sh[s].kind == now)
+        return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                          "shard %" PRIu32 " is compressed or a zip", s);
+    SIO_LOG(&p->g->cfg.log, SIO_LOG_INFO,
+            "event=shard_restaged shard=%" PRIu32 " as=%s", s,
+            kind == 2 ? "zip" : "compressed");
+    pthread_mutex_lock(&p->mu);
+    st->sh[s].kind = (uint8_t)now;
+    pthread_mutex_unlock(&p->mu);
+    if (kind == 2) {
+        e = zip_tar_entry(p->g, s);
+        if (!e)
+            return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    }
+    p->g->ents[s] = NULL;
+    return prepare_staged(p, s, e, err);
+}
+
 /* A staged shard's job ended: where the shard ends (journaled when its
  * fetch or read failed, as the feed journals it), and how many of its
  * items readers read, so that its bytes go once they passed them. */
@@ -1810,7 +1874,17 @@ static sio_code staged_end(sio_plan *p, const stage_result *r,
                           "shard %" PRIu32 " was read to its end but its "
                           "index is not complete", s);
     }
-    int foreign = info.stream_only != dec; /* not the stream staged */
+    int foreign = info.stream_only != dec || r->foreign; /* not the
+                                                          stream staged */
+    /* A shard staged as it is that its index pass found compressed or a
+     * zip (a gzip under a .tar name): none of its groups went to the
+     * order; staged again decompressed, or as the tar of its samples,
+     * as its first bytes say. */
+    if (foreign && info.stream_only && rc == SIO_OK && p->stage->budget &&
+        (p->stage->sh[s].kind == STAGE_MEMORY ||
+         p->stage->sh[s].kind == STAGE_DECOMPRESS) &&
+        !virtual_shard(url))
+        return restage_as(p, s, e, err);
     if (foreign || (!info.complete && !(has_cut && info.known >= cut)))
         return sio_seterr(err, foreign ? SIO_ERR_UNSUPPORTED
                                        : SIO_ERR_CHANGED,

@@ -618,6 +618,13 @@ static void job_progress(void *ud, uint64_t groups)
         sio_index_get_info(j->e, &info);
         j->checked = 1;
         j->foreign = info.stream_only != j->dec;
+        /* A zip taken for a compressed tar (what an earlier epoch's
+         * index said, not its name): libarchive passed its bytes through
+         * as they are, and the positions are the zip reader's. */
+        unsigned char h[4];
+        if (!j->foreign && j->dec && pread(j->fd, h, sizeof h, 0) == 4 &&
+            h[0] == 'P' && h[1] == 'K' && h[2] == 3 && h[3] == 4)
+            j->foreign = 1;
     }
     if (!j->foreign && r > atomic_load(j->ready)) {
         atomic_store(j->ready, r);
@@ -689,6 +696,7 @@ static void job_run(struct stage_job *j, unsigned char *buf)
     j->res.s = j->s;
     j->res.e = j->e;
     j->res.reached = reached;
+    j->res.foreign = j->foreign;
     if (j->src_rc) {
         j->res.rc = j->src_rc;
         j->res.err = j->src_err;

@@ -7,10 +7,11 @@ passed it. The first pass is staged, and so are later epochs (every
 shard indexed) unless --stage-indexed false makes them the feed's. With
 --stage-bytes 0 such epochs are the feed's (test_without_stage_bytes_the_feed).
 
-test_a_gzip_shard_under_a_tar_name_stops_the_plan_there: a gzip stream
-named .tar is found compressed by its index pass; none of its groups is
-taken, the plan stops there with that reason, and the consumer reads on
-from the feed, the feed's share.
+test_a_gzip_and_a_zip_under_tar_names_are_staged_again_as_they_are: a
+gzip stream and a zip named .tar are found compressed or a zip by their
+index pass; none of their groups is taken from the staged bytes, each is
+staged again as its first bytes say and planned: the feed's share, from
+the plan alone, in two epochs.
 
 test_consumers_of_other_worlds_read_the_plan: worlds 3 and 1 read the
 first pass at once from the staged plan, sample for sample the feed's
@@ -753,19 +754,26 @@ def test_consumers_of_other_worlds_read_the_plan(start, server_binary, tmp_path)
         ng.stop()
 
 
-def test_a_gzip_shard_under_a_tar_name_stops_the_plan_there(start, server_binary, tmp_path):
-    """A gzip stream named .tar over http is found compressed only by its
-    index pass: none of its groups is taken by the staged plan (their
-    positions are in the decompressed stream, not in what was staged),
-    the plan stops there and the consumer, resuming as clients do, reads
-    the rest from the feed: the feed's share, every sample once."""
+def test_a_gzip_and_a_zip_under_tar_names_are_staged_again_as_they_are(start, server_binary,
+                                                                        tmp_path):
+    """A gzip stream and a zip named .tar over http are found compressed
+    or a zip only by their index pass over what was staged: none of their
+    groups is taken from those bytes (their positions are not positions
+    in what was staged); each is staged again as its first bytes say
+    (decompressed, or as the tar of its samples) and planned. The
+    consumer reads the feed's share, every sample once, from the plan
+    alone, in this epoch and the next."""
     require_planes(server_binary, "auto", "stream")
     rng = random.Random(SEED + 19)
     ds = make_random_dataset(str(tmp_path / "ds"), rng.randrange(1 << 30),
-                             [("ustar", 30), ("targz", 30), ("pax", 30)], "g")
+                             [("ustar", 30), ("targz", 30), ("pax", 30), ("zip", 25),
+                              ("gnu", 20)], "g")
     (gz,) = [n for n in os.listdir(ds.path) if n.endswith(".tar.gz")]
     os.rename(os.path.join(ds.path, gz), os.path.join(ds.path, gz[:-3]))
+    (zp,) = [n for n in os.listdir(ds.path) if n.endswith(".zip")]
+    os.rename(os.path.join(ds.path, zp), os.path.join(ds.path, zp[:-4] + ".tar"))
     names = sorted(os.listdir(ds.path))
+    assert all(n.endswith(".tar") for n in names), names
     ng = Nginx(ds.path, str(tmp_path))
     try:
         src = brace(ng, names, "g")
@@ -773,18 +781,36 @@ def test_a_gzip_shard_under_a_tar_name_stops_the_plan_there(start, server_binary
                     "--shuffle-buffer", "1", *COMMON)
         feed = start("--job", "t", "--source", src, "--data-plane", "stream",
                      "--interleave", "1", "--shuffle-buffer", "1", *COMMON)
-        # The first stream ends where the plan stopped, on the shard's
-        # kind: no sample of it was read from the staged (raw) bytes.
-        st, _, body, _, _ = fetch(srv, stream_query("t", 0, 0, 1, "frames"))
-        first = parse_body("frames", body)
-        assert st == 200 and first.retryable_error(), (tag(), first.summary())
-        assert "is compressed or a zip" in first.trailer["reason"], (tag(), first.trailer)
-        got, retries = read_resuming(srv, 0, 0, 1)
-        want = read_world(feed, 0, 1)[0]
-        assert [(s["key"], s["fields"]) for s in got] == kf(want), (tag(), retries)
-        assert len(set(s["key"] for s in got)) == ds.total, tag()
+        for epoch in (0, 1):
+            got = read_one(srv, epoch, 0, 1)
+            want = read_world(feed, epoch, 1)[0]
+            assert kf(got) == kf(want), (tag(), epoch)
+            assert got.summary() == want.summary(), (tag(), epoch)
+            assert len(set(k for k, _ in kf(got))) == ds.total, tag()
         dp = data_plane(get_json(srv, "/v1/jobs/t"))
-        assert dp["plans_grown"] == 1 and dp["feed_streams"] >= 1, (tag(), dp)
+        assert dp["feed_streams"] == 0 and dp["plan_streams"] == 2, (tag(), dp)
+        log = srv.log()
+        assert "event=shard_restaged" in log and "as=zip" in log, tag()
+        assert "as=compressed" in log, tag()
+        # Indexes another server wrote (the feed's, in state_dir): the
+        # zip's says "stream-only" alone, as a compressed shard's does; it
+        # is staged decompressed, found a zip, and staged again as one.
+        state = str(tmp_path / "state")
+        args = ("--job", "t", "--source", src, "--interleave", "1",
+                "--shuffle-buffer", "1", "--state-dir", state) + COMMON
+        first = start(*(args + ("--data-plane", "stream")))
+        assert kf(read_world(first, 0, 1)[0]) == kf(read_world(feed, 0, 1)[0]), tag()
+        first.stop()
+        again = start(*args)
+        for epoch in (0, 1):
+            got = read_one(again, epoch, 0, 1)
+            want = read_world(feed, epoch, 1)[0]
+            assert kf(got) == kf(want), (tag(), "state", epoch)
+            assert got.summary() == want.summary(), (tag(), "state", epoch)
+        dp = data_plane(get_json(again, "/v1/jobs/t"))
+        assert dp["feed_streams"] == 0 and dp["plan_streams"] == 2, (tag(), dp)
+        print("%s restaged: %s" % (tag(), [ln for ln in again.log().splitlines()
+                                           if "shard_restaged" in ln]))
     finally:
         ng.stop()
 
