@@ -1811,18 +1811,20 @@ static sio_code prepare_staged(sio_plan *p, uint32_t s, sio_index_entry *e,
 
 /* Shard s, staged as it is and found compressed or a zip by its index
  * pass, or staged decompressed and found a zip (no group of it went to
- * the order), staged again as its first bytes say: decompressed, or as
- * the tar of its samples. */
+ * the order), staged again as kind says (2: a zip; 0: as its first
+ * staged bytes say): decompressed, or as the tar of its samples. */
 static sio_code restage_as(sio_plan *p, uint32_t s, sio_index_entry *e,
-                           sio_error *err)
+                           int kind, sio_error *err)
 {
     plan_stage *st = p->stage;
-    pthread_mutex_lock(&p->mu);
-    int fd = st->sh[s].fd >= 0 ? dup(st->sh[s].fd) : -1;
-    pthread_mutex_unlock(&p->mu);
-    int kind = fd >= 0 ? fd_kind(fd) : 0;
-    if (fd >= 0)
-        close(fd);
+    if (!kind) {
+        pthread_mutex_lock(&p->mu);
+        int fd = st->sh[s].fd >= 0 ? dup(st->sh[s].fd) : -1;
+        pthread_mutex_unlock(&p->mu);
+        kind = fd >= 0 ? fd_kind(fd) : 0;
+        if (fd >= 0)
+            close(fd);
+    }
     int now = kind == 2 ? STAGE_ZIP : STAGE_DECOMPRESS;
     if ((kind != 1 && kind != 2) || st->sh[s].kind == now)
         return sio_seterr(err, SIO_ERR_UNSUPPORTED,
@@ -1857,6 +1859,10 @@ static sio_code staged_end(sio_plan *p, const stage_result *r,
     uint64_t cut = UINT64_MAX;
     int has_cut = shard_cut(g, s, &cut);
     sio_code rc = r->rc;
+    /* A zip staged as a compressed tar (its index said "stream-only",
+     * its name nothing): nothing of it was staged; as a zip now. */
+    if (r->foreign == 2 && dec && p->stage->budget && !virtual_shard(url))
+        return restage_as(p, s, e, 2, err);
     if (rc == SIO_ERR_NOMEM || rc == SIO_ERR_LIMIT ||
         rc == SIO_ERR_CANCELED || transient_read(rc))
         return sio_seterr(err, rc, "shard %" PRIu32 ": %s%s", s, r->err.msg,
@@ -1884,7 +1890,7 @@ static sio_code staged_end(sio_plan *p, const stage_result *r,
         (p->stage->sh[s].kind == STAGE_MEMORY ||
          p->stage->sh[s].kind == STAGE_DECOMPRESS) &&
         !virtual_shard(url))
-        return restage_as(p, s, e, err);
+        return restage_as(p, s, e, 0, err);
     if (foreign || (!info.complete && !(has_cut && info.known >= cut)))
         return sio_seterr(err, foreign ? SIO_ERR_UNSUPPORTED
                                        : SIO_ERR_CHANGED,

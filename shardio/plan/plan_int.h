@@ -362,7 +362,8 @@ typedef struct stage_result {
     sio_error err;
     uint64_t reached;  /* groups the pass read */
     int foreign;       /* its bytes are not what it was staged as (none
-                          of its groups went to the order) */
+                          of its groups went to the order); 2: a zip
+                          staged as a compressed tar */
 } stage_result;
 /* An ended job's result (1), or 0 when none ended. */
 int stage_job_reap(sio_plan *p, stage_result *out);

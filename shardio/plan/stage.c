@@ -284,6 +284,7 @@ typedef struct stage_src {
     char zerr[640];
     uint64_t cap, got;
     uint64_t vopen; /* the validator's hash when opened (0: none) */
+    int iszip;      /* (dec) its bytes are a zip's, not a compressed tar */
     char shown[512];
 } stage_src;
 
@@ -473,10 +474,12 @@ static sio_code src_read(stage_src *s, unsigned char *buf,
                           "(%" PRIu64 " bytes%s)", s->shown, s->cap,
                           s->dec ? ", decompressed" : "");
     if (s->ar && s->got == 0 && *got >= 4 && buf[0] == 'P' &&
-        buf[1] == 'K' && buf[2] == 3 && buf[3] == 4)
+        buf[1] == 'K' && buf[2] == 3 && buf[3] == 4) {
+        s->iszip = 1;
         return sio_seterr(err, SIO_ERR_UNSUPPORTED,
                           "url=%s is a zip: its members are not staged",
                           s->shown);
+    }
     s->got += *got;
     return SIO_OK;
 }
@@ -618,13 +621,6 @@ static void job_progress(void *ud, uint64_t groups)
         sio_index_get_info(j->e, &info);
         j->checked = 1;
         j->foreign = info.stream_only != j->dec;
-        /* A zip taken for a compressed tar (what an earlier epoch's
-         * index said, not its name): libarchive passed its bytes through
-         * as they are, and the positions are the zip reader's. */
-        unsigned char h[4];
-        if (!j->foreign && j->dec && pread(j->fd, h, sizeof h, 0) == 4 &&
-            h[0] == 'P' && h[1] == 'K' && h[2] == 3 && h[3] == 4)
-            j->foreign = 1;
     }
     if (!j->foreign && r > atomic_load(j->ready)) {
         atomic_store(j->ready, r);
@@ -674,6 +670,10 @@ static void job_run(struct stage_job *j, unsigned char *buf)
         if (!j->ended && brc != SIO_ERR_CANCELED)
             job_wait(j, UINT64_MAX, &all, none, sizeof none);
     }
+    /* A zip taken for a compressed tar (an earlier index said
+     * "stream-only", its name nothing): none of it was staged. */
+    if (j->src.iszip)
+        j->foreign = 2;
     vh = src_close(&j->src, j->ended && j->src_rc == SIO_OK);
     if (vh && brc == SIO_OK && !j->dec)
         sio_index_set_version(j->e, vh);
