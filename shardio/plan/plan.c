@@ -1603,6 +1603,9 @@ sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
          * compressed shard in memory, decompressed; the graces come with
          * sio_plan_set_stage (none until then). */
         p->stage->budget = cfg->stage_bytes; /* 0: none in memory */
+        p->stage->retries = cfg->on_error == SIO_ON_ERROR_SKIP
+                                ? STAGE_RETRIES
+                                : STAGE_RESUMES;
         for (size_t i = 0; i < total; i++)
             p->stage->sh[i].kind = kinds[i];
     }
@@ -1863,8 +1866,15 @@ static sio_code staged_end(sio_plan *p, const stage_result *r,
      * its name nothing): nothing of it was staged; as a zip now. */
     if (r->foreign == 2 && dec && p->stage->budget && !virtual_shard(url))
         return restage_as(p, s, e, 2, err);
+    /* A failure that may pass: the job retried it as the feed retries a
+     * read (stage.c); then it is the shard's failure, journaled below,
+     * as the feed journals it. A compressed or zip shard's job cannot
+     * resume its object, nor a job under on_error=fail wait: the plan
+     * stops and the feed reads on. */
+    int retried = p->stage->sh[s].kind == STAGE_MEMORY &&
+                  g->cfg.on_error == SIO_ON_ERROR_SKIP;
     if (rc == SIO_ERR_NOMEM || rc == SIO_ERR_LIMIT ||
-        rc == SIO_ERR_CANCELED || transient_read(rc))
+        rc == SIO_ERR_CANCELED || (transient_read(rc) && !retried))
         return sio_seterr(err, rc, "shard %" PRIu32 ": %s%s", s, r->err.msg,
                           transient_read(rc) ? " (the feed retries it)"
                                              : "");

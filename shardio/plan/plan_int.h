@@ -142,6 +142,10 @@ typedef struct plan_stage {
     stage_world w[STAGE_WORLDS];
     unsigned nw;       /* worlds in w (0: no reader yet) */
     uint32_t join_ms, rejoin_ms, lag_grace_ms;
+    unsigned retries;  /* a staging job's failures that may pass it takes
+                          again, with a backoff, before the shard fails
+                          (on_error=skip: as the feed's reads; else only
+                          STAGE_RESUMES, at once) */
     int lag_wait;      /* --lag-policy wait: nobody is detached */
     uint64_t lag_samples; /* a rank this far behind the furthest is
                              detached when the steps wait for room (0:
@@ -349,6 +353,16 @@ uint64_t stage_spare_bytes(void);
  * says how many of its groups are in memory (UINT64_MAX once the job
  * ended). reserve: room taken for it now (its listed size, or 0). */
 #define STAGE_JOBS_MAX 8u
+/* A job's failure that may pass (an I/O error, a 5xx after the fetch
+ * engine's own retries) resumes the object from where its bytes stopped:
+ * STAGE_RESUMES times at once, then (on_error=skip) up to STAGE_RETRIES
+ * times in all with a backoff doubling from STAGE_RETRY_BASE_MS to
+ * STAGE_RETRY_MAX_MS, as the feed retries a shard's read; then the shard
+ * fails (journaled where it stopped). */
+#define STAGE_RESUMES 2u
+#define STAGE_RETRIES 24u
+#define STAGE_RETRY_BASE_MS 500u
+#define STAGE_RETRY_MAX_MS 30000u
 sio_code stage_job_start(sio_plan *p, uint32_t s, sio_index_entry *e,
                          sio_io *io, const char *url,
                          const sio_shard_limits *limits,

@@ -538,9 +538,6 @@ static int stage_memfd(int fd, sio_error *err)
     return fd;
 }
 
-/* A job's failure that may pass (an I/O error) resumes the object from
- * where its bytes stopped this many times. */
-#define STAGE_RESUMES 2u
 
 /* Tell a step that waits for the jobs that one moved. */
 static void jobs_moved(sio_plan *p)
@@ -552,6 +549,28 @@ static void jobs_moved(sio_plan *p)
         pthread_cond_broadcast(&st->cv);
         pthread_mutex_unlock(&p->mu);
     }
+}
+
+/* Wait before retry `attempt` of job j (STAGE_RETRY_BASE_MS doubling,
+ * at most STAGE_RETRY_MAX_MS), in slices: 1 when the plan stopped
+ * meanwhile. */
+static int job_backoff(struct stage_job *j, unsigned attempt)
+{
+    uint64_t ms = STAGE_RETRY_BASE_MS;
+    for (unsigned i = 0; i < attempt && ms < STAGE_RETRY_MAX_MS; i++)
+        ms *= 2;
+    if (ms > STAGE_RETRY_MAX_MS)
+        ms = STAGE_RETRY_MAX_MS;
+    uint64_t end = sio_now_ms() + ms;
+    while (!atomic_load(&j->p->failed)) {
+        uint64_t now = sio_now_ms();
+        if (now >= end)
+            return 0;
+        uint64_t left = end - now < 50 ? end - now : 50;
+        struct timespec ts = {0, (long)(left * 1000000)};
+        nanosleep(&ts, NULL);
+    }
+    return 1;
 }
 
 /* sio_stage_hooks.wait: fetch until want bytes are written (or the
@@ -571,13 +590,31 @@ static sio_code job_wait(void *ud, uint64_t want, uint64_t *avail,
                             "stopped");
         else
             rc = src_read(&j->src, j->buf, &data, &got, &e);
-        if ((rc == SIO_ERR_IO || rc == SIO_ERR_RETRY) &&
-            j->resumes < STAGE_RESUMES) {
+        /* A failure that may pass: the object again from its byte
+         * reached (a compressed or zip source cannot: it fails at once,
+         * and the plan hands the epoch to the feed, which reads it again
+         * from its start). */
+        int resumed = 0;
+        while (!resumed && (rc == SIO_ERR_IO || rc == SIO_ERR_RETRY) &&
+               j->resumes < (j->dec || j->zip ? STAGE_RESUMES
+                                              : st->retries)) {
+            if (j->resumes >= STAGE_RESUMES) {
+                SIO_LOG(&j->log, SIO_LOG_WARN,
+                        "event=shard_retry url=%s at_byte=%" PRIu64
+                        " attempt=%u reason=\"%s\"", j->src.shown,
+                        j->src.got, j->resumes + 1, e.msg);
+                if (job_backoff(j, j->resumes - STAGE_RESUMES)) {
+                    rc = sio_seterr(&e, SIO_ERR_CANCELED, "the epoch's "
+                                    "plan stopped");
+                    break;
+                }
+            }
             j->resumes++;
-            if (src_resume(&j->src, &e) == SIO_OK)
-                continue;
-            rc = e.code ? e.code : rc;
+            rc = src_resume(&j->src, &e);
+            resumed = rc == SIO_OK;
         }
+        if (resumed)
+            continue;
         if (rc == SIO_OK && got > 0)
             rc = write_all(j->fd, data, got, -1, &e);
         if (rc || got == 0) {
@@ -642,6 +679,27 @@ static void job_run(struct stage_job *j, unsigned char *buf)
                                  j->dec ? SRC_DEC : j->zip ? SRC_ZIP : SRC_RAW,
                                  &j->limits, &e2)
                       : sio_seterr(&e2, SIO_ERR_NOMEM, "out of memory");
+    /* Its first request failing as may pass: asked again as a resume
+     * would be (job_wait), with the same count and backoff. */
+    while ((rc == SIO_ERR_IO || rc == SIO_ERR_RETRY) && !j->dec && !j->zip &&
+           j->resumes < st->retries) {
+        if (j->resumes >= STAGE_RESUMES) {
+            char shown[512];
+            sio_url_redact(j->url, shown, sizeof shown);
+            SIO_LOG(&j->log, SIO_LOG_WARN,
+                    "event=shard_retry url=%s at_byte=0 attempt=%u "
+                    "reason=\"%s\"", shown, j->resumes + 1, e2.msg);
+            if (job_backoff(j, j->resumes - STAGE_RESUMES)) {
+                rc = sio_seterr(&e2, SIO_ERR_CANCELED, "the epoch's plan "
+                                "stopped");
+                break;
+            }
+        }
+        j->resumes++;
+        src_close(&j->src, 0);
+        rc = src_open(&j->src, io, j->url, st->budget, SRC_RAW, &j->limits,
+                      &e2);
+    }
     if (rc) {
         j->ended = 1;
         j->src_rc = rc;

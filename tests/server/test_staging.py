@@ -41,6 +41,11 @@ SlowDown answers and a truncated body between the server and the store:
 the staged plan serves every epoch position, each shard staged once, the
 shares those of the feed from a store without faults.
 
+test_a_shard_the_store_fails_for_a_while_is_retried_by_its_staging: one
+shard's GETs reset more times than the fetch engine and two resumes
+cover: its staging job retries with a backoff as the feed does, and the
+epoch stays the plan's, the feed's share.
+
 test_a_rank_that_never_came_and_one_that_left_read_their_shares_later:
 world 2, a small budget, a short join grace and a rejoin grace of 1 ms. Rank 1 reads its
 whole share while rank 0 has not come (the join grace runs out: the
@@ -464,6 +469,43 @@ def test_staging_through_store_faults_keeps_every_sample_once(start, server_bina
         st = staging(plan)
         sizes = [os.path.getsize(os.path.join(ds.path, n)) for n in names]
         assert st["shards"] == len(names) and st["fetched_bytes"] == sum(sizes), (tag(), st)
+    finally:
+        ng.stop()
+
+
+def test_a_shard_the_store_fails_for_a_while_is_retried_by_its_staging(start, server_binary,
+                                                                         tmp_path):
+    """One shard's GETs are reset mid-body more times than the fetch
+    engine's own retries and the staging's two resumes at once: its
+    staging job retries it with a backoff, as the feed retries a shard's
+    read (event=shard_retry), and the epoch stays the plan's: the share
+    is the one the feed gives from a store without faults, no stream
+    comes from the feed."""
+    require_planes(server_binary, "auto", "stream")
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from support.faultproxy import FaultProxy
+    ds = many_shards(tmp_path, SEED + 21, 6, "f")
+    names = sorted(os.listdir(ds.path))
+    ng = Nginx(ds.path, str(tmp_path))
+    rules = [{"fault": "reset", "path": r"f-000002\.tar$", "count": 7,
+              "after_bytes": 20000}]
+    try:
+        src = brace(ng, names, "f")
+        args = ("--interleave", "2", "--shuffle-buffer", "20", "--fetch-retries", "1",
+                "--fetch-retry-base-ms", "10") + COMMON
+        feed = start("--job", "t", "--source", src, "--data-plane", "stream", *args)
+        want = read_world(feed, 0, 1)[0]
+        with FaultProxy("http://127.0.0.1:%d" % ng.port, rules=rules) as proxy:
+            psrc = "%s/f-{000000..%06d}.tar" % (proxy.url, len(names) - 1)
+            plan = start("--job", "t", "--source", psrc, *args)
+            got = read_one(plan, 0, 0, 1)
+            fired = sum(r["fired"] for r in proxy.rules())
+        assert fired == 7, (tag(), fired)
+        assert kf(got) == kf(want), tag()
+        assert got.summary() == want.summary(), tag()
+        dp = data_plane(get_json(plan, "/v1/jobs/t"))
+        assert dp["plans_grown"] == 1 and dp["feed_streams"] == 0, (tag(), dp)
+        assert "event=shard_retry" in plan.log(), tag()
     finally:
         ng.stop()
 
