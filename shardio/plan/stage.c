@@ -554,6 +554,8 @@ static void jobs_moved(sio_plan *p)
 /* Wait before retry `attempt` of job j (STAGE_RETRY_BASE_MS doubling,
  * at most STAGE_RETRY_MAX_MS), in slices: 1 when the plan stopped
  * meanwhile. */
+static void workers_retrying(int delta);
+
 static int job_backoff(struct stage_job *j, unsigned attempt)
 {
     uint64_t ms = STAGE_RETRY_BASE_MS;
@@ -562,15 +564,20 @@ static int job_backoff(struct stage_job *j, unsigned attempt)
     if (ms > STAGE_RETRY_MAX_MS)
         ms = STAGE_RETRY_MAX_MS;
     uint64_t end = sio_now_ms() + ms;
+    int stopped = 1;
+    workers_retrying(1);
     while (!atomic_load(&j->p->failed)) {
         uint64_t now = sio_now_ms();
-        if (now >= end)
-            return 0;
+        if (now >= end) {
+            stopped = 0;
+            break;
+        }
         uint64_t left = end - now < 50 ? end - now : 50;
         struct timespec ts = {0, (long)(left * 1000000)};
         nanosleep(&ts, NULL);
     }
-    return 1;
+    workers_retrying(-1);
+    return stopped;
 }
 
 /* sio_stage_hooks.wait: fetch until want bytes are written (or the
@@ -780,17 +787,56 @@ static void job_run(struct stage_job *j, unsigned char *buf)
 
 /* The jobs' threads, server-wide, started at the first job and kept (a
  * thread's fetch buffers stay warm from one shard to the next: a thread
- * per job faulted every shard's buffers in afresh). */
+ * per job faulted every shard's buffers in afresh). A job that waits
+ * before a retry (job_backoff) holds its thread: while jobs wait in the
+ * queue and no thread is free, one more is started, up to
+ * STAGE_THREADS_MAX (a store that fails for minutes under one job does
+ * not hold the others' staging). */
 #define STAGE_THREADS 16u
+#define STAGE_THREADS_MAX 64u
 static struct {
     pthread_once_t once;
     pthread_mutex_t mu;
     pthread_cond_t work;
     struct stage_job *head, *tail;
     unsigned threads;
+    unsigned idle;     /* threads waiting for a job */
+    unsigned retrying; /* threads whose job waits before a retry */
 } workers = {.once = PTHREAD_ONCE_INIT,
              .mu = PTHREAD_MUTEX_INITIALIZER,
              .work = PTHREAD_COND_INITIALIZER};
+
+static void *worker_main(void *arg);
+
+/* One more thread (workers.mu held) when jobs wait, none is free, and
+ * some hold theirs in a retry's wait. */
+static void workers_grow_locked(void)
+{
+    if (!workers.head || workers.idle || !workers.retrying ||
+        workers.threads >= STAGE_THREADS_MAX)
+        return;
+    pthread_t th;
+    pthread_attr_t a;
+    unsigned char *buf = malloc(STAGE_READ);
+    if (!buf)
+        return;
+    int ok = pthread_attr_init(&a) == 0;
+    ok = ok && pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED) == 0 &&
+         pthread_create(&th, &a, worker_main, buf) == 0;
+    if (ok)
+        workers.threads++;
+    else
+        free(buf);
+    pthread_attr_destroy(&a);
+}
+
+static void workers_retrying(int delta)
+{
+    pthread_mutex_lock(&workers.mu);
+    workers.retrying = (unsigned)((int)workers.retrying + delta);
+    workers_grow_locked();
+    pthread_mutex_unlock(&workers.mu);
+}
 
 static int range_cmp(const void *a, const void *b)
 {
@@ -1047,8 +1093,11 @@ static void *worker_main(void *arg)
     unsigned char *buf = arg;
     pthread_mutex_lock(&workers.mu);
     for (;;) {
-        while (!workers.head)
+        while (!workers.head) {
+            workers.idle++;
             pthread_cond_wait(&workers.work, &workers.mu);
+            workers.idle--;
+        }
         struct stage_job *j = workers.head;
         workers.head = j->qnext;
         if (!workers.head)
@@ -1108,6 +1157,7 @@ static void job_queue(struct stage_job *j)
         workers.head = j;
     workers.tail = j;
     pthread_cond_signal(&workers.work);
+    workers_grow_locked();
     pthread_mutex_unlock(&workers.mu);
 }
 
