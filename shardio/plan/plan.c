@@ -1868,11 +1868,9 @@ static sio_code staged_end(sio_plan *p, const stage_result *r,
         return restage_as(p, s, e, 2, err);
     /* A failure that may pass: the job retried it as the feed retries a
      * read (stage.c); then it is the shard's failure, journaled below,
-     * as the feed journals it. A compressed or zip shard's job cannot
-     * resume its object, nor a job under on_error=fail wait: the plan
-     * stops and the feed reads on. */
-    int retried = p->stage->sh[s].kind == STAGE_MEMORY &&
-                  g->cfg.on_error == SIO_ON_ERROR_SKIP;
+     * as the feed journals it. Under on_error=fail the job does not wait:
+     * the plan stops and the feed reads on (and fails where it fails). */
+    int retried = g->cfg.on_error == SIO_ON_ERROR_SKIP;
     if (rc == SIO_ERR_NOMEM || rc == SIO_ERR_LIMIT ||
         rc == SIO_ERR_CANCELED || (transient_read(rc) && !retried))
         return sio_seterr(err, rc, "shard %" PRIu32 ": %s%s", s, r->err.msg,

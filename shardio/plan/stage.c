@@ -281,17 +281,39 @@ typedef struct stage_src {
     size_t zpos;
     int zend;
     sio_code zrc;
+    size_t zcut;    /* 1 + where the reader's cut or end blocks begin in
+                       zout (zcutlen bytes) */
+    size_t zcutlen;
     char zerr[640];
     uint64_t cap, got;
     uint64_t vopen; /* the validator's hash when opened (0: none) */
     int iszip;      /* (dec) its bytes are a zip's, not a compressed tar */
+    /* Bytes made again past where a restart had to reach (src_resume of
+     * a decompressed or zip source): handed out first, not counted
+     * again. */
+    unsigned char *pend;
+    size_t pend_len;
     char shown[512];
 } stage_src;
+
+/* The name of the zip reader's tap's cut block (shard.c tap_cut). */
+#define ZIP_CUT "__shardcast_cut__"
 
 /* The zip reader's tap: its tar into zout. */
 static sio_code zip_tap(void *ud, const void *p, size_t n)
 {
     stage_src *s = ud;
+    /* What the reader writes where it fails: the half header block of a
+     * failure inside a sample, the end blocks of one between samples (its
+     * tar ends there). Noted, so that a failure that may pass takes it
+     * back (the source is read again: src_restart): else the tar would
+     * end cleanly there, and the samples after it would be lost without
+     * a word. */
+    static const unsigned char zeros[2 * SIO_TAR_BLOCK];
+    if ((n == SIO_TAR_BLOCK / 2 && n >= sizeof ZIP_CUT - 1 &&
+         memcmp(p, ZIP_CUT, sizeof ZIP_CUT - 1) == 0) ||
+        (n == sizeof zeros && memcmp(p, zeros, n) == 0))
+        s->zcut = s->zout.len + 1, s->zcutlen = n;
     return sio_wbuf_append(&s->zout, p, n);
 }
 
@@ -320,6 +342,7 @@ struct stage_job {
     sio_code src_rc;
     sio_error src_err;
     unsigned resumes;
+    uint64_t vfirst;  /* the object's validator hash when first opened */
     int checked, foreign; /* the index's kind looked at; not the stream
                              staged (a compressed shard staged raw): none
                              of its groups is let in */
@@ -423,13 +446,27 @@ static sio_code src_read(stage_src *s, unsigned char *buf,
     sio_code rc;
     *got = 0;
     *out = buf;
+    if (s->pend_len) {
+        size_t n = s->pend_len < STAGE_READ ? s->pend_len : STAGE_READ;
+        memcpy(buf, s->pend, n);
+        memmove(s->pend, s->pend + n, s->pend_len - n);
+        s->pend_len -= n;
+        *got = n;
+        return SIO_OK;
+    }
     if (s->zsh) {
         /* The tar the zip reader's tap wrote, sample by sample; the
          * shard's end (or failure) once it is all out. */
         while (s->zpos == s->zout.len && !s->zend) {
             const sio_sample *smp = NULL;
             s->zout.len = s->zpos = 0;
+            s->zcut = 0;
             sio_code r = sio_shard_next(s->zsh, &smp);
+            /* A failure that may pass: the members read are the same when
+             * the zip is read again, the cut block is not. */
+            if ((r == SIO_ERR_IO || r == SIO_ERR_RETRY) && s->zcut &&
+                s->zcut - 1 + s->zcutlen == s->zout.len)
+                s->zout.len = s->zcut - 1;
             if (r == SIO_OK && smp) {
                 sio_sample_unref(smp);
             } else if (r == SIO_OK) {
@@ -484,14 +521,62 @@ static sio_code src_read(stage_src *s, unsigned char *buf,
     return SIO_OK;
 }
 
-/* After a failure that may pass: the object again from where its bytes
- * stopped (not a decompressed one), the same version. */
-static sio_code src_resume(stage_src *s, sio_error *err)
+static uint64_t src_close(stage_src *s, int whole);
+
+/* A decompressed or zip source after a failure that may pass: the object
+ * again from its start, the same version, its output made again up to
+ * where it stopped (decompression and the zip's tar are the same bytes
+ * every time) and dropped; what the last read made past that is handed
+ * out next (pend). buf: STAGE_READ bytes of scratch. */
+static sio_code src_restart(stage_src *s, sio_io *io, const char *url,
+                            uint64_t cap, const sio_shard_limits *limits,
+                            unsigned char *buf, uint64_t want,
+                            uint64_t vopen, int mode, sio_error *err)
 {
-    if (s->dec || s->zsh)
-        return sio_seterr(err, SIO_ERR_IO, "url=%s: a compressed or zip "
-                          "shard is not fetched again from its middle",
-                          s->shown);
+    src_close(s, 0);
+    sio_code rc = src_open(s, io, url, cap, mode, limits, err);
+    if (rc == SIO_OK && vopen && s->vopen && s->vopen != vopen)
+        rc = sio_seterr(err, SIO_ERR_CHANGED, "url=%s changed while it "
+                        "was fetched", s->shown);
+    while (rc == SIO_OK && s->got < want) {
+        const unsigned char *data = buf;
+        size_t got = 0;
+        uint64_t before = s->got;
+        rc = src_read(s, buf, &data, &got, err);
+        if (rc)
+            break;
+        if (got == 0) {
+            rc = sio_seterr(err, SIO_ERR_CHANGED, "url=%s ended at %" PRIu64
+                            " bytes where it had made %" PRIu64 " before",
+                            s->shown, s->got, want);
+            break;
+        }
+        if (s->got > want) {
+            size_t keep = (size_t)(s->got - want);
+            size_t skip = (size_t)(want - before);
+            s->pend = malloc(keep);
+            if (!s->pend)
+                return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+            memcpy(s->pend, data + skip, keep);
+            s->pend_len = keep;
+        }
+    }
+    return rc;
+}
+
+/* After a failure that may pass: the object again from where its bytes
+ * stopped (want bytes made), the same version (vopen: its validator's
+ * hash when first opened, 0: none); a decompressed or zip source (mode)
+ * by src_restart. A restart that fails leaves s closed: the next one
+ * starts from the same want. */
+static sio_code src_resume(stage_src *s, sio_io *io, const char *url,
+                           uint64_t cap, const sio_shard_limits *limits,
+                           unsigned char *buf, uint64_t want,
+                           uint64_t vopen, int mode, sio_error *err)
+{
+    if (mode != SRC_RAW)
+        return src_restart(s, io, url, cap, limits, buf, want, vopen, mode,
+                           err);
     if (s->in)
         s->in->ops->close(s->in);
     s->in = NULL;
@@ -516,6 +601,7 @@ static uint64_t src_close(stage_src *s, int whole)
     if (s->ar)
         archive_read_free(s->ar);
     free(s->la.buf);
+    free(s->pend);
     if (s->in)
         s->in->ops->close(s->in);
     memset(s, 0, sizeof *s);
@@ -598,13 +684,11 @@ static sio_code job_wait(void *ud, uint64_t want, uint64_t *avail,
         else
             rc = src_read(&j->src, j->buf, &data, &got, &e);
         /* A failure that may pass: the object again from its byte
-         * reached (a compressed or zip source cannot: it fails at once,
-         * and the plan hands the epoch to the feed, which reads it again
-         * from its start). */
+         * reached (a compressed or zip source from its start, its output
+         * made again to where it stopped: src_restart). */
         int resumed = 0;
         while (!resumed && (rc == SIO_ERR_IO || rc == SIO_ERR_RETRY) &&
-               j->resumes < (j->dec || j->zip ? STAGE_RESUMES
-                                              : st->retries)) {
+               j->resumes < st->retries) {
             if (j->resumes >= STAGE_RESUMES) {
                 SIO_LOG(&j->log, SIO_LOG_WARN,
                         "event=shard_retry url=%s at_byte=%" PRIu64
@@ -617,7 +701,10 @@ static sio_code job_wait(void *ud, uint64_t want, uint64_t *avail,
                 }
             }
             j->resumes++;
-            rc = src_resume(&j->src, &e);
+            rc = src_resume(&j->src, j->io, j->url, st->budget, &j->limits,
+                            j->buf, j->avail, j->vfirst,
+                            j->dec ? SRC_DEC : j->zip ? SRC_ZIP : SRC_RAW,
+                            &e);
             resumed = rc == SIO_OK;
         }
         if (resumed)
@@ -688,7 +775,7 @@ static void job_run(struct stage_job *j, unsigned char *buf)
                       : sio_seterr(&e2, SIO_ERR_NOMEM, "out of memory");
     /* Its first request failing as may pass: asked again as a resume
      * would be (job_wait), with the same count and backoff. */
-    while ((rc == SIO_ERR_IO || rc == SIO_ERR_RETRY) && !j->dec && !j->zip &&
+    while ((rc == SIO_ERR_IO || rc == SIO_ERR_RETRY) && buf &&
            j->resumes < st->retries) {
         if (j->resumes >= STAGE_RESUMES) {
             char shown[512];
@@ -704,14 +791,16 @@ static void job_run(struct stage_job *j, unsigned char *buf)
         }
         j->resumes++;
         src_close(&j->src, 0);
-        rc = src_open(&j->src, io, j->url, st->budget, SRC_RAW, &j->limits,
-                      &e2);
+        rc = src_open(&j->src, io, j->url, st->budget,
+                      j->dec ? SRC_DEC : j->zip ? SRC_ZIP : SRC_RAW,
+                      &j->limits, &e2);
     }
     if (rc) {
         j->ended = 1;
         j->src_rc = rc;
         j->src_err = e2;
     } else {
+        j->vfirst = j->src.vopen;
         sio_stage_hooks h = {job_wait, job_progress, j};
         /* Another version of the object than the one its index was read
          * from (replaced in the store since): indexed again from these

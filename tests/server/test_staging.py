@@ -46,6 +46,9 @@ shard's GETs reset more times than the fetch engine and two resumes
 cover: its staging job retries with a backoff as the feed does, and the
 epoch stays the plan's, the feed's share.
 
+test_compressed_and_zip_shards_the_store_fails_for_a_while_are_read_again:
+the same for a .tar.gz and a zip shard, read again from their start.
+
 test_a_rank_that_never_came_and_one_that_left_read_their_shares_later:
 world 2, a small budget, a short join grace and a rejoin grace of 1 ms. Rank 1 reads its
 whole share while rank 0 has not come (the join grace runs out: the
@@ -506,6 +509,53 @@ def test_a_shard_the_store_fails_for_a_while_is_retried_by_its_staging(start, se
         dp = data_plane(get_json(plan, "/v1/jobs/t"))
         assert dp["plans_grown"] == 1 and dp["feed_streams"] == 0, (tag(), dp)
         assert "event=shard_retry" in plan.log(), tag()
+    finally:
+        ng.stop()
+
+
+def test_compressed_and_zip_shards_the_store_fails_for_a_while_are_read_again(
+        start, server_binary, tmp_path):
+    """A .tar.gz and a zip shard over http whose GET is cut halfway, then
+    refused more times than the fetch engine and two resumes cover: their staging
+    jobs read them again from the start (a decompressed or zip source
+    cannot resume in its middle), make their bytes again to where they
+    stopped, and go on; the epoch stays the plan's, the feed's share."""
+    require_planes(server_binary, "auto", "stream")
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from support.faultproxy import FaultProxy
+    rng = random.Random(SEED + 22)
+    ds = make_random_dataset(str(tmp_path / "ds"), rng.randrange(1 << 30),
+                             [("ustar", 30), ("targz", 40), ("zip", 30), ("pax", 30)],
+                             "c")
+    names = sorted(os.listdir(ds.path))
+    (gz,) = [n for n in names if n.endswith(".tar.gz")]
+    (zp,) = [n for n in names if n.endswith(".zip")]
+    # Each cut halfway once, then refused (500) eight times: more than the
+    # fetch engine's retries and the two resumes at once cover.
+    rules = []
+    for n in (gz, zp):
+        rules += [{"fault": "reset", "path": re.escape(n) + "$", "count": 1,
+                   "after_bytes": os.path.getsize(os.path.join(ds.path, n)) // 2},
+                  {"fault": "status", "status": 500, "path": re.escape(n) + "$",
+                   "count": 8}]
+    ng = Nginx(ds.path, str(tmp_path))
+    try:
+        src = "http://127.0.0.1:%d/{%s}" % (ng.port, ",".join(names))
+        args = ("--interleave", "2", "--shuffle-buffer", "20", "--fetch-retries", "1",
+                "--fetch-retry-base-ms", "10") + COMMON
+        feed = start("--job", "t", "--source", src, "--data-plane", "stream", *args)
+        want = read_world(feed, 0, 1)[0]
+        with FaultProxy("http://127.0.0.1:%d" % ng.port, rules=rules) as proxy:
+            psrc = "%s/{%s}" % (proxy.url, ",".join(names))
+            plan = start("--job", "t", "--source", psrc, *args)
+            got = read_one(plan, 0, 0, 1)
+            fired = [r["fired"] for r in proxy.rules()]
+        assert fired == [1, 8, 1, 8], (tag(), fired)
+        assert kf(got) == kf(want), tag()
+        assert got.summary() == want.summary(), tag()
+        dp = data_plane(get_json(plan, "/v1/jobs/t"))
+        assert dp["plans_grown"] == 1 and dp["feed_streams"] == 0, (tag(), dp)
+        assert plan.log().count("event=shard_retry") >= 2, tag()
     finally:
         ng.stop()
 
