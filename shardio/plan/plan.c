@@ -1605,7 +1605,7 @@ sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
         p->stage->budget = cfg->stage_bytes; /* 0: none in memory */
         p->stage->retries = cfg->on_error == SIO_ON_ERROR_SKIP
                                 ? STAGE_RETRIES
-                                : STAGE_RESUMES;
+                                : 0;
         for (size_t i = 0; i < total; i++)
             p->stage->sh[i].kind = kinds[i];
     }
@@ -1866,16 +1866,13 @@ static sio_code staged_end(sio_plan *p, const stage_result *r,
      * its name nothing): nothing of it was staged; as a zip now. */
     if (r->foreign == 2 && dec && p->stage->budget && !virtual_shard(url))
         return restage_as(p, s, e, 2, err);
-    /* A failure that may pass: the job retried it as the feed retries a
-     * read (stage.c); then it is the shard's failure, journaled below,
-     * as the feed journals it. Under on_error=fail the job does not wait:
-     * the plan stops and the feed reads on (and fails where it fails). */
-    int retried = g->cfg.on_error == SIO_ON_ERROR_SKIP;
-    if (rc == SIO_ERR_NOMEM || rc == SIO_ERR_LIMIT ||
-        rc == SIO_ERR_CANCELED || (transient_read(rc) && !retried))
-        return sio_seterr(err, rc, "shard %" PRIu32 ": %s%s", s, r->err.msg,
-                          transient_read(rc) ? " (the feed retries it)"
-                                             : "");
+    /* A failure that may pass: under on_error=skip the job retried it as
+     * the feed retries a read (stage.c); then, and at once under
+     * on_error=fail (as the feed gives up at once), it is the shard's
+     * failure: journaled below as the feed journals it, or where the
+     * epoch fails. */
+    if (rc == SIO_ERR_NOMEM || rc == SIO_ERR_LIMIT || rc == SIO_ERR_CANCELED)
+        return sio_seterr(err, rc, "shard %" PRIu32 ": %s", s, r->err.msg);
     sio_index_get_info(e, &info);
     if (rc != SIO_OK && !(has_cut && info.known >= cut)) {
         sio_code jr = shard_ended(g, s, url, rc, r->reached, r->err.msg,

@@ -143,9 +143,9 @@ typedef struct plan_stage {
     unsigned nw;       /* worlds in w (0: no reader yet) */
     uint32_t join_ms, rejoin_ms, lag_grace_ms;
     unsigned retries;  /* a staging job's failures that may pass it takes
-                          again, with a backoff, before the shard fails
-                          (on_error=skip: as the feed's reads; else only
-                          STAGE_RESUMES, at once) */
+                          again before the shard fails (on_error=skip:
+                          STAGE_RETRIES, as the feed's reads; under
+                          on_error=fail none, as the feed) */
     int lag_wait;      /* --lag-policy wait: nobody is detached */
     uint64_t lag_samples; /* a rank this far behind the furthest is
                              detached when the steps wait for room (0:
@@ -354,8 +354,9 @@ uint64_t stage_spare_bytes(void);
  * ended). reserve: room taken for it now (its listed size, or 0). */
 #define STAGE_JOBS_MAX 8u
 /* A job's failure that may pass (an I/O error, a 5xx after the fetch
- * engine's own retries) resumes the object from where its bytes stopped:
- * STAGE_RESUMES times at once, then (on_error=skip) up to STAGE_RETRIES
+ * engine's own retries) resumes the object from where its bytes stopped
+ * (under on_error=skip; under on_error=fail the shard fails at once, as
+ * on the feed): STAGE_RESUMES times at once, then up to STAGE_RETRIES
  * times in all with a backoff doubling from STAGE_RETRY_BASE_MS to
  * STAGE_RETRY_MAX_MS, as the feed retries a shard's read; then the shard
  * fails (journaled where it stopped). */

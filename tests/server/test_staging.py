@@ -18,6 +18,10 @@ first pass at once from the staged plan, sample for sample the feed's
 shares. World 2 coming after they let go of every shard, and a fifth
 world while four read, are the feed's.
 
+test_a_store_that_refuses_a_shard_under_on_error_fail_fails_the_staged_epoch_as_the_feed:
+one shard refused past the fetch engine's retries under on_error=fail:
+the staged plan fails where the feed fails, at once, the same samples.
+
 test_a_shard_is_read_as_its_bytes_arrive: the defaults, a source that
 holds the second half of every shard back: the first samples reach the
 consumer before any shard is whole, from the staged plan; once the
@@ -719,6 +723,49 @@ def test_a_remote_shard_cut_short_under_on_error_fail_fails_the_staged_epoch_as_
                 tag(), r, gp.trailer, wp.trailer)
         dp = data_plane(get_json(plan, "/v1/jobs/t"))
         assert dp["plans_grown"] == 1 and dp["feed_streams"] == 0, (tag(), dp)
+    finally:
+        ng.stop()
+
+
+def test_a_store_that_refuses_a_shard_under_on_error_fail_fails_the_staged_epoch_as_the_feed(
+        start, server_binary, tmp_path):
+    """on_error=fail over http, no cache, one shard's GETs refused (500)
+    past the fetch engine's retries: the staged plan fails the epoch at
+    once, where the feed fails it (the feed does not retry under
+    on_error=fail): the same samples to every rank, then an error trailer
+    naming the store's answer, not retryable; no stream came from the
+    feed."""
+    require_planes(server_binary, "auto", "stream")
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from support.faultproxy import FaultProxy
+    from server_testlib import make_dataset
+    d = str(tmp_path / "ds")
+    man = make_dataset(d, shards=5, per_shard=50, size=1500, seed=SEED + 32, prefix="f")
+    os.remove(os.path.join(d, "manifest.json"))
+    names = sorted(os.listdir(d))
+    victim = man["shards"][3]["file"]
+    ng = Nginx(d, str(tmp_path))
+    rules = [{"fault": "status", "status": 500, "path": re.escape(victim) + "$"}]
+    try:
+        with FaultProxy("http://127.0.0.1:%d" % ng.port, rules=rules) as proxy:
+            src = "%s/f-{000000..%06d}.tar" % (proxy.url, len(names) - 1)
+            args = ("--job", "t", "--source", src, "--on-error", "fail",
+                    "--shuffle-buffer", "8", "--interleave", "2", "--fetch-retries", "1",
+                    "--fetch-retry-base-ms", "10", *COMMON)
+            feed = start(*args, "--data-plane", "stream")
+            plan = start(*args, "--data-plane", "auto")
+            want = read_world_failing(feed, 0, 2, what=tag())
+            got = read_world_failing(plan, 0, 2, what=tag())
+        for r in range(2):
+            (wst, _, wp), (gst, _, gp) = want[r], got[r]
+            assert wst == gst == 200, (tag(), r, wst, gst)
+            assert wp.outcome == gp.outcome == "error", (tag(), r, wp.summary(), gp.summary())
+            assert not gp.retryable_error(), (tag(), r, gp.summary())
+            assert kf(gp) == kf(wp), (tag(), r, len(gp.samples), len(wp.samples))
+            assert "500" in gp.trailer["reason"], (tag(), r, gp.trailer)
+        dp = data_plane(get_json(plan, "/v1/jobs/t"))
+        assert dp["plans_grown"] == 1 and dp["feed_streams"] == 0, (tag(), dp)
+        assert "event=shard_retry" not in plan.log(), tag()
     finally:
         ng.stop()
 
