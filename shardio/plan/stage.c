@@ -897,18 +897,14 @@ static struct {
 
 static void *worker_main(void *arg);
 
-/* One more thread (workers.mu held) when jobs wait, none is free, and
- * some hold theirs in a retry's wait. */
-static void workers_grow_locked(void)
+/* Start one more worker (detached, with its read buffer): 1, else 0. */
+static int worker_add(void)
 {
-    if (!workers.head || workers.idle || !workers.retrying ||
-        workers.threads >= STAGE_THREADS_MAX)
-        return;
     pthread_t th;
     pthread_attr_t a;
     unsigned char *buf = malloc(STAGE_READ);
     if (!buf)
-        return;
+        return 0;
     int ok = pthread_attr_init(&a) == 0;
     ok = ok && pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED) == 0 &&
          pthread_create(&th, &a, worker_main, buf) == 0;
@@ -917,6 +913,16 @@ static void workers_grow_locked(void)
     else
         free(buf);
     pthread_attr_destroy(&a);
+    return ok;
+}
+
+/* One more thread (workers.mu held) when jobs wait, none is free, and
+ * some hold theirs in a retry's wait. */
+static void workers_grow_locked(void)
+{
+    if (workers.head && !workers.idle && workers.retrying &&
+        workers.threads < STAGE_THREADS_MAX)
+        (void)worker_add();
 }
 
 static void workers_retrying(int delta)
@@ -1205,22 +1211,9 @@ static void *worker_main(void *arg)
 
 static void workers_start(void)
 {
-    for (unsigned i = 0; i < STAGE_THREADS; i++) {
-        pthread_t th;
-        pthread_attr_t a;
-        unsigned char *buf = malloc(STAGE_READ);
-        if (!buf)
+    for (unsigned i = 0; i < STAGE_THREADS; i++)
+        if (!worker_add())
             break;
-        int ok = pthread_attr_init(&a) == 0;
-        ok = ok && pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED) ==
-                       0 &&
-             pthread_create(&th, &a, worker_main, buf) == 0;
-        if (ok)
-            workers.threads++;
-        else
-            free(buf);
-        pthread_attr_destroy(&a);
-    }
 }
 
 /* Hand job j to the workers (it holds a reference to its plan and a
