@@ -2001,10 +2001,23 @@ static sio_code prepare_shard(sio_plan *p, uint32_t s, sio_error *err)
         sio_index_get_info(e, &info);
         if (rc == SIO_ERR_NOMEM || rc == SIO_ERR_CANCELED)
             return sio_seterr(err, rc, "shard %" PRIu32 ": %s", s, e2.msg);
-        /* A failure that may pass (the store's own retries spent): the
-         * feed retries it with its backoff, for minutes, before it skips
-         * the shard; the plan stops here and hands the epoch to it. */
-        if (transient_read(rc))
+        /* A failure that may pass (the store's own retries spent) on a
+         * remote shard read into the shard cache: under on_error=skip it
+         * is staged in memory instead, by a job that retries as the feed
+         * retries a read (this is a planner thread: it does not wait
+         * minutes); under on_error=fail it is the shard's failure, where
+         * the feed fails. Else (no staging in memory) the feed retries
+         * it: the plan stops here and hands the epoch to it. */
+        if (transient_read(rc) && fill && try_cache &&
+            g->cfg.on_error == SIO_ON_ERROR_SKIP && p->stage->budget &&
+            !(has_cut && cut == 0)) {
+            SIO_LOG(&g->cfg.log, SIO_LOG_WARN,
+                    "event=shard_retry shard=%" PRIu32 " as=memory "
+                    "reason=\"%s\"", s, e2.msg);
+            return prepare_staged(p, s, e, err);
+        }
+        if (transient_read(rc) && (g->cfg.on_error == SIO_ON_ERROR_SKIP ||
+                                   !fill))
             return sio_seterr(err, rc, "shard %" PRIu32 ": %s (the feed "
                               "retries it)", s, e2.msg);
         if (rc != SIO_OK) {

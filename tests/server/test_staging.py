@@ -50,6 +50,10 @@ shard's GETs reset more times than the fetch engine and two resumes
 cover: its staging job retries with a backoff as the feed does, and the
 epoch stays the plan's, the feed's share.
 
+test_a_shard_the_store_refuses_while_it_is_filled_into_the_cache_is_staged_in_memory:
+a shard the store refuses while it is filled into the cache is staged in
+memory by a job that retries, the epoch stays the plan's.
+
 test_compressed_and_zip_shards_the_store_fails_for_a_while_are_read_again:
 the same for a .tar.gz and a zip shard, read again from their start.
 
@@ -513,6 +517,43 @@ def test_a_shard_the_store_fails_for_a_while_is_retried_by_its_staging(start, se
         dp = data_plane(get_json(plan, "/v1/jobs/t"))
         assert dp["plans_grown"] == 1 and dp["feed_streams"] == 0, (tag(), dp)
         assert "event=shard_retry" in plan.log(), tag()
+    finally:
+        ng.stop()
+
+
+def test_a_shard_the_store_refuses_while_it_is_filled_into_the_cache_is_staged_in_memory(
+        start, server_binary, tmp_path):
+    """A shard cache with room for the dataset, one shard's GETs refused
+    (500) more times than the fill's own tries cover: the step stages that
+    shard in memory instead, by a job that retries as the feed retries a
+    read, and the epoch stays the plan's, the feed's share; the next epoch
+    too."""
+    require_planes(server_binary, "auto", "stream")
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from support.faultproxy import FaultProxy
+    ds = many_shards(tmp_path, SEED + 24, 6, "f")
+    names = sorted(os.listdir(ds.path))
+    ng = Nginx(ds.path, str(tmp_path))
+    rules = [{"fault": "status", "status": 500, "method": "GET", "path": r"f-000003\.tar$",
+              "count": 9}]
+    try:
+        src = brace(ng, names, "f")
+        args = ("--interleave", "2", "--shuffle-buffer", "20", "--fetch-retries", "1",
+                "--fetch-retry-base-ms", "10") + COMMON
+        feed = start("--job", "t", "--source", src, "--data-plane", "stream", *args)
+        with FaultProxy("http://127.0.0.1:%d" % ng.port, rules=rules) as proxy:
+            psrc = "%s/f-{000000..%06d}.tar" % (proxy.url, len(names) - 1)
+            plan = start("--job", "t", "--source", psrc, "--cache-bytes", "1GiB", *args)
+            for epoch in (0, 1):
+                got = read_one(plan, epoch, 0, 1)
+                want = read_world(feed, epoch, 1)[0]
+                assert kf(got) == kf(want), (tag(), epoch)
+                assert got.summary() == want.summary(), (tag(), epoch)
+            fired = sum(r["fired"] for r in proxy.rules())
+        assert fired == 9, (tag(), fired)
+        dp = data_plane(get_json(plan, "/v1/jobs/t"))
+        assert dp["feed_streams"] == 0 and dp["plan_streams"] == 2, (tag(), dp)
+        assert "as=memory" in plan.log(), tag()
     finally:
         ng.stop()
 
