@@ -231,9 +231,11 @@ struct sio_epoch {
     int (*stop_fn)(void *ud, uint32_t shard, uint64_t *at, sio_code *rc,
                    char *msg, size_t msglen);
     void *stop_ud;
-    /* A mixed order's source pass (meta mode): the mixed order. Its stub
-     * entries are that order's (they outlive the pass in its buffer), and
-     * so are the gate, stop hook and entries hook (home_of). */
+    /* A mixed order's source pass (meta mode): the mixed order. The
+     * metadata records its buffer holds (struct stub: shard, group, size)
+     * come from that order's pool (they outlive the pass in its buffer),
+     * and its gate, stop hook and entries hook are that order's too
+     * (home_of). */
     struct sio_epoch *home;
     /* Where meta mode finds a shard's groups (sio_order_set_entries):
      * NULL from entry_fn, the index's entry for the shard's URL. */
@@ -312,8 +314,8 @@ void sio_epoch_get_stats(const sio_epoch *ep, sio_epoch_stats *st)
 
 /* Stubs --------------------------------------------------------------- */
 
-/* The epoch whose stub entries and order hooks ep uses: a mixed order's
- * for one of its source passes, else ep itself. */
+/* The epoch whose pool of metadata records (struct stub) and order hooks
+ * ep uses: a mixed order's for one of its source passes, else ep itself. */
 static sio_epoch *home_of(sio_epoch *ep)
 {
     return ep->home ? ep->home : ep;

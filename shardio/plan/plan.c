@@ -1284,23 +1284,28 @@ static int compressed_name(const char *url)
     return name_ends(url, ext, sizeof ext / sizeof ext[0]);
 }
 
-/* What a local shard starts with: 0 a tar (or anything else read as
- * one), 1 a compressed stream, 2 a zip; -1 (err) when it cannot be
- * opened. One read of 512 bytes. */
+/* The index key of zip shard url as the tar of its samples: the URL and
+ * a suffix no URL has, so that the zip reader's index (its positions are
+ * libarchive's) and this one never mix. malloc'd; NULL: no memory. */
 #define ZIP_TAR_KEY "\x1ftar-of-samples"
+static char *zip_tar_key(const char *url)
+{
+    size_t n = strlen(url);
+    char *key = malloc(n + sizeof ZIP_TAR_KEY);
+    if (key) {
+        memcpy(key, url, n);
+        memcpy(key + n, ZIP_TAR_KEY, sizeof ZIP_TAR_KEY);
+    }
+    return key;
+}
 
 /* Was url staged as a zip (the tar of its samples indexed, in memory or
  * in state_dir)? Its complete index says "stream-only" alone, as a
  * compressed shard's does. */
 static int zip_tar_known(sio_index *x, const char *url)
 {
-    size_t n = strlen(url);
-    char *key = malloc(n + sizeof ZIP_TAR_KEY);
-    if (!key)
-        return 0;
-    memcpy(key, url, n);
-    memcpy(key + n, ZIP_TAR_KEY, sizeof ZIP_TAR_KEY);
-    int known = sio_index_known(x, key);
+    char *key = zip_tar_key(url);
+    int known = key && sio_index_known(x, key);
     free(key);
     return known;
 }
@@ -1324,6 +1329,9 @@ static int fd_kind(int fd)
     return got < 0 ? 1 : bytes_kind(head, (size_t)got);
 }
 
+/* What a local shard starts with: 0 a tar (or anything else read as
+ * one), 1 a compressed stream, 2 a zip; -1 (err) when it cannot be
+ * opened. One read of 512 bytes. */
 static int head_kind(sio_io *io, const sio_epoch_config *cfg,
                      const char *url, sio_error *err)
 {
@@ -1760,19 +1768,13 @@ static sio_code shard_ended(plan_grow *g, uint32_t s, const char *url,
 
 static uint64_t stage_size(sio_plan *p, uint32_t s);
 
-/* The index entry of zip shard s as the tar of its samples: a key of its
- * own (the URL and a suffix no URL has, ZIP_TAR_KEY), so that the zip
- * reader's index (its positions are libarchive's) and this one never
- * mix. */
+/* The index entry of zip shard s as the tar of its samples (its own key,
+ * zip_tar_key). */
 static sio_index_entry *zip_tar_entry(plan_grow *g, uint32_t s)
 {
-    const char *url = sio_shardlist_url(g->list, s);
-    size_t n = strlen(url);
-    char *key = malloc(n + sizeof ZIP_TAR_KEY);
+    char *key = zip_tar_key(sio_shardlist_url(g->list, s));
     if (!key)
         return NULL;
-    memcpy(key, url, n);
-    memcpy(key + n, ZIP_TAR_KEY, sizeof ZIP_TAR_KEY);
     sio_index_entry *e = sio_index_get(g->cfg.index, g->io, key, UINT64_MAX);
     free(key);
     return e;

@@ -551,7 +551,13 @@ static sio_code src_restart(stage_src *s, sio_io *io, const char *url,
                             s->shown, s->got, want);
             break;
         }
-        if (s->got > want) {
+        if (s->got > want && s->zsh) {
+            /* A zip's tar is still in zout: handed out again from there. */
+            size_t keep = (size_t)(s->got - want);
+            s->zpos -= keep;
+            s->got -= keep;
+        } else if (s->got > want) {
+            /* Decompressed into buf (one read's worth): kept aside. */
             size_t keep = (size_t)(s->got - want);
             size_t skip = (size_t)(want - before);
             s->pend = malloc(keep);
@@ -666,6 +672,21 @@ static int job_backoff(struct stage_job *j, unsigned attempt)
     return stopped;
 }
 
+/* Before job j's next resume (j->resumes of them so far), after a
+ * failure that may pass (why): none for the first STAGE_RESUMES, then
+ * logged and waited for (job_backoff). 1 when the plan stopped. */
+static int job_retry_wait(struct stage_job *j, const char *why)
+{
+    if (j->resumes < STAGE_RESUMES)
+        return 0;
+    char shown[512];
+    sio_url_redact(j->url, shown, sizeof shown);
+    SIO_LOG(&j->log, SIO_LOG_WARN,
+            "event=shard_retry url=%s at_byte=%" PRIu64 " attempt=%u "
+            "reason=\"%s\"", shown, j->avail, j->resumes + 1, why);
+    return job_backoff(j, j->resumes - STAGE_RESUMES);
+}
+
 /* sio_stage_hooks.wait: fetch until want bytes are written (or the
  * object ends, or fails). Runs on the job's thread (the index pass's). */
 static sio_code job_wait(void *ud, uint64_t want, uint64_t *avail,
@@ -689,16 +710,10 @@ static sio_code job_wait(void *ud, uint64_t want, uint64_t *avail,
         int resumed = 0;
         while (!resumed && (rc == SIO_ERR_IO || rc == SIO_ERR_RETRY) &&
                j->resumes < st->retries) {
-            if (j->resumes >= STAGE_RESUMES) {
-                SIO_LOG(&j->log, SIO_LOG_WARN,
-                        "event=shard_retry url=%s at_byte=%" PRIu64
-                        " attempt=%u reason=\"%s\"", j->src.shown,
-                        j->src.got, j->resumes + 1, e.msg);
-                if (job_backoff(j, j->resumes - STAGE_RESUMES)) {
-                    rc = sio_seterr(&e, SIO_ERR_CANCELED, "the epoch's "
-                                    "plan stopped");
-                    break;
-                }
+            if (job_retry_wait(j, e.msg)) {
+                rc = sio_seterr(&e, SIO_ERR_CANCELED, "the epoch's plan "
+                                "stopped");
+                break;
             }
             j->resumes++;
             rc = src_resume(&j->src, j->io, j->url, st->budget, &j->limits,
@@ -777,17 +792,10 @@ static void job_run(struct stage_job *j, unsigned char *buf)
      * would be (job_wait), with the same count and backoff. */
     while ((rc == SIO_ERR_IO || rc == SIO_ERR_RETRY) && buf &&
            j->resumes < st->retries) {
-        if (j->resumes >= STAGE_RESUMES) {
-            char shown[512];
-            sio_url_redact(j->url, shown, sizeof shown);
-            SIO_LOG(&j->log, SIO_LOG_WARN,
-                    "event=shard_retry url=%s at_byte=0 attempt=%u "
-                    "reason=\"%s\"", shown, j->resumes + 1, e2.msg);
-            if (job_backoff(j, j->resumes - STAGE_RESUMES)) {
-                rc = sio_seterr(&e2, SIO_ERR_CANCELED, "the epoch's plan "
-                                "stopped");
-                break;
-            }
+        if (job_retry_wait(j, e2.msg)) {
+            rc = sio_seterr(&e2, SIO_ERR_CANCELED, "the epoch's plan "
+                            "stopped");
+            break;
         }
         j->resumes++;
         src_close(&j->src, 0);

@@ -123,6 +123,9 @@ from plan_testlib import read_world as plan_read_world
 from server_testlib import FramesStream, Nginx, content_hash, get_json, stream_path
 from shardcast_testlib import GatedSource
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from support.faultproxy import FaultProxy  # noqa: E402
+
 SEED = int(os.environ.get("SHARDCAST_PLAN_SEED", "7171"))
 
 
@@ -132,6 +135,10 @@ def tag():
 
 COMMON = ("--prefetch", "false", "--stream-rate-limit", "0", "--rate-limit", "0",
           "--max-new-epochs-per-minute", "0")
+# A store behind the fault proxy: the fetch engine gives up after one
+# retry, so the staging's own retries are what the faults reach.
+RETRY_ARGS = ("--interleave", "2", "--shuffle-buffer", "20", "--fetch-retries", "1",
+              "--fetch-retry-base-ms", "10") + COMMON
 
 
 def brace(ng, names, prefix):
@@ -340,7 +347,6 @@ def test_an_s3_dataset_larger_than_the_cache_is_planned(start, server_binary, tm
     staged in memory; both epochs are the feed's, sample for sample, and
     the first fetches every shard once."""
     require_planes(server_binary, "auto", "stream")
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     from support.s3rver import S3rver
     ds = many_shards(tmp_path, SEED + 14, 9, "s")
     names = sorted(os.listdir(ds.path))
@@ -447,8 +453,6 @@ def test_staging_through_store_faults_keeps_every_sample_once(start, server_bina
     as the store's reads do (or the plan hands the epoch to the feed): each
     rank's share is the one the feed gives from a store without faults."""
     require_planes(server_binary, "auto", "stream")
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    from support.faultproxy import FaultProxy
     ds = many_shards(tmp_path, SEED + 16, 8, "f")
     names = sorted(os.listdir(ds.path))
     ng = Nginx(ds.path, str(tmp_path))
@@ -493,8 +497,6 @@ def test_a_shard_the_store_fails_for_a_while_is_retried_by_its_staging(start, se
     is the one the feed gives from a store without faults, no stream
     comes from the feed."""
     require_planes(server_binary, "auto", "stream")
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    from support.faultproxy import FaultProxy
     ds = many_shards(tmp_path, SEED + 21, 6, "f")
     names = sorted(os.listdir(ds.path))
     ng = Nginx(ds.path, str(tmp_path))
@@ -502,8 +504,7 @@ def test_a_shard_the_store_fails_for_a_while_is_retried_by_its_staging(start, se
               "after_bytes": 20000}]
     try:
         src = brace(ng, names, "f")
-        args = ("--interleave", "2", "--shuffle-buffer", "20", "--fetch-retries", "1",
-                "--fetch-retry-base-ms", "10") + COMMON
+        args = RETRY_ARGS
         feed = start("--job", "t", "--source", src, "--data-plane", "stream", *args)
         want = read_world(feed, 0, 1)[0]
         with FaultProxy("http://127.0.0.1:%d" % ng.port, rules=rules) as proxy:
@@ -529,8 +530,6 @@ def test_a_shard_the_store_refuses_while_it_is_filled_into_the_cache_is_staged_i
     read, and the epoch stays the plan's, the feed's share; the next epoch
     too."""
     require_planes(server_binary, "auto", "stream")
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    from support.faultproxy import FaultProxy
     ds = many_shards(tmp_path, SEED + 24, 6, "f")
     names = sorted(os.listdir(ds.path))
     ng = Nginx(ds.path, str(tmp_path))
@@ -538,8 +537,7 @@ def test_a_shard_the_store_refuses_while_it_is_filled_into_the_cache_is_staged_i
               "count": 9}]
     try:
         src = brace(ng, names, "f")
-        args = ("--interleave", "2", "--shuffle-buffer", "20", "--fetch-retries", "1",
-                "--fetch-retry-base-ms", "10") + COMMON
+        args = RETRY_ARGS
         feed = start("--job", "t", "--source", src, "--data-plane", "stream", *args)
         with FaultProxy("http://127.0.0.1:%d" % ng.port, rules=rules) as proxy:
             psrc = "%s/f-{000000..%06d}.tar" % (proxy.url, len(names) - 1)
@@ -566,8 +564,6 @@ def test_compressed_and_zip_shards_the_store_fails_for_a_while_are_read_again(
     cannot resume in its middle), make their bytes again to where they
     stopped, and go on; the epoch stays the plan's, the feed's share."""
     require_planes(server_binary, "auto", "stream")
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    from support.faultproxy import FaultProxy
     rng = random.Random(SEED + 22)
     ds = make_random_dataset(str(tmp_path / "ds"), rng.randrange(1 << 30),
                              [("ustar", 30), ("targz", 40), ("zip", 30), ("pax", 30)],
@@ -586,8 +582,7 @@ def test_compressed_and_zip_shards_the_store_fails_for_a_while_are_read_again(
     ng = Nginx(ds.path, str(tmp_path))
     try:
         src = "http://127.0.0.1:%d/{%s}" % (ng.port, ",".join(names))
-        args = ("--interleave", "2", "--shuffle-buffer", "20", "--fetch-retries", "1",
-                "--fetch-retry-base-ms", "10") + COMMON
+        args = RETRY_ARGS
         feed = start("--job", "t", "--source", src, "--data-plane", "stream", *args)
         want = read_world(feed, 0, 1)[0]
         with FaultProxy("http://127.0.0.1:%d" % ng.port, rules=rules) as proxy:
@@ -610,7 +605,6 @@ def test_a_listed_shard_larger_than_stage_bytes_keeps_the_feed(start, server_bin
     shard: the epoch is the feed's from its first sample (not a plan that
     stops at that shard and hands its streams over), whole."""
     require_planes(server_binary, "auto")
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     from support.s3rver import S3rver
     ds = many_shards(tmp_path, SEED + 17, 4, "b")
     sizes = [os.path.getsize(os.path.join(ds.path, n)) for n in os.listdir(ds.path)]
@@ -786,8 +780,6 @@ def test_a_store_that_refuses_a_shard_under_on_error_fail_fails_the_staged_epoch
     naming the store's answer, not retryable; no stream came from the
     feed."""
     require_planes(server_binary, "auto", "stream")
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    from support.faultproxy import FaultProxy
     from server_testlib import make_dataset
     d = str(tmp_path / "ds")
     man = make_dataset(d, shards=5, per_shard=50, size=1500, seed=SEED + 32, prefix="f")
@@ -1304,7 +1296,6 @@ def test_a_shard_replaced_while_the_server_was_down_is_indexed_again(
     import io
     import tarfile
     require_planes(server_binary, "auto", "stream")
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     from support.s3rver import S3rver
     from server_testlib import make_dataset
     d = str(tmp_path / "ds")
