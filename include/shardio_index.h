@@ -22,11 +22,11 @@
  * decompressed stream, so a seek into one re-reads it from its start and
  * skips to the group it needs ("stream-only").
  *
- * The index file format (version 1; little-endian; a change is a new
+ * The index file format (version 2; little-endian; a change is a new
  * version, never a silent one):
  *
  *   header   "SCIDX\0\1\0"                         8 bytes, magic
- *            u32 version = 1
+ *            u32 version = 2 (SIO_INDEX_VERSION)
  *            u32 flags       bit 0: stream-only (compressed shard)
  *            u64 size        shard size in bytes (UINT64_MAX: unknown)
  *            u64 mtime       seconds (local files; 0: unknown)
@@ -74,7 +74,11 @@
 extern "C" {
 #endif
 
-#define SIO_INDEX_VERSION 1u
+/* The index file format's version. A file of another version is not
+ * read: the shard is indexed again. 2: a shard whose bytes end without
+ * the archive's end blocks is truncated, not whole (a version 1 file may
+ * hold its last group, which may have lost members, as good). */
+#define SIO_INDEX_VERSION 2u
 #define SIO_INDEX_SUFFIX ".scidx"
 /* Sanity limits on an index file (a reader refuses anything beyond). */
 #define SIO_INDEX_KEY_MAX 4096u

@@ -93,6 +93,10 @@ struct sio_shard {
     const unsigned char *handoff; /* bytes libarchive gets first */
     size_t handoff_len;
     uint64_t la_base;        /* stream offset where libarchive started */
+    uint64_t la_dend;        /* libarchive's (tar) position where the last
+                                entry's data and padding end: still there
+                                at its end, no end-of-archive block was
+                                read */
     sio_tar_entry cur;       /* the entry whose header was read last */
     int pending;             /* cur: header read, data not yet consumed */
     int eof;
@@ -270,6 +274,7 @@ static sio_code handover(sio_shard *sh, uint64_t pos, sio_error *err)
 
     sh->plain = 0;
     sh->la_base = pos;
+    sh->la_dend = 0;
     if (sio_tarp_buffered_from(&sh->tp, pos, &p, &n)) {
         sh->handoff = p;
         sh->handoff_len = n;
@@ -312,6 +317,9 @@ static sio_code start_reader(sio_shard *sh, sio_error *err)
     sio_code rc;
 
     sio_tarp_init(&sh->tp, sh->stream, sh->rbuf, sh->rcap, sh->at.offset);
+    /* Read to the shard's end (not a byte range of it): the bytes must
+     * end in the archive's end blocks. */
+    sh->tp.need_end = sh->at.end == UINT64_MAX;
     sh->plain = 1;
     if (sh->at.use_fd && sh->at.decompressed)
         sh->filtered = 1; /* positions in a decompressed stream */
@@ -829,6 +837,20 @@ static sio_code next_header(sio_shard *sh)
         int r = sh->zip ? zip_next_header(sh, &e)
                         : archive_read_next_header(sh->ar, &e);
         if (r == ARCHIVE_EOF) {
+            /* libarchive ends a tar at a header boundary without its end
+             * blocks as at them; the plain reader calls it truncated
+             * (tarparse.c), and so does this one. */
+            if (!sh->zip && sh->at.end == UINT64_MAX &&
+                (uint64_t)archive_filter_bytes(sh->ar, 0) == sh->la_dend) {
+                char m[200];
+                snprintf(m, sizeof m,
+                         "tar archive ends without its end-of-archive "
+                         "blocks at offset %llu of its %s (truncated, or "
+                         "written without them)",
+                         (unsigned long long)(sh->la_base + sh->la_dend),
+                         sh->filtered ? "decompressed bytes" : "bytes");
+                return fail(sh, SIO_ERR_FORMAT, m);
+            }
             sh->pending = 0;
             return SIO_OK;
         }
@@ -867,6 +889,11 @@ static sio_code next_header(sio_shard *sh)
         sh->cur.size = size < 0 ? UINT64_MAX : (uint64_t)size;
         sh->cur.hdr_pos =
             sh->la_base + (uint64_t)archive_read_header_position(sh->ar);
+        /* libarchive stands at the entry's data now (its headers read). */
+        if (!sh->zip)
+            sh->la_dend = (uint64_t)archive_filter_bytes(sh->ar, 0) +
+                          ((sh->cur.size == UINT64_MAX ? 0 : sh->cur.size) +
+                           511) / 512 * 512;
         if (!sh->filtered && archive_filter_count(sh->ar) > 1)
             sh->filtered = 1;
         sh->pending = 1;

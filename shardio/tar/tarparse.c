@@ -579,6 +579,18 @@ static sio_code next_entry(sio_tar_plain *t, sio_tar_entry *e, int *what,
             if (nexts && !only_global)
                 return damaged(t, "damaged tar archive (no entry after an "
                                   "extension header)");
+            if (have == 0 && t->need_end) {
+                /* The bytes end at a header boundary with no end-of-archive
+                 * block: an archive cut there (an interrupted upload, a
+                 * partial copy) or written without them; either way the
+                 * group being read may have lost members (libarchive calls
+                 * this the end). */
+                snprintf(t->err, sizeof t->err,
+                         "tar archive ends without its end-of-archive blocks "
+                         "at offset %llu (truncated, or written without them)",
+                         (unsigned long long)t->off);
+                return SIO_ERR_FORMAT;
+            }
             *what = SIO_TARP_END;
             return SIO_OK;
         }

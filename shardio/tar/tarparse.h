@@ -48,6 +48,9 @@ typedef struct sio_tar_plain {
     uint64_t off;       /* stream offset of buf[pos] */
     uint64_t start;     /* where the stream started */
     int seof;           /* the stream ended */
+    int need_end;       /* the stream's end is the archive's (not the end
+                           of a byte range): ending there without an
+                           end-of-archive block is a truncated archive */
     int large;          /* the last regular entry was large */
     int fmt;            /* libarchive's idea of the format (FMT_*) */
     uint64_t data_left; /* unread data of the current entry */

@@ -99,6 +99,8 @@ def reference(server_binary, workdir, dataset):
 
 # -- the index file format (include/shardio_index.h), to forge it -------------
 
+# SIO_INDEX_VERSION
+INDEX_VERSION = 2
 HDR = struct.Struct("<8sIIQQ")
 REC = struct.Struct("<cQQQIHH")
 U64 = 2**64 - 1
@@ -113,7 +115,7 @@ def fnv64(b):
 
 def parse_index(b):
     magic, ver, flags, size, mtime = HDR.unpack_from(b, 0)
-    assert magic == b"SCIDX\0\1\0" and ver == 1
+    assert magic == b"SCIDX\0\1\0" and ver == INDEX_VERSION
     o, groups = HDR.size, []
     while b[o:o + 1] == b"G":
         _, off, end, nbytes, gflags, klen, nf = REC.unpack_from(b, o)
@@ -134,7 +136,7 @@ def parse_index(b):
 
 
 def write_index(hdr, groups):
-    out = bytearray(HDR.pack(b"SCIDX\0\1\0", 1, hdr["flags"], hdr["size"],
+    out = bytearray(HDR.pack(b"SCIDX\0\1\0", INDEX_VERSION, hdr["flags"], hdr["size"],
                              hdr["mtime"]))
     for g in groups:
         out += REC.pack(b"G", g["offset"], g["end"], g["bytes"], g["flags"],

@@ -96,7 +96,7 @@ static unsigned char *index_bytes(uint64_t size, const sio_index_group *g,
     unsigned char *buf = malloc(64 + (size_t)n * 64), *p = buf;
     memcpy(p, "SCIDX\0\1\0", 8);
     p += 8;
-    put(&p, 1, 4);
+    put(&p, SIO_INDEX_VERSION, 4);
     put(&p, 0, 4);
     put(&p, size, 8);
     put(&p, 0, 8);
