@@ -197,19 +197,22 @@ def test_two_servers_with_one_replica_number_are_not_ready(start, rs_ds):
         assert "event=peer_state" in log and "state=conflict" in log, log[-3000:]
         _, _, m = request(srv, "/metrics")
         assert re.search(rb'shardcast_peers\{state="conflict"\} [12]\n', m), m
-        t = topology(srv)[1]
-        states = {p["peer"]: p["state"] for p in t["peers"]}
-        assert "conflict" in states.values()
+        # The topology's peer states are the peer checker's: wait for them.
+        assert wait_for(lambda srv=srv: "conflict" in
+                        [p["state"] for p in topology(srv)[1]["peers"]], 60), \
+            topology(srv)
     # b is where --peers says replica 1 answers: it sees itself there.
-    t = topology(b)[1]
-    assert [p["state"] for p in t["peers"]] == ["conflict", "conflict"]
+    assert wait_for(lambda: [p["state"] for p in topology(b)[1]["peers"]] ==
+                    ["conflict", "conflict"], 60), topology(b)
     b.proc.send_signal(signal.SIGTERM)
     assert b.proc.wait(30) == 0
     b2 = start(*replica_args(rs_ds, 1, 2, pb, peers))
     for srv in (a, b2):
         assert wait_for(lambda srv=srv: ready(srv)[0] == 200, 30), srv.log()
-    t = topology(b2)[1]
-    assert [p["state"] for p in t["peers"]] == ["ok", "self"]
+    # Ready (no conflict) comes before the next round of peer checks has
+    # seen replica 0: wait for the states themselves.
+    assert wait_for(lambda: [p["state"] for p in topology(b2)[1]["peers"]] ==
+                    ["ok", "self"], 60), topology(b2)
 
 
 def test_peers_that_disagree_are_reported(start, rs_ds):
