@@ -172,7 +172,25 @@ typedef struct scc_options {
                                     that reads the stream, from within
                                     scc_stream_open/next (NULL: none) */
     void *on_failover_ud;
+    /* The connect and the wait for the response headers, bounded together
+     * (a stopped or hung server still accepts the connection: this is
+     * where it is seen); also each request of the replica check. Default
+     * SCC_HEADER_TIMEOUT_DEFAULT_MS (0: the default); at most
+     * connect_timeout_ms + idle_timeout_ms. */
+    uint32_t header_timeout_ms;
+    /* A frames stream whose server announces heartbeats (its HEADER's
+     * heartbeat_ms: a KEEPALIVE frame about every second while it has
+     * nothing else to send): this long without a byte means the server or
+     * its host is hung (SCC_ERR_TIMEOUT, and the next replica takes over).
+     * At least twice the server's interval, at most idle_timeout_ms (set it
+     * to idle_timeout_ms to wait as long as a stream without heartbeats).
+     * Default SCC_HEARTBEAT_TIMEOUT_DEFAULT_MS (0: the default). A replica
+     * found hung or unreachable is not asked again by this stream while
+     * another candidate is left. */
+    uint32_t heartbeat_timeout_ms;
 } scc_options;
+#define SCC_HEADER_TIMEOUT_DEFAULT_MS 10000u
+#define SCC_HEARTBEAT_TIMEOUT_DEFAULT_MS 3000u
 
 /*
  * The retry budget. Once a stream has been opened, a connection that

@@ -319,6 +319,11 @@ sio_code sio_wenc_error(sio_wenc *e, const char *reason, int retryable,
  * frames: nothing (the HEADER announced them, sio_frames_header.sources). */
 void sio_wenc_set_sources(sio_wenc *e, const char *const *names, size_t n);
 
+/* A heartbeat between samples: frames, a KEEPALIVE frame (type 0x80,
+ * no payload: readers that do not know it skip it as an extension frame);
+ * tar has none (SIO_ERR_UNSUPPORTED, nothing written). */
+sio_code sio_wenc_keepalive(sio_wenc *e);
+
 /* Bytes handed to the sink so far (frames: magic and HEADER included). */
 uint64_t sio_wenc_bytes(const sio_wenc *e);
 
@@ -425,8 +430,14 @@ typedef enum sio_frame_type {
     SIO_FRAME_SAMPLE = 0x03,
     SIO_FRAME_END = 0x04,
     SIO_FRAME_ERROR = 0x05,
-    SIO_FRAME_EXT_MIN = 0x80 /* types from here on are skippable */
+    SIO_FRAME_EXT_MIN = 0x80, /* types from here on are skippable */
+    /* A heartbeat: no payload. A server that announces heartbeat_ms in
+     * HEADER sends one at least that often while the stream has nothing
+     * else to send. */
+    SIO_FRAME_KEEPALIVE = 0x80
 } sio_frame_type;
+/* Largest heartbeat_ms a HEADER may announce (a decoder refuses more). */
+#define SIO_FRAMES_HEARTBEAT_MAX_MS 600000u
 
 /* Longest source name a decoder accepts. */
 #define SIO_FRAMES_SOURCE_NAME_MAX 64u
@@ -459,6 +470,11 @@ typedef struct sio_frames_header {
     const char *fingerprint;
     uint32_t replica, replicas, served_by;
     int has_ident;
+    /* The server sends a KEEPALIVE frame at least every heartbeat_ms while
+     * it has nothing else to send (0: it sends none, and HEADER has no
+     * "heartbeat_ms" key): a reader may take a few times that of silence
+     * for a dead server. */
+    uint32_t heartbeat_ms;
 } sio_frames_header;
 
 /* ------------------------------------------------------------------ */

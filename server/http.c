@@ -290,6 +290,7 @@ static unsigned open_stream(req_ctx *ctx, struct MHD_Connection *conn,
         goto out;
     p.id = ctx->id;
     p.conn = conn;
+    p.heartbeat_ms = srv->cfg->heartbeat_ms;
     sio_code rc = sc_stream_create(&p, &s, &err);
     if (rc) {
         snprintf(reason, reason_len, "%s", err.msg);

@@ -2388,6 +2388,48 @@ static void slot_indexes_checked(sc_jobs *j, fslot *s)
 
 /* Timers of one job: throughput, retirement, prefetch; closes the slots
  * that are retired and unused. */
+/* Streams stuck on the server's side (job->mu held, once a second): a
+ * stream that has waited --stream-stall-timeout for its next sample while
+ * the job sent no sample and the server read nothing from the store ends
+ * with a retryable error. Its heartbeats told the consumer the server was
+ * alive; this tells it the server is not getting anywhere (a store hung
+ * past its own timeouts, a disk that does not answer), so it comes back
+ * or goes to another replica. */
+static void stall_check(sc_jobs *j, sc_job *job, uint64_t now)
+{
+    uint64_t limit = (uint64_t)j->cfg->stream_stall_timeout * 1000u;
+    uint64_t sent = atomic_load(&job->ctr.samples);
+    sio_io_stats ios;
+    sio_io_get_stats(j->io, &ios);
+    if (!job->prog_ms || sent != job->prog_samples ||
+        ios.bytes != job->prog_bytes) {
+        job->prog_samples = sent;
+        job->prog_bytes = ios.bytes;
+        job->prog_ms = now;
+        return;
+    }
+    if (!limit || now - job->prog_ms < limit)
+        return;
+    for (sc_binding *b = job->bindings; b; b = b->next) {
+        uint64_t w = b->s ? sc_stream_waiting_ms(b->s, now) : 0;
+        if (w < limit)
+            continue;
+        char why[300];
+        snprintf(why, sizeof why,
+                 "no sample for %" PRIu64 " s and the job made no progress "
+                 "meanwhile (--stream-stall-timeout %" PRIu32 " s): the "
+                 "server is stuck (a store or disk that does not answer); "
+                 "come back or read from another replica",
+                 w / 1000u, j->cfg->stream_stall_timeout);
+        SC_LOG(SIO_LOG_WARN,
+               "event=stream_stalled job=%s epoch=%" PRIu64 " rank=%" PRIu32
+               " world=%" PRIu32 " waited_ms=%" PRIu64,
+               job->spec.name, b->epoch, b->rank, b->world, w);
+        atomic_fetch_add(&job->streams_stalled, 1);
+        sc_stream_cut_retry(b->s, why, 1000);
+    }
+}
+
 static void job_tick(sc_jobs *j, sc_job *job, uint64_t now, int sample_tp)
 {
     const sc_config *cfg = j->cfg;
@@ -2412,6 +2454,7 @@ static void job_tick(sc_jobs *j, sc_job *job, uint64_t now, int sample_tp)
          * again; a closed socket ends the request and frees the cursor. */
         for (sc_binding *b = job->bindings; b; b = b->next)
             sc_stream_notify(b->s);
+        stall_check(j, job, now);
     }
     for (fslot *s = job->slots; s; s = s->next) {
         if (s->retired)

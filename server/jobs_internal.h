@@ -229,6 +229,11 @@ struct sc_job {
     /* Streams whose opening waited for the planner (their connection
      * suspended meanwhile). */
     atomic_uint_fast64_t plan_waits;
+    /* Streams cut by the stall check, and the progress it watches (the
+     * manager thread's, under mu): the job's samples sent and the
+     * server's store bytes when they last moved. */
+    atomic_uint_fast64_t streams_stalled;
+    uint64_t prog_samples, prog_bytes, prog_ms;
     double epoch_tokens;       /* new-epoch bucket (mu) */
     uint64_t epoch_tokens_ms;  /* its last refill (mu); 0: full */
 };

@@ -27,6 +27,7 @@
 #include "log.h"
 #include "shardio.h"
 #include "shardio_units.h"
+#include "shardio_wire.h"
 
 typedef enum stype {
     T_STRING, /* free text of min..max bytes */
@@ -174,6 +175,16 @@ static const setting settings[] = {
      "once)"},
     {"idle-timeout", NULL, SRV(idle_timeout), T_SECS, "600", 0, 86400, NULL,
      "seconds a connection may make no progress (0: none)"},
+    {"heartbeat-ms", NULL, SRV(heartbeat_ms), T_MS, "1000", 0,
+     SIO_FRAMES_HEARTBEAT_MAX_MS, NULL,
+     "a frames stream with nothing to send sends a KEEPALIVE frame about "
+     "this often (announced in its HEADER), so a client sees a hung server "
+     "in seconds (0: none)"},
+    {"stream-stall-timeout", NULL, SRV(stream_stall_timeout), T_SECS, "120",
+     0, 86400, NULL,
+     "a stream that has waited this long for its next sample while its job "
+     "sent no sample and read nothing from the store ends with a retryable "
+     "error: heartbeats do not hide a stuck server (0: never)"},
     {"token", NULL, SRV(token), T_SECRET, NULL, 1, SC_TOKEN_MAX, NULL,
      "bearer token consumers must send (default: none needed)"},
     {"token-file", NULL, SRV(token_file), T_PATH, NULL, 1, 4096, NULL,

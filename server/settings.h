@@ -117,6 +117,8 @@ typedef struct sc_config {
     uint64_t sample_pool_idle; /* --sample-pool-idle: idle pool bytes */
     uint32_t sample_pool_decay_ms; /* --sample-pool-decay-ms */
     uint32_t idle_timeout;  /* --idle-timeout: seconds without progress */
+    uint32_t heartbeat_ms;  /* --heartbeat-ms (0: no KEEPALIVE frames) */
+    uint32_t stream_stall_timeout; /* --stream-stall-timeout: seconds */
     char *token;            /* --token (SHARDCAST_TOKEN): consumers */
     char *token_file;
     char *admin_token;      /* --admin-token (SHARDCAST_ADMIN_TOKEN) */

@@ -391,7 +391,7 @@ static json_t *job_json(sc_jobs *j, sc_job *job, sio_feed_consumer *cons,
     }
     json_t *o = json_pack(
         "{s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:I, s:I, s:I, s:{s:f, s:f, "
-        "s:f}, s:{s:o, s:o, s:o, s:o, s:o, s:o, s:o}, s:{s:o, s:o}}",
+        "s:f}, s:{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}, s:{s:o, s:o}}",
         "name", job->spec.name, "state", state_name(job->state), "reason",
         job->reason, "source", src, "shards",
         job->res->list ? jint(sio_shardlist_count(job->res->list))
@@ -411,6 +411,7 @@ static json_t *job_json(sc_jobs *j, sc_job *job, sio_feed_consumer *cons,
         jint(atomic_load(&job->streams_by_outcome[SC_STREAM_CUT])),
         "streams_client_gone",
         jint(atomic_load(&job->streams_by_outcome[SC_STREAM_CLIENT_GONE])),
+        "streams_stalled", jint(atomic_load(&job->streams_stalled)),
         "skipped", "shards",
         jint(job->shards_skipped_closed + cnt.shards_skipped), "samples",
         jint(job->samples_skipped_closed + cnt.samples_skipped));
@@ -532,7 +533,7 @@ typedef struct job_metrics {
     uint64_t samples, bytes, opened, by_outcome[5];
     uint64_t plans, plans_grown, plan_streams, feed_streams, plan_failures,
         plan_waits;
-    uint64_t failover_streams;
+    uint64_t failover_streams, streams_stalled;
     uint64_t epochs, streams;
     epoch_counts cnt;
     uint64_t shards_skipped, samples_skipped;
@@ -692,6 +693,7 @@ sio_code sc_jobs_metrics(sc_jobs *j, sc_prom *p)
         x->feed_streams = atomic_load(&job->feed_streams);
         x->plan_failures = atomic_load(&job->plan_failures);
         x->failover_streams = atomic_load(&job->failover_streams);
+        x->streams_stalled = atomic_load(&job->streams_stalled);
         for (int k = 0; k < 5; k++)
             x->by_outcome[k] = atomic_load(&job->streams_by_outcome[k]);
         for (fslot *s = job->slots; s; s = s->next) {
@@ -767,6 +769,10 @@ sio_code sc_jobs_metrics(sc_jobs *j, sc_prom *p)
     PER_JOB(p, m, n, "shardcast_stage_detaches_total", "counter",
             "Consumer ranks the staging stopped keeping shards for (late, "
             "lagging or gone past the grace).", m[i].stage.detaches);
+    PER_JOB(p, m, n, "shardcast_streams_stalled_total", "counter",
+            "Streams ended with a retryable error because they waited "
+            "--stream-stall-timeout for a sample while the job made no "
+            "progress.", m[i].streams_stalled);
     PER_JOB(p, m, n, "shardcast_plan_waits_total", "counter",
             "Stream openings that waited, suspended, for their epoch's plan "
             "to be built on a planner thread.", m[i].plan_waits);

@@ -85,6 +85,14 @@ struct sc_stream {
     char error[256]; /* reason of an ERROR trailer */
     struct timespec arrival; /* of the request (first-sample metric) */
     sc_route route;          /* 0: no arrival set, nothing timed */
+    /* Heartbeats (frames): a KEEPALIVE frame goes out when the stream has
+     * nothing to send and sent nothing for half of heartbeat_ms (the
+     * manager's once-a-second resume brings it back here). */
+    uint32_t heartbeat_ms;
+    uint64_t last_out_ms;
+    /* Since when the stream waits for its next sample (0: it does not;
+     * read by the manager's stall check). */
+    _Atomic uint64_t wait_since_ms;
 };
 
 static sio_code stream_err(sio_error *err, sio_code code, const char *fmt,
@@ -239,6 +247,8 @@ sio_code sc_stream_create(const sc_stream_params *p, sc_stream **out,
     s->position = p->start;
     s->counters = p->counters;
     s->conn = p->conn;
+    s->heartbeat_ms = p->format == SC_FORMAT_FRAMES ? p->heartbeat_ms : 0;
+    s->last_out_ms = sio_now_ms();
     snprintf(s->id, sizeof s->id, "%s", p->id ? p->id : "-");
     if (p->format == SC_FORMAT_FRAMES) {
         sio_frames_header h;
@@ -256,6 +266,7 @@ sio_code sc_stream_create(const sc_stream_params *p, sc_stream **out,
         h.replica = p->replica;
         h.replicas = p->replicas;
         h.served_by = p->served_by;
+        h.heartbeat_ms = s->heartbeat_ms;
         rc = sio_framew_create(&h, p->fields, p->nfields, sink, s, &s->enc,
                                err);
     } else {
@@ -614,6 +625,8 @@ static int advance(sc_stream *s)
     uint32_t source = s->encoding_source;
     s->held = smp;
     s->samples++;
+    if (atomic_load_explicit(&s->wait_since_ms, memory_order_relaxed))
+        atomic_store_explicit(&s->wait_since_ms, 0, memory_order_relaxed);
     s->position = pos + 1;
     if (s->counters)
         atomic_fetch_add(&s->counters->samples, 1);
@@ -729,6 +742,17 @@ ssize_t sc_stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
             ret = MHD_CONTENT_READER_END_WITH_ERROR;
             goto out;
         }
+        uint64_t now = sio_now_ms();
+        if (!atomic_load_explicit(&s->wait_since_ms, memory_order_relaxed))
+            atomic_store_explicit(&s->wait_since_ms, now ? now : 1,
+                                  memory_order_relaxed);
+        /* A heartbeat while it waits: the consumer sees the server alive
+         * (a stuck one is cut by the manager's stall check instead). */
+        if (s->heartbeat_ms && now - s->last_out_ms >= s->heartbeat_ms / 2 &&
+            sio_wenc_keepalive(s->enc) == SIO_OK) {
+            s->last_out_ms = now;
+            continue;
+        }
         /* Leave MHD's event loop until notify or cut resumes us (returning
          * 0 without suspending would spin). A notify that came since
          * sio_cursor_next returned means "try again" instead. */
@@ -751,11 +775,20 @@ ssize_t sc_stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
     ret = (ssize_t)n;
 out:
     if (ret > 0) {
+        if (s->heartbeat_ms)
+            s->last_out_ms = sio_now_ms();
         s->bytes_out += (uint64_t)ret;
         if (s->counters)
             atomic_fetch_add(&s->counters->bytes, (uint64_t)ret);
     }
     return ret;
+}
+
+uint64_t sc_stream_waiting_ms(sc_stream *s, uint64_t now)
+{
+    uint64_t since = atomic_load_explicit(&s->wait_since_ms,
+                                          memory_order_relaxed);
+    return since && now > since ? now - since : 0;
 }
 
 void sc_stream_get_stats(sc_stream *s, sc_stream_stats *st)

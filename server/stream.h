@@ -106,6 +106,9 @@ typedef struct sc_stream_params {
      * none, the reader then returns 0 when nothing is ready: a caller
      * other than MHD, such as a test, calls it again). */
     struct MHD_Connection *conn;
+    /* frames: a KEEPALIVE frame at least about this often while nothing
+     * else is sent, announced in HEADER (0: none; tar: never). */
+    uint32_t heartbeat_ms;
 } sc_stream_params;
 
 /*
@@ -188,6 +191,9 @@ typedef struct sc_stream_stats {
 
 /* Counters; exact once the request completed. */
 void sc_stream_get_stats(sc_stream *s, sc_stream_stats *st);
+/* How long (ms, at now) the stream has waited for its next sample with
+ * nothing to send; 0 when it is not waiting. Any thread. */
+uint64_t sc_stream_waiting_ms(sc_stream *s, uint64_t now);
 const char *sc_stream_outcome_name(sc_stream_outcome o);
 const char *sc_stream_id(const sc_stream *s);
 /* The reason of the error trailer sent ("" when none). */

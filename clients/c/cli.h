@@ -61,6 +61,7 @@ typedef struct cli_conn {
     char *token;            /* from --token-file or $SHARDCAST_TOKEN */
     uint32_t connect_timeout_ms, idle_timeout_ms, reconnects;
     uint32_t retry_budget_ms;
+    uint32_t header_timeout_ms, heartbeat_timeout_ms;
 } cli_conn;
 
 /* Long options every stream subcommand takes (values >= 1000), and the
@@ -69,7 +70,8 @@ enum {
     OPT_SERVER = 1000, OPT_JOB, OPT_EPOCH, OPT_RANK, OPT_WORLD, OPT_START,
     OPT_GLOBAL_START, OPT_FIELDS, OPT_FORMAT, OPT_TOKEN_FILE,
     OPT_CONNECT_TIMEOUT_MS, OPT_IDLE_TIMEOUT_MS, OPT_RECONNECTS,
-    OPT_RETRY_BUDGET_MS, OPT_URLS, OPT_NO_VERIFY,
+    OPT_RETRY_BUDGET_MS, OPT_URLS, OPT_NO_VERIFY, OPT_HEADER_TIMEOUT_MS,
+    OPT_HEARTBEAT_TIMEOUT_MS,
     /* deprecated spellings of the three durations (bare number: ms) */
     OPT_CONNECT_TIMEOUT, OPT_IDLE_TIMEOUT, OPT_RETRY_BUDGET, OPT_CONN_END
 };
@@ -86,6 +88,8 @@ enum {
     {"token-file", required_argument, 0, OPT_TOKEN_FILE},                   \
     {"connect-timeout-ms", required_argument, 0, OPT_CONNECT_TIMEOUT_MS},   \
     {"idle-timeout-ms", required_argument, 0, OPT_IDLE_TIMEOUT_MS},         \
+    {"header-timeout-ms", required_argument, 0, OPT_HEADER_TIMEOUT_MS},     \
+    {"heartbeat-timeout-ms", required_argument, 0, OPT_HEARTBEAT_TIMEOUT_MS}, \
     {"reconnects", required_argument, 0, OPT_RECONNECTS},                   \
     {"retry-budget-ms", required_argument, 0, OPT_RETRY_BUDGET_MS},         \
     {"urls", required_argument, 0, OPT_URLS},                       \

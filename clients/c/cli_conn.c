@@ -53,7 +53,16 @@ const char cli_conn_help[] =
     "  --token-file FILE       bearer token (else $SHARDCAST_TOKEN)\n"
     "  --connect-timeout-ms D  (default 10s)\n"
     "  --idle-timeout-ms D     no byte for this long: reconnect (default\n"
-    "                          60s)\n"
+    "                          60s; tar streams, and servers that send no\n"
+    "                          heartbeat)\n"
+    "  --header-timeout-ms D   the connect and the wait for the response\n"
+    "                          headers together (default 10s): a stopped or\n"
+    "                          hung server still accepts connections\n"
+    "  --heartbeat-timeout-ms D  a frames stream whose server sends\n"
+    "                          heartbeats (about one a second while it has\n"
+    "                          nothing else to send): no byte for this long\n"
+    "                          means it is hung: reconnect, or move to\n"
+    "                          another replica (default 3s)\n"
     "  --reconnects N          reconnect attempts in a row (no sample in\n"
     "                          between) before giving up (default 30)\n"
     "  --retry-budget-ms D     time such a streak may take (default 120s;\n"
@@ -75,6 +84,8 @@ void cli_conn_init(cli_conn *c)
     c->format = SCC_FORMAT_FRAMES;
     c->connect_timeout_ms = 10000;
     c->idle_timeout_ms = 60000;
+    c->header_timeout_ms = SCC_HEADER_TIMEOUT_DEFAULT_MS;
+    c->heartbeat_timeout_ms = SCC_HEARTBEAT_TIMEOUT_DEFAULT_MS;
     c->reconnects = SCC_RECONNECTS_DEFAULT;
     c->retry_budget_ms = SCC_RETRY_BUDGET_DEFAULT_MS;
 }
@@ -194,6 +205,17 @@ int cli_conn_option(cli_conn *c, int opt, const char *arg, const char *cmd)
                        : "--idle-timeout-ms (a duration, 1ms..24h)";
         else
             c->idle_timeout_ms = (uint32_t)v;
+        break;
+    case OPT_HEADER_TIMEOUT_MS:
+    case OPT_HEARTBEAT_TIMEOUT_MS:
+        if (cli_parse_units(arg, SIO_UNIT_MS, 86400000, &v) != 0 || v == 0)
+            what = opt == OPT_HEADER_TIMEOUT_MS
+                       ? "--header-timeout-ms (a duration, 1ms..24h)"
+                       : "--heartbeat-timeout-ms (a duration, 1ms..24h)";
+        else if (opt == OPT_HEADER_TIMEOUT_MS)
+            c->header_timeout_ms = (uint32_t)v;
+        else
+            c->heartbeat_timeout_ms = (uint32_t)v;
         break;
     case OPT_RECONNECTS:
         if (cli_parse_u64(arg, 1000, &v) != 0)
@@ -433,6 +455,8 @@ void cli_conn_options(const cli_conn *c, scc_options *o)
     o->token = c->token;
     o->connect_timeout_ms = c->connect_timeout_ms;
     o->idle_timeout_ms = c->idle_timeout_ms;
+    o->header_timeout_ms = c->header_timeout_ms;
+    o->heartbeat_timeout_ms = c->heartbeat_timeout_ms;
     o->max_reconnects = c->reconnects;
     o->retry_budget_ms = c->retry_budget_ms;
     o->replicas = (const char *const *)c->replicas;

@@ -102,6 +102,8 @@ void scc_options_init(scc_options *o)
     o->format = SCC_FORMAT_FRAMES;
     o->connect_timeout_ms = 10000;
     o->idle_timeout_ms = 60000;
+    o->header_timeout_ms = SCC_HEADER_TIMEOUT_DEFAULT_MS;
+    o->heartbeat_timeout_ms = SCC_HEARTBEAT_TIMEOUT_DEFAULT_MS;
     o->max_reconnects = SCC_RECONNECTS_DEFAULT;
     o->reconnect_delay_ms = 200;
     o->retry_budget_ms = SCC_RETRY_BUDGET_DEFAULT_MS;
@@ -179,6 +181,13 @@ struct scc_stream {
     char fp[SCC_FINGERPRINT_MAX + 1]; /* the fingerprint streams must
                                          carry ("" until known) */
     uint32_t failovers;
+    unsigned char *dead;  /* per replica: found hung or unreachable by
+                             this stream (not asked again while another
+                             candidate is left) */
+    uint32_t silence_ms;  /* no byte for this long: broken (idle_timeout_ms,
+                             or the heartbeat bound once HEADER announced
+                             heartbeats) */
+    uint32_t heartbeat_ms; /* what this response's HEADER announced */
     uint64_t fail_ms;     /* when the serving replica failed */
     char fail_reason[512];
     int ident_checked;    /* this response's identity was checked */
@@ -453,15 +462,30 @@ static scc_code request(scc_stream *s)
         goto out;
     }
     s->last_byte_ms = sio_now_ms();
-    /* The head: connecting is bounded by curl's connect timeout, the wait
-     * for the answer by the idle timeout. */
+    s->silence_ms = s->o.idle_timeout_ms;
+    s->heartbeat_ms = 0;
+    /* The head: the connect and the wait for the answer, together within
+     * header_timeout_ms (a stopped server accepts the connection). */
+    uint64_t head_limit = s->o.header_timeout_ms;
+    int by_idle = 0; /* the connect and idle timeouts bound it first */
+    if (head_limit > (uint64_t)s->o.idle_timeout_ms + s->o.connect_timeout_ms) {
+        head_limit = (uint64_t)s->o.idle_timeout_ms + s->o.connect_timeout_ms;
+        by_idle = 1;
+    }
     while (!s->head_done && !s->done) {
         pump(s, 1);
         if (!s->head_done && !s->done &&
-            sio_now_ms() - s->last_byte_ms > s->o.idle_timeout_ms +
-                                             s->o.connect_timeout_ms) {
-            rc = seterr(s, SCC_ERR_TIMEOUT, "no answer from %s within %u ms",
-                        s->url, s->o.idle_timeout_ms);
+            sio_now_ms() - s->last_byte_ms > head_limit) {
+            if (by_idle)
+                rc = seterr(s, SCC_ERR_TIMEOUT,
+                            "no answer from %s within %u ms", s->url,
+                            s->o.idle_timeout_ms);
+            else
+                rc = seterr(s, SCC_ERR_TIMEOUT,
+                            "no answer from %s within %llu ms (header "
+                            "timeout): the server or its host is hung or "
+                            "unreachable",
+                            s->url, (unsigned long long)head_limit);
             goto out;
         }
     }
@@ -680,7 +704,8 @@ static scc_code setup_replicas(scc_stream *s, const scc_options *o)
                       "(every replica needs a consumer, or its part of the "
                       "epoch is never read)", o->rank, o->world, s->nrep);
     s->roots = calloc(s->nrep, sizeof *s->roots);
-    if (!s->roots)
+    s->dead = calloc(s->nrep, 1);
+    if (!s->roots || !s->dead)
         return seterr(s, SCC_ERR_NOMEM, "out of memory");
     for (uint32_t k = 0; k < s->nrep; k++) {
         const char *r = o->replicas[k];
@@ -730,6 +755,8 @@ static scc_code open_replicas(scc_stream *s, const scc_options *o)
             scopy(s->fail_reason, sizeof s->fail_reason, s->errmsg);
             s->fail_ms = sio_now_ms();
         }
+        if (rc == SCC_ERR_CONNECT || rc == SCC_ERR_TIMEOUT)
+            s->dead[s->at] = 1;
         /* Another replica may serve what this one cannot reach or has no
          * capacity for; not what it refuses. */
         if (!(rc == SCC_ERR_CONNECT || rc == SCC_ERR_TIMEOUT ||
@@ -786,6 +813,10 @@ scc_code scc_stream_open(const scc_options *opts, scc_stream **out)
         s->o.connect_timeout_ms = 10000;
     if (s->o.idle_timeout_ms == 0)
         s->o.idle_timeout_ms = 60000;
+    if (s->o.header_timeout_ms == 0)
+        s->o.header_timeout_ms = SCC_HEADER_TIMEOUT_DEFAULT_MS;
+    if (s->o.heartbeat_timeout_ms == 0)
+        s->o.heartbeat_timeout_ms = SCC_HEARTBEAT_TIMEOUT_DEFAULT_MS;
     s->rx_max = (size_t)s->o.max_sample_bytes + RX_SLACK + RX_READAHEAD +
                 (size_t)CURL_CHUNK;
     s->payload_max = s->o.max_sample_bytes + RX_SLACK > SIO_FRAME_PAYLOAD_MAX
@@ -853,6 +884,24 @@ static uint32_t retry_delay(const scc_stream *s, uint32_t advice_ms,
  * why_code is SCC_ERR_CUT, SCC_ERR_TIMEOUT or SCC_ERR_SERVER, and is the
  * code returned when the budget runs out.
  */
+/* The next candidate after the current one that this stream has not
+ * found hung or unreachable (all of them: simply the next, they may be
+ * back). */
+static void next_candidate(scc_stream *s)
+{
+    for (uint32_t k = 1; k <= s->nrep; k++) {
+        uint32_t c = (s->cand + k) % s->nrep;
+        uint32_t r = scc_candidate(s->home, s->lrank, s->nrep, c);
+        if (!s->dead[r] || k == s->nrep) {
+            if (s->dead[r])
+                c = (s->cand + 1) % s->nrep;
+            s->cand = c;
+            s->at = scc_candidate(s->home, s->lrank, s->nrep, c);
+            return;
+        }
+    }
+}
+
 static scc_code resume(scc_stream *s, scc_code why_code, const char *why)
 {
     scc_code rc = why_code;
@@ -872,6 +921,8 @@ static scc_code resume(scc_stream *s, scc_code why_code, const char *why)
      * at once (the backoff and the advice are about the one that failed);
      * the backoff starts after it. */
     uint32_t fast = s->nrep > 1 ? s->nrep - 1 : 0;
+    if (s->nrep > 1 && why_code == SCC_ERR_TIMEOUT)
+        s->dead[s->at] = 1; /* hung: silent past its heartbeats */
     for (;;) {
         if (s->streak >= s->o.max_reconnects)
             break;
@@ -889,15 +940,17 @@ static scc_code resume(scc_stream *s, scc_code why_code, const char *why)
         s->streak++;
         s->reconnects++;
         if (s->nrep > 1) {
-            /* The next candidate: round and round, home included. */
-            s->cand = (s->cand + 1) % s->nrep;
-            s->at = scc_candidate(s->home, s->lrank, s->nrep, s->cand);
+            /* The next candidate: round and round, home included, those
+             * found hung or unreachable left out while others remain. */
+            next_candidate(s);
         }
         rc = request(s);
         if (rc == SCC_OK) {
             note_serving(s, s->streak);
             return SCC_OK;
         }
+        if (s->nrep > 1 && (rc == SCC_ERR_CONNECT || rc == SCC_ERR_TIMEOUT))
+            s->dead[s->at] = 1;
         /* A server that is back but refuses the request (unknown job after
          * a restart, auth) will not change its mind: stop. Connection
          * failures and 5xx are worth another attempt. */
@@ -948,9 +1001,16 @@ static scc_code fill(scc_stream *s, size_t need)
         }
         pump(s, 1);
         if (s->rlen - s->rpos < need && !s->done &&
-            sio_now_ms() - s->last_byte_ms > s->o.idle_timeout_ms)
-            return seterr(s, SCC_ERR_TIMEOUT,
-                          "no data for %u ms", s->o.idle_timeout_ms);
+            sio_now_ms() - s->last_byte_ms > s->silence_ms) {
+            if (s->heartbeat_ms)
+                return seterr(s, SCC_ERR_TIMEOUT,
+                              "no byte and no heartbeat for %u ms (the "
+                              "server sends one every %u ms): the server or "
+                              "its host is hung", s->silence_ms,
+                              s->heartbeat_ms);
+            return seterr(s, SCC_ERR_TIMEOUT, "no data for %u ms",
+                          s->silence_ms);
+        }
     }
     return SCC_OK;
 }
@@ -1106,6 +1166,16 @@ static scc_code step_frames(scc_stream *s, const scc_sample **out, int *got)
         id.replica = ev.header.replica;
         id.replicas = ev.header.replicas;
         id.served_by = ev.header.served_by;
+        if (ev.header.heartbeat_ms) {
+            /* Heartbeats: a few missed, the server is hung. */
+            uint64_t b = (uint64_t)ev.header.heartbeat_ms * 2u;
+            if (b < s->o.heartbeat_timeout_ms)
+                b = s->o.heartbeat_timeout_ms;
+            if (b > s->o.idle_timeout_ms)
+                b = s->o.idle_timeout_ms;
+            s->silence_ms = (uint32_t)b;
+            s->heartbeat_ms = ev.header.heartbeat_ms;
+        }
         rc = check_ident(s, ev.header.has_ident ? &id : NULL);
         if (rc != SCC_OK)
             goto out;
@@ -1416,6 +1486,7 @@ void scc_stream_close(scc_stream *s)
         for (uint32_t k = 0; k < s->nrep; k++)
             free(s->roots[k]);
     free(s->roots);
+    free(s->dead);
     free(s->url_base);
     free(s->url);
     free(s->rx);

@@ -411,9 +411,13 @@ scc_code scc_replicas_verify(const scc_options *o,
         memcpy(urls[k], r, rl);
         urls[k][rl] = '\0';
     }
-    uint32_t timeout = o->connect_timeout_ms + o->idle_timeout_ms;
-    if (timeout == 0)
-        timeout = 70000;
+    /* Each request as a stream's head: within the header timeout (a
+     * stopped replica accepts the connection and never answers). */
+    uint32_t timeout = o->header_timeout_ms ? o->header_timeout_ms
+                                            : SCC_HEADER_TIMEOUT_DEFAULT_MS;
+    if (o->connect_timeout_ms + o->idle_timeout_ms &&
+        timeout > o->connect_timeout_ms + o->idle_timeout_ms)
+        timeout = o->connect_timeout_ms + o->idle_timeout_ms;
     for (size_t k = 0; k < n; k++) {
         size_t ul = strlen(urls[k]) + strlen(esc) + 32;
         char *url = malloc(ul);

@@ -134,6 +134,11 @@ void sio_wenc_set_sources(sio_wenc *e, const char *const *names, size_t n)
         e->ops->set_sources(e, names, n);
 }
 
+sio_code sio_wenc_keepalive(sio_wenc *e)
+{
+    return e->ops->keepalive ? e->ops->keepalive(e) : SIO_ERR_UNSUPPORTED;
+}
+
 uint64_t sio_wenc_bytes(const sio_wenc *e)
 {
     return e->out.bytes;

@@ -48,6 +48,8 @@ typedef struct sio_wenc_ops {
     sio_code (*error)(sio_wenc *e, const char *json);
     void (*set_sources)(sio_wenc *e, const char *const *names, size_t n);
     void (*free)(sio_wenc *e);
+    /* A heartbeat (NULL: the format has none). */
+    sio_code (*keepalive)(sio_wenc *e);
 } sio_wenc_ops;
 
 /* The first member of each format's encoder. */

@@ -181,8 +181,10 @@ static void frames_free(sio_wenc *e);
 
 /* The source names of a mixed job travel in the HEADER (h->sources): no
  * set_sources. */
-static const sio_wenc_ops frames_ops = {frames_sample, frames_end,
-                                        frames_error, NULL, frames_free};
+static sio_code frames_keepalive(sio_wenc *e);
+static const sio_wenc_ops frames_ops = {frames_sample,    frames_end,
+                                        frames_error,     NULL,
+                                        frames_free,      frames_keepalive};
 
 sio_code sio_framew_create(const sio_frames_header *h,
                            const char *const *fields, size_t nfields,
@@ -306,6 +308,13 @@ sio_code sio_framew_create(const sio_frames_header *h,
             rc = sio_seterr(err, SIO_ERR_NOMEM, "framew: out of memory");
             goto out;
         }
+    }
+    if (h->heartbeat_ms &&
+        (h->heartbeat_ms > SIO_FRAMES_HEARTBEAT_MAX_MS ||
+         json_object_set_new(obj, "heartbeat_ms",
+                             json_integer((json_int_t)h->heartbeat_ms)) != 0)) {
+        rc = sio_seterr(err, SIO_ERR_INVALID, "framew: bad heartbeat_ms");
+        goto out;
     }
     rc = put(w, SIO_FRAMES_MAGIC, SIO_FRAMES_MAGIC_LEN);
     if (rc == SIO_OK)
@@ -495,6 +504,14 @@ static sio_code frames_error(sio_wenc *e, const char *json)
      * trailer follows the last byte that reached the sink. */
     w->hlen = 0;
     return emit_frame(w, SIO_FRAME_ERROR, json, strlen(json));
+}
+
+static sio_code frames_keepalive(sio_wenc *e)
+{
+    sio_framew *w = (sio_framew *)e;
+    if (w->failed)
+        return SIO_ERR_INVALID;
+    return emit_frame(w, SIO_FRAME_KEEPALIVE, "", 0);
 }
 
 static void frames_free(sio_wenc *e)
@@ -826,6 +843,14 @@ static sio_code decode_header(sio_framer *f, const unsigned char *p,
         }
         memcpy(f->fingerprint, fs, SIO_FINGERPRINT_LEN + 1);
         h->has_ident = 1;
+    }
+    h->heartbeat_ms = 0;
+    if (json_object_get(obj, "heartbeat_ms") &&
+        (json_u32(obj, "heartbeat_ms", &h->heartbeat_ms) != 0 ||
+         h->heartbeat_ms == 0 ||
+         h->heartbeat_ms > SIO_FRAMES_HEARTBEAT_MAX_MS)) {
+        rc = fail(f, SIO_ERR_FORMAT, "frames: HEADER has a bad heartbeat_ms");
+        goto out;
     }
     json_t *sv = json_object_get(obj, "sources");
     if (sv) {

@@ -134,8 +134,8 @@ static sio_code tar_end(sio_wenc *e, const sio_tarw_summary *sum);
 static sio_code tar_error(sio_wenc *e, const char *json);
 static void tar_free(sio_wenc *e);
 
-static const sio_wenc_ops tar_ops = {tar_sample, tar_end, tar_error,
-                                     tar_set_sources, tar_free};
+static const sio_wenc_ops tar_ops = {tar_sample,      tar_end,  tar_error,
+                                     tar_set_sources, tar_free, NULL};
 
 sio_code sio_tarw_create(const char *const *fields, size_t nfields,
                          sio_tarw_write_fn fn, void *userdata,

@@ -344,6 +344,45 @@ def test_a_replica_killed_mid_epoch_and_restarted(cli, wds9, gated, replica_sets
                for d in doc["consumers_detail"])
 
 
+def test_a_stopped_replica_is_left_on_its_heartbeats(cli, wds9, gated, replica_sets):
+    """Replica 1 SIGSTOPped mid-epoch while every consumer waits for the
+    source's held-back halves (the live replicas' streams send heartbeats
+    meanwhile): its consumers see the silence after the heartbeat timeout
+    (3 s by default, where the idle timeout of 60 s was the bound) and move
+    on; no consumer of a live replica fails over; exactly once."""
+    manifest = os.path.join(wds9[0], "manifest.json")
+    rs = replica_sets(source_of(gated), 3, extra=FAILOVER_ARGS)
+    for j in range(3):
+        rs.ready(j)
+    env = {"SHARDCAST_URL_TEMPLATE": rs.template, "SHARDCAST_REPLICAS": "3"}
+    args = ["--job", "train", "-n", "9", "--interval", "1", "--json", "--verify", manifest,
+            "--epoch", "0"]
+    b = Bench(cli, args, env)
+    wait_for("every consumer's first samples", lambda: b.min_samples() >= 1)
+    stopped = rs.servers[1]
+    stopped.proc.send_signal(signal.SIGSTOP)
+    try:
+        # The halves held back until the stopped replica's consumers left
+        # it: they wait on it with nothing coming, the others on heartbeats.
+        wait_for("the stopped replica's consumers to fail over",
+                 lambda: len(re.findall(r"replica 1 \(\S+\) failed: ", "".join(b.lines))) >= 3)
+        gated.open()
+        rc, out, err = b.finish()
+    finally:
+        stopped.proc.send_signal(signal.SIGCONT)
+    assert rc == EXIT_OK, (rc, out[-3000:], err[-3000:])
+    doc = json.loads(out)
+    v = doc["verify"]
+    assert v["ok"] and v["missing"] == 0 and v["duplicates"] == 0, v
+    detail = {d["rank"]: d for d in doc["consumers_detail"]}
+    for c in range(9):
+        assert detail[c]["complete"], detail[c]
+        assert (detail[c]["failovers"] >= 1) == (c % 3 == 1), detail[c]
+    assert "no byte and no heartbeat" in err or "header timeout" in err, err[-3000:]
+    print("\nstopped replica: failovers %d; from its failure to the next sample: %.3f s"
+          % (doc["failovers"], doc["max_failover_stall_s"]))
+
+
 def test_cat_tells_the_failover_and_writes_the_same_share(cli, wds9, gated, replica_sets,
                                                          tmp_path):
     rs = replica_sets(source_of(gated), 2, extra=FAILOVER_ARGS)

@@ -98,6 +98,16 @@ class Replica:
             self.proc.wait()
         self.killed = True
 
+    def freeze(self):
+        """SIGSTOP, as a hung node: its sockets stay open and the kernel
+        still accepts connections into its backlog; nothing answers."""
+        if self.alive():
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def thaw(self):
+        if self.alive():
+            self.proc.send_signal(signal.SIGCONT)
+
     def stop(self):
         """SIGTERM and wait; the exit status (None when it was killed)."""
         if self.killed and not self.alive():

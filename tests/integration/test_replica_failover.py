@@ -299,6 +299,67 @@ def test_any_replica_serves_any_part_when_one_dies(replicas, big_wds):
     assert streams_opened(reps[1]) == 3  # worker 1 of each rank, no reconnect
 
 
+def test_a_stopped_replica_is_left_on_its_heartbeats(replicas, big_wds):
+    """R = 3, 3 ranks x 2 DataLoader workers with the client's defaults.
+    Every consumer delivers 2 samples, then replica 1 is SIGSTOPped and
+    stays stopped (a hung node: its connections stay open, it sends
+    nothing). Its consumers see its heartbeats stop (heartbeat_timeout,
+    3 s by default) and fail over, where the 60 s socket timeout was the
+    bound before; the epoch is exactly once. The longest stall is
+    printed (the target is under 5 s)."""
+    reps = replicas(3, big_wds)
+    topo = Topology([r.url for r in reps])
+    ranks, workers = 3, 2
+    got = {(r, w): [] for r in range(ranks) for w in range(workers)}
+    mid = threading.Barrier(ranks + 1)
+    go = threading.Event()
+    errors = []
+
+    def consume(r):
+        try:
+            ds = ShardcastDataset(topo.urls[0], JOB, rank=r, world=ranks, epoch=0,
+                                  topology=topo, map=summarize)
+            it = iter(torch.utils.data.DataLoader(ds, num_workers=workers,
+                                                  batch_size=None))
+            for n, item in enumerate(it):
+                got[(r, item["worker"])].append(item)
+                if n + 1 == 2 * workers:
+                    mid.wait()
+                    go.wait()
+        except BaseException as e:  # noqa: B902 - reported by the main thread
+            errors.append((r, e))
+            mid.abort()
+
+    threads = [threading.Thread(target=consume, args=(r,), daemon=True)
+               for r in range(ranks)]
+    for t in threads:
+        t.start()
+    try:
+        mid.wait(timeout=300)
+        reps[1].freeze()
+        resumed = time.monotonic()
+        go.set()
+        for t in threads:
+            t.join(600)
+            assert not t.is_alive(), "a consumer did not finish"
+        assert not errors, errors
+        items = [i for v in got.values() for i in v]
+        check_exactly_once(items, big_wds)
+        # consumers of replica 1: c = 2 * rank + worker with c mod 3 == 1
+        movers = [(r, w) for r in range(ranks) for w in range(workers)
+                  if (workers * r + w) % 3 == 1]
+        moved = max(nxt["t"] - prev["t"] for c in movers
+                    for prev, nxt in zip(got[c], got[c][1:]) if prev["t"] >= resumed)
+        taken = reps[0].failover_streams(JOB) + reps[2].failover_streams(JOB)
+        print("a stopped replica: longest stall of its consumers %.2f s; failover "
+              "streams %d" % (moved, taken))
+        assert taken >= len(movers), taken
+        # Left on its heartbeats, not after the 60 s socket timeout.
+        assert moved < 30, moved
+    finally:
+        reps[1].thaw()
+
+
 # --- elastic resume with replicas ----------------------------------------------------
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -134,6 +134,15 @@ static PyObject *header_dict(const sio_frame_event *ev)
         }
         Py_DECREF(srcs);
     }
+    if (d && h->heartbeat_ms) {
+        PyObject *hb = PyLong_FromUnsignedLong((unsigned long)h->heartbeat_ms);
+        if (!hb || PyDict_SetItemString(d, "heartbeat_ms", hb)) {
+            Py_XDECREF(hb);
+            Py_DECREF(d);
+            return NULL;
+        }
+        Py_DECREF(hb);
+    }
     if (d && h->has_ident) {
         /* the replica set's identity (docs/operations.md "Scale-out") */
         PyObject *id = Py_BuildValue(

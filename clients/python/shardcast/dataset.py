@@ -69,6 +69,15 @@ DEFAULT_STARTUP_TIMEOUT = 10.0
 # Seconds a GET /v1/topology of the verification may take (a small answer;
 # the dataset's timeout when that is shorter).
 VERIFY_TIMEOUT = 10.0
+# Seconds the connect and the wait for a stream's response headers may
+# take: a process that is stopped or hung still accepts connections (the
+# kernel's backlog), so only this wait sees it. The first stream of an
+# epoch waits for its plan (seconds at most).
+DEFAULT_HEADER_TIMEOUT = 10.0
+# Seconds of silence on a frames stream whose server sends heartbeats
+# (HEADER heartbeat_ms, one about every second while it has nothing to
+# send) after which the server counts as hung: the consumer fails over.
+DEFAULT_HEARTBEAT_TIMEOUT = 3.0
 
 
 def _env_int(name):
@@ -215,8 +224,23 @@ class ShardcastDataset(_Base):
              dict {extension: callable(bytes) or None} used as given
     map      a callable applied to each (decoded) sample; what it returns
              is what the iteration yields
-    timeout  seconds any single socket operation may take (connect, or a
-             wait for more data); a stalled stream counts as broken
+    timeout  seconds any single socket operation may take: the upper bound
+             of the two below, and the wait for more data on a stream
+             without heartbeats (format="tar", or a server that sends
+             none); a stalled stream counts as broken. Default 60
+    header_timeout
+             seconds the connect and the wait for a stream's response
+             headers may take (and each request of the replica check);
+             a stopped or hung server still accepts the connection, so
+             this is where it is seen. Default 10
+    heartbeat_timeout
+             seconds without a byte on a frames stream whose server sends
+             heartbeats (it says so in the stream's HEADER, and sends a
+             KEEPALIVE frame about every second while it has nothing
+             else to send, e.g. while the store is slow): the server or
+             its host is hung, and the stream fails as broken (the next
+             replica takes over). At least twice the server's interval.
+             None: timeout applies. Default 3
     retries  how many attempts in a row (no sample in between) a failure
              worth retrying gets: a broken or refused connection, a stalled
              stream, HTTP 502/503/504, and an error trailer the server
@@ -282,10 +306,14 @@ class ShardcastDataset(_Base):
     connection (a dead process, a replica restarting) is seen at once and
     the other replica is asked after the first backoff (0.25 s by
     default, the server's retry advice applies only to itself); a replica
-    that stops answering without closing its connections (a hung process,
-    a lost node) is seen after `timeout` seconds of silence, and a connect
-    to an unreachable host takes up to `timeout` too. Every new iteration
-    (epoch) starts at home again. The retry budget counts the attempts of
+    that stops answering without closing its connections (a hung or
+    stopped process, a lost node) is seen after `heartbeat_timeout`
+    seconds of silence on a frames stream (`timeout` on a tar stream),
+    and before a stream starts after `header_timeout`, as is a connect to
+    an unreachable host. A replica found hung or unreachable is
+    remembered for the rest of the epoch: this copy does not ask it again
+    while another candidate is left. Every new iteration (epoch) starts
+    at home again (unless home was found dead in that epoch). The retry budget counts the attempts of
     a streak across replicas: with R live replicas a failed one is left
     after one attempt, and `retries` bounds the attempts over all of them.
 
@@ -302,7 +330,9 @@ class ShardcastDataset(_Base):
                  decode=False, map=None, timeout=60, retries=DEFAULT_RETRIES,
                  retry_timeout=DEFAULT_RETRY_TIMEOUT, backoff=0.25, epoch=0,
                  topology=None, token=None, batch_size=None, tensors=False, verify=True,
-                 startup_timeout=DEFAULT_STARTUP_TIMEOUT):
+                 startup_timeout=DEFAULT_STARTUP_TIMEOUT,
+                 header_timeout=DEFAULT_HEADER_TIMEOUT,
+                 heartbeat_timeout=DEFAULT_HEARTBEAT_TIMEOUT):
         super().__init__()
         if url is None and topology is None and not os.environ.get(ENV_SERVER) and (
                 os.environ.get(ENV_URLS) or os.environ.get(ENV_TEMPLATE)):
@@ -327,6 +357,10 @@ class ShardcastDataset(_Base):
             raise ValueError("timeout must be > 0 and backoff >= 0")
         if retry_timeout is not None and not retry_timeout > 0:
             raise ValueError("retry_timeout must be > 0 seconds, or None")
+        if header_timeout is None or not header_timeout > 0:
+            raise ValueError("header_timeout must be > 0 seconds")
+        if heartbeat_timeout is not None and not heartbeat_timeout > 0:
+            raise ValueError("heartbeat_timeout must be > 0 seconds, or None")
         if batch_size is not None and (not isinstance(batch_size, int)
                                        or isinstance(batch_size, bool) or batch_size < 1):
             raise ValueError("batch_size must be a positive int or None")
@@ -351,6 +385,9 @@ class ShardcastDataset(_Base):
         self._decoder = make_decoder(decode)
         self.map = map
         self.timeout = timeout
+        self.header_timeout = header_timeout
+        self.heartbeat_timeout = heartbeat_timeout
+        self._dead = (None, set())  # (epoch, replicas found hung or unreachable in it)
         self.retries = retries
         self.retry_timeout = retry_timeout
         if startup_timeout is not None and not startup_timeout > 0:
@@ -552,7 +589,8 @@ class ShardcastDataset(_Base):
         if not self.verify or self._identity is not None:
             return
         ident = verify_replicas(self.topology, self.job,
-                                timeout=min(self.timeout, VERIFY_TIMEOUT),
+                                timeout=min(self.timeout, VERIFY_TIMEOUT,
+                                            self.header_timeout),
                                 headers=self._headers(), retries=self.retries,
                                 retry_timeout=self.retry_timeout, backoff=self.backoff)
         self._identity = ident
@@ -584,9 +622,16 @@ class ShardcastDataset(_Base):
         check = self._ident_checker(url, part, part if via is None else via)
         if self.format == "frames":
             return FramesReader(url, timeout=self.timeout, headers=self._headers(),
-                                check_ident=check)
+                                check_ident=check, header_timeout=self.header_timeout,
+                                heartbeat_timeout=self.heartbeat_timeout)
         return StreamReader(url, timeout=self.timeout, headers=self._headers(),
-                            check_ident=check)
+                            check_ident=check, header_timeout=self.header_timeout)
+
+    def _dead_set(self):
+        """The replicas this copy found hung or unreachable in this epoch."""
+        if self._dead[0] != self.epoch:
+            self._dead = (self.epoch, set())
+        return self._dead[1]
 
     def _iterate(self, c, w, start, gs):
         self._verify_replicas()
@@ -594,7 +639,16 @@ class ShardcastDataset(_Base):
         home = route.replica
         # Home first, then the other replicas (failover), round robin.
         cands = candidates(home, route.local_rank, self.topology.replicas)
-        at = 0
+        dead = self._dead_set()
+
+        def live_from(i):
+            # The first candidate from i on not found dead this epoch (all
+            # dead: i itself, they may be back).
+            for k in range(len(cands)):
+                if cands[(i + k) % len(cands)] not in dead:
+                    return (i + k) % len(cands)
+            return i % len(cands)
+        at = live_from(0)
         position = start
         failures = 0         # failed attempts since the last sample
         streak_start = None  # time.monotonic() of the streak's first failure
@@ -602,7 +656,7 @@ class ShardcastDataset(_Base):
         decoder, fn = self._decoder, self.map
         while True:
             via = cands[at]
-            nxt = cands[(at + 1) % len(cands)]
+            nxt = cands[live_from(at + 1)]
             reader = self._open(c, w, position, gs, via)
             try:
                 for sample in reader:
@@ -629,6 +683,10 @@ class ShardcastDataset(_Base):
                     raise
                 if not isinstance(e, ShardcastConnectionError):
                     self._seen = True  # a server answered (a status, a trailer, a cut body)
+                if self.topology.replicas > 1 and (
+                        isinstance(e, ShardcastConnectionError) or getattr(e, "hung", False)):
+                    dead.add(via)  # not asked again this epoch while others are left
+                    nxt = cands[live_from(at + 1)]
                 now = time.monotonic()
                 if streak_start is None:
                     streak_start = now
@@ -675,7 +733,7 @@ class ShardcastDataset(_Base):
                             "replica %d (%s)", via, self.topology.urls[via], why, c, home,
                             route.local_rank, route.local_world, position, nxt,
                             self.topology.urls[nxt])
-            at = (at + 1) % len(cands)
+            at = cands.index(nxt)
             time.sleep(delay)
 
     def _tell_skips(self, trailer, c, w):

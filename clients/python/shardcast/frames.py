@@ -63,6 +63,12 @@ END = 0x04
 ERROR = 0x05
 # Frame types from this value up are extensions: skipped, never an error.
 EXTENSION_MIN = 0x80
+# KEEPALIVE (an extension frame, no payload): a server that announces
+# heartbeat_ms in HEADER sends one at least that often while it has
+# nothing else to send. Its bytes reset the reader's silence bound.
+KEEPALIVE = 0x80
+# Largest heartbeat_ms taken from a HEADER (SIO_FRAMES_HEARTBEAT_MAX_MS).
+MAX_HEARTBEAT_MS = 600000
 
 # Largest payload length a reader accepts (the format's limit, 2^31 - 1): a
 # corrupt length can never make the reader buffer more than this.
@@ -132,7 +138,8 @@ class FramesReader:
     """
 
     def __init__(self, url, *, timeout=60.0, headers=None, max_frame=MAX_FRAME,
-                 read_size=READ_SIZE, decoder="auto", check_ident=None):
+                 read_size=READ_SIZE, decoder="auto", check_ident=None,
+                 header_timeout=None, heartbeat_timeout=None):
         if not 0 < max_frame <= MAX_FRAME:
             raise ValueError("max_frame must be within 1..%d" % MAX_FRAME)
         if decoder not in DECODERS:
@@ -146,6 +153,11 @@ class FramesReader:
         self.accelerated = self._c is not None
         self.url = url
         self.timeout = timeout
+        self.header_timeout = header_timeout
+        self.heartbeat_timeout = heartbeat_timeout
+        self.heartbeat_ms = None  # what the HEADER announced
+        self._body = None
+        self._peeked_heartbeat = None
         self.headers = headers
         self.max_frame = max_frame
         self.read_size = read_size
@@ -204,8 +216,9 @@ class FramesReader:
     def _samples(self):
         try:
             self._resp = open_raw(self.url, timeout=self.timeout, headers=self.headers,
-                                  content_type=FRAMES_CONTENT_TYPE)
-            body = _RawBody(self._resp, self.url)
+                                  content_type=FRAMES_CONTENT_TYPE,
+                                  header_timeout=self.header_timeout)
+            body = self._body = _RawBody(self._resp, self.url)
             try:
                 if self._c is not None:
                     yield from self._parse_c(body)
@@ -251,6 +264,14 @@ class FramesReader:
         if not isinstance(start, int) or start < 0:
             raise self._bad("HEADER has a bad start %r" % (start,))
         self.position = start
+        hb = h.get("heartbeat_ms", self._peeked_heartbeat)
+        if isinstance(hb, int) and not isinstance(hb, bool) and 0 < hb <= MAX_HEARTBEAT_MS:
+            self.heartbeat_ms = hb
+            if self.heartbeat_timeout is not None and self._body is not None:
+                # A few heartbeats missed: the server is hung. Never less
+                # than two of its intervals, never more than timeout.
+                self._body.set_silence(min(self.timeout,
+                                           max(self.heartbeat_timeout, 2.0 * hb / 1000.0)))
         self.ident = ident_from_header(h)
         if self.ident is None:
             # The C decoder's HEADER (an accelerator built before these
@@ -444,6 +465,7 @@ class FramesReader:
             return head  # the decoder reports it
         if isinstance(h, dict):
             self._peeked_ident = ident_from_header(h)
+            self._peeked_heartbeat = h.get("heartbeat_ms")
         return head
 
     def _sample(self, buf, mv, p, end, shards):

@@ -156,7 +156,8 @@ def error_from_trailer(url, info, bad):
         reason=reason, retryable=retryable, retry_after=retry_after)
 
 
-def open_raw(url, *, timeout=60.0, headers=None, content_type=TAR_CONTENT_TYPE):
+def open_raw(url, *, timeout=60.0, headers=None, content_type=TAR_CONTENT_TYPE,
+             header_timeout=None):
     """GET a stream URL and return the http.client.HTTPResponse positioned
     at the start of the body (for the tar format e.g. for
     tarfile.open(fileobj=r, mode="r|")).
@@ -164,7 +165,11 @@ def open_raw(url, *, timeout=60.0, headers=None, content_type=TAR_CONTENT_TYPE):
     Raises ShardcastConnectionError when the server cannot be reached and
     ShardcastHTTPError (with the server's reason) on any status but 200.
     The caller closes the response (closing it closes the connection).
-    timeout bounds each socket operation, not the whole stream.
+    timeout bounds each socket operation, not the whole stream;
+    header_timeout (seconds, None: timeout) bounds the connect and the wait
+    for the response headers (a process that is stopped or hung still
+    accepts connections into the kernel's backlog, so only this wait sees
+    it), each at most timeout.
     content_type is the Content-Type the body must have (TAR_CONTENT_TYPE
     or FRAMES_CONTENT_TYPE); any other raises ShardcastProtocolError.
     """
@@ -184,14 +189,30 @@ def open_raw(url, *, timeout=60.0, headers=None, content_type=TAR_CONTENT_TYPE):
             "User-Agent": "shardcast-python/%s" % __version__}
     if headers:
         hdrs.update(headers)
-    conn = conn_cls(parts.hostname, parts.port, timeout=timeout)
+    first = timeout if header_timeout is None else min(timeout, header_timeout)
+    conn = conn_cls(parts.hostname, parts.port, timeout=first)
+    sock = None
     try:
         conn.request("GET", path, headers=hdrs)
+        sock = conn.sock
         resp = conn.getresponse()
+    except socket.timeout as e:
+        conn.close()
+        raise ShardcastConnectionError(
+            "shardcast server at %s did not %s within %.1f s (header_timeout): the "
+            "server or its host is hung or unreachable"
+            % (parts.netloc, "answer" if sock is not None else "accept the connection",
+               first)) from e
     except (OSError, http.client.HTTPException) as e:
         conn.close()
         raise ShardcastConnectionError(
             "cannot reach shardcast server at %s: %s" % (parts.netloc, e)) from e
+    if sock is not None and first != timeout:
+        try:
+            sock.settimeout(timeout)  # the body: each read within timeout
+        except OSError:
+            pass
+    resp.shardcast_sock = sock
     if resp.status != 200:
         try:
             body = resp.read(MAX_ERROR_BODY)
@@ -285,6 +306,19 @@ class _RawBody:
         self.done = False
         self.failure = None
         self.nread = 0
+        self.sock = getattr(resp, "shardcast_sock", None)
+        self.silence = None  # the heartbeat bound set by the frames reader
+
+    def set_silence(self, seconds):
+        """A frames stream whose server sends heartbeats: this many seconds
+        without a byte means the server is hung (the socket's timeout)."""
+        if self.sock is None:
+            return
+        try:
+            self.sock.settimeout(seconds)
+        except OSError:
+            return
+        self.silence = seconds
 
     def _fail(self, what, cause=None):
         self.failure = ShardcastIncompleteError(
@@ -310,6 +344,13 @@ class _RawBody:
         try:
             n = self._chunked_into(mv) if self.chunked else self._plain_into(mv)
         except socket.timeout as e:
+            if self.silence is not None:
+                self.failure = ShardcastIncompleteError(
+                    "stream %s: no byte and no heartbeat for %.1f s after %d bytes "
+                    "(heartbeat_timeout): the server or its host is hung"
+                    % (self.url, self.silence, self.nread))
+                self.failure.hung = True
+                raise self.failure from e
             self._fail("timed out", e)
         except (OSError, http.client.HTTPException) as e:
             self.failure = ShardcastIncompleteError(
@@ -392,9 +433,10 @@ class StreamReader:
     """
 
     def __init__(self, url, *, timeout=60.0, headers=None, expect_all_fields=None,
-                 max_member=DEFAULT_MAX_MEMBER, check_ident=None):
+                 max_member=DEFAULT_MAX_MEMBER, check_ident=None, header_timeout=None):
         self.url = url
         self.timeout = timeout
+        self.header_timeout = header_timeout  # tar streams have no heartbeat
         self.headers = headers
         self.max_member = max_member
         # With no fields= filter every sample sends members, so the trailer's
@@ -436,7 +478,8 @@ class StreamReader:
 
     def _samples(self):
         try:
-            self._resp = open_raw(self.url, timeout=self.timeout, headers=self.headers)
+            self._resp = open_raw(self.url, timeout=self.timeout, headers=self.headers,
+                                  header_timeout=self.header_timeout)
             body = _BodyReader(self._resp, self.url)
             self._body = body
             try:

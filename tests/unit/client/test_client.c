@@ -180,7 +180,7 @@ static int handler(void *ud, int fd, const thttp_req *r)
     sio_code rc;
     if (frames) {
         sio_frames_header h = {job, 0, rank, world, start, 0,
-                               SIO_PARTITION_EVEN_DROP, NULL, 0, NULL, 0, 0, 0, 0};
+                               SIO_PARTITION_EVEN_DROP, NULL, 0, NULL, 0, 0, 0, 0, 0};
         rc = sio_framew_create(&h, flist, nf, chunk_write, &cs, &fw, &err);
     } else {
         rc = sio_tarw_create(flist, nf, chunk_write, &cs, &tw, &err);

@@ -43,7 +43,7 @@ static void mk_sample(tsample *t, const char *key, const char *url,
 
 static sio_frames_header hdr(const char *job, uint64_t start)
 {
-    sio_frames_header h = {job, 3, 1, 4, start, 0, SIO_PARTITION_EVEN_DROP, NULL, 0, NULL, 0, 0, 0, 0};
+    sio_frames_header h = {job, 3, 1, 4, start, 0, SIO_PARTITION_EVEN_DROP, NULL, 0, NULL, 0, 0, 0, 0, 0};
     return h;
 }
 
@@ -1052,9 +1052,92 @@ static void test_ident(void)
     }
 }
 
+/* Heartbeats: HEADER announces heartbeat_ms, a KEEPALIVE frame (0x80,
+ * no payload) between samples is skipped by the decoder, and a tar
+ * encoder has none. */
+static void test_keepalive(void)
+{
+    sio_wbuf b;
+    sio_wenc *w = NULL;
+    sio_error e;
+    sio_frames_header h = hdr("job", 0);
+    h.heartbeat_ms = 1000;
+    sio_wbuf_init(&b, 1 << 20);
+    CHECK(sio_framew_create(&h, NULL, 0, sio_wbuf_append, &b, &w, &e) ==
+          SIO_OK);
+    CHECK(memmem(b.data, b.len, "\"heartbeat_ms\":1000", 18) != NULL);
+    size_t before = b.len;
+    CHECK(sio_wenc_keepalive(w) == SIO_OK);
+    CHECK_EQ_U64(b.len - before, SIO_FRAME_HEAD_LEN);
+    CHECK(b.data[before] == SIO_FRAME_KEEPALIVE);
+    tsample t;
+    const char *names[] = {"cls"};
+    const char *data[] = {"7"};
+    mk_sample(&t, "k/1", "file:///s.tar", 0, 0, 1, names, data, NULL);
+    CHECK(sio_wenc_sample(w, &t.s, 0) == SIO_OK);
+    CHECK(sio_wenc_keepalive(w) == SIO_OK);
+    sio_tarw_summary sum = {3, 1, 4, 0, 1, 1};
+    CHECK(sio_wenc_end(w, &sum) == SIO_OK);
+    sio_wenc_destroy(w);
+    result r;
+    decode_whole(&r, b.data, b.len);
+    CHECK(r.rc == SIO_OK && r.headers == 1 && r.samples == 1 && r.ends == 1);
+    sio_wbuf_free(&r.t);
+    sio_framer *f = NULL;
+    size_t used = 0;
+    sio_frame_event ev;
+    CHECK(sio_framer_create(NULL, &f, &e) == SIO_OK);
+    CHECK(sio_framer_feed(f, b.data, b.len, &used, &ev) == SIO_OK);
+    CHECK(ev.type == SIO_FRAMER_HEADER && ev.header.heartbeat_ms == 1000);
+    sio_framer_destroy(f);
+    sio_wbuf_free(&b);
+
+    /* None announced: no key, 0 decoded. */
+    h = hdr("job", 0);
+    sio_wbuf_init(&b, 1 << 20);
+    CHECK(sio_framew_create(&h, NULL, 0, sio_wbuf_append, &b, &w, &e) ==
+          SIO_OK);
+    sio_wenc_destroy(w);
+    CHECK(memmem(b.data, b.len, "heartbeat", 9) == NULL);
+    CHECK(sio_framer_create(NULL, &f, &e) == SIO_OK);
+    CHECK(sio_framer_feed(f, b.data, b.len, &used, &ev) == SIO_OK);
+    CHECK(ev.type == SIO_FRAMER_HEADER && ev.header.heartbeat_ms == 0);
+    sio_framer_destroy(f);
+    sio_wbuf_free(&b);
+
+    /* The writer refuses more than the maximum; tar has no heartbeat. */
+    h.heartbeat_ms = SIO_FRAMES_HEARTBEAT_MAX_MS + 1;
+    sio_wbuf_init(&b, 1 << 20);
+    CHECK(sio_framew_create(&h, NULL, 0, sio_wbuf_append, &b, &w, &e) ==
+          SIO_ERR_INVALID);
+    CHECK(sio_tarw_create(NULL, 0, sio_wbuf_append, &b, &w, &e) == SIO_OK);
+    size_t tl = b.len;
+    CHECK(sio_wenc_keepalive(w) == SIO_ERR_UNSUPPORTED);
+    CHECK_EQ_U64(b.len, tl);
+    sio_wenc_destroy(w);
+    sio_wbuf_free(&b);
+
+    /* Hostile HEADERs: 0, negative, a string, above the maximum. */
+    const char *bad[] = {"0", "-5", "\"1000\"", "600001"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char json[512];
+        snprintf(json, sizeof json,
+                 "{\"version\":1,\"job\":\"j\",\"epoch\":0,\"rank\":0,"
+                 "\"world\":1,\"start\":0,\"global_start\":0,"
+                 "\"partition\":\"even-drop\",\"fields\":null,"
+                 "\"heartbeat_ms\":%s}", bad[i]);
+        sio_wbuf_init(&b, 1 << 20);
+        sio_wbuf_append(&b, SIO_FRAMES_MAGIC, SIO_FRAMES_MAGIC_LEN);
+        put_json(&b, SIO_FRAME_HEADER, json);
+        expect(&b, SIO_ERR_FORMAT, "heartbeat_ms");
+        sio_wbuf_free(&b);
+    }
+}
+
 int main(void)
 {
     test_ident();
+    test_keepalive();
     test_round_trip_every_split();
     test_round_trip_random_chunks();
     test_zero_copy_views();
