@@ -139,7 +139,7 @@ def test_a_stream_stuck_on_the_server_ends_with_a_retryable_error(start, tmp_pat
             assert [t for t, _ in frames].count(0x80) >= 1
             st = get_json(srv, "/v1/jobs/t")
             assert st["totals"]["streams_stalled"] >= 1
-            assert "event=stream_stalled" in srv.log()
+            assert "event=stream_stalled" in srv.wait_log("event=stream_stalled")
             px.clear_rules()
     finally:
         ng.stop()

@@ -174,11 +174,11 @@ def test_a_shard_cut_at_a_block_boundary_is_truncated(start, server_binary,
                             want, victim_url, "%s %s" % (plane, case))
         st = get_json(srv, "/v1/jobs/t")
         assert st["skipped"]["shards"] >= 1, (case, st["skipped"])
-        log = srv.log()
-        if case == "inside a member":
-            assert "truncated tar archive" in log, case
-        else:
-            assert "ends without its end-of-archive blocks" in log, (case, log[-3000:])
+        # log lines come from the server's logging thread: wait for them
+        want = ("truncated tar archive" if case == "inside a member"
+                else "ends without its end-of-archive blocks")
+        log = srv.wait_log(want)
+        assert want in log, (case, log[-3000:])
         assert srv.stop() == 0
 
 
@@ -201,7 +201,8 @@ def test_a_remote_shard_cut_at_a_block_boundary_is_truncated(
         for epoch in (0, 1):
             check_epoch(srv, epoch, "frames", want, victim["path"],
                         "remote %s %s" % (plane, case))
-        assert "ends without its end-of-archive blocks" in srv.log()
+        want = "ends without its end-of-archive blocks"
+        assert want in srv.wait_log(want)
         assert srv.stop() == 0
     finally:
         ng.stop()
@@ -316,4 +317,4 @@ def test_an_index_file_of_the_previous_format_is_read_again(start, tmp_path):
     assert len(keys) == SHARDS * PER_SHARD - 1, len(keys)
     assert sh["samples"][-1]["key"] not in keys
     assert (got[0].trailer.get("skipped") or {}).get("shards") == 1, got[0].trailer
-    assert "index version 1 unknown" in srv.log()
+    assert "index version 1 unknown" in srv.wait_log("index version 1 unknown")
