@@ -63,6 +63,7 @@ for r in $(seq 1 "$ROUNDS"); do
     echo "round $r copy $c: ${line:-no summary (see below)}"
     if [ "$fail" -ne 0 ] || [ -z "$line" ]; then
       grep -E '^(FAILED|ERROR) ' "$WORK/out.$r.$c" | sed "s/^/  round $r copy $c: /"
+      grep -E '^E  ' "$WORK/out.$r.$c" | head -n 40 | sed "s/^/    /"
       [ -z "$line" ] && tail -n 20 "$WORK/out.$r.$c" && total_fail=$((total_fail + 1))
     fi
   done
