@@ -22,7 +22,6 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -31,10 +30,8 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "server"))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
 
-import torch.utils.data  # noqa: E402
-
-from replica_testlib import start_replicas, summarize  # noqa: E402
-from shardcast import ShardcastDataset, Topology  # noqa: E402
+from replica_testlib import read_epoch, start_replicas  # noqa: E402
+from shardcast import Topology  # noqa: E402
 from shardcast_testlib import Dataset, make_dataset  # noqa: E402
 from server_testlib import Nginx  # noqa: E402
 from support.faultproxy import FaultProxy, Rule  # noqa: E402
@@ -45,45 +42,6 @@ JOB = "train"
 def job_args(src):
     return ["--job", JOB, "--source", src, "--seed", "3", "--partition", "none",
             "--shuffle-buffer", "64", "--interleave", "2"]
-
-
-def read_epoch(topo, ranks, workers, epoch, pause=None):
-    """Each rank's DataLoader in a thread; pause() once every consumer
-    delivered 2 samples. Returns (items by (rank, worker), resume time,
-    the datasets' (reconnects, failovers) summed over ranks)."""
-    got = {(r, w): [] for r in range(ranks) for w in range(workers)}
-    mid = threading.Barrier(ranks + 1)
-    go = threading.Event()
-    errors = []
-
-    def consume(r):
-        try:
-            ds = ShardcastDataset(topo.urls[0], JOB, rank=r, world=ranks, epoch=epoch,
-                                  topology=topo, map=summarize)
-            it = iter(torch.utils.data.DataLoader(ds, num_workers=workers, batch_size=None))
-            for n, item in enumerate(it):
-                got[(r, item["worker"])].append(item)
-                if pause is not None and n + 1 == 2 * workers:
-                    mid.wait()
-                    go.wait()
-        except BaseException as e:  # noqa: B902
-            errors.append((r, e))
-            mid.abort()
-
-    threads = [threading.Thread(target=consume, args=(r,), daemon=True) for r in range(ranks)]
-    for t in threads:
-        t.start()
-    resumed = None
-    if pause is not None:
-        mid.wait(timeout=300)
-        pause()
-        resumed = time.monotonic()
-        go.set()
-    for t in threads:
-        t.join(900)
-    if errors:
-        raise RuntimeError(errors)
-    return got, resumed
 
 
 def exactly_once(got, wds):
@@ -98,9 +56,7 @@ def stopped_run(binary, workdir, wds):
             rep.wait_ready(JOB)
         topo = Topology([r.url for r in reps])
 
-        def freeze():
-            reps[1].freeze()
-        got, resumed = read_epoch(topo, 3, 2, 0, pause=freeze)
+        got, resumed = read_epoch(topo, JOB, 3, 2, 0, pause=reps[1].freeze)
         movers = [(r, w) for r in range(3) for w in range(2) if (2 * r + w) % 3 == 1]
         stall = max(nxt["t"] - prev["t"] for c in movers
                     for prev, nxt in zip(got[c], got[c][1:]) if prev["t"] >= resumed)
@@ -126,7 +82,7 @@ def slow_store_run(binary, workdir, wds, stall):
                     rep.wait_ready(JOB)
                 topo = Topology([r.url for r in reps])
                 t0 = time.monotonic()
-                got, _ = read_epoch(topo, 1, 2, 0)
+                got, _ = read_epoch(topo, JOB, 1, 2, 0)
                 took = time.monotonic() - t0
                 fo = sum(rep.failover_streams(JOB) for rep in reps)
                 opened = sum(rep.metric("shardcast_streams_opened_total", shardcast_job=JOB)

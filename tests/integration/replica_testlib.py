@@ -176,6 +176,54 @@ def start_replicas(binary, workdir, r, args, js=None, registry=None):
     return out
 
 
+def read_epoch(topo, job, ranks, workers, epoch, pause=None, map=None):
+    """Each of `ranks` ranks reads epoch `epoch` through a DataLoader of
+    `workers` workers (ShardcastDataset with topo and the client's
+    defaults, map= summarize unless given), in a thread of its own.
+    pause(), when given, is called once every rank has delivered 2 samples
+    of each worker, before they go on. Returns ({(rank, worker): [item,
+    ...]}, the time they went on after the pause, or None)."""
+    import torch.utils.data
+    got = {(r, w): [] for r in range(ranks) for w in range(workers)}
+    mid = threading.Barrier(ranks + 1)
+    go = threading.Event()
+    errors = []
+
+    def consume(r):
+        try:
+            ds = shardcast.ShardcastDataset(topo.urls[0], job, rank=r, world=ranks,
+                                            epoch=epoch, topology=topo,
+                                            map=map or summarize)
+            it = iter(torch.utils.data.DataLoader(ds, num_workers=workers,
+                                                  batch_size=None))
+            for n, item in enumerate(it):
+                got[(r, item["worker"])].append(item)
+                if pause is not None and n + 1 == 2 * workers:
+                    mid.wait()
+                    go.wait()
+            if pause is not None and not go.is_set():
+                raise AssertionError("rank %d finished before the pause" % r)
+        except BaseException as e:  # noqa: B902 - reported by the caller
+            errors.append((r, e))
+            mid.abort()
+
+    threads = [threading.Thread(target=consume, args=(r,), daemon=True)
+               for r in range(ranks)]
+    for t in threads:
+        t.start()
+    resumed = None
+    if pause is not None:
+        mid.wait(timeout=300)
+        pause()
+        resumed = time.monotonic()
+        go.set()
+    for t in threads:
+        t.join(600)
+        assert not t.is_alive(), "a consumer did not finish"
+    assert not errors, errors
+    return got, resumed
+
+
 def summarize(sample):
     """map= of the consumers: what the test needs of a sample (its key, its
     content hash, the DataLoader worker, when it was delivered), so that

@@ -17,7 +17,6 @@ shardcastd processes on loopback started as --replica J --replicas R:
 """
 
 import os
-import threading
 import time
 
 import pytest
@@ -25,7 +24,7 @@ import torch.utils.data
 
 import shardcast
 from pyclient_support import FaultProxy, Rule
-from replica_testlib import start_replicas, summarize
+from replica_testlib import read_epoch, start_replicas, summarize
 from shardcast import ShardcastConfigError, ShardcastDataset, Topology
 from shardcast_testlib import Dataset, make_dataset
 
@@ -225,46 +224,7 @@ def test_any_replica_serves_any_part_when_one_dies(replicas, big_wds):
     ranks = workers = 3
 
     def run_epoch(epoch, pause=None):
-        """Each rank's DataLoader in a thread; pause(): called once every
-        rank has delivered 2 samples of each worker, before they go on.
-        Returns ({(rank, worker): [item, ...]}, the time they went on)."""
-        got = {(r, w): [] for r in range(ranks) for w in range(workers)}
-        mid = threading.Barrier(ranks + 1)
-        go = threading.Event()
-        errors = []
-
-        def consume(r):
-            try:
-                ds = ShardcastDataset(topo.urls[0], JOB, rank=r, world=ranks, epoch=epoch,
-                                      topology=topo, map=summarize)
-                it = iter(torch.utils.data.DataLoader(ds, num_workers=workers,
-                                                      batch_size=None))
-                for n, item in enumerate(it):
-                    got[(r, item["worker"])].append(item)
-                    if pause is not None and n + 1 == 2 * workers:
-                        mid.wait()
-                        go.wait()
-                if pause is not None and not go.is_set():
-                    raise AssertionError("rank %d finished before the pause" % r)
-            except BaseException as e:  # noqa: B902 - reported by the main thread
-                errors.append((r, e))
-                mid.abort()
-
-        threads = [threading.Thread(target=consume, args=(r,), daemon=True)
-                   for r in range(ranks)]
-        for t in threads:
-            t.start()
-        resumed = None
-        if pause is not None:
-            mid.wait(timeout=300)
-            pause()
-            resumed = time.monotonic()
-            go.set()
-        for t in threads:
-            t.join(600)
-            assert not t.is_alive(), "a consumer did not finish"
-        assert not errors, errors
-        return got, resumed
+        return read_epoch(topo, JOB, ranks, workers, epoch, pause)
 
     # Epoch 0: replica 1 dies while every consumer is mid-epoch.
     got, resumed = run_epoch(0, pause=reps[1].kill)
@@ -310,39 +270,8 @@ def test_a_stopped_replica_is_left_on_its_heartbeats(replicas, big_wds):
     reps = replicas(3, big_wds)
     topo = Topology([r.url for r in reps])
     ranks, workers = 3, 2
-    got = {(r, w): [] for r in range(ranks) for w in range(workers)}
-    mid = threading.Barrier(ranks + 1)
-    go = threading.Event()
-    errors = []
-
-    def consume(r):
-        try:
-            ds = ShardcastDataset(topo.urls[0], JOB, rank=r, world=ranks, epoch=0,
-                                  topology=topo, map=summarize)
-            it = iter(torch.utils.data.DataLoader(ds, num_workers=workers,
-                                                  batch_size=None))
-            for n, item in enumerate(it):
-                got[(r, item["worker"])].append(item)
-                if n + 1 == 2 * workers:
-                    mid.wait()
-                    go.wait()
-        except BaseException as e:  # noqa: B902 - reported by the main thread
-            errors.append((r, e))
-            mid.abort()
-
-    threads = [threading.Thread(target=consume, args=(r,), daemon=True)
-               for r in range(ranks)]
-    for t in threads:
-        t.start()
     try:
-        mid.wait(timeout=300)
-        reps[1].freeze()
-        resumed = time.monotonic()
-        go.set()
-        for t in threads:
-            t.join(600)
-            assert not t.is_alive(), "a consumer did not finish"
-        assert not errors, errors
+        got, resumed = read_epoch(topo, JOB, ranks, workers, 0, pause=reps[1].freeze)
         items = [i for v in got.values() for i in v]
         check_exactly_once(items, big_wds)
         # consumers of replica 1: c = 2 * rank + worker with c mod 3 == 1

@@ -20,11 +20,14 @@ waiting stream ends with a retryable error naming the setting (and its
 heartbeats did not hide it); the job counts it.
 """
 
+import contextlib
 import http.client
+import io
 import json
 import os
 import struct
 import sys
+import tarfile
 
 from server_testlib import Nginx, get_json, make_dataset, shard_url, stream_path
 
@@ -58,88 +61,74 @@ def raw_frames(srv, path, timeout=60):
     return out
 
 
-def serve_through(start, ng, ds, px, *extra):
-    src = shard_url(ng, ds).replace("http://127.0.0.1:%d" % ng.port, px.url)
-    return start("--job", "t", "--source", src, "--prefetch", "false",
-                 "--stream-rate-limit", "0", "--rate-limit", "0", *extra)
+@contextlib.contextmanager
+def stalled_store(start, tmp_path, shards, per_shard, seed, stall, path, *extra):
+    """A dataset served by nginx through the fault proxy, whose first GET
+    matching `path` is held back `stall` seconds; yields (server reading
+    it, the proxy)."""
+    d = str(tmp_path / "ds")
+    make_dataset(d, shards=shards, per_shard=per_shard, size=2000, seed=seed)
+    ng = Nginx(d, str(tmp_path))
+    try:
+        with FaultProxy(upstream="http://127.0.0.1:%d" % ng.port,
+                        rules=[Rule.stall(stall, after_bytes=0, path=path, method="GET",
+                                          count=1)]) as px:
+            src = shard_url(ng, d).replace("http://127.0.0.1:%d" % ng.port, px.url)
+            srv = start("--job", "t", "--source", src, "--prefetch", "false",
+                        "--stream-rate-limit", "0", "--rate-limit", "0", *extra)
+            try:
+                yield srv, px
+            finally:
+                px.clear_rules()
+    finally:
+        ng.stop()
 
 
 def test_a_stream_waiting_on_a_stalled_store_carries_heartbeats(start, tmp_path):
-    d = str(tmp_path / "ds")
-    make_dataset(d, shards=3, per_shard=20, size=2000, seed=41)
-    ng = Nginx(d, str(tmp_path))
-    try:
-        with FaultProxy(upstream="http://127.0.0.1:%d" % ng.port,
-                        rules=[Rule.stall(8, after_bytes=0, path=r"-000001\.tar",
-                                          method="GET", count=1)]) as px:
-            srv = serve_through(start, ng, d, px)
-            frames = raw_frames(srv, stream_path("t", 0, 0, 1))
-            types = [t for t, _ in frames]
-            head = json.loads(frames[0][1])
-            assert frames[0][0] == 0x01 and head["heartbeat_ms"] == 1000, head
-            assert types[-1] == 0x04, frames[-1]
-            assert types.count(0x03) == 60
-            # The 8 s stall of shard 1 was bridged by heartbeats.
-            assert types.count(0x80) >= 2, types.count(0x80)
-            assert all(p == b"" for t, p in frames if t == 0x80)
+    with stalled_store(start, tmp_path, 3, 20, 41, 8, r"-000001\.tar") as (srv, px):
+        frames = raw_frames(srv, stream_path("t", 0, 0, 1))
+        types = [t for t, _ in frames]
+        head = json.loads(frames[0][1])
+        assert frames[0][0] == 0x01 and head["heartbeat_ms"] == 1000, head
+        assert types[-1] == 0x04, frames[-1]
+        assert types.count(0x03) == 60
+        # The 8 s stall of shard 1 was bridged by heartbeats.
+        assert types.count(0x80) >= 2, types.count(0x80)
+        assert all(p == b"" for t, p in frames if t == 0x80)
 
-            # The Python client with its defaults, through the same stall.
-            import shardcast
-            px.clear_rules()
-            px.add_rule(Rule.stall(8, after_bytes=0, path=r"-000002\.tar", method="GET",
-                                   count=1))
-            ds = shardcast.ShardcastDataset("http://%s:%d" % (srv.host, srv.port), "t",
-                                            rank=0, world=1, epoch=1)
-            keys = [s["__key__"] for s in ds]
-            assert len(keys) == 60 and len(set(keys)) == 60
-            assert ds.reconnects == 0 and ds.failovers == 0, (ds.reconnects, ds.failovers)
-            st = get_json(srv, "/v1/jobs/t")
-            assert st["totals"]["streams_stalled"] == 0
-    finally:
-        ng.stop()
+        # The Python client with its defaults, through the same stall.
+        import shardcast
+        px.add_rule(Rule.stall(8, after_bytes=0, path=r"-000002\.tar", method="GET",
+                               count=1))
+        ds = shardcast.ShardcastDataset("http://%s:%d" % (srv.host, srv.port), "t",
+                                        rank=0, world=1, epoch=1)
+        keys = [s["__key__"] for s in ds]
+        assert len(keys) == 60 and len(set(keys)) == 60
+        assert ds.reconnects == 0 and ds.failovers == 0, (ds.reconnects, ds.failovers)
+        st = get_json(srv, "/v1/jobs/t")
+        assert st["totals"]["streams_stalled"] == 0
 
 
 def test_tar_streams_have_no_heartbeat(start, tmp_path):
-    d = str(tmp_path / "ds")
-    make_dataset(d, shards=2, per_shard=10, size=1000, seed=42)
-    ng = Nginx(d, str(tmp_path))
-    try:
-        with FaultProxy(upstream="http://127.0.0.1:%d" % ng.port,
-                        rules=[Rule.stall(4, after_bytes=0, path=r"-000001\.tar",
-                                          method="GET", count=1)]) as px:
-            srv = serve_through(start, ng, d, px)
-            conn = http.client.HTTPConnection(srv.host, srv.port, timeout=60)
-            conn.request("GET", stream_path("t", 0, 0, 1, fmt="tar"))
-            resp = conn.getresponse()
-            body = resp.read()
-            conn.close()
-            import io
-            import tarfile
-            names = [m.name for m in tarfile.open(fileobj=io.BytesIO(body))]
-            assert names[-1] == "__shardcast_end__"
-            assert len([n for n in names if n.endswith(".cls")]) == 20
-    finally:
-        ng.stop()
+    with stalled_store(start, tmp_path, 2, 10, 42, 4, r"-000001\.tar") as (srv, _):
+        conn = http.client.HTTPConnection(srv.host, srv.port, timeout=60)
+        conn.request("GET", stream_path("t", 0, 0, 1, fmt="tar"))
+        body = conn.getresponse().read()
+        conn.close()
+        names = [m.name for m in tarfile.open(fileobj=io.BytesIO(body))]
+        assert names[-1] == "__shardcast_end__"
+        assert len([n for n in names if n.endswith(".cls")]) == 20
 
 
 def test_a_stream_stuck_on_the_server_ends_with_a_retryable_error(start, tmp_path):
-    d = str(tmp_path / "ds")
-    make_dataset(d, shards=1, per_shard=20, size=2000, seed=43)
-    ng = Nginx(d, str(tmp_path))
-    try:
-        with FaultProxy(upstream="http://127.0.0.1:%d" % ng.port,
-                        rules=[Rule.stall(30, after_bytes=0, method="GET",
-                                          path=r"\.tar", count=1)]) as px:
-            srv = serve_through(start, ng, d, px, "--stream-stall-timeout", "2s")
-            frames = raw_frames(srv, stream_path("t", 0, 0, 1))
-            assert frames[-1][0] == 0x05, frames[-1]
-            err = json.loads(frames[-1][1])
-            assert err["retryable"] is True, err
-            assert "--stream-stall-timeout" in err["reason"], err
-            assert [t for t, _ in frames].count(0x80) >= 1
-            st = get_json(srv, "/v1/jobs/t")
-            assert st["totals"]["streams_stalled"] >= 1
-            assert "event=stream_stalled" in srv.wait_log("event=stream_stalled")
-            px.clear_rules()
-    finally:
-        ng.stop()
+    with stalled_store(start, tmp_path, 1, 20, 43, 30, r"\.tar",
+                       "--stream-stall-timeout", "2s") as (srv, _):
+        frames = raw_frames(srv, stream_path("t", 0, 0, 1))
+        assert frames[-1][0] == 0x05, frames[-1]
+        err = json.loads(frames[-1][1])
+        assert err["retryable"] is True, err
+        assert "--stream-stall-timeout" in err["reason"], err
+        assert [t for t, _ in frames].count(0x80) >= 1
+        st = get_json(srv, "/v1/jobs/t")
+        assert st["totals"]["streams_stalled"] >= 1
+        assert "event=stream_stalled" in srv.wait_log("event=stream_stalled")
