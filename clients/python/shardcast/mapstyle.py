@@ -21,6 +21,7 @@ its own connections); no state besides the cached length.
 import re
 import urllib.parse
 
+from .dataset import DEFAULT_HEADER_TIMEOUT, DEFAULT_HEARTBEAT_TIMEOUT
 from .decode import make_decoder
 from .errors import ShardcastError, ShardcastHTTPError, ShardcastStreamError
 from .frames import FramesReader
@@ -37,9 +38,11 @@ class ShardcastMapDataset:
 
     url      the server's root URL; None: $SHARDCAST_SERVER
     job      the job name (its source is the dataset)
-    fields, decode, map, timeout, token
+    fields, decode, map, timeout, header_timeout, heartbeat_timeout, token
              as for ShardcastDataset (decode=True, "pil", "rgb8", ...;
-             map=shardcast.to_tuple("jpg", "cls"))
+             map=shardcast.to_tuple("jpg", "cls"); a hung server is seen
+             after heartbeat_timeout, 3 s, of silence, or header_timeout,
+             10 s, before the answer)
     length   the dataset's length when the caller knows it (skips the probe)
 
     Samples are dicts {"__key__", "__url__", "__shard__", "__index__" (= i),
@@ -49,7 +52,9 @@ class ShardcastMapDataset:
     """
 
     def __init__(self, url=None, job=None, *, fields=None, decode=False, map=None,
-                 timeout=60, token=None, length=None):
+                 timeout=60, token=None, length=None,
+                 header_timeout=DEFAULT_HEADER_TIMEOUT,
+                 heartbeat_timeout=DEFAULT_HEARTBEAT_TIMEOUT):
         import os
         from .dataset import server_from_env
         self.url = server_from_env(url).rstrip("/")
@@ -63,6 +68,8 @@ class ShardcastMapDataset:
         self._decoder = make_decoder(decode)
         self.map = map
         self.timeout = timeout
+        self.header_timeout = header_timeout
+        self.heartbeat_timeout = heartbeat_timeout  # None: timeout applies
         self.token = token if token is not None else os.environ.get("SHARDCAST_TOKEN")
         self._length = length
 
@@ -79,7 +86,8 @@ class ShardcastMapDataset:
         headers = {"Authorization": "Bearer " + self.token} if self.token else None
         try:
             with FramesReader(self._sample_url(i), timeout=self.timeout,
-                              headers=headers) as r:
+                              headers=headers, header_timeout=self.header_timeout,
+                              heartbeat_timeout=self.heartbeat_timeout) as r:
                 got = list(r)
         except (ShardcastHTTPError, ShardcastStreamError) as e:
             text = "%s %s" % (getattr(e, "reason", "") or "", e.args[0] if e.args else "")
