@@ -26,15 +26,16 @@
  *    sample references. Readers offer every group they read to the shard
  *    index (cfg.index), which is how indexes get built.
  *  - meta: the slots walk the shard indexes instead of the bytes and the
- *    buffer holds stubs (shard, group, size) from a recycled pool. This is
- *    the order as a pure function of metadata: PRNG arithmetic, no bytes.
+ *    buffer holds metadata records (shard, group, size) from a recycled
+ *    pool. This is the order as a pure function of metadata: PRNG
+ *    arithmetic, no bytes.
  * sio_epoch_open_at(P) runs meta up to position P, then switches to data:
  * the slot shards are opened at the groups the slots reached (a ranged
  * read from the group's offset; a compressed shard is re-read from its
- * start and skipped forward), and the stubs still in the buffer become
- * "virtual" entries, fetched by ranged reads when they are emitted (with
- * the pending entries of the same shard that lie close after it, in the
- * same read), so a seek reads only what its consumers take.
+ * start and skipped forward), and the metadata records still in the
+ * buffer become "virtual" entries, fetched by ranged reads when they are
+ * emitted (with the pending entries of the same shard that lie close
+ * after it, in the same read), so a seek reads only what its consumers take.
  *
  * Shard failures: a bad sample is invisible (counted). A transient error
  * (SIO_ERR_IO, SIO_ERR_RETRY after the fetch engine's own retries) reopens
@@ -131,20 +132,20 @@ typedef struct reader {
 } reader;
 
 /* A buffer entry of meta mode: a sample known only by its place. */
-typedef struct stub {
+typedef struct mrec {
     sio_sample pub;          /* shard_index, index_in_shard, bytes,
                                 global_index */
-    struct stub *next;       /* free list */
+    struct mrec *next;       /* free list */
     uint32_t vi;             /* its virtual entry, after the switch */
-} stub;
-/* stub->pub.fields points here: how a stub is told from a sample. */
-static const sio_field stub_marker[1];
-#define IS_STUB(s) ((s)->fields == stub_marker)
-#define STUB_CHUNK 1024u
-typedef struct stub_chunk {
-    struct stub_chunk *next;
-    stub v[STUB_CHUNK];
-} stub_chunk;
+} mrec;
+/* mrec->pub.fields points here: how an mrec is told from a sample. */
+static const sio_field mrec_marker[1];
+#define IS_MREC(s) ((s)->fields == mrec_marker)
+#define MREC_CHUNK 1024u
+typedef struct mrec_chunk {
+    struct mrec_chunk *next;
+    mrec v[MREC_CHUNK];
+} mrec_chunk;
 
 /* A sample of the buffer at the seek position, fetched by a ranged read. */
 enum { V_PENDING = 0, V_BUSY = 1, V_DONE = 2, V_FAILED = 3 };
@@ -164,7 +165,8 @@ struct sio_epoch {
     reader **slots;             /* slot s reads slots[s] (NULL: inactive) */
     uint32_t cur, active;
     int started;
-    int meta;                   /* slots walk indexes, buffer holds stubs */
+    int meta;                   /* slots walk indexes, buffer holds
+                                   metadata records */
     sio_index_entry **ixv;      /* entry per shard list index - ixbase,
                                    lazily */
     size_t ixbase;              /* the first shard of a range, else 0 */
@@ -199,8 +201,8 @@ struct sio_epoch {
     size_t nvents;
     char vmsg[640];         /* why a virtual entry failed */
 
-    stub *free_stubs;
-    stub_chunk *chunks;
+    mrec *free_mrecs;
+    mrec_chunk *chunks;
 
     sio_rng brng;
     const sio_sample **buf; /* shuffle buffer */
@@ -232,7 +234,7 @@ struct sio_epoch {
                    char *msg, size_t msglen);
     void *stop_ud;
     /* A mixed order's source pass (meta mode): the mixed order. The
-     * metadata records its buffer holds (struct stub: shard, group, size)
+     * metadata records its buffer holds (struct mrec: shard, group, size)
      * come from that order's pool (they outlive the pass in its buffer),
      * and its gate, stop hook and entries hook are that order's too
      * (home_of). */
@@ -312,35 +314,35 @@ void sio_epoch_get_stats(const sio_epoch *ep, sio_epoch_stats *st)
     *st = ep->st;
 }
 
-/* Stubs --------------------------------------------------------------- */
+/* Metadata records ---------------------------------------------------- */
 
-/* The epoch whose pool of metadata records (struct stub) and order hooks
+/* The epoch whose pool of metadata records (struct mrec) and order hooks
  * ep uses: a mixed order's for one of its source passes, else ep itself. */
 static sio_epoch *home_of(sio_epoch *ep)
 {
     return ep->home ? ep->home : ep;
 }
 
-static stub *stub_new(sio_epoch *ep, uint32_t shard, uint64_t group,
+static mrec *mrec_new(sio_epoch *ep, uint32_t shard, uint64_t group,
                       uint64_t bytes)
 {
     ep = home_of(ep);
-    stub *s = ep->free_stubs;
+    mrec *s = ep->free_mrecs;
     if (!s) {
-        stub_chunk *c = malloc(sizeof *c);
+        mrec_chunk *c = malloc(sizeof *c);
         if (!c)
             return NULL;
         c->next = ep->chunks;
         ep->chunks = c;
-        for (unsigned i = 0; i < STUB_CHUNK; i++) {
-            c->v[i].next = ep->free_stubs;
-            ep->free_stubs = &c->v[i];
+        for (unsigned i = 0; i < MREC_CHUNK; i++) {
+            c->v[i].next = ep->free_mrecs;
+            ep->free_mrecs = &c->v[i];
         }
-        s = ep->free_stubs;
+        s = ep->free_mrecs;
     }
-    ep->free_stubs = s->next;
+    ep->free_mrecs = s->next;
     memset(&s->pub, 0, sizeof s->pub);
-    s->pub.fields = stub_marker;
+    s->pub.fields = mrec_marker;
     s->pub.shard_index = shard;
     s->pub.index_in_shard = group;
     s->pub.bytes = (size_t)bytes;
@@ -349,19 +351,19 @@ static stub *stub_new(sio_epoch *ep, uint32_t shard, uint64_t group,
     return s;
 }
 
-/* Release a buffer/queue entry: recycle a stub, drop a sample. */
+/* Release a buffer/queue entry: recycle an mrec, drop a sample. */
 static void ent_drop(sio_epoch *ep, const sio_sample *s)
 {
-    if (s && IS_STUB(s)) {
-        stub *st = (stub *)(uintptr_t)s;
+    if (s && IS_MREC(s)) {
+        mrec *st = (mrec *)(uintptr_t)s;
         ep = home_of(ep);
         if (st->vi != UINT32_MAX && ep->vents) {
             vent *v = &ep->vents[st->vi];
             sio_sample_unref(v->real);
             v->real = NULL;
         }
-        st->next = ep->free_stubs;
-        ep->free_stubs = st;
+        st->next = ep->free_mrecs;
+        ep->free_mrecs = st;
         return;
     }
     sio_sample_unref(s);
@@ -1335,7 +1337,7 @@ void sio_epoch_close(sio_epoch *ep)
     for (size_t i = 0; i < ep->nvents; i++)
         sio_sample_unref(ep->vents[i].real);
     while (ep->chunks) {
-        stub_chunk *c = ep->chunks;
+        mrec_chunk *c = ep->chunks;
         ep->chunks = c->next;
         free(c);
     }
@@ -1475,7 +1477,7 @@ static int meta_stopped(sio_epoch *ep, reader *r, sio_code *rc_out,
     return 1;
 }
 
-/* Meta mode: the next good group of r's shard from the index, as a stub.
+/* Meta mode: the next good group of r's shard from the index, as an mrec.
  * SIO_ERR_AGAIN when the index does not know it (yet). */
 static sio_code meta_take(sio_epoch *ep, reader *r, const sio_sample **out,
                           sio_code *rc_out, char *msg, size_t msglen)
@@ -1561,7 +1563,7 @@ static sio_code meta_take(sio_epoch *ep, reader *r, const sio_sample **out,
             }
             continue;
         }
-        stub *s = stub_new(ep, r->idx, r->g, g.bytes);
+        mrec *s = mrec_new(ep, r->idx, r->g, g.bytes);
         if (!s)
             return SIO_ERR_NOMEM;
         r->g++;
@@ -1906,8 +1908,8 @@ static const sio_sample *outq_pop(sio_epoch *ep)
     return s;
 }
 
-/* The real sample behind an emitted stub (data mode after a seek). */
-static sio_code materialize(sio_epoch *ep, stub *st, const sio_sample **out)
+/* The real sample behind an emitted mrec (data mode after a seek). */
+static sio_code materialize(sio_epoch *ep, mrec *st, const sio_sample **out)
 {
     vent *v;
     sio_code rc = SIO_OK;
@@ -1955,8 +1957,8 @@ sio_code sio_epoch_next(sio_epoch *ep, const sio_sample **out)
     if (ep->qlen == 0)
         return SIO_OK;
     const sio_sample *s = outq_pop(ep);
-    if (IS_STUB(s)) {
-        rc = materialize(ep, (stub *)(uintptr_t)s, &s);
+    if (IS_MREC(s)) {
+        rc = materialize(ep, (mrec *)(uintptr_t)s, &s);
         if (rc) {
             ep->failed = 1;
             return rc;
@@ -1978,7 +1980,8 @@ static int vent_cmp(const void *a, const void *b)
     return x->group < y->group ? -1 : x->group > y->group;
 }
 
-/* Turn the stubs of a seek into virtual entries and start data mode. */
+/* Turn the metadata records of a seek into virtual entries and start
+ * data mode. */
 static sio_code switch_to_data(sio_epoch *ep, sio_error *err)
 {
     size_t cap = (size_t)ep->cfg.buffer_samples + 1, n = 0, nq = ep->qlen;
@@ -1997,16 +2000,16 @@ static sio_code switch_to_data(sio_epoch *ep, sio_error *err)
     }
     if (ep->nvents > nq)
         qsort(ep->vents + nq, ep->nvents - nq, sizeof *ep->vents, vent_cmp);
-    /* Point each stub at its entry: queued ones by position, buffered
+    /* Point each mrec at its entry: queued ones by position, buffered
      * ones by binary search in the sorted part. */
     for (size_t i = 0; i < ep->qlen; i++)
-        ((stub *)(uintptr_t)ep->outq[(ep->qhead + i) % cap])->vi = (uint32_t)i;
+        ((mrec *)(uintptr_t)ep->outq[(ep->qhead + i) % cap])->vi = (uint32_t)i;
     for (size_t i = 0; i < ep->count; i++) {
         vent key = {.shard = ep->buf[i]->shard_index,
                     .group = ep->buf[i]->index_in_shard};
         vent *hit = bsearch(&key, ep->vents + nq, ep->nvents - nq,
                             sizeof *ep->vents, vent_cmp);
-        ((stub *)(uintptr_t)ep->buf[i])->vi = (uint32_t)(hit - ep->vents);
+        ((mrec *)(uintptr_t)ep->buf[i])->vi = (uint32_t)(hit - ep->vents);
     }
     /* The slots' shards continue from the groups they reached. */
     ep->meta = 0;
@@ -2312,8 +2315,8 @@ uint64_t sio_order_pos(const sio_order *o)
 /*
  * Checkpoints. A meta-mode order's state is its slots (the permuted
  * position of each slot's shard, the group it reached, its bad samples
- * so far), the buffer's and the output queue's stubs, the buffer's PRNG
- * and the counters; the rest is derived again: the permutation from the
+ * so far), the buffer's and the output queue's metadata records, the
+ * buffer's PRNG and the counters; the rest is derived again: the permutation from the
  * config, index entries and views looked up lazily, the gate asked again.
  * One allocation: the header, then interleave slots, then the entries of
  * the buffer (in buffer order) followed by those of the output queue (in
@@ -2648,7 +2651,7 @@ static sio_code ckpt_restore_ep(sio_epoch *ep, const sio_order_ckpt *c,
     }
     for (uint64_t i = 0; i < c->count + c->qlen; i++) {
         const ckpt_ent *ce = &c->ents[i];
-        stub *st = stub_new(ep, ce->shard, ce->group, ce->bytes);
+        mrec *st = mrec_new(ep, ce->shard, ce->group, ce->bytes);
         if (!st)
             return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
         if (ep->nmsrc && ce->source >= ep->nmsrc)
@@ -2779,7 +2782,7 @@ sio_code sio_epoch_open_sample(sio_io *io, const sio_shardlist *list,
             if (left-- > 0)
                 continue;
             /* One virtual entry, emitted as Y[i]: the epoch ends after. */
-            stub *st = stub_new(ep, idx, g, gr.bytes);
+            mrec *st = mrec_new(ep, idx, g, gr.bytes);
             ep->vents = calloc(1, sizeof *ep->vents);
             if (!st || !ep->vents) {
                 rc = sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
