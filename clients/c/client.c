@@ -889,17 +889,16 @@ static uint32_t retry_delay(const scc_stream *s, uint32_t advice_ms,
  * back). */
 static void next_candidate(scc_stream *s)
 {
+    uint32_t c = (s->cand + 1) % s->nrep;
     for (uint32_t k = 1; k <= s->nrep; k++) {
-        uint32_t c = (s->cand + k) % s->nrep;
-        uint32_t r = scc_candidate(s->home, s->lrank, s->nrep, c);
-        if (!s->dead[r] || k == s->nrep) {
-            if (s->dead[r])
-                c = (s->cand + 1) % s->nrep;
-            s->cand = c;
-            s->at = scc_candidate(s->home, s->lrank, s->nrep, c);
-            return;
+        uint32_t x = (s->cand + k) % s->nrep;
+        if (!s->dead[scc_candidate(s->home, s->lrank, s->nrep, x)]) {
+            c = x;
+            break;
         }
     }
+    s->cand = c;
+    s->at = scc_candidate(s->home, s->lrank, s->nrep, c);
 }
 
 static scc_code resume(scc_stream *s, scc_code why_code, const char *why)

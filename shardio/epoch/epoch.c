@@ -2316,8 +2316,9 @@ uint64_t sio_order_pos(const sio_order *o)
  * Checkpoints. A meta-mode order's state is its slots (the permuted
  * position of each slot's shard, the group it reached, its bad samples
  * so far), the buffer's and the output queue's metadata records, the
- * buffer's PRNG and the counters; the rest is derived again: the permutation from the
- * config, index entries and views looked up lazily, the gate asked again.
+ * buffer's PRNG and the counters; the rest is derived again: the
+ * permutation from the config, index entries and views looked up
+ * lazily, the gate asked again.
  * One allocation: the header, then interleave slots, then the entries of
  * the buffer (in buffer order) followed by those of the output queue (in
  * queue order; entry i of the queue is Y[emitted - qlen + i]).
