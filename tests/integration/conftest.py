@@ -13,12 +13,11 @@ Run: /usr/bin/python3 -m pytest tests/integration
 """
 
 import os
-import socket
 import tempfile
 
 import pytest
 
-from shardcast_testlib import (Dataset, Server, find_server_binary, make_dataset,
+from shardcast_testlib import (Dataset, listen_port, Server, find_server_binary, make_dataset,
                                make_fixture_corpus, upstream_corpus)
 
 
@@ -68,10 +67,9 @@ def start_server(server_binary, workdir):
 
 @pytest.fixture
 def free_port():
-    """A TCP port of 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port of 127.0.0.1 that was free a moment ago (below the
+    ephemeral range: shardcast_testlib.listen_port)."""
+    return listen_port()
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ import http.server
 import json
 import os
 import re
+import random
 import signal
 import socket
 import subprocess
@@ -342,20 +343,34 @@ def host_of(j):
     return "127.0.1.%d" % j
 
 
-def free_port(replicas):
-    """A port free on 127.0.1.0 .. 127.0.1.(R-1) a moment ago."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind((host_of(0), 0))
-            port = s.getsockname()[1]
+def listen_port(hosts=("127.0.0.1",)):
+    """A port free on every one of hosts a moment ago, for a server the
+    test starts on it later. It is taken below the kernel's ephemeral range
+    (ip_local_port_range), so no outgoing connection of this machine (a
+    client, nginx, the proxy) can take it meanwhile as its source port, as a
+    port the kernel handed out for bind(0) can be."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    top = max(2048, min(low, 65536))
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(1024, top)
         try:
-            for j in range(1, replicas):
+            for h in hosts:
                 with socket.socket() as s:
-                    s.bind((host_of(j), port))
+                    s.bind((h, port))
             return port
         except OSError:
             continue
-    raise RuntimeError("no port free on every replica address")
+    raise RuntimeError("no port free on %s" % (", ".join(hosts),))
+
+
+def free_port(replicas):
+    """A port free on 127.0.1.0 .. 127.0.1.(R-1) a moment ago."""
+    return listen_port(tuple(host_of(j) for j in range(replicas)))
 
 
 # --------------------------------------------------------------------------

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import signal
-import socket
 import tarfile
 import threading
 import time
@@ -20,6 +19,7 @@ from collections import Counter
 
 import pytest
 
+from shardcast_testlib import listen_port
 from server_testlib import (FramesStream, Nginx, Server, get_json, make_dataset,
                             request, shard_url, stream_path, wait_for)
 
@@ -27,9 +27,7 @@ JOB = "train"
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return listen_port()
 
 
 def replica_args(ds, j, r, port, peers=None, seed=None, source=None, extra=()):
