@@ -98,6 +98,20 @@ typedef struct scc_failover {
 } scc_failover;
 typedef void (*scc_failover_fn)(void *userdata, const scc_failover *f);
 
+/* What an epoch lost, as told to scc_options.on_loss once per (job,
+ * epoch) and process (see below). Strings are valid during the call. */
+typedef struct scc_loss {
+    const char *job;       /* as given, or taken from the URL's path
+                              (NULL when it names none) */
+    uint64_t epoch;
+    uint64_t shards;       /* shards skipped or cut short */
+    uint64_t samples;      /* single bad samples skipped */
+    int partial;           /* the server did not know all yet */
+    const char *first;     /* the first names: "URL, URL; URL sample N" */
+    const char *json;      /* the END summary's "skipped" object */
+} scc_loss;
+typedef void (*scc_loss_fn)(void *userdata, const scc_loss *l);
+
 /*
  * How to open a stream. Initialise with scc_options_init() (which sets the
  * defaults noted), then set what you need. Strings are copied by
@@ -188,6 +202,14 @@ typedef struct scc_options {
      * found hung or unreachable is not asked again by this stream while
      * another candidate is left. */
     uint32_t heartbeat_timeout_ms;
+    /* An epoch that lost samples (its END summary's "skipped": shards
+     * skipped or cut short, bad samples, under on_error=skip) is told
+     * once per (job, epoch) and process, by the first of its streams that
+     * ends: to on_loss when set (on the thread that reads the stream),
+     * else as one warning line on stderr. The counts stay in
+     * scc_stream_summary. */
+    scc_loss_fn on_loss;
+    void *on_loss_ud;
 } scc_options;
 #define SCC_HEADER_TIMEOUT_DEFAULT_MS 10000u
 #define SCC_HEARTBEAT_TIMEOUT_DEFAULT_MS 3000u
@@ -244,6 +266,13 @@ typedef struct scc_summary {
     uint64_t start;    /* start of the last response (after reconnects) */
     uint64_t samples;  /* samples of the last response */
     uint64_t position; /* position reached */
+    /* What the epoch lost up to the share's last item (the END summary's
+     * "skipped"; docs/http-api.md): shards skipped or cut short, single
+     * bad samples skipped; partial: the server did not know all yet. */
+    uint64_t lost_shards, lost_samples;
+    int lost_partial;
+    const char *lost_json; /* that object as sent (NUL-terminated), or
+                              NULL when nothing was lost */
 } scc_summary;
 
 typedef struct scc_stream scc_stream;

@@ -481,6 +481,51 @@ size_t sio_journal_list(sio_journal *j, uint32_t *shards, uint64_t *groups,
 /* 1 when the journal is persisted (a restart will find it). */
 int sio_journal_persistent(const sio_journal *j);
 
+/*
+ * The epoch's losses, in its logical order (memory only; a journal opened
+ * again starts with none, and the epoch's readers tell them again as they
+ * pass). A loss is told where the interleave ends a shard (the order's
+ * step 4): the shard's bad samples (invisible to the order) and, when a
+ * decision or failure ended it, the shard itself. Every reader of the
+ * epoch (the feed, a seek, a plan's order, after a restart) finds the
+ * same losses at the same places, so what was lost before Y[p] is a
+ * function of the data, whichever reader tells it first.
+ *
+ * A reader numbers its losses from 0 (seq; a checkpoint's order goes on
+ * from its own count) and tells each with `at` = the number of items of Y
+ * emitted when it was found: it belongs to every share whose last item
+ * has a global index >= at. The first teller of loss seq records it; a
+ * later one is only compared (1 returned while they agree and the reader
+ * is in step; 0: it is not, and must not vouch for coverage).
+ * sio_journal_loss_reach: the reader emitted `emitted` items, every loss
+ * found before is told (UINT64_MAX: the epoch's input ended).
+ */
+#define SIO_LOSS_REFS_MAX 16u
+#define SIO_LOSS_EVENTS_MAX (1u << 20) /* then coarser: see losses.c */
+typedef struct sio_loss_ref {
+    uint32_t shard;  /* shard list index */
+    uint64_t sample; /* the sample's number in its shard (its group:
+                        samples and bad ones alike, from 0) */
+} sio_loss_ref;
+typedef struct sio_losses_info {
+    uint64_t shards;  /* shards skipped or cut short */
+    uint64_t samples; /* single bad samples skipped */
+    size_t nshard_refs, nsample_refs; /* the first ones, in order */
+    uint32_t shard_refs[SIO_LOSS_REFS_MAX];
+    sio_loss_ref sample_refs[SIO_LOSS_REFS_MAX];
+} sio_losses_info;
+int sio_journal_loss(sio_journal *j, uint64_t seq, uint64_t at,
+                     uint32_t shard, int shard_lost, uint64_t samples,
+                     const uint64_t *groups, size_t ngroups);
+void sio_journal_loss_reach(sio_journal *j, uint64_t emitted);
+/* Losses told so far (the next seq a reader in step records). */
+uint64_t sio_journal_loss_count(sio_journal *j);
+/* What was lost before Y[last] was emitted (last: the global index of a
+ * share's last item; UINT64_MAX: the whole epoch). Returns 1 when every
+ * such loss is known (some reader emitted past last), 0 when not yet
+ * (out still holds what is known). */
+int sio_journal_losses(sio_journal *j, uint64_t last, sio_losses_info *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -2044,52 +2044,89 @@ static unsigned plan_stream(sc_jobs *j, sc_job *job, fslot *slot,
     return 1;
 }
 
-/* Shard URLs an END summary names at most, and the bytes of each. */
-#define SKIPPED_URLS_MAX 16u
+/* The bytes of a shard URL an END summary names (redacted). */
 #define SKIPPED_URL_MAX 400u
 
 /* The END summary's "skipped" (sc_stream_skipped_fn) of a stream bound to
- * an epoch: the shards the epoch's journal cut short or skipped when the
- * share ended (their count and the first SKIPPED_URLS_MAX, redacted);
- * nothing when there are none. Only the journal: it is what every reader
- * of the epoch follows, on either data plane, so both planes send the
- * same bytes (a count of single bad samples depends on how far the
- * epoch's reader has got). */
-static void binding_skipped(void *ud, char *buf, size_t len)
+ * an epoch: what the epoch lost up to the share's last item (the
+ * journal's losses, sio_journal_losses): shards skipped or cut short and
+ * single bad samples, their counts and the first SIO_LOSS_REFS_MAX of
+ * each (shard URLs redacted; samples by shard URL and number in the
+ * shard); nothing when nothing was lost. A loss that comes from the data
+ * is found at the same place of the order by every reader of the epoch,
+ * on either data plane and on every replica, so every share that reaches
+ * it tells the same. */
+static int binding_skipped(void *ud, uint64_t position, int late, char *buf,
+                           size_t len)
 {
     sc_binding *b = ud;
     fslot *slot = b->slot;
-    uint32_t shards[SKIPPED_URLS_MAX];
+    sio_losses_info li;
     buf[0] = '\0';
     if (!slot || !slot->journal)
-        return;
-    size_t n = sio_journal_list(slot->journal, shards, NULL, SKIPPED_URLS_MAX);
-    if (n == 0)
-        return;
-    json_t *urls = json_array();
+        return 1;
+    /* The share's last item (an empty share: the whole epoch). */
+    uint64_t last = UINT64_MAX;
+    if (position > 0 &&
+        sio_share_index(b->global_start, b->rank, b->world, position - 1,
+                        &last) != 0)
+        last = UINT64_MAX;
+    int known = sio_journal_losses(slot->journal, last, &li);
+    if (!known && !late)
+        return 0;
+    if (!known)
+        SC_LOG(SIO_LOG_WARN,
+               "event=losses_partial job=%s epoch=%" PRIu64 " rank=%" PRIu32
+               " world=%" PRIu32 " reason=\"no reader of the epoch reached "
+               "the share's end in time: the END tells the losses known\"",
+               b->job->spec.name, b->epoch, b->rank, b->world);
+    if (li.shards == 0 && li.samples == 0 && known)
+        return 1;
     const sio_shardlist *l = b->job->res->list;
-    for (size_t i = 0; urls && i < n && i < SKIPPED_URLS_MAX; i++) {
+    size_t total = sio_shardlist_count(l);
+    json_t *urls = json_array(), *refs = json_array();
+    for (size_t i = 0; urls && i < li.nshard_refs; i++) {
         char red[SKIPPED_URL_MAX];
-        if (shards[i] >= sio_shardlist_count(l))
+        if (li.shard_refs[i] >= total)
             continue;
-        sc_redact_source(sio_shardlist_url(l, shards[i]), red, sizeof red);
+        sc_redact_source(sio_shardlist_url(l, li.shard_refs[i]), red,
+                         sizeof red);
         json_array_append_new(urls, json_string(red));
     }
-    json_t *o = json_pack("{s:I, s:o}", "shards", (json_int_t)n,
-                          "shard_urls", urls ? urls : json_array());
-    /* URLs that escape to more than fits are left out, the last first
-     * (the count stays exact). */
+    for (size_t i = 0; refs && i < li.nsample_refs; i++) {
+        char red[SKIPPED_URL_MAX];
+        if (li.sample_refs[i].shard >= total)
+            continue;
+        sc_redact_source(sio_shardlist_url(l, li.sample_refs[i].shard), red,
+                         sizeof red);
+        json_array_append_new(refs,
+                              json_pack("{s:s, s:I}", "url", red, "sample",
+                                        (json_int_t)li.sample_refs[i].sample));
+    }
+    json_t *o = json_pack("{s:I, s:o, s:I, s:o}", "shards",
+                          (json_int_t)li.shards, "shard_urls",
+                          urls ? urls : json_array(), "samples",
+                          (json_int_t)li.samples, "sample_refs",
+                          refs ? refs : json_array());
+    if (o && !known)
+        json_object_set_new(o, "partial", json_true());
+    /* Names that escape to more than fits are left out, the last of the
+     * longer list first (the counts stay exact). */
     char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_t *ua = o ? json_object_get(o, "shard_urls") : NULL;
-    while (text && strlen(text) >= len && json_array_size(ua) > 0) {
+    json_t *ra = o ? json_object_get(o, "sample_refs") : NULL;
+    while (text && strlen(text) >= len &&
+           json_array_size(ua) + json_array_size(ra) > 0) {
         free(text);
-        json_array_remove(ua, json_array_size(ua) - 1);
+        json_t *from = json_array_size(ua) >= json_array_size(ra) ? ua : ra;
+        json_array_remove(from, json_array_size(from) - 1);
         text = json_dumps(o, JSON_COMPACT);
     }
     if (text && strlen(text) < len)
         memcpy(buf, text, strlen(text) + 1);
     free(text);
     json_decref(o);
+    return 1;
 }
 
 unsigned sc_jobs_open_stream(sc_jobs *j, sc_binding *b, const sc_request *req,
@@ -2238,6 +2275,7 @@ bound:
     b->epoch = req->epoch;
     b->rank = req->rank;
     b->world = req->world;
+    b->global_start = req->global_start;
     b->resumed = req->start > 0 || req->global_start > 0;
     b->next = job->bindings;
     if (job->bindings)

@@ -171,6 +171,7 @@ struct sc_binding {
     sio_planread *pr;        /* a stream served from the epoch's plan */
     uint64_t epoch;
     uint32_t rank, world;
+    uint64_t global_start;   /* the request's elastic resume base */
     int resumed;             /* start or global_start > 0 */
     sio_feed *own_feed;      /* a /samples/{i} request's one-sample feed */
     sc_binding *prev, *next; /* job->bindings */

@@ -38,6 +38,9 @@ enum { ST_STREAMING = 0, ST_END_OK, ST_END_ERROR };
 struct sc_stream {
     sc_stream_skipped_fn skipped_fn; /* what the epoch skipped (END) */
     void *skipped_ud;
+    int end_pending;       /* the share ended; the END waits for the
+                              epoch's losses up to its last item */
+    uint64_t end_wait_ms;  /* since when (0: not yet asked) */
     pthread_mutex_t mu;
     struct MHD_Connection *conn;
     int suspended; /* we suspended conn and owe it a resume (mu) */
@@ -521,11 +524,62 @@ static int file_failed(sc_stream *s, size_t *n)
     return 0;
 }
 
+/*
+ * The clean end. Its summary tells what the epoch lost up to the share's
+ * last item (skipped_fn), which every reader of the epoch finds the same
+ * way; where no reader of the epoch has got that far yet (a consumer that
+ * resumes at its share's end on a server just started), the END waits for
+ * one, at most END_LOSS_WAIT_MS, then goes with what is known, marked
+ * "partial". Returns 1 when the end was encoded, 0 while it waits.
+ */
+#define END_LOSS_WAIT_MS 30000u
+static int encode_end(sc_stream *s)
+{
+    char reason[REASON_MAX];
+    sio_tarw_summary sum = {s->epoch, s->rank,    s->world,
+                            s->start, s->samples, s->position};
+    /* Only while the end is encoded (the sink copies it): no stream
+     * holds the buffer for its whole life. Out of memory: no
+     * "skipped", the end itself still goes. */
+    char *skipped = s->skipped_fn ? malloc(SIO_WIRE_SKIPPED_MAX + 1) : NULL;
+    if (skipped) {
+        uint64_t now = sio_now_ms();
+        if (!s->end_wait_ms)
+            s->end_wait_ms = now ? now : 1;
+        int late = now - s->end_wait_ms >= END_LOSS_WAIT_MS;
+        skipped[0] = '\0';
+        if (!s->skipped_fn(s->skipped_ud, s->position, late, skipped,
+                           SIO_WIRE_SKIPPED_MAX + 1)) {
+            free(skipped);
+            return 0; /* asked again on the next notify (once a second) */
+        }
+    }
+    sio_code rc;
+    sio_wenc_set_skipped(s->enc, skipped && skipped[0] ? skipped : NULL);
+    rc = sio_wenc_end(s->enc, &sum);
+    sio_wenc_set_skipped(s->enc, NULL);
+    free(skipped);
+    s->end_pending = 0;
+    if (rc != SIO_OK) {
+        snprintf(reason, sizeof reason, "cannot encode the end: %s",
+                 sio_strerror(rc));
+        sio_wchain_reset(&s->out, SIZE_MAX);
+        write_error(s, reason, SC_STREAM_ERROR);
+        return 1;
+    }
+    s->state = ST_END_OK;
+    s->outcome = SC_STREAM_OK;
+    return 1;
+}
+
 static int advance(sc_stream *s)
 {
     const sio_sample *smp = NULL;
     char reason[REASON_MAX];
     sio_code rc;
+
+    if (s->end_pending)
+        return encode_end(s);
 
     const sio_extent *ext = NULL;
     if (s->plan) {
@@ -573,31 +627,8 @@ static int advance(sc_stream *s)
         return 1;
     }
     if (!smp) {
-        sio_tarw_summary sum = {s->epoch, s->rank,    s->world,
-                                s->start, s->samples, s->position};
-        /* Only while the end is encoded (the sink copies it): no stream
-         * holds the buffer for its whole life. Out of memory: no
-         * "skipped", the end itself still goes. */
-        char *skipped = s->skipped_fn ? malloc(SIO_WIRE_SKIPPED_MAX + 1)
-                                      : NULL;
-        if (skipped) {
-            skipped[0] = '\0';
-            s->skipped_fn(s->skipped_ud, skipped, SIO_WIRE_SKIPPED_MAX + 1);
-        }
-        sio_wenc_set_skipped(s->enc, skipped && skipped[0] ? skipped : NULL);
-        rc = sio_wenc_end(s->enc, &sum);
-        sio_wenc_set_skipped(s->enc, NULL);
-        free(skipped);
-        if (rc != SIO_OK) {
-            snprintf(reason, sizeof reason, "cannot encode the end: %s",
-                     sio_strerror(rc));
-            sio_wchain_reset(&s->out, SIZE_MAX);
-            write_error(s, reason, SC_STREAM_ERROR);
-            return 1;
-        }
-        s->state = ST_END_OK;
-        s->outcome = SC_STREAM_OK;
-        return 1;
+        s->end_pending = 1;
+        return encode_end(s);
     }
     /* The position of this sample is the count before it. */
     uint64_t pos = (s->plan ? sio_planread_position(s->plan)

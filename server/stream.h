@@ -135,12 +135,16 @@ void sc_stream_set_planread(sc_stream *s, sio_planread *r,
 /* The retry advice of that trailer. */
 #define SC_STREAM_PLAN_RETRY_MS 200u
 
-/* What the epoch skipped, asked when the share ends cleanly: fn writes a
- * JSON object of at most len - 1 bytes into buf (SIO_WIRE_SKIPPED_MAX +
- * 1), or leaves it empty when nothing was skipped; it goes into the END
- * summary as "skipped" (sio_wenc_set_skipped). Called on the stream's
- * thread; userdata outlives the stream (the binding). */
-typedef void (*sc_stream_skipped_fn)(void *userdata, char *buf, size_t len);
+/* What the epoch lost up to the share's last item, asked when the share
+ * ends cleanly at `position` (its length): fn writes a JSON object of at
+ * most len - 1 bytes into buf (SIO_WIRE_SKIPPED_MAX + 1), or leaves it
+ * empty when nothing was lost; it goes into the END summary as "skipped"
+ * (sio_wenc_set_skipped). fn returns 0 while the epoch's readers have not
+ * got that far (the stream asks again shortly), unless `late`: then it
+ * writes what is known and returns 1. Called on the stream's thread;
+ * userdata outlives the stream (the binding). */
+typedef int (*sc_stream_skipped_fn)(void *userdata, uint64_t position,
+                                    int late, char *buf, size_t len);
 void sc_stream_set_skipped(sc_stream *s, sc_stream_skipped_fn fn,
                            void *userdata);
 

@@ -33,6 +33,8 @@
 
 #include <curl/curl.h>
 #include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
 #include <openssl/evp.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -168,6 +170,7 @@ struct scc_stream {
     scc_code failed;      /* sticky error once the stream is over */
     int have_summary;
     scc_summary summary;
+    char *lost_json;      /* the summary's "skipped" (summary.lost_json) */
 
     /* The replica set (nrep == 0: a single server or a URL). */
     char **roots;         /* base URLs, no trailing '/' */
@@ -1099,8 +1102,122 @@ static const scc_field *take_fields(scc_stream *s, const sio_frame_field *wf,
     return s->fields;
 }
 
+/* (job, epoch) pairs whose losses this process told (FNV-1a 64 of the
+ * job's name and the server, with the epoch): a warning once per epoch,
+ * not once per stream. A full table tells again rather than never. */
+#define TOLD_MAX 256u
+static pthread_mutex_t told_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t told_key[TOLD_MAX];
+static uint64_t told_epoch[TOLD_MAX];
+static size_t told_n, told_next;
+
+static uint64_t fnv64(uint64_t h, const char *p)
+{
+    for (; p && *p; p++)
+        h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+    return h;
+}
+
+/* 1 the first time (key, epoch) is asked. */
+static int first_told(uint64_t key, uint64_t epoch)
+{
+    int first = 1;
+    pthread_mutex_lock(&told_mu);
+    for (size_t i = 0; i < told_n; i++)
+        if (told_key[i] == key && told_epoch[i] == epoch)
+            first = 0;
+    if (first) {
+        told_key[told_next] = key;
+        told_epoch[told_next] = epoch;
+        told_next = (told_next + 1) % TOLD_MAX;
+        if (told_n < TOLD_MAX)
+            told_n++;
+    }
+    pthread_mutex_unlock(&told_mu);
+    return first;
+}
+
+/* The first names of a "skipped" object: "URL, URL; URL sample N" (at
+ * most 5 of each). */
+static void loss_names(json_t *sk, char *out, size_t cap)
+{
+    size_t n = 0;
+    out[0] = '\0';
+    json_t *urls = json_object_get(sk, "shard_urls");
+    json_t *refs = json_object_get(sk, "sample_refs");
+    for (size_t i = 0; i < json_array_size(urls) && i < 5; i++) {
+        const char *u = json_string_value(json_array_get(urls, i));
+        if (u && n < cap)
+            n += (size_t)snprintf(out + n, cap - n, "%s%s", n ? ", " : "", u);
+    }
+    for (size_t i = 0; i < json_array_size(refs) && i < 5; i++) {
+        json_t *r = json_array_get(refs, i);
+        const char *u = json_string_value(json_object_get(r, "url"));
+        json_t *k = json_object_get(r, "sample");
+        if (u && json_is_integer(k) && n < cap)
+            n += (size_t)snprintf(out + n, cap - n, "%s%s sample %" PRIu64,
+                                  n ? (i ? ", " : "; ") : "", u,
+                                  (uint64_t)json_integer_value(k));
+    }
+}
+
+/* The END summary's "skipped": into the summary, and told once per
+ * (job, epoch) and process. */
+static void take_losses(scc_stream *s, const char *js, size_t len)
+{
+    json_error_t je;
+    json_t *o = js && len ? json_loadb(js, len, 0, &je) : NULL;
+    json_t *sk = json_object_get(o, "skipped");
+    json_t *sh = json_object_get(sk, "shards");
+    json_t *sa = json_object_get(sk, "samples");
+    if (json_is_object(sk)) {
+        s->summary.lost_shards = json_is_integer(sh) && json_integer_value(sh) > 0
+                                     ? (uint64_t)json_integer_value(sh) : 0;
+        s->summary.lost_samples = json_is_integer(sa) && json_integer_value(sa) > 0
+                                      ? (uint64_t)json_integer_value(sa) : 0;
+        s->summary.lost_partial = json_is_true(json_object_get(sk, "partial"));
+        free(s->lost_json);
+        s->lost_json = json_dumps(sk, JSON_COMPACT);
+        s->summary.lost_json = s->lost_json;
+    }
+    /* the job: as given, or from a URL's path (".../jobs/J/epochs/...") */
+    char jb[256] = "";
+    const char *job = s->o.job;
+    const char *at = s->url_base ? strstr(s->url_base, "/jobs/") : NULL;
+    if (!job && at) {
+        at += 6;
+        size_t n = strcspn(at, "/?");
+        if (n < sizeof jb) {
+            memcpy(jb, at, n);
+            jb[n] = '\0';
+            job = jb;
+        }
+    }
+    if (s->summary.lost_shards + s->summary.lost_samples > 0 &&
+        first_told(fnv64(fnv64(0xcbf29ce484222325ull, job), s->url_base),
+                   s->summary.epoch)) {
+        char first[2048];
+        loss_names(sk, first, sizeof first);
+        scc_loss l = {job, s->summary.epoch, s->summary.lost_shards,
+                      s->summary.lost_samples, s->summary.lost_partial, first,
+                      s->lost_json ? s->lost_json : "{}"};
+        if (s->o.on_loss)
+            s->o.on_loss(s->o.on_loss_ud, &l);
+        else
+            fprintf(stderr, "shardcast: warning: epoch %" PRIu64 " of job %s "
+                    "lost %" PRIu64 " shard(s) (skipped or cut short) and %"
+                    PRIu64 " bad sample(s)%s%s%s\n", l.epoch,
+                    l.job ? l.job : "?", l.shards, l.samples,
+                    l.partial ? " (partial: the server did not know all yet)"
+                              : "",
+                    first[0] ? ": " : "", first);
+    }
+    json_decref(o);
+}
+
 /* The server's clean-end summary. */
-static void take_summary(scc_stream *s, const sio_tarw_summary *sum)
+static void take_summary(scc_stream *s, const sio_tarw_summary *sum,
+                         const char *js, size_t len)
 {
     s->summary.epoch = sum->epoch;
     s->summary.rank = sum->rank;
@@ -1108,6 +1225,7 @@ static void take_summary(scc_stream *s, const sio_tarw_summary *sum)
     s->summary.start = sum->start;
     s->summary.samples = sum->samples;
     s->summary.position = sum->position;
+    take_losses(s, js, len);
     s->have_summary = 1;
     s->finished = 1;
 }
@@ -1207,7 +1325,7 @@ static scc_code step_frames(scc_stream *s, const scc_sample **out, int *got)
         break;
     }
     case SIO_FRAMER_END:
-        take_summary(s, &ev.summary);
+        take_summary(s, &ev.summary, ev.end_json, ev.end_json_len);
         *out = NULL;
         *got = 1;
         break;
@@ -1289,7 +1407,7 @@ static scc_code step_tar(scc_stream *s, const scc_sample **out, int *got)
         if (!s->ident_checked && (rc = check_ident(s, NULL)) != SCC_OK)
             goto out;
         s->rpos += r->consumed;
-        take_summary(s, &r->summary);
+        take_summary(s, &r->summary, r->end_json, r->end_json_len);
         *out = NULL;
         *got = 1;
         break;
@@ -1488,6 +1606,7 @@ void scc_stream_close(scc_stream *s)
     free(s->dead);
     free(s->url_base);
     free(s->url);
+    free(s->lost_json);
     free(s->rx);
     free(s->fields);
     free(s->wfields);

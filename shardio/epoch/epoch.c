@@ -108,6 +108,8 @@ typedef struct reader {
     sio_code rc;             /* at done: SIO_OK or why the shard ended */
     char msg[640];
     uint64_t bad_samples;    /* SIO_ERR_SAMPLE seen (skipped) */
+    uint64_t bad_first[SIO_LOSS_REFS_MAX]; /* the first ones' groups */
+    uint32_t nbad_first;
     char bad_msg[640];       /* first bad sample (for on_error=fail) */
     int opened;
     uint64_t start_group;    /* data: the first group to read */
@@ -239,6 +241,12 @@ struct sio_epoch {
      * and its gate, stop hook and entries hook are that order's too
      * (home_of). */
     struct sio_epoch *home;
+    /* Losses (sio_journal_loss): the epoch that tells them (a mixed
+     * epoch for its source passes, else NULL: ep itself), the losses it
+     * told so far, and whether it is in step with the journal's. */
+    struct sio_epoch *loss_home;
+    uint64_t loss_seq;
+    int loss_astray;
     /* Where meta mode finds a shard's groups (sio_order_set_entries):
      * NULL from entry_fn, the index's entry for the shard's URL. */
     sio_index_entry *(*entry_fn)(void *ud, uint32_t shard);
@@ -614,6 +622,8 @@ static void reader_step(sio_epoch *ep, reader *r)
             if (r->bad_samples++ == 0)
                 snprintf(r->bad_msg, sizeof r->bad_msg, "%s",
                          sio_shard_errmsg(r->sh));
+            if (r->nbad_first < SIO_LOSS_REFS_MAX)
+                r->bad_first[r->nbad_first++] = sio_shard_groups(r->sh) - 1;
             pthread_mutex_unlock(&ep->mu);
             SIO_LOG(&ep->cfg.log, SIO_LOG_WARN,
                     "event=sample_bad reason=\"%s\"", sio_shard_errmsg(r->sh));
@@ -1553,6 +1563,8 @@ static sio_code meta_take(sio_epoch *ep, reader *r, const sio_sample **out,
                                                             : SIO_ERR_AGAIN;
         }
         if (g.flags & SIO_INDEX_GROUP_BAD) {
+            if (r->nbad_first < SIO_LOSS_REFS_MAX)
+                r->bad_first[r->nbad_first++] = r->g;
             r->g++;
             r->bad_samples++;
             if (ep->cfg.on_error == SIO_ON_ERROR_FAIL) {
@@ -1666,6 +1678,7 @@ static sio_code source_take(sio_epoch *ep, uint32_t i,
                 ep->failed = 1;
                 return rc;
             }
+            sub->loss_home = ep;
             pthread_mutex_lock(&ep->mu);
             m->sub = sub;
             if (ep->stop)
@@ -1753,6 +1766,21 @@ static sio_code mix_next(sio_epoch *ep, const sio_sample **out)
     }
 }
 
+/* Tell the journal what the shard of r lost as the interleave ends it:
+ * its bad samples and, when lost (skipped or cut short), the shard. A
+ * mixed epoch's source pass tells it as the mixed epoch, at its place. */
+static void loss_tell(sio_epoch *ep, const reader *r, int lost)
+{
+    sio_epoch *h = ep->loss_home ? ep->loss_home : ep;
+    if (!h->cfg.journal || (!lost && r->bad_samples == 0))
+        return;
+    if (!sio_journal_loss(h->cfg.journal, h->loss_seq, h->emitted, r->idx,
+                          lost, r->bad_samples, r->bad_first,
+                          r->nbad_first))
+        h->loss_astray = 1;
+    h->loss_seq++;
+}
+
 /* Next sample of the interleaved sequence, or NULL when all are done. */
 static sio_code interleave_next(sio_epoch *ep, const sio_sample **out)
 {
@@ -1806,6 +1834,9 @@ static sio_code interleave_next(sio_epoch *ep, const sio_sample **out)
                 ep->failed = 1;
                 return end_rc;
             }
+            /* (an epoch that fails above tells nothing: the one opened
+             * again tells its losses in their order) */
+            loss_tell(ep, r, end_rc != SIO_OK || r->skipped);
             if (end_rc != SIO_OK) {
                 rc = shard_failed(ep, end_rc,
                                   sio_shardlist_url(ep->list, r->idx), why);
@@ -1874,7 +1905,7 @@ static void buffer_push(sio_epoch *ep, const sio_sample *x)
 
 /* Emit at least one more entry into outq, or note the end (0 returned
  * with outq empty). */
-static sio_code advance(sio_epoch *ep)
+static sio_code advance_in(sio_epoch *ep)
 {
     while (ep->qlen == 0) {
         if (!ep->input_done) {
@@ -1897,6 +1928,18 @@ static sio_code advance(sio_epoch *ep)
         emit(ep, o);
     }
     return SIO_OK;
+}
+
+static sio_code advance(sio_epoch *ep)
+{
+    sio_code rc = advance_in(ep);
+    /* Every loss found before what was emitted is told (a source pass
+     * of a mixed epoch: the mixed epoch vouches for its own). */
+    if (rc == SIO_OK && ep->cfg.journal && !ep->loss_home &&
+        !ep->loss_astray)
+        sio_journal_loss_reach(ep->cfg.journal,
+                               ep->input_done ? UINT64_MAX : ep->emitted);
+    return rc;
 }
 
 static const sio_sample *outq_pop(sio_epoch *ep)
@@ -2326,6 +2369,8 @@ uint64_t sio_order_pos(const sio_order *o)
 typedef struct ckpt_slot {
     uint64_t g;             /* the next group */
     uint64_t bad_samples;
+    uint64_t bad_first[SIO_LOSS_REFS_MAX];
+    uint32_t nbad_first;
     uint32_t pos, idx;      /* permuted position, shard list index */
     uint8_t present;        /* the slot holds a shard */
     uint8_t skipped;
@@ -2359,6 +2404,7 @@ struct sio_order_ckpt {
     uint64_t pos;           /* sio_order_pos */
     sio_rng brng;
     uint64_t emitted, bytes, next_shard;
+    uint64_t loss_seq;      /* losses told (sio_journal_loss) */
     uint32_t cur, active;
     int started, input_done, done;
     sio_epoch_stats st;
@@ -2436,6 +2482,7 @@ static sio_order_ckpt *ckpt_save_ep(const sio_epoch *ep, int done,
     c->pos = pos;
     c->brng = ep->brng;
     c->emitted = ep->emitted;
+    c->loss_seq = ep->loss_seq;
     c->bytes = ep->bytes;
     c->next_shard = ep->next_shard;
     c->cur = ep->cur;
@@ -2451,8 +2498,10 @@ static sio_order_ckpt *ckpt_save_ep(const sio_epoch *ep, int done,
         if (!r)
             continue;
         c->slots[s] = (ckpt_slot){.g = r->g, .bad_samples = r->bad_samples,
+                                  .nbad_first = r->nbad_first,
                                   .pos = r->pos, .idx = r->idx, .present = 1,
                                   .skipped = (uint8_t)r->skipped};
+        memcpy(c->slots[s].bad_first, r->bad_first, sizeof r->bad_first);
     }
     for (size_t i = 0; i < ep->count; i++)
         c->ents[i] = ckpt_ent_of(ep->buf[i]);
@@ -2624,6 +2673,7 @@ static sio_code ckpt_restore_mix(sio_epoch *ep, const sio_order_ckpt *c,
         if (rc)
             return rc;
         m->sub = sub; /* closed with ep from here on */
+        sub->loss_home = ep;
         rc = ckpt_fits(sub, cm->sub, err);
         if (rc == SIO_OK)
             rc = ckpt_check(sub, cm->sub, err);
@@ -2647,6 +2697,10 @@ static sio_code ckpt_restore_ep(sio_epoch *ep, const sio_order_ckpt *c,
         if (!r)
             return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
         r->bad_samples = cs->bad_samples;
+        r->nbad_first = cs->nbad_first <= SIO_LOSS_REFS_MAX
+                            ? cs->nbad_first
+                            : SIO_LOSS_REFS_MAX;
+        memcpy(r->bad_first, cs->bad_first, sizeof r->bad_first);
         r->skipped = cs->skipped;
         ep->slots[s] = r;
     }
@@ -2669,6 +2723,13 @@ static sio_code ckpt_restore_ep(sio_epoch *ep, const sio_order_ckpt *c,
     ep->bytes = c->bytes;
     ep->brng = c->brng;
     ep->emitted = c->emitted;
+    ep->loss_seq = c->loss_seq;
+    /* Losses told before the checkpoint that the journal does not hold
+     * (a journal opened anew): this order tells the later ones, but does
+     * not vouch for what came before. */
+    if (ep->cfg.journal && sio_journal_loss_count(ep->cfg.journal) <
+                               c->loss_seq)
+        ep->loss_astray = 1;
     ep->next_shard = (size_t)c->next_shard;
     ep->cur = c->cur;
     ep->active = c->active;
@@ -2803,6 +2864,7 @@ sio_code sio_epoch_open_sample(sio_io *io, const sio_shardlist *list,
             ep->qhead = 0;
             ep->qlen = 1;
             ep->emitted = i + 1;
+            ep->loss_astray = 1; /* not the epoch's order: tells nothing */
             ep->started = 1;
             ep->active = 0;
             ep->input_done = 1;

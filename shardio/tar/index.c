@@ -1860,6 +1860,20 @@ struct sio_journal {
     size_t *ord;   /* positions in v, sorted by shard (lookups) */
     size_t n, cap;
     size_t max;    /* shards of the dataset: a decision names one below */
+    /* The losses (sio_journal_loss), under mu: one event per shard end
+     * that lost something, with the counts so far; events found at the
+     * same `at` share one entry. */
+    struct lossev {
+        uint64_t at, shards, samples; /* samples and shards up to it */
+    } *lv;
+    size_t ln, lcap;
+    uint64_t lseq;                    /* losses told (their seq) */
+    uint64_t lshards, lsamples;       /* totals */
+    size_t nsref, nlref;
+    uint64_t sref_at[SIO_LOSS_REFS_MAX], lref_at[SIO_LOSS_REFS_MAX];
+    uint32_t sref[SIO_LOSS_REFS_MAX];
+    sio_loss_ref lref[SIO_LOSS_REFS_MAX];
+    _Atomic uint64_t lcovered;        /* losses before Y[lcovered] told */
 };
 
 /* The position in ord where shard is, or would be inserted. */
@@ -2062,6 +2076,7 @@ void sio_journal_close(sio_journal *j)
         fclose(j->fp);
     free(j->v);
     free(j->ord);
+    free(j->lv);
     pthread_mutex_destroy(&j->mu);
     free(j);
 }
@@ -2147,4 +2162,121 @@ size_t sio_journal_list(sio_journal *j, uint32_t *shards, uint64_t *groups,
 int sio_journal_persistent(const sio_journal *j)
 {
     return j && j->fp != NULL;
+}
+
+/* Losses ------------------------------------------------------------- */
+
+/* One more event entry (mu held): a new one for a new `at`; the last one
+ * again for the same `at`, or once SIO_LOSS_EVENTS_MAX are kept (then a
+ * loss counts from the last entry's place: told to shares that end a
+ * little earlier than it was found, the same way by every reader). */
+static struct lossev *loss_entry(sio_journal *j, uint64_t at)
+{
+    if (j->ln && (j->lv[j->ln - 1].at == at || j->ln >= SIO_LOSS_EVENTS_MAX))
+        return &j->lv[j->ln - 1];
+    if (j->ln == j->lcap) {
+        size_t nc = j->lcap ? j->lcap * 2 : 16;
+        if (nc > SIO_LOSS_EVENTS_MAX)
+            nc = SIO_LOSS_EVENTS_MAX;
+        struct lossev *nv = realloc(j->lv, nc * sizeof *nv);
+        if (!nv)
+            return j->ln ? &j->lv[j->ln - 1] : NULL;
+        j->lv = nv;
+        j->lcap = nc;
+    }
+    j->lv[j->ln] = (struct lossev){at, j->lshards, j->lsamples};
+    return &j->lv[j->ln++];
+}
+
+int sio_journal_loss(sio_journal *j, uint64_t seq, uint64_t at,
+                     uint32_t shard, int shard_lost, uint64_t samples,
+                     const uint64_t *groups, size_t ngroups)
+{
+    if (!j)
+        return 0;
+    pthread_mutex_lock(&j->mu);
+    if (seq != j->lseq) {
+        /* told before (in step), or a loss past a gap (not in step) */
+        int ok = seq < j->lseq;
+        pthread_mutex_unlock(&j->mu);
+        return ok;
+    }
+    /* The last entry's place never moves back: a loss found later in the
+     * order is found at an `at` no smaller. */
+    if (j->ln && at < j->lv[j->ln - 1].at)
+        at = j->lv[j->ln - 1].at;
+    struct lossev *e = loss_entry(j, at);
+    if (!e) {
+        pthread_mutex_unlock(&j->mu);
+        return 0; /* no memory: this loss is not told; nor is coverage */
+    }
+    j->lseq++;
+    j->lshards += shard_lost ? 1 : 0;
+    j->lsamples += samples;
+    e->shards = j->lshards;
+    e->samples = j->lsamples;
+    if (shard_lost && j->nsref < SIO_LOSS_REFS_MAX) {
+        j->sref_at[j->nsref] = at;
+        j->sref[j->nsref++] = shard;
+    }
+    for (size_t i = 0; i < ngroups && j->nlref < SIO_LOSS_REFS_MAX; i++) {
+        j->lref_at[j->nlref] = at;
+        j->lref[j->nlref++] = (sio_loss_ref){shard, groups[i]};
+    }
+    pthread_mutex_unlock(&j->mu);
+    return 1;
+}
+
+void sio_journal_loss_reach(sio_journal *j, uint64_t emitted)
+{
+    if (!j)
+        return;
+    uint64_t have = atomic_load_explicit(&j->lcovered, memory_order_relaxed);
+    while (have < emitted &&
+           !atomic_compare_exchange_weak_explicit(&j->lcovered, &have,
+                                                  emitted,
+                                                  memory_order_release,
+                                                  memory_order_relaxed))
+        ;
+}
+
+uint64_t sio_journal_loss_count(sio_journal *j)
+{
+    uint64_t n;
+    if (!j)
+        return 0;
+    pthread_mutex_lock(&j->mu);
+    n = j->lseq;
+    pthread_mutex_unlock(&j->mu);
+    return n;
+}
+
+int sio_journal_losses(sio_journal *j, uint64_t last, sio_losses_info *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!j)
+        return 1;
+    uint64_t cov = atomic_load_explicit(&j->lcovered, memory_order_acquire);
+    pthread_mutex_lock(&j->mu);
+    /* the last entry at or before `last` */
+    size_t lo = 0, hi = j->ln;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (j->lv[mid].at <= last)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo > 0) {
+        out->shards = j->lv[lo - 1].shards;
+        out->samples = j->lv[lo - 1].samples;
+    }
+    for (size_t i = 0; i < j->nsref; i++)
+        if (j->sref_at[i] <= last)
+            out->shard_refs[out->nshard_refs++] = j->sref[i];
+    for (size_t i = 0; i < j->nlref; i++)
+        if (j->lref_at[i] <= last)
+            out->sample_refs[out->nsample_refs++] = j->lref[i];
+    pthread_mutex_unlock(&j->mu);
+    return cov == UINT64_MAX || (last != UINT64_MAX && cov > last);
 }

@@ -490,7 +490,8 @@ def test_corrupt_shard_on_error_skip_completes(start_server, workdir, caplog):
         sk = trailer["skipped"]
         assert sk["shards"] == 1 and len(sk["shard_urls"]) == 1, trailer
         assert sk["shard_urls"][0].endswith("/" + bad), sk
-        assert set(sk) == {"shards", "shard_urls"}, sk
+        assert set(sk) == {"shards", "shard_urls", "samples", "sample_refs"}, sk
+        assert sk["samples"] == 0 and sk["sample_refs"] == [], sk
     # The dataset tells it (a warning on the shardcast logger).
     import logging
     with caplog.at_level(logging.WARNING, logger="shardcast"):

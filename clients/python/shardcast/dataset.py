@@ -22,6 +22,7 @@ import multiprocessing
 import multiprocessing.context
 import os
 import random
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -40,6 +41,25 @@ from .stream import FORMATS, StreamReader, normalize_fields, stream_url
 from .topology import ENV_TEMPLATE, ENV_URLS, Topology
 
 log = logging.getLogger("shardcast")
+
+# (server or replica set, job, epoch) whose losses this process told: a
+# warning once per epoch and process, whichever share ends first.
+_TOLD = set()
+_TOLD_LOCK = threading.Lock()
+# How many of the first lost shards and samples a warning names.
+_TELL_NAMES = 5
+# The key of a sample the server sent as a placeholder (its headers did
+# not fit the stream's bounds): no field, at its position.
+PLACEHOLDER_KEY = "__shardcast_skipped__"
+
+
+def _names(names, count):
+    """': a, b, c and N more' for a warning (the first _TELL_NAMES)."""
+    if not names:
+        return ""
+    shown = names[:_TELL_NAMES]
+    more = count - len(shown)
+    return ": " + ", ".join(shown) + (" and %d more" % more if more > 0 else "")
 
 try:  # torch is optional
     import torch.utils.data as _tud
@@ -654,6 +674,7 @@ class ShardcastDataset(_Base):
         streak_start = None  # time.monotonic() of the streak's first failure
         streak = Streak("consumer %d of %d of job %s, epoch %d" % (c, w, self.job, self.epoch))
         decoder, fn = self._decoder, self.map
+        placeholders = 0     # samples of this share sent as placeholders
         while True:
             via = cands[at]
             nxt = cands[live_from(at + 1)]
@@ -664,6 +685,8 @@ class ShardcastDataset(_Base):
                     # progress when the item is handed out.
                     p = sample["__position__"]
                     position = p + 1
+                    if sample.get("__key__") == PLACEHOLDER_KEY:
+                        placeholders += 1
                     if failures:
                         streak.succeeded(self.topology.urls[via]
                                          if self.topology.replicas > 1 else self.url)
@@ -676,7 +699,7 @@ class ShardcastDataset(_Base):
                 if failures:
                     streak.succeeded(self.topology.urls[via]
                                      if self.topology.replicas > 1 else self.url)
-                self._tell_skips(reader.trailer, c, w)
+                self._tell_skips(reader.trailer, c, w, placeholders)
                 return
             except ShardcastError as e:
                 if not (_retryable(e) or (via != home and _no_failover(e))):
@@ -736,21 +759,46 @@ class ShardcastDataset(_Base):
             at = cands.index(nxt)
             time.sleep(delay)
 
-    def _tell_skips(self, trailer, c, w):
-        """Warn (the shardcast logger) when the epoch skipped shards or
-        samples, as the END summary says: the epoch is short of them."""
+    def _tell_skips(self, trailer, c, w, placeholders=0):
+        """Warn (the shardcast logger) once per epoch and process when the
+        epoch lost samples, as the END summary says (shards skipped or cut
+        short, single bad samples: counts and the first URLs and sample
+        references), and when this share held placeholders."""
         sk = trailer.get("skipped") if isinstance(trailer, dict) else None
         if not isinstance(sk, dict):
+            sk = {}
+        shards, samples = sk.get("shards") or 0, sk.get("samples") or 0
+        if not isinstance(shards, int) or shards < 0:
+            shards = 0
+        if not isinstance(samples, int) or samples < 0:
+            samples = 0
+        if shards == 0 and samples == 0 and not placeholders:
             return
-        shards = sk.get("shards") or 0
-        if not isinstance(shards, int) or shards <= 0:
-            return
-        urls = [u for u in sk.get("shard_urls") or [] if isinstance(u, str)]
-        more = " and %d more" % (shards - len(urls)) if shards > len(urls) else ""
-        log.warning("shardcast: epoch %d of job %s skipped %d shard(s) or their rest "
-                    "(on_error=skip; consumer %d of %d got the rest of its share)%s",
-                    self.epoch, self.job, shards, c, w,
-                    (": " + ", ".join(urls) + more) if urls else "")
+        where = self.url if self.topology is None or self.topology.replicas <= 1 \
+            else tuple(self.topology.urls)
+        with _TOLD_LOCK:
+            if (where, self.job, self.epoch) in _TOLD:
+                return
+            _TOLD.add((where, self.job, self.epoch))
+        lost = []
+        if shards:
+            urls = [u for u in sk.get("shard_urls") or [] if isinstance(u, str)]
+            lost.append("%d shard(s) skipped or cut short%s" % (
+                shards, _names(urls, shards)))
+        if samples:
+            refs = ["%s sample %s" % (r.get("url"), r.get("sample"))
+                    for r in sk.get("sample_refs") or []
+                    if isinstance(r, dict) and isinstance(r.get("url"), str)]
+            lost.append("%d bad sample(s) skipped%s" % (samples, _names(refs, samples)))
+        if placeholders:
+            lost.append("%d sample(s) sent as placeholders without fields (key %s: "
+                        "their headers exceed the server's stream bounds)" % (
+                            placeholders, PLACEHOLDER_KEY))
+        log.warning("shardcast: epoch %d of job %s lost %s%s (told once per epoch; "
+                    "as of the end of consumer %d of %d's share)",
+                    self.epoch, self.job, "; ".join(lost),
+                    " (partial: the server did not know all yet)" if sk.get("partial") else "",
+                    c, w)
 
     def _retry_delay(self, failures, advice):
         """Seconds to wait before attempt `failures` + 1: the jittered
