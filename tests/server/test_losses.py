@@ -34,6 +34,10 @@ warning per epoch and process, with the counts and the first names.
 test_a_mixed_epoch_tells_the_same_on_both_planes: a mixed job's shares
 are told the same losses by the feed and by the plan.
 
+test_every_replica_tells_a_part_the_same: two replicas of one service
+tell a part's shares the same, whichever serves them; the parts' losses
+add up to the dataset's.
+
 test_the_c_client_warns_once_per_epoch: shardcast cat (the C library's
 default) writes one warning line on stderr, tar and frames alike.
 """
@@ -383,3 +387,33 @@ def test_a_mixed_epoch_tells_the_same_on_both_planes(start, server_binary, tmp_p
             # 210 samples of the lossy source's 137 a pass: its first pass
             # is read to its end, and every loss of it found
             assert sk and sk["shards"] >= 2 and sk["samples"] >= 3, sk
+
+
+def test_every_replica_tells_a_part_the_same(start, tmp_path):
+    """Two replicas of one service (--replicas 2): part J's shares read
+    from its home replica and from the other one (a failover stream) are
+    told the same; the parts' losses add up to the dataset's."""
+    d = str(tmp_path / "ds")
+    keep, lost_shards, lost_samples = make_ds(d, SEED + 9)
+    reps = [serve(start, d, "auto", "--replica", str(j), "--replicas", "2")
+            for j in range(2)]
+    shards = samples = 0
+    for epoch in (0, 1):
+        for part in (0, 1):
+            told = []
+            for via in reps:
+                for rank in (0, 1):
+                    r = shardcast.FramesReader(shardcast.stream_url(
+                        via.url, "t", epoch, rank, 2, fmt="frames", replica=part))
+                    with r:
+                        n = sum(1 for _ in r)
+                        assert n > 0
+                        told.append(r.trailer.get("skipped"))
+            assert all(sk == told[0] for sk in told), (epoch, part, told)
+            if epoch == 0:
+                sk = told[0] or {"shards": 0, "samples": 0}
+                shards += sk["shards"]
+                samples += sk["samples"]
+    assert (shards, samples) == (len(lost_shards), len(lost_samples))
+    for srv in reps:
+        assert srv.stop() == 0
