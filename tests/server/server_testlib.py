@@ -23,6 +23,21 @@ sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 from shardcast_testlib import (REPO, Dataset, Server, find_server_binary,  # noqa: E402,F401
                                make_dataset, shared_dir, wait_for)
 
+
+def read_when(read, ok, timeout=60):
+    """read() once ok() holds for its value, or its last value after
+    timeout seconds: for what the server reaches on its own threads (a
+    counter of the status JSON, the cache), so that the caller's asserts
+    on the value it returns see that state, or say what was there
+    (docs/development.md "Tests wait for states")."""
+    last = []
+
+    def done():
+        last[:] = [read()]
+        return ok(last[0])
+    wait_for(done, timeout)
+    return last[0]
+
 _FRAME = struct.Struct("<BBHI")
 _SAMPLE = struct.Struct("<QQIHH")
 _FIELD = struct.Struct("<HI")

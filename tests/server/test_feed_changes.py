@@ -106,7 +106,7 @@ def test_rewrite_in_place_during_first_pass(start, server_binary, tmp_path):
     # their reads failed as changed, and the shards were skipped.
     wait_until(lambda: get_json(srv, "/v1/jobs/t").get("skipped", {}).get("shards", 0) >= 1,
                60, "a shard counted as skipped")
-    srv.wait_log("changed while it was read")
+    assert "changed while it was read" in srv.wait_log("changed while it was read"), tag()
     assert len(seen) < ds.orig.total, "%s every sample arrived" % tag()
 
 

@@ -60,7 +60,7 @@ from plan_testlib import (data_plane, fetch, keys_fields, make_random_dataset,
                           parse_body, read_world_failing, require_planes,
                           stream_query)
 from plan_testlib import read_world as plan_read_world
-from server_testlib import get_json
+from server_testlib import get_json, read_when
 
 SEED = int(os.environ.get("SHARDCAST_PLAN_SEED", "7171"))
 WORLD = 4
@@ -114,7 +114,10 @@ def test_first_epoch_of_a_fresh_server_comes_from_a_growing_plan(start, server_b
     assert len(seen) == len(set(seen)), tag()
     assert len(seen) == (ds.total // WORLD) * WORLD, (tag(), len(seen), ds.total)
     # the next epoch is built whole from the indexes the first pass made
-    before = data_plane(get_json(plan, "/v1/jobs/t"))
+    # (epoch 0's plan that grew is counted built by the planner's thread
+    # after its last step, which may come after the streams' END)
+    before = read_when(lambda: data_plane(get_json(plan, "/v1/jobs/t")),
+                       lambda d: d["plans"] >= 1)
     want = read_world(feed2, 1, "frames")
     got = read_world(plan, 1, "frames")
     for r in range(WORLD):
@@ -312,7 +315,10 @@ def test_files_rewritten_during_a_planned_first_pass(start, server_binary, tmp_p
     p.samples = samples
     seen = whole_samples(ds, p, "a planned first pass over files rewritten in place")
     assert seen, tag()
-    dp = data_plane(get_json(srv, "/v1/jobs/t"))
+    # (a stream's failure is counted when the server releases it, after
+    # the client read its trailer)
+    dp = read_when(lambda: data_plane(get_json(srv, "/v1/jobs/t")),
+                   lambda d: d["plans_grown"] >= 1 and d["plan_failures"] >= 1)
     # the plan's stream found the change and the rest came from the feed
     assert dp["plans_grown"] >= 1 and dp["plan_failures"] >= 1, "%s %s" % (tag(), dp)
 
@@ -352,10 +358,12 @@ def test_s3_shards_are_staged_in_the_cache_and_planned(start, server_binary, tmp
         dp = data_plane(get_json(plan, "/v1/jobs/t"))
         assert dp["plans_grown"] == 1 and dp["feed_streams"] == 0, "%s %s" % (tag(), dp)
         assert dp["plan_streams"] == WORLD, "%s %s" % (tag(), dp)
-        st = get_json(plan, "/v1/jobs")["cache"]
         tar_bytes = sum(os.path.getsize(os.path.join(ds.path, n)) for n in names)
         # every shard fetched once, into the cache, by the step that
-        # indexed it
+        # indexed it (an entry is complete once its fill has synced it,
+        # which may come after the streams read its last bytes)
+        st = read_when(lambda: get_json(plan, "/v1/jobs")["cache"],
+                       lambda c: c["store_bytes"] == tar_bytes and c["complete"] == len(names))
         assert st["store_bytes"] == tar_bytes and st["complete"] == len(names), (tag(), st)
         want1 = read_world(feed, 1, "tar")
         got1 = read_world(plan, 1, "tar")
@@ -363,7 +371,9 @@ def test_s3_shards_are_staged_in_the_cache_and_planned(start, server_binary, tmp
             assert keys_and_fields(got1[r]) == keys_and_fields(want1[r]), (tag(), r)
         st1 = get_json(plan, "/v1/jobs")["cache"]
         assert st1["store_bytes"] == tar_bytes, (tag(), st1)
-        dp1 = data_plane(get_json(plan, "/v1/jobs/t"))
+        # (epoch 0's plan that grew is counted by the planner's thread)
+        dp1 = read_when(lambda: data_plane(get_json(plan, "/v1/jobs/t")),
+                        lambda d: d["plans"] == 2)
         assert dp1["plans"] == 2 and dp1["feed_streams"] == 0, "%s %s" % (tag(), dp1)
     ng = Nginx(ds.path, str(tmp_path))
     try:
@@ -377,7 +387,8 @@ def test_s3_shards_are_staged_in_the_cache_and_planned(start, server_binary, tmp
             assert keys_and_fields(got[r]) == keys_and_fields(want[r]), (tag(), r)
         dp = data_plane(get_json(srv, "/v1/jobs/t"))
         assert dp["plans_grown"] == 1 and dp["feed_streams"] == 0, "%s %s" % (tag(), dp)
-        st = get_json(srv, "/v1/jobs")["cache"]
+        st = read_when(lambda: get_json(srv, "/v1/jobs")["cache"],
+                       lambda c: c["store_bytes"] == tar_bytes and c["complete"] == len(names))
         assert st["store_bytes"] == tar_bytes and st["complete"] == len(names), (tag(), st)
     finally:
         ng.stop()

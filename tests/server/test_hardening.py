@@ -131,7 +131,7 @@ def test_no_secret_in_any_output(start, small_ds, http_store, tmp_path):
                 env={"SHARDCAST_TOKEN": TOKEN, "SHARDCAST_ADMIN_TOKEN": ADMIN})
     outputs = []
     # Streams, both formats; the healthy job reads every good sample.
-    assert wait_for(lambda: request(srv, "/readyz", token=TOKEN)[0] == 200, 20), \
+    assert wait_for(lambda: request(srv, "/readyz", token=TOKEN)[0] == 200, 60), \
         (request(srv, "/readyz", token=TOKEN), srv.log())
     samples, outcome, _ = read_share(srv, "skip", 0, 0, 1, token=TOKEN)
     assert outcome == "end" and len(samples) == small_ds.total, srv.log()
@@ -151,8 +151,10 @@ def test_no_secret_in_any_output(start, small_ds, http_store, tmp_path):
                  "/v1/settings", "/healthz", "/v1/topology"):
         for tok in (None, TOKEN, ADMIN):
             outputs.append(request(srv, path, token=tok)[2])
-    status = get_json(srv, "/v1/jobs/fail", token=TOKEN)
-    assert status["errors"], status
+    # A stream's error joins the job's errors when the server releases the
+    # stream, after the client read its trailer: wait for it.
+    assert wait_for(lambda: get_json(srv, "/v1/jobs/fail", token=TOKEN)["errors"], 60), \
+        get_json(srv, "/v1/jobs/fail", token=TOKEN)
     # Hostile requests carrying the token in odd places end up in logs.
     request(srv, "/v1/jobs/skip/epochs/0/stream?rank=0&world=1&token=T0KENq", token=TOKEN)
     request(srv, "/nope?access_token=T0KENq")
@@ -253,7 +255,7 @@ def test_epoch_churn_bounds(start, medium_ds):
                 "--max-epochs", "4", "--max-epochs-ahead", "2",
                 "--max-new-epochs-per-minute", "3", "--prefetch", "false")
     healthy = Healthy(srv, "train", 0, medium_ds.total, delay=0.0005)
-    assert wait_for(lambda: get_json(srv, "/v1/jobs/train")["epochs"], 10)
+    assert wait_for(lambda: get_json(srv, "/v1/jobs/train")["epochs"], 60)
     # Far ahead: 409 with a reason, nothing opened.
     st, _, body = request(srv, stream_path("train", 1000, 0, 1))
     assert st == 409 and b"ahead" in body, body
@@ -354,7 +356,11 @@ def test_header_timeout_spares_streams(start, medium_ds):
         got.append(x["index"])
     assert slow.outcome == "end" and sorted(got) == list(range(medium_ds.total))
     slow.close()
-    assert _metric(_metrics(srv), "shardcast_requests_timed_out_total") >= 1
+    # counted when the server completes the timed-out request, not when
+    # the client sees its connection closed: wait for the count
+    assert wait_for(lambda: (_metric(_metrics(srv), "shardcast_requests_timed_out_total")
+                             or 0) >= 1, 60), \
+        _metric(_metrics(srv), "shardcast_requests_timed_out_total")
 
 
 def test_large_sample_is_skipped_and_counted(start, tmp_path, small_ds):
@@ -405,8 +411,11 @@ def test_log_queue_never_blocks_streams(server_binary, medium_ds):
                 request(S, "/healthz")
             samples, outcome, _ = read_share(S, "train", e, 0, 1)
             assert outcome == "end" and len(samples) == medium_ds.total
-        m = request(S, "/metrics")[2].decode()
-        assert _metric(m, "shardcast_log_dropped_total") > 0
+        # the request lines are queued when the requests complete, on the
+        # server's threads: wait for the drops to be counted
+        assert wait_for(lambda: (_metric(request(S, "/metrics")[2].decode(),
+                                         "shardcast_log_dropped_total") or 0) > 0, 60), \
+            _metric(request(S, "/metrics")[2].decode(), "shardcast_log_dropped_total")
     finally:
         p.terminate()
         # Reading stderr now lets the log thread finish and the process exit.

@@ -48,7 +48,7 @@ from plan_testlib import (binary_has_data_plane, cli_binary, data_plane, fetch,
                           make_objects_dataset, make_random_dataset, parse_body,
                           plane_args, planes, require_planes, stream_query,
                           wait_indexed, wait_until)
-from server_testlib import Server, get_json, request
+from server_testlib import Server, get_json, read_when, request
 
 # Each seed is a set of datasets, jobs and requests of its own; set
 # SHARDCAST_PLAN_SEED to run one seed alone (e.g. the one a failure names).
@@ -343,16 +343,24 @@ def check_plane_stats(ctx, jobs, want_plans, feed_allowed=None):
             assert db["plan_streams"] == 0 and db["plans"] == 0, (
                 "%s %s: B used a plan for an ineligible epoch: %s" % (tag(), job, db))
         assert db["plan_failures"] == 0, (tag(), job, db)
-        # The metrics say the same as the status.
-        st, _, body = request(pair.b, "/metrics")
-        assert st == 200
-        text = body.decode()
-        for plane, key in (("plan", "plan_streams"), ("feed", "feed_streams")):
-            line = 'shardcast_data_plane_streams_total{shardcast_job="%s",plane="%s"} %d' % (
-                job, plane, db[key])
-            assert line in text, "%s %s: no %r in B's metrics" % (tag(), job, line)
-        assert 'shardcast_plans_built_total{shardcast_job="%s"} %d' % (
-            job, db["plans"]) in text, (tag(), job)
+        # The metrics say the same as the status. (A plan is built on the
+        # server's threads, for an epoch read ahead too: status and
+        # metrics are read again until no plan came between the two.)
+        def lines(d):
+            return ['shardcast_data_plane_streams_total{shardcast_job="%s",plane="%s"} %d'
+                    % (job, plane, d[key])
+                    for plane, key in (("plan", "plan_streams"), ("feed", "feed_streams"))] + \
+                ['shardcast_plans_built_total{shardcast_job="%s"} %d' % (job, d["plans"])]
+
+        def both():
+            d = data_plane(get_json(pair.b, "/v1/jobs/" + job))
+            st, _, body = request(pair.b, "/metrics")
+            assert st == 200
+            return d, body.decode()
+        d, text = read_when(both, lambda dt: all(ln in dt[1] for ln in lines(dt[0])))
+        for line in lines(d):
+            assert line in text, "%s %s: no %r in B's metrics (status: %s)" % (
+                tag(), job, line, d)
         if feed_allowed is not None and job in feed_allowed:
             assert db["feed_streams"] <= feed_allowed[job], (
                 "%s %s: B served %d streams from the feed after every shard was "

@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "support"))
 from faultproxy import FaultProxy, Rule  # noqa: E402
 from server_testlib import (Nginx, shard_url)  # noqa: E402
 from server_testlib import (FramesStream, get_json, make_dataset, read_share,  # noqa: E402
-                            request, sanitized, stream_path, wait_for)
+                            read_when, request, sanitized, stream_path, wait_for)
 
 MIB = 1 << 20
 
@@ -118,7 +118,7 @@ def test_even_pad_8000_w3_ranks_one_after_another(start, pad_ds, workdir):
         return [e for e in st["epochs"] if e["epoch"] == 0][0]
     # the exact length is known once every shard is indexed (status
     # refreshes it every second)
-    assert wait_for(lambda: epoch0()["samples_total"] == 8000, 5)
+    assert wait_for(lambda: epoch0()["samples_total"] == 8000, 60), epoch0()
     ep = epoch0()
     assert ep["seeks"]["opened"] >= 1 and ep["seeks"]["replays"] == 0
 
@@ -385,10 +385,14 @@ def test_sidecars_from_shardcast_index(start, server_binary, workdir):
     assert outcome == "end" and len(got) == 300
     ep = [e for e in get_json(srv, "/v1/jobs/train")["epochs"] if e["epoch"] == 4][0]
     assert ep["seeks"]["opened"] == 1 and ep["seeks"]["replays"] == 0
-    st, _, body = request(srv, "/metrics")
-    loaded = [l for l in body.decode().splitlines()
-              if l.startswith("shardcast_index_loaded_total")]
-    assert loaded and int(loaded[0].split()[-1]) == 6
+    # (a sidecar the seek did not need is read when the manager's tick
+    # counts the epoch's length: wait for the count)
+    def loaded():
+        st, _, body = request(srv, "/metrics")
+        return [l for l in body.decode().splitlines()
+                if l.startswith("shardcast_index_loaded_total")]
+    got = read_when(loaded, lambda ls: ls and int(ls[0].split()[-1]) == 6)
+    assert got and int(got[0].split()[-1]) == 6, got
 
 
 

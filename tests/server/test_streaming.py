@@ -151,12 +151,13 @@ def test_epochs_in_flight_are_bounded(start, medium_ds):
     # Once the stream of epoch 0 is gone for good (its grace ran out) its
     # feed can be replaced.
     assert wait_for(lambda: request(srv, "/v1/jobs/train")[0] == 200 and
-                    get_json(srv, "/v1/jobs/train")["epochs"][0]["streams"] == 0, 5)
+                    get_json(srv, "/v1/jobs/train")["epochs"][0]["streams"] == 0, 60), \
+        get_json(srv, "/v1/jobs/train")["epochs"]
 
     def epoch1():
         got, outcome, _ = read_share(srv, "train", 1, 0, 1)
         return got if outcome == "end" else None
-    got = wait_for(epoch1, 10, interval=0.3)
+    got = wait_for(epoch1, 60, interval=0.3)
     assert got is not None and len(got) == medium_ds.total
 
 
