@@ -33,8 +33,10 @@ Record (only from a tree whose output is the reference):
     SHARDCAST_GOLDEN_RECORD=1 SHARDCAST_BIN=build/shardcastd \\
         /usr/bin/python3 -m pytest tests/server/test_stream_goldens.py
 The goldens in the repository were recorded from 4988e3c (main before
-the data path changed). A change that alters what a case delivers on
-purpose records the cases again and says so.
+the data path changed); the END summaries' "skipped" again after the
+epoch's losses were told in it (every share of a case whose shards hold
+bad samples names them; no sample digest changed). A change that alters
+what a case delivers on purpose records the cases again and says so.
 """
 
 import hashlib
