@@ -24,6 +24,9 @@ test_a_share_is_told_what_was_lost_before_its_last_item: without a
 shuffle buffer, in a world of one sample per share: a share is told the
 losses the order found before its last item, not those found after.
 
+test_a_consumer_resuming_at_its_end_after_a_restart_is_told: a share
+resumed at its end on a restarted server is told the same losses.
+
 test_a_store_404_mid_epoch_is_told: a shard removed from the store (nginx)
 after the job listed it: the epoch loses it, and the END and the client
 say so.
@@ -417,3 +420,29 @@ def test_every_replica_tells_a_part_the_same(start, tmp_path):
     assert (shards, samples) == (len(lost_shards), len(lost_samples))
     for srv in reps:
         assert srv.stop() == 0
+
+
+@pytest.mark.parametrize("plane", ["stream", "auto"])
+def test_a_consumer_resuming_at_its_end_after_a_restart_is_told(
+        start, server_binary, tmp_path, plane):
+    """A consumer whose connection broke just before its END comes back to
+    a restarted server at its share's end: the new server's readers of
+    the epoch find the losses again, and the END tells the same (not
+    "partial")."""
+    require_planes(server_binary, plane)
+    d = str(tmp_path / "ds")
+    keep, lost_shards, lost_samples = make_ds(d, SEED + 10)
+    state = str(tmp_path / "state")
+    srv = serve(start, d, plane, "--state-dir", state)
+    before = read_checked(srv, 1, 2, "frames", keep, lost_shards, lost_samples,
+                          plane + " before")
+    ends = [p.trailer["position"] for p in read_world(srv, 1, 2)]
+    assert srv.stop() == 0
+    srv = serve(start, d, plane, "--state-dir", state)
+    for rank in (0, 1):
+        r = shardcast.FramesReader(shardcast.stream_url(
+            srv.url, "t", 1, rank, 2, fmt="frames", start=ends[rank]))
+        with r:
+            assert list(r) == []
+            assert r.trailer["skipped"] == before[rank], (rank, r.trailer)
+    assert srv.stop() == 0
