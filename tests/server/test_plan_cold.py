@@ -25,7 +25,7 @@ import pytest
 
 from plan_testlib import keys_fields
 from plan_testlib import read_world as plan_read_world
-from server_testlib import Nginx, request
+from server_testlib import Nginx, get_json, request, wait_for
 
 SHARDS = 6
 PER_SHARD = 40
@@ -107,7 +107,8 @@ def test_samples_not_in_the_page_cache_are_read_off_the_http_threads(
     srv = serve(start, path, "auto")
     read_world(srv, 0)  # the first pass indexes the shards
     before = metric(srv, "shardcast_plan_cold_reads_total")
-    assert evict(files), "the page cache kept the files after DONTNEED"
+    assert wait_for(lambda: evict(files), 60), \
+        "the page cache kept the files after DONTNEED"
     got = read_world(srv, 1)
     for r in range(WORLD):
         assert got[r] == want[r], "rank %d differs from the feed's share" % r
@@ -130,10 +131,16 @@ def test_cache_entries_not_in_the_page_cache_are_read_off_the_http_threads(
         srv = serve(start, src, "auto", "--cache-bytes", "1GiB",
                     "--cache-dir", cache)
         read_world(srv, 0)  # fills the cache
+        # Every entry complete (its fill synced, which may come after the
+        # streams' END) before its pages are dropped: a fill still writing
+        # puts them back. Eviction itself is waited for (a reader of the
+        # server's may still touch a file once).
+        assert wait_for(lambda: get_json(srv, "/v1/jobs")["cache"]["complete"] == SHARDS,
+                        60), get_json(srv, "/v1/jobs")["cache"]
         before = metric(srv, "shardcast_plan_cold_reads_total")
         entries = [os.path.join(d, f) for d, _, fs in os.walk(cache)
                    for f in fs if os.path.getsize(os.path.join(d, f)) > 65536]
-        assert evict(entries), "the page cache kept the cache files"
+        assert wait_for(lambda: evict(entries), 60), "the page cache kept the cache files"
         got = read_world(srv, 1)
         for r in range(WORLD):
             assert got[r] == want[r], "rank %d differs from the feed's" % r
