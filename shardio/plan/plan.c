@@ -1882,6 +1882,9 @@ static sio_code staged_end(sio_plan *p, const stage_result *r,
         if (jr)
             return jr;
         has_cut = shard_cut(g, s, &cut);
+        /* Its cut or its stop is known now: the order may come to the
+         * place where the read ended (stage.c left the gate there). */
+        atomic_store(&g->gready[s], UINT64_MAX);
     } else if (rc == SIO_OK && !info.complete) {
         return sio_seterr(err, SIO_ERR_CHANGED,
                           "shard %" PRIu32 " was read to its end but its "

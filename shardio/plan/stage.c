@@ -871,7 +871,12 @@ static void job_run(struct stage_job *j, unsigned char *buf)
         j->res.err = e2;
     }
     j->done = 1;
-    if (!j->foreign)
+    /* The whole shard is let in to the order once it is read to its end.
+     * A job that failed is not: the step takes its end first (staged_end
+     * journals the cut, or under on_error=fail names where the order
+     * fails) and lets the rest in then, so the order never takes the end
+     * of what was read for the shard's end. */
+    if (!j->foreign && j->res.rc == SIO_OK)
         atomic_store(j->ready, UINT64_MAX);
     atomic_fetch_add(&st->jobgen, 1);
     pthread_cond_broadcast(&st->cv);
