@@ -66,6 +66,12 @@ run_ctest() {
   (cd "$dir" && ctest --output-on-failure -j"$JOBS" "$@") 2>&1 | tee "$log" || rc=$?
   SUMMARY+=("$label: $(grep -E 'tests passed|tests failed' "$log" | tail -n 1 || true)$(
     grep -q 'did not run' "$log" && echo " (some skipped, see above)" || true)")
+  # The tests that failed, named in the summary (the end of a long log is
+  # what a CI page shows).
+  local failed
+  while IFS= read -r failed; do
+    SUMMARY+=("   $failed")
+  done < <(sed -n '/The following tests FAILED:/,$p' "$log" | grep -E '^[[:space:]]+[0-9]+ - ' | head -n 20)
   rm -f "$log"
   return "$rc"
 }
@@ -78,6 +84,11 @@ run_pytest() {
   log="$(mktemp)"
   "$PY" -m pytest -q -p no:cacheprovider "$@" 2>&1 | tee "$log" || rc=$?
   SUMMARY+=("$label: $(tail -n 1 "$log")")
+  # The tests that failed or errored, named (pytest's short summary).
+  local failed
+  while IFS= read -r failed; do
+    SUMMARY+=("   ${failed:0:300}")
+  done < <(grep -E '^(FAILED|ERROR) ' "$log" | head -n 20)
   rm -f "$log"
   if [ "$rc" -eq 5 ]; then
     echo "pytest collected no tests: $*" >&2

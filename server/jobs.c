@@ -1368,7 +1368,7 @@ static int evict_one(sc_job *job, uint32_t part)
     fslot *best = NULL;
     int best_ended = 0;
     for (fslot *s = job->slots; s; s = s->next) {
-        if (s->retired || s->streams || s->part != part)
+        if (s->retired || s->streams || s->pins || s->part != part)
             continue;
         sio_feed_stats st;
         size_t held = 0;
@@ -1589,7 +1589,7 @@ void sc_jobs_stream_abort(sc_jobs *j, sc_binding *b)
 #define JOURNAL_FAIL_MS 1000u
 
 /* Work asked of the planner threads, the job referenced: a plan's build
- * (slot pinned by slot->streams and marked plan_building until it ends),
+ * (slot pinned by slot->pins and marked plan_building until it ends),
  * or a new epoch's journal read from state_dir (slot NULL). */
 typedef struct plan_req {
     sc_job *job;
@@ -1635,7 +1635,7 @@ static int plan_enqueue(sc_jobs *j, sc_job *job, fslot *slot)
         free(r);
         return 0;
     }
-    slot->streams++; /* pinned until the build ended */
+    slot->pins++; /* pinned until the build ended */
     slot->plan_building = 1;
     return 1;
 }
@@ -1728,7 +1728,7 @@ static void grow_enqueue(sc_jobs *j, sc_job *job, fslot *slot)
         free(r);
         return;
     }
-    slot->streams++;
+    slot->pins++;
     slot->grow_queued = 1;
 }
 
@@ -1761,7 +1761,7 @@ static void plan_restage_kick(void *ud)
             r->restage = slot->plan;
             sio_plan_ref(r->restage);
             if (planner_queue(j, r)) {
-                slot->streams++;
+                slot->pins++;
                 slot->restage_queued = 1;
             } else {
                 sio_plan_unref(r->restage);
@@ -1783,7 +1783,7 @@ static void restage_run(sc_jobs *j, plan_req *r, int stopping)
     if (!stopping)
         sio_plan_restage(r->restage);
     pthread_mutex_lock(&job->mu);
-    slot->streams--;
+    slot->pins--;
     slot->last_ms = sio_now_ms();
     pthread_mutex_unlock(&job->mu);
     sio_plan_unref(r->restage);
@@ -1813,7 +1813,7 @@ static void grow_after(sc_jobs *j, plan_req *r, sio_code rc, int stopping)
         pthread_mutex_lock(&job->mu);
     }
     slot->grow_queued = 0;
-    slot->streams--;
+    slot->pins--;
     slot->last_ms = sio_now_ms();
     char why[700];
     if (mine && sio_plan_complete(p)) {
@@ -1849,7 +1849,7 @@ static void plan_finish(sc_jobs *j, plan_req *r, sio_code rc, sio_plan *p,
     sc_job *job = r->job;
     fslot *slot = r->slot;
     pthread_mutex_lock(&job->mu);
-    slot->streams--;
+    slot->pins--;
     slot->last_ms = sio_now_ms();
     slot->plan_building = 0;
     slot->plan_tried = 1;
@@ -2519,7 +2519,7 @@ static void job_tick(sc_jobs *j, sc_job *job, uint64_t now, int sample_tp)
             grow_enqueue(j, job, s);
         sio_feed_stats st;
         sio_feed_get_stats(s->feed, &st, NULL, 0, NULL);
-        if (s->streams == 0 &&
+        if (s->streams == 0 && s->pins == 0 &&
             (st.failed || now - s->last_ms >= cfg->feed_idle_ms)) {
             s->retired = 1;
             continue;
@@ -2555,7 +2555,7 @@ static void job_tick(sc_jobs *j, sc_job *job, uint64_t now, int sample_tp)
                 n->prefetched = 1;
                 if (planned && !to_plan) {
                     to_plan = n;
-                    n->streams++; /* pinned until its plan is built */
+                    n->pins++; /* pinned until its plan is built */
                 }
                 SC_LOG(SIO_LOG_DEBUG,
                        "event=prefetch job=%s epoch=%" PRIu64 " what=%s",
@@ -2565,7 +2565,7 @@ static void job_tick(sc_jobs *j, sc_job *job, uint64_t now, int sample_tp)
     }
     for (fslot **pp = &job->slots; *pp;) {
         fslot *s = *pp;
-        if (s->retired && s->streams == 0) {
+        if (s->retired && s->streams == 0 && s->pins == 0) {
             *pp = s->next;
             s->next = closing;
             closing = s;
@@ -2577,7 +2577,7 @@ static void job_tick(sc_jobs *j, sc_job *job, uint64_t now, int sample_tp)
         /* Queued for the planner, which pins the slot while it builds. */
         int pending = 0;
         (void)slot_plan(j, job, to_plan, &pending);
-        to_plan->streams--;
+        to_plan->pins--;
         to_plan->last_ms = sio_now_ms();
     }
     if (to_count) {

@@ -47,10 +47,12 @@ typedef struct fslot {
                              the server's own, or another's (failover) */
     sio_feed *feed;
     unsigned streams;     /* bindings on it */
+    unsigned pins;        /* planner work queued or running on it */
     uint64_t served;      /* streams ever opened on it */
     uint64_t last_ms;     /* last attach or release */
     int prefetched;       /* opened by prefetch, no stream yet */
-    int retired;          /* takes no new stream; closed when streams == 0 */
+    int retired;          /* takes no new stream; closed when streams == 0
+                             and pins == 0 */
     sio_journal *journal; /* the epoch's skip decisions (owned by the job) */
     int fresh_journal;    /* its journal was new to this process */
     int unproven;         /* opened for a resume with no journal to prove
