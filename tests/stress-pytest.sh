@@ -46,7 +46,7 @@ for r in $(seq 1 "$ROUNDS"); do
   done
   pids=()
   for c in $(seq 1 "$COPIES"); do
-    "$PY" -m pytest -q -p no:cacheprovider -rf --basetemp "$WORK/tmp.$r.$c" "$@" \
+    "$PY" -m pytest -q -p no:cacheprovider -rfE --basetemp "$WORK/tmp.$r.$c" "$@" \
       > "$WORK/out.$r.$c" 2>&1 < /dev/null &
     pids+=($!)
   done
