@@ -46,11 +46,15 @@ def workdir():
 def start_server(server_binary, workdir):
     """start_server(source, job="train", seed=0, extra=[...]) -> Server.
     Every server started is stopped at the end of the session; a test that
-    expects a server to stay healthy checks server.alive()."""
+    expects a server to stay healthy checks server.alive(). Unless extra
+    sets --drain-grace, streams left open get 2 s after the final SIGTERM
+    (the default is 30 s)."""
     servers = []
 
     def start(source, *, job="train", seed=0, extra=()):
         args = ["--job", job, "--source", source, "--seed", str(seed)] + list(extra)
+        if "--drain-grace" not in args:
+            args += ["--drain-grace", "2"]
         s = Server(server_binary, args, workdir)
         servers.append(s)
         return s

@@ -32,7 +32,8 @@ import shardcast  # noqa: E402
 MEMBER_RE = re.compile(r"^(\d{12})/(.+)$")
 
 STARTUP_TIMEOUT = 30.0   # seconds for the `listening=` line
-STOP_TIMEOUT = 10.0      # seconds for a clean exit after SIGTERM
+STOP_TIMEOUT = 90.0      # seconds for a clean exit after SIGTERM: a bound on
+                         # waiting for the exit (the drain's default grace is 30 s)
 
 
 def find_server_binary():

@@ -34,7 +34,8 @@ MIB = 1 << 20
 KIB = 1 << 10
 
 STARTUP_TIMEOUT = 30.0
-STOP_TIMEOUT = 10.0
+STOP_TIMEOUT = 90.0      # seconds for a clean exit after SIGTERM: a bound on
+                         # waiting for the exit (the drain's default grace is 30 s)
 
 
 def render(kustomization, root=K8S):
