@@ -1882,14 +1882,16 @@ static sio_code staged_end(sio_plan *p, const stage_result *r,
         if (jr)
             return jr;
         has_cut = shard_cut(g, s, &cut);
-        /* Its cut or its stop is known now: the order may come to the
-         * place where the read ended (stage.c left the gate there). */
-        atomic_store(&g->gready[s], UINT64_MAX);
     } else if (rc == SIO_OK && !info.complete) {
         return sio_seterr(err, SIO_ERR_CHANGED,
                           "shard %" PRIu32 " was read to its end but its "
                           "index is not complete", s);
     }
+    /* A failed read's cut or stop is known now (journaled above, or
+     * before): the order may come to the place where the read ended
+     * (stage.c left the gate there). */
+    if (rc != SIO_OK)
+        atomic_store(&g->gready[s], UINT64_MAX);
     int foreign = info.stream_only != dec || r->foreign; /* not the
                                                           stream staged */
     /* A shard staged as it is that its index pass found compressed or a
