@@ -10,7 +10,8 @@ PKGS=(
   build-essential cmake pkg-config clang libclang-rt-14-dev
   libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libarchive-dev
   libjansson-dev libxml2-dev libzstd-dev zstd curl
-  python3-dev python3-torch python3-pytest python3-numpy python3-setuptools
+  python3-dev python3-torch python3-pytest python3-pytest-xdist python3-numpy
+  python3-setuptools
   python3-pip python3-venv python3-boto3 python3-botocore python3-pil
   nginx-light nodejs
   yamllint

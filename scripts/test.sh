@@ -22,6 +22,12 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 PY=/usr/bin/python3
 JOBS="$(nproc)"
+# pytest processes (pytest-xdist): the suites wait on servers, sockets and
+# child processes about half of their time, so one more than the cores
+# keeps them busy. Every test waits for the states it asserts, so it passes
+# beside the others as on a loaded machine. SHARDCAST_PYTEST_WORKERS=0
+# runs them in one process.
+PYTEST_WORKERS="${SHARDCAST_PYTEST_WORKERS:-$((JOBS + 1 > 8 ? 8 : JOBS + 1))}"
 
 export SHARED_DIR="${SHARED_DIR:-$ROOT/../shared}"
 export PYTHONPATH="$ROOT/clients/python${PYTHONPATH:+:$PYTHONPATH}"
@@ -82,7 +88,13 @@ run_pytest() {
   local label="$1" log rc=0
   shift
   log="$(mktemp)"
-  "$PY" -m pytest -q -p no:cacheprovider "$@" 2>&1 | tee "$log" || rc=$?
+  local par=()
+  # A file's tests run in one process (--dist loadfile): they share its
+  # module fixtures (servers, nginx, datasets).
+  if [ "$PYTEST_WORKERS" -gt 1 ] && "$PY" -c "import xdist" 2>/dev/null; then
+    par=(-n "$PYTEST_WORKERS" --dist loadfile)
+  fi
+  "$PY" -m pytest -q -p no:cacheprovider "${par[@]}" "$@" 2>&1 | tee "$log" || rc=$?
   SUMMARY+=("$label: $(tail -n 1 "$log")")
   # The tests that failed or errored, named (pytest's short summary).
   local failed
