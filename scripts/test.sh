@@ -28,6 +28,11 @@ JOBS="$(nproc)"
 # beside the others as on a loaded machine. SHARDCAST_PYTEST_WORKERS=0
 # runs them in one process.
 PYTEST_WORKERS="${SHARDCAST_PYTEST_WORKERS:-$((JOBS + 1 > 8 ? 8 : JOBS + 1))}"
+if ! [[ "$PYTEST_WORKERS" =~ ^[0-9]{1,3}$ ]]; then
+  echo "test.sh: SHARDCAST_PYTEST_WORKERS must be a count of 0 to 999" \
+    "processes, not '$PYTEST_WORKERS'" >&2
+  exit 2
+fi
 
 export SHARED_DIR="${SHARED_DIR:-$ROOT/../shared}"
 export PYTHONPATH="$ROOT/clients/python${PYTHONPATH:+:$PYTHONPATH}"
