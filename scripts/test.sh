@@ -24,10 +24,10 @@ PY=/usr/bin/python3
 JOBS="$(nproc)"
 # pytest processes (pytest-xdist): the suites wait on servers, sockets and
 # child processes about half of their time, so one more than the cores
-# keeps them busy. Every test waits for the states it asserts, so it passes
-# beside the others as on a loaded machine. SHARDCAST_PYTEST_WORKERS=0
-# runs them in one process.
-PYTEST_WORKERS="${SHARDCAST_PYTEST_WORKERS:-$((JOBS + 1 > 8 ? 8 : JOBS + 1))}"
+# keeps them busy (SHARDCAST_PYTEST_WORKERS=N). Serial by default until
+# test_replicas_cli's failover count and test_losses' stream-plane epochs
+# wait for their states: both failed once in a parallel clean-clone run.
+PYTEST_WORKERS="${SHARDCAST_PYTEST_WORKERS:-1}"
 if ! [[ "$PYTEST_WORKERS" =~ ^[0-9]{1,3}$ ]]; then
   echo "test.sh: SHARDCAST_PYTEST_WORKERS must be a count of 0 to 999" \
     "processes, not '$PYTEST_WORKERS'" >&2
