@@ -1363,12 +1363,27 @@ static fslot *live_slot(sc_job *job, uint64_t epoch, uint32_t part)
 
 /* Make room for one more epoch: retire a live slot without streams,
  * preferring one whose epoch has ended, then the least recently used. */
+/* Whether a stream on the slot has not yet encoded its END (job->mu
+ * held). A consumer that read its share's END may open the next epoch
+ * before its request completed: its finished stream does not hold the
+ * slot it read. */
+static int slot_reading(const sc_job *job, const fslot *s)
+{
+    unsigned ended = 0;
+    if (s->streams == 0)
+        return 0;
+    for (const sc_binding *b = job->bindings; b; b = b->next)
+        if (b->slot == s && atomic_load(&b->ended))
+            ended++;
+    return ended < s->streams;
+}
+
 static int evict_one(sc_job *job, uint32_t part)
 {
     fslot *best = NULL;
     int best_ended = 0;
     for (fslot *s = job->slots; s; s = s->next) {
-        if (s->retired || s->streams || s->pins || s->part != part)
+        if (s->retired || s->pins || s->part != part || slot_reading(job, s))
             continue;
         sio_feed_stats st;
         size_t held = 0;
@@ -2056,10 +2071,9 @@ static unsigned plan_stream(sc_jobs *j, sc_job *job, fslot *slot,
  * is found at the same place of the order by every reader of the epoch,
  * on either data plane and on every replica, so every share that reaches
  * it tells the same. */
-static int binding_skipped(void *ud, uint64_t position, int late, char *buf,
-                           size_t len)
+static int share_losses(sc_binding *b, uint64_t position, int late, char *buf,
+                        size_t len)
 {
-    sc_binding *b = ud;
     fslot *slot = b->slot;
     sio_losses_info li;
     buf[0] = '\0';
@@ -2127,6 +2141,18 @@ static int binding_skipped(void *ud, uint64_t position, int late, char *buf,
     free(text);
     json_decref(o);
     return 1;
+}
+
+/* The stream's END waits for this; once it returns 1 the END is encoded
+ * and the stream holds its slot no longer (evict_one). */
+static int binding_skipped(void *ud, uint64_t position, int late, char *buf,
+                           size_t len)
+{
+    sc_binding *b = ud;
+    int done = share_losses(b, position, late, buf, len);
+    if (done)
+        atomic_store(&b->ended, 1);
+    return done;
 }
 
 unsigned sc_jobs_open_stream(sc_jobs *j, sc_binding *b, const sc_request *req,

@@ -176,6 +176,9 @@ struct sc_binding {
     uint64_t global_start;   /* the request's elastic resume base */
     int resumed;             /* start or global_start > 0 */
     sio_feed *own_feed;      /* a /samples/{i} request's one-sample feed */
+    _Atomic int ended;       /* its stream encoded the share's END (set on
+                                the stream's thread): the slot may be
+                                evicted under it, the END still goes out */
     sc_binding *prev, *next; /* job->bindings */
     sc_binding *reap_next;
 };

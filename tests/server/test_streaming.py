@@ -8,6 +8,8 @@ import socket
 import threading
 import time
 
+import pytest
+
 from server_testlib import (FramesStream, get_json, read_share, request, sanitized,
                             stream_path, wait_for)
 
@@ -159,6 +161,24 @@ def test_epochs_in_flight_are_bounded(start, medium_ds):
         return got if outcome == "end" else None
     got = wait_for(epoch1, 60, interval=0.3)
     assert got is not None and len(got) == medium_ds.total
+
+
+@pytest.mark.parametrize("plane", ["stream", "auto"])
+def test_a_consumer_reading_epochs_back_to_back_is_not_refused(start, medium_ds, plane):
+    """--max-epochs 1: a consumer that read an epoch's END opens the next
+    epoch at once, before the server has seen the request complete. Its
+    finished stream does not hold the epoch: never a 503."""
+    srv = start("--job", "train", "--source", medium_ds.path, "--max-epochs", "1",
+                "--prefetch", "false", "--data-plane", plane)
+    for epoch in range(8):
+        s = FramesStream(srv, stream_path("train", epoch, 0, 1))
+        try:
+            assert s.status == 200, (epoch, s.status, s.error_body)
+            got = s.read_all()
+            assert s.outcome == "end", (epoch, s.outcome, s.trailer)
+            assert len(got) == medium_ds.total, (epoch, len(got))
+        finally:
+            s.close()
 
 
 def test_sigterm_drains_then_cuts(start, medium_ds):
