@@ -14,7 +14,7 @@ PKGS=(
   python3-setuptools
   python3-pip python3-venv python3-boto3 python3-botocore python3-pil
   nginx-light nodejs
-  yamllint
+  yamllint iproute2
   prometheus
 )
 

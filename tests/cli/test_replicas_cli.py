@@ -383,6 +383,23 @@ def test_a_stopped_replica_is_left_on_its_heartbeats(cli, wds9, gated, replica_s
           % (doc["failovers"], doc["max_failover_stall_s"]))
 
 
+# Bytes a client must have received before its replica is killed: the
+# response head and more than one whole sample of wds9 (600-byte fields,
+# each a tar member of a 512-byte header and its padded data).
+RECEIVED_BEFORE_KILL = 16384
+
+
+def received_from(host, port):
+    """The most bytes any TCP connection of this machine to host:port has
+    received (the kernel's tcpi_bytes_received, from `ss -ti`)."""
+    p = subprocess.run(["ss", "-tinH", "state", "established", "dst",
+                        "%s:%d" % (host, port)], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    assert p.returncode == 0, p.stdout
+    return max((int(n) for n in re.findall(r"bytes_received:(\d+)", p.stdout)),
+               default=0)
+
+
 def test_cat_tells_the_failover_and_writes_the_same_share(cli, wds9, gated, replica_sets,
                                                          tmp_path):
     rs = replica_sets(source_of(gated), 2, extra=FAILOVER_ARGS)
@@ -396,14 +413,12 @@ def test_cat_tells_the_failover_and_writes_the_same_share(cli, wds9, gated, repl
     try:
         # Consumer 0 of 2 is replica 0's only one: wait until replica 0
         # sent it samples (the rest of its shards held back), then kill it.
-        def sent():
-            st, doc = get_json(rs.url(0) + "/v1/jobs/train")
-            for e in (doc or {}).get("epochs") or []:
-                for c in e.get("consumers") or []:
-                    if (c["rank"], c["world"]) == (0, 1) and (c["position"] or 0) >= 1:
-                        return True
-            return False
-        wait_for("replica 0 to send consumer 0 its first samples", sent)
+        # Replica 0 counts a sample sent once it is queued: it may still be
+        # in the server's buffers when the server is killed, and the client
+        # would resume at 0. So wait on the client's socket: what its
+        # kernel received is read even after the server is gone.
+        wait_for("consumer 0 to receive replica 0's first samples",
+                 lambda: received_from(host_of(0), rs.port) >= RECEIVED_BEFORE_KILL)
         rs.kill(0)
         gated.open()
         _, err = p.communicate(timeout=TIMEOUT)
