@@ -24,10 +24,8 @@ PY=/usr/bin/python3
 JOBS="$(nproc)"
 # pytest processes (pytest-xdist): the suites wait on servers, sockets and
 # child processes about half of their time, so one more than the cores
-# keeps them busy (SHARDCAST_PYTEST_WORKERS=N). Serial by default until
-# test_replicas_cli's failover count and test_losses' stream-plane epochs
-# wait for their states: both failed once in a parallel clean-clone run.
-PYTEST_WORKERS="${SHARDCAST_PYTEST_WORKERS:-1}"
+# keeps them busy, at most 8 (SHARDCAST_PYTEST_WORKERS=N; 1: serial).
+PYTEST_WORKERS="${SHARDCAST_PYTEST_WORKERS:-$((JOBS + 1 > 8 ? 8 : JOBS + 1))}"
 if ! [[ "$PYTEST_WORKERS" =~ ^[0-9]{1,3}$ ]]; then
   echo "test.sh: SHARDCAST_PYTEST_WORKERS must be a count of 0 to 999" \
     "processes, not '$PYTEST_WORKERS'" >&2
