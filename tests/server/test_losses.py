@@ -37,6 +37,10 @@ warning per epoch and process, with the counts and the first names.
 test_a_mixed_epoch_tells_the_same_on_both_planes: a mixed job's shares
 are told the same losses by the feed and by the plan.
 
+test_a_repeat_quota_counts_a_lossy_source_as_its_epochs_read_it: a
+repeat quota over the lossy dataset: the job is ready (a shard that fails
+counts up to where it fails), every kept sample comes `repeat` times, and
+each pass's losses are told.
 test_every_replica_tells_a_part_the_same: two replicas of one service
 tell a part's shares the same, whichever serves them; the parts' losses
 add up to the dataset's.
@@ -390,6 +394,64 @@ def test_a_mixed_epoch_tells_the_same_on_both_planes(start, server_binary, tmp_p
             # 210 samples of the lossy source's 137 a pass: its first pass
             # is read to its end, and every loss of it found
             assert sk and sk["shards"] >= 2 and sk["samples"] >= 3, sk
+
+
+@pytest.mark.parametrize("plane", ["stream", "auto"])
+def test_a_repeat_quota_counts_a_lossy_source_as_its_epochs_read_it(
+        start, server_binary, tmp_path, plane):
+    """A repeat quota needs the source's sample count before the epoch:
+    under on_error=skip a shard that cannot be read to its end counts the
+    samples before where it fails, as the epoch's readers find them, and
+    the job is ready. Every kept sample comes exactly `repeat` times and
+    the END tells the losses, once per pass that found them."""
+    require_planes(server_binary, plane)
+    lossy = str(tmp_path / "lossy")
+    keep, lost_shards, lost_samples = make_ds(lossy, SEED + 11)
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    rng = random.Random(SEED + 12)
+    for s in range(2):
+        write_shard(str(clean / ("c-%06d.tar" % s)), s + 30, rng)
+    spec = {"seed": 5, "shuffle_buffer": 32, "interleave": 2, "on_error": "skip",
+            "sources": [{"name": "lossy", "source": lossy, "repeat": 2},
+                        {"name": "clean", "source": str(clean), "repeat": 1}]}
+    srv = start("--admin-token", "adm", "--data-plane", plane,
+                "--max-sample-bytes", str(SAMPLE_MAX), "--prefetch", "false",
+                "--stream-rate-limit", "0", "--rate-limit", "0",
+                "--max-new-epochs-per-minute", "0")
+    st, _, body = request(srv, "/v1/jobs/m", method="PUT", token="adm",
+                          body=json.dumps(spec).encode(),
+                          headers={"Content-Type": "application/json"})
+    assert st in (200, 201), body
+    assert wait_for(lambda: get_json(srv, "/v1/jobs/m")["state"] in ("ready", "failed"),
+                    60)
+    job = get_json(srv, "/v1/jobs/m")
+    assert job["state"] == "ready", job
+    for epoch in (0, 1):
+        got = {}
+        for r, p in enumerate(read_world(srv, epoch, 2, job="m",
+                                         what="%s epoch %d" % (plane, epoch))):
+            for smp in p.samples:
+                got.setdefault(smp["key"], []).append(smp["fields"])
+            # each of the source's two passes finds and counts the losses
+            sk = (p.trailer or {}).get("skipped")
+            what = "%s epoch %d rank %d" % (plane, epoch, r)
+            assert sk and "partial" not in sk, (what, sk)
+            assert sk["shards"] == 2 * len(lost_shards), (what, sk)
+            assert sk["samples"] == 2 * len(lost_samples), (what, sk)
+            assert sorted(os.path.basename(u) for u in sk["shard_urls"]) == \
+                sorted(2 * list(lost_shards)), (what, sk)
+            assert sorted((os.path.basename(x["url"]), x["sample"])
+                          for x in sk["sample_refs"]) == \
+                sorted(2 * list(lost_samples)), (what, sk)
+        lossy_got = {k: v for k, v in got.items() if k in keep}
+        assert set(lossy_got) == set(keep), (plane, epoch, len(lossy_got), len(keep))
+        for k, v in lossy_got.items():
+            assert v == [keep[k]] * 2, (plane, epoch, k, len(v))
+        others = set(got) - set(keep)
+        assert len(others) == 2 * PER_SHARD and \
+            all(len(got[k]) == 1 for k in others), (plane, epoch, len(others))
+    assert srv.stop() == 0
 
 
 def test_every_replica_tells_a_part_the_same(start, tmp_path):
