@@ -47,13 +47,27 @@ static sio_code file_identity(sio_io *io, const sio_epoch_config *cfg,
                               const sio_index_info *info, plan_file *pf,
                               sio_error *err)
 {
-    int fd = -1;
+    int fd = -1, ok = 0, settled = 0;
     struct stat st;
-    sio_code rc = sio_io_open_fd_probe(io, cfg->cache, url, &fd, err);
-    if (rc)
-        return rc == SIO_ERR_NOTFOUND ? SIO_ERR_CHANGED : rc;
-    int ok = fstat(fd, &st) == 0;
-    close(fd);
+    struct timespec c0;
+    char why[120] = "";
+    /* Readers prove their bytes against this identity: a local file a
+     * write may be under way on has none yet (sio_file_settled; looked
+     * at again for a few clock ticks, then the plan stops here and the
+     * epoch's feed retries the file). */
+    for (unsigned a = 0; !settled; a++) {
+        if (a > 0 && !sio_file_settle_pause(a - 1))
+            return sio_seterr(err, SIO_ERR_CHANGED, "shard %zu is being "
+                              "written: %s", i, why);
+        clock_gettime(CLOCK_REALTIME_COARSE, &c0);
+        sio_code rc = sio_io_open_fd_probe(io, cfg->cache, url, &fd, err);
+        if (rc)
+            return rc == SIO_ERR_NOTFOUND ? SIO_ERR_CHANGED : rc;
+        ok = fstat(fd, &st) == 0;
+        settled = !ok || !sio_io_url_is_file(io, url) ||
+                  sio_file_settled(fd, &st, &c0, why, sizeof why);
+        close(fd);
+    }
     if (!ok)
         return sio_seterr(err, SIO_ERR_IO, "shard %zu: cannot stat", i);
     if ((info->size != 0 && info->size != UINT64_MAX &&

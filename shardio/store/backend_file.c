@@ -9,6 +9,9 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,12 +34,73 @@ typedef struct file_stream {
     /* The file as opened: every read is followed by an fstat, and a file
      * whose size or modification time moved since (rewritten in place,
      * truncated, appended to) fails the read with SIO_ERR_CHANGED, so that
-     * no sample is made of two versions of the file. A file replaced by
-     * a rename is not seen: the descriptor keeps the old one, whole. */
+     * no sample is made of two versions of the file. That proves only
+     * writes that start after the open: the open refuses a file a write
+     * may be under way on (sio_file_settled). A file replaced by a
+     * rename is not seen: the descriptor keeps the old one, whole. */
     off_t size;
     struct timespec mtim;
     char err[256];
 } file_stream;
+
+static pthread_once_t sigio_once = PTHREAD_ONCE_INIT;
+
+/* A lease break sends SIGIO (the lease's owner is the process), whose
+ * default action ends the process: ignored unless someone handles it. */
+static void sigio_quiet(void)
+{
+    struct sigaction old;
+    if (sigaction(SIGIO, NULL, &old) == 0 && !(old.sa_flags & SA_SIGINFO) &&
+        old.sa_handler == SIG_DFL) {
+        struct sigaction ign;
+        memset(&ign, 0, sizeof ign);
+        ign.sa_handler = SIG_IGN;
+        sigemptyset(&ign.sa_mask);
+        (void)sigaction(SIGIO, &ign, NULL);
+    }
+}
+
+int sio_file_settled(int fd, const struct stat *st, const struct timespec *c0,
+                     char *buf, size_t len)
+{
+    /* mtime - c0 in ns, saturated: at or after c0, and less than a
+     * second after it (a write takes the time of its start; a time
+     * further ahead was set, by utime or a clock that was ahead, and a
+     * write now would move it back: seen). */
+    int64_t ahead = ((int64_t)st->st_mtim.tv_sec - (int64_t)c0->tv_sec);
+    ahead = ahead > 2 ? 2 : ahead < -2 ? -2 : ahead;
+    ahead = ahead * 1000000000 +
+            ((int64_t)st->st_mtim.tv_nsec - (int64_t)c0->tv_nsec);
+    if (ahead >= 0 && ahead < 1000000000) {
+        snprintf(buf, len, "it was modified just now (a write may still be "
+                           "under way)");
+        return 0;
+    }
+#ifdef F_SETLEASE
+    pthread_once(&sigio_once, sigio_quiet);
+    /* Held for two system calls: a writer that opens the file meanwhile
+     * waits for the release, not for a lease break time. */
+    if (fcntl(fd, F_SETLEASE, F_RDLCK) == 0) {
+        (void)fcntl(fd, F_SETLEASE, F_UNLCK);
+    } else if (errno == EAGAIN) {
+        snprintf(buf, len, "a process has it open for writing (a write may "
+                           "be under way)");
+        return 0;
+    }
+#else
+    (void)fd;
+#endif
+    return 1;
+}
+
+int sio_file_settle_pause(unsigned attempt)
+{
+    if (attempt >= SIO_FILE_SETTLE_TRIES - 1)
+        return 0;
+    struct timespec ts = {0, (long)(attempt + 1) * 5 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    return 1;
+}
 
 static int file_matches(const char *url)
 {
@@ -295,9 +359,28 @@ static sio_code file_open_range(void *ctx, const char *url, uint64_t offset,
     fs->left = end > offset ? end - offset : 0;
     int oserr;
     struct stat st;
-    rc = open_regular(url, path, &fs->fd, &oserr, &st, err);
-    if (rc)
-        goto out;
+    struct timespec c0;
+    char why[120];
+    /* Its mtime and size are what every read is checked against: taken
+     * from a file no write is under way on (sio_file_settled), looked at
+     * again for a few clock ticks (a write that is ending); then a
+     * transient failure, which a reader retries with its backoff as it
+     * retries a store's. */
+    for (unsigned a = 0;; a++) {
+        clock_gettime(CLOCK_REALTIME_COARSE, &c0);
+        rc = open_regular(url, path, &fs->fd, &oserr, &st, err);
+        if (rc)
+            goto out;
+        if (sio_file_settled(fs->fd, &st, &c0, why, sizeof why))
+            break;
+        close(fs->fd);
+        fs->fd = -1;
+        if (!sio_file_settle_pause(a)) {
+            rc = sio_seterr(err, SIO_ERR_RETRY,
+                            "url=%s is being written: %s", url, why);
+            goto out;
+        }
+    }
     fs->size = st.st_size;
     fs->mtim = st.st_mtim;
     if (offset && lseek(fs->fd, (off_t)offset, SEEK_SET) < 0) {

@@ -12,6 +12,9 @@
 #ifndef SHARDIO_STORE_INT_H
 #define SHARDIO_STORE_INT_H
 
+#include <sys/stat.h>
+#include <time.h>
+
 #include "shardio.h"
 #include "shardio_index.h"
 #include "core/core_int.h"
@@ -190,6 +193,31 @@ int sio_cache_entry_parse(const char *meta, size_t mlen,
 void sio_cache_add_hit_bytes(struct sio_cache_user *u, uint64_t n);
 /* Is url a local file (its backend opens descriptors itself)? */
 int sio_io_url_is_file(sio_io *io, const char *url);
+
+/*
+ * Whether a local file's bytes can be taken as one version of it, from
+ * the fstat st of its descriptor fd made after c0, CLOCK_REALTIME_COARSE
+ * read before it. Readers prove the bytes they read are the ones they
+ * first saw by comparing mtime and size after every read; that holds
+ * only for writes that start after the identity was taken. So it is not
+ * settled (0, why in buf) when some process holds the file open for
+ * writing (a read lease cannot be had: a write may be copying its bytes
+ * in, after it moved mtime), or when mtime is not before c0 but within
+ * a second of it (written in the clock's current tick: a write in the
+ * same tick would not move it; a time further ahead was set, and a write
+ * now would move it back).
+ * Where the kernel cannot tell (leases refused: not the file's owner
+ * without CAP_LEASE, a filesystem without them) only mtime counts.
+ * SIGIO, which a lease break would send, is ignored from the first call
+ * on where it had its default action.
+ */
+int sio_file_settled(int fd, const struct stat *st, const struct timespec *c0,
+                     char *buf, size_t len);
+/* Before look `attempt` + 2 at a file that was not settled: 1 after a
+ * pause of a clock tick or two (5 ms x (attempt + 1)), 0 when the
+ * SIO_FILE_SETTLE_TRIES looks (about 30 ms in all) are spent. */
+#define SIO_FILE_SETTLE_TRIES 4u
+int sio_file_settle_pause(unsigned attempt);
 
 /* The io's logger (for store code with no other). */
 const sio_logger *sio_io_logger(const sio_io *io);
