@@ -165,6 +165,35 @@ def serve(start, source, plane, *extra, remove=None):
     return srv
 
 
+def lossy_and_clean(tmp_path, seed, nclean, first):
+    """The lossy dataset (make_ds) and a clean one of nclean shards (shard
+    numbers from first on, for their keys): their paths and make_ds's
+    result."""
+    lossy = str(tmp_path / "lossy")
+    made = make_ds(lossy, seed)
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    rng = random.Random(seed + 1)
+    for s in range(nclean):
+        write_shard(str(clean / ("c-%06d.tar" % s)), s + first, rng)
+    return lossy, clean, made
+
+
+def serve_mixed(start, plane, spec):
+    """A server with job m of spec (PUT as the admin): the server and the
+    job's status once it is ready or failed."""
+    srv = start("--admin-token", "adm", "--data-plane", plane,
+                "--max-sample-bytes", str(SAMPLE_MAX), "--prefetch", "false",
+                "--stream-rate-limit", "0", "--rate-limit", "0",
+                "--max-new-epochs-per-minute", "0")
+    st, _, body = request(srv, "/v1/jobs/m", method="PUT", token="adm",
+                          body=json.dumps(spec).encode(),
+                          headers={"Content-Type": "application/json"})
+    assert st in (200, 201), body
+    wait_for(lambda: get_json(srv, "/v1/jobs/m")["state"] in ("ready", "failed"), 60)
+    return srv, get_json(srv, "/v1/jobs/m")
+
+
 def missing_path(d):
     return os.path.join(d, "t-%06d.tar" % MISSING)
 
@@ -360,28 +389,15 @@ def test_a_mixed_epoch_tells_the_same_on_both_planes(start, server_binary, tmp_p
     end never finds what that shard lost); both planes tell each share of
     a world of 3 the same, in epochs 0 and 1."""
     require_planes(server_binary, "stream", "auto")
-    lossy = str(tmp_path / "lossy")
-    make_ds(lossy, SEED + 7)
-    clean = tmp_path / "clean"
-    clean.mkdir()
-    rng = random.Random(SEED + 8)
-    for s in range(3):
-        write_shard(str(clean / ("c-%06d.tar" % s)), s + 20, rng)
+    lossy, clean, _ = lossy_and_clean(tmp_path, SEED + 7, 3, 20)
     spec = {"seed": 3, "shuffle_buffer": 32, "interleave": 2, "on_error": "skip",
             "epoch_size": 300,
             "sources": [{"name": "lossy", "source": lossy, "weight": 0.7},
                         {"name": "clean", "source": str(clean), "weight": 0.3}]}
     told = {}
     for plane in ("stream", "auto"):
-        srv = start("--admin-token", "adm", "--data-plane", plane,
-                    "--max-sample-bytes", str(SAMPLE_MAX), "--prefetch", "false",
-                    "--stream-rate-limit", "0", "--rate-limit", "0",
-                    "--max-new-epochs-per-minute", "0")
-        st, _, body = request(srv, "/v1/jobs/m", method="PUT", token="adm",
-                              body=json.dumps(spec).encode(),
-                              headers={"Content-Type": "application/json"})
-        assert st in (200, 201), body
-        assert wait_for(lambda: get_json(srv, "/v1/jobs/m")["state"] == "ready", 60)
+        srv, job = serve_mixed(start, plane, spec)
+        assert job["state"] == "ready", job
         for epoch in (0, 1):
             told[(plane, epoch)] = [(p.trailer or {}).get("skipped") for p in
                                     read_world(srv, epoch, 3, job="m", what=plane)]
@@ -405,27 +421,12 @@ def test_a_repeat_quota_counts_a_lossy_source_as_its_epochs_read_it(
     the job is ready. Every kept sample comes exactly `repeat` times and
     the END tells the losses, once per pass that found them."""
     require_planes(server_binary, plane)
-    lossy = str(tmp_path / "lossy")
-    keep, lost_shards, lost_samples = make_ds(lossy, SEED + 11)
-    clean = tmp_path / "clean"
-    clean.mkdir()
-    rng = random.Random(SEED + 12)
-    for s in range(2):
-        write_shard(str(clean / ("c-%06d.tar" % s)), s + 30, rng)
+    lossy, clean, (keep, lost_shards, lost_samples) = lossy_and_clean(
+        tmp_path, SEED + 11, 2, 30)
     spec = {"seed": 5, "shuffle_buffer": 32, "interleave": 2, "on_error": "skip",
             "sources": [{"name": "lossy", "source": lossy, "repeat": 2},
                         {"name": "clean", "source": str(clean), "repeat": 1}]}
-    srv = start("--admin-token", "adm", "--data-plane", plane,
-                "--max-sample-bytes", str(SAMPLE_MAX), "--prefetch", "false",
-                "--stream-rate-limit", "0", "--rate-limit", "0",
-                "--max-new-epochs-per-minute", "0")
-    st, _, body = request(srv, "/v1/jobs/m", method="PUT", token="adm",
-                          body=json.dumps(spec).encode(),
-                          headers={"Content-Type": "application/json"})
-    assert st in (200, 201), body
-    assert wait_for(lambda: get_json(srv, "/v1/jobs/m")["state"] in ("ready", "failed"),
-                    60)
-    job = get_json(srv, "/v1/jobs/m")
+    srv, job = serve_mixed(start, plane, spec)
     assert job["state"] == "ready", job
     for epoch in (0, 1):
         got = {}
