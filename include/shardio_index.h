@@ -243,12 +243,17 @@ int sio_index_refresh(sio_index_entry *e);
  */
 int sio_index_object_changed(sio_index_entry *e, uint64_t size);
 /* The version (a hash of the store's validator; 0: unknown) of the remote
- * object a read indexed whole, set by that read (a complete entry only;
+ * object a read indexed whole, and its size, set by that read (a complete
+ * entry only;
  * memory only, not persisted). A later fetch of the object that finds
  * another validator drops the groups (sio_index_object_changed) before it
  * indexes the object again. Thread-safe. */
-void sio_index_set_version(sio_index_entry *e, uint64_t version);
+void sio_index_set_version(sio_index_entry *e, uint64_t version,
+                           uint64_t size);
 uint64_t sio_index_version(sio_index_entry *e);
+/* sio_index_version, and the object's size that read found (*size; 0
+ * with no version). */
+uint64_t sio_index_version_size(sio_index_entry *e, uint64_t *size);
 
 /* A field of a group being recorded. */
 typedef struct sio_index_field {

@@ -152,8 +152,12 @@ int sio_plan_stage_other_world(sio_plan *p, uint32_t world, uint64_t t);
  * shard the order passes on its way there first? 1 for a plan that
  * stages an epoch whose shards were all indexed when it started, with t
  * more than a buffer's worth (buffer_samples) beyond the items made so far
- * (a resume far in, a server restarted under its clients): such a stream
- * is the feed's, which reads the ranges it needs. 0 otherwise. */
+ * (a resume far in, a server restarted under its clients), unless every
+ * shard it stages may be left to its readers (an unmixed epoch of plain
+ * tars whose indexes this server confirmed by reading each object whole:
+ * the steps then fetch none of the shards every reader is far past, and
+ * a reader has the ranges of its items fetched). Where it is 1 the
+ * stream is the feed's, which reads the ranges it needs. 0 otherwise. */
 int sio_plan_stage_far(const sio_plan *p, uint64_t t);
 /* How far (samples of Y) a growing plan's steps run ahead of its
  * furthest reader before they park (default: 4 x the shuffle buffer, at
@@ -199,6 +203,11 @@ typedef struct sio_plan_stage_stats {
     uint64_t released;      /* shards let go */
     uint64_t detaches;      /* ranks no longer waited for */
     uint64_t refused;       /* readers told to come back (no room) */
+    uint64_t deferred;      /* shards left to their readers: every reader
+                               was far past where the order read them
+                               (a resume far in), so no step fetched
+                               them whole; readers that reach their items
+                               have those fetched (restages) */
     uint64_t held;          /* shards decided that wait for a reader */
     uint64_t spare;         /* staging memory kept for the next shards
                                (server-wide, within stage_bytes) */

@@ -191,6 +191,7 @@ static void stage_add(sio_plan_stage_stats *a, const sio_plan_stage_stats *b,
     a->released += b->released;
     a->detaches += b->detaches;
     a->refused += b->refused;
+    a->deferred += b->deferred;
 }
 
 void sc_job_stage(sc_job *job, sio_plan_stage_stats *out)

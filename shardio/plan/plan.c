@@ -789,7 +789,7 @@ void sio_plan_abandon(sio_plan *p, const char *reason)
 
 int sio_plan_stage_far(const sio_plan *p, uint64_t t)
 {
-    if (!p->stage_seeks || !p->g)
+    if (!p->stage_seeks || p->stage_defers || !p->g)
         return 0;
     uint64_t n = sio_plan_count(p);
     uint64_t slack = p->g->cfg.buffer_samples;
@@ -1527,6 +1527,7 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
 }
 
 static uint64_t shard_ready(void *ud, uint32_t s);
+static int plan_defers(sio_plan *p);
 static int grow_stop_at(void *ud, uint32_t s, uint64_t *at, sio_code *rc,
                         char *msg, size_t msglen);
 
@@ -1688,6 +1689,7 @@ sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
             return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
         }
     }
+    p->stage_defers = plan_defers(p);
     sio_order_set_gate(g->o, shard_ready, g);
     sio_order_set_entries(g->o, grow_entry, p);
     if (cfg->on_error == SIO_ON_ERROR_FAIL)
@@ -2238,6 +2240,95 @@ static sio_code staged_reap(sio_plan *p, sio_error *err)
     return rc;
 }
 
+/* May shard s be left to its readers (stage_defer) at all: staged in
+ * memory (not read in place, not filled into the shard cache, not an
+ * object set's virtual shard), a plain tar whose index this server
+ * confirmed by reading the object whole (its validator is known: a
+ * reader's fetch of some of its bytes checks it)? *e, *info: its
+ * entry. */
+static int shard_deferrable(sio_plan *p, uint32_t s, sio_index_entry **e,
+                            sio_index_info *info, uint64_t *size)
+{
+    plan_grow *g = p->g;
+    const char *url = sio_shardlist_url(g->list, s);
+    *size = 0;
+    if (!p->stage || p->stage->sh[s].kind != STAGE_MEMORY ||
+        !p->stage->budget || virtual_shard(url) ||
+        (g->cfg.cache && !(g->uncached && g->uncached[s])) ||
+        sio_io_fd_capable(g->io, g->cfg.cache, url) || !g->cfg.index ||
+        !(*e = sio_index_peek(g->cfg.index, url)))
+        return 0;
+    sio_index_get_info(*e, info);
+    return info->complete && !info->stream_only && !info->hint &&
+           sio_index_version_size(*e, size) != 0 && *size &&
+           *size != UINT64_MAX;
+}
+
+/* Every shard the epoch stages in memory may be left to its readers
+ * (p->stage_defers: a resume far in is the plan's, sio_plan_stage_far). */
+static int plan_defers(sio_plan *p)
+{
+    plan_grow *g = p->g;
+    size_t first = g->cfg.range_count ? g->cfg.range_first : 0;
+    size_t count = g->cfg.range_count ? g->cfg.range_count : g->total;
+    if (!p->stage_seeks || g->cfg.nmix)
+        return 0;
+    for (size_t i = first; i < first + count && i < g->total; i++) {
+        sio_index_entry *e;
+        sio_index_info info;
+        uint64_t size;
+        if (p->stage->sh[i].kind != STAGE_IN_PLACE &&
+            !sio_io_fd_capable(g->io, g->cfg.cache,
+                               sio_shardlist_url(g->list, i)) &&
+            !shard_deferrable(p, (uint32_t)i, &e, &info, &size))
+            return 0;
+    }
+    return 1;
+}
+
+/* Leave shard s to its readers when every reader the staging follows is
+ * so far past where the order reads now that no step needs its bytes:
+ * its K items leave the interleave of N shards within about N x K items
+ * of here, and the shuffle buffer of B holds each a while (2 x B, and
+ * any item that stays longer is fetched by the reader that reaches it).
+ * The order takes its groups from its index at once; a reader that
+ * reaches one of its items has the byte ranges of those from there
+ * fetched (stage_take's restage, checked against the validator). 1 when
+ * it was left so (ready for the order), 0 when its step stages it. */
+static int plan_defer(sio_plan *p, uint32_t s)
+{
+    plan_grow *g = p->g;
+    sio_index_entry *e = NULL;
+    sio_index_info info;
+    uint64_t cut, size, v;
+    if (!p->stage_defers || !shard_deferrable(p, s, &e, &info, &size) ||
+        shard_cut(g, s, &cut))
+        return 0;
+    uint64_t n = (uint64_t)g->cfg.interleave ? g->cfg.interleave : 1;
+    uint64_t reach = info.known > UINT64_MAX / n ? UINT64_MAX
+                                                 : n * info.known;
+    uint64_t tail = 2 * (uint64_t)g->cfg.buffer_samples;
+    reach = reach > UINT64_MAX - tail ? UINT64_MAX : reach + tail;
+    reach = reach > UINT64_MAX - g->made ? UINT64_MAX : reach + g->made;
+    if (reach >= stage_low_readers(p))
+        return 0;
+    if (!sio_index_view_open(e, &g->views[s]))
+        return 0;
+    v = sio_index_version_size(e, &size);
+    if (!v || !size || size > (uint64_t)INT64_MAX ||
+        !stage_defer(p, s, sio_shardlist_url(g->list, s), size, v)) {
+        sio_index_view_close(e, &g->views[s]);
+        return 0;
+    }
+    p->files[s] = (plan_file){0, 0, (off_t)size, {0, 0}, 1};
+    g->ents[s] = e;
+    uint64_t good = 0, bad = 0;
+    sio_index_tally(e, UINT64_MAX, &good, &bad);
+    stage_end(p, s, good);
+    atomic_store(&g->gready[s], UINT64_MAX);
+    return 1;
+}
+
 /* Does the order read a shard now (a slot) that no step made ready? */
 static int slot_unready(sio_plan *p)
 {
@@ -2265,13 +2356,17 @@ static sio_code grow_once(sio_plan *p, sio_error *err)
      * order takes their groups as they arrive. */
     size_t n = sio_order_shards_ahead(g->o, g->ahead, g->ahead_cap);
     size_t slots = sio_order_slot_count(g->o);
-    unsigned fresh = 0;
+    unsigned fresh = 0, deferred = 0;
     for (size_t i = 0; i < n && rc == SIO_OK; i++) {
         uint32_t s = g->ahead[i];
         if (s >= g->total || g->ents[s])
             continue;
         if (i >= slots && fresh >= GROW_STEP_SHARDS)
             break;
+        if (stage_kind(p, s) && plan_defer(p, s)) {
+            deferred++;
+            continue;
+        }
         /* A shard staged in memory: a job of its own, within the jobs'
          * count, ahead of the order's own only as fetch_ahead says, and
          * within the room (readers passing the shards before); one of a
@@ -2297,16 +2392,16 @@ static sio_code grow_once(sio_plan *p, sio_error *err)
         rc = order_run(p, &got, err);
         /* The order may move on with no item made (its buffer filling):
          * a shard it opened since is made ready in the next round. */
-        if (rc == SIO_ERR_AGAIN && got == 0 && fresh == 0 && slot_unready(p))
+        if (rc == SIO_ERR_AGAIN && got == 0 && fresh + deferred == 0 && slot_unready(p))
             rc = SIO_OK;
-        if (rc == SIO_ERR_AGAIN && got == 0 && fresh == 0 && stage_jobs(p)) {
+        if (rc == SIO_ERR_AGAIN && got == 0 && fresh + deferred == 0 && stage_jobs(p)) {
             /* The order waits for shards still arriving: for their next
              * groups, a while (then the planner's other work goes, and
              * this step is queued again). */
             stage_jobs_wait(p, gen0, GROW_WAIT_MS);
             return SIO_ERR_AGAIN;
         }
-        if (rc == SIO_ERR_AGAIN && got == 0 && fresh == 0 && blocked) {
+        if (rc == SIO_ERR_AGAIN && got == 0 && fresh + deferred == 0 && blocked) {
             /* Waiting for room to stage the next shard: parked until a
              * reader lets shards go; while readers wait at the end, the
              * lag rules are looked at again shortly (stage_room). */
@@ -2326,7 +2421,7 @@ static sio_code grow_once(sio_plan *p, sio_error *err)
             }
             return SIO_ERR_BUSY;
         }
-        if (rc == SIO_ERR_AGAIN && got == 0 && fresh == 0)
+        if (rc == SIO_ERR_AGAIN && got == 0 && fresh + deferred == 0)
             rc = sio_seterr(err, SIO_ERR_CHANGED,
                             "the order waits for a shard that is indexed: "
                             "%s", err->msg);

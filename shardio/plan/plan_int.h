@@ -81,7 +81,11 @@ typedef struct stage_shard {
     uint8_t failed;    /* the last restage failed (why: the plan's) */
     uint8_t held;      /* a cache entry the plan holds open (hold_pi) */
     uint8_t gone;      /* its memfd was let go (readers passed it) and it
-                          was not staged again since */
+                          was not staged again since, or it was never
+                          staged (deferred: left to its readers) */
+    uint8_t swept;     /* its last item is behind every counting rank:
+                          taken off the done queue (a shard fetched again
+                          after that goes as soon as its readers let go) */
     int hold_pi;       /* the plan's shared descriptor held */
     uint32_t pins;     /* readers holding fd */
     uint64_t size;     /* bytes (as first staged) */
@@ -165,7 +169,7 @@ typedef struct plan_stage {
     pthread_cond_t cv;       /* with the plan's mu */
     /* counters */
     uint64_t staged, fetched_bytes, restages, ranged, revived, released,
-        detaches, refused;
+        detaches, refused, deferred;
 } plan_stage;
 
 struct sio_plan {
@@ -188,6 +192,9 @@ struct sio_plan {
     int growing;
     int stage_seeks;        /* it stages an epoch whose shards were all
                                indexed (sio_plan_stage_far) */
+    int stage_defers;       /* ... and every shard it stages in memory may
+                               be left to its readers (plan_defer): a
+                               resume far in is the plan's */
     _Atomic int complete;   /* n is Y's length */
     _Atomic int failed;     /* Y cannot be planned past n: fail_msg */
     sio_code fatal;         /* set before failed: the epoch itself fails
@@ -418,5 +425,18 @@ void stage_reader(sio_plan *p, uint32_t rank, uint32_t world, uint64_t t,
                   int open);
 /* Is shard s done with for a reader at Y index t (its last item before)? */
 int stage_passed(sio_plan *p, uint32_t s, uint64_t t);
+/* Where the readers the staging follows read next, for a step that asks
+ * whether a shard is needed now: the lowest next Y index of a counting
+ * rank that joined; a rank still expected counts as the lowest joined
+ * rank of its world (the ranks of a world come back together). 0 while
+ * no reader came, or a world that is expected has no rank joined. */
+uint64_t stage_low_readers(sio_plan *p);
+/* Shard s (size bytes, the store's validator vhash, not 0) is not fetched
+ * by the step that opens it: every reader is far past where the order
+ * reads it, so its items are fetched by the readers that reach them
+ * (stage_take's restage: their byte ranges, or the shard). 1, or 0 when
+ * it is staged or pinned already (the step stages it). */
+int stage_defer(sio_plan *p, uint32_t s, const char *url, uint64_t size,
+                uint64_t vhash);
 
 #endif /* SHARDIO_PLAN_INT_H */

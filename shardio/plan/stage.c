@@ -838,7 +838,7 @@ static void job_run(struct stage_job *j, unsigned char *buf)
         j->foreign = 2;
     vh = src_close(&j->src, j->ended && j->src_rc == SIO_OK);
     if (vh && brc == SIO_OK && !j->dec)
-        sio_index_set_version(j->e, vh);
+        sio_index_set_version(j->e, vh, j->avail);
     j->buf = NULL;
     struct stat sb;
     int ok = ftruncate(j->fd, (off_t)j->avail) == 0 && fstat(j->fd, &sb) == 0;
@@ -1033,8 +1033,12 @@ static void restage_settle(struct stage_job *j, uint64_t mem, sio_code rc,
         if (now > x->size || whole)
             now = x->size;
         if (!j->extend) {
+            /* Behind every counting rank (a reader behind the others):
+             * let go once its readers let go of it. Else (a shard left
+             * to its readers, stage_defer) kept until they passed it, as
+             * a shard the steps staged. */
             x->fd = j->fd;
-            x->doomed = 1; /* let go once its readers let go of it */
+            x->doomed = x->swept;
             x->mem = 0;
         }
         st->restage_bytes += now - x->mem;
@@ -1296,7 +1300,7 @@ sio_code stage_job_start(sio_plan *p, uint32_t s, sio_index_entry *e,
     x->uhash = uhash_of(url, x->kind);
     x->size = 0;
     x->left = x->decided = 0;
-    x->sized = x->final = x->doomed = 0;
+    x->sized = x->final = x->doomed = x->swept = 0;
     st->staged++;
     st->reserved += reserve;
     st->running++;
@@ -1443,6 +1447,7 @@ static size_t sweep(sio_plan *p, int *closing, size_t cap)
             break;
         st->done_head = (st->done_head + 1) % st->total;
         st->done_n--;
+        x->swept = 1;
         if (x->held) { /* a cache entry held for the readers: let go */
             closing[nc++] = -x->hold_pi - 1;
             x->held = 0;
@@ -1709,7 +1714,7 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
             st->restage_bytes += x->size;
             x->restaged = 1;
             x->fd = rfd;
-            x->doomed = 1; /* let go once its readers let go of it */
+            x->doomed = x->swept; /* as a restage (restage_settle) */
             x->partial = 0;
             x->cover = 0;
             x->mem = x->size;
@@ -1902,6 +1907,60 @@ void stage_reader(sio_plan *p, uint32_t rank, uint32_t world, uint64_t t,
         after_sweep(p, closing, nc);
 }
 
+uint64_t stage_low_readers(sio_plan *p)
+{
+    plan_stage *st = p->stage;
+    uint64_t low = UINT64_MAX, now = sio_now_ms();
+    pthread_mutex_lock(&p->mu);
+    if (!st->nw)
+        low = 0;
+    for (unsigned wi = 0; wi < st->nw && low; wi++) {
+        const stage_world *w = &st->w[wi];
+        uint64_t wl = UINT64_MAX;
+        int joined = 0, expected = 0;
+        for (uint32_t r = 0; r < w->world; r++) {
+            const stage_rank *k = &w->rank[r];
+            if (k->detached)
+                continue;
+            if (!k->joined) {
+                expected |= now < w->join_deadline_ms;
+                continue;
+            }
+            joined = 1;
+            if (k->t < wl)
+                wl = k->t;
+        }
+        if (expected && !joined)
+            wl = 0;
+        if (wl < low)
+            low = wl;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return low;
+}
+
+int stage_defer(sio_plan *p, uint32_t s, const char *url, uint64_t size,
+                uint64_t vhash)
+{
+    plan_stage *st = p->stage;
+    pthread_mutex_lock(&p->mu);
+    stage_shard *x = &st->sh[s];
+    int ok = x->fd < 0 && !x->queued && !x->pins;
+    if (ok) {
+        x->gone = 1;
+        x->size = size;
+        x->vhash = vhash;
+        x->uhash = uhash_of(url, x->kind);
+        x->left = x->decided = 0;
+        x->sized = x->final = x->doomed = x->swept = 0;
+        x->partial = 0;
+        x->cover = 0;
+        st->deferred++;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return ok;
+}
+
 int stage_passed(sio_plan *p, uint32_t s, uint64_t t)
 {
     pthread_mutex_lock(&p->mu);
@@ -1983,6 +2042,7 @@ void sio_plan_get_stage_stats(sio_plan *p, sio_plan_stage_stats *out)
     out->released = st->released;
     out->detaches = st->detaches;
     out->refused = st->refused;
+    out->deferred = st->deferred;
     out->held = st->done_n;
     out->spare = stage_spare_bytes();
     out->blocked = st->blocked_ms != 0;

@@ -57,6 +57,7 @@ struct sio_index_entry {
     uint64_t size, mtime;
     uint64_t mtime_ns;    /* a local file's mtime in ns when the entry was
                              made or refreshed (memory only; 0: unknown) */
+    uint64_t vsize;       /* ... and the object's size then */
     uint64_t version;     /* a remote object's validator (hash) when a read
                              indexed it whole (memory only; 0: unknown) */
     sio_index_group *g;
@@ -1204,26 +1205,39 @@ int sio_index_object_changed(sio_index_entry *e, uint64_t size)
         entry_restart(e, size, "object");
     e->size = size;
     e->version = 0;
+    e->vsize = 0;
     pthread_mutex_unlock(&e->mu);
     return had;
 }
 
-void sio_index_set_version(sio_index_entry *e, uint64_t version)
+void sio_index_set_version(sio_index_entry *e, uint64_t version,
+                           uint64_t size)
 {
     if (!e)
         return;
     pthread_mutex_lock(&e->mu);
-    if (e->complete)
+    if (e->complete) {
         e->version = version;
+        e->vsize = size;
+    }
     pthread_mutex_unlock(&e->mu);
 }
 
 uint64_t sio_index_version(sio_index_entry *e)
 {
+    return sio_index_version_size(e, NULL);
+}
+
+uint64_t sio_index_version_size(sio_index_entry *e, uint64_t *size)
+{
+    if (size)
+        *size = 0;
     if (!e)
         return 0;
     pthread_mutex_lock(&e->mu);
     uint64_t v = e->complete ? e->version : 0;
+    if (v && size)
+        *size = e->vsize;
     pthread_mutex_unlock(&e->mu);
     return v;
 }

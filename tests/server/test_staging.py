@@ -66,6 +66,15 @@ fetched again is taken), and after its rejoin grace ran out reads the
 second half again. The shards it needs are fetched again for it
 (restages), and both shares are the feed's, sample for sample.
 
+test_a_resume_far_into_an_epoch_this_server_indexed_is_the_plans: both
+ranks of world 2 open an indexed epoch at 90% of it (a job restarted
+from a checkpoint) on the server that read every shard whole before: the
+plan serves them, the shards every rank is far past are fetched by no
+step (shards_deferred), the store sends a small part of the dataset, and
+the shares from there are the oracle's. On a restarted server (indexes
+from state_dir, no validator to check the objects against) such a
+stream is the feed's (test_a_resume_far_into_an_indexed_staged_epoch_is_the_feeds).
+
 test_a_reader_behind_has_only_the_ranges_of_its_items_fetched_again: a
 client coming back near the end of a staged epoch, after its shards were
 let go, has only the byte ranges of the items from its position fetched
@@ -1147,7 +1156,9 @@ def test_a_resume_far_into_an_indexed_staged_epoch_is_the_feeds(start, server_bi
                                                                tmp_path):
     """--stage-indexed: a fresh server (its indexes in state_dir) whose
     first stream of an epoch resumes at 90% of it. The staging would have
-    to fetch every shard the order passes on its way there; the stream is
+    to fetch every shard the order passes on its way there (it has no
+    validator of the objects to leave shards to their readers: those are
+    known only from a whole read by this server); the stream is
     the feed's (which seeks), the plan's staging fetches nothing while
     no stream reads it (the store is read once, not by both), and the
     share from there is
@@ -1184,6 +1195,61 @@ def test_a_resume_far_into_an_indexed_staged_epoch_is_the_feeds(start, server_bi
         # (the last shard's tail may still be read after the stream's END)
         st = read_when(lambda: staging(srv), lambda x: x["fetched_bytes"] == tar_bytes)
         assert st["fetched_bytes"] == tar_bytes, (tag(), st)
+    finally:
+        ng.stop()
+
+
+def test_a_resume_far_into_an_epoch_this_server_indexed_is_the_plans(start, server_binary,
+                                                                    tmp_path):
+    """--stage-indexed, one server: epoch 0 read whole (every shard read
+    whole by the staging: its index confirmed, its validator known). A
+    training job restarted from a checkpoint: both ranks of world 2 open
+    epoch 1 at 90% of it, its first streams. They read the plan, not the
+    feed; no step fetches the shards every rank is far past (they are
+    left to the readers: shards_deferred), the store sends far less than
+    the dataset, and each rank's share from there is the one a full read
+    of epoch 1 gives. A stream from the start afterwards reads every
+    shard (fetched again for it) and gives the whole share."""
+    require_planes(server_binary, "auto")
+    ds = many_shards(tmp_path, SEED + 33, 40, "d")
+    names = sorted(os.listdir(ds.path))
+    tar_bytes = sum(os.path.getsize(os.path.join(ds.path, n)) for n in names)
+    ng = Nginx(ds.path, str(tmp_path))
+    try:
+        args = ("--job", "t", "--source", brace(ng, names, "d"), "--data-plane", "auto",
+                "--stage-indexed", "true", "--interleave", "2", "--shuffle-buffer", "20") + COMMON
+        oracle = start(*args)
+        srv = start(*args)
+        want = read_world(oracle, 1, 2)
+        assert read_one(srv, 0, 0, 1).outcome == "end", tag()
+        st0 = read_when(lambda: staging(srv), lambda x: x["fetched_bytes"] == tar_bytes)
+        assert st0["fetched_bytes"] == tar_bytes, (tag(), st0)
+        dp0 = data_plane(get_json(srv, "/v1/jobs/t"))
+        before = fetched_from_nginx(ng, "d")
+        starts = [len(want[r].samples) * 9 // 10 for r in range(2)]
+        got = [None, None]
+
+        def rank(r):
+            got[r] = read_resuming(srv, 1, r, 2, start=starts[r])[0]
+
+        threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for r in range(2):
+            assert [(s["key"], s["fields"]) for s in got[r]] == kf(want[r])[starts[r]:], (tag(), r)
+        dp = data_plane(get_json(srv, "/v1/jobs/t"))
+        assert dp["feed_streams"] == dp0["feed_streams"], (tag(), dp0, dp)
+        assert dp["plan_streams"] >= dp0["plan_streams"] + 2, (tag(), dp0, dp)
+        st = staging(srv)
+        assert st["shards_deferred"] >= len(names) // 2, (tag(), st)
+        sent = fetched_from_nginx(ng, "d") - before
+        assert sent <= tar_bytes // 2, (tag(), sent, tar_bytes, st)
+        # a stream of the same epoch from its start: every shard, the whole share
+        again = read_resuming(srv, 1, 0, 2)[0]
+        assert [(s["key"], s["fields"]) for s in again] == kf(want[0]), tag()
+        assert data_plane(get_json(srv, "/v1/jobs/t"))["feed_streams"] == dp0["feed_streams"], tag()
     finally:
         ng.stop()
 
