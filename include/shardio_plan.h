@@ -154,10 +154,10 @@ int sio_plan_stage_other_world(sio_plan *p, uint32_t world, uint64_t t);
  * more than a buffer's worth (buffer_samples) beyond the items made so far
  * (a resume far in, a server restarted under its clients), unless every
  * shard it stages may be left to its readers (an unmixed epoch of plain
- * tars whose indexes this server confirmed by reading each object whole:
- * the steps then fetch none of the shards every reader is far past, and
- * a reader has the ranges of its items fetched). Where it is 1 the
- * stream is the feed's, which reads the ranges it needs. 0 otherwise. */
+ * tars indexed whole, of known sizes: the steps then fetch none of the
+ * shards every reader is far past, and a reader has the ranges of its
+ * items fetched). Where it is 1 the stream is the feed's, which reads
+ * the ranges it needs. 0 otherwise. */
 int sio_plan_stage_far(const sio_plan *p, uint64_t t);
 /* How far (samples of Y) a growing plan's steps run ahead of its
  * furthest reader before they park (default: 4 x the shuffle buffer, at

@@ -2242,26 +2242,38 @@ static sio_code staged_reap(sio_plan *p, sio_error *err)
 
 /* May shard s be left to its readers (stage_defer) at all: staged in
  * memory (not read in place, not filled into the shard cache, not an
- * object set's virtual shard), a plain tar whose index this server
- * confirmed by reading the object whole (its validator is known: a
- * reader's fetch of some of its bytes checks it)? *e, *info: its
- * entry. */
+ * object set's virtual shard), a plain tar indexed whole, of a known
+ * size. *e: its entry (loaded from state_dir or a sidecar when it was
+ * not in memory: a planner thread reads the file); *size; *v: the
+ * object's validator when this server read it whole (0: not known, the
+ * first fetch of its bytes takes the store's; its groups are checked
+ * sample by sample as readers read them, as every index loaded from a
+ * file is). */
 static int shard_deferrable(sio_plan *p, uint32_t s, sio_index_entry **e,
-                            sio_index_info *info, uint64_t *size)
+                            sio_index_info *info, uint64_t *size,
+                            uint64_t *v)
 {
     plan_grow *g = p->g;
     const char *url = sio_shardlist_url(g->list, s);
     *size = 0;
+    *v = 0;
     if (!p->stage || p->stage->sh[s].kind != STAGE_MEMORY ||
         !p->stage->budget || virtual_shard(url) ||
         (g->cfg.cache && !(g->uncached && g->uncached[s])) ||
         sio_io_fd_capable(g->io, g->cfg.cache, url) || !g->cfg.index ||
-        !(*e = sio_index_peek(g->cfg.index, url)))
+        !(*e = sio_index_get(g->cfg.index, g->io, url,
+                             sio_shardlist_size(g->list, s))))
         return 0;
     sio_index_get_info(*e, info);
-    return info->complete && !info->stream_only && !info->hint &&
-           sio_index_version_size(*e, size) != 0 && *size &&
-           *size != UINT64_MAX;
+    if (!info->complete || info->stream_only)
+        return 0;
+    *v = sio_index_version_size(*e, size);
+    if (!*v) {
+        *size = info->size;
+        if (!*size || *size == UINT64_MAX)
+            *size = known_size(g->list, &g->cfg, s);
+    }
+    return *size && *size != UINT64_MAX && *size <= (uint64_t)INT64_MAX;
 }
 
 /* Every shard the epoch stages in memory may be left to its readers
@@ -2276,11 +2288,11 @@ static int plan_defers(sio_plan *p)
     for (size_t i = first; i < first + count && i < g->total; i++) {
         sio_index_entry *e;
         sio_index_info info;
-        uint64_t size;
+        uint64_t size, v;
         if (p->stage->sh[i].kind != STAGE_IN_PLACE &&
             !sio_io_fd_capable(g->io, g->cfg.cache,
                                sio_shardlist_url(g->list, i)) &&
-            !shard_deferrable(p, (uint32_t)i, &e, &info, &size))
+            !shard_deferrable(p, (uint32_t)i, &e, &info, &size, &v))
             return 0;
     }
     return 1;
@@ -2301,7 +2313,7 @@ static int plan_defer(sio_plan *p, uint32_t s)
     sio_index_entry *e = NULL;
     sio_index_info info;
     uint64_t cut, size, v;
-    if (!p->stage_defers || !shard_deferrable(p, s, &e, &info, &size) ||
+    if (!p->stage_defers || !shard_deferrable(p, s, &e, &info, &size, &v) ||
         shard_cut(g, s, &cut))
         return 0;
     uint64_t n = (uint64_t)g->cfg.interleave ? g->cfg.interleave : 1;
@@ -2314,9 +2326,7 @@ static int plan_defer(sio_plan *p, uint32_t s)
         return 0;
     if (!sio_index_view_open(e, &g->views[s]))
         return 0;
-    v = sio_index_version_size(e, &size);
-    if (!v || !size || size > (uint64_t)INT64_MAX ||
-        !stage_defer(p, s, sio_shardlist_url(g->list, s), size, v)) {
+    if (!stage_defer(p, s, sio_shardlist_url(g->list, s), size, v)) {
         sio_index_view_close(e, &g->views[s]);
         return 0;
     }

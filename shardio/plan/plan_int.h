@@ -83,6 +83,10 @@ typedef struct stage_shard {
     uint8_t gone;      /* its memfd was let go (readers passed it) and it
                           was not staged again since, or it was never
                           staged (deferred: left to its readers) */
+    uint8_t adopt;     /* left to its readers with no validator known (its
+                          index loaded from state_dir or a sidecar): the
+                          first fetch of its bytes takes the store's, and
+                          every later one is held to it */
     uint8_t swept;     /* its last item is behind every counting rank:
                           taken off the done queue (a shard fetched again
                           after that goes as soon as its readers let go) */
@@ -431,7 +435,8 @@ int stage_passed(sio_plan *p, uint32_t s, uint64_t t);
  * rank of its world (the ranks of a world come back together). 0 while
  * no reader came, or a world that is expected has no rank joined. */
 uint64_t stage_low_readers(sio_plan *p);
-/* Shard s (size bytes, the store's validator vhash, not 0) is not fetched
+/* Shard s (size bytes, the store's validator vhash; 0: none known, the
+ * first fetch takes the store's) is not fetched
  * by the step that opens it: every reader is far past where the order
  * reads it, so its items are fetched by the readers that reach them
  * (stage_take's restage: their byte ranges, or the shard). 1, or 0 when

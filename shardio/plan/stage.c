@@ -359,6 +359,9 @@ struct stage_job {
      * the job), else into a new one. want_mem: the room reserved. */
     int restage;
     uint64_t want_size, want_v;
+    int adopt;  /* want_v 0: the validator of the first answer is taken
+                   (a shard left to its readers from a loaded index:
+                   stage_defer), every later range is held to it */
     int extend;
     size_t nr;
     stage_range rg[RANGED_MAX];
@@ -1029,6 +1032,8 @@ static void restage_settle(struct stage_job *j, uint64_t mem, sio_code rc,
                              : st->restage_bytes;
     if (rc == SIO_OK) {
         int whole = restage_whole(j);
+        if (j->adopt && !x->vhash)
+            x->vhash = j->want_v; /* the object read: later ranges too */
         uint64_t now = j->extend ? x->mem + mem : mem;
         if (now > x->size || whole)
             now = x->size;
@@ -1146,6 +1151,8 @@ static void ranged_run(struct stage_job *j, unsigned char *buf)
                 if (in->ops->info)
                     in->ops->info(in, &oi);
                 uint64_t vh = vhash_of(oi.validator);
+                if (j->adopt && !j->want_v)
+                    j->want_v = vh;
                 if ((vh && vh != j->want_v) ||
                     (oi.size != UINT64_MAX && oi.size != j->want_size)) {
                     rc = sio_seterr(&e, SIO_ERR_CHANGED,
@@ -1300,7 +1307,7 @@ sio_code stage_job_start(sio_plan *p, uint32_t s, sio_index_entry *e,
     x->uhash = uhash_of(url, x->kind);
     x->size = 0;
     x->left = x->decided = 0;
-    x->sized = x->final = x->doomed = x->swept = 0;
+    x->sized = x->final = x->doomed = x->swept = x->adopt = 0;
     st->staged++;
     st->reserved += reserve;
     st->running++;
@@ -1734,8 +1741,8 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
         stage_range rg = {0, x->size}, part[RANGED_MAX];
         uint64_t need = x->size - (extend ? x->mem : 0), rb = 0, from = 0;
         size_t nr = 0;
-        if (extend || (x->kind == STAGE_MEMORY && x->vhash && x->final &&
-                       x->size)) {
+        if (extend || (x->kind == STAGE_MEMORY && (x->vhash || x->adopt) &&
+                       x->final && x->size)) {
             nr = ranged_of(p, s, t, extend ? x->cover - 1 : x->last,
                            x->size, part, &rb);
             if (nr && !extend && rb > x->size / 2)
@@ -1767,6 +1774,7 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
             .restage = x->kind == STAGE_DECOMPRESS || x->kind == STAGE_ZIP
                            ? 1 : 2,
             .extend = extend, .want_size = x->size, .want_v = x->vhash,
+            .adopt = x->adopt && !x->vhash,
             .want_mem = need, .from = from, .nr = nr ? nr : 1};
         memcpy(rj->rg, nr ? part : &rg, rj->nr * sizeof rg);
         st->restage_bytes += need; /* reserved until it is let go */
@@ -1950,6 +1958,7 @@ int stage_defer(sio_plan *p, uint32_t s, const char *url, uint64_t size,
         x->gone = 1;
         x->size = size;
         x->vhash = vhash;
+        x->adopt = vhash == 0;
         x->uhash = uhash_of(url, x->kind);
         x->left = x->decided = 0;
         x->sized = x->final = x->doomed = x->swept = 0;

@@ -71,9 +71,12 @@ ranks of world 2 open an indexed epoch at 90% of it (a job restarted
 from a checkpoint) on the server that read every shard whole before: the
 plan serves them, the shards every rank is far past are fetched by no
 step (shards_deferred), the store sends a small part of the dataset, and
-the shares from there are the oracle's. On a restarted server (indexes
-from state_dir, no validator to check the objects against) such a
-stream is the feed's (test_a_resume_far_into_an_indexed_staged_epoch_is_the_feeds).
+the shares from there are the oracle's.
+test_a_resume_far_in_on_a_restarted_server_is_the_plans: the same on a
+restarted server (s3, sizes listed, indexes from state_dir). Where a
+shard's size is not known after a restart (a brace pattern over http),
+such a stream is the feed's
+(test_a_resume_far_into_an_indexed_staged_epoch_is_the_feeds).
 
 test_a_reader_behind_has_only_the_ranges_of_its_items_fetched_again: a
 client coming back near the end of a staged epoch, after its shards were
@@ -1155,10 +1158,10 @@ def test_shards_fetched_again_do_not_hold_the_planners(start, server_binary, tmp
 def test_a_resume_far_into_an_indexed_staged_epoch_is_the_feeds(start, server_binary,
                                                                tmp_path):
     """--stage-indexed: a fresh server (its indexes in state_dir) whose
-    first stream of an epoch resumes at 90% of it. The staging would have
-    to fetch every shard the order passes on its way there (it has no
-    validator of the objects to leave shards to their readers: those are
-    known only from a whole read by this server); the stream is
+    first stream of an epoch resumes at 90% of it, over a brace pattern
+    (no listed sizes). The staging would have to fetch every shard the
+    order passes on its way there (without a size it cannot leave a shard
+    to its readers); the stream is
     the feed's (which seeks), the plan's staging fetches nothing while
     no stream reads it (the store is read once, not by both), and the
     share from there is
@@ -1252,6 +1255,60 @@ def test_a_resume_far_into_an_epoch_this_server_indexed_is_the_plans(start, serv
         assert data_plane(get_json(srv, "/v1/jobs/t"))["feed_streams"] == dp0["feed_streams"], tag()
     finally:
         ng.stop()
+
+
+def test_a_resume_far_in_on_a_restarted_server_is_the_plans(start, server_binary, tmp_path):
+    """An s3 source (sizes listed), --state-dir: a server reads epoch 2
+    whole (every shard's index persisted) and stops. A new server on the
+    same state_dir, whose first streams are both ranks of world 2 at 90%
+    of epoch 2 (clients coming back to a restarted server): the plan
+    serves them from the loaded indexes, no step fetches the shards every
+    rank is far past (shards_deferred), what the readers reach is fetched
+    for them (the first answer's validator taken and held), far
+    less than the dataset comes from the store, and the shares from there
+    are a fresh server's."""
+    require_planes(server_binary, "auto")
+    from support.s3rver import S3rver
+    ds = many_shards(tmp_path, SEED + 34, 40, "e")
+    names = sorted(os.listdir(ds.path))
+    sizes = [os.path.getsize(os.path.join(ds.path, n)) for n in names]
+    with S3rver() as s3:
+        s3.create_bucket("staging")
+        s3.upload_dir("staging", ds.path, prefix="d/")
+        env = dict(s3.env())
+        env["AWS_EC2_METADATA_DISABLED"] = "true"
+        args = ("--job", "t", "--source", "s3://staging/d/", "--interleave", "2",
+                "--shuffle-buffer", "20", "--data-plane", "auto",
+                "--stage-indexed", "true") + COMMON
+        state = ("--state-dir", str(tmp_path / "state"))
+        want = read_world(start(*args, env=env), 2, 2)
+        first = start(*(args + state), env=env)
+        assert read_one(first, 2, 0, 1).outcome == "end", tag()
+        read_when(lambda: staging(first), lambda x: x["fetched_bytes"] == sum(sizes))
+        first.stop()
+        srv = start(*(args + state), env=env)
+        starts = [len(want[r].samples) * 9 // 10 for r in range(2)]
+        got = [None, None]
+
+        def rank(r):
+            got[r] = read_resuming(srv, 2, r, 2, start=starts[r])[0]
+
+        threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for r in range(2):
+            assert [(x["key"], x["fields"]) for x in got[r]] == kf(want[r])[starts[r]:], (
+                tag(), r)
+        dp = data_plane(get_json(srv, "/v1/jobs/t"))
+        assert dp["feed_streams"] == 0 and dp["plan_streams"] >= 2, (tag(), dp)
+        st = staging(srv)
+        assert st["shards_deferred"] >= len(names) // 2, (tag(), st)
+        assert 0 < st["fetched_bytes"] <= sum(sizes) // 2, (tag(), st)
+        # (the byte ranges of a shard's items when all of them are decided
+        # by then, else the shard: the readers come before the plan)
+        assert st["restages"] >= 1, (tag(), st)
 
 
 def test_a_shard_just_let_go_is_taken_back_from_memory(start, server_binary, tmp_path):
