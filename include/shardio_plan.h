@@ -203,6 +203,10 @@ typedef struct sio_plan_stage_stats {
     uint64_t released;      /* shards let go */
     uint64_t detaches;      /* ranks no longer waited for */
     uint64_t refused;       /* readers told to come back (no room) */
+    uint64_t evicted;       /* shards fetched again that no reader held,
+                               let go before their readers passed them to
+                               make room for another (fetched again when
+                               a reader comes to them) */
     uint64_t deferred;      /* shards left to their readers: every reader
                                was far past where the order read them
                                (a resume far in), so no step fetched

@@ -87,6 +87,8 @@ typedef struct stage_shard {
                           index loaded from state_dir or a sidecar): the
                           first fetch of its bytes takes the store's, and
                           every later one is held to it */
+    uint8_t taken;     /* (restaged) a reader took it since it came: no
+                          reader waits for it (it may make room) */
     uint8_t swept;     /* its last item is behind every counting rank:
                           taken off the done queue (a shard fetched again
                           after that goes as soon as its readers let go) */
@@ -173,7 +175,7 @@ typedef struct plan_stage {
     pthread_cond_t cv;       /* with the plan's mu */
     /* counters */
     uint64_t staged, fetched_bytes, restages, ranged, revived, released,
-        detaches, refused, deferred;
+        detaches, refused, deferred, evicted;
 } plan_stage;
 
 struct sio_plan {

@@ -1044,6 +1044,7 @@ static void restage_settle(struct stage_job *j, uint64_t mem, sio_code rc,
              * a shard the steps staged. */
             x->fd = j->fd;
             x->doomed = x->swept;
+            x->taken = 0; /* for the reader that waits for it */
             x->mem = 0;
         }
         st->restage_bytes += now - x->mem;
@@ -1682,10 +1683,13 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
     plan_stage *st = p->stage;
     struct stage_job *rj = NULL; /* a restage to start */
     *fd = -1;
+    int closing[16];
+    size_t nclosing = 0;
     pthread_mutex_lock(&p->mu);
     stage_shard *x = &st->sh[s];
     if (x->fd >= 0 && (!x->partial || t >= x->cover)) {
         x->pins++;
+        x->taken = 1;
         *fd = x->fd;
         pthread_mutex_unlock(&p->mu);
         return SIO_OK;
@@ -1726,6 +1730,7 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
             x->cover = 0;
             x->mem = x->size;
             x->pins++;
+            x->taken = 1;
             st->bytes += x->size;
             st->revived++;
             if (st->bytes > st->peak)
@@ -1752,6 +1757,27 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
             need = rb;
             from = t;
         }
+        /* Shards fetched again that no reader holds now make room first,
+         * the one needed last first (a shard left to its readers is kept
+         * until they passed it; readers that need more than the room at
+         * once must get on): fetched again when a reader comes to them. */
+        while (nclosing < sizeof closing / sizeof *closing &&
+               (st->restage_bytes > st->budget ||
+                need > st->budget - st->restage_bytes)) {
+            stage_shard *best = NULL;
+            for (size_t k = 0; k < st->total; k++) {
+                stage_shard *y = &st->sh[k];
+                if (y->restaged && y->taken && y->fd >= 0 && y->pins == 0 &&
+                    !y->queued && y != x && (!best || y->last > best->last))
+                    best = y;
+            }
+            if (!best)
+                break;
+            let_go(st, best, &closing[nclosing]);
+            if (closing[nclosing] >= 0)
+                nclosing++;
+            st->evicted++;
+        }
         if (st->restage_bytes > st->budget ||
             need > st->budget - st->restage_bytes) {
             st->refused++;
@@ -1760,11 +1786,15 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
                      "(%" PRIu64 " bytes) is taken: come back shortly", s,
                      st->budget);
             pthread_mutex_unlock(&p->mu);
+            for (size_t k = 0; k < nclosing; k++)
+                close(closing[k]);
             return SIO_ERR_BUSY;
         }
         if (!(rj = calloc(1, sizeof *rj))) {
             snprintf(err, errlen, "out of memory");
             pthread_mutex_unlock(&p->mu);
+            for (size_t k = 0; k < nclosing; k++)
+                close(closing[k]);
             return SIO_ERR_NOMEM;
         }
         *rj = (struct stage_job){
@@ -1786,6 +1816,8 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
     }
     plan_link_waiter(p, w);
     pthread_mutex_unlock(&p->mu);
+    for (size_t k = 0; k < nclosing; k++)
+        close(closing[k]);
     if (rj)
         restage_start(rj);
     return SIO_ERR_AGAIN;
@@ -2052,6 +2084,7 @@ void sio_plan_get_stage_stats(sio_plan *p, sio_plan_stage_stats *out)
     out->detaches = st->detaches;
     out->refused = st->refused;
     out->deferred = st->deferred;
+    out->evicted = st->evicted;
     out->held = st->done_n;
     out->spare = stage_spare_bytes();
     out->blocked = st->blocked_ms != 0;

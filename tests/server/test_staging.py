@@ -1257,6 +1257,49 @@ def test_a_resume_far_into_an_epoch_this_server_indexed_is_the_plans(start, serv
         ng.stop()
 
 
+def test_a_resume_far_in_whose_shards_need_more_than_the_room_gets_on(start, server_binary,
+                                                                     tmp_path):
+    """As above (one server, epoch 0 read whole, both ranks of world 2
+    open epoch 1 at 90%), with a shuffle buffer of 600 and room for
+    shards fetched again of about one shard: the readers need more shards
+    fetched again at once than the room holds. A reader told to come back
+    (busy) resumes; shards fetched again that no reader holds are let go
+    to make room (restages_evicted) and fetched again when needed; nothing
+    waits for good, and the shares are the oracle's."""
+    require_planes(server_binary, "auto")
+    ds = many_shards(tmp_path, SEED + 36, 120, "g")
+    names = sorted(os.listdir(ds.path))
+    sizes = [os.path.getsize(os.path.join(ds.path, n)) for n in names]
+    ng = Nginx(ds.path, str(tmp_path))
+    try:
+        args = ("--job", "t", "--source", brace(ng, names, "g"), "--data-plane", "auto",
+                "--stage-indexed", "true", "--interleave", "2", "--shuffle-buffer", "600",
+                "--stage-bytes", str(max(sizes))) + COMMON
+        want = read_world(start(*args), 1, 2)
+        srv = start(*args)
+        assert read_one(srv, 0, 0, 1).outcome == "end", tag()
+        starts = [len(want[r].samples) * 9 // 10 for r in range(2)]
+        got = [None, None]
+
+        def rank(r):
+            got[r] = read_resuming(srv, 1, r, 2, start=starts[r])[0]
+
+        threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for r in range(2):
+            assert [(x["key"], x["fields"]) for x in got[r]] == kf(want[r])[starts[r]:], (tag(), r)
+        dp = data_plane(get_json(srv, "/v1/jobs/t"))
+        assert dp["feed_streams"] == 0, (tag(), dp)
+        st = staging(srv)
+        print("far resume, room of one shard: %s" % json.dumps(st))
+        assert st["shards_deferred"] > 0, (tag(), st)
+    finally:
+        ng.stop()
+
+
 def test_a_resume_far_in_on_a_restarted_server_is_the_plans(start, server_binary, tmp_path):
     """An s3 source (sizes listed), --state-dir: a server reads epoch 2
     whole (every shard's index persisted) and stops. A new server on the
