@@ -153,8 +153,8 @@ int sio_plan_stage_other_world(sio_plan *p, uint32_t world, uint64_t t);
  * stages an epoch whose shards were all indexed when it started, with t
  * more than a buffer's worth (buffer_samples) beyond the items made so far
  * (a resume far in, a server restarted under its clients), unless every
- * shard it stages may be left to its readers (an unmixed epoch of plain
- * tars indexed whole, of known sizes: the steps then fetch none of the
+ * shard it stages may be left to its readers (plain tars indexed whole,
+ * of known sizes: the steps then fetch none of the
  * shards every reader is far past, and a reader has the ranges of its
  * items fetched). Where it is 1 the stream is the feed's, which reads
  * the ranges it needs. 0 otherwise. */

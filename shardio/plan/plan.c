@@ -634,6 +634,9 @@ typedef struct plan_grow {
     sio_index_entry **ents; /* by list index: set once the shard is ready
                                (the order can take it as it is) */
     sio_index_view *views;  /* open where the index is complete */
+    sio_mix_source *mix;    /* a mixed epoch's sources (cfg.nmix), copied:
+                               how far apart a source's draws come */
+    uint64_t mix_total;     /* the sum of their quotas */
     _Atomic uint64_t *gready; /* groups of a ready shard the order may
                                take (the gate: UINT64_MAX, all; fewer
                                while a job still fetches it) */
@@ -709,6 +712,7 @@ static void grow_free(plan_grow *g)
     free(g->views);
     free(g->gready);
     free(g->ahead);
+    free(g->mix);
     free(g->uncached);
     while (g->stops) {
         grow_stop *x = g->stops;
@@ -1689,6 +1693,14 @@ sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
             return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
         }
     }
+    if (cfg->nmix && cfg->mix &&
+        (g->mix = malloc(cfg->nmix * sizeof *g->mix)) != NULL) {
+        memcpy(g->mix, cfg->mix, cfg->nmix * sizeof *g->mix);
+        for (uint32_t m = 0; m < cfg->nmix; m++)
+            g->mix_total = g->mix[m].quota > UINT64_MAX - g->mix_total
+                               ? UINT64_MAX
+                               : g->mix_total + g->mix[m].quota;
+    }
     p->stage_defers = plan_defers(p);
     sio_order_set_gate(g->o, shard_ready, g);
     sio_order_set_entries(g->o, grow_entry, p);
@@ -2283,7 +2295,7 @@ static int plan_defers(sio_plan *p)
     plan_grow *g = p->g;
     size_t first = g->cfg.range_count ? g->cfg.range_first : 0;
     size_t count = g->cfg.range_count ? g->cfg.range_count : g->total;
-    if (!p->stage_seeks || g->cfg.nmix)
+    if (!p->stage_seeks || (g->cfg.nmix && !g->mix))
         return 0;
     for (size_t i = first; i < first + count && i < g->total; i++) {
         sio_index_entry *e;
@@ -2319,6 +2331,19 @@ static int plan_defer(sio_plan *p, uint32_t s)
     uint64_t n = (uint64_t)g->cfg.interleave ? g->cfg.interleave : 1;
     uint64_t reach = info.known > UINT64_MAX / n ? UINT64_MAX
                                                  : n * info.known;
+    /* A mixed epoch draws from a source at its quota's share of the
+     * positions: its shard's items are that much further apart. */
+    if (g->cfg.nmix) {
+        const sio_mix_source *src = NULL;
+        for (uint32_t m = 0; m < g->cfg.nmix && !src; m++)
+            if (s >= g->mix[m].first && s - g->mix[m].first < g->mix[m].count)
+                src = &g->mix[m];
+        if (!src || !src->quota)
+            return 0;
+        unsigned __int128 r = (unsigned __int128)reach * g->mix_total /
+                              src->quota;
+        reach = r > UINT64_MAX ? UINT64_MAX : (uint64_t)r;
+    }
     uint64_t tail = 2 * (uint64_t)g->cfg.buffer_samples;
     reach = reach > UINT64_MAX - tail ? UINT64_MAX : reach + tail;
     reach = reach > UINT64_MAX - g->made ? UINT64_MAX : reach + g->made;

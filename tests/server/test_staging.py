@@ -72,6 +72,11 @@ from a checkpoint) on the server that read every shard whole before: the
 plan serves them, the shards every rank is far past are fetched by no
 step (shards_deferred), the store sends a small part of the dataset, and
 the shares from there are the oracle's.
+test_a_resume_far_into_a_mixed_epoch_is_the_plans: the same for a mixed
+job of two http sources.
+test_a_resume_far_in_whose_shards_need_more_than_the_room_gets_on: the
+same with a room for shards fetched again of one shard: shards no reader
+holds make room (restages_evicted), the resume gets on.
 test_a_resume_far_in_on_a_restarted_server_is_the_plans: the same on a
 restarted server (s3, sizes listed, indexes from state_dir). Where a
 shard's size is not known after a restart (a brace pattern over http),
@@ -134,7 +139,7 @@ from plan_testlib import (data_plane, fetch, keys_fields, make_random_dataset,
                           stream_query, wait_until)
 from plan_testlib import read_world as plan_read_world
 from server_testlib import (FramesStream, Nginx, content_hash, get_json, read_when,
-                            stream_path, wait_for)
+                            request, stream_path, wait_for)
 from shardcast_testlib import GatedSource
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -1298,6 +1303,60 @@ def test_a_resume_far_in_whose_shards_need_more_than_the_room_gets_on(start, ser
         assert st["shards_deferred"] > 0, (tag(), st)
     finally:
         ng.stop()
+
+
+def test_a_resume_far_into_a_mixed_epoch_is_the_plans(start, server_binary, tmp_path):
+    """A mixed job of two http sources (quotas 3:1), one server: epoch 0
+    read whole, then both ranks of world 2 open epoch 1 at 90% of it. The
+    plan serves them; shards of either source every rank is far past
+    (further for the source drawn less often) are fetched by no step; the
+    shares from there are those a fresh server gives."""
+    require_planes(server_binary, "auto")
+    big = many_shards(tmp_path / "a", SEED + 37, 30, "a")
+    small = many_shards(tmp_path / "b", SEED + 38, 10, "b")
+    ng_a = Nginx(big.path, str(tmp_path / "a"))
+    ng_b = Nginx(small.path, str(tmp_path / "b"))
+    try:
+        na, nb = sorted(os.listdir(big.path)), sorted(os.listdir(small.path))
+        spec = {"seed": 5, "shuffle_buffer": 20, "interleave": 2,
+                "sources": [{"name": "a", "source": brace(ng_a, na, "a"), "repeat": 1},
+                            {"name": "b", "source": brace(ng_b, nb, "b"), "repeat": 1}]}
+
+        def serve():
+            srv = start("--admin-token", "adm", "--data-plane", "auto", *COMMON)
+            st, _, body = request(srv, "/v1/jobs/t", method="PUT", token="adm",
+                                  body=json.dumps(spec).encode(),
+                                  headers={"Content-Type": "application/json"})
+            assert st in (200, 201), (tag(), body)
+            wait_for(lambda: get_json(srv, "/v1/jobs/t")["state"] == "ready", 60)
+            return srv
+
+        want = read_world(serve(), 1, 2)
+        srv = serve()
+        assert read_one(srv, 0, 0, 1).outcome == "end", tag()
+        dp0 = data_plane(get_json(srv, "/v1/jobs/t"))
+        starts = [len(want[r].samples) * 9 // 10 for r in range(2)]
+        got = [None, None]
+
+        def rank(r):
+            got[r] = read_resuming(srv, 1, r, 2, start=starts[r])[0]
+
+        threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for r in range(2):
+            assert [(x["key"], x["fields"]) for x in got[r]] == kf(want[r])[starts[r]:], (
+                tag(), r)
+        dp = data_plane(get_json(srv, "/v1/jobs/t"))
+        assert dp["feed_streams"] == dp0["feed_streams"] == 0, (tag(), dp0, dp)
+        st = staging(srv)
+        print("mixed far resume: %s" % json.dumps(st))
+        assert st["shards_deferred"] >= (len(na) + len(nb)) // 2, (tag(), st)
+    finally:
+        ng_a.stop()
+        ng_b.stop()
 
 
 def test_a_resume_far_in_on_a_restarted_server_is_the_plans(start, server_binary, tmp_path):
