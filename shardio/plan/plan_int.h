@@ -104,6 +104,10 @@ typedef struct stage_shard {
     uint8_t partial;   /* fd holds only the items at Y >= cover (a ranged
                           restage), not the whole shard */
     uint64_t cover;    /* (partial) the lowest Y index whose item is in fd */
+    uint64_t cover_to; /* (partial) ... and the highest: a shard drawn
+                          again (a repeat, a draw with replacement, an
+                          epoch that wraps) has items decided after its
+                          ranges were fetched, which are not in fd */
     uint64_t mem;      /* (restaged) bytes fd holds (the shard's size, or
                           the ranges fetched) */
 } stage_shard;
@@ -415,6 +419,9 @@ void stage_item(sio_plan *p, uint32_t s, uint64_t y);
  * that is taken, another code with err. */
 sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
                     int *fd, char *err, size_t errlen);
+/* The Y indices [*lo, *hi] whose items shard s's memfd holds now (a
+ * reader that took it: the whole shard, or what a ranged fetch put in). */
+void stage_cover(sio_plan *p, uint32_t s, uint64_t *lo, uint64_t *hi);
 /* Shard s is read in place from a cache entry, held open as the plan's
  * shared descriptor pi (plan_fd_take) until its readers passed it, so that
  * the cache evicting it meanwhile does not take its bytes from them. */

@@ -80,6 +80,9 @@ typedef struct pfile {
     int cached;         /* a shard-cache entry (its bytes are hits) */
     int staged;         /* the plan's staged bytes (stage.c): pinned, not
                            the reader's to close; never written */
+    uint64_t lo, hi;    /* (staged) the Y indices whose items it holds
+                           (stage_cover): a memfd fetched again holds
+                           only some of the shard's items */
     uint64_t used;      /* LRU clock */
 } pfile;
 
@@ -280,6 +283,7 @@ static void drop_passed(sio_planread *r, uint64_t t)
 /* f holds shard s's staged memfd (pinned). */
 static pfile *staged_file(sio_planread *r, pfile *f, uint32_t s, int fd)
 {
+    stage_cover(r->plan, s, &f->lo, &f->hi);
     f->pi = -1;
     f->fd = fd;
     f->sfd = -1;
@@ -296,9 +300,18 @@ static pfile *file_for(sio_planread *r, uint32_t s, uint64_t t,
     pfile *victim = &r->files[0];
     for (size_t i = 0; i < SIO_PLANREAD_FILES; i++) {
         pfile *f = &r->files[i];
-        if (f->fd >= 0 && f->shard == s) {
+        if (f->fd >= 0 && f->shard == s &&
+            (!f->staged || (t >= f->lo && t <= f->hi))) {
             f->used = ++r->clock;
             return f;
+        }
+        if (f->fd >= 0 && f->shard == s) {
+            /* A memfd that does not hold this item (a shard drawn again
+             * after its ranges were fetched): taken again, which fetches
+             * the items it lacks. */
+            file_drop(r, f, 0);
+            victim = f;
+            continue;
         }
         if (f->fd < 0 || (victim->fd >= 0 && f->used < victim->used))
             victim = f;

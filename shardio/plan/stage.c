@@ -366,6 +366,8 @@ struct stage_job {
     size_t nr;
     stage_range rg[RANGED_MAX];
     uint64_t from, want_mem;
+    uint64_t to;    /* the highest Y index whose item the ranges hold */
+    int forward;    /* an extension with the items after to's of before */
 };
 
 /* Jobs ended and not reaped (none runs: each holds a reference to the
@@ -1051,7 +1053,16 @@ static void restage_settle(struct stage_job *j, uint64_t mem, sio_code rc,
         st->bytes += now - x->mem;
         x->mem = now;
         x->partial = now < x->size;
-        x->cover = x->partial ? j->from : 0;
+        if (!x->partial) {
+            x->cover = x->cover_to = 0;
+        } else if (!j->extend) {
+            x->cover = j->from;
+            x->cover_to = j->to;
+        } else if (j->forward) {
+            x->cover_to = j->to;
+        } else {
+            x->cover = j->from;
+        }
         st->restages++;
         st->ranged += !whole;
         st->fetched_bytes += mem;
@@ -1397,7 +1408,7 @@ static void let_go(plan_stage *st, stage_shard *x, int *closing)
     x->fd = -1;
     x->doomed = 0;
     x->partial = 0;
-    x->cover = 0;
+    x->cover = x->cover_to = 0;
     x->gone = 1;
     st->bytes -= held <= st->bytes ? held : st->bytes;
     if (x->restaged) {
@@ -1687,7 +1698,8 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
     size_t nclosing = 0;
     pthread_mutex_lock(&p->mu);
     stage_shard *x = &st->sh[s];
-    if (x->fd >= 0 && (!x->partial || t >= x->cover)) {
+    if (x->fd >= 0 &&
+        (!x->partial || (t >= x->cover && t <= x->cover_to))) {
         x->pins++;
         x->taken = 1;
         *fd = x->fd;
@@ -1727,7 +1739,7 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
             x->fd = rfd;
             x->doomed = x->swept; /* as a restage (restage_settle) */
             x->partial = 0;
-            x->cover = 0;
+            x->cover = x->cover_to = 0;
             x->mem = x->size;
             x->pins++;
             x->taken = 1;
@@ -1746,16 +1758,21 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
         stage_range rg = {0, x->size}, part[RANGED_MAX];
         uint64_t need = x->size - (extend ? x->mem : 0), rb = 0, from = 0;
         size_t nr = 0;
+        /* A partial memfd is extended with the items before its cover
+         * (a reader behind it), or with those decided after its ranges
+         * were fetched (a shard drawn again: forward). */
+        int forward = extend && t > x->cover_to;
+        uint64_t lo = forward ? x->cover_to + 1 : t;
+        uint64_t hi = extend && !forward ? x->cover - 1 : x->last;
         if (extend || (x->kind == STAGE_MEMORY && (x->vhash || x->adopt) &&
                        x->final && x->size)) {
-            nr = ranged_of(p, s, t, extend ? x->cover - 1 : x->last,
-                           x->size, part, &rb);
+            nr = hi >= lo ? ranged_of(p, s, lo, hi, x->size, part, &rb) : 0;
             if (nr && !extend && rb > x->size / 2)
                 nr = 0;
         }
         if (nr) {
             need = rb;
-            from = t;
+            from = lo;
         }
         /* Shards fetched again that no reader holds now make room first,
          * the one needed last first (a shard left to its readers is kept
@@ -1805,6 +1822,7 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
                            ? 1 : 2,
             .extend = extend, .want_size = x->size, .want_v = x->vhash,
             .adopt = x->adopt && !x->vhash,
+            .to = hi, .forward = forward,
             .want_mem = need, .from = from, .nr = nr ? nr : 1};
         memcpy(rj->rg, nr ? part : &rg, rj->nr * sizeof rg);
         st->restage_bytes += need; /* reserved until it is let go */
@@ -1821,6 +1839,15 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
     if (rj)
         restage_start(rj);
     return SIO_ERR_AGAIN;
+}
+
+void stage_cover(sio_plan *p, uint32_t s, uint64_t *lo, uint64_t *hi)
+{
+    pthread_mutex_lock(&p->mu);
+    const stage_shard *x = &p->stage->sh[s];
+    *lo = x->partial ? x->cover : 0;
+    *hi = x->partial ? x->cover_to : UINT64_MAX;
+    pthread_mutex_unlock(&p->mu);
 }
 
 void stage_hold(sio_plan *p, uint32_t s, int pi, uint64_t items)
@@ -1995,7 +2022,7 @@ int stage_defer(sio_plan *p, uint32_t s, const char *url, uint64_t size,
         x->left = x->decided = 0;
         x->sized = x->final = x->doomed = x->swept = 0;
         x->partial = 0;
-        x->cover = 0;
+        x->cover = x->cover_to = 0;
         st->deferred++;
     }
     pthread_mutex_unlock(&p->mu);
