@@ -123,6 +123,7 @@ test_a_listed_shard_larger_than_stage_bytes_keeps_the_feed: where staging
 is off or cannot hold a shard, the epoch is the feed's from the start.
 """
 
+import contextlib
 import json
 import os
 import random
@@ -196,6 +197,42 @@ def read_resuming(srv, epoch, rank, world, start=0):
         assert p.retryable_error() and retries < 200, (tag(), rank, p.summary())
         retries += 1
         time.sleep(min(0.5, (p.trailer.get("retry_after_ms") or 100) / 1000.0))
+
+
+@contextlib.contextmanager
+def s3_bucket(path, bucket):
+    """An s3rver whose bucket holds the files under path as d/...: (the
+    s3rver, the environment a server reads it with)."""
+    from support.s3rver import S3rver
+    with S3rver() as s3:
+        s3.create_bucket(bucket)
+        s3.upload_dir(bucket, path, prefix="d/")
+        env = dict(s3.env())
+        env["AWS_EC2_METADATA_DISABLED"] = "true"
+        yield s3, env
+
+
+def resume_world_at_90(srv, epoch, want):
+    """Every rank of world len(want) opens the epoch at 90% of its share
+    at once (a job restarted from a checkpoint), read as the clients read
+    it (resuming after a retryable error): what each gets from there is
+    its share in want."""
+    world = len(want)
+    starts = [len(want[r].samples) * 9 // 10 for r in range(world)]
+    got = [None] * world
+
+    def rank(r):
+        got[r] = read_resuming(srv, epoch, r, world, start=starts[r])[0]
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for r in range(world):
+        assert got[r] is not None, (tag(), r, "a rank did not finish")
+        assert [(x["key"], x["fields"]) for x in got[r]] == kf(want[r])[starts[r]:], (
+            tag(), r)
 
 
 def read_world(srv, epoch, world, fmt="frames"):
@@ -397,15 +434,10 @@ def test_an_s3_dataset_larger_than_the_cache_is_planned(start, server_binary, tm
     staged in memory; both epochs are the feed's, sample for sample, and
     the first fetches every shard once."""
     require_planes(server_binary, "auto", "stream")
-    from support.s3rver import S3rver
     ds = many_shards(tmp_path, SEED + 14, 9, "s")
     names = sorted(os.listdir(ds.path))
     sizes = [os.path.getsize(os.path.join(ds.path, n)) for n in names]
-    with S3rver() as s3:
-        s3.create_bucket("staging")
-        s3.upload_dir("staging", ds.path, prefix="d/")
-        env = dict(s3.env())
-        env["AWS_EC2_METADATA_DISABLED"] = "true"
+    with s3_bucket(ds.path, "staging") as (s3, env):
         args = ("--job", "t", "--source", "s3://staging/d/", "--interleave", "2",
                 "--shuffle-buffer", "20") + COMMON
         feed = start(*args, "--data-plane", "stream", env=env)
@@ -674,14 +706,9 @@ def test_a_listed_shard_larger_than_stage_bytes_keeps_the_feed(start, server_bin
     shard: the epoch is the feed's from its first sample (not a plan that
     stops at that shard and hands its streams over), whole."""
     require_planes(server_binary, "auto")
-    from support.s3rver import S3rver
     ds = many_shards(tmp_path, SEED + 17, 4, "b")
     sizes = [os.path.getsize(os.path.join(ds.path, n)) for n in os.listdir(ds.path)]
-    with S3rver() as s3:
-        s3.create_bucket("big")
-        s3.upload_dir("big", ds.path, prefix="d/")
-        env = dict(s3.env())
-        env["AWS_EC2_METADATA_DISABLED"] = "true"
+    with s3_bucket(ds.path, "big") as (s3, env):
         srv = start("--job", "t", "--source", "s3://big/d/", "--data-plane", "auto",
                     "--stage-bytes", str(max(sizes) - 1), *COMMON, env=env)
         got = read_world(srv, 0, 2)
@@ -1236,19 +1263,7 @@ def test_a_resume_far_into_an_epoch_this_server_indexed_is_the_plans(start, serv
         assert st0["fetched_bytes"] == tar_bytes, (tag(), st0)
         dp0 = data_plane(get_json(srv, "/v1/jobs/t"))
         before = fetched_from_nginx(ng, "d")
-        starts = [len(want[r].samples) * 9 // 10 for r in range(2)]
-        got = [None, None]
-
-        def rank(r):
-            got[r] = read_resuming(srv, 1, r, 2, start=starts[r])[0]
-
-        threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        for r in range(2):
-            assert [(s["key"], s["fields"]) for s in got[r]] == kf(want[r])[starts[r]:], (tag(), r)
+        resume_world_at_90(srv, 1, want)
         dp = data_plane(get_json(srv, "/v1/jobs/t"))
         assert dp["feed_streams"] == dp0["feed_streams"], (tag(), dp0, dp)
         assert dp["plan_streams"] >= dp0["plan_streams"] + 2, (tag(), dp0, dp)
@@ -1285,19 +1300,7 @@ def test_a_resume_far_in_whose_shards_need_more_than_the_room_gets_on(start, ser
         want = read_world(start(*args), 1, 2)
         srv = start(*args)
         assert read_one(srv, 0, 0, 1).outcome == "end", tag()
-        starts = [len(want[r].samples) * 9 // 10 for r in range(2)]
-        got = [None, None]
-
-        def rank(r):
-            got[r] = read_resuming(srv, 1, r, 2, start=starts[r])[0]
-
-        threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        for r in range(2):
-            assert [(x["key"], x["fields"]) for x in got[r]] == kf(want[r])[starts[r]:], (tag(), r)
+        resume_world_at_90(srv, 1, want)
         dp = data_plane(get_json(srv, "/v1/jobs/t"))
         assert dp["feed_streams"] == 0, (tag(), dp)
         st = staging(srv)
@@ -1352,20 +1355,7 @@ def test_a_resume_far_into_a_mixed_epoch_is_the_plans(start, server_binary, tmp_
         srv = serve()
         assert read_one(srv, 0, 0, 1).outcome == "end", tag()
         dp0 = data_plane(get_json(srv, "/v1/jobs/t"))
-        starts = [len(want[r].samples) * 9 // 10 for r in range(2)]
-        got = [None, None]
-
-        def rank(r):
-            got[r] = read_resuming(srv, 1, r, 2, start=starts[r])[0]
-
-        threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        for r in range(2):
-            assert [(x["key"], x["fields"]) for x in got[r]] == kf(want[r])[starts[r]:], (
-                tag(), r)
+        resume_world_at_90(srv, 1, want)
         dp = data_plane(get_json(srv, "/v1/jobs/t"))
         assert dp0["feed_streams"] == 0 and dp["plan_failures"] == 0, (tag(), drawn, dp0, dp)
         st = staging(srv)
@@ -1389,15 +1379,10 @@ def test_a_resume_far_in_on_a_restarted_server_is_the_plans(start, server_binary
     less than the dataset comes from the store, and the shares from there
     are a fresh server's."""
     require_planes(server_binary, "auto")
-    from support.s3rver import S3rver
     ds = many_shards(tmp_path, SEED + 34, 40, "e")
     names = sorted(os.listdir(ds.path))
     sizes = [os.path.getsize(os.path.join(ds.path, n)) for n in names]
-    with S3rver() as s3:
-        s3.create_bucket("staging")
-        s3.upload_dir("staging", ds.path, prefix="d/")
-        env = dict(s3.env())
-        env["AWS_EC2_METADATA_DISABLED"] = "true"
+    with s3_bucket(ds.path, "staging") as (s3, env):
         args = ("--job", "t", "--source", "s3://staging/d/", "--interleave", "2",
                 "--shuffle-buffer", "20", "--data-plane", "auto",
                 "--stage-indexed", "true") + COMMON
@@ -1408,20 +1393,7 @@ def test_a_resume_far_in_on_a_restarted_server_is_the_plans(start, server_binary
         read_when(lambda: staging(first), lambda x: x["fetched_bytes"] == sum(sizes))
         first.stop()
         srv = start(*(args + state), env=env)
-        starts = [len(want[r].samples) * 9 // 10 for r in range(2)]
-        got = [None, None]
-
-        def rank(r):
-            got[r] = read_resuming(srv, 2, r, 2, start=starts[r])[0]
-
-        threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        for r in range(2):
-            assert [(x["key"], x["fields"]) for x in got[r]] == kf(want[r])[starts[r]:], (
-                tag(), r)
+        resume_world_at_90(srv, 2, want)
         dp = data_plane(get_json(srv, "/v1/jobs/t"))
         assert dp["feed_streams"] == 0 and dp["plan_streams"] >= 2, (tag(), dp)
         st = staging(srv)
@@ -1647,18 +1619,13 @@ def test_a_shard_replaced_while_the_server_was_down_is_indexed_again(
     import io
     import tarfile
     require_planes(server_binary, "auto", "stream")
-    from support.s3rver import S3rver
     from server_testlib import make_dataset
     d = str(tmp_path / "ds")
     make_dataset(d, shards=4, per_shard=30, size=1500, seed=SEED + 51, prefix="v")
     os.remove(os.path.join(d, "manifest.json"))
     names = sorted(os.listdir(d))
     state = str(tmp_path / "state")
-    with S3rver() as s3:
-        s3.create_bucket("restart")
-        s3.upload_dir("restart", d, prefix="d/")
-        env = dict(s3.env())
-        env["AWS_EC2_METADATA_DISABLED"] = "true"
+    with s3_bucket(d, "restart") as (s3, env):
         args = ("--job", "t", "--source", "s3://restart/d/") + COMMON
         srv = start(*args, "--state-dir", state, env=env)
         read_world(srv, 0, 1)
