@@ -40,6 +40,33 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* file_identity's opener (sio_file_opener): the shard's descriptor as
+ * readers open it, stat'ed; only a local file is looked at for writes. */
+struct ident_open {
+    sio_io *io;
+    const sio_epoch_config *cfg;
+    const char *url;
+    size_t i;
+    sio_error *err;
+};
+
+static sio_code ident_opener(void *ud, int *fd, struct stat *st, int *check)
+{
+    const struct ident_open *o = ud;
+    sio_code rc = sio_io_open_fd_probe(o->io, o->cfg->cache, o->url, fd,
+                                       o->err);
+    if (rc)
+        return rc;
+    if (fstat(*fd, st) != 0) {
+        close(*fd);
+        *fd = -1;
+        return sio_seterr(o->err, SIO_ERR_IO, "shard %zu: cannot stat",
+                          o->i);
+    }
+    *check = sio_io_url_is_file(o->io, o->url);
+    return SIO_OK;
+}
+
 /* The identity of shard i's file now, which must be the file its index
  * describes (its size, and a local file's mtime). */
 static sio_code file_identity(sio_io *io, const sio_epoch_config *cfg,
@@ -47,29 +74,22 @@ static sio_code file_identity(sio_io *io, const sio_epoch_config *cfg,
                               const sio_index_info *info, plan_file *pf,
                               sio_error *err)
 {
-    int fd = -1, ok = 0, settled = 0;
+    int fd = -1;
     struct stat st;
-    struct timespec c0;
     char why[120] = "";
+    struct ident_open io_ = {io, cfg, url, i, err};
     /* Readers prove their bytes against this identity: a local file a
-     * write may be under way on has none yet (sio_file_settled; looked
-     * at again for a few clock ticks, then the plan stops here and the
-     * epoch's feed retries the file). */
-    for (unsigned a = 0; !settled; a++) {
-        if (a > 0 && !sio_file_settle_pause(a - 1))
-            return sio_seterr(err, SIO_ERR_CHANGED, "shard %zu is being "
-                              "written: %s", i, why);
-        clock_gettime(CLOCK_REALTIME_COARSE, &c0);
-        sio_code rc = sio_io_open_fd_probe(io, cfg->cache, url, &fd, err);
-        if (rc)
-            return rc == SIO_ERR_NOTFOUND ? SIO_ERR_CHANGED : rc;
-        ok = fstat(fd, &st) == 0;
-        settled = !ok || !sio_io_url_is_file(io, url) ||
-                  sio_file_settled(fd, &st, &c0, why, sizeof why);
-        close(fd);
-    }
-    if (!ok)
-        return sio_seterr(err, SIO_ERR_IO, "shard %zu: cannot stat", i);
+     * write may be under way on has none yet (sio_file_open_settled;
+     * looked at again for a few clock ticks, then the plan stops here and
+     * the epoch's feed retries the file). */
+    sio_code rc = sio_file_open_settled(ident_opener, &io_, &fd, &st, why,
+                                        sizeof why);
+    if (rc == SIO_ERR_RETRY)
+        return sio_seterr(err, SIO_ERR_CHANGED, "shard %zu is being "
+                          "written: %s", i, why);
+    if (rc)
+        return rc == SIO_ERR_NOTFOUND ? SIO_ERR_CHANGED : rc;
+    close(fd);
     if ((info->size != 0 && info->size != UINT64_MAX &&
          (uint64_t)st.st_size != info->size) ||
         (info->mtime != 0 && (uint64_t)st.st_mtime != info->mtime))

@@ -102,6 +102,25 @@ int sio_file_settle_pause(unsigned attempt)
     return 1;
 }
 
+sio_code sio_file_open_settled(sio_file_opener open, void *ud, int *fd,
+                               struct stat *st, char *why, size_t len)
+{
+    for (unsigned a = 0;; a++) {
+        struct timespec c0;
+        int check = 1;
+        clock_gettime(CLOCK_REALTIME_COARSE, &c0);
+        sio_code rc = open(ud, fd, st, &check);
+        if (rc)
+            return rc;
+        if (!check || sio_file_settled(*fd, st, &c0, why, len))
+            return SIO_OK;
+        close(*fd);
+        *fd = -1;
+        if (!sio_file_settle_pause(a))
+            return SIO_ERR_RETRY;
+    }
+}
+
 static int file_matches(const char *url)
 {
     if (strncmp(url, "file://", 7) == 0)
@@ -340,6 +359,21 @@ static sio_code open_regular(const char *url, const char *path, int *fd,
     return SIO_OK;
 }
 
+/* open_regular as a sio_file_opener. */
+struct regular_open {
+    const char *url, *path;
+    sio_error *err;
+};
+
+static sio_code regular_opener(void *ud, int *fd, struct stat *st,
+                               int *check)
+{
+    const struct regular_open *ro = ud;
+    int oserr;
+    (void)check;
+    return open_regular(ro->url, ro->path, fd, &oserr, st, ro->err);
+}
+
 static sio_code file_open_range(void *ctx, const char *url, uint64_t offset,
                                 uint64_t end, sio_stream **out,
                                 sio_error *err)
@@ -357,30 +391,21 @@ static sio_code file_open_range(void *ctx, const char *url, uint64_t offset,
     fs->base.ops = &file_stream_ops;
     fs->st = ctx;
     fs->left = end > offset ? end - offset : 0;
-    int oserr;
     struct stat st;
-    struct timespec c0;
     char why[120];
+    struct regular_open ro = {url, path, err};
     /* Its mtime and size are what every read is checked against: taken
-     * from a file no write is under way on (sio_file_settled), looked at
-     * again for a few clock ticks (a write that is ending); then a
+     * from a file no write is under way on (sio_file_open_settled: a
+     * write that is ending is waited for a few clock ticks); then a
      * transient failure, which a reader retries with its backoff as it
      * retries a store's. */
-    for (unsigned a = 0;; a++) {
-        clock_gettime(CLOCK_REALTIME_COARSE, &c0);
-        rc = open_regular(url, path, &fs->fd, &oserr, &st, err);
-        if (rc)
-            goto out;
-        if (sio_file_settled(fs->fd, &st, &c0, why, sizeof why))
-            break;
-        close(fs->fd);
-        fs->fd = -1;
-        if (!sio_file_settle_pause(a)) {
-            rc = sio_seterr(err, SIO_ERR_RETRY,
-                            "url=%s is being written: %s", url, why);
-            goto out;
-        }
-    }
+    rc = sio_file_open_settled(regular_opener, &ro, &fs->fd, &st, why,
+                               sizeof why);
+    if (rc == SIO_ERR_RETRY)
+        rc = sio_seterr(err, SIO_ERR_RETRY, "url=%s is being written: %s",
+                        url, why);
+    if (rc)
+        goto out;
     fs->size = st.st_size;
     fs->mtim = st.st_mtim;
     if (offset && lseek(fs->fd, (off_t)offset, SEEK_SET) < 0) {

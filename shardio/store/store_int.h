@@ -218,6 +218,18 @@ int sio_file_settled(int fd, const struct stat *st, const struct timespec *c0,
  * SIO_FILE_SETTLE_TRIES looks (about 30 ms in all) are spent. */
 #define SIO_FILE_SETTLE_TRIES 4u
 int sio_file_settle_pause(unsigned attempt);
+/* Opens a file for sio_file_open_settled: SIO_OK with *fd and *st (and
+ * *check 0 when the file needs no look: not a local file), else a code
+ * (nothing open). */
+typedef sio_code (*sio_file_opener)(void *ud, int *fd, struct stat *st,
+                                    int *check);
+/* A file opened by open until no write is under way on it
+ * (sio_file_settled), looked at again for a few clock ticks
+ * (sio_file_settle_pause): SIO_OK with *fd (the caller's to close) and
+ * *st; SIO_ERR_RETRY with why when a write is still under way after the
+ * last look; else open's code. */
+sio_code sio_file_open_settled(sio_file_opener open, void *ud, int *fd,
+                               struct stat *st, char *why, size_t len);
 
 /* The io's logger (for store code with no other). */
 const sio_logger *sio_io_logger(const sio_io *io);
