@@ -323,9 +323,11 @@ static const setting settings[] = {
     {"stage-indexed", NULL, SRV(stage_indexed), T_BOOL, "true", 0, 0, NULL,
      "stage the epochs of remote shards that are all indexed too (after "
      "the first pass): each shard fetched once for every consumer; a "
-     "stream that starts far beyond what the plan has made, and a "
-     "consumer of another world, are the feed's, whose seeks fetch the "
-     "byte ranges they need; a stream behind that needs a shard already "
+     "stream that starts far beyond what the plan has made reads it too "
+     "where every staged shard is a plain tar of known size (the shards "
+     "it passes are left to their readers), else it is the feed's, as "
+     "is a late consumer of another world; a stream behind that needs a "
+     "shard already "
      "let go has only its items' byte ranges fetched again where they are "
      "few. false: those epochs are read by the feed"},
     {"lag-policy", NULL, SRV(lag_policy), T_ENUM, "detach", 0, 0, lag_choices,
