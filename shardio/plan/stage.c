@@ -1803,15 +1803,13 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
                      "(%" PRIu64 " bytes) is taken: come back shortly", s,
                      st->budget);
             pthread_mutex_unlock(&p->mu);
-            for (size_t k = 0; k < nclosing; k++)
-                close(closing[k]);
+            close_all(p, closing, nclosing);
             return SIO_ERR_BUSY;
         }
         if (!(rj = calloc(1, sizeof *rj))) {
             snprintf(err, errlen, "out of memory");
             pthread_mutex_unlock(&p->mu);
-            for (size_t k = 0; k < nclosing; k++)
-                close(closing[k]);
+            close_all(p, closing, nclosing);
             return SIO_ERR_NOMEM;
         }
         *rj = (struct stage_job){
@@ -1834,8 +1832,7 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
     }
     plan_link_waiter(p, w);
     pthread_mutex_unlock(&p->mu);
-    for (size_t k = 0; k < nclosing; k++)
-        close(closing[k]);
+    close_all(p, closing, nclosing);
     if (rj)
         restage_start(rj);
     return SIO_ERR_AGAIN;
