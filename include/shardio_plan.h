@@ -207,6 +207,10 @@ typedef struct sio_plan_stage_stats {
                                let go before their readers passed them to
                                make room for another (fetched again when
                                a reader comes to them) */
+    uint64_t windows_moved; /* windows of shards fetched again that moved
+                               to where a reader is, written afresh into
+                               the same memory (no reader held the last
+                               window) */
     uint64_t deferred;      /* shards left to their readers: every reader
                                was far past where the order read them
                                (a resume far in), so no step fetched

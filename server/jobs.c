@@ -193,6 +193,7 @@ static void stage_add(sio_plan_stage_stats *a, const sio_plan_stage_stats *b,
     a->refused += b->refused;
     a->deferred += b->deferred;
     a->evicted += b->evicted;
+    a->windows_moved += b->windows_moved;
 }
 
 void sc_job_stage(sc_job *job, sio_plan_stage_stats *out)

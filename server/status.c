@@ -444,7 +444,7 @@ static json_t *job_json(sc_jobs *j, sc_job *job, sio_feed_consumer *cons,
         json_object_set_new(
             o, "staging",
             json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
-                      "s:o, s:o, s:o, s:o, s:o, s:b, s:o}",
+                      "s:o, s:o, s:o, s:o, s:o, s:o, s:b, s:o}",
                       "budget_bytes", jint(j->cfg->stage_bytes), "bytes",
                       jint(st.bytes), "peak_bytes", jint(st.peak),
                       "largest_shard_bytes", jint(st.max_shard), "shards",
@@ -453,6 +453,7 @@ static json_t *job_json(sc_jobs *j, sc_job *job, sio_feed_consumer *cons,
                       "restages_ranged", jint(st.ranged),
                       "shards_deferred", jint(st.deferred),
                       "restages_evicted", jint(st.evicted),
+                      "restage_windows_moved", jint(st.windows_moved),
                       "revived", jint(st.revived),
                       "released", jint(st.released), "detaches",
                       jint(st.detaches), "refused", jint(st.refused),
@@ -768,6 +769,11 @@ sio_code sc_jobs_metrics(sc_jobs *j, sc_prom *p)
     PER_JOB(p, m, n, "shardcast_stage_restages_ranged_total", "counter",
             "Of those, fetched as the byte ranges of the items still to be "
             "read (not the whole shard).", m[i].stage.ranged);
+    PER_JOB(p, m, n, "shardcast_stage_restage_windows_moved_total",
+            "counter",
+            "Windows of shards fetched again that moved to where a stream "
+            "reads, written afresh into the same memory.",
+            m[i].stage.windows_moved);
     PER_JOB(p, m, n, "shardcast_stage_shards_deferred_total", "counter",
             "Staged shards no step fetched: every stream was far past them "
             "(a resume far into an epoch); streams that reach their items "

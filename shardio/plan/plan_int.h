@@ -179,7 +179,7 @@ typedef struct plan_stage {
     pthread_cond_t cv;       /* with the plan's mu */
     /* counters */
     uint64_t staged, fetched_bytes, restages, ranged, revived, released,
-        detaches, refused, deferred, evicted;
+        detaches, refused, deferred, evicted, slides;
 } plan_stage;
 
 struct sio_plan {

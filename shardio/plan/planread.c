@@ -270,12 +270,14 @@ static int shard_take(sio_planread *r, const char *url, uint32_t s, int *fd,
 }
 
 /* Let go of the staged shards this reader holds whose last item is
- * before Y index t. */
+ * before Y index t, and of windows of shards fetched again that end
+ * before it (the window moves on once no reader holds it). */
 static void drop_passed(sio_planread *r, uint64_t t)
 {
     for (size_t i = 0; i < SIO_PLANREAD_FILES; i++) {
         pfile *f = &r->files[i];
-        if (f->fd >= 0 && f->staged && stage_passed(r->plan, f->shard, t))
+        if (f->fd >= 0 && f->staged &&
+            (f->hi < t || stage_passed(r->plan, f->shard, t)))
             file_drop(r, f, 0);
     }
 }

@@ -36,9 +36,12 @@
  * (a client resuming a little before where its cut stream was, near the
  * epoch's end where the last items of many shards leave the buffer),
  * only their byte ranges are fetched (ranged_of: at most half the
- * shard), as a seek would; the memfd is partial and serves readers at or
- * beyond its cover, and a reader before that has the items between
- * fetched into it too.
+ * shard), as a seek would; a shard larger than a quarter of the budget
+ * has one window of them fetched at a time (window_of), never the whole
+ * shard. The memfd is partial and serves readers within its cover, a
+ * reader before that has the items between fetched into it too, and a
+ * reader beyond it the next window (into it, or in its place when no
+ * reader holds it).
  *
  * Threading: every record is guarded by the plan's mu; fetches run with no
  * lock held (the planner's threads). Descriptors are closed outside the
@@ -959,18 +962,28 @@ static int range_cmp(const void *a, const void *b)
 
 /* The byte ranges of shard s's items at Y [from, to] into rg (at most
  * RANGED_MAX, sorted, items closer than a gap merged) and their sum in
- * *bytes: the number of ranges, 0 when they cannot be told here (a span
- * of Y too long, a chunk of it let go, too many items, none). mu held:
- * items_lk is taken under it, never the other way round. */
+ * *bytes: the number of ranges, 0 when they cannot be told here (a chunk
+ * of Y let go, an item past size, none). A window: the scan stops after
+ * RANGED_SCAN_MAX positions, RANGED_ITEMS_MAX items of the shard or cap
+ * bytes of them (the first item is always in), and *upto is the last Y
+ * index it covers (to when nothing stopped it). mu held: items_lk is
+ * taken under it, never the other way round. */
 static size_t ranged_of(sio_plan *p, uint32_t s, uint64_t from, uint64_t to,
-                        uint64_t size, stage_range *rg, uint64_t *bytes)
+                        uint64_t size, uint64_t cap, stage_range *rg,
+                        uint64_t *bytes, uint64_t *upto)
 {
     *bytes = 0;
-    if (to < from || to - from >= RANGED_SCAN_MAX ||
-        to >= sio_plan_count(p))
+    *upto = to;
+    if (to < from || from >= sio_plan_count(p))
         return 0;
+    if (to >= sio_plan_count(p))
+        to = sio_plan_count(p) - 1;
+    if (to - from >= RANGED_SCAN_MAX)
+        to = from + RANGED_SCAN_MAX - 1;
+    *upto = to;
     stage_range *all = malloc(RANGED_ITEMS_MAX * sizeof *all);
     size_t n = 0, nr = 0;
+    uint64_t sum = 0;
     if (!all)
         return 0;
     for (uint64_t i = from; i <= to; i++) {
@@ -982,11 +995,17 @@ static size_t ranged_of(sio_plan *p, uint32_t s, uint64_t from, uint64_t to,
         if (it.shard != s)
             continue;
         uint64_t b = it.end == UINT64_MAX ? size : it.end;
-        if (n == RANGED_ITEMS_MAX || it.offset >= b || b > size) {
+        if (it.offset >= b || b > size) {
             free(all);
             return 0;
         }
+        if (n && (n == RANGED_ITEMS_MAX || b - it.offset > cap - sum ||
+                  sum > cap)) {
+            *upto = i - 1; /* the window ends before this item */
+            break;
+        }
         all[n++] = (stage_range){it.offset, b};
+        sum += b - it.offset;
     }
     if (n > 1)
         qsort(all, n, sizeof *all, range_cmp);
@@ -1009,6 +1028,23 @@ static size_t ranged_of(sio_plan *p, uint32_t s, uint64_t from, uint64_t to,
     for (size_t i = 0; i < nr; i++)
         *bytes += rg[i].b - rg[i].a;
     return nr;
+}
+
+/* One window of a shard fetched again for readers (mu held): the Y
+ * positions it spans (*span) and the bytes of the shard's items it holds
+ * at most (*cap). Every position is one item of some shard, so the
+ * windows of the shards a reader reads at once, each over the same
+ * positions, hold about a quarter of the room for readers behind
+ * together (the shard's mean item size: its bytes over its items), and
+ * one shard's window at most that quarter. */
+static void window_of(const plan_stage *st, const stage_shard *x,
+                      uint64_t *span, uint64_t *cap)
+{
+    uint64_t w = st->budget / 4 < RANGED_GAP ? RANGED_GAP : st->budget / 4;
+    uint64_t items = x->decided ? x->decided : 1;
+    uint64_t mean = x->size / items ? x->size / items : 1;
+    *cap = w;
+    *span = w / mean ? w / mean : 1;
 }
 
 /* Does restage j fetch the whole shard? */
@@ -1674,7 +1710,10 @@ static void restage_start(struct stage_job *j)
         sio_seterr(&e, SIO_ERR_NOMEM, "shard %" PRIu32 " cannot be fetched "
                    "again: %s", j->s, url ? "out of memory" : "no source");
     } else if (!j->extend) {
-        j->fd = stage_memfd(restage_whole(j) ? stage_spare(j->p) : -1, &e);
+        j->fd = stage_memfd(j->fd >= 0          ? j->fd
+                            : restage_whole(j) ? stage_spare(j->p)
+                                               : -1,
+                            &e);
     }
     if (e.code) {
         restage_settle(j, 0, e.code, &e);
@@ -1715,7 +1754,24 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
     }
     if (!x->queued) {
         /* Let go (fd -1), or partial from beyond t (extend). */
-        int extend = x->fd >= 0;
+        int extend = x->fd >= 0, slide = -1;
+        /* A partial memfd that no reader holds, whose window this
+         * reader is past: its window moves to t (the memfd written
+         * afresh) rather than growing. */
+        if (extend && x->partial && x->restaged && x->pins == 0 &&
+            x->kind == STAGE_MEMORY && t > x->cover_to) {
+            slide = x->fd;
+            st->bytes -= x->mem <= st->bytes ? x->mem : st->bytes;
+            st->restage_bytes -= x->mem <= st->restage_bytes
+                                     ? x->mem
+                                     : st->restage_bytes;
+            x->mem = 0;
+            x->fd = -1;
+            x->partial = 0;
+            x->cover = x->cover_to = 0;
+            st->slides++;
+            extend = 0;
+        }
         if (!p->restage_fn) {
             snprintf(err, errlen, "shard %" PRIu32 " was let go by the "
                      "epoch's staging and cannot be fetched again", s);
@@ -1731,7 +1787,7 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
         /* Let go a moment ago (a client resuming from before where its
          * cut stream was): still whole in a spare. */
         int rfd = -1;
-        if (!extend && st->restage_bytes <= st->budget &&
+        if (!extend && slide < 0 && st->restage_bytes <= st->budget &&
             x->size <= st->budget - st->restage_bytes &&
             (rfd = spare_revive(x->uhash, x->vhash, x->size)) >= 0) {
             st->restage_bytes += x->size;
@@ -1751,24 +1807,45 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
             pthread_mutex_unlock(&p->mu);
             return SIO_OK;
         }
-        /* Only the items from t on, when they are few: the reader's own
-         * and the other ranks' there (they come back from about where
-         * this one does); else the whole shard (in place when extending
-         * a partial one; decompressed for a compressed one). */
+        /* The items from t on, one window of them (window_of): the
+         * reader's own and the other ranks' there (they come back from
+         * about where this one does); the whole shard when the rest of
+         * it is small and most of it, or when its items cannot be told
+         * (in place when extending a partial one; decompressed for a
+         * compressed one). */
         stage_range rg = {0, x->size}, part[RANGED_MAX];
         uint64_t need = x->size - (extend ? x->mem : 0), rb = 0, from = 0;
         size_t nr = 0;
         /* A partial memfd is extended with the items before its cover
-         * (a reader behind it), or with those decided after its ranges
-         * were fetched (a shard drawn again: forward). */
+         * (a reader behind it: all of them up to the cover), or with the
+         * next window after it (a reader beyond it, or items decided
+         * after its ranges were fetched: forward). */
         int forward = extend && t > x->cover_to;
+        int back = extend && !forward;
         uint64_t lo = forward ? x->cover_to + 1 : t;
-        uint64_t hi = extend && !forward ? x->cover - 1 : x->last;
+        uint64_t hi = back ? x->cover - 1 : x->last;
         if (extend || (x->kind == STAGE_MEMORY && (x->vhash || x->adopt) &&
                        x->final && x->size)) {
-            nr = hi >= lo ? ranged_of(p, s, lo, hi, x->size, part, &rb) : 0;
-            if (nr && !extend && rb > x->size / 2)
+            uint64_t span, cap, end = hi, upto = hi;
+            window_of(st, x, &span, &cap);
+            /* A shard that fits a window: the ranges of all its items
+             * from t on where they are few (at most half of it), else the
+             * whole shard (one request). A larger one: one window. */
+            int fits = !extend && x->size <= cap;
+            /* (forward: up to a window past t, where the reader is) */
+            uint64_t at = t > lo ? t : lo;
+            if (!back && !fits && hi >= at && hi - at >= span)
+                end = at + span - 1;
+            nr = hi >= lo ? ranged_of(p, s, lo, end, x->size,
+                                      back || fits ? UINT64_MAX : cap, part,
+                                      &rb, &upto)
+                          : 0;
+            if (nr && (back || fits) && upto < hi)
+                nr = 0; /* the cover, or the rest, is not met: whole */
+            if (nr && fits && rb > x->size / 2)
                 nr = 0;
+            if (nr)
+                hi = upto;
         }
         if (nr) {
             need = rb;
@@ -1778,7 +1855,7 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
          * the one needed last first (a shard left to its readers is kept
          * until they passed it; readers that need more than the room at
          * once must get on): fetched again when a reader comes to them. */
-        while (nclosing < sizeof closing / sizeof *closing &&
+        while (nclosing + 1 < sizeof closing / sizeof *closing &&
                (st->restage_bytes > st->budget ||
                 need > st->budget - st->restage_bytes)) {
             stage_shard *best = NULL;
@@ -1795,8 +1872,17 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
                 nclosing++;
             st->evicted++;
         }
-        if (st->restage_bytes > st->budget ||
-            need > st->budget - st->restage_bytes) {
+        int refuse = st->restage_bytes > st->budget ||
+                     need > st->budget - st->restage_bytes;
+        if (!refuse && !(rj = calloc(1, sizeof *rj)))
+            refuse = -1;
+        if (refuse && slide >= 0) {
+            /* The window that moved is let go instead. */
+            x->restaged = 0;
+            x->gone = 1;
+            closing[nclosing++] = slide;
+        }
+        if (refuse > 0) {
             st->refused++;
             snprintf(err, errlen, "shard %" PRIu32 " was let go and the "
                      "room to fetch shards again for readers behind "
@@ -1806,14 +1892,14 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
             close_all(p, closing, nclosing);
             return SIO_ERR_BUSY;
         }
-        if (!(rj = calloc(1, sizeof *rj))) {
+        if (refuse) {
             snprintf(err, errlen, "out of memory");
             pthread_mutex_unlock(&p->mu);
             close_all(p, closing, nclosing);
             return SIO_ERR_NOMEM;
         }
         *rj = (struct stage_job){
-            .p = p, .s = s, .fd = extend ? x->fd : -1,
+            .p = p, .s = s, .fd = extend ? x->fd : slide,
             .dec = x->kind == STAGE_DECOMPRESS,
             .zip = x->kind == STAGE_ZIP,
             .restage = x->kind == STAGE_DECOMPRESS || x->kind == STAGE_ZIP
@@ -2109,6 +2195,7 @@ void sio_plan_get_stage_stats(sio_plan *p, sio_plan_stage_stats *out)
     out->refused = st->refused;
     out->deferred = st->deferred;
     out->evicted = st->evicted;
+    out->windows_moved = st->slides;
     out->held = st->done_n;
     out->spare = stage_spare_bytes();
     out->blocked = st->blocked_ms != 0;

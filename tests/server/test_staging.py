@@ -1287,7 +1287,9 @@ def test_a_resume_far_in_whose_shards_need_more_than_the_room_gets_on(start, ser
     fetched again at once than the room holds. A reader told to come back
     (busy) resumes; shards fetched again that no reader holds are let go
     to make room (restages_evicted) and fetched again when needed; nothing
-    waits for good, and the shares are the oracle's."""
+    waits for good, and the shares are the oracle's. Each shard is larger
+    than a quarter of the room, so each is fetched again a window of its
+    items at a time (ranged), never whole."""
     require_planes(server_binary, "auto")
     ds = many_shards(tmp_path, SEED + 36, 120, "g")
     names = sorted(os.listdir(ds.path))
@@ -1306,6 +1308,9 @@ def test_a_resume_far_in_whose_shards_need_more_than_the_room_gets_on(start, ser
         st = staging(srv)
         print("far resume, room of one shard: %s" % json.dumps(st))
         assert st["shards_deferred"] > 0, (tag(), st)
+        # Every shard is larger than a window (a quarter of the room):
+        # none is fetched again whole, each a window of its items.
+        assert 0 < st["restages_ranged"] == st["restages"], (tag(), st)
     finally:
         ng.stop()
 
