@@ -157,6 +157,9 @@ uint64_t stage_spare_bytes(void)
 #define RANGED_ITEMS_MAX 1024u
 #define RANGED_MAX 32u
 #define RANGED_GAP (64u << 10)
+/* A ranged restage asks for its next ranges this many at once (each
+ * answer's latency overlaps the others'). */
+#define RANGED_AHEAD 8u
 typedef struct stage_range {
     uint64_t a, b; /* bytes [a, b) of the shard */
 } stage_range;
@@ -1158,9 +1161,21 @@ static void ranged_run(struct stage_job *j, unsigned char *buf)
         rc = sio_seterr(&e, SIO_ERR_NOMEM, "cannot stage a shard in "
                         "memory: ftruncate: %s", strerror(errno));
     unsigned tries = 0;
+    sio_stream *ahead[RANGED_MAX] = {NULL};
+    size_t asked = 0;
     for (size_t i = 0; rc == SIO_OK && i < j->nr; i++) {
         uint64_t pos = j->rg[i].a, end = j->rg[i].b;
-        sio_stream *in = NULL;
+        /* The next ranges are asked for now (one that cannot be is
+         * asked again when its turn comes). */
+        while (ops->open_range && asked < j->nr && asked < i + RANGED_AHEAD) {
+            sio_error ae = {SIO_OK, ""};
+            if (ops->open_range(ctx, j->url, j->rg[asked].a, j->rg[asked].b,
+                                &ahead[asked], &ae) != SIO_OK)
+                ahead[asked] = NULL;
+            asked++;
+        }
+        sio_stream *in = i < asked ? ahead[i] : NULL;
+        ahead[i] = NULL;
         int checked = 0;
         while (rc == SIO_OK && pos < end) {
             if (!in) {
@@ -1217,6 +1232,9 @@ static void ranged_run(struct stage_job *j, unsigned char *buf)
         if (in)
             in->ops->close(in);
     }
+    for (size_t i = 0; i < asked; i++)
+        if (ahead[i])
+            ahead[i]->ops->close(ahead[i]);
     restage_settle(j, mem, rc, &e);
     restage_end(j);
 }

@@ -585,8 +585,14 @@ sio_code sio_fetch_open_range(sio_fetch *f, const sio_fetch_target *t,
     pthread_cond_init(&s->cv, NULL);
     pthread_mutex_lock(&s->mu);
     /* The probe: its answer tells the size, the ETag and whether the
-     * server honours Range; its buffer is the single-mode FIFO too. */
-    rc = add_part(s, offset, UINT64_MAX, f->cfg.part_size);
+     * server honours Range; its buffer is the single-mode FIFO too (a
+     * short range's no larger than the range). */
+    size_t cap = f->cfg.part_size;
+    if (end != UINT64_MAX && end > offset && end - offset < cap)
+        cap = (size_t)(end - offset) < SIO_FETCH_PART_MIN
+                  ? SIO_FETCH_PART_MIN
+                  : (size_t)(end - offset);
+    rc = add_part(s, offset, UINT64_MAX, cap);
     pthread_mutex_unlock(&s->mu);
     if (rc) {
         fstream_free(s);
