@@ -43,9 +43,6 @@
 /* The multiplicative decrease happens at most once per this interval, so
  * one burst of 503s halves the concurrency once, not once per answer. */
 #define AIMD_DECREASE_GAP_MS 200u
-/* libcurl's receive buffer: larger reads mean fewer callbacks and lock
- * round trips per byte. */
-#define CURL_RECV_BUFFER (256L * 1024L)
 
 /* xorshift64*: only for backoff jitter, which needs no quality beyond
  * decorrelating clients. Engine thread only. */
@@ -473,7 +470,7 @@ static sio_code start_attempt(sio_fetch *f, xfer *x)
     curl_easy_setopt(x->h, CURLOPT_PATH_AS_IS, 1L);
     curl_easy_setopt(x->h, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(x->h, CURLOPT_TCP_KEEPALIVE, 1L);
-    curl_easy_setopt(x->h, CURLOPT_BUFFERSIZE, CURL_RECV_BUFFER);
+    curl_easy_setopt(x->h, CURLOPT_BUFFERSIZE, (long)SIO_FETCH_RECV_BUFFER);
     curl_easy_setopt(x->h, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(x->h, CURLOPT_LOW_SPEED_TIME, stall_s);
     if (f->ca_file)

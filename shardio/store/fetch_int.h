@@ -28,6 +28,12 @@
 #include "store/fetch.h"
 #include "store/storestats.h"
 
+/* libcurl's receive buffer: larger reads mean fewer callbacks and lock
+ * round trips per byte. It hands over at most this much at once, so a
+ * part's buffer that must take a whole chunk (a probe answered with the
+ * whole object) is at least this large. */
+#define SIO_FETCH_RECV_BUFFER (256u * 1024u)
+
 /* Largest body a perform keeps when the request names no limit. */
 #define FETCH_DEF_BODY_MAX (1u << 20)
 /* Longest Content-Range value we parse. */

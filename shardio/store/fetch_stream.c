@@ -586,12 +586,14 @@ sio_code sio_fetch_open_range(sio_fetch *f, const sio_fetch_target *t,
     pthread_mutex_lock(&s->mu);
     /* The probe: its answer tells the size, the ETag and whether the
      * server honours Range; its buffer is the single-mode FIFO too (a
-     * short range's no larger than the range). */
+     * short range's no larger than the range, and never smaller than
+     * what curl hands over at once: a server that ignores Range sends
+     * the whole object through it). */
     size_t cap = f->cfg.part_size;
     if (end != UINT64_MAX && end > offset && end - offset < cap)
-        cap = (size_t)(end - offset) < SIO_FETCH_PART_MIN
-                  ? SIO_FETCH_PART_MIN
-                  : (size_t)(end - offset);
+        cap = (size_t)(end - offset);
+    if (cap < SIO_FETCH_RECV_BUFFER)
+        cap = SIO_FETCH_RECV_BUFFER;
     rc = add_part(s, offset, UINT64_MAX, cap);
     pthread_mutex_unlock(&s->mu);
     if (rc) {
