@@ -1787,7 +1787,6 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
             x->fd = -1;
             x->partial = 0;
             x->cover = x->cover_to = 0;
-            st->slides++;
             extend = 0;
         }
         if (!p->restage_fn) {
@@ -1899,6 +1898,8 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
             x->restaged = 0;
             x->gone = 1;
             closing[nclosing++] = slide;
+        } else if (slide >= 0) {
+            st->slides++;
         }
         if (refuse > 0) {
             st->refused++;
