@@ -5,7 +5,7 @@ available), the exactly-once check, the JSON/Markdown/PNG output. It checks
 that the figures are sane, never performance targets.
 
 Uses the binaries of $SHARDCAST_BUILD (else build/) as they are: it neither
-installs packages nor builds. Takes about 35 s on 2 cores.
+installs packages nor builds. Takes about 30 s on 2 cores.
 """
 
 import os
@@ -23,8 +23,11 @@ from smoke_support import run_quick  # noqa: E402
 
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
+    # One shape: every contender starts its own processes (torch's import
+    # is most of a Python contender's 3 s), and the second shape doubled
+    # that without reaching any other code of the harness.
     out, _, results, log = run_quick("run.sh", tmp_path_factory, "bench",
-                                     TIMEOUT)
+                                     TIMEOUT, extra=("--shapes", "tokens"))
     return out, results, log
 
 
