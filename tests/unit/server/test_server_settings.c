@@ -279,14 +279,36 @@ static void test_rejections(void)
     sc_settings_free(&cfg);
 }
 
+/* Files write_tmp made, removed at exit (a failed CHECK exits too). */
+#define TMP_FILES 16
+static char tmp_paths[TMP_FILES][256];
+static int tmp_count;
+
+static void remove_tmp(void)
+{
+    for (int i = 0; i < tmp_count; i++)
+        unlink(tmp_paths[i]);
+}
+
 static char *write_tmp(const char *name, const char *text)
 {
-    static char path[4][256];
-    static int k;
-    char *p = path[k++ % 4];
-    snprintf(p, 256, "%s/sc-settings-%d-%s", getenv("TMPDIR") ? getenv("TMPDIR")
-                                                            : "/tmp",
-             (int)getpid(), name);
+    char path[256];
+    char *p = NULL;
+    snprintf(path, sizeof path, "%s/sc-settings-%d-%s",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid(), name);
+    for (int i = 0; i < tmp_count && !p; i++)
+        if (strcmp(tmp_paths[i], path) == 0)
+            p = tmp_paths[i];
+    if (!p) {
+        if (tmp_count == 0)
+            atexit(remove_tmp);
+        if (tmp_count >= TMP_FILES) {
+            fprintf(stderr, "write_tmp: more than %d files\n", TMP_FILES);
+            exit(1);
+        }
+        p = tmp_paths[tmp_count++];
+        memcpy(p, path, sizeof path);
+    }
     FILE *f = fopen(p, "w");
     fputs(text, f);
     fclose(f);

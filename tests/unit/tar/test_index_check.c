@@ -486,6 +486,9 @@ static void test_refresh(void)
     sio_index_view_close(e, &v);
     sio_index_close(x);
     sio_io_destroy(fx.io);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", fx.dir);
+    CHECK(system(cmd) == 0);
     fprintf(stderr, "refresh: ok\n");
 }
 
