@@ -325,11 +325,10 @@ static const setting settings[] = {
      "the first pass): each shard fetched once for every consumer; a "
      "stream that starts far beyond what the plan has made reads it too "
      "where every staged shard is a plain tar of known size (the shards "
-     "it passes are left to their readers), else it is the feed's, as "
-     "is a late consumer of another world; a stream behind that needs a "
-     "shard already "
-     "let go has only its items' byte ranges fetched again where they are "
-     "few. false: those epochs are read by the feed"},
+     "it passes are left to their readers), else it is the feed's; a "
+     "stream behind (a late world's too) that needs a shard already let "
+     "go has it fetched again, only its items' byte ranges where they "
+     "are few. false: those epochs are read by the feed"},
     {"lag-policy", NULL, SRV(lag_policy), T_ENUM, "detach", 0, 0, lag_choices,
      "a consumer that holds a full window back: detach it into a seek "
      "after --lag-grace-ms, or make everyone wait"},

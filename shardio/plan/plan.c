@@ -1650,6 +1650,9 @@ sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
          * compressed shard in memory, decompressed; the graces come with
          * sio_plan_set_stage (none until then). */
         p->stage->budget = cfg->stage_bytes; /* 0: none in memory */
+        p->stage->open_shards =
+            (uint64_t)cfg->interleave * (cfg->nmix ? cfg->nmix : 1) +
+            (cfg->buffer_samples < total ? cfg->buffer_samples : total);
         p->stage->retries = cfg->on_error == SIO_ON_ERROR_SKIP
                                 ? STAGE_RETRIES
                                 : 0;

@@ -150,6 +150,10 @@ typedef struct plan_stage {
                                reserved for that */
     uint64_t peak;     /* most bytes staged at once */
     uint64_t max_shard;/* the largest shard staged */
+    uint64_t open_shards; /* shards the order may hold open at once: the
+                             interleave's slots (of every mixed source)
+                             and the shards of the samples in its buffer,
+                             min(shards, buffer_samples) */
     uint32_t *done;    /* shards whose last item is decided, in that order
                           (a ring of total entries) */
     size_t done_head, done_n;
