@@ -140,13 +140,14 @@ int sio_plan_parked(const sio_plan *p);
  * to be detached by the lag rules)? A parked plan that does is to be
  * kicked again now and then: the lag rules change with time. */
 int sio_plan_stage_blocked(sio_plan *p);
-/* Can a plan that stages not follow a reader of world starting at index
+/* Can a plan that stages not serve a reader of world starting at index
  * t of Y? The staging keeps a shard until the ranks of every world that
  * reads the epoch passed it (up to STAGE_WORLDS worlds, each from its
- * first reader on, its ranks expected for the join grace). 1 when world
- * is none of them and no more can be followed, or when the others let go
- * of shards with items at t or after (each would be fetched again for
- * it, one at a time): such a reader is the feed's. */
+ * first reader on, its ranks expected for the join grace). A reader of
+ * a world that comes after the others let go of shards it needs, or of
+ * a world beyond those it follows, has the shards let go fetched again
+ * for it. 1 only for a world of no ranks or more than STAGE_WORLD_MAX
+ * (such a reader is the feed's, which refuses it). */
 int sio_plan_stage_other_world(sio_plan *p, uint32_t world, uint64_t t);
 /* Would a stream that starts at index t of Y have the staging fetch every
  * shard the order passes on its way there first? 1 for a plan that

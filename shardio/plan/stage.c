@@ -2176,10 +2176,12 @@ int sio_plan_stage_other_world(sio_plan *p, uint32_t world, uint64_t t)
     for (unsigned i = 0; i < st->nw; i++)
         known |= st->w[i].world == world;
     /* A world that comes after the others let go of shards it needs
-     * reads them fetched again (stage_take, restage_room). */
+     * reads them fetched again (stage_take, restage_room). A fifth world
+     * while four read is followed by nobody (stage_reader finds it no
+     * place): like a detached rank, it holds no shard back and has a
+     * shard let go fetched again for it. */
     (void)t;
-    int other = !known && (st->nw >= STAGE_WORLDS || world == 0 ||
-                           world > STAGE_WORLD_MAX);
+    int other = !known && (world == 0 || world > STAGE_WORLD_MAX);
     pthread_mutex_unlock(&p->mu);
     return other;
 }
