@@ -1,0 +1,239 @@
+#!/usr/bin/python3
+"""Worlds that come late, and more worlds than the staging follows
+(bench/late_world.sh).
+
+One shardcastd per run reads the bench dataset of a shape from nginx (a
+brace pattern over http, no shard cache, the server flags of
+bench/run.sh, everything else default). World 2 (two consumers) reads
+epoch 0 whole; then world 1 (one consumer) reads epoch 0 again. By then
+the staging has let go of every shard, so the late world's shards are
+fetched again for it. Then worlds 1-5 read epoch 1 at once (five worlds:
+the staging follows four). Every read is `shardcast bench --verify`
+against the manifest (exactly once per world).
+
+With --other-build the two trees alternate run by run (A, B, A, B...),
+one server each: the medians of both come from one run. Reported per
+tree and shape: the late world's samples/s, the five worlds' samples/s
+(the sum over the worlds of samples delivered, over the wall time of all
+five), the bytes nginx sent in the run against the dataset's (epochs 0
+and 1: 2.00 when every shard is read once per epoch), and the staging's
+counters after the run (shards fetched again, readers told to come
+back, streams of the feed and of the plan).
+
+Output: results.json and results.md in --out.
+"""
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import bench  # noqa: E402
+from bench_env import Nginx, _wait_port, ensure_dataset, free_port  # noqa: E402
+
+REPO = os.path.dirname(HERE)
+FORMAT = 1
+
+
+def cli_read(build, url, epoch, world, manifest):
+    """`shardcast bench` of every rank of world at once: (samples,
+    samples/s, exactly once)."""
+    p = subprocess.run([os.path.join(build, "shardcast"), "bench", "--server", url,
+                        "--job", "j", "--epoch", str(epoch), "--world", str(world),
+                        "-n", str(world), "--verify", manifest, "--json"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=900)
+    if p.returncode != 0:
+        raise RuntimeError("shardcast bench (world %d) exit %d: %s" % (
+            world, p.returncode, p.stderr.decode()[-1500:]))
+    r = json.loads(p.stdout)
+    return r["samples"], r["samples_per_s"], bool(r.get("verify", {}).get("ok"))
+
+
+def store_bytes(nginx):
+    """Bytes nginx has sent so far (its request log: method, URI, status,
+    body bytes)."""
+    total = 0
+    try:
+        with open(nginx.log_path) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 4 and parts[-1].isdigit():
+                    total += int(parts[-1])
+    except FileNotFoundError:
+        pass
+    return total
+
+
+def one_server(build, nginx, ds, workdir):
+    nginx_url = nginx.url
+    sent0 = store_bytes(nginx)
+    names = sorted(f for f in os.listdir(ds.path) if f.endswith(".tar"))
+    prefix = names[0].rsplit("-", 1)[0]
+    source = "%s/%s/%s-{%06d..%06d}.tar" % (nginx_url, os.path.basename(ds.path),
+                                           prefix, 0, len(names) - 1)
+    port = free_port()
+    log = open(os.path.join(workdir, "server.log"), "w")
+    proc = subprocess.Popen(
+        [os.path.join(build, "shardcastd"), "--listen", "127.0.0.1", "--port", str(port),
+         "--job", "j", "--source", source, "--prefetch", "false",
+         "--shuffle-buffer", str(bench.SHUFFLE_BUFFER),
+         "--shuffle-buffer-bytes", bench.SERVER_BUFFER_BYTES,
+         "--stream-rate-limit", "0", "--rate-limit", "0",
+         "--max-new-epochs-per-minute", "0"],
+        stdout=log, stderr=subprocess.STDOUT)
+    try:
+        _wait_port(port, proc, "shardcastd")
+        url = "http://127.0.0.1:%d" % port
+        manifest = os.path.join(ds.path, "manifest.json")
+        ok = True
+        _, _, o = cli_read(build, url, 0, 2, manifest)
+        ok &= o
+        n, late, o = cli_read(build, url, 0, 1, manifest)
+        ok &= o
+        got = {}
+
+        def world(w):
+            try:
+                got[w] = cli_read(build, url, 1, w, manifest)
+            except Exception as e:  # noqa: BLE001 (reported below)
+                got[w] = e
+        ts = [threading.Thread(target=world, args=(w,)) for w in range(1, 6)]
+        t0 = time.perf_counter()
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        wall = time.perf_counter() - t0
+        for w, r in got.items():
+            if isinstance(r, Exception):
+                raise r
+            ok &= r[2]
+        five = sum(r[0] for r in got.values()) / wall
+        with urllib.request.urlopen(url + "/v1/jobs/j", timeout=30) as f:
+            st = json.load(f)
+        sg, dp = st.get("staging") or {}, st.get("data_plane") or {}
+        # nginx logs a request when it is done: the server's are by now
+        # (the streams ended), but the log write may trail a little.
+        time.sleep(0.5)
+        return {"late_samples_per_s": late, "five_worlds_samples_per_s": five,
+                "store_bytes": store_bytes(nginx) - sent0,
+                "exactly_once": ok, "restages": sg.get("restages"),
+                "restages_ranged": sg.get("restages_ranged"),
+                "refused": sg.get("refused"), "revived": sg.get("revived"),
+                "fetched_bytes": sg.get("fetched_bytes"),
+                "peak_bytes": sg.get("peak_bytes"),
+                "feed_streams": dp.get("feed_streams"),
+                "plan_streams": dp.get("plan_streams")}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+        log.close()
+
+
+def markdown(doc):
+    out = ["# Late worlds and a fifth world (bench/late_world.sh)", "",
+           "- command: `%s`" % doc["command"], "- date: %s; tree %s; %s" % (
+               doc["date"], doc["tree"], doc["machine"]),
+           "- runs: %d per tree, alternating; medians" % doc["runs"], "",
+           "| shape | tree | late world 1 samples/s | 5 worlds samples/s | "
+           "store bytes / dataset | restages | refused | feed streams | "
+           "plan streams | exactly-once |",
+           "|---|---|--:|--:|--:|--:|--:|--:|--:|---|"]
+    for r in doc["rows"]:
+        out.append("| %s | %s | %.0f | %.0f | %.2f | %s | %s | %s | %s | %s |" % (
+            r["shape"], r["tree"], r["late"], r["five"], r["fetched_x"],
+            r["restages"], r["refused"], r["feed_streams"], r["plan_streams"],
+            "yes" if r["exactly_once"] else "NO"))
+    out += ["", "Every run (late world 1 samples/s):", ""]
+    for r in doc["rows"]:
+        out.append("- %s %s: %s" % (r["shape"], r["tree"], ", ".join(
+            "%.0f" % x["late_samples_per_s"] for x in r["runs"])))
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default=os.path.join(REPO, "build"))
+    ap.add_argument("--other-build", default=None,
+                    help="a second tree's build, alternated with --build")
+    ap.add_argument("--data", default=None,
+                    help="dataset cache (default: BUILD/bench-data)")
+    ap.add_argument("--shapes", default="images,tokens")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--quick", action="store_true",
+                    help="the tiny datasets, one run")
+    ap.add_argument("--out", default=os.path.join(REPO, "bench", "results",
+                                                  "late-world"))
+    ap.add_argument("--command", default="bench/late_world.sh")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.runs = 1
+    shapes = [s for s in (bench.quick_shapes() if args.quick else bench.full_shapes())
+              if s.name in args.shapes.split(",")]
+    data = args.data or os.path.join(args.build, "bench-data")
+    builds = [("A", os.path.abspath(args.build))]
+    if args.other_build:
+        builds.append(("B", os.path.abspath(args.other_build)))
+    workdir = tempfile.mkdtemp(prefix="shardcast-late-")
+    nginx = Nginx(os.path.join(data, "datasets"), workdir).start()
+    rows = []
+    try:
+        for shape in shapes:
+            ds = ensure_dataset(data, shape, bench.log)
+            dataset_bytes = sum(os.path.getsize(os.path.join(ds.path, f))
+                                for f in os.listdir(ds.path) if f.endswith(".tar"))
+            runs = {name: [] for name, _ in builds}
+            for i in range(args.runs):
+                for name, b in builds:
+                    r = one_server(b, nginx, ds, workdir)
+                    bench.log("%s %s run %d: late %.0f/s, five worlds %.0f/s, "
+                              "restages %s, refused %s, feed %s, exactly-once %s" % (
+                                  shape.name, name, i, r["late_samples_per_s"],
+                                  r["five_worlds_samples_per_s"], r["restages"],
+                                  r["refused"], r["feed_streams"], r["exactly_once"]))
+                    runs[name].append(r)
+            for name, b in builds:
+                rs = runs[name]
+                med = statistics.median
+                rows.append({
+                    "shape": shape.name, "tree": "%s (%s)" % (name, b),
+                    "late": med(r["late_samples_per_s"] for r in rs),
+                    "five": med(r["five_worlds_samples_per_s"] for r in rs),
+                    # epochs 0 and 1, two reads of the dataset at the least
+                    "fetched_x": med(r["store_bytes"] / dataset_bytes for r in rs),
+                    "restages": med(r["restages"] or 0 for r in rs),
+                    "refused": med(r["refused"] or 0 for r in rs),
+                    "feed_streams": med(r["feed_streams"] or 0 for r in rs),
+                    "plan_streams": med(r["plan_streams"] or 0 for r in rs),
+                    "exactly_once": all(r["exactly_once"] for r in rs),
+                    "runs": rs})
+    finally:
+        nginx.stop()
+    tree = bench.tree_state()
+    mach = bench.machine_description()
+    doc = {"format": FORMAT, "command": args.command,
+           "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+           "tree": tree["commit"][:7] + (" + uncommitted changes"
+                                         if tree["uncommitted"] else ""),
+           "machine": "%s CPUs, %s" % (mach["nproc"], mach["cpu_model"]),
+           "runs": args.runs, "rows": rows}
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+    md = markdown(doc)
+    with open(os.path.join(args.out, "results.md"), "w") as f:
+        f.write(md)
+    print(md)
+    return 0 if all(r["exactly_once"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
