@@ -23,10 +23,12 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -103,8 +105,18 @@ struct sc_server {
     sc_connlimit *cl;      /* connections per address */
     sc_peers *peers;       /* the replica set (--peers), instance id */
     struct MHD_Daemon *d;
-    MHD_socket lsock; /* from MHD_quiesce_daemon; closed only after
-                         MHD_stop_daemon (libmicrohttpd's manual) */
+    /* The listening socket is ours, not libmicrohttpd's: the acceptor
+     * thread hands each connection over with MHD_add_connection. Its
+     * MHD_quiesce_daemon races its own epoll workers over removing the
+     * listening socket from their epoll sets and aborts the process when
+     * it loses (libmicrohttpd 0.9.75 "Failed to remove listen FD from
+     * epoll set", seen on SIGTERM). Draining stops the acceptor and
+     * closes the socket: new connections are refused at once. */
+    int lsock;        /* -1 once closed */
+    int wake[2];      /* the acceptor's stop pipe (-1: none) */
+    pthread_t acceptor;
+    int acceptor_on;  /* started, not joined yet */
+    atomic_int accepting;
     uint16_t port;
     uint64_t boot;    /* makes request ids unique across restarts */
     atomic_uint_fast64_t next_id;
@@ -937,6 +949,78 @@ static void request_completed(void *cls, struct MHD_Connection *conn,
     free(ctx);
 }
 
+/* The acceptor thread: every connection on the listening socket goes to
+ * libmicrohttpd (MHD_add_connection applies the accept policy and the
+ * connection limit, and closes what it refuses). It ends when the stop
+ * pipe is written. */
+static void *acceptor_main(void *arg)
+{
+    sc_server *srv = arg;
+    while (atomic_load(&srv->accepting)) {
+        struct pollfd pf[2] = {{srv->lsock, POLLIN, 0},
+                               {srv->wake[0], POLLIN, 0}};
+        if (poll(pf, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            SC_LOG(SIO_LOG_ERROR, "event=accept_failed reason=\"poll: %s\"",
+                   strerror(errno));
+            break;
+        }
+        if (pf[1].revents || !atomic_load(&srv->accepting))
+            break;
+        if (!(pf[0].revents & POLLIN))
+            continue;
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof ss;
+        int fd = accept4(srv->lsock, (struct sockaddr *)&ss, &len,
+                         SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) {
+            if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED ||
+                errno == EPROTO)
+                continue;
+            /* Out of descriptors or memory: the backlog waits a moment
+             * rather than the loop spinning. */
+            SC_LOG(SIO_LOG_WARN, "event=accept_failed reason=\"%s\"",
+                   strerror(errno));
+            poll(&pf[1], 1, 50);
+            continue;
+        }
+        (void)MHD_add_connection(srv->d, fd, (const struct sockaddr *)&ss,
+                                 len);
+    }
+    return NULL;
+}
+
+/* Stop the acceptor and wait for it (once). */
+static void acceptor_stop(sc_server *srv)
+{
+    if (!srv->acceptor_on)
+        return;
+    atomic_store(&srv->accepting, 0);
+    if (srv->wake[1] >= 0) {
+        ssize_t w;
+        do
+            w = write(srv->wake[1], "x", 1);
+        while (w < 0 && errno == EINTR);
+    }
+    pthread_join(srv->acceptor, NULL);
+    srv->acceptor_on = 0;
+}
+
+/* Close the listening socket and the stop pipe (the acceptor is not
+ * running). */
+static void close_listener(sc_server *srv)
+{
+    if (srv->lsock >= 0)
+        close(srv->lsock);
+    srv->lsock = -1;
+    for (int i = 0; i < 2; i++) {
+        if (srv->wake[i] >= 0)
+            close(srv->wake[i]);
+        srv->wake[i] = -1;
+    }
+}
+
 sio_code sc_server_start(const sc_config *cfg, sio_io *io, sc_jobs *jobs,
                          sc_server **out, char *msg, size_t msg_len)
 {
@@ -971,7 +1055,9 @@ sio_code sc_server_start(const sc_config *cfg, sio_io *io, sc_jobs *jobs,
     srv->cfg = cfg;
     srv->io = io;
     srv->jobs = jobs;
-    srv->lsock = MHD_INVALID_SOCKET;
+    srv->lsock = -1;
+    srv->wake[0] = srv->wake[1] = -1;
+    atomic_init(&srv->accepting, 0);
     srv->boot = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     srv->boot &= 0xffffffffu;
     atomic_init(&srv->next_id, 0);
@@ -1018,6 +1104,45 @@ sio_code sc_server_start(const sc_config *cfg, sio_io *io, sc_jobs *jobs,
     if (backlog < 128)
         backlog = 128;
 
+    {
+        socklen_t salen = sa->sa_family == AF_INET6 ? sizeof a6 : sizeof a4;
+        int one = 1;
+        srv->lsock = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (srv->lsock < 0 ||
+            setsockopt(srv->lsock, SOL_SOCKET, SO_REUSEADDR, &one,
+                       sizeof one) != 0 ||
+            (sa->sa_family == AF_INET6 &&
+             setsockopt(srv->lsock, IPPROTO_IPV6, IPV6_V6ONLY, &one,
+                        sizeof one) != 0) ||
+            bind(srv->lsock, sa, salen) != 0 ||
+            listen(srv->lsock, (int)backlog) != 0) {
+            snprintf(msg, msg_len, "cannot listen on %s port %u: %s",
+                     cfg->listen, (unsigned)cfg->port, strerror(errno));
+            rc = SIO_ERR_IO;
+            goto out;
+        }
+        struct sockaddr_storage bound;
+        socklen_t blen = sizeof bound;
+        if (getsockname(srv->lsock, (struct sockaddr *)&bound, &blen) != 0) {
+            snprintf(msg, msg_len, "cannot listen on %s port %u: %s",
+                     cfg->listen, (unsigned)cfg->port, strerror(errno));
+            rc = SIO_ERR_IO;
+            goto out;
+        }
+        srv->port = bound.ss_family == AF_INET6
+                        ? ntohs(((struct sockaddr_in6 *)&bound)->sin6_port)
+                        : ntohs(((struct sockaddr_in *)&bound)->sin_port);
+        if (pipe2(srv->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+            srv->wake[0] = srv->wake[1] = -1;
+            snprintf(msg, msg_len, "cannot create a pipe: %s",
+                     strerror(errno));
+            rc = SIO_ERR_IO;
+            goto out;
+        }
+    }
+    flags |= MHD_USE_NO_LISTEN_SOCKET;
+    atomic_store(&srv->accepting, 1);
+
     /* Plan streams read and send on these threads: one per CPU. */
     unsigned threads = cfg->threads;
     if (threads == 0) {
@@ -1030,10 +1155,8 @@ sio_code sc_server_start(const sc_config *cfg, sio_io *io, sc_jobs *jobs,
         flags, 0, accept_policy, srv, access_handler, srv,
         /* The logger first, so MHD's own start-up messages use it. */
         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv,
-        MHD_OPTION_SOCK_ADDR, sa,
         MHD_OPTION_THREAD_POOL_SIZE, threads,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)cfg->max_connections,
-        MHD_OPTION_LISTEN_BACKLOG_SIZE, backlog,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)cfg->connection_memory,
         /* Connections start with the header timeout; a stream gets the
          * idle timeout (answer_stream). */
@@ -1043,26 +1166,17 @@ sio_code sc_server_start(const sc_config *cfg, sio_io *io, sc_jobs *jobs,
         MHD_OPTION_NOTIFY_CONNECTION, notify_connection, srv,
         MHD_OPTION_END);
     if (!srv->d) {
-        /* libmicrohttpd logs "Failed to bind to port 0" (it was handed an
-         * address, not a port): bind once more here to say why. */
-        char why[160] = "";
-        int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        int one = 1;
-        if (fd >= 0) {
-            setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-            if (bind(fd, sa, sa->sa_family == AF_INET6 ? sizeof a6
-                                                        : sizeof a4) != 0)
-                snprintf(why, sizeof why, ": %s", strerror(errno));
-            close(fd);
-        }
-        snprintf(msg, msg_len, "cannot listen on %s port %u%s", cfg->listen,
-                 (unsigned)cfg->port, why);
+        snprintf(msg, msg_len, "cannot start the HTTP daemon");
         rc = SIO_ERR_IO;
         goto out;
     }
-    const union MHD_DaemonInfo *di =
-        MHD_get_daemon_info(srv->d, MHD_DAEMON_INFO_BIND_PORT);
-    srv->port = di ? di->port : (uint16_t)cfg->port;
+    if (pthread_create(&srv->acceptor, NULL, acceptor_main, srv) != 0) {
+        snprintf(msg, msg_len, "cannot start the acceptor thread");
+        MHD_stop_daemon(srv->d);
+        rc = SIO_ERR_NOMEM;
+        goto out;
+    }
+    srv->acceptor_on = 1;
     /* Streams that wait for a plan are resumed when a build ends. */
     sc_jobs_set_plan_waker(jobs, plan_waker, srv);
     if (sc_peers_start(srv->peers) != 0) {
@@ -1076,6 +1190,9 @@ sio_code sc_server_start(const sc_config *cfg, sio_io *io, sc_jobs *jobs,
     srv = NULL;
 out:
     if (srv) {
+        if (srv->acceptor_on)
+            acceptor_stop(srv);
+        close_listener(srv);
         sc_peers_destroy(srv->peers);
         sc_connlimit_destroy(srv->cl);
         sc_ratelimit_destroy(srv->srl);
@@ -1097,14 +1214,10 @@ uint16_t sc_server_port(const sc_server *srv)
 
 size_t sc_server_drain(sc_server *srv, uint32_t grace_s)
 {
-    /* Stop accepting. libmicrohttpd's manual forbids closing the socket
-     * MHD_quiesce_daemon returns while the daemon's threads run (the fd
-     * number could be reused under them): it is only shut down here, which
-     * refuses new connections at once and keeps the descriptor, and
-     * closed by sc_server_stop after MHD_stop_daemon. */
-    srv->lsock = MHD_quiesce_daemon(srv->d);
-    if (srv->lsock != MHD_INVALID_SOCKET)
-        shutdown(srv->lsock, SHUT_RDWR);
+    /* Stop accepting: the acceptor ends and the listening socket is
+     * closed, so new connections are refused at once. */
+    acceptor_stop(srv);
+    close_listener(srv);
     pthread_mutex_lock(&srv->mu);
     srv->draining = 1;
     atomic_store(&srv->draining_flag, 1);
@@ -1127,9 +1240,8 @@ void sc_server_stop(sc_server *srv)
     if (!srv)
         return;
     if (!atomic_load(&srv->draining_flag)) {
-        srv->lsock = MHD_quiesce_daemon(srv->d);
-        if (srv->lsock != MHD_INVALID_SOCKET)
-            shutdown(srv->lsock, SHUT_RDWR);
+        acceptor_stop(srv);
+        close_listener(srv);
         pthread_mutex_lock(&srv->mu);
         srv->draining = 1;
         atomic_store(&srv->draining_flag, 1);
@@ -1144,8 +1256,6 @@ void sc_server_stop(sc_server *srv)
     waiters_resume(srv, 1);
     sc_jobs_cut_all(srv->jobs, "server shutting down", DRAIN_RETRY_AFTER_MS);
     MHD_stop_daemon(srv->d);
-    if (srv->lsock != MHD_INVALID_SOCKET)
-        close(srv->lsock);
     sc_peers_destroy(srv->peers);
     sc_connlimit_destroy(srv->cl);
     sc_ratelimit_destroy(srv->srl);
