@@ -2873,6 +2873,20 @@ int sc_jobs_destroy(sc_jobs *j)
         pthread_join(j->resolver, NULL);
     if (j->manager_ok)
         pthread_join(j->manager, NULL);
+    /* The last reference to a job (or a binding to reap) may have gone
+     * after the manager ended: the resolver's, when it finished listing a
+     * job removed meanwhile (a PUT just before the signal). Every thread
+     * that queues them is joined: they are freed here. */
+    while (j->reap) {
+        sc_binding *b = j->reap;
+        j->reap = b->reap_next;
+        reap_one(j, b);
+    }
+    while (j->dead) {
+        sc_job *job = j->dead;
+        j->dead = job->dead_next;
+        job_free(job);
+    }
     /* Feeds still closing (a producer inside object-store I/O) use the
      * jobs' lists, journals and the indexes. */
     for (unsigned w = 0; sio_io_busy(j->io) > 0 && w < CLOSERS_WAIT_MS / 10;
