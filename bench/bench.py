@@ -286,6 +286,28 @@ def tree_state():
                             if not l[3:].startswith("bench/")]}
 
 
+def results_header(fmt, command):
+    """What a results.json of bench/steady.py or late_world.py starts with:
+    its format, the command, the date, the tree (marked when it has
+    uncommitted changes outside bench/) and the machine."""
+    tree = tree_state()
+    mach = machine_description()
+    return {"format": fmt, "command": command,
+            "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+            "tree": tree["commit"][:7] + (" + uncommitted changes"
+                                          if tree["uncommitted"] else ""),
+            "machine": "%s CPUs, %s" % (mach["nproc"], mach["cpu_model"])}
+
+
+def write_results(out, doc, md):
+    """results.json (doc) and results.md (md) into out."""
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write(md)
+
+
 # -- the run context -----------------------------------------------------------
 
 class Ctx:

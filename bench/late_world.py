@@ -23,7 +23,6 @@ back, streams of the feed and of the plan).
 Output: results.json and results.md in --out.
 """
 import argparse
-import datetime
 import json
 import os
 import statistics
@@ -217,20 +216,10 @@ def main(argv=None):
                     "runs": rs})
     finally:
         nginx.stop()
-    tree = bench.tree_state()
-    mach = bench.machine_description()
-    doc = {"format": FORMAT, "command": args.command,
-           "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
-           "tree": tree["commit"][:7] + (" + uncommitted changes"
-                                         if tree["uncommitted"] else ""),
-           "machine": "%s CPUs, %s" % (mach["nproc"], mach["cpu_model"]),
-           "runs": args.runs, "rows": rows}
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump(doc, f, indent=1)
+    doc = bench.results_header(FORMAT, args.command)
+    doc.update({"runs": args.runs, "rows": rows})
     md = markdown(doc)
-    with open(os.path.join(args.out, "results.md"), "w") as f:
-        f.write(md)
+    bench.write_results(args.out, doc, md)
     print(md)
     return 0 if all(r["exactly_once"] for r in rows) else 1
 

@@ -41,8 +41,6 @@ Output: results.json and results.md in --out.
 """
 
 import argparse
-import datetime
-import json
 import os
 import shutil
 import statistics
@@ -322,22 +320,11 @@ def main(argv=None):
         if ctx.nginx.proc is not None:
             ctx.nginx.stop()
         shutil.rmtree(workdir, ignore_errors=True)
-    tree = bench.tree_state()
-    mach = bench.machine_description()
-    doc = {"format": FORMAT, "command": args.command,
-           "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
-           "tree": tree["commit"][:7] + (" + uncommitted changes"
-                                         if tree["uncommitted"] else ""),
-           "machine": "%s CPUs, %s" % (mach["nproc"], mach["cpu_model"]),
-           "workers": args.workers, "epochs": args.epochs,
-           "source": args.source,
-           "repeat": args.repeat, "rows": rows}
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump(doc, f, indent=1)
+    doc = bench.results_header(FORMAT, args.command)
+    doc.update({"workers": args.workers, "epochs": args.epochs,
+                "source": args.source, "repeat": args.repeat, "rows": rows})
     md = markdown(doc)
-    with open(os.path.join(args.out, "results.md"), "w") as f:
-        f.write(md)
+    bench.write_results(args.out, doc, md)
     sys.stdout.write(md)
     return 0 if all(r["exactly_once"] for r in rows) else 1
 

@@ -954,7 +954,8 @@ def test_consumers_of_other_worlds_read_the_plan(start, server_binary, tmp_path)
     same epoch at once read their shares from the staged plan, sample for
     sample the feed's shares with the same summaries. A world that comes
     after the others let go of the shards it needs reads them fetched
-    again for it, from the plan, each once; so does a fifth world while
+    again for it, from the plan, each at most once per rank and nobody
+    told to come back; so does a fifth world while
     four read, which the staging does not follow (it holds nothing
     back)."""
     require_planes(server_binary, "auto", "stream")
@@ -1002,7 +1003,9 @@ def test_consumers_of_other_worlds_read_the_plan(start, server_binary, tmp_path)
         assert dp["plans_grown"] == 1 and dp["feed_streams"] == 0, (tag(), dp)
         assert dp["plan_streams"] == 4, (tag(), dp)
         # World 2 after the others let go of every shard: the plan's,
-        # every shard fetched again once, nobody told to come back.
+        # nobody told to come back; every shard fetched again (or taken
+        # back from the spares) for it, at most once per rank (a rank
+        # that comes after the other let go of a shard takes it again).
         before = staging(srv)
         got2 = read_world(srv, 0, 2)
         want2 = read_world(feed, 0, 2)
@@ -1010,8 +1013,8 @@ def test_consumers_of_other_worlds_read_the_plan(start, server_binary, tmp_path)
         dp = data_plane(get_json(srv, "/v1/jobs/t"))
         assert dp["feed_streams"] == 0 and dp["plan_streams"] == 6, (tag(), dp)
         st = staging(srv)
-        assert st["restages"] - before["restages"] + st["revived"] - before["revived"] \
-            == len(names), (tag(), before, st)
+        again = st["restages"] - before["restages"] + st["revived"] - before["revived"]
+        assert len(names) <= again <= 2 * len(names), (tag(), before, st)
         assert st["refused"] == before["refused"], (tag(), before, st)
         # Four worlds read epoch 1 (a stream of each open): a fifth is
         # the plan's too, the feed's share.
