@@ -196,7 +196,8 @@ if [ "$ASAN_OK" -eq 1 ]; then
     "$ROOT/tests/server/test_plan_window.py" "$ROOT/tests/server/test_plan_cold.py" \
     "$ROOT/tests/server/test_replica_set.py" "$ROOT/tests/server/test_mix.py" \
     "$ROOT/tests/server/test_truncated.py" "$ROOT/tests/server/test_heartbeat.py" \
-    "$ROOT/tests/server/test_losses.py" "$ROOT/tests/trust"
+    "$ROOT/tests/server/test_losses.py" "$ROOT/tests/server/test_shutdown.py" \
+    "$ROOT/tests/trust"
 else
   not_run "pytest (server under ASan + UBSan)" "the sanitizer build failed"
 fi
