@@ -140,15 +140,15 @@ int sio_plan_parked(const sio_plan *p);
  * to be detached by the lag rules)? A parked plan that does is to be
  * kicked again now and then: the lag rules change with time. */
 int sio_plan_stage_blocked(sio_plan *p);
-/* Can a plan that stages not serve a reader of world starting at index
- * t of Y? The staging keeps a shard until the ranks of every world that
- * reads the epoch passed it (up to STAGE_WORLDS worlds, each from its
- * first reader on, its ranks expected for the join grace). A reader of
- * a world that comes after the others let go of shards it needs, or of
- * a world beyond those it follows, has the shards let go fetched again
- * for it. 1 only for a world of no ranks or more than STAGE_WORLD_MAX
- * (such a reader is the feed's, which refuses it). */
-int sio_plan_stage_other_world(sio_plan *p, uint32_t world, uint64_t t);
+/* Can a plan that stages not serve a reader of world? The staging keeps
+ * a shard until the ranks of every world that reads the epoch passed it
+ * (up to STAGE_WORLDS worlds, each from its first reader on, its ranks
+ * expected for the join grace). A reader of a world that comes after the
+ * others let go of shards it needs, or of a world beyond those it
+ * follows, has the shards let go fetched again for it. 1 only for a
+ * world of no ranks or more than STAGE_WORLD_MAX (such a reader is the
+ * feed's, which refuses it). */
+int sio_plan_stage_other_world(const sio_plan *p, uint32_t world);
 /* Would a stream that starts at index t of Y have the staging fetch every
  * shard the order passes on its way there first? 1 for a plan that
  * stages an epoch whose shards were all indexed when it started, with t

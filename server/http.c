@@ -116,7 +116,6 @@ struct sc_server {
     int wake[2];      /* the acceptor's stop pipe (-1: none) */
     pthread_t acceptor;
     int acceptor_on;  /* started, not joined yet */
-    atomic_int accepting;
     uint16_t port;
     uint64_t boot;    /* makes request ids unique across restarts */
     atomic_uint_fast64_t next_id;
@@ -956,7 +955,7 @@ static void request_completed(void *cls, struct MHD_Connection *conn,
 static void *acceptor_main(void *arg)
 {
     sc_server *srv = arg;
-    while (atomic_load(&srv->accepting)) {
+    for (;;) {
         struct pollfd pf[2] = {{srv->lsock, POLLIN, 0},
                                {srv->wake[0], POLLIN, 0}};
         if (poll(pf, 2, -1) < 0) {
@@ -966,7 +965,7 @@ static void *acceptor_main(void *arg)
                    strerror(errno));
             break;
         }
-        if (pf[1].revents || !atomic_load(&srv->accepting))
+        if (pf[1].revents)
             break;
         if (!(pf[0].revents & POLLIN))
             continue;
@@ -996,7 +995,6 @@ static void acceptor_stop(sc_server *srv)
 {
     if (!srv->acceptor_on)
         return;
-    atomic_store(&srv->accepting, 0);
     if (srv->wake[1] >= 0) {
         ssize_t w;
         do
@@ -1057,7 +1055,6 @@ sio_code sc_server_start(const sc_config *cfg, sio_io *io, sc_jobs *jobs,
     srv->jobs = jobs;
     srv->lsock = -1;
     srv->wake[0] = srv->wake[1] = -1;
-    atomic_init(&srv->accepting, 0);
     srv->boot = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     srv->boot &= 0xffffffffu;
     atomic_init(&srv->next_id, 0);
@@ -1141,7 +1138,6 @@ sio_code sc_server_start(const sc_config *cfg, sio_io *io, sc_jobs *jobs,
         }
     }
     flags |= MHD_USE_NO_LISTEN_SOCKET;
-    atomic_store(&srv->accepting, 1);
 
     /* Plan streams read and send on these threads: one per CPU. */
     unsigned threads = cfg->threads;
@@ -1182,6 +1178,7 @@ sio_code sc_server_start(const sc_config *cfg, sio_io *io, sc_jobs *jobs,
     if (sc_peers_start(srv->peers) != 0) {
         sc_jobs_set_plan_waker(jobs, NULL, NULL);
         snprintf(msg, msg_len, "cannot start the peers thread");
+        acceptor_stop(srv); /* it must not hand MHD a connection now */
         MHD_stop_daemon(srv->d);
         rc = SIO_ERR_NOMEM;
         goto out;
@@ -1190,8 +1187,7 @@ sio_code sc_server_start(const sc_config *cfg, sio_io *io, sc_jobs *jobs,
     srv = NULL;
 out:
     if (srv) {
-        if (srv->acceptor_on)
-            acceptor_stop(srv);
+        acceptor_stop(srv);
         close_listener(srv);
         sc_peers_destroy(srv->peers);
         sc_connlimit_destroy(srv->cl);

@@ -2064,15 +2064,14 @@ static unsigned plan_stream(sc_jobs *j, sc_job *job, fslot *slot,
     }
     if (!plan || job->removed)
         return 0;
-    /* A consumer of a world the epoch's staging cannot follow (it
-     * follows the first few worlds that read the epoch, from where they
-     * come while it still holds what they read): its feed. */
+    /* A world the staging could never follow (no ranks, too many): the
+     * feed's, which refuses it. */
+    if (sio_plan_stage_other_world(plan, req->world))
+        return 0;
     uint64_t t0 = 0;
     if (sio_share_index(req->global_start, req->rank, req->world,
                         req->start, &t0) != 0)
         t0 = UINT64_MAX;
-    if (sio_plan_stage_other_world(plan, req->world, t0))
-        return 0;
     /* A stream far ahead of what an indexed epoch's staging has made (a
      * resume): its feed, which seeks, where the staging would fetch every
      * shard before its position first. */

@@ -1718,9 +1718,6 @@ int stage_room(sio_plan *p, uint64_t size, int slot)
     return ok;
 }
 
-/* Queue restage j (no lock held; stage_take marked its shard queued and
- * reserved its room; an extension pinned the shard and writes into its
- * memfd, else one is taken here: a spare for a whole shard). */
 /* The most bytes fetched again for readers behind (mu held): the budget,
  * and beyond it what the order holds open at a reader's place (the
  * shards with items there: its slots and its buffer's), at the largest
@@ -1734,6 +1731,9 @@ static uint64_t restage_room(const plan_stage *st)
     return held > UINT64_MAX - st->budget ? UINT64_MAX : st->budget + held;
 }
 
+/* Queue restage j (no lock held; stage_take marked its shard queued and
+ * reserved its room; an extension pinned the shard and writes into its
+ * memfd, else one is taken here: a spare for a whole shard). */
 static void restage_start(struct stage_job *j)
 {
     sio_error e = {SIO_OK, ""};
@@ -1819,8 +1819,9 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
         /* Let go a moment ago (a client resuming from before where its
          * cut stream was): still whole in a spare. */
         int rfd = -1;
-        if (!extend && slide < 0 && st->restage_bytes <= restage_room(st) &&
-            x->size <= restage_room(st) - st->restage_bytes &&
+        uint64_t room = restage_room(st);
+        if (!extend && slide < 0 && st->restage_bytes <= room &&
+            x->size <= room - st->restage_bytes &&
             (rfd = spare_revive(x->uhash, x->vhash, x->size)) >= 0) {
             st->restage_bytes += x->size;
             x->restaged = 1;
@@ -1912,7 +1913,6 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
          * shards take them from each other (evicted, refused, fetched
          * again: 1.5x the dataset and 30 readers told to come back on
          * the 100 KiB bench set, 107 samples/s). */
-        uint64_t room = restage_room(st);
         int refuse = st->restage_bytes > room ||
                      need > room - st->restage_bytes;
         if (!refuse && !(rj = calloc(1, sizeof *rj)))
@@ -2166,24 +2166,15 @@ int stage_passed(sio_plan *p, uint32_t s, uint64_t t)
 
 /* Public: settings, the restage work, counters. */
 
-int sio_plan_stage_other_world(sio_plan *p, uint32_t world, uint64_t t)
+int sio_plan_stage_other_world(const sio_plan *p, uint32_t world)
 {
-    if (!p->stage)
-        return 0;
-    pthread_mutex_lock(&p->mu);
-    plan_stage *st = p->stage;
-    int known = 0;
-    for (unsigned i = 0; i < st->nw; i++)
-        known |= st->w[i].world == world;
     /* A world that comes after the others let go of shards it needs
      * reads them fetched again (stage_take, restage_room). A fifth world
      * while four read is followed by nobody (stage_reader finds it no
      * place): like a detached rank, it holds no shard back and has a
-     * shard let go fetched again for it. */
-    (void)t;
-    int other = !known && (world == 0 || world > STAGE_WORLD_MAX);
-    pthread_mutex_unlock(&p->mu);
-    return other;
+     * shard let go fetched again for it. Only a world the staging could
+     * never follow is left to the feed. */
+    return p->stage && (world == 0 || world > STAGE_WORLD_MAX);
 }
 
 void sio_plan_set_stage(sio_plan *p, const sio_plan_stage_config *c)

@@ -955,9 +955,8 @@ def test_consumers_of_other_worlds_read_the_plan(start, server_binary, tmp_path)
     sample the feed's shares with the same summaries. A world that comes
     after the others let go of the shards it needs reads them fetched
     again for it, from the plan, each at most once per rank and nobody
-    told to come back; so does a fifth world while
-    four read, which the staging does not follow (it holds nothing
-    back)."""
+    told to come back; so does a fifth world while four read, which the
+    staging does not follow (it holds nothing back)."""
     require_planes(server_binary, "auto", "stream")
     ds = many_shards(tmp_path, SEED + 18, 6, "w")
     names = sorted(os.listdir(ds.path))

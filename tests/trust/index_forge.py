@@ -140,16 +140,23 @@ def parse_index(b):
     return {"flags": flags, "size": size, "mtime": mtime}, groups
 
 
-def write_index(hdr, groups):
+def index_record(offset, end, nbytes, flags, key, fields):
+    """One group's record in an index file: fields are (name, size)."""
+    return (REC.pack(b"G", offset, end, nbytes, flags, len(key), len(fields)) + key +
+            b"".join(bytes([len(name)]) + name + struct.pack("<Q", fs)
+                     for name, fs in fields))
+
+
+def write_index(hdr, groups=(), records=None):
+    """An index file: the header, the groups (dicts as parse_index gives),
+    or records already made by index_record, the trailer and checksum."""
+    if records is None:
+        records = [index_record(g["offset"], g["end"], g["bytes"], g["flags"],
+                                g["key"], g["fields"]) for g in groups]
     out = bytearray(HDR.pack(b"SCIDX\0\1\0", INDEX_VERSION, hdr["flags"], hdr["size"],
                              hdr["mtime"]))
-    for g in groups:
-        out += REC.pack(b"G", g["offset"], g["end"], g["bytes"], g["flags"],
-                        len(g["key"]), len(g["fields"]))
-        out += g["key"]
-        for name, fs in g["fields"]:
-            out += bytes([len(name)]) + name + struct.pack("<Q", fs)
-    out += b"E" + struct.pack("<Q", len(groups))
+    out += b"".join(records)
+    out += b"E" + struct.pack("<Q", len(records))
     out += struct.pack("<Q", fnv64(out))
     return bytes(out)
 
@@ -182,14 +189,10 @@ def huge_index(size):
     """A well-formed index of 500,000 groups (30 MB) for a shard of `size`
     bytes (no mtime: the file is the same for every copy of the shard)."""
     n = 500000
-    field = bytes([3]) + b"bin" + struct.pack("<Q", 1)
-    out = bytearray(HDR.pack(b"SCIDX\0\1\0", INDEX_VERSION, 0, size, 0))
-    out += b"".join(REC.pack(b"G", i * 512, (i + 1) * 512 if i + 1 < n else U64,
-                             1, 0, 8, 1) + b"k%07d" % i + field
-                    for i in range(n))
-    out += b"E" + struct.pack("<Q", n)
-    out += struct.pack("<Q", fnv64(out))
-    return bytes(out)
+    fields = [(b"bin", 1)]
+    return write_index({"flags": 0, "size": size, "mtime": 0}, records=[
+        index_record(i * 512, (i + 1) * 512 if i + 1 < n else U64, 1, 0,
+                     b"k%07d" % i, fields) for i in range(n)])
 
 
 KINDS = ["half", "huge", "past_end", "wrong_keys", "wrong_sizes"]
