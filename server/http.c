@@ -81,6 +81,7 @@ typedef struct req_ctx {
     unsigned status;     /* status answered, 0 before */
     uint64_t bytes;      /* body bytes of a non-stream answer */
     int in_body;         /* collecting a PUT body */
+    int headers_seen;    /* a GET or HEAD: the first call came */
     int body_too_large;
     sio_wbuf body;
     sc_stream *stream;
@@ -728,6 +729,14 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn,
             return MHD_YES;
         }
         return answer_put(ctx, conn);
+    }
+    /* A GET or HEAD is answered on the second call, once libmicrohttpd
+     * has the whole request: a response queued on the first call makes
+     * it close the connection after the response (no keep-alive). */
+    if (!ctx->headers_seen && (!strcmp(method, MHD_HTTP_METHOD_GET) ||
+                               !strcmp(method, MHD_HTTP_METHOD_HEAD))) {
+        ctx->headers_seen = 1;
+        return MHD_YES;
     }
     /* Other routes take no body: drop whatever arrives. */
     if (*upload_data_size) {
