@@ -622,6 +622,12 @@ static int advance(sc_stream *s)
         if (rc == SIO_ERR_BUSY)
             write_error_retry(s, reason, SC_STREAM_CUT, 1,
                               SEEK_BUSY_RETRY_MS);
+        /* A shard that changed under a seek's read (a local file
+         * rewritten while it was read): whole samples of it only, and the
+         * consumer comes back for the rest (read as the file is then). */
+        else if (rc == SIO_ERR_CHANGED && !s->plan)
+            write_error_retry(s, reason, SC_STREAM_CUT, 1,
+                              SC_STREAM_PLAN_RETRY_MS);
         else
             write_error(s, reason, SC_STREAM_ERROR);
         return 1;

@@ -202,6 +202,10 @@ struct sio_epoch {
     vent *vents;            /* virtual entries (after a seek), sorted */
     size_t nvents;
     char vmsg[640];         /* why a virtual entry failed */
+    sio_code vcode;         /* ... and its code (SIO_ERR_CHANGED: the
+                               shard is not what its index describes any
+                               more: a reader that comes again reads it
+                               as it is now) */
 
     mrec *free_mrecs;
     mrec_chunk *chunks;
@@ -922,9 +926,11 @@ static void vfetch(sio_epoch *ep, size_t i)
     pthread_mutex_lock(&ep->mu);
     for (size_t k = got; k < nw; k++) {
         v[want[k]].state = V_FAILED;
-        if (!ep->vmsg[0])
+        if (!ep->vmsg[0]) {
             snprintf(ep->vmsg, sizeof ep->vmsg, "%s",
                      msg[0] ? msg : "stopped");
+            ep->vcode = rc;
+        }
     }
     pthread_cond_broadcast(&ep->ready);
 }
@@ -1981,7 +1987,10 @@ static sio_code materialize(sio_epoch *ep, mrec *st, const sio_sample **out)
         ((sio_sample *)(uintptr_t)*out)->source = st->pub.source;
     } else {
         snprintf(ep->err, sizeof ep->err, "seek: %s", ep->vmsg);
-        rc = SIO_ERR_IO;
+        /* A shard found changed under the seek (a local file rewritten,
+         * a group that is not its index's any more) is told as such: the
+         * consumer comes again and reads it as it is then. */
+        rc = ep->vcode == SIO_ERR_CHANGED ? SIO_ERR_CHANGED : SIO_ERR_IO;
     }
     pthread_mutex_unlock(&ep->mu);
     st->vi = UINT32_MAX;
