@@ -84,6 +84,25 @@ sio_code sio_plan_build(sio_io *io, const sio_shardlist *list,
                         const sio_epoch_config *cfg, uint64_t max_samples,
                         sio_plan **out, sio_error *err);
 
+/*
+ * Sample i of the dataset's unshuffled order (the list's shards in order,
+ * each shard's good groups in tar order; GET /samples/{i}) as a complete
+ * plan of one item, read by a sio_planread of rank 0 of world 1 (its
+ * sample's global_index is i). Reads no shard byte and no index file: the
+ * shards up to the one that holds it must be indexed whole in memory
+ * (SIO_ERR_AGAIN otherwise, with the reason: the caller reads the
+ * indexes another way), and that shard must be a local plain tar file
+ * (SIO_ERR_UNSUPPORTED otherwise: a remote shard, a shard-cache entry
+ * whose damaged block the caller reads again from the store within the
+ * request, a compressed shard or a zip). SIO_ERR_NOTFOUND, "sample i is past the dataset's N
+ * samples", when every shard is indexed and i is not below N. Its file's
+ * identity is taken now: the reader refuses bytes of another file, as an
+ * epoch's plan does. cfg: index, cache and limits are used.
+ */
+sio_code sio_plan_sample(sio_io *io, const sio_shardlist *list,
+                         const sio_epoch_config *cfg, uint64_t i,
+                         sio_plan **out, sio_error *err);
+
 /* Could the epoch take a plan now (every shard indexed and local)? SIO_OK,
  * or the code sio_plan_build would give before building anything. */
 sio_code sio_plan_possible(sio_io *io, const sio_shardlist *list,

@@ -1448,8 +1448,6 @@ static int evict_one(sc_job *job, uint32_t part)
     return 1;
 }
 
-/* GET /v1/jobs/{job}/samples/{i}: a feed of that one sample, owned by the
- * binding (job->mu held). Returns the HTTP status. */
 /* The dataset's sample count if every shard's index is in memory and
  * complete, else 0 (job->mu held; reads no file). Cached once known. */
 static uint64_t dataset_samples(sc_jobs *j, sc_job *job)
@@ -1472,6 +1470,9 @@ static uint64_t dataset_samples(sc_jobs *j, sc_job *job)
     return total;
 }
 
+/* GET /v1/jobs/{job}/samples/{i} (job->mu held): a plan of that one
+ * sample where the indexes place it in a shard read in place, else a
+ * feed of it; owned by the binding. Returns the HTTP status. */
 static unsigned open_sample(sc_jobs *j, sc_job *job, const sc_request *req,
                             sc_stream *s, sc_binding *b, sio_error *err,
                             unsigned *retry_after)
@@ -1486,12 +1487,7 @@ static unsigned open_sample(sc_jobs *j, sc_job *job, const sc_request *req,
     sio_epoch_config ec;
     sio_feed_config fc;
     sio_cursor_config cc;
-    res_hold *hold = malloc(sizeof *hold);
     sio_code rc;
-    if (!hold) {
-        snprintf(err->msg, sizeof err->msg, "out of memory");
-        return 503;
-    }
     memset(&ec, 0, sizeof ec);
     ec.interleave = 1;
     ec.buffer_samples = 1;
@@ -1500,6 +1496,44 @@ static unsigned open_sample(sc_jobs *j, sc_job *job, const sc_request *req,
     ec.limits = (sio_shard_limits){0};
     ec.log.fn = sc_log_sio;
     ec.log.level = sc_log_level();
+    /* Read in place from where the indexes put it: a plan of that one
+     * sample, read as a plan stream reads (the same checks). */
+    if (j->cfg->data_plane == SC_DATA_PLANE_AUTO) {
+        sio_plan *plan = NULL;
+        sio_error perr = {SIO_OK, ""};
+        rc = sio_plan_sample(j->io, job->res->list, &ec, req->global_start,
+                             &plan, &perr);
+        if (rc == SIO_ERR_NOTFOUND || rc == SIO_ERR_INVALID) {
+            *err = perr;
+            return rc == SIO_ERR_INVALID ? 400 : 404;
+        }
+        if (rc == SIO_OK) {
+            sio_planread_config pc;
+            memset(&pc, 0, sizeof pc);
+            pc.rank = 0;
+            pc.world = 1;
+            pc.policy = SIO_PARTITION_NONE;
+            pc.limits = ec.limits;
+            pc.cache = job->res->cache;
+            rc = sio_planread_open(j->io, job->res->list, plan, &pc, &b->pr,
+                                   err);
+            sio_plan_unref(plan); /* the reader holds it */
+            if (rc) {
+                *retry_after = 2;
+                return rc == SIO_ERR_INVALID ? 400 : 503;
+            }
+            sc_stream_set_planread(s, b->pr, &b->sample_broken);
+            atomic_fetch_add(&job->sample_plan_streams, 1);
+            return 200;
+        }
+        /* Not indexed in memory yet, or not read in place: the
+         * one-sample feed, which reads (and indexes) what it needs. */
+    }
+    res_hold *hold = malloc(sizeof *hold);
+    if (!hold) {
+        snprintf(err->msg, sizeof err->msg, "out of memory");
+        return 503;
+    }
     memset(&fc, 0, sizeof fc);
     hold->res = job->res;
     hold->j = NULL;
@@ -1526,6 +1560,7 @@ static unsigned open_sample(sc_jobs *j, sc_job *job, const sc_request *req,
         b->own_feed = NULL;
         return rc == SIO_ERR_INVALID ? 400 : 503;
     }
+    atomic_fetch_add(&job->sample_feed_streams, 1);
     return 200;
 }
 

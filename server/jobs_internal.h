@@ -176,6 +176,7 @@ struct sc_binding {
     uint64_t global_start;   /* the request's elastic resume base */
     int resumed;             /* start or global_start > 0 */
     sio_feed *own_feed;      /* a /samples/{i} request's one-sample feed */
+    _Atomic int sample_broken; /* a /samples/{i} plan's shard changed */
     _Atomic int ended;       /* its stream encoded the share's END (set on
                                 the stream's thread): the slot may be
                                 evicted under it, the END still goes out */
@@ -227,6 +228,8 @@ struct sc_job {
     /* The data plane: plans built, streams served from a plan and from a
      * feed, plan streams ended by a shard that changed under them. */
     atomic_uint_fast64_t plans_built, plans_grown, plan_streams, feed_streams;
+    /* GET /samples/{i} streams, by the plane that served them */
+    atomic_uint_fast64_t sample_plan_streams, sample_feed_streams;
     atomic_uint_fast64_t plan_failures;
     /* Staging of plans let go (mu): their counters, kept (sc_job_stage). */
     sio_plan_stage_stats stage_done;

@@ -463,7 +463,8 @@ static json_t *job_json(sc_jobs *j, sc_job *job, sio_feed_consumer *cons,
     if (o)
         json_object_set_new(
             o, "data_plane",
-            json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o}", "mode",
+            json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+                      "mode",
                       j->cfg->data_plane == SC_DATA_PLANE_AUTO ? "auto"
                                                                : "stream",
                       "plans", jint(atomic_load(&job->plans_built)),
@@ -472,7 +473,11 @@ static json_t *job_json(sc_jobs *j, sc_job *job, sio_feed_consumer *cons,
                       "feed_streams", jint(atomic_load(&job->feed_streams)),
                       "plan_failures",
                       jint(atomic_load(&job->plan_failures)),
-                      "plan_waits", jint(atomic_load(&job->plan_waits))));
+                      "plan_waits", jint(atomic_load(&job->plan_waits)),
+                      "sample_plan_streams",
+                      jint(atomic_load(&job->sample_plan_streams)),
+                      "sample_feed_streams",
+                      jint(atomic_load(&job->sample_feed_streams))));
     if (o) {
         /* The replica set: this server's part, and what fixes the order
          * (GET /v1/topology?job= has the fields). */
@@ -534,6 +539,7 @@ typedef struct job_metrics {
     char name[SC_JOB_NAME_MAX + 1];
     int ready;
     uint64_t samples, bytes, opened, by_outcome[5];
+    uint64_t sample_plan_streams, sample_feed_streams;
     uint64_t plans, plans_grown, plan_streams, feed_streams, plan_failures,
         plan_waits;
     uint64_t failover_streams, streams_stalled;
@@ -694,6 +700,8 @@ sio_code sc_jobs_metrics(sc_jobs *j, sc_prom *p)
         x->plan_waits = atomic_load(&job->plan_waits);
         x->plan_streams = atomic_load(&job->plan_streams);
         x->feed_streams = atomic_load(&job->feed_streams);
+        x->sample_plan_streams = atomic_load(&job->sample_plan_streams);
+        x->sample_feed_streams = atomic_load(&job->sample_feed_streams);
         x->plan_failures = atomic_load(&job->plan_failures);
         x->failover_streams = atomic_load(&job->failover_streams);
         x->streams_stalled = atomic_load(&job->streams_stalled);
@@ -746,6 +754,20 @@ sio_code sc_jobs_metrics(sc_jobs *j, sc_prom *p)
                     SC_PROM_LABELS({"shardcast_job", m[i].name},
                                    {"plane", "feed"}),
                     m[i].feed_streams);
+    }
+    sc_prom_family(p, "shardcast_sample_streams_total", "counter",
+                   "GET /samples/{i} streams, by the plane that served "
+                   "them: plan (read in place where the indexes put the "
+                   "sample) or feed (a one-sample feed).");
+    for (size_t i = 0; i < n; i++) {
+        sc_prom_u64(p, "shardcast_sample_streams_total",
+                    SC_PROM_LABELS({"shardcast_job", m[i].name},
+                                   {"plane", "plan"}),
+                    m[i].sample_plan_streams);
+        sc_prom_u64(p, "shardcast_sample_streams_total",
+                    SC_PROM_LABELS({"shardcast_job", m[i].name},
+                                   {"plane", "feed"}),
+                    m[i].sample_feed_streams);
     }
     PER_JOB(p, m, n, "shardcast_failover_streams_total", "counter",
             "Streams this server served of another replica's part of an "

@@ -581,6 +581,114 @@ out:
     return rc;
 }
 
+/* Group number of the k-th good group of a complete view: 1 with *g
+ * and *out, 0 when the shard has fewer. */
+static int kth_good(const sio_index_view *v, uint64_t k, uint64_t *g,
+                    sio_index_group *out)
+{
+    for (uint64_t x = 0; x < v->n; x++) {
+        if (v->g[x].flags & SIO_INDEX_GROUP_BAD)
+            continue;
+        if (k-- > 0)
+            continue;
+        *g = x;
+        *out = v->g[x];
+        return 1;
+    }
+    return 0;
+}
+
+sio_code sio_plan_sample(sio_io *io, const sio_shardlist *list,
+                         const sio_epoch_config *cfg, uint64_t i,
+                         sio_plan **out, sio_error *err)
+{
+    uint64_t t0 = mono_ns();
+    size_t total = sio_shardlist_count(list);
+    uint64_t left = i;
+    *out = NULL;
+    if (!cfg->index)
+        return sio_seterr(err, SIO_ERR_UNSUPPORTED, "no shard indexes");
+    if (i > SIO_POSITION_MAX)
+        return sio_seterr(err, SIO_ERR_INVALID, "sample index above %llu",
+                          (unsigned long long)SIO_POSITION_MAX);
+    for (size_t s = 0; s < total; s++) {
+        const char *url = sio_shardlist_url(list, s);
+        sio_index_entry *e = sio_index_peek(cfg->index, url);
+        sio_index_info info;
+        if (!e)
+            return sio_seterr(err, SIO_ERR_AGAIN,
+                              "shard %zu's index is not in memory", s);
+        sio_index_get_info(e, &info);
+        if (!info.complete)
+            return sio_seterr(err, SIO_ERR_AGAIN,
+                              "shard %zu is not indexed whole", s);
+        if (left >= info.good) {
+            left -= info.good;
+            continue;
+        }
+        /* The shard that holds it: a local plain tar, read in place
+         * from byte offsets. (A shard-cache entry is the feed's: a block
+         * that fails its check there is read again from the store within
+         * the same request, where a plan's reader can only end the
+         * stream with a retryable error.) */
+        if (info.stream_only || !sio_io_url_is_file(io, url))
+            return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                              "shard %zu is not a local plain tar", s);
+        /* A local file rewritten since: its index goes, and the next
+         * read from its start indexes it again. */
+        if (sio_index_refresh(e))
+            return sio_seterr(err, SIO_ERR_AGAIN,
+                              "shard %zu changed since it was indexed", s);
+        sio_index_vet(e, io, cfg->cache, &cfg->limits);
+        sio_index_get_info(e, &info);
+        if (!info.complete || info.good <= left)
+            return sio_seterr(err, SIO_ERR_AGAIN,
+                              "shard %zu's index was dropped", s);
+        sio_index_view v;
+        if (!sio_index_view_open(e, &v))
+            return sio_seterr(err, SIO_ERR_AGAIN,
+                              "shard %zu's index was dropped", s);
+        uint64_t g = 0;
+        sio_index_group gr;
+        int found = kth_good(&v, left, &g, &gr);
+        sio_index_view_close(e, &v);
+        if (!found || g > UINT32_MAX || gr.end <= gr.offset)
+            return sio_seterr(err, SIO_ERR_AGAIN,
+                              "shard %zu's index does not hold sample "
+                              "%" PRIu64, s, i);
+        sio_plan *p = plan_new(total);
+        if (!p)
+            return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+        sio_code rc = file_identity(io, cfg, url, s, &info, &p->files[s],
+                                    err);
+        if (rc) {
+            plan_free(p);
+            return rc == SIO_ERR_CHANGED ? SIO_ERR_AGAIN : rc;
+        }
+        p->length_hint = 1;
+        sio_plan_item *it = item_slot(p, 0);
+        if (!it) {
+            plan_free(p);
+            return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+        }
+        *it = (sio_plan_item){.offset = gr.offset,
+                              .end = gr.end,
+                              .bytes = gr.bytes,
+                              .shard = (uint32_t)s,
+                              .group = (uint32_t)g,
+                              .keyhash = gr.keyhash};
+        p->index_base = i;
+        atomic_store_explicit(&p->n, 1, memory_order_release);
+        atomic_store(&p->complete, 1);
+        p->build_ns = mono_ns() - t0;
+        *out = p;
+        return SIO_OK;
+    }
+    return sio_seterr(err, SIO_ERR_NOTFOUND,
+                      "sample %" PRIu64 " is past the dataset's %" PRIu64
+                      " samples", i, i - left);
+}
+
 void sio_plan_ref(sio_plan *p)
 {
     atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed);

@@ -195,6 +195,9 @@ struct sio_plan {
     uint64_t skipped; /* bad samples of the epoch's shards (not in Y),
                          known once complete */
     uint64_t build_ns;
+    uint64_t index_base; /* added to a sample's global_index: the
+                            dataset position of a one-sample plan's item
+                            (sio_plan_sample); 0 for an epoch's plan */
     sio_plan_item **top[PLAN_TOP];
     _Atomic size_t item_bytes; /* chunks and directory blocks allocated */
     uint64_t length_hint; /* Y's length when known before the items (0:

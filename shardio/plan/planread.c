@@ -643,7 +643,7 @@ static sio_code read_item(sio_planread *r, uint64_t t,
                  "indexed one (the shard changed)", url, it->group);
         return SIO_ERR_CHANGED;
     }
-    ((sio_sample *)(uintptr_t)smp)->global_index = t;
+    ((sio_sample *)(uintptr_t)smp)->global_index = r->plan->index_base + t;
     ((sio_sample *)(uintptr_t)smp)->source = it->source;
     if (f->cached) {
         r->hit_bytes += end - it->offset;
