@@ -1,0 +1,230 @@
+"""GET /v1/jobs/{job}/samples/{i} read in place, and GET requests over one
+kept-alive connection.
+
+Once the indexes place sample i of the dataset's unshuffled order in a
+local plain tar, the request is served from a plan of that one sample: the
+plan streams' reader and checks (the file the index describes, the sample
+the index describes, the file unchanged until its bytes went out), with
+no feed and no thread of its own. Before that (shards not indexed yet) it
+is a one-sample feed's, which reads the indexes it needs.
+
+test_samples_are_read_in_place_once_indexed: 6 local shards of 12 samples
+of 40-160 KB. The last sample's request indexes every shard (its feed);
+after it, every sample of the dataset in both formats, and with fields=,
+is served in place (data_plane.sample_plan_streams, and no new
+sample_feed_streams), each the shard's own bytes at its index; past the
+end is a 404 that names the length, and /metrics counts the streams by
+plane.
+
+test_a_shard_rewritten_under_samples_requests: the same dataset; a thread
+rewrites one shard in place (other bytes of the same size, pwrite) again
+and again while two clients ask for that shard's samples. Every answer is
+one whole version of its sample, or a retryable error (or a connection
+cut inside the sample, when the change was seen after its first bytes
+went out); never a sample of two versions. Once the writes stop, every sample of the shard is its last
+version, and later requests are read in place again.
+
+test_get_requests_keep_their_connection: /healthz, /v1/jobs/t, /metrics
+and /samples/{i} one after another over one HTTP/1.1 connection: the
+server answers each without "Connection: close" and the client sends the
+next over the same socket.
+"""
+
+import http.client
+import os
+import random
+import threading
+
+from plan_testlib import fetch, parse_body, wait_until
+from server_testlib import get_json, request
+from test_plan_faults import FaultDataset
+
+SEED = int(os.environ.get("SHARDCAST_PLAN_SEED", "4177"))
+SHARDS = 6
+PER_SHARD = 12
+SERVER_ARGS = ["--prefetch", "false", "--stream-rate-limit", "0",
+               "--rate-limit", "0", "--max-new-epochs-per-minute", "0"]
+
+
+def tag():
+    return "[seed=%d]" % SEED
+
+
+def serve(start, ds):
+    return start("--job", "t", "--source",
+                 os.path.join(ds.path, "f-{000000..%06d}.tar" % (SHARDS - 1)),
+                 *SERVER_ARGS)
+
+
+def dataset_order(ds):
+    """[(key, fields)] in the unshuffled order: the shards in list order,
+    each shard's good samples in tar order."""
+    return [kf for name in sorted(ds.orig.model) for kf in ds.orig.model[name]]
+
+
+def get_sample(srv, i, fmt="frames", fields=None):
+    path = "/v1/jobs/t/samples/%d?format=%s" % (i, fmt)
+    if fields:
+        path += "&fields=" + ",".join(fields)
+    st, _, body, complete, _ = fetch(srv, path)
+    return st, parse_body(fmt, body), complete
+
+
+def sample_planes(srv):
+    dp = get_json(srv, "/v1/jobs/t")["data_plane"]
+    return dp["sample_plan_streams"], dp["sample_feed_streams"]
+
+
+def test_samples_are_read_in_place_once_indexed(start, tmp_path):
+    ds = FaultDataset(str(tmp_path / "d"), SEED, shards=SHARDS, per_shard=PER_SHARD)
+    seq = dataset_order(ds)
+    srv = serve(start, ds)
+
+    # The last sample: its one-sample feed reads every shard's index.
+    st, p, _ = get_sample(srv, len(seq) - 1)
+    assert st == 200 and p.outcome == "end" and len(p.samples) == 1, (tag(), p.summary())
+    assert p.samples[0]["key"] == seq[-1][0]
+    plan0, feed0 = sample_planes(srv)
+    assert feed0 >= 1, (tag(), plan0, feed0)
+
+    asked = 0
+    for i, (key, fields) in enumerate(seq):
+        for fmt in ("frames", "tar"):
+            st, p, complete = get_sample(srv, i, fmt)
+            asked += 1
+            assert st == 200 and complete and p.outcome == "end", (tag(), i, fmt, p.summary())
+            assert len(p.samples) == 1, (tag(), i, fmt, p.summary())
+            got = p.samples[0]
+            assert got["key"] == key, (tag(), i, fmt, got["key"], key)
+            assert got["fields"] == fields, "%s samples/%d (%s): not the shard's bytes" % (
+                tag(), i, fmt)
+            if fmt == "frames":
+                assert got["index"] == i, (tag(), i, got["index"])
+    # fields=: the named field only.
+    rng = random.Random(SEED)
+    for i in rng.sample(range(len(seq)), 8):
+        st, p, _ = get_sample(srv, i, "frames", ["json"])
+        asked += 1
+        assert st == 200 and p.outcome == "end" and len(p.samples) == 1, (tag(), i, p.summary())
+        assert p.samples[0]["fields"] == {"json": seq[i][1]["json"]}, (tag(), i)
+
+    plan1, feed1 = sample_planes(srv)
+    assert feed1 == feed0, "%s samples read by a feed once every shard was indexed: %d" % (
+        tag(), feed1 - feed0)
+    assert plan1 - plan0 == asked, (tag(), plan0, plan1, asked)
+
+    st, _, body = request(srv, "/v1/jobs/t/samples/%d" % len(seq))
+    assert st == 404 and b"past the dataset's %d samples" % len(seq) in body, (st, body)
+
+    st, _, text = request(srv, "/metrics")
+    assert st == 200
+    line = 'shardcast_sample_streams_total{shardcast_job="t",plane="plan"} %d' % plan1
+    assert line.encode() in text, (line, [x for x in text.splitlines() if b"sample_streams" in x])
+
+
+def test_a_shard_rewritten_under_samples_requests(start, tmp_path):
+    ds = FaultDataset(str(tmp_path / "d"), SEED + 1, shards=SHARDS, per_shard=PER_SHARD)
+    seq = dataset_order(ds)
+    srv = serve(start, ds)
+    st, p, _ = get_sample(srv, len(seq) - 1)  # every shard indexed
+    assert st == 200 and p.outcome == "end", (tag(), p.summary())
+
+    shard = 2
+    first = shard * PER_SHARD
+    indexes = range(first, first + PER_SHARD)
+    stop = threading.Event()
+    rewrites = [0]
+    problems = []
+    answers = {"whole": 0, "retryable": 0, "cut": 0}
+    lock = threading.Lock()
+
+    def writer():
+        # Enough rewrites that requests meet a file mid-write, bounded so
+        # that the test ends on a loaded machine too.
+        while not stop.is_set() and rewrites[0] < 40:
+            ds.rewrite(shard)
+            rewrites[0] += 1
+
+    def reader(seed):
+        rng = random.Random(seed)
+        while not stop.is_set():
+            i = rng.choice(indexes)
+            st, p, complete = get_sample(srv, i)
+            with lock:
+                if st != 200:
+                    problems.append("samples/%d: status %d" % (i, st))
+                elif p.outcome == "end" and len(p.samples) == 1:
+                    smp = p.samples[0]
+                    if smp["key"] != seq[i][0]:
+                        problems.append("samples/%d: key %s, not %s" % (i, smp["key"], seq[i][0]))
+                    elif smp["fields"] not in ds.versions[smp["key"]]:
+                        sizes = {f: len(v) for f, v in smp["fields"].items()}
+                        problems.append("samples/%d: fields %s are no version of %s "
+                                        "(a torn sample)" % (i, sizes, smp["key"]))
+                    else:
+                        answers["whole"] += 1
+                elif p.retryable_error() and not p.samples:
+                    answers["retryable"] += 1
+                elif p.outcome == "cut" and not complete and not p.samples:
+                    # The change was seen after the sample's first bytes
+                    # went out: no trailer can follow inside a sample, so
+                    # the connection is cut (clients retry).
+                    answers["cut"] += 1
+                else:
+                    problems.append("samples/%d: %s" % (i, p.summary()))
+
+    w = threading.Thread(target=writer, daemon=True)
+    rs = [threading.Thread(target=reader, args=(SEED + k,), daemon=True) for k in range(2)]
+    for t in rs:
+        t.start()
+    w.start()
+    w.join(300)
+    stop.set()
+    for t in rs:
+        t.join(120)
+    assert not w.is_alive() and not any(t.is_alive() for t in rs), tag()
+    assert not problems, "%s %d rewrites, %s; %d problems, e.g.\n  %s" % (
+        tag(), rewrites[0], answers, len(problems), "\n  ".join(problems[:6]))
+    assert answers["whole"] > 0, (tag(), answers)
+
+    # The writes stopped: the shard's last version, every sample; and once
+    # a request indexed it again, the next ones are read in place.
+    last = {k: v[-1] for k, v in ds.versions.items()}
+    for i in indexes:
+        def whole(i=i):
+            st, p, _ = get_sample(srv, i)
+            if st == 200 and p.outcome == "end" and len(p.samples) == 1:
+                return p.samples[0]
+            assert st == 200 and p.retryable_error(), (tag(), i, st, p.summary())
+            return None
+        smp = wait_until(whole, 60, "samples/%d after the rewrites" % i)
+        assert smp["fields"] == last[seq[i][0]], "%s samples/%d: not the last version" % (tag(), i)
+    plan0, feed0 = sample_planes(srv)
+    for i in indexes:
+        st, p, _ = get_sample(srv, i)
+        assert st == 200 and p.outcome == "end" and p.samples[0]["fields"] == last[seq[i][0]]
+    plan1, feed1 = sample_planes(srv)
+    assert feed1 == feed0 and plan1 - plan0 == PER_SHARD, (tag(), plan0, plan1, feed0, feed1)
+
+
+def test_get_requests_keep_their_connection(start, tmp_path):
+    ds = FaultDataset(str(tmp_path / "d"), SEED + 2, shards=SHARDS, per_shard=PER_SHARD)
+    seq = dataset_order(ds)
+    srv = serve(start, ds)
+    conn = http.client.HTTPConnection(srv.host, srv.port, timeout=60)
+    try:
+        sock = None
+        paths = ["/healthz", "/v1/jobs/t", "/v1/jobs/t/samples/%d" % (len(seq) - 1),
+                 "/metrics", "/v1/jobs/t/samples/3?format=frames", "/healthz"]
+        for path in paths:
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            body = resp.read()
+            assert resp.status == 200, (path, resp.status, body[:200])
+            assert (resp.getheader("Connection") or "").lower() != "close", path
+            assert conn.sock is not None, "%s: the server closed the connection" % path
+            if sock is None:
+                sock = conn.sock
+            assert conn.sock is sock, "%s: a new connection" % path
+    finally:
+        conn.close()
