@@ -3,7 +3,8 @@
 (bench/samples.sh).
 
 One shardcastd per run serves the bench dataset of a shape from its local
-shard files (the server flags of bench/run.sh otherwise default). A first
+shard files, or with --source http from nginx (a brace pattern, no shard
+cache), the server flags of bench/run.sh otherwise default. A first
 request for the last sample has every shard indexed; then, each over the
 same random indices:
   - keep-alive: one HTTP/1.1 connection for every request (http.client),
@@ -41,7 +42,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bench  # noqa: E402
-from bench_env import _wait_port, ensure_dataset, free_port  # noqa: E402
+from bench_env import Nginx, _wait_port, ensure_dataset, free_port  # noqa: E402
 
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(REPO, "clients", "python"))
@@ -107,10 +108,11 @@ def map_dataset(port, job, indices):
     return lat
 
 
-def one_server(build, ds, manifest, indices, workdir):
+def one_server(build, ds, manifest, indices, workdir, nginx=None):
     names = sorted(f for f in os.listdir(ds.path) if f.endswith(".tar"))
     prefix = names[0].rsplit("-", 1)[0]
-    source = "%s/%s-{%06d..%06d}.tar" % (ds.path, prefix, 0, len(names) - 1)
+    base = "%s/%s" % (nginx.url, os.path.basename(ds.path)) if nginx else ds.path
+    source = "%s/%s-{%06d..%06d}.tar" % (base, prefix, 0, len(names) - 1)
     port = free_port()
     log = open(os.path.join(workdir, "server.log"), "w")
     proc = subprocess.Popen(
@@ -145,8 +147,8 @@ def one_server(build, ds, manifest, indices, workdir):
         c.request("GET", "/v1/jobs/j")
         dp = json.loads(c.getresponse().read())["data_plane"]
         c.close()
-        out["plan"] = dp.get("sample_plan_streams")
-        out["feed"] = dp.get("sample_feed_streams")
+        out["plan"] = dp.get("sample_streams_in_place", dp.get("sample_plan_streams"))
+        out["feed"] = dp.get("sample_streams_fetched", dp.get("sample_feed_streams"))
         out["errors"] = errors[:5]
         out["ok"] = not errors
     finally:
@@ -160,10 +162,11 @@ def markdown(doc):
     out = ["# Map-style access, GET /samples/{i} (bench/samples.sh)", "",
            "- command: `%s`" % doc["command"], "- date: %s; tree %s; %s" % (
                doc["date"], doc["tree"], doc["machine"]),
-           "- %d random indices per way, local shards, every shard indexed first; "
-           "%d runs per tree, alternating; medians" % (doc["requests"], doc["runs"]), "",
+           "- %d random indices per way, %s shards, every shard indexed first; "
+           "%d runs per tree, alternating; medians" % (
+               doc["requests"], doc["source"], doc["runs"]), "",
            "| shape | tree | way | requests/s | p50 ms | p99 ms | server µs/request | "
-           "plan / feed streams | checked |",
+           "in place / other streams | checked |",
            "|---|---|---|--:|--:|--:|--:|---|---|"]
     for r in doc["rows"]:
         out.append("| %s | %s | %s | %.0f | %.2f | %.2f | %.0f | %s / %s | %s |" % (
@@ -182,6 +185,8 @@ def main(argv=None):
     ap.add_argument("--shapes", default="images,tokens")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--requests", type=int, default=2000)
+    ap.add_argument("--source", choices=("local", "http"), default="local",
+                    help="the shards' files, or nginx serving them")
     ap.add_argument("--quick", action="store_true",
                     help="the tiny datasets, one run, 200 requests")
     ap.add_argument("--out", default=os.path.join(REPO, "bench", "results", "samples"))
@@ -196,6 +201,27 @@ def main(argv=None):
     if args.other_build:
         builds.append(("B", os.path.abspath(args.other_build)))
     workdir = tempfile.mkdtemp(prefix="shardcast-samples-")
+    nginx = Nginx(os.path.join(data, "datasets"), workdir).start() \
+        if args.source == "http" else None
+    rows = []
+    try:
+        rows = run_shapes(args, shapes, data, builds, workdir, nginx)
+    finally:
+        if nginx:
+            nginx.stop()
+    doc = bench.results_header(FORMAT, args.command)
+    doc.update({"runs": args.runs, "requests": args.requests, "source": args.source,
+                "rows": rows})
+    md = markdown(doc)
+    bench.write_results(args.out, doc, md)
+    print(md)
+    bad = [r for r in rows if not r["ok"]]
+    for r in bad:
+        sys.stderr.write("wrong answers (%s, %s): %s\n" % (r["shape"], r["tree"], r))
+    return 1 if bad else 0
+
+
+def run_shapes(args, shapes, data, builds, workdir, nginx):
     rows = []
     for shape in shapes:
         ds = ensure_dataset(data, shape, bench.log)
@@ -206,7 +232,7 @@ def main(argv=None):
         runs = {name: [] for name, _ in builds}
         for i in range(args.runs):
             for name, b in builds:
-                r = one_server(b, ds, manifest, indices, workdir)
+                r = one_server(b, ds, manifest, indices, workdir, nginx)
                 bench.log("%s %s run %d: %s" % (shape.name, name, i, ", ".join(
                     "%s %.0f/s" % (w, r[w]["per_s"]) for w in WAYS)))
                 runs[name].append(r)
@@ -222,15 +248,7 @@ def main(argv=None):
                              "plan": rs[-1]["plan"], "feed": rs[-1]["feed"],
                              "ok": all(r["ok"] for r in rs),
                              "runs": [r[way] for r in rs]})
-    doc = bench.results_header(FORMAT, args.command)
-    doc.update({"runs": args.runs, "requests": args.requests, "rows": rows})
-    md = markdown(doc)
-    bench.write_results(args.out, doc, md)
-    print(md)
-    bad = [r for r in rows if not r["ok"]]
-    for r in bad:
-        sys.stderr.write("wrong answers (%s, %s): %s\n" % (r["shape"], r["tree"], r))
-    return 1 if bad else 0
+    return rows
 
 
 if __name__ == "__main__":

@@ -827,16 +827,6 @@ sio_code sio_order_open_ckpt(sio_io *io, const sio_shardlist *list,
                              const sio_order_ckpt *c, sio_order **out,
                              sio_error *err);
 
-/*
- * An epoch of one sample: sample i of the dataset's unshuffled order (the
- * shard list in order, each shard's good samples in tar order), emitted
- * with global_index i. Shards before it that are not indexed yet are read
- * once to index them. SIO_ERR_NOTFOUND past the end. Needs cfg->index.
- */
-sio_code sio_epoch_open_sample(sio_io *io, const sio_shardlist *list,
-                               const sio_epoch_config *cfg, uint64_t i,
-                               sio_epoch **out, sio_error *err);
-
 /* The number of samples of the epoch (this replica's part), once every
  * shard is indexed; SIO_ERR_AGAIN before. */
 sio_code sio_epoch_count(sio_io *io, const sio_shardlist *list,
@@ -1000,15 +990,6 @@ typedef struct sio_feed_config {
     void (*released)(void *userdata);
     void *released_userdata;
 } sio_feed_config;
-
-/* A feed of one sample: sample i of the unshuffled order
- * (sio_epoch_open_sample), found and read on the feed's own thread. A
- * cursor of rank 0, world 1, global_start i reads it. Of fcfg (may be
- * NULL) only `released` is used. */
-sio_code sio_feed_open_sample(sio_io *io, const sio_shardlist *list,
-                              const sio_epoch_config *ecfg, uint64_t i,
-                              const sio_feed_config *fcfg, sio_feed **out,
-                              sio_error *err);
 
 /* Start reading the epoch. io and list must outlive the feed. */
 sio_code sio_feed_open(sio_io *io, const sio_shardlist *list,

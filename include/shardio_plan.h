@@ -92,9 +92,10 @@ sio_code sio_plan_build(sio_io *io, const sio_shardlist *list,
  * shards up to the one that holds it must be indexed whole in memory
  * (SIO_ERR_AGAIN otherwise, with the reason: the caller reads the
  * indexes another way), and that shard must be a local plain tar file
- * (SIO_ERR_UNSUPPORTED otherwise: a remote shard, a shard-cache entry
- * whose damaged block the caller reads again from the store within the
- * request, a compressed shard or a zip). SIO_ERR_NOTFOUND, "sample i is past the dataset's N
+ * whose index was read through (SIO_ERR_UNSUPPORTED otherwise: a remote
+ * shard, a shard-cache entry whose damaged block the caller reads again
+ * from the store within the request, a compressed shard or a zip, an
+ * index loaded from a file that a read has not proven yet). SIO_ERR_NOTFOUND, "sample i is past the dataset's N
  * samples", when every shard is indexed and i is not below N. Its file's
  * identity is taken now: the reader refuses bytes of another file, as an
  * epoch's plan does. cfg: index, cache and limits are used.
@@ -102,6 +103,23 @@ sio_code sio_plan_build(sio_io *io, const sio_shardlist *list,
 sio_code sio_plan_sample(sio_io *io, const sio_shardlist *list,
                          const sio_epoch_config *cfg, uint64_t i,
                          sio_plan **out, sio_error *err);
+
+/*
+ * The same for any shard, blocking (a worker thread's: it reads): the
+ * shards up to the one that holds sample i are indexed as needed (loaded,
+ * or read whole), and the sample is read whole into memory from where its
+ * shard is: a ranged read of a plain tar (local, remote, or through the
+ * job's shard cache, whose blocks are checked and read again from the
+ * store when they fail), a compressed shard or a zip from its start. The
+ * plan's reader hands that sample out (no file is read after). A loaded
+ * index the read disagrees with is dropped, the shard indexed again and
+ * the sample looked for once more. SIO_ERR_NOTFOUND past the end, as
+ * sio_plan_sample; SIO_ERR_CHANGED when the shard is not what its index
+ * says (a caller may come again); other codes from the store.
+ */
+sio_code sio_plan_sample_fetch(sio_io *io, const sio_shardlist *list,
+                               const sio_epoch_config *cfg, uint64_t i,
+                               sio_plan **out, sio_error *err);
 
 /* Could the epoch take a plan now (every shard indexed and local)? SIO_OK,
  * or the code sio_plan_build would give before building anything. */
@@ -283,7 +301,8 @@ void sio_plan_window_stats(sio_plan *p, sio_plan_window *out);
  * were read by the warm threads instead of a stream's own (serving)
  * thread, and their bytes (process-wide). */
 void sio_plan_cold_stats(uint64_t *reads, uint64_t *bytes);
-/* Bytes the plan holds (its items and the struct). */
+/* Bytes the plan holds (its items and the struct; a fetched one-sample
+ * plan's sample payload too). */
 size_t sio_plan_memory(const sio_plan *p);
 /* Nanoseconds its build took. */
 uint64_t sio_plan_build_ns(const sio_plan *p);

@@ -197,7 +197,7 @@ if [ "$ASAN_OK" -eq 1 ]; then
     "$ROOT/tests/server/test_replica_set.py" "$ROOT/tests/server/test_mix.py" \
     "$ROOT/tests/server/test_truncated.py" "$ROOT/tests/server/test_heartbeat.py" \
     "$ROOT/tests/server/test_losses.py" "$ROOT/tests/server/test_shutdown.py" \
-    "$ROOT/tests/server/test_samples_in_place.py" \
+    "$ROOT/tests/server/test_samples.py" \
     "$ROOT/tests/trust"
 else
   not_run "pytest (server under ASan + UBSan)" "the sanitizer build failed"

@@ -759,6 +759,8 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn,
     unsigned status = sc_request_parse(method, ctx->target, ctx->target_len,
                                        srv->cfg->max_url, NULL, NULL,
                                        &ctx->req, reason, sizeof reason);
+    ctx->req.arrival_us = (uint64_t)ctx->t0.tv_sec * 1000000u +
+                          (uint64_t)ctx->t0.tv_nsec / 1000u;
     /* Requests are rate limited by their route's class (routes.h);
      * refused ones (route NONE) count against --rate-limit, errors
      * included. */

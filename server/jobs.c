@@ -1470,9 +1470,161 @@ static uint64_t dataset_samples(sc_jobs *j, sc_job *job)
     return total;
 }
 
+/* A GET /samples/{i} whose sample is not read in place: fetched whole on
+ * a sample thread into a plan of that one sample. Linked on j->sf_head
+ * (j->sf_mu) from the request that asked until the request, opened again
+ * once the fetch ended, takes it (or SAMPLE_KEEP_MS after it ended: a
+ * client that went away). The job is referenced. */
+#define SAMPLE_KEEP_MS 30000u
+enum { SF_QUEUED, SF_RUNNING, SF_DONE };
+typedef struct sample_fetch {
+    sc_job *job;
+    uint64_t i;
+    int state;
+    uint64_t start_us;  /* when its read began (SF_RUNNING, SF_DONE) */
+    sio_code rc;
+    sio_error err;
+    sio_plan *plan;
+    uint64_t done_ms;
+    uint64_t held;      /* bytes of its plan, counted in j->sf_held */
+    struct sample_fetch *next;
+} sample_fetch;
+
+static void sample_fetch_free(sample_fetch *f)
+{
+    sio_plan_unref(f->plan);
+    sc_job_unref(f->job);
+    free(f);
+}
+
+static uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* The epoch config a /samples/{i} reads with: the dataset's order. */
+static void sample_config(sc_jobs *j, const sc_job *job, sio_epoch_config *ec)
+{
+    memset(ec, 0, sizeof *ec);
+    ec->interleave = 1;
+    ec->buffer_samples = 1;
+    ec->index = j->index;
+    ec->cache = job->res->cache;
+    ec->limits = (sio_shard_limits){0};
+    ec->log.fn = sc_log_sio;
+    ec->log.level = sc_log_level();
+}
+
+/* A sample thread: one fetch at a time, no lock held while it reads;
+ * after each, the waker resumes the requests that wait. */
+static void *sample_fetcher_main(void *arg)
+{
+    sc_jobs *j = arg;
+    pthread_mutex_lock(&j->sf_mu);
+    for (;;) {
+        /* The oldest queued (the list is newest first). */
+        sample_fetch *f = NULL;
+        for (sample_fetch *x = j->sf_head; x && !j->sf_stop; x = x->next)
+            if (x->state == SF_QUEUED)
+                f = x;
+        if (j->sf_stop)
+            break;
+        if (!f) {
+            pthread_cond_wait(&j->sf_work, &j->sf_mu);
+            continue;
+        }
+        f->state = SF_RUNNING;
+        f->start_us = now_us();
+        pthread_mutex_unlock(&j->sf_mu);
+        sio_epoch_config ec;
+        sample_config(j, f->job, &ec);
+        sio_error err = {SIO_OK, ""};
+        sio_plan *plan = NULL;
+        sio_code rc = sio_plan_sample_fetch(j->io, f->job->res->list, &ec,
+                                            f->i, &plan, &err);
+        pthread_mutex_lock(&j->sf_mu);
+        f->rc = rc;
+        f->err = err;
+        f->plan = plan;
+        f->held = plan ? sio_plan_memory(plan) : 0;
+        j->sf_held += f->held;
+        f->state = SF_DONE;
+        f->done_ms = sio_now_ms();
+        pthread_mutex_unlock(&j->sf_mu);
+        pthread_mutex_lock(&j->plan_mu);
+        if (j->plan_waker)
+            j->plan_waker(j->plan_waker_ud);
+        pthread_mutex_unlock(&j->plan_mu);
+        pthread_mutex_lock(&j->sf_mu);
+    }
+    j->sf_running--;
+    pthread_cond_broadcast(&j->sf_ended);
+    pthread_mutex_unlock(&j->sf_mu);
+    return NULL;
+}
+
+/* The fetch of (job, i) a request that came at arrival_us may wait for
+ * or take (j->sf_mu held): one queued, or one whose read began after the
+ * request came (an earlier read may hold bytes the shard no longer has
+ * when the request came). A done one is unlinked and returned with
+ * *taken set, for the caller to use and free; one queued or running is
+ * left linked. NULL: none (the caller queues one). */
+static sample_fetch *sample_fetch_find(sc_jobs *j, sc_job *job, uint64_t i,
+                                       uint64_t arrival_us, int *taken)
+{
+    *taken = 0;
+    for (sample_fetch **pp = &j->sf_head; *pp; pp = &(*pp)->next) {
+        sample_fetch *x = *pp;
+        if (x->job != job || x->i != i ||
+            (x->state != SF_QUEUED && x->start_us < arrival_us))
+            continue;
+        if (x->state == SF_DONE) {
+            *pp = x->next;
+            j->nsf--;
+            j->sf_held -= x->held;
+            *taken = 1;
+        }
+        return x;
+    }
+    return NULL;
+}
+
+/* Fetches that ended and that nobody came for within SAMPLE_KEEP_MS (a
+ * client that went away), or all of them that ended (all): let go (the
+ * manager, no lock held: a job reference may be the last). */
+static void sample_fetches_expire(sc_jobs *j, int all)
+{
+    uint64_t now = sio_now_ms();
+    sample_fetch *drop = NULL;
+    pthread_mutex_lock(&j->sf_mu);
+    for (sample_fetch **pp = &j->sf_head; *pp;) {
+        sample_fetch *x = *pp;
+        if (x->state == SF_DONE &&
+            (all || now - x->done_ms >= SAMPLE_KEEP_MS || x->job->removed)) {
+            *pp = x->next;
+            j->nsf--;
+            j->sf_held -= x->held;
+            x->next = drop;
+            drop = x;
+            continue;
+        }
+        pp = &x->next;
+    }
+    pthread_mutex_unlock(&j->sf_mu);
+    while (drop) {
+        sample_fetch *x = drop;
+        drop = x->next;
+        sample_fetch_free(x);
+    }
+}
+
 /* GET /v1/jobs/{job}/samples/{i} (job->mu held): a plan of that one
- * sample where the indexes place it in a shard read in place, else a
- * feed of it; owned by the binding. Returns the HTTP status. */
+ * sample, read in place where the indexes put it in a local plain tar;
+ * else fetched whole first on a sample thread (SC_JOBS_PLAN_PENDING: the
+ * request waits, and is opened again once the fetch ended). Owned by the
+ * binding. Returns the HTTP status. */
 static unsigned open_sample(sc_jobs *j, sc_job *job, const sc_request *req,
                             sc_stream *s, sc_binding *b, sio_error *err,
                             unsigned *retry_after)
@@ -1485,82 +1637,111 @@ static unsigned open_sample(sc_jobs *j, sc_job *job, const sc_request *req,
         return 404;
     }
     sio_epoch_config ec;
-    sio_feed_config fc;
-    sio_cursor_config cc;
+    sample_config(j, job, &ec);
+    sio_plan *plan = NULL;
     sio_code rc;
-    memset(&ec, 0, sizeof ec);
-    ec.interleave = 1;
-    ec.buffer_samples = 1;
-    ec.index = j->index;
-    ec.cache = job->res->cache;
-    ec.limits = (sio_shard_limits){0};
-    ec.log.fn = sc_log_sio;
-    ec.log.level = sc_log_level();
-    /* Read in place from where the indexes put it: a plan of that one
-     * sample, read as a plan stream reads (the same checks). */
-    if (j->cfg->data_plane == SC_DATA_PLANE_AUTO) {
-        sio_plan *plan = NULL;
-        sio_error perr = {SIO_OK, ""};
+    int fetched = 0, taken = 0;
+    /* A request opened again once its fetch ended takes what it fetched
+     * (the fetch may have indexed the shards meanwhile). */
+    pthread_mutex_lock(&j->sf_mu);
+    sample_fetch *f = sample_fetch_find(j, job, req->global_start,
+                                        req->arrival_us, &taken);
+    pthread_mutex_unlock(&j->sf_mu);
+    if (taken)
+        rc = SIO_ERR_AGAIN;
+    else
         rc = sio_plan_sample(j->io, job->res->list, &ec, req->global_start,
-                             &plan, &perr);
-        if (rc == SIO_ERR_NOTFOUND || rc == SIO_ERR_INVALID) {
-            *err = perr;
-            return rc == SIO_ERR_INVALID ? 400 : 404;
+                             &plan, err);
+    if (rc == SIO_ERR_AGAIN || rc == SIO_ERR_UNSUPPORTED) {
+        /* Not indexed in memory yet, or not read in place. */
+        int start = 0;
+        unsigned status = SC_JOBS_PLAN_PENDING;
+        pthread_mutex_lock(&j->sf_mu);
+        if (!taken)
+            f = sample_fetch_find(j, job, req->global_start,
+                                  req->arrival_us, &taken);
+        if (!f && (j->sf_stop || j->nsf >= SC_SAMPLE_FETCHES_MAX ||
+                   j->sf_held >= SC_SAMPLE_HELD_MAX)) {
+            snprintf(err->msg, sizeof err->msg, "%s",
+                     j->sf_stop ? "server shutting down"
+                                : "too many samples being fetched: come "
+                                  "back shortly");
+            *retry_after = 1;
+            status = 503;
+        } else if (!f && (f = calloc(1, sizeof *f)) != NULL) {
+            f->job = job;
+            atomic_fetch_add(&job->refs, 1);
+            f->i = req->global_start;
+            f->state = SF_QUEUED;
+            f->next = j->sf_head;
+            j->sf_head = f;
+            j->nsf++;
+            start = j->nsfetchers < SC_SAMPLE_FETCHERS;
+            pthread_cond_signal(&j->sf_work);
+        } else if (!f) {
+            snprintf(err->msg, sizeof err->msg, "out of memory");
+            status = 503;
         }
-        if (rc == SIO_OK) {
-            sio_planread_config pc;
-            memset(&pc, 0, sizeof pc);
-            pc.rank = 0;
-            pc.world = 1;
-            pc.policy = SIO_PARTITION_NONE;
-            pc.limits = ec.limits;
-            pc.cache = job->res->cache;
-            rc = sio_planread_open(j->io, job->res->list, plan, &pc, &b->pr,
-                                   err);
-            sio_plan_unref(plan); /* the reader holds it */
-            if (rc) {
-                *retry_after = 2;
-                return rc == SIO_ERR_INVALID ? 400 : 503;
-            }
-            sc_stream_set_planread(s, b->pr, &b->sample_broken);
-            atomic_fetch_add(&job->sample_plan_streams, 1);
-            return 200;
+        /* A thread more while fewer than SC_SAMPLE_FETCHERS run. */
+        if (start && pthread_create(&j->sfetcher[j->nsfetchers], NULL,
+                                    sample_fetcher_main, j) == 0) {
+            j->nsfetchers++;
+            j->sf_running++;
         }
-        /* Not indexed in memory yet, or not read in place: the
-         * one-sample feed, which reads (and indexes) what it needs. */
+        sample_fetch *gone = NULL;
+        if (j->nsfetchers == 0 && f && !taken) {
+            /* No thread could start: the request is told, not left, and
+             * its fetch goes. */
+            for (sample_fetch **pp = &j->sf_head; *pp; pp = &(*pp)->next)
+                if (*pp == f) {
+                    *pp = f->next;
+                    j->nsf--;
+                    gone = f;
+                    break;
+                }
+            snprintf(err->msg, sizeof err->msg, "cannot start a sample "
+                     "thread");
+            *retry_after = 2;
+            status = 503;
+        }
+        pthread_mutex_unlock(&j->sf_mu);
+        if (gone)
+            sample_fetch_free(gone); /* (the caller holds the job too) */
+        if (!taken)
+            return status;
+        rc = f->rc;
+        plan = f->plan;
+        f->plan = NULL;
+        if (rc)
+            *err = f->err;
+        /* (its job reference is not the last: the binding holds one) */
+        sample_fetch_free(f);
+        fetched = 1;
     }
-    res_hold *hold = malloc(sizeof *hold);
-    if (!hold) {
-        snprintf(err->msg, sizeof err->msg, "out of memory");
+    if (rc == SIO_ERR_NOTFOUND)
+        return 404;
+    if (rc == SIO_ERR_INVALID)
+        return 400;
+    if (rc) {
+        *retry_after = rc == SIO_ERR_NOMEM ? 2 : 1;
         return 503;
     }
-    memset(&fc, 0, sizeof fc);
-    hold->res = job->res;
-    hold->j = NULL;
-    fc.released = slot_released;
-    fc.released_userdata = hold;
-    atomic_fetch_add(&job->res->refs, 1);
-    rc = sio_feed_open_sample(j->io, job->res->list, &ec, req->global_start,
-                              &fc, &b->own_feed, err);
+    sio_planread_config pc;
+    memset(&pc, 0, sizeof pc);
+    pc.rank = 0;
+    pc.world = 1;
+    pc.policy = SIO_PARTITION_NONE;
+    pc.limits = ec.limits;
+    pc.cache = job->res->cache;
+    rc = sio_planread_open(j->io, job->res->list, plan, &pc, &b->pr, err);
+    sio_plan_unref(plan); /* the reader holds it */
     if (rc) {
-        slot_released(hold);
         *retry_after = 2;
         return rc == SIO_ERR_INVALID ? 400 : 503;
     }
-    memset(&cc, 0, sizeof cc);
-    cc.rank = 0;
-    cc.world = 1;
-    cc.policy = SIO_PARTITION_NONE;
-    cc.global_start = req->global_start;
-    cc.notify = sc_stream_notify;
-    cc.userdata = s;
-    rc = sio_feed_attach(b->own_feed, &cc, &b->cur, err);
-    if (rc) {
-        sio_feed_close(b->own_feed);
-        b->own_feed = NULL;
-        return rc == SIO_ERR_INVALID ? 400 : 503;
-    }
-    atomic_fetch_add(&job->sample_feed_streams, 1);
+    sc_stream_set_planread(s, b->pr, &b->sample_broken);
+    atomic_fetch_add(fetched ? &job->sample_fetched_streams
+                             : &job->sample_plan_streams, 1);
     return 200;
 }
 
@@ -2445,7 +2626,6 @@ static void reap_one(sc_jobs *j, sc_binding *b)
      * replay, which joins a thread): no lock held. */
     sio_cursor_close(b->cur);
     sio_planread_close(pr);
-    sio_feed_close(b->own_feed);
     sc_stream_get_stats(b->s, &st);
     pthread_mutex_lock(&job->mu);
     if (b->slot) {
@@ -2744,6 +2924,8 @@ static void *manager_main(void *arg)
             job_tick(j, snap[i], now, tp);
             sc_job_unref(snap[i]);
         }
+        if (tp)
+            sample_fetches_expire(j, 0);
         pthread_mutex_lock(&j->mu);
         if (j->reap || j->dead || j->stop)
             continue;
@@ -2834,9 +3016,12 @@ sio_code sc_jobs_create(const sc_config *cfg, sio_io *io, sc_jobs **out,
     pthread_cond_init(&j->resolve, &ca);
     pthread_cond_init(&j->resolved, &ca);
     pthread_cond_init(&j->drained, &ca);
+    pthread_cond_init(&j->sf_ended, &ca);
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&j->plan_mu, NULL);
     pthread_cond_init(&j->plan_work, NULL);
+    pthread_mutex_init(&j->sf_mu, NULL);
+    pthread_cond_init(&j->sf_work, NULL);
     atomic_init(&j->nbindings, 0);
     /* The planners first: a job's first stream may queue a build. Not in
      * `running`: they are stopped and joined before the other two. */
@@ -2886,6 +3071,33 @@ int sc_jobs_destroy(sc_jobs *j)
     pthread_mutex_unlock(&j->plan_mu);
     while (j->nplanners > 0)
         pthread_join(j->planner[--j->nplanners], NULL);
+    /* The sample threads end the fetches they run (a read from the
+     * store: bounded by its timeouts, waited for as long as the others
+     * below), and what they fetched is let go. */
+    pthread_mutex_lock(&j->sf_mu);
+    j->sf_stop = 1;
+    pthread_cond_broadcast(&j->sf_work);
+    deadline_in(&ts, SHUTDOWN_WAIT_MS);
+    while (j->sf_running > 0 &&
+           pthread_cond_timedwait(&j->sf_ended, &j->sf_mu, &ts) == 0)
+        ;
+    int sf_stuck = j->sf_running > 0;
+    sample_fetch *sf = j->sf_head;
+    j->sf_head = NULL;
+    j->nsf = 0;
+    pthread_mutex_unlock(&j->sf_mu);
+    if (sf_stuck) {
+        SC_LOG(SIO_LOG_WARN, "event=jobs_shutdown_incomplete "
+               "sample_threads=%u", j->sf_running);
+        return -1;
+    }
+    while (j->nsfetchers > 0)
+        pthread_join(j->sfetcher[--j->nsfetchers], NULL);
+    while (sf) {
+        sample_fetch *x = sf;
+        sf = x->next;
+        sample_fetch_free(x);
+    }
     pthread_mutex_lock(&j->mu);
     j->stop = 1;
     pthread_cond_broadcast(&j->work);
@@ -2943,6 +3155,9 @@ int sc_jobs_destroy(sc_jobs *j)
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->plan_work);
     pthread_mutex_destroy(&j->plan_mu);
+    pthread_cond_destroy(&j->sf_work);
+    pthread_cond_destroy(&j->sf_ended);
+    pthread_mutex_destroy(&j->sf_mu);
     free(j->jobs);
     free(j);
     return 0;

@@ -38,6 +38,14 @@
 /* Planner threads (plans are metadata: CPU only, one core each; they also
  * read new epochs' journals from state_dir). */
 #define SC_PLANNERS 2u
+/* Threads that fetch GET /samples/{i} samples not read in place (they
+ * wait for the store: not the planners), started at the first such
+ * request; and the fetches queued, running or done and not yet taken by
+ * their request, server-wide (beyond: 503, come back). */
+#define SC_SAMPLE_FETCHERS 4u
+#define SC_SAMPLE_FETCHES_MAX 256u
+/* ... and the bytes the fetched samples not taken yet may hold. */
+#define SC_SAMPLE_HELD_MAX (256ull << 20)
 
 enum { JOB_RESOLVING = 0, JOB_READY = 1, JOB_FAILED = 2 };
 
@@ -175,7 +183,6 @@ struct sc_binding {
     uint32_t rank, world;
     uint64_t global_start;   /* the request's elastic resume base */
     int resumed;             /* start or global_start > 0 */
-    sio_feed *own_feed;      /* a /samples/{i} request's one-sample feed */
     _Atomic int sample_broken; /* a /samples/{i} plan's shard changed */
     _Atomic int ended;       /* its stream encoded the share's END (set on
                                 the stream's thread): the slot may be
@@ -228,8 +235,8 @@ struct sc_job {
     /* The data plane: plans built, streams served from a plan and from a
      * feed, plan streams ended by a shard that changed under them. */
     atomic_uint_fast64_t plans_built, plans_grown, plan_streams, feed_streams;
-    /* GET /samples/{i} streams, by the plane that served them */
-    atomic_uint_fast64_t sample_plan_streams, sample_feed_streams;
+    /* GET /samples/{i} streams: read in place, or fetched whole first */
+    atomic_uint_fast64_t sample_plan_streams, sample_fetched_streams;
     atomic_uint_fast64_t plan_failures;
     /* Staging of plans let go (mu): their counters, kept (sc_job_stage). */
     sio_plan_stage_stats stage_done;
@@ -282,6 +289,20 @@ struct sc_jobs {
     int plan_stop;
     void (*plan_waker)(void *ud);
     void *plan_waker_ud;
+    /* GET /samples/{i} of a sample not read in place: fetched whole on a
+     * sample thread (sio_plan_sample_fetch) while its request waits
+     * suspended as for a plan build (the waker resumes it), then taken
+     * by the request when it opens again. sf_mu is a leaf lock (taken
+     * under a job mutex) guarding the list, the threads and the stop. */
+    pthread_t sfetcher[SC_SAMPLE_FETCHERS];
+    unsigned nsfetchers;    /* started */
+    unsigned sf_running;    /* started and not yet ended */
+    pthread_mutex_t sf_mu;
+    pthread_cond_t sf_work, sf_ended;
+    struct sample_fetch *sf_head;
+    size_t nsf;
+    uint64_t sf_held;       /* bytes of the done fetches' plans */
+    int sf_stop;
     /* Epoch-churn bounds (feed_admission): feeds open, live and retired,
      * over every job; and how often each bound refused a new epoch. */
     atomic_size_t nfeeds;

@@ -54,6 +54,8 @@ typedef struct sc_request {
     int has_fields;       /* fields= was given */
     size_t nfields;       /* 0 with has_fields 0: the job's default */
     char fields[SIO_TARW_FILTER_MAX][SIO_TARW_FIELD_NAME_MAX + 1];
+    uint64_t arrival_us;  /* when the request came (CLOCK_MONOTONIC, µs;
+                             set by the HTTP layer, not the parser) */
 } sc_request;
 
 /* Does the server have a job of this name? (decoded, NUL-terminated) */

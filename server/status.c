@@ -474,10 +474,10 @@ static json_t *job_json(sc_jobs *j, sc_job *job, sio_feed_consumer *cons,
                       "plan_failures",
                       jint(atomic_load(&job->plan_failures)),
                       "plan_waits", jint(atomic_load(&job->plan_waits)),
-                      "sample_plan_streams",
+                      "sample_streams_in_place",
                       jint(atomic_load(&job->sample_plan_streams)),
-                      "sample_feed_streams",
-                      jint(atomic_load(&job->sample_feed_streams))));
+                      "sample_streams_fetched",
+                      jint(atomic_load(&job->sample_fetched_streams))));
     if (o) {
         /* The replica set: this server's part, and what fixes the order
          * (GET /v1/topology?job= has the fields). */
@@ -539,7 +539,7 @@ typedef struct job_metrics {
     char name[SC_JOB_NAME_MAX + 1];
     int ready;
     uint64_t samples, bytes, opened, by_outcome[5];
-    uint64_t sample_plan_streams, sample_feed_streams;
+    uint64_t sample_plan_streams, sample_fetched_streams;
     uint64_t plans, plans_grown, plan_streams, feed_streams, plan_failures,
         plan_waits;
     uint64_t failover_streams, streams_stalled;
@@ -701,7 +701,7 @@ sio_code sc_jobs_metrics(sc_jobs *j, sc_prom *p)
         x->plan_streams = atomic_load(&job->plan_streams);
         x->feed_streams = atomic_load(&job->feed_streams);
         x->sample_plan_streams = atomic_load(&job->sample_plan_streams);
-        x->sample_feed_streams = atomic_load(&job->sample_feed_streams);
+        x->sample_fetched_streams = atomic_load(&job->sample_fetched_streams);
         x->plan_failures = atomic_load(&job->plan_failures);
         x->failover_streams = atomic_load(&job->failover_streams);
         x->streams_stalled = atomic_load(&job->streams_stalled);
@@ -756,18 +756,20 @@ sio_code sc_jobs_metrics(sc_jobs *j, sc_prom *p)
                     m[i].feed_streams);
     }
     sc_prom_family(p, "shardcast_sample_streams_total", "counter",
-                   "GET /samples/{i} streams, by the plane that served "
-                   "them: plan (read in place where the indexes put the "
-                   "sample) or feed (a one-sample feed).");
+                   "GET /samples/{i} streams, by how the sample was read: "
+                   "in_place (from a local plain tar where the indexes put "
+                   "it) or fetched (read whole first on a sample thread: "
+                   "shards not indexed yet, remote, cached or compressed "
+                   "ones).");
     for (size_t i = 0; i < n; i++) {
         sc_prom_u64(p, "shardcast_sample_streams_total",
                     SC_PROM_LABELS({"shardcast_job", m[i].name},
-                                   {"plane", "plan"}),
+                                   {"read", "in_place"}),
                     m[i].sample_plan_streams);
         sc_prom_u64(p, "shardcast_sample_streams_total",
                     SC_PROM_LABELS({"shardcast_job", m[i].name},
-                                   {"plane", "feed"}),
-                    m[i].sample_feed_streams);
+                                   {"read", "fetched"}),
+                    m[i].sample_fetched_streams);
     }
     PER_JOB(p, m, n, "shardcast_failover_streams_total", "counter",
             "Streams this server served of another replica's part of an "

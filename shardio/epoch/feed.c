@@ -161,7 +161,6 @@ struct sio_feed {
     int in_read;            /* producer inside sio_epoch_next / open */
     int replay;             /* child: not reachable by a seek; replays */
     int attached_once;      /* a cursor has been here */
-    int sample_mode;        /* one sample of the unshuffled order */
     sio_epoch *dropped_eps[FEED_REOPENS_MAX]; /* epochs that failed on a
                                wrong index, closed with the feed (a
                                stopping feed may be cancelling one) */
@@ -489,9 +488,7 @@ static sio_code open_epoch(sio_feed *f)
     sio_code rc;
     int replay = 0;
 
-    if (f->sample_mode) {
-        rc = sio_epoch_open_sample(f->io, f->list, &f->ecfg, f->base, &ep, &e);
-    } else if (f == f->root) {
+    if (f == f->root) {
         /* Lazy: read nothing until a cursor reads this feed itself (the
          * first one may go to a seek instead). */
         pthread_mutex_lock(mu);
@@ -554,14 +551,10 @@ static sio_code reopen_epoch(sio_feed *f)
     pthread_mutex_unlock(mu);
     if (rc)
         return rc;
-    if (f->sample_mode) {
-        rc = sio_epoch_open_sample(f->io, f->list, &f->ecfg, f->base, &ep, &e);
-    } else {
-        rc = sio_epoch_open_at(f->io, f->list, &f->ecfg, at, &ep, &e);
-        if (rc == SIO_ERR_AGAIN || rc == SIO_ERR_UNSUPPORTED) {
-            rc = sio_epoch_open(f->io, f->list, &f->ecfg, &ep, &e);
-            replay = 1;
-        }
+    rc = sio_epoch_open_at(f->io, f->list, &f->ecfg, at, &ep, &e);
+    if (rc == SIO_ERR_AGAIN || rc == SIO_ERR_UNSUPPORTED) {
+        rc = sio_epoch_open(f->io, f->list, &f->ecfg, &ep, &e);
+        replay = 1;
     }
     if (rc)
         return rc;
@@ -579,7 +572,7 @@ static sio_code reopen_epoch(sio_feed *f)
     SIO_LOG(&f->ecfg.log, SIO_LOG_WARN,
             "event=epoch_reopened position=%" PRIu64 " how=%s reason=\"a "
             "shard index it relied on was wrong and is rebuilt\"", at,
-            f->sample_mode ? "sample" : replay ? "replay" : "seek");
+            replay ? "replay" : "seek");
     return SIO_OK;
 }
 
@@ -589,7 +582,7 @@ static void *producer_main(void *arg)
     pthread_mutex_t *mu = &f->fam->mu;
     sio_code rc = SIO_OK;
 
-    if (f->sample_mode || f != f->root || !f->ep) {
+    if (f != f->root || !f->ep) {
         if (open_epoch(f) != SIO_OK)
             return NULL;
     }
@@ -653,7 +646,7 @@ static void *producer_main(void *arg)
         } else if (!s) {
             f->ended = 1;
             f->n_end = sio_epoch_emitted(f->ep);
-            if (!f->stop && !f->sample_mode)
+            if (!f->stop)
                 f->root->n_known = f->n_end + 1; /* +1: 0 means unknown */
         } else if (s->global_index < f->skip_below) {
             sio_sample_unref(s); /* produced before the reopen */
@@ -814,8 +807,7 @@ static void fill_defaults(sio_feed_config *c)
 static sio_code feed_start(sio_io *io, const sio_shardlist *list,
                            const sio_epoch_config *ecfg,
                            const sio_feed_config *fcfg, sio_feed *parent,
-                           uint64_t base, int sample, sio_feed **out,
-                           sio_error *err)
+                           uint64_t base, sio_feed **out, sio_error *err)
 {
     sio_code rc = SIO_OK;
     sio_feed *f = calloc(1, sizeof *f);
@@ -828,7 +820,6 @@ static sio_code feed_start(sio_io *io, const sio_shardlist *list,
     f->ecfg = *ecfg;
     f->cfg = *fcfg;
     f->base = f->lo = f->hi = f->need_hint = base;
-    f->sample_mode = sample;
     if (parent) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -866,7 +857,7 @@ static sio_code feed_start(sio_io *io, const sio_shardlist *list,
         feed_free(f);
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
     }
-    if (!parent && !sample && !fcfg->lazy) {
+    if (!parent && !fcfg->lazy) {
         rc = sio_epoch_open(io, list, ecfg, &f->ep, err);
         if (rc) {
             feed_free(f);
@@ -900,25 +891,7 @@ sio_code sio_feed_open(sio_io *io, const sio_shardlist *list,
                           FEED_SEEKS_MAX);
     if (c.lag_policy != SIO_FEED_LAG_DETACH && c.lag_policy != SIO_FEED_LAG_WAIT)
         return sio_seterr(err, SIO_ERR_INVALID, "unknown lag policy");
-    return feed_start(io, list, ecfg, &c, NULL, 0, 0, out, err);
-}
-
-sio_code sio_feed_open_sample(sio_io *io, const sio_shardlist *list,
-                              const sio_epoch_config *ecfg, uint64_t i,
-                              const sio_feed_config *fcfg, sio_feed **out,
-                              sio_error *err)
-{
-    sio_feed_config c = {.window_samples = 2, .max_seeks = 1};
-    if (fcfg) {
-        c.released = fcfg->released;
-        c.released_userdata = fcfg->released_userdata;
-    }
-    fill_defaults(&c);
-    *out = NULL;
-    if (i > SIO_POSITION_MAX)
-        return sio_seterr(err, SIO_ERR_INVALID, "sample index above %llu",
-                          (unsigned long long)SIO_POSITION_MAX);
-    return feed_start(io, list, ecfg, &c, NULL, i, 1, out, err);
+    return feed_start(io, list, ecfg, &c, NULL, 0, out, err);
 }
 
 /* Unlink and stop children with no cursor for a while (fam->mu held);
@@ -1062,7 +1035,7 @@ static sio_code reseat(sio_cursor *c, uint64_t t)
         }
         if (heap_reserve(root) != 0 ||
             feed_start(root->io, root->list, &root->ecfg, &root->cfg, root, t,
-                       0, &best, &e) != SIO_OK) {
+                       &best, &e) != SIO_OK) {
             if (root->cfg.seek_budget)
                 atomic_fetch_sub(root->cfg.seek_budget, 1);
             snprintf(c->err, sizeof c->err, "seek: cannot start");

@@ -639,11 +639,16 @@ sio_code sio_plan_sample(sio_io *io, const sio_shardlist *list,
         if (sio_index_refresh(e))
             return sio_seterr(err, SIO_ERR_AGAIN,
                               "shard %zu changed since it was indexed", s);
-        sio_index_vet(e, io, cfg->cache, &cfg->limits);
         sio_index_get_info(e, &info);
         if (!info.complete || info.good <= left)
             return sio_seterr(err, SIO_ERR_AGAIN,
                               "shard %zu's index was dropped", s);
+        /* An index loaded from a file or sidecar and not yet read through:
+         * a read that disagrees with it must drop it and look again, as a
+         * fetch does (sio_plan_sample_fetch). */
+        if (info.hint)
+            return sio_seterr(err, SIO_ERR_UNSUPPORTED,
+                              "shard %zu's index is not proven yet", s);
         sio_index_view v;
         if (!sio_index_view_open(e, &v))
             return sio_seterr(err, SIO_ERR_AGAIN,
@@ -689,6 +694,187 @@ sio_code sio_plan_sample(sio_io *io, const sio_shardlist *list,
                       " samples", i, i - left);
 }
 
+/* A read of one sample that went wrong and may pass (the store's
+ * transient failures): tried this often, with this pause between. */
+#define SAMPLE_READ_TRIES 3u
+#define SAMPLE_READ_PAUSE_MS 100u
+
+/* Read group g (gr: its index record) of shard s whole into memory
+ * (*out, one reference), from wherever the shard is. */
+static sio_code read_group(sio_io *io, const sio_shardlist *list,
+                           const sio_epoch_config *cfg, uint32_t s,
+                           uint64_t g, const sio_index_group *gr,
+                           int stream_only, const sio_sample **out,
+                           sio_error *err)
+{
+    const char *url = sio_shardlist_url(list, s);
+    uint64_t size = sio_shardlist_size(list, s);
+    sio_code rc = SIO_OK;
+    *out = NULL;
+    for (unsigned attempt = 0; attempt < SAMPLE_READ_TRIES; attempt++) {
+        if (attempt) {
+            struct timespec ts = {0, SAMPLE_READ_PAUSE_MS * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        sio_shard_at at;
+        memset(&at, 0, sizeof at);
+        at.end = UINT64_MAX;
+        at.skip_until = g;
+        at.cache = cfg->cache;
+        at.size_hint = size == UINT64_MAX ? 0 : size;
+        /* A plain tar from the group's bytes (a ranged read of a remote
+         * one); a compressed shard or a zip from its start, reading past
+         * the groups before. */
+        if (!stream_only) {
+            at.offset = gr->offset;
+            at.end = gr->end;
+            at.first_group = g;
+        }
+        sio_shard *sh = NULL;
+        sio_error er = {SIO_OK, ""};
+        rc = sio_shard_open_at(io, url, s, &cfg->limits, &at, &sh, &er);
+        if (rc) {
+            sio_seterr(err, rc, "%s", er.msg);
+        } else {
+            for (;;) {
+                const sio_sample *smp = NULL;
+                rc = sio_shard_next(sh, &smp);
+                if (rc == SIO_ERR_SAMPLE)
+                    continue;
+                if (rc) {
+                    sio_seterr(err, rc, "%s", sio_shard_errmsg(sh));
+                    break;
+                }
+                if (!smp) {
+                    rc = sio_seterr(err, SIO_ERR_CHANGED, "shard %" PRIu32
+                                    " ended before group %" PRIu64 ": it "
+                                    "changed since it was indexed", s, g);
+                    break;
+                }
+                if (smp->index_in_shard < g) {
+                    sio_sample_unref(smp);
+                    continue;
+                }
+                if (smp->index_in_shard != g || smp->bytes != gr->bytes ||
+                    sio_index_keyhash(smp->key, strlen(smp->key)) !=
+                        gr->keyhash) {
+                    sio_sample_unref(smp);
+                    rc = sio_seterr(err, SIO_ERR_CHANGED, "shard %" PRIu32
+                                    " group %" PRIu64 " is not the indexed "
+                                    "sample (the shard changed since it was "
+                                    "indexed)", s, g);
+                    break;
+                }
+                *out = smp;
+                break;
+            }
+            sio_shard_close(sh);
+        }
+        if (rc != SIO_ERR_IO && rc != SIO_ERR_RETRY)
+            break;
+    }
+    return rc;
+}
+
+sio_code sio_plan_sample_fetch(sio_io *io, const sio_shardlist *list,
+                               const sio_epoch_config *cfg, uint64_t i,
+                               sio_plan **out, sio_error *err)
+{
+    uint64_t t0 = mono_ns();
+    size_t total = sio_shardlist_count(list);
+    *out = NULL;
+    if (!cfg->index)
+        return sio_seterr(err, SIO_ERR_UNSUPPORTED, "no shard indexes");
+    if (i > SIO_POSITION_MAX)
+        return sio_seterr(err, SIO_ERR_INVALID, "sample index above %llu",
+                          (unsigned long long)SIO_POSITION_MAX);
+    /* A loaded index the read disagrees with is dropped and the shard
+     * indexed again by reading it: then once more. */
+    for (unsigned pass = 0; pass < 2; pass++) {
+        uint64_t left = i;
+        int again = 0;
+        for (size_t s = 0; s < total && !again; s++) {
+            const char *url = sio_shardlist_url(list, s);
+            sio_index_entry *e = sio_index_get(cfg->index, io, url,
+                                               sio_shardlist_size(list, s));
+            sio_index_info info;
+            if (!e)
+                return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+            sio_index_refresh(e); /* a local file rewritten since */
+            sio_index_vet(e, io, cfg->cache, &cfg->limits);
+            sio_index_get_info(e, &info);
+            if (!info.complete) {
+                sio_code rc = sio_index_build_to(io, url, (uint32_t)s,
+                                                 &cfg->limits, e, cfg->cache,
+                                                 NULL, NULL, err);
+                if (rc)
+                    return rc;
+                sio_index_get_info(e, &info);
+                if (!info.complete)
+                    return sio_seterr(err, SIO_ERR_IO, "shard %zu: no "
+                                      "index", s);
+            }
+            if (left >= info.good) {
+                left -= info.good;
+                continue;
+            }
+            sio_index_view v;
+            if (!sio_index_view_open(e, &v))
+                return sio_seterr(err, SIO_ERR_CHANGED, "shard %zu's "
+                                  "index was dropped", s);
+            uint64_t g = 0;
+            sio_index_group gr;
+            int found = kth_good(&v, left, &g, &gr);
+            sio_index_view_close(e, &v);
+            if (!found || g > UINT32_MAX)
+                return sio_seterr(err, SIO_ERR_CHANGED, "shard %zu's index "
+                                  "does not hold sample %" PRIu64, s, i);
+            const sio_sample *smp = NULL;
+            sio_code rc = read_group(io, list, cfg, (uint32_t)s, g, &gr,
+                                     info.stream_only, &smp, err);
+            if (rc == SIO_ERR_CHANGED && info.hint && pass == 0 &&
+                sio_index_reject(e, "a sample read from it is not the "
+                                    "indexed one")) {
+                again = 1; /* indexed again, then looked for again */
+                continue;
+            }
+            if (rc)
+                return rc;
+            sio_plan *p = plan_new(total);
+            if (!p) {
+                sio_sample_unref(smp);
+                return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+            }
+            p->length_hint = 1;
+            sio_plan_item *it = item_slot(p, 0);
+            if (!it) {
+                sio_sample_unref(smp);
+                plan_free(p);
+                return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+            }
+            *it = (sio_plan_item){.offset = gr.offset,
+                                  .end = gr.end,
+                                  .bytes = gr.bytes,
+                                  .shard = (uint32_t)s,
+                                  .group = (uint32_t)g,
+                                  .keyhash = gr.keyhash};
+            p->single = smp;
+            p->index_base = i;
+            atomic_store_explicit(&p->n, 1, memory_order_release);
+            atomic_store(&p->complete, 1);
+            p->build_ns = mono_ns() - t0;
+            *out = p;
+            return SIO_OK;
+        }
+        if (!again)
+            return sio_seterr(err, SIO_ERR_NOTFOUND,
+                              "sample %" PRIu64 " is past the dataset's "
+                              "%" PRIu64 " samples", i, i - left);
+    }
+    return sio_seterr(err, SIO_ERR_CHANGED, "sample %" PRIu64 ": its "
+                      "shard's index was wrong twice", i);
+}
+
 void sio_plan_ref(sio_plan *p)
 {
     atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed);
@@ -727,7 +913,8 @@ static size_t ck_bytes_of(const sio_plan *p);
 size_t sio_plan_memory(const sio_plan *p)
 {
     return sizeof *p + atomic_load(&p->item_bytes) +
-           p->nfiles * sizeof *p->files + ck_bytes_of(p);
+           p->nfiles * sizeof *p->files + ck_bytes_of(p) +
+           (p->single ? (size_t)p->single->bytes : 0);
 }
 
 uint64_t sio_plan_build_ns(const sio_plan *p)
@@ -856,6 +1043,7 @@ static void plan_free(sio_plan *p)
         return;
     grow_free(p->g);
     stage_free(p->stage);
+    sio_sample_unref(p->single);
     items_free(p);
     free(p->files);
     for (size_t i = 0; p->fds && i < PLAN_FDS; i++) {

@@ -198,6 +198,9 @@ struct sio_plan {
     uint64_t index_base; /* added to a sample's global_index: the
                             dataset position of a one-sample plan's item
                             (sio_plan_sample); 0 for an epoch's plan */
+    const sio_sample *single; /* a one-sample plan's sample, read whole
+                            into memory (sio_plan_sample_fetch; one
+                            reference): its reader hands it out */
     sio_plan_item **top[PLAN_TOP];
     _Atomic size_t item_bytes; /* chunks and directory blocks allocated */
     uint64_t length_hint; /* Y's length when known before the items (0:

@@ -761,7 +761,16 @@ sio_code sio_planread_next(sio_planread *r, const sio_sample **out,
     stage_note(r, t, 0);
     plan_mark_move(&r->mark, t);
     r->cur = t;
-    rc = read_item(r, t, out, ext);
+    if (r->plan->single) {
+        /* A one-sample plan read whole into memory (the plan holds it). */
+        sio_sample *smp = (sio_sample *)(uintptr_t)r->plan->single;
+        smp->global_index = r->plan->index_base + t;
+        smp->source = 0;
+        *out = smp;
+        rc = SIO_OK;
+    } else {
+        rc = read_item(r, t, out, ext);
+    }
     if (rc == SIO_OK)
         atomic_store_explicit(&r->shown, ++r->k, memory_order_relaxed);
     return rc;

@@ -4,12 +4,14 @@ Index i is sample i of the dataset's unshuffled order (the shard list in
 order, each shard's good samples in tar order), fetched with
 GET /v1/jobs/{job}/samples/{i}?format=frames: one request per sample, so
 any sampler works (torch's DistributedSampler, RandomSampler, a subset).
-The server seeks through its shard indexes; no epoch or consumer is
-involved, and nothing is shuffled by the server.
+The server finds the sample through its shard indexes (indexing shards
+first where needed); no epoch or consumer is involved, and nothing is
+shuffled by the server.
 
 The length: the server answers 404 "sample i is past the dataset's N
-samples" for an index past the end once every shard is indexed (before,
-the one-sample stream ends in an error trailer with the same text). One
+samples" for an index past the end (a server before this version, before
+every shard was indexed, ended a one-sample stream with an error trailer
+with the same text instead: both are read). One
 probe far past any real dataset therefore gives N; it is asked once per
 object and cached. If the answer does not name N (another server
 version), N is found by an exponential then a binary search over probes.

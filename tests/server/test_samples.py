@@ -5,16 +5,19 @@ Once the indexes place sample i of the dataset's unshuffled order in a
 local plain tar, the request is served from a plan of that one sample: the
 plan streams' reader and checks (the file the index describes, the sample
 the index describes, the file unchanged until its bytes went out), with
-no feed and no thread of its own. Before that (shards not indexed yet) it
-is a one-sample feed's, which reads the indexes it needs.
+no thread of its own. Otherwise (shards not indexed yet, remote, cached or
+compressed shards, zips) the sample is first fetched whole on a sample
+thread (which indexes the shards it needs on the way) while the request
+waits, and then handed out from the same kind of plan: no request is a
+feed's.
 
 test_samples_are_read_in_place_once_indexed: 6 local shards of 12 samples
 of 40-160 KB. The last sample's request indexes every shard (its feed);
 after it, every sample of the dataset in both formats, and with fields=,
 is served in place (data_plane.sample_plan_streams, and no new
-sample_feed_streams), each the shard's own bytes at its index; past the
-end is a 404 that names the length, and /metrics counts the streams by
-plane.
+sample_streams_fetched), each the shard's own bytes at its index; past
+the end is a 404 that names the length, and /metrics counts the streams
+by how they were read.
 
 test_a_shard_rewritten_under_samples_requests: the same dataset; a thread
 rewrites one shard in place (other bytes of the same size, pwrite) again
@@ -28,16 +31,33 @@ test_get_requests_keep_their_connection: /healthz, /v1/jobs/t, /metrics
 and /samples/{i} one after another over one HTTP/1.1 connection: the
 server answers each without "Connection: close" and the client sends the
 next over the same socket.
+
+test_samples_of_every_shard_kind_local_and_over_http: a dataset of plain
+tars (ustar, GNU, pax) with bad samples and skipped members, a .tar.gz, a
+zip and a shard with no sample, read from its directory and from nginx
+(a brace list, no cache) by a fresh server each. The first request is
+past the end (a 404 that names the length: the shards are indexed by
+the fetch that answers it); then every sample, in a random order, is the
+dataset's at its index. Local plain tars are read in place; the .tar.gz,
+the zip and every remote shard are fetched. Nothing is read by a feed.
+
+test_a_stop_while_samples_are_fetched: a store whose every shard GET
+stalls 1 s (the fault proxy), eight /samples requests waiting for their
+fetches: SIGTERM ends the server with status 0 (under the sanitizer
+build, with nothing leaked), and the waiting requests are answered.
 """
 
 import http.client
 import os
 import random
+import sys
 import threading
 
-from plan_testlib import fetch, parse_body, wait_until
-from server_testlib import get_json, request
-from test_plan_faults import FaultDataset
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from support.faultproxy import FaultProxy  # noqa: E402
+from plan_testlib import fetch, make_random_dataset, parse_body, wait_until  # noqa: E402
+from server_testlib import Nginx, get_json, request  # noqa: E402
+from test_plan_faults import FaultDataset  # noqa: E402
 
 SEED = int(os.environ.get("SHARDCAST_PLAN_SEED", "4177"))
 SHARDS = 6
@@ -66,13 +86,19 @@ def get_sample(srv, i, fmt="frames", fields=None):
     path = "/v1/jobs/t/samples/%d?format=%s" % (i, fmt)
     if fields:
         path += "&fields=" + ",".join(fields)
-    st, _, body, complete, _ = fetch(srv, path)
-    return st, parse_body(fmt, body), complete
+    st, _, body, complete, headers = fetch(srv, path)
+    p = parse_body(fmt, body) if st == 200 else None
+    if st != 200:
+        # An answer before the stream: only a 503 that says when to come
+        # back is a retryable one (a fetch that found the shard changed).
+        p = parse_body(fmt, b"")
+        p.outcome = "http %d%s" % (st, " retry" if "retry-after" in headers else "")
+    return st, p, complete
 
 
 def sample_planes(srv):
     dp = get_json(srv, "/v1/jobs/t")["data_plane"]
-    return dp["sample_plan_streams"], dp["sample_feed_streams"]
+    return dp["sample_streams_in_place"], dp["sample_streams_fetched"]
 
 
 def test_samples_are_read_in_place_once_indexed(start, tmp_path):
@@ -80,7 +106,8 @@ def test_samples_are_read_in_place_once_indexed(start, tmp_path):
     seq = dataset_order(ds)
     srv = serve(start, ds)
 
-    # The last sample: its one-sample feed reads every shard's index.
+    # The last sample: fetched on a sample thread, which indexes every
+    # shard on the way.
     st, p, _ = get_sample(srv, len(seq) - 1)
     assert st == 200 and p.outcome == "end" and len(p.samples) == 1, (tag(), p.summary())
     assert p.samples[0]["key"] == seq[-1][0]
@@ -118,7 +145,7 @@ def test_samples_are_read_in_place_once_indexed(start, tmp_path):
 
     st, _, text = request(srv, "/metrics")
     assert st == 200
-    line = 'shardcast_sample_streams_total{shardcast_job="t",plane="plan"} %d' % plan1
+    line = 'shardcast_sample_streams_total{shardcast_job="t",read="in_place"} %d' % plan1
     assert line.encode() in text, (line, [x for x in text.splitlines() if b"sample_streams" in x])
 
 
@@ -151,7 +178,9 @@ def test_a_shard_rewritten_under_samples_requests(start, tmp_path):
             i = rng.choice(indexes)
             st, p, complete = get_sample(srv, i)
             with lock:
-                if st != 200:
+                if st == 503 and p.outcome.endswith(" retry"):
+                    answers["retryable"] += 1
+                elif st != 200:
                     problems.append("samples/%d: status %d" % (i, st))
                 elif p.outcome == "end" and len(p.samples) == 1:
                     smp = p.samples[0]
@@ -195,7 +224,8 @@ def test_a_shard_rewritten_under_samples_requests(start, tmp_path):
             st, p, _ = get_sample(srv, i)
             if st == 200 and p.outcome == "end" and len(p.samples) == 1:
                 return p.samples[0]
-            assert st == 200 and p.retryable_error(), (tag(), i, st, p.summary())
+            assert (st == 200 and p.retryable_error()) or (
+                st == 503 and p.outcome.endswith(" retry")), (tag(), i, st, p.summary())
             return None
         smp = wait_until(whole, 60, "samples/%d after the rewrites" % i)
         assert smp["fields"] == last[seq[i][0]], "%s samples/%d: not the last version" % (tag(), i)
@@ -228,3 +258,75 @@ def test_get_requests_keep_their_connection(start, tmp_path):
             assert conn.sock is sock, "%s: a new connection" % path
     finally:
         conn.close()
+
+
+def test_samples_of_every_shard_kind_local_and_over_http(start, tmp_path):
+    rng = random.Random(SEED + 3)
+    ds = make_random_dataset(str(tmp_path / "ds"), rng.randrange(1 << 30),
+                             [("ustar", 30), ("gnu", 20), ("targz", 25), ("zip", 20),
+                              ("empty", 0), ("pax", 25)], "m")
+    names = sorted(ds.model)
+    seq = [kf for name in names for kf in ds.model[name]]
+    plain = {n for n in names if n.endswith(".tar")}
+    in_place = sum(len(ds.model[n]) for n in plain)
+    ng = Nginx(ds.path, str(tmp_path))
+    try:
+        for where, source in (("local", ds.path),
+                              ("http", "http://127.0.0.1:%d/{%s}" % (ng.port, ",".join(names)))):
+            srv = start("--job", "t", "--source", source, *SERVER_ARGS)
+            what = "%s %s" % (tag(), where)
+            st, _, body = request(srv, "/v1/jobs/t/samples/%d" % (1 << 40))
+            assert st == 404 and b"past the dataset's %d samples" % len(seq) in body, (
+                what, st, body[:300])
+            order = list(range(len(seq)))
+            rng.shuffle(order)
+            for i in order:
+                fmt = "tar" if i % 3 == 0 else "frames"
+                st, p, complete = get_sample(srv, i, fmt)
+                assert st == 200 and complete and p.outcome == "end", (what, i, fmt, p.summary())
+                assert len(p.samples) == 1, (what, i, p.summary())
+                assert p.samples[0]["key"] == seq[i][0], (what, i, p.samples[0]["key"], seq[i][0])
+                assert p.samples[0]["fields"] == seq[i][1], "%s samples/%d (%s): not the " \
+                    "shard's bytes" % (what, i, fmt)
+            placed, fetched = sample_planes(srv)
+            assert placed + fetched == len(seq), (what, placed, fetched, len(seq))
+            if where == "local":
+                assert placed == in_place, (what, placed, fetched, in_place)
+            else:
+                assert placed == 0, (what, placed, fetched)
+            dp = get_json(srv, "/v1/jobs/t")["data_plane"]
+            assert dp["feed_streams"] == 0, (what, dp)
+            srv.stop()
+    finally:
+        ng.stop()
+
+
+def test_a_stop_while_samples_are_fetched(start, tmp_path):
+    ds = FaultDataset(str(tmp_path / "d"), SEED + 4, shards=SHARDS, per_shard=PER_SHARD)
+    ng = Nginx(ds.path, str(tmp_path))
+    try:
+        names = sorted(os.listdir(ds.path))
+        rules = [{"fault": "stall", "seconds": 1.0, "path": r"\.tar$"}]
+        with FaultProxy("http://127.0.0.1:%d" % ng.port, rules=rules) as proxy:
+            srv = start("--job", "t", "--source",
+                        "%s/{%s}" % (proxy.url, ",".join(names)), *SERVER_ARGS)
+            answers = []
+
+            def ask(i):
+                try:
+                    st, p, _ = get_sample(srv, i)
+                    answers.append(st)
+                except (OSError, http.client.HTTPException) as e:
+                    answers.append(repr(e))
+            ts = [threading.Thread(target=ask, args=(k * 7,), daemon=True) for k in range(8)]
+            for t in ts:
+                t.start()
+            wait_until(lambda: proxy.rules()[0]["matched"] >= 1, 60,
+                       "the store asked for a shard")
+            rc = srv.stop()
+            for t in ts:
+                t.join(60)
+            assert rc == 0, (tag(), rc, srv.log()[-3000:])
+            assert len(answers) == 8 and not any(t.is_alive() for t in ts), (tag(), answers)
+    finally:
+        ng.stop()
