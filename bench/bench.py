@@ -60,6 +60,63 @@ FULL_WORKERS = (1, 4, 16, 64)
 QUICK_WORKERS = (2,)
 
 
+def tree_args(ap, repo, name, quick_help):
+    """The options of a bench that runs one or two trees' servers
+    alternating (bench/late_world.py, bench/samples.py): --build,
+    --other-build, --data, --shapes, --runs, --quick, --out
+    (bench/results/NAME) and --command (bench/NAME.sh)."""
+    ap.add_argument("--build", default=os.path.join(repo, "build"))
+    ap.add_argument("--other-build", default=None,
+                    help="a second tree's build, alternated with --build")
+    ap.add_argument("--data", default=None,
+                    help="dataset cache (default: BUILD/bench-data)")
+    ap.add_argument("--shapes", default="images,tokens")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help=quick_help)
+    ap.add_argument("--out", default=os.path.join(repo, "bench", "results", name))
+    ap.add_argument("--command", default="bench/%s.sh" % name.replace("-", "_"))
+
+
+def tree_setup(args):
+    """(shapes, data directory, [(name, build)]) of tree_args' options."""
+    shapes = [s for s in (quick_shapes() if args.quick else full_shapes())
+              if s.name in args.shapes.split(",")]
+    data = args.data or os.path.join(args.build, "bench-data")
+    builds = [("A", os.path.abspath(args.build))]
+    if args.other_build:
+        builds.append(("B", os.path.abspath(args.other_build)))
+    return shapes, data, builds
+
+
+def start_job_server(build, ds, workdir, base=None):
+    """One shardcastd serving job "j" over the shards of dataset ds (its
+    files, or under base, an http URL): the bench/run.sh server flags,
+    no prefetch, no rate limits. Returns (process, port, log file)."""
+    from bench_env import _wait_port, free_port
+    names = sorted(f for f in os.listdir(ds.path) if f.endswith(".tar"))
+    prefix = names[0].rsplit("-", 1)[0]
+    root = "%s/%s" % (base, os.path.basename(ds.path)) if base else ds.path
+    source = "%s/%s-{%06d..%06d}.tar" % (root, prefix, 0, len(names) - 1)
+    port = free_port()
+    log = open(os.path.join(workdir, "server.log"), "w")
+    proc = subprocess.Popen(
+        [os.path.join(build, "shardcastd"), "--listen", "127.0.0.1", "--port", str(port),
+         "--job", "j", "--source", source, "--prefetch", "false",
+         "--shuffle-buffer", str(SHUFFLE_BUFFER),
+         "--shuffle-buffer-bytes", SERVER_BUFFER_BYTES,
+         "--stream-rate-limit", "0", "--rate-limit", "0",
+         "--max-new-epochs-per-minute", "0"],
+        stdout=log, stderr=subprocess.STDOUT)
+    try:
+        _wait_port(port, proc, "shardcastd")
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        log.close()
+        raise
+    return proc, port, log
+
+
 def full_shapes():
     """The two shapes of a full run, sized so that every contender at every
     W, three times, fits in about 15 minutes on a 2-core machine."""

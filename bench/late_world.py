@@ -36,7 +36,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bench  # noqa: E402
-from bench_env import Nginx, _wait_port, ensure_dataset, free_port  # noqa: E402
+from bench_env import Nginx, ensure_dataset  # noqa: E402
 
 REPO = os.path.dirname(HERE)
 FORMAT = 1
@@ -72,24 +72,9 @@ def store_bytes(nginx):
 
 
 def one_server(build, nginx, ds, workdir):
-    nginx_url = nginx.url
     sent0 = store_bytes(nginx)
-    names = sorted(f for f in os.listdir(ds.path) if f.endswith(".tar"))
-    prefix = names[0].rsplit("-", 1)[0]
-    source = "%s/%s/%s-{%06d..%06d}.tar" % (nginx_url, os.path.basename(ds.path),
-                                           prefix, 0, len(names) - 1)
-    port = free_port()
-    log = open(os.path.join(workdir, "server.log"), "w")
-    proc = subprocess.Popen(
-        [os.path.join(build, "shardcastd"), "--listen", "127.0.0.1", "--port", str(port),
-         "--job", "j", "--source", source, "--prefetch", "false",
-         "--shuffle-buffer", str(bench.SHUFFLE_BUFFER),
-         "--shuffle-buffer-bytes", bench.SERVER_BUFFER_BYTES,
-         "--stream-rate-limit", "0", "--rate-limit", "0",
-         "--max-new-epochs-per-minute", "0"],
-        stdout=log, stderr=subprocess.STDOUT)
+    proc, port, log = bench.start_job_server(build, ds, workdir, nginx.url)
     try:
-        _wait_port(port, proc, "shardcastd")
         url = "http://127.0.0.1:%d" % port
         manifest = os.path.join(ds.path, "manifest.json")
         ok = True
@@ -160,27 +145,11 @@ def markdown(doc):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--build", default=os.path.join(REPO, "build"))
-    ap.add_argument("--other-build", default=None,
-                    help="a second tree's build, alternated with --build")
-    ap.add_argument("--data", default=None,
-                    help="dataset cache (default: BUILD/bench-data)")
-    ap.add_argument("--shapes", default="images,tokens")
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--quick", action="store_true",
-                    help="the tiny datasets, one run")
-    ap.add_argument("--out", default=os.path.join(REPO, "bench", "results",
-                                                  "late-world"))
-    ap.add_argument("--command", default="bench/late_world.sh")
+    bench.tree_args(ap, REPO, "late-world", "the tiny datasets, one run")
     args = ap.parse_args(argv)
     if args.quick:
         args.runs = 1
-    shapes = [s for s in (bench.quick_shapes() if args.quick else bench.full_shapes())
-              if s.name in args.shapes.split(",")]
-    data = args.data or os.path.join(args.build, "bench-data")
-    builds = [("A", os.path.abspath(args.build))]
-    if args.other_build:
-        builds.append(("B", os.path.abspath(args.other_build)))
+    shapes, data, builds = bench.tree_setup(args)
     workdir = tempfile.mkdtemp(prefix="shardcast-late-")
     nginx = Nginx(os.path.join(data, "datasets"), workdir).start()
     rows = []

@@ -33,7 +33,6 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -42,7 +41,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bench  # noqa: E402
-from bench_env import Nginx, _wait_port, ensure_dataset, free_port  # noqa: E402
+from bench_env import Nginx, ensure_dataset  # noqa: E402
 
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(REPO, "clients", "python"))
@@ -109,23 +108,10 @@ def map_dataset(port, job, indices):
 
 
 def one_server(build, ds, manifest, indices, workdir, nginx=None):
-    names = sorted(f for f in os.listdir(ds.path) if f.endswith(".tar"))
-    prefix = names[0].rsplit("-", 1)[0]
-    base = "%s/%s" % (nginx.url, os.path.basename(ds.path)) if nginx else ds.path
-    source = "%s/%s-{%06d..%06d}.tar" % (base, prefix, 0, len(names) - 1)
-    port = free_port()
-    log = open(os.path.join(workdir, "server.log"), "w")
-    proc = subprocess.Popen(
-        [os.path.join(build, "shardcastd"), "--listen", "127.0.0.1", "--port", str(port),
-         "--job", "j", "--source", source, "--prefetch", "false",
-         "--shuffle-buffer", str(bench.SHUFFLE_BUFFER),
-         "--shuffle-buffer-bytes", bench.SERVER_BUFFER_BYTES,
-         "--stream-rate-limit", "0", "--rate-limit", "0",
-         "--max-new-epochs-per-minute", "0"],
-        stdout=log, stderr=subprocess.STDOUT)
+    proc, port, log = bench.start_job_server(build, ds, workdir,
+                                             nginx.url if nginx else None)
     out = {}
     try:
-        _wait_port(port, proc, "shardcastd")
         n = manifest["total_samples"]
         _, errors = requests(port, "j", [n - 1], manifest, False)  # indexes every shard
         for way in WAYS:
@@ -177,29 +163,14 @@ def markdown(doc):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--build", default=os.path.join(REPO, "build"))
-    ap.add_argument("--other-build", default=None,
-                    help="a second tree's build, alternated with --build")
-    ap.add_argument("--data", default=None,
-                    help="dataset cache (default: BUILD/bench-data)")
-    ap.add_argument("--shapes", default="images,tokens")
-    ap.add_argument("--runs", type=int, default=3)
+    bench.tree_args(ap, REPO, "samples", "the tiny datasets, one run, 200 requests")
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--source", choices=("local", "http"), default="local",
                     help="the shards' files, or nginx serving them")
-    ap.add_argument("--quick", action="store_true",
-                    help="the tiny datasets, one run, 200 requests")
-    ap.add_argument("--out", default=os.path.join(REPO, "bench", "results", "samples"))
-    ap.add_argument("--command", default="bench/samples.sh")
     args = ap.parse_args(argv)
     if args.quick:
         args.runs, args.requests = 1, 200
-    shapes = [s for s in (bench.quick_shapes() if args.quick else bench.full_shapes())
-              if s.name in args.shapes.split(",")]
-    data = args.data or os.path.join(args.build, "bench-data")
-    builds = [("A", os.path.abspath(args.build))]
-    if args.other_build:
-        builds.append(("B", os.path.abspath(args.other_build)))
+    shapes, data, builds = bench.tree_setup(args)
     workdir = tempfile.mkdtemp(prefix="shardcast-samples-")
     nginx = Nginx(os.path.join(data, "datasets"), workdir).start() \
         if args.source == "http" else None

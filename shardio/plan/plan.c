@@ -581,6 +581,41 @@ out:
     return rc;
 }
 
+/* A complete plan of one item, group g (gr its index record) of shard s
+ * of a list of total shards, at index i of the dataset's order; smp (one
+ * reference, taken: freed on failure too) is the sample read whole, NULL
+ * when the reader reads it in place. */
+static sio_code one_sample_plan(size_t total, uint32_t s, uint64_t g,
+                                const sio_index_group *gr, uint64_t i,
+                                const sio_sample *smp, uint64_t t0,
+                                sio_plan **out, sio_error *err)
+{
+    sio_plan *p = plan_new(total);
+    sio_plan_item *it = NULL;
+    if (p) {
+        p->length_hint = 1;
+        it = item_slot(p, 0);
+    }
+    if (!it) {
+        sio_sample_unref(smp);
+        plan_free(p);
+        return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
+    }
+    *it = (sio_plan_item){.offset = gr->offset,
+                          .end = gr->end,
+                          .bytes = gr->bytes,
+                          .shard = s,
+                          .group = (uint32_t)g,
+                          .keyhash = gr->keyhash};
+    p->single = smp;
+    p->index_base = i;
+    atomic_store_explicit(&p->n, 1, memory_order_release);
+    atomic_store(&p->complete, 1);
+    p->build_ns = mono_ns() - t0;
+    *out = p;
+    return SIO_OK;
+}
+
 /* Group number of the k-th good group of a complete view: 1 with *g
  * and *out, 0 when the shard has fewer. */
 static int kth_good(const sio_index_view *v, uint64_t k, uint64_t *g,
@@ -661,33 +696,15 @@ sio_code sio_plan_sample(sio_io *io, const sio_shardlist *list,
             return sio_seterr(err, SIO_ERR_AGAIN,
                               "shard %zu's index does not hold sample "
                               "%" PRIu64, s, i);
-        sio_plan *p = plan_new(total);
-        if (!p)
-            return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
-        sio_code rc = file_identity(io, cfg, url, s, &info, &p->files[s],
-                                    err);
-        if (rc) {
-            plan_free(p);
+        plan_file pf;
+        sio_code rc = file_identity(io, cfg, url, s, &info, &pf, err);
+        if (rc)
             return rc == SIO_ERR_CHANGED ? SIO_ERR_AGAIN : rc;
-        }
-        p->length_hint = 1;
-        sio_plan_item *it = item_slot(p, 0);
-        if (!it) {
-            plan_free(p);
-            return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
-        }
-        *it = (sio_plan_item){.offset = gr.offset,
-                              .end = gr.end,
-                              .bytes = gr.bytes,
-                              .shard = (uint32_t)s,
-                              .group = (uint32_t)g,
-                              .keyhash = gr.keyhash};
-        p->index_base = i;
-        atomic_store_explicit(&p->n, 1, memory_order_release);
-        atomic_store(&p->complete, 1);
-        p->build_ns = mono_ns() - t0;
-        *out = p;
-        return SIO_OK;
+        rc = one_sample_plan(total, (uint32_t)s, g, &gr, i, NULL, t0, out,
+                             err);
+        if (rc == SIO_OK)
+            (*out)->files[s] = pf;
+        return rc;
     }
     return sio_seterr(err, SIO_ERR_NOTFOUND,
                       "sample %" PRIu64 " is past the dataset's %" PRIu64
@@ -840,31 +857,8 @@ sio_code sio_plan_sample_fetch(sio_io *io, const sio_shardlist *list,
             }
             if (rc)
                 return rc;
-            sio_plan *p = plan_new(total);
-            if (!p) {
-                sio_sample_unref(smp);
-                return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
-            }
-            p->length_hint = 1;
-            sio_plan_item *it = item_slot(p, 0);
-            if (!it) {
-                sio_sample_unref(smp);
-                plan_free(p);
-                return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
-            }
-            *it = (sio_plan_item){.offset = gr.offset,
-                                  .end = gr.end,
-                                  .bytes = gr.bytes,
-                                  .shard = (uint32_t)s,
-                                  .group = (uint32_t)g,
-                                  .keyhash = gr.keyhash};
-            p->single = smp;
-            p->index_base = i;
-            atomic_store_explicit(&p->n, 1, memory_order_release);
-            atomic_store(&p->complete, 1);
-            p->build_ns = mono_ns() - t0;
-            *out = p;
-            return SIO_OK;
+            return one_sample_plan(total, (uint32_t)s, g, &gr, i, smp, t0,
+                                   out, err);
         }
         if (!again)
             return sio_seterr(err, SIO_ERR_NOTFOUND,
