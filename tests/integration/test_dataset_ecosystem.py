@@ -9,6 +9,7 @@ upstream webdataset test shards: the conformance layer)."""
 import io
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -162,6 +163,52 @@ def test_map_dataset_under_distributed_sampler_covers_the_dataset_once(small_ser
     with pytest.raises(IndexError):
         mds[n]
     assert mds[-1]["__index__"] == n - 1
+
+
+def test_map_dataset_keeps_one_connection(small_server, small_wds):
+    """ShardcastMapDataset asks for every sample over one kept connection;
+    a request that fails (past the end: a 404) closes it and the next one
+    connects again."""
+    mds = ShardcastMapDataset(small_server.url, JOB)
+    n = len(mds)
+    first = mds[0]
+    sock = mds._conn.sock
+    assert sock is not None
+    for i in range(1, min(n, 25)):
+        s = mds[i]
+        assert s["__index__"] == i
+        m = small_wds.by_key[s["__key__"]]
+        assert shardcast.sample_hash(field_dict(s)) == m["hash"]
+        assert mds._conn.sock is sock, "sample %d: a new connection" % i
+    with pytest.raises(IndexError):
+        mds[n]
+    assert mds[0]["__key__"] == first["__key__"]
+    assert mds._conn.sock is not None and mds._conn.sock is not sock
+    mds.close()
+
+
+def test_map_dataset_reconnects_when_the_server_closed_its_idle_connection(
+        start_server, small_wds):
+    """The server closes a kept connection that stays idle past its header
+    timeout (1 s here); the next sample is asked again on a new one, with
+    no error."""
+    import select
+    srv = start_server(small_wds.path, job="train", extra=["--header-timeout", "1"])
+    mds = ShardcastMapDataset(srv.url, JOB)
+    assert mds[3]["__index__"] == 3
+    sock = mds._conn.sock
+
+    def closed_by_server():
+        r, _, _ = select.select([sock], [], [], 0.05)
+        return bool(r) and sock.recv(1, socket.MSG_PEEK) == b""
+    deadline = time.monotonic() + 60
+    while not closed_by_server():
+        assert time.monotonic() < deadline, "the server kept the idle connection"
+    s = mds[5]
+    assert s["__index__"] == 5
+    assert small_wds.by_key[s["__key__"]]["hash"] == shardcast.sample_hash(field_dict(s))
+    assert mds._conn.sock is not sock
+    mds.close()
 
 
 # -- decoders on the WebDataset format corpora ----------------------------------

@@ -139,7 +139,7 @@ class FramesReader:
 
     def __init__(self, url, *, timeout=60.0, headers=None, max_frame=MAX_FRAME,
                  read_size=READ_SIZE, decoder="auto", check_ident=None,
-                 header_timeout=None, heartbeat_timeout=None):
+                 header_timeout=None, heartbeat_timeout=None, connection=None):
         if not 0 < max_frame <= MAX_FRAME:
             raise ValueError("max_frame must be within 1..%d" % MAX_FRAME)
         if decoder not in DECODERS:
@@ -152,6 +152,7 @@ class FramesReader:
                                  "available: build it with CMake (python3-dev)")
         self.accelerated = self._c is not None
         self.url = url
+        self._conn = connection  # kept by the caller (stream.connection_for)
         self.timeout = timeout
         self.header_timeout = header_timeout
         self.heartbeat_timeout = heartbeat_timeout
@@ -182,10 +183,16 @@ class FramesReader:
         self._used = False
 
     def close(self):
-        """Close the connection (idempotent)."""
+        """Close the connection (idempotent). A connection the caller keeps
+        (connection=) stays open for its next request when the body was
+        read to its clean end; otherwise it is closed too."""
         if self._resp is not None:
             self._resp.close()
             self._resp = None
+            if self._conn is not None and not (
+                    self._body is not None and self._body.done and
+                    self._body.failure is None):
+                self._conn.close()
 
     def __enter__(self):
         return self
@@ -217,7 +224,7 @@ class FramesReader:
         try:
             self._resp = open_raw(self.url, timeout=self.timeout, headers=self.headers,
                                   content_type=FRAMES_CONTENT_TYPE,
-                                  header_timeout=self.header_timeout)
+                                  header_timeout=self.header_timeout, conn=self._conn)
             body = self._body = _RawBody(self._resp, self.url)
             try:
                 if self._c is not None:

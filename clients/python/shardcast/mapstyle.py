@@ -16,8 +16,14 @@ probe far past any real dataset therefore gives N; it is asked once per
 object and cached. If the answer does not name N (another server
 version), N is found by an exponential then a binary search over probes.
 
-Threading: one object per thread or DataLoader worker (each copy opens
-its own connections); no state besides the cached length.
+Connections: each object keeps one HTTP connection for its requests (a
+server that keeps connections alive answers them all on one socket), in
+the process that opened it: a DataLoader worker forked or spawned from it
+opens its own. A request that fails closes it; the next one connects
+again.
+
+Threading: one object per thread or DataLoader worker; no state besides
+the cached length and that connection.
 """
 
 import re
@@ -27,7 +33,7 @@ from .dataset import DEFAULT_HEADER_TIMEOUT, DEFAULT_HEARTBEAT_TIMEOUT
 from .decode import make_decoder
 from .errors import ShardcastError, ShardcastHTTPError, ShardcastStreamError
 from .frames import FramesReader
-from .stream import normalize_fields
+from .stream import connection_for, normalize_fields
 
 # Probed once for the length: far past any dataset (2^40 samples), well
 # inside the server's bound on indexes.
@@ -74,6 +80,30 @@ class ShardcastMapDataset:
         self.heartbeat_timeout = heartbeat_timeout  # None: timeout applies
         self.token = token if token is not None else os.environ.get("SHARDCAST_TOKEN")
         self._length = length
+        self._conn = None
+        self._conn_pid = None
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_conn"] = None  # a worker's own
+        state["_conn_pid"] = None
+        return state
+
+    def _connection(self):
+        """This process's kept connection to the server."""
+        import os
+        if self._conn is None or self._conn_pid != os.getpid():
+            # (a forked worker leaves its parent's socket alone)
+            self._conn = connection_for(self.url, self.timeout)
+            self._conn_pid = os.getpid()
+        return self._conn
+
+    def close(self):
+        """Close the kept connection (a later request opens a new one)."""
+        import os
+        if self._conn is not None and self._conn_pid == os.getpid():
+            self._conn.close()
+        self._conn = None
 
     def _sample_url(self, i):
         q = [("format", "frames")]
@@ -89,7 +119,8 @@ class ShardcastMapDataset:
         try:
             with FramesReader(self._sample_url(i), timeout=self.timeout,
                               headers=headers, header_timeout=self.header_timeout,
-                              heartbeat_timeout=self.heartbeat_timeout) as r:
+                              heartbeat_timeout=self.heartbeat_timeout,
+                              connection=self._connection()) as r:
                 got = list(r)
         except (ShardcastHTTPError, ShardcastStreamError) as e:
             text = "%s %s" % (getattr(e, "reason", "") or "", e.args[0] if e.args else "")

@@ -156,8 +156,23 @@ def error_from_trailer(url, info, bad):
         reason=reason, retryable=retryable, retry_after=retry_after)
 
 
+def connection_for(url, timeout=60.0):
+    """A new HTTP(S) connection to the server of url (nothing is sent yet),
+    for open_raw(..., conn=) to keep between requests."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme == "http":
+        conn_cls = http.client.HTTPConnection
+    elif parts.scheme == "https":
+        conn_cls = http.client.HTTPSConnection
+    else:
+        raise ValueError("unsupported URL scheme %r in %s" % (parts.scheme, url))
+    if not parts.hostname:
+        raise ValueError("no host in URL %s" % url)
+    return conn_cls(parts.hostname, parts.port, timeout=timeout)
+
+
 def open_raw(url, *, timeout=60.0, headers=None, content_type=TAR_CONTENT_TYPE,
-             header_timeout=None):
+             header_timeout=None, conn=None):
     """GET a stream URL and return the http.client.HTTPResponse positioned
     at the start of the body (for the tar format e.g. for
     tarfile.open(fileobj=r, mode="r|")).
@@ -172,16 +187,13 @@ def open_raw(url, *, timeout=60.0, headers=None, content_type=TAR_CONTENT_TYPE,
     it), each at most timeout.
     content_type is the Content-Type the body must have (TAR_CONTENT_TYPE
     or FRAMES_CONTENT_TYPE); any other raises ShardcastProtocolError.
+    conn (connection_for(url)) is a connection to keep: the request goes
+    over it, on the socket of its last request when the server kept that
+    one alive (a socket the server closed meanwhile is replaced once),
+    and on a failure it is closed (its next request connects again). The
+    caller then reads the whole body before the next request on it.
     """
     parts = urllib.parse.urlsplit(url)
-    if parts.scheme == "http":
-        conn_cls = http.client.HTTPConnection
-    elif parts.scheme == "https":
-        conn_cls = http.client.HTTPSConnection
-    else:
-        raise ValueError("unsupported URL scheme %r in %s" % (parts.scheme, url))
-    if not parts.hostname:
-        raise ValueError("no host in URL %s" % url)
     path = parts.path or "/"
     if parts.query:
         path += "?" + parts.query
@@ -190,12 +202,31 @@ def open_raw(url, *, timeout=60.0, headers=None, content_type=TAR_CONTENT_TYPE,
     if headers:
         hdrs.update(headers)
     first = timeout if header_timeout is None else min(timeout, header_timeout)
-    conn = conn_cls(parts.hostname, parts.port, timeout=first)
+    if conn is None:
+        conn = connection_for(url, first)
+    else:
+        conn.timeout = first
+        if conn.sock is not None:
+            try:
+                conn.sock.settimeout(first)
+            except OSError:
+                conn.close()
     sock = None
     try:
-        conn.request("GET", path, headers=hdrs)
-        sock = conn.sock
-        resp = conn.getresponse()
+        for attempt in (0, 1):
+            reused = conn.sock is not None
+            try:
+                conn.request("GET", path, headers=hdrs)
+                sock = conn.sock
+                resp = conn.getresponse()
+                break
+            except (http.client.RemoteDisconnected, BrokenPipeError,
+                    ConnectionResetError):
+                # A kept socket the server closed while it was idle: the
+                # request again, on a new connection (a GET, once).
+                conn.close()
+                if not reused or attempt:
+                    raise
     except socket.timeout as e:
         conn.close()
         raise ShardcastConnectionError(
