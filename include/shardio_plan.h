@@ -95,14 +95,18 @@ sio_code sio_plan_build(sio_io *io, const sio_shardlist *list,
  * whose index was read through (SIO_ERR_UNSUPPORTED otherwise: a remote
  * shard, a shard-cache entry whose damaged block the caller reads again
  * from the store within the request, a compressed shard or a zip, an
- * index loaded from a file that a read has not proven yet). SIO_ERR_NOTFOUND, "sample i is past the dataset's N
- * samples", when every shard is indexed and i is not below N. Its file's
- * identity is taken now: the reader refuses bytes of another file, as an
- * epoch's plan does. cfg: index, cache and limits are used.
+ * index loaded from a file that a read has not proven yet).
+ * SIO_ERR_NOTFOUND, "sample i is past the dataset's N samples", when every
+ * shard is indexed and i is not below N. The sample's own local file is
+ * looked at (a stat: rewritten or replaced since it was indexed, its index
+ * is dropped: SIO_ERR_AGAIN); with look_all every local file before it
+ * too, whose count of samples places i. Its file's identity is taken
+ * now: the reader refuses bytes of another file, as an epoch's plan does.
+ * cfg: index, cache and limits are used.
  */
 sio_code sio_plan_sample(sio_io *io, const sio_shardlist *list,
                          const sio_epoch_config *cfg, uint64_t i,
-                         sio_plan **out, sio_error *err);
+                         int look_all, sio_plan **out, sio_error *err);
 
 /*
  * The same for any shard, blocking (a worker thread's: it reads): the

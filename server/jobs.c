@@ -1448,27 +1448,11 @@ static int evict_one(sc_job *job, uint32_t part)
     return 1;
 }
 
-/* The dataset's sample count if every shard's index is in memory and
- * complete, else 0 (job->mu held; reads no file). Cached once known. */
-static uint64_t dataset_samples(sc_jobs *j, sc_job *job)
-{
-    const sio_shardlist *l = job->res->list;
-    uint64_t total = 0;
-    if (job->res->samples || !l)
-        return job->res->samples;
-    for (size_t i = 0; i < sio_shardlist_count(l); i++) {
-        sio_index_entry *e = sio_index_peek(j->index, sio_shardlist_url(l, i));
-        sio_index_info info;
-        if (!e)
-            return 0;
-        sio_index_get_info(e, &info);
-        if (!info.complete)
-            return 0;
-        total += info.good;
-    }
-    job->res->samples = total;
-    return total;
-}
+/* A local shard replaced under a running server moves the samples after
+ * it in the dataset's order: a /samples/{i} read in place looks at every
+ * local shard before its sample (a stat each) at most this often per job,
+ * and at its own every time. A fetch looks at all of them. */
+#define SAMPLES_LOOK_MS 1000u
 
 /* A GET /samples/{i} whose sample is not read in place: fetched whole on
  * a sample thread into a plan of that one sample. Linked on j->sf_head
@@ -1629,13 +1613,6 @@ static unsigned open_sample(sc_jobs *j, sc_job *job, const sc_request *req,
                             sc_stream *s, sc_binding *b, sio_error *err,
                             unsigned *retry_after)
 {
-    uint64_t n = dataset_samples(j, job);
-    if (n && req->global_start >= n) {
-        snprintf(err->msg, sizeof err->msg,
-                 "sample %" PRIu64 " is past the dataset's %" PRIu64
-                 " samples", req->global_start, n);
-        return 404;
-    }
     sio_epoch_config ec;
     sample_config(j, job, &ec);
     sio_plan *plan = NULL;
@@ -1647,13 +1624,21 @@ static unsigned open_sample(sc_jobs *j, sc_job *job, const sc_request *req,
     sample_fetch *f = sample_fetch_find(j, job, req->global_start,
                                         req->arrival_us, &taken);
     pthread_mutex_unlock(&j->sf_mu);
-    if (taken)
+    if (taken) {
         rc = SIO_ERR_AGAIN;
-    else
+    } else {
+        uint64_t now = sio_now_ms();
+        int look_all = now - job->res->samples_looked_ms >= SAMPLES_LOOK_MS;
+        if (look_all)
+            job->res->samples_looked_ms = now;
         rc = sio_plan_sample(j->io, job->res->list, &ec, req->global_start,
-                             &plan, err);
-    if (rc == SIO_ERR_AGAIN || rc == SIO_ERR_UNSUPPORTED) {
-        /* Not indexed in memory yet, or not read in place. */
+                             look_all, &plan, err);
+    }
+    /* Not indexed in memory yet, not read in place, or past the end as the
+     * indexes in memory count (the fetch counts again, looking at every
+     * shard: it answers the 404). */
+    if (rc == SIO_ERR_AGAIN || rc == SIO_ERR_UNSUPPORTED ||
+        (rc == SIO_ERR_NOTFOUND && !taken)) {
         int start = 0;
         unsigned status = SC_JOBS_PLAN_PENDING;
         pthread_mutex_lock(&j->sf_mu);

@@ -27,6 +27,12 @@ cut inside the sample, when the change was seen after its first bytes
 went out); never a sample of two versions. Once the writes stop, every sample of the shard is its last
 version, and later requests are read in place again.
 
+test_a_replaced_shard_moves_the_samples_after_it: once every shard is
+indexed, shard 0 is replaced (a rename) by a version with three samples
+more. Within a second every later sample comes from its new place: the
+in-place reads look at the local shards before their sample at most once
+a second, and the index of the replaced shard is made again.
+
 test_get_requests_keep_their_connection: /healthz, /v1/jobs/t, /metrics
 and /samples/{i} one after another over one HTTP/1.1 connection: the
 server answers each without "Connection: close" and the client sends the
@@ -55,9 +61,10 @@ import threading
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from support.faultproxy import FaultProxy  # noqa: E402
-from plan_testlib import fetch, make_random_dataset, parse_body, wait_until  # noqa: E402
+from plan_testlib import (fetch, make_random_dataset, parse_body, wait_until,  # noqa: E402
+                          wds_model, write_tar)
 from server_testlib import Nginx, get_json, request  # noqa: E402
-from test_plan_faults import FaultDataset  # noqa: E402
+from test_plan_faults import FaultDataset, shard_members  # noqa: E402
 
 SEED = int(os.environ.get("SHARDCAST_PLAN_SEED", "4177"))
 SHARDS = 6
@@ -330,3 +337,34 @@ def test_a_stop_while_samples_are_fetched(start, tmp_path):
             assert len(answers) == 8 and not any(t.is_alive() for t in ts), (tag(), answers)
     finally:
         ng.stop()
+
+
+def test_a_replaced_shard_moves_the_samples_after_it(start, tmp_path):
+    ds = FaultDataset(str(tmp_path / "d"), SEED + 5, shards=SHARDS, per_shard=PER_SHARD)
+    seq = dataset_order(ds)
+    srv = serve(start, ds)
+    st, p, _ = get_sample(srv, len(seq) - 1)  # every shard indexed
+    assert st == 200 and p.outcome == "end", (tag(), p.summary())
+    probe = 3 * PER_SHARD + 2  # in shard 3
+    st, p, _ = get_sample(srv, probe)
+    assert p.samples[0]["key"] == seq[probe][0], tag()
+
+    members, _ = shard_members(random.Random(SEED + 6), 0, per_shard=PER_SHARD + 3)
+    tmp = ds.file(0) + ".new"
+    write_tar(tmp, members, "ustar")
+    os.replace(tmp, ds.file(0))
+    new = list(wds_model(members)) + seq[PER_SHARD:]
+
+    def moved():
+        st, p, _ = get_sample(srv, probe)
+        return st == 200 and p.outcome == "end" and \
+            p.samples[0]["key"] == new[probe][0] and p.samples[0]
+    smp = wait_until(moved, 60, "samples/%d from its new place" % probe)
+    assert smp["fields"] == new[probe][1], tag()
+    for i in range(len(new)):
+        st, p, _ = get_sample(srv, i)
+        assert st == 200 and p.outcome == "end", (tag(), i, p.summary())
+        assert p.samples[0]["key"] == new[i][0], (tag(), i, p.samples[0]["key"], new[i][0])
+        assert p.samples[0]["fields"] == new[i][1], (tag(), i)
+    st, _, body = request(srv, "/v1/jobs/t/samples/%d" % len(new))
+    assert st == 404 and b"past the dataset's %d samples" % len(new) in body, (st, body[:200])
