@@ -97,16 +97,17 @@ sio_code sio_plan_build(sio_io *io, const sio_shardlist *list,
  * from the store within the request, a compressed shard or a zip, an
  * index loaded from a file that a read has not proven yet).
  * SIO_ERR_NOTFOUND, "sample i is past the dataset's N samples", when every
- * shard is indexed and i is not below N. The sample's own local file is
- * looked at (a stat: rewritten or replaced since it was indexed, its index
- * is dropped: SIO_ERR_AGAIN); with look_all every local file before it
- * too, whose count of samples places i. Its file's identity is taken
- * now: the reader refuses bytes of another file, as an epoch's plan does.
- * cfg: index, cache and limits are used.
+ * shard is indexed and i is not below N, as the indexes in memory count.
+ * The sample's own local file is looked at (a stat: rewritten or
+ * replaced since it was indexed, its index is dropped: SIO_ERR_AGAIN);
+ * the files before it are the caller's to look at (sio_index_refresh),
+ * off the serving threads. Its file's identity is taken now: the reader
+ * refuses bytes of another file, as an epoch's plan does. cfg: index,
+ * cache and limits are used.
  */
 sio_code sio_plan_sample(sio_io *io, const sio_shardlist *list,
                          const sio_epoch_config *cfg, uint64_t i,
-                         int look_all, sio_plan **out, sio_error *err);
+                         sio_plan **out, sio_error *err);
 
 /*
  * The same for any shard, blocking (a worker thread's: it reads): the

@@ -1449,10 +1449,11 @@ static int evict_one(sc_job *job, uint32_t part)
 }
 
 /* A local shard replaced under a running server moves the samples after
- * it in the dataset's order: a /samples/{i} read in place looks at every
- * local shard before its sample (a stat each) at most this often per job,
- * and at its own every time. A fetch looks at all of them. */
-#define SAMPLES_LOOK_MS 1000u
+ * it in the dataset's order. A /samples/{i} read in place looks at its
+ * own shard's file; the manager looks at every local shard of a job once
+ * a second (a stat each, off the serving threads) while /samples/{i}
+ * requests came within this long; a fetch looks at all of them. */
+#define SAMPLES_LOOK_WINDOW_MS 60000u
 
 /* A GET /samples/{i} whose sample is not read in place: fetched whole on
  * a sample thread into a plan of that one sample. Linked on j->sf_head
@@ -1627,12 +1628,9 @@ static unsigned open_sample(sc_jobs *j, sc_job *job, const sc_request *req,
     if (taken) {
         rc = SIO_ERR_AGAIN;
     } else {
-        uint64_t now = sio_now_ms();
-        int look_all = now - job->res->samples_looked_ms >= SAMPLES_LOOK_MS;
-        if (look_all)
-            job->res->samples_looked_ms = now;
+        job->res->samples_asked_ms = sio_now_ms();
         rc = sio_plan_sample(j->io, job->res->list, &ec, req->global_start,
-                             look_all, &plan, err);
+                             &plan, err);
     }
     /* Not indexed in memory yet, not read in place, or past the end as the
      * indexes in memory count (the fetch counts again, looking at every
@@ -2739,6 +2737,7 @@ static void job_tick(sc_jobs *j, sc_job *job, uint64_t now, int sample_tp)
     fslot *closing = NULL;
     fslot *to_plan = NULL; /* a prefetched epoch whose plan is built */
     fslot *to_count = NULL; /* an epoch whose length is counted */
+    int look = 0; /* the local shards' files, for /samples/{i} */
 
     pthread_mutex_lock(&job->mu);
     if (sample_tp) {
@@ -2758,6 +2757,8 @@ static void job_tick(sc_jobs *j, sc_job *job, uint64_t now, int sample_tp)
         for (sc_binding *b = job->bindings; b; b = b->next)
             sc_stream_notify(b->s);
         stall_check(j, job, now);
+        look = job->res->list && job->res->samples_asked_ms &&
+               now - job->res->samples_asked_ms < SAMPLES_LOOK_WINDOW_MS;
     }
     for (fslot *s = job->slots; s; s = s->next) {
         if (s->retired)
@@ -2856,6 +2857,11 @@ static void job_tick(sc_jobs *j, sc_job *job, uint64_t now, int sample_tp)
             to_count->count = n;
     }
     pthread_mutex_unlock(&job->mu);
+    /* (the list is immutable once set; the job is referenced) */
+    const sio_shardlist *l = look ? job->res->list : NULL;
+    for (size_t i = 0; l && i < sio_shardlist_count(l); i++)
+        (void)sio_index_refresh(sio_index_peek(j->index,
+                                               sio_shardlist_url(l, i)));
     while (closing) {
         fslot *n = closing->next;
         slot_close(job, closing);

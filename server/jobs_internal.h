@@ -146,8 +146,7 @@ typedef struct job_res {
         char msg[300];
     } jfail;
     uint64_t clock;
-    uint64_t samples_looked_ms; /* a /samples/{i} looked at every local
-                                   shard before its sample then (job->mu) */
+    uint64_t samples_asked_ms; /* the last /samples/{i} (job->mu) */
     /* What fixes the order of the replica set's epochs (set with the
      * list): the fingerprint of the "order" fields (sc_jobs_identity). */
     char fingerprint[SIO_FINGERPRINT_LEN + 1];

@@ -635,7 +635,7 @@ static int kth_good(const sio_index_view *v, uint64_t k, uint64_t *g,
 
 sio_code sio_plan_sample(sio_io *io, const sio_shardlist *list,
                          const sio_epoch_config *cfg, uint64_t i,
-                         int look_all, sio_plan **out, sio_error *err)
+                         sio_plan **out, sio_error *err)
 {
     uint64_t t0 = mono_ns();
     size_t total = sio_shardlist_count(list);
@@ -653,11 +653,6 @@ sio_code sio_plan_sample(sio_io *io, const sio_shardlist *list,
         if (!e)
             return sio_seterr(err, SIO_ERR_AGAIN,
                               "shard %zu's index is not in memory", s);
-        /* A local file replaced since it was indexed holds another count
-         * of samples: those after it move (a stat). */
-        if (look_all && sio_index_refresh(e))
-            return sio_seterr(err, SIO_ERR_AGAIN,
-                              "shard %zu changed since it was indexed", s);
         sio_index_get_info(e, &info);
         if (!info.complete)
             return sio_seterr(err, SIO_ERR_AGAIN,

@@ -89,6 +89,17 @@ def dataset_order(ds):
     return [kf for name in sorted(ds.orig.model) for kf in ds.orig.model[name]]
 
 
+def indexed_server(start, tmp_path, seed):
+    """(dataset, its order, a server over it whose every shard is indexed:
+    the last sample was asked for)."""
+    ds = FaultDataset(str(tmp_path / "d"), seed, shards=SHARDS, per_shard=PER_SHARD)
+    seq = dataset_order(ds)
+    srv = serve(start, ds)
+    st, p, _ = get_sample(srv, len(seq) - 1)
+    assert st == 200 and p.outcome == "end", (tag(), p.summary())
+    return ds, seq, srv
+
+
 def get_sample(srv, i, fmt="frames", fields=None):
     path = "/v1/jobs/t/samples/%d?format=%s" % (i, fmt)
     if fields:
@@ -157,11 +168,7 @@ def test_samples_are_read_in_place_once_indexed(start, tmp_path):
 
 
 def test_a_shard_rewritten_under_samples_requests(start, tmp_path):
-    ds = FaultDataset(str(tmp_path / "d"), SEED + 1, shards=SHARDS, per_shard=PER_SHARD)
-    seq = dataset_order(ds)
-    srv = serve(start, ds)
-    st, p, _ = get_sample(srv, len(seq) - 1)  # every shard indexed
-    assert st == 200 and p.outcome == "end", (tag(), p.summary())
+    ds, seq, srv = indexed_server(start, tmp_path, SEED + 1)
 
     shard = 2
     first = shard * PER_SHARD
@@ -340,11 +347,7 @@ def test_a_stop_while_samples_are_fetched(start, tmp_path):
 
 
 def test_a_replaced_shard_moves_the_samples_after_it(start, tmp_path):
-    ds = FaultDataset(str(tmp_path / "d"), SEED + 5, shards=SHARDS, per_shard=PER_SHARD)
-    seq = dataset_order(ds)
-    srv = serve(start, ds)
-    st, p, _ = get_sample(srv, len(seq) - 1)  # every shard indexed
-    assert st == 200 and p.outcome == "end", (tag(), p.summary())
+    ds, seq, srv = indexed_server(start, tmp_path, SEED + 5)
     probe = 3 * PER_SHARD + 2  # in shard 3
     st, p, _ = get_sample(srv, probe)
     assert p.samples[0]["key"] == seq[probe][0], tag()
