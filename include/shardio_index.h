@@ -254,6 +254,13 @@ uint64_t sio_index_version(sio_index_entry *e);
 /* sio_index_version, and the object's size that read found (*size; 0
  * with no version). */
 uint64_t sio_index_version_size(sio_index_entry *e, uint64_t *size);
+/* The bytes a read of the whole shard staged in memory: the shard's own,
+ * a compressed shard's decompressed, a zip's tar of its samples (the
+ * stream the entry's positions are in). Set by that read (a complete
+ * entry only; memory only, not persisted: 0, unknown, after a restart
+ * or once the groups are dropped). Thread-safe. */
+void sio_index_set_staged_size(sio_index_entry *e, uint64_t size);
+uint64_t sio_index_staged_size(sio_index_entry *e);
 
 /* A field of a group being recorded. */
 typedef struct sio_index_field {

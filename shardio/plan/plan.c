@@ -1730,9 +1730,6 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
         sio_index_info info = {0};
         if (e)
             sio_index_get_info(e, &info);
-        if (all_indexed && !(e && info.complete) &&
-            !sio_index_known(cfg->index, url))
-            all_indexed = 0;
         /* Compressed (1) or a zip (2): as its complete index says, else
          * as its name says, else (a local file) as its first bytes say;
          * a local shard whose index is stream-only is asked too (a zip
@@ -1743,6 +1740,11 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
                                         : 0;
         if (kind == 1 && (zipn || (!cname && zip_tar_known(cfg->index, url))))
             kind = 2;
+        /* (a zip: the tar of its samples is what is indexed) */
+        if (all_indexed && !(kind != 2 && e && info.complete) &&
+            !sio_index_known(cfg->index, url) &&
+            !(kind == 2 && zip_tar_known(cfg->index, url)))
+            all_indexed = 0;
         int local = !object && sio_io_fd_capable(io, cfg->cache, url);
         if (local && ((kind == 0 && !(e && info.complete)) ||
                       (kind == 1 && info.stream_only))) {
@@ -2565,33 +2567,79 @@ static sio_code staged_reap(sio_plan *p, sio_error *err)
     return rc;
 }
 
+/* Bytes beyond a group's payload a guessed size of its shard allows for
+ * (its members' headers, the tar's end). */
+#define GUESS_SLACK ((uint64_t)64 << 10)
+
 /* May shard s be left to its readers (stage_defer) at all: staged in
  * memory (not read in place, not filled into the shard cache, not an
- * object set's virtual shard), a plain tar indexed whole, of a known
- * size. *e: its entry (loaded from state_dir or a sidecar when it was
- * not in memory: a planner thread reads the file); *size; *v: the
- * object's validator when this server read it whole (0: not known, the
- * first fetch of its bytes takes the store's; its groups are checked
- * sample by sample as readers read them, as every index loaded from a
- * file is). */
+ * object set's virtual shard), indexed whole: a plain tar of a known
+ * size, or a compressed shard or a zip (local too), whose readers have
+ * it fetched again and made whole (decompressed; the tar of its samples).
+ * *e: its entry (a zip's: its tar's; loaded from state_dir or a sidecar
+ * when it was not in memory: a planner thread reads the file); *size:
+ * the bytes a fetch again stages; *exact 0 when that is only guessed (a
+ * compressed shard or zip no read staged since the server started: the
+ * fetch finds it); *v: the object's validator when this server read it
+ * whole (0: not known, the first fetch of its bytes takes the store's;
+ * its groups are checked sample by sample as readers read them, as
+ * every index loaded from a file is). */
 static int shard_deferrable(sio_plan *p, uint32_t s, sio_index_entry **e,
                             sio_index_info *info, uint64_t *size,
-                            uint64_t *v)
+                            uint64_t *v, int *exact, int vet)
 {
     plan_grow *g = p->g;
     const char *url = sio_shardlist_url(g->list, s);
     *size = 0;
     *v = 0;
-    if (!p->stage || p->stage->sh[s].kind != STAGE_MEMORY ||
-        !p->stage->budget || virtual_shard(url) ||
-        (g->cfg.cache && !(g->uncached && g->uncached[s])) ||
-        sio_io_fd_capable(g->io, g->cfg.cache, url) || !g->cfg.index ||
-        !(*e = sio_index_get(g->cfg.index, g->io, url,
-                             sio_shardlist_size(g->list, s))))
+    *exact = 1;
+    int kind = p->stage ? p->stage->sh[s].kind : STAGE_IN_PLACE;
+    int made = kind == STAGE_DECOMPRESS || kind == STAGE_ZIP;
+    if (!p->stage || !p->stage->budget || virtual_shard(url) ||
+        !g->cfg.index || (kind != STAGE_MEMORY && !made))
+        return 0;
+    if (!made && ((g->cfg.cache && !(g->uncached && g->uncached[s])) ||
+                  sio_io_fd_capable(g->io, g->cfg.cache, url)))
+        return 0;
+    *e = kind == STAGE_ZIP ? zip_tar_entry(g, s)
+                           : sio_index_get(g->cfg.index, g->io, url,
+                                           sio_shardlist_size(g->list, s));
+    if (!*e)
         return 0;
     sio_index_get_info(*e, info);
-    if (!info->complete || info->stream_only)
+    if (!info->complete && !vet) {
+        /* A file of it in state_dir whose checks wait for a use (a
+         * remote shard of a size no listing gave: a HEAD): asked when
+         * the order comes to it (plan_defer), not for every shard now. */
+        const char *key = kind == STAGE_ZIP ? NULL : url;
+        return key ? sio_index_known(g->cfg.index, key)
+                   : zip_tar_known(g->cfg.index, url);
+    }
+    if (!info->complete) {
+        sio_index_vet(*e, g->io, g->cfg.cache, &g->cfg.limits);
+        sio_index_get_info(*e, info);
+    }
+    if (!info->complete || info->stream_only != (kind == STAGE_DECOMPRESS))
         return 0;
+    if (made) {
+        /* What a read staged, or (a restart) about as much as its last
+         * group's start and payload say: a reservation; the fetch again
+         * is bounded by the staging budget and takes what it makes. */
+        *v = sio_index_version(*e);
+        *size = sio_index_staged_size(*e);
+        if (!*size) {
+            sio_index_group last;
+            if (!info->known || !sio_index_group_get(*e, info->known - 1,
+                                                     &last))
+                return 0;
+            uint64_t end = last.end != UINT64_MAX ? last.end : last.offset;
+            *size = end > UINT64_MAX - last.bytes - GUESS_SLACK
+                        ? UINT64_MAX
+                        : end + last.bytes + GUESS_SLACK;
+            *exact = 0;
+        }
+        return *size <= (uint64_t)INT64_MAX && *size <= p->stage->budget;
+    }
     *v = sio_index_version_size(*e, size);
     if (!*v) {
         *size = info->size;
@@ -2614,31 +2662,37 @@ static int plan_defers(sio_plan *p)
         sio_index_entry *e;
         sio_index_info info;
         uint64_t size, v;
+        int exact;
         if (p->stage->sh[i].kind != STAGE_IN_PLACE &&
             !sio_io_fd_capable(g->io, g->cfg.cache,
                                sio_shardlist_url(g->list, i)) &&
-            !shard_deferrable(p, (uint32_t)i, &e, &info, &size, &v))
+            !shard_deferrable(p, (uint32_t)i, &e, &info, &size, &v, &exact,
+                              0))
             return 0;
     }
     return 1;
 }
 
 /* Leave shard s to its readers when every reader the staging follows is
- * so far past where the order reads now that no step needs its bytes:
- * its K items leave the interleave of N shards within about N x K items
- * of here, and the shuffle buffer of B holds each a while (2 x B, and
- * any item that stays longer is fetched by the reader that reaches it).
- * The order takes its groups from its index at once; a reader that
- * reaches one of its items has the byte ranges of those from there
- * fetched (stage_take's restage, checked against the validator). 1 when
- * it was left so (ready for the order), 0 when its step stages it. */
+ * so far past where the order reads now that at least half of its items
+ * are behind them: its K items leave the interleave of N shards within
+ * about N x K items of here. (A margin of 2 x B for the shuffle buffer
+ * staged every shard within about a buffer of a resume whole, most of
+ * whose items no reader wanted: 16% of the dataset fetched for the last
+ * 10% of an epoch, bench's seek test.) The order takes its groups from
+ * its index at once; a reader that reaches one of its items has the byte
+ * ranges of those from there fetched, or the shard when they are most of
+ * it (stage_take's restage, checked against the validator). 1 when it
+ * was left so (ready for the order), 0 when its step stages it. */
 static int plan_defer(sio_plan *p, uint32_t s)
 {
     plan_grow *g = p->g;
     sio_index_entry *e = NULL;
     sio_index_info info;
     uint64_t cut, size, v;
-    if (!p->stage_defers || !shard_deferrable(p, s, &e, &info, &size, &v) ||
+    int exact;
+    if (!p->stage_defers ||
+        !shard_deferrable(p, s, &e, &info, &size, &v, &exact, 1) ||
         shard_cut(g, s, &cut))
         return 0;
     uint64_t n = (uint64_t)g->cfg.interleave ? g->cfg.interleave : 1;
@@ -2657,14 +2711,19 @@ static int plan_defer(sio_plan *p, uint32_t s)
                               src->quota;
         reach = r > UINT64_MAX ? UINT64_MAX : (uint64_t)r;
     }
-    uint64_t tail = 2 * (uint64_t)g->cfg.buffer_samples;
-    reach = reach > UINT64_MAX - tail ? UINT64_MAX : reach + tail;
-    reach = reach > UINT64_MAX - g->made ? UINT64_MAX : reach + g->made;
-    if (reach >= stage_low_readers(p))
+    /* Every reader is past where at least half its items go (they come
+     * through the interleave within about reach items of here): a reader
+     * that reaches one has the rest of them fetched (their ranges, or the
+     * shard), and the step fetches none of those before. A reader waits
+     * at most a world's width past what the order made; one further on
+     * came there by a resume. */
+    uint64_t margin = reach / 2 + 2 * (uint64_t)stage_widest_world(p);
+    if (margin >= stage_low_readers(p) ||
+        g->made >= stage_low_readers(p) - margin)
         return 0;
     if (!sio_index_view_open(e, &g->views[s]))
         return 0;
-    if (!stage_defer(p, s, sio_shardlist_url(g->list, s), size, v)) {
+    if (!stage_defer(p, s, sio_shardlist_url(g->list, s), size, v, exact)) {
         sio_index_view_close(e, &g->views[s]);
         return 0;
     }

@@ -110,6 +110,9 @@ typedef struct stage_shard {
                           ranges were fetched, which are not in fd */
     uint64_t mem;      /* (restaged) bytes fd holds (the shard's size, or
                           the ranges fetched) */
+    uint8_t guess;     /* size is a guess (a compressed shard or zip left
+                          to its readers that no read staged since the
+                          server started): its first fetch again finds it */
 } stage_shard;
 
 /* A consumer rank of a world the plan's readers use: where it reads,
@@ -454,13 +457,15 @@ int stage_passed(sio_plan *p, uint32_t s, uint64_t t);
  * rank of its world (the ranks of a world come back together). 0 while
  * no reader came, or a world that is expected has no rank joined. */
 uint64_t stage_low_readers(sio_plan *p);
-/* Shard s (size bytes, the store's validator vhash; 0: none known, the
- * first fetch takes the store's) is not fetched
+/* The most ranks of a world the staging follows (1 with none). */
+uint32_t stage_widest_world(sio_plan *p);
+/* Shard s (size bytes, a guess unless exact; the store's validator
+ * vhash; 0: none known, the first fetch takes the store's) is not fetched
  * by the step that opens it: every reader is far past where the order
  * reads it, so its items are fetched by the readers that reach them
  * (stage_take's restage: their byte ranges, or the shard). 1, or 0 when
  * it is staged or pinned already (the step stages it). */
 int stage_defer(sio_plan *p, uint32_t s, const char *url, uint64_t size,
-                uint64_t vhash);
+                uint64_t vhash, int exact);
 
 #endif /* SHARDIO_PLAN_INT_H */

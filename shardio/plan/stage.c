@@ -367,6 +367,8 @@ struct stage_job {
      * the job), else into a new one. want_mem: the room reserved. */
     int restage;
     uint64_t want_size, want_v;
+    int guess;  /* want_size a guess: the fetch finds the size (within the
+                   staging budget) */
     int adopt;  /* want_v 0: the validator of the first answer is taken
                    (a shard left to its readers from a loaded index:
                    stage_defer), every later range is held to it */
@@ -849,9 +851,15 @@ static void job_run(struct stage_job *j, unsigned char *buf)
      * "stream-only", its name nothing): none of it was staged. */
     if (j->src.iszip)
         j->foreign = 2;
-    vh = src_close(&j->src, j->ended && j->src_rc == SIO_OK);
-    if (vh && brc == SIO_OK && !j->dec)
-        sio_index_set_version(j->e, vh, j->avail);
+    int whole = j->ended && j->src_rc == SIO_OK;
+    vh = src_close(&j->src, whole);
+    /* Read whole: the object's validator (a compressed one's too: a
+     * fetch again for a reader is held to it), and what it staged (the
+     * size a fetch again must make). */
+    if (vh && brc == SIO_OK)
+        sio_index_set_version(j->e, vh, j->dec ? 0 : j->avail);
+    if (whole && brc == SIO_OK && !j->foreign)
+        sio_index_set_staged_size(j->e, j->avail);
     j->buf = NULL;
     struct stat sb;
     int ok = ftruncate(j->fd, (off_t)j->avail) == 0 && fstat(j->fd, &sb) == 0;
@@ -1073,6 +1081,13 @@ static void restage_settle(struct stage_job *j, uint64_t mem, sio_code rc,
     st->restage_bytes -= j->want_mem <= st->restage_bytes
                              ? j->want_mem
                              : st->restage_bytes;
+    if (rc == SIO_OK && j->guess && x->guess) {
+        /* The size the fetch found: the shard's from now on (its last
+         * group's readers read to its end). */
+        x->size = mem;
+        x->guess = 0;
+        p->files[j->s].size = (off_t)mem;
+    }
     if (rc == SIO_OK) {
         int whole = restage_whole(j);
         if (j->adopt && !x->vhash)
@@ -1247,7 +1262,8 @@ static void ranged_run(struct stage_job *j, unsigned char *buf)
 static void restage_run(struct stage_job *j, unsigned char *buf)
 {
     sio_error e = {SIO_OK, ""};
-    sio_code rc = buf ? src_open(&j->src, j->io, j->url, j->want_size,
+    uint64_t cap = j->guess ? j->p->stage->budget : j->want_size;
+    sio_code rc = buf ? src_open(&j->src, j->io, j->url, cap,
                                  j->dec ? SRC_DEC : j->zip ? SRC_ZIP : SRC_RAW,
                                  &j->p->stage->limits, &e)
                       : sio_seterr(&e, SIO_ERR_NOMEM, "out of memory");
@@ -1265,7 +1281,8 @@ static void restage_run(struct stage_job *j, unsigned char *buf)
         rc = sio_seterr(&e, SIO_ERR_NOMEM, "cannot stage a shard in "
                         "memory: ftruncate: %s", strerror(errno));
     if (rc == SIO_OK &&
-        (size != j->want_size || (j->want_v && vh && vh != j->want_v)))
+        ((!j->guess && size != j->want_size) ||
+         (j->want_v && vh && vh != j->want_v)))
         rc = sio_seterr(&e, SIO_ERR_CHANGED,
                         "the object is not the one the epoch's plan was "
                         "made from (%" PRIu64 " bytes, %s validator)", size,
@@ -1858,11 +1875,11 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
         uint64_t lo = forward ? x->cover_to + 1 : t;
         uint64_t hi = back ? x->cover - 1 : x->last;
         if (extend || (x->kind == STAGE_MEMORY && (x->vhash || x->adopt) &&
-                       x->final && x->size)) {
+                       x->final && x->size && !x->guess)) {
             uint64_t span, cap, end = hi, upto = hi;
             window_of(st, x, &span, &cap);
             /* A shard that fits a window: the ranges of all its items
-             * from t on where they are few (at most half of it), else the
+             * from t on where they are not most of it (7/8), else the
              * whole shard (one request). A larger one: one window. */
             int fits = !extend && x->size <= cap;
             /* (forward: up to a window past t, where the reader is) */
@@ -1875,7 +1892,10 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
                           : 0;
             if (nr && (back || fits) && upto < hi)
                 nr = 0; /* the cover, or the rest, is not met: whole */
-            if (nr && fits && rb > x->size / 2)
+            /* (ranges that are most of it: the whole shard, one
+             * request; a shard's items from t on are mostly one run of
+             * its bytes, its tail, which ranged_of joins) */
+            if (nr && fits && rb > x->size - x->size / 8)
                 nr = 0;
             if (nr)
                 hi = upto;
@@ -1948,6 +1968,7 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
             .restage = x->kind == STAGE_DECOMPRESS || x->kind == STAGE_ZIP
                            ? 1 : 2,
             .extend = extend, .want_size = x->size, .want_v = x->vhash,
+            .guess = x->guess,
             .adopt = x->adopt && !x->vhash,
             .to = hi, .forward = forward,
             .want_mem = need, .from = from, .nr = nr ? nr : 1};
@@ -2132,8 +2153,20 @@ uint64_t stage_low_readers(sio_plan *p)
     return low;
 }
 
+uint32_t stage_widest_world(sio_plan *p)
+{
+    plan_stage *st = p->stage;
+    uint32_t widest = 1;
+    pthread_mutex_lock(&p->mu);
+    for (unsigned wi = 0; wi < st->nw; wi++)
+        if (st->w[wi].world > widest)
+            widest = st->w[wi].world;
+    pthread_mutex_unlock(&p->mu);
+    return widest;
+}
+
 int stage_defer(sio_plan *p, uint32_t s, const char *url, uint64_t size,
-                uint64_t vhash)
+                uint64_t vhash, int exact)
 {
     plan_stage *st = p->stage;
     pthread_mutex_lock(&p->mu);
@@ -2142,6 +2175,7 @@ int stage_defer(sio_plan *p, uint32_t s, const char *url, uint64_t size,
     if (ok) {
         x->gone = 1;
         x->size = size;
+        x->guess = !exact;
         x->vhash = vhash;
         x->adopt = vhash == 0;
         x->uhash = uhash_of(url, x->kind);

@@ -60,6 +60,8 @@ struct sio_index_entry {
     uint64_t vsize;       /* ... and the object's size then */
     uint64_t version;     /* a remote object's validator (hash) when a read
                              indexed it whole (memory only; 0: unknown) */
+    uint64_t ssize;       /* the bytes a read of the whole shard staged
+                             (decompressed; a zip's tar), memory only */
     sio_index_group *g;
     uint64_t n, cap;
     uint64_t good, bytes;
@@ -1138,6 +1140,7 @@ static void entry_clear(sio_index_entry *e)
     e->g = NULL;
     e->n = e->cap = e->good = e->bytes = 0;
     e->complete = e->stream_only = 0;
+    e->ssize = 0;
     e->src = SRC_READ;
     e->confirmed = 0;
     e->unprobed = 0;
@@ -1206,8 +1209,29 @@ int sio_index_object_changed(sio_index_entry *e, uint64_t size)
     e->size = size;
     e->version = 0;
     e->vsize = 0;
+    e->ssize = 0;
     pthread_mutex_unlock(&e->mu);
     return had;
+}
+
+void sio_index_set_staged_size(sio_index_entry *e, uint64_t size)
+{
+    if (!e)
+        return;
+    pthread_mutex_lock(&e->mu);
+    if (e->complete)
+        e->ssize = size;
+    pthread_mutex_unlock(&e->mu);
+}
+
+uint64_t sio_index_staged_size(sio_index_entry *e)
+{
+    if (!e)
+        return 0;
+    pthread_mutex_lock(&e->mu);
+    uint64_t n = e->complete ? e->ssize : 0;
+    pthread_mutex_unlock(&e->mu);
+    return n;
 }
 
 void sio_index_set_version(sio_index_entry *e, uint64_t version,
