@@ -324,8 +324,9 @@ static const setting settings[] = {
      "stage the epochs of remote shards that are all indexed too (after "
      "the first pass): each shard fetched once for every consumer; a "
      "stream that starts far beyond what the plan has made reads it too "
-     "where every staged shard is a plain tar of known size (the shards "
-     "it passes are left to their readers), else it is the feed's; a "
+     "where every staged shard is indexed whole and within the staging "
+     "budget (the shards it passes are left to their readers), else it "
+     "is the feed's; a "
      "stream behind (a late world's too) that needs a shard already let "
      "go has it fetched again, only its items' byte ranges where they "
      "are few. false: those epochs are read by the feed"},
