@@ -2646,6 +2646,20 @@ static int shard_deferrable(sio_plan *p, uint32_t s, sio_index_entry **e,
         if (!*size || *size == UINT64_MAX)
             *size = known_size(g->list, &g->cfg, s);
     }
+    /* Indexed whole by a read that did not reach the object's end (the
+     * epoch ended first), of a size no listing gave: asked of the store
+     * when the order comes to it, as a vet asks it. */
+    if (!*size || *size == UINT64_MAX) {
+        const sio_backend_ops *ops;
+        void *ctx;
+        uint64_t n = 0;
+        if (!vet)
+            return 1;
+        if (sio_io_backend(g->io, url, &ops, &ctx, NULL) != SIO_OK ||
+            !ops->stat || ops->stat(ctx, url, &n, NULL) != SIO_OK)
+            return 0;
+        *size = n;
+    }
     return *size && *size != UINT64_MAX && *size <= (uint64_t)INT64_MAX;
 }
 
