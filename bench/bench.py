@@ -88,15 +88,16 @@ def tree_setup(args):
     return shapes, data, builds
 
 
-def start_job_server(build, ds, workdir, base=None):
+def start_job_server(build, ds, workdir, base=None, ext=".tar", extra=()):
     """One shardcastd serving job "j" over the shards of dataset ds (its
-    files, or under base, an http URL): the bench/run.sh server flags,
-    no prefetch, no rate limits. Returns (process, port, log file)."""
+    files named *ext, or under base, an http URL): the bench/run.sh
+    server flags, no prefetch, no rate limits, then extra. Returns
+    (process, port, log file)."""
     from bench_env import _wait_port, free_port
-    names = sorted(f for f in os.listdir(ds.path) if f.endswith(".tar"))
+    names = sorted(f for f in os.listdir(ds.path) if f.endswith(ext))
     prefix = names[0].rsplit("-", 1)[0]
     root = "%s/%s" % (base, os.path.basename(ds.path)) if base else ds.path
-    source = "%s/%s-{%06d..%06d}.tar" % (root, prefix, 0, len(names) - 1)
+    source = "%s/%s-{%06d..%06d}%s" % (root, prefix, 0, len(names) - 1, ext)
     port = free_port()
     log = open(os.path.join(workdir, "server.log"), "w")
     proc = subprocess.Popen(
@@ -105,7 +106,7 @@ def start_job_server(build, ds, workdir, base=None):
          "--shuffle-buffer", str(SHUFFLE_BUFFER),
          "--shuffle-buffer-bytes", SERVER_BUFFER_BYTES,
          "--stream-rate-limit", "0", "--rate-limit", "0",
-         "--max-new-epochs-per-minute", "0"],
+         "--max-new-epochs-per-minute", "0"] + list(extra),
         stdout=log, stderr=subprocess.STDOUT)
     try:
         _wait_port(port, proc, "shardcastd")

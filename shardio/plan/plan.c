@@ -2732,8 +2732,16 @@ static int plan_defer(sio_plan *p, uint32_t s)
      * at most a world's width past what the order made; one further on
      * came there by a resume. */
     uint64_t margin = reach / 2 + 2 * (uint64_t)stage_widest_world(p);
-    if (margin >= stage_low_readers(p) ||
-        g->made >= stage_low_readers(p) - margin)
+    /* A compressed shard or a zip is fetched again whole, for each reader
+     * that reaches one of its items after the room let it go: left to
+     * its readers only when every item is behind them (the interleave's
+     * reach, and twice the shuffle buffer an item may wait in). */
+    if (p->stage->sh[s].kind != STAGE_MEMORY) {
+        uint64_t tail = 2 * (uint64_t)g->cfg.buffer_samples;
+        margin = reach > UINT64_MAX - tail ? UINT64_MAX : reach + tail;
+    }
+    uint64_t low = stage_low_readers(p);
+    if (margin >= low || g->made >= low - margin)
         return 0;
     if (!sio_index_view_open(e, &g->views[s]))
         return 0;

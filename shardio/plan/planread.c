@@ -67,6 +67,9 @@
 #define PLANREAD_SMALL (32u << 10)
 /* The tar reader's buffer for the headers of a large sample. */
 #define PLANREAD_HEADERS (8u << 10)
+/* Items of its share ahead of a reader that waits for a fetch whose
+ * shards' fetches start with it (fetch_ahead). */
+#define PLANREAD_AHEAD 32u
 
 typedef struct pfile {
     uint32_t shard;
@@ -296,6 +299,34 @@ static pfile *staged_file(sio_planread *r, pfile *f, uint32_t s, int fd)
     return f;
 }
 
+/* The reader waits for a staged shard fetched again (a resume far in: a
+ * shard left to its readers, or let go): the fetches of the shards of its
+ * next PLANREAD_AHEAD items are started too, so that they come at once
+ * rather than one after another as it reaches them. */
+static void fetch_ahead(sio_planread *r)
+{
+    uint32_t seen[PLANREAD_AHEAD];
+    size_t ns = 0;
+    for (uint64_t k = r->k + 1; k <= r->k + PLANREAD_AHEAD; k++) {
+        uint64_t i;
+        sio_plan_item it;
+        if (sio_share_index(r->cfg.global_start, r->cfg.rank, r->cfg.world,
+                            k, &i) != 0 ||
+            i >= r->n || !plan_item_copy(r->plan, i, &it))
+            break;
+        if (!stage_kind(r->plan, it.shard))
+            continue;
+        size_t j = 0;
+        while (j < ns && seen[j] != it.shard)
+            j++;
+        if (j < ns)
+            continue;
+        seen[ns++] = it.shard;
+        if (!stage_prefetch(r->plan, it.shard, i))
+            break;
+    }
+}
+
 static pfile *file_for(sio_planread *r, uint32_t s, uint64_t t,
                        sio_code *rc)
 {
@@ -328,6 +359,8 @@ static pfile *file_for(sio_planread *r, uint32_t s, uint64_t t,
         drop_passed(r, r->cur);
         *rc = stage_take(r->plan, s, t, &r->w, &fd, r->err,
                          sizeof r->err);
+        if (*rc == SIO_ERR_AGAIN)
+            fetch_ahead(r);
         return *rc ? NULL : staged_file(r, victim, s, fd);
     }
     int pi = shard_take(r, url, s, &fd, &sfd, &cached, rc);

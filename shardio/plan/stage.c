@@ -1988,6 +1988,28 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
     return SIO_ERR_AGAIN;
 }
 
+int stage_prefetch(sio_plan *p, uint32_t s, uint64_t t)
+{
+    plan_stage *st = p->stage;
+    plan_waiter none;
+    char why[8];
+    int fd = -1;
+    memset(&none, 0, sizeof none);
+    pthread_mutex_lock(&p->mu);
+    const stage_shard *x = &st->sh[s];
+    int there = x->fd >= 0 &&
+                (!x->partial || (t >= x->cover && t <= x->cover_to));
+    int skip = there || x->queued || x->failed || !x->gone ||
+               x->kind != STAGE_MEMORY;
+    pthread_mutex_unlock(&p->mu);
+    if (skip)
+        return 1;
+    sio_code rc = stage_take(p, s, t, &none, &fd, why, sizeof why);
+    if (rc == SIO_OK)
+        stage_unpin(p, s);
+    return rc == SIO_OK || rc == SIO_ERR_AGAIN;
+}
+
 void stage_cover(sio_plan *p, uint32_t s, uint64_t *lo, uint64_t *hi)
 {
     pthread_mutex_lock(&p->mu);
