@@ -357,6 +357,26 @@ def results_header(fmt, command):
             "machine": "%s CPUs, %s" % (mach["nproc"], mach["cpu_model"])}
 
 
+def md_head(title, doc, runs_line):
+    """The first lines of a results.md: the title, the command, the date,
+    tree and machine (results_header's), and a line on the runs."""
+    return ["# " + title, "", "- command: `%s`" % doc["command"],
+            "- date: %s; tree %s; %s" % (doc["date"], doc["tree"], doc["machine"]),
+            "- " + runs_line, ""]
+
+
+def finish(args, fmt, fields, markdown):
+    """The results of a bench: results_header(fmt) with fields, written
+    to args.out as results.json and (markdown(doc)) results.md, which is
+    printed too. Returns the doc."""
+    doc = results_header(fmt, args.command)
+    doc.update(fields)
+    md = markdown(doc)
+    write_results(args.out, doc, md)
+    sys.stdout.write(md)
+    return doc
+
+
 def write_results(out, doc, md):
     """results.json (doc) and results.md (md) into out."""
     os.makedirs(out, exist_ok=True)

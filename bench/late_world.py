@@ -123,10 +123,8 @@ def one_server(build, nginx, ds, workdir):
 
 
 def markdown(doc):
-    out = ["# Late worlds and a fifth world (bench/late_world.sh)", "",
-           "- command: `%s`" % doc["command"], "- date: %s; tree %s; %s" % (
-               doc["date"], doc["tree"], doc["machine"]),
-           "- runs: %d per tree, alternating; medians" % doc["runs"], "",
+    out = bench.md_head("Late worlds and a fifth world (bench/late_world.sh)", doc,
+                        "runs: %d per tree, alternating; medians" % doc["runs"]) + [
            "| shape | tree | late world 1 samples/s | 5 worlds samples/s | "
            "store bytes / dataset | restages | refused | feed streams | "
            "plan streams | exactly-once |",
@@ -185,11 +183,7 @@ def main(argv=None):
                     "runs": rs})
     finally:
         nginx.stop()
-    doc = bench.results_header(FORMAT, args.command)
-    doc.update({"runs": args.runs, "rows": rows})
-    md = markdown(doc)
-    bench.write_results(args.out, doc, md)
-    print(md)
+    bench.finish(args, FORMAT, {"runs": args.runs, "rows": rows}, markdown)
     return 0 if all(r["exactly_once"] for r in rows) else 1
 
 

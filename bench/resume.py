@@ -140,11 +140,10 @@ def one_case(build, nginx, ds, case, workdir, buffer):
 
 
 def markdown(doc):
-    out = ["# A resume at 90% of an epoch over the HTTP store (bench/resume.sh)", "",
-           "- command: `%s`" % doc["command"], "- date: %s; tree %s; %s" % (
-               doc["date"], doc["tree"], doc["machine"]),
-           "- runs: %d per tree, alternating; medians; shuffle buffer %d" % (
-               doc["runs"], doc["shuffle_buffer"]), "",
+    out = bench.md_head(
+        "A resume at 90% of an epoch over the HTTP store (bench/resume.sh)", doc,
+        "runs: %d per tree, alternating; medians; shuffle buffer %d" % (
+            doc["runs"], doc["shuffle_buffer"])) + [
            "| shape | case | tree | first sample s | resume wall s | store bytes / "
            "the rest's | feed streams | plan streams | shards deferred | verified |",
            "|---|---|---|--:|--:|--:|--:|--:|--:|---|"]
@@ -212,11 +211,8 @@ def main(argv=None):
     finally:
         if nginx:
             nginx.stop()
-    doc = bench.results_header(FORMAT, args.command)
-    doc.update({"runs": args.runs, "rows": rows, "shuffle_buffer": args.shuffle_buffer})
-    md = markdown(doc)
-    bench.write_results(args.out, doc, md)
-    print(md)
+    bench.finish(args, FORMAT, {"runs": args.runs, "rows": rows,
+                                "shuffle_buffer": args.shuffle_buffer}, markdown)
     return 0 if all(r["verify_ok"] for r in rows) else 1
 
 

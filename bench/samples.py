@@ -145,12 +145,11 @@ def one_server(build, ds, manifest, indices, workdir, nginx=None):
 
 
 def markdown(doc):
-    out = ["# Map-style access, GET /samples/{i} (bench/samples.sh)", "",
-           "- command: `%s`" % doc["command"], "- date: %s; tree %s; %s" % (
-               doc["date"], doc["tree"], doc["machine"]),
-           "- %d random indices per way, %s shards, every shard indexed first; "
-           "%d runs per tree, alternating; medians" % (
-               doc["requests"], doc["source"], doc["runs"]), "",
+    out = bench.md_head(
+        "Map-style access, GET /samples/{i} (bench/samples.sh)", doc,
+        "%d random indices per way, %s shards, every shard indexed first; "
+        "%d runs per tree, alternating; medians" % (
+            doc["requests"], doc["source"], doc["runs"])) + [
            "| shape | tree | way | requests/s | p50 ms | p99 ms | server µs/request | "
            "in place / other streams | checked |",
            "|---|---|---|--:|--:|--:|--:|---|---|"]
@@ -180,12 +179,8 @@ def main(argv=None):
     finally:
         if nginx:
             nginx.stop()
-    doc = bench.results_header(FORMAT, args.command)
-    doc.update({"runs": args.runs, "requests": args.requests, "source": args.source,
-                "rows": rows})
-    md = markdown(doc)
-    bench.write_results(args.out, doc, md)
-    print(md)
+    bench.finish(args, FORMAT, {"runs": args.runs, "requests": args.requests,
+                                "source": args.source, "rows": rows}, markdown)
     bad = [r for r in rows if not r["ok"]]
     for r in bad:
         sys.stderr.write("wrong answers (%s, %s): %s\n" % (r["shape"], r["tree"], r))
