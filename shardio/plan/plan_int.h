@@ -110,6 +110,9 @@ typedef struct stage_shard {
                           ranges were fetched, which are not in fd */
     uint64_t mem;      /* (restaged) bytes fd holds (the shard's size, or
                           the ranges fetched) */
+    uint8_t ahead;     /* (restaged) fetched for a reader's item ahead of
+                          where it reads (stage_prefetch) and not taken
+                          yet: it may make room for a reader that waits */
     uint8_t guess;     /* size is a guess (a compressed shard or zip left
                           to its readers that no read staged since the
                           server started): its first fetch again finds it */

@@ -1481,6 +1481,7 @@ static void let_go(plan_stage *st, stage_shard *x, int *closing)
     x->fd = -1;
     x->doomed = 0;
     x->partial = 0;
+    x->ahead = 0;
     x->cover = x->cover_to = 0;
     x->gone = 1;
     st->bytes -= held <= st->bytes ? held : st->bytes;
@@ -1777,10 +1778,14 @@ static void restage_start(struct stage_job *j)
     job_queue(j);
 }
 
+/* The waiter stage_prefetch takes with (none: nobody is woken). */
+static plan_waiter prefetch_waiter;
+
 sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
                     int *fd, char *err, size_t errlen)
 {
     plan_stage *st = p->stage;
+    int pre = w == &prefetch_waiter; /* no reader waits */
     struct stage_job *rj = NULL; /* a restage to start */
     *fd = -1;
     int closing[16];
@@ -1791,6 +1796,7 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
         (!x->partial || (t >= x->cover && t <= x->cover_to))) {
         x->pins++;
         x->taken = 1;
+        x->ahead = 0;
         *fd = x->fd;
         pthread_mutex_unlock(&p->mu);
         return SIO_OK;
@@ -1806,10 +1812,16 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
         /* Let go (fd -1), or partial from beyond t (extend). */
         int extend = x->fd >= 0, slide = -1;
         /* A partial memfd that no reader holds, whose window this
-         * reader is past: its window moves to t (the memfd written
-         * afresh) rather than growing. */
+         * reader is past, or more than a window before (readers that
+         * went on left it there; growing it back to t could take more
+         * than the room, and nothing would make room): its window moves
+         * to t (the memfd written afresh) rather than growing. */
+        uint64_t wspan = 0, wcap = 0;
+        if (extend && x->partial)
+            window_of(st, x, &wspan, &wcap);
         if (extend && x->partial && x->restaged && x->pins == 0 &&
-            x->kind == STAGE_MEMORY && t > x->cover_to) {
+            x->kind == STAGE_MEMORY &&
+            (t > x->cover_to || (t < x->cover && x->cover - t > wspan))) {
             slide = x->fd;
             st->bytes -= x->mem <= st->bytes ? x->mem : st->bytes;
             st->restage_bytes -= x->mem <= st->restage_bytes
@@ -1908,13 +1920,14 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
          * the one needed last first (a shard left to its readers is kept
          * until they passed it; readers that need more than the room at
          * once must get on): fetched again when a reader comes to them. */
-        while (nclosing + 1 < sizeof closing / sizeof *closing &&
+        while (!pre && nclosing + 1 < sizeof closing / sizeof *closing &&
                (st->restage_bytes > st->budget ||
                 need > st->budget - st->restage_bytes)) {
             stage_shard *best = NULL;
             for (size_t k = 0; k < st->total; k++) {
                 stage_shard *y = &st->sh[k];
-                if (y->restaged && y->taken && y->fd >= 0 && y->pins == 0 &&
+                if (y->restaged && (y->taken || y->ahead) && y->fd >= 0 &&
+                    y->pins == 0 &&
                     !y->queued && y != x && (!best || y->last > best->last))
                     best = y;
             }
@@ -1935,6 +1948,15 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
          * the 100 KiB bench set, 107 samples/s). */
         int refuse = st->restage_bytes > room ||
                      need > room - st->restage_bytes;
+        /* Nothing fetched again is held: one fetch goes whatever it
+         * needs (an item larger than the room: a --stage-bytes below a
+         * sample's size), so that readers never wait for good. */
+        if (refuse && st->restage_bytes == 0 && !pre)
+            refuse = 0;
+        /* A fetch for an item ahead takes at most half the room left, and
+         * makes none: the reader's own item comes first. */
+        if (pre && !refuse && need > (room - st->restage_bytes) / 2)
+            refuse = 1;
         if (!refuse && !(rj = calloc(1, sizeof *rj)))
             refuse = -1;
         if (refuse && slide >= 0) {
@@ -1946,7 +1968,8 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
             st->slides++;
         }
         if (refuse > 0) {
-            st->refused++;
+            if (!pre)
+                st->refused++;
             snprintf(err, errlen, "shard %" PRIu32 " was let go and the "
                      "room to fetch shards again for readers behind "
                      "(%" PRIu64 " bytes) is taken: come back shortly", s,
@@ -1974,6 +1997,7 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
             .want_mem = need, .from = from, .nr = nr ? nr : 1};
         memcpy(rj->rg, nr ? part : &rg, rj->nr * sizeof rg);
         st->restage_bytes += need; /* reserved until it is let go */
+        x->ahead = (uint8_t)pre;
         if (extend)
             x->pins++; /* the job's */
         else
@@ -1991,10 +2015,8 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
 int stage_prefetch(sio_plan *p, uint32_t s, uint64_t t)
 {
     plan_stage *st = p->stage;
-    plan_waiter none;
     char why[8];
     int fd = -1;
-    memset(&none, 0, sizeof none);
     pthread_mutex_lock(&p->mu);
     const stage_shard *x = &st->sh[s];
     int there = x->fd >= 0 &&
@@ -2004,7 +2026,7 @@ int stage_prefetch(sio_plan *p, uint32_t s, uint64_t t)
     pthread_mutex_unlock(&p->mu);
     if (skip)
         return 1;
-    sio_code rc = stage_take(p, s, t, &none, &fd, why, sizeof why);
+    sio_code rc = stage_take(p, s, t, &prefetch_waiter, &fd, why, sizeof why);
     if (rc == SIO_OK)
         stage_unpin(p, s);
     return rc == SIO_OK || rc == SIO_ERR_AGAIN;
