@@ -1108,7 +1108,11 @@ static void restage_settle(struct stage_job *j, uint64_t mem, sio_code rc,
         st->restage_bytes += now - x->mem;
         st->bytes += now - x->mem;
         x->mem = now;
-        x->partial = now < x->size;
+        /* Ranges hold the items decided when they were asked for, never
+         * those of a later draw of the shard, however many bytes they
+         * add up to (ranges asked again, or merged across a gap, count
+         * twice): only a whole fetch holds every item. */
+        x->partial = !whole;
         if (!x->partial) {
             x->cover = x->cover_to = 0;
         } else if (!j->extend) {

@@ -1379,6 +1379,50 @@ def test_a_resume_far_into_a_mixed_epoch_is_the_plans(start, server_binary, tmp_
         ng_b.stop()
 
 
+@pytest.mark.parametrize("drawn", ["repeat2", "with_replacement"])
+def test_shards_drawn_again_in_a_first_pass_are_read_whole(start, server_binary, tmp_path,
+                                                            drawn):
+    """A mixed job whose smaller source's shards are drawn again (repeat
+    2, or with replacement), read by world 2 on fresh servers, six
+    datasets: a shard drawn again after its bytes were let go is fetched
+    again for its readers by the byte ranges of its items, sometimes more
+    than once and extended. Every share must end with END, no error.
+    Regression: the bytes such fetches added up to (ranges asked again, or
+    merged across a gap) could reach the shard's size, and the memory
+    then counted as the whole shard, so a reader of an item of a later
+    draw read zeros ("no sample where the index has a good sample", a
+    retryable error; before the fix every run of this test had one)."""
+    require_planes(server_binary, "auto")
+    for k in range(6):
+        big = many_shards(tmp_path / ("a%d" % k), SEED + 60 + k, 30, "a")
+        small = many_shards(tmp_path / ("b%d" % k), SEED + 70 + k, 10, "b")
+        ng_a = Nginx(big.path, str(tmp_path / ("a%d" % k)))
+        ng_b = Nginx(small.path, str(tmp_path / ("b%d" % k)))
+        try:
+            na, nb = sorted(os.listdir(big.path)), sorted(os.listdir(small.path))
+            src_b = {"name": "b", "source": brace(ng_b, nb, "b"),
+                     "repeat": 2 if drawn == "repeat2" else 1}
+            if drawn == "with_replacement":
+                src_b["sampling"] = "with_replacement"
+            spec = {"seed": 5 + k, "shuffle_buffer": 20, "interleave": 2,
+                    "sources": [{"name": "a", "source": brace(ng_a, na, "a"), "repeat": 1},
+                                src_b]}
+            srv = start("--admin-token", "adm", "--data-plane", "auto", *COMMON)
+            st, _, body = request(srv, "/v1/jobs/t", method="PUT", token="adm",
+                                  body=json.dumps(spec).encode(),
+                                  headers={"Content-Type": "application/json"})
+            assert st in (200, 201), (tag(), body)
+            wait_for(lambda: get_json(srv, "/v1/jobs/t")["state"] == "ready", 60)
+            got = read_world(srv, 1, 2)
+            assert all(p.outcome == "end" for p in got), (tag(), k)
+            dp = data_plane(get_json(srv, "/v1/jobs/t"))
+            assert dp["feed_streams"] == 0 and dp["plan_failures"] == 0, (tag(), k, dp)
+            srv.stop()
+        finally:
+            ng_a.stop()
+            ng_b.stop()
+
+
 def test_a_resume_far_in_on_a_restarted_server_is_the_plans(start, server_binary, tmp_path):
     """An s3 source (sizes listed), --state-dir: a server reads epoch 2
     whole (every shard's index persisted) and stops. A new server on the
