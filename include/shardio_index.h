@@ -243,24 +243,24 @@ int sio_index_refresh(sio_index_entry *e);
  */
 int sio_index_object_changed(sio_index_entry *e, uint64_t size);
 /* The version (a hash of the store's validator; 0: unknown) of the remote
- * object a read indexed whole, and its size, set by that read (a complete
- * entry only;
+ * object a read indexed whole, and the size of what it staged, set by
+ * that read (a complete entry only;
  * memory only, not persisted). A later fetch of the object that finds
  * another validator drops the groups (sio_index_object_changed) before it
  * indexes the object again. Thread-safe. */
 void sio_index_set_version(sio_index_entry *e, uint64_t version,
                            uint64_t size);
 uint64_t sio_index_version(sio_index_entry *e);
-/* sio_index_version, and the object's size that read found (*size; 0
- * with no version). */
+/* sio_index_version, and the size of what that read staged (*size: the
+ * object's bytes, a compressed shard's decompressed, a zip's tar of its
+ * samples: the stream the entry's positions are in; 0 when no read
+ * staged it whole since the server started or since its groups were
+ * dropped). A local file's read sets the size with version 0. */
 uint64_t sio_index_version_size(sio_index_entry *e, uint64_t *size);
-/* The bytes a read of the whole shard staged in memory: the shard's own,
- * a compressed shard's decompressed, a zip's tar of its samples (the
- * stream the entry's positions are in). Set by that read (a complete
- * entry only; memory only, not persisted: 0, unknown, after a restart
- * or once the groups are dropped). Thread-safe. */
-void sio_index_set_staged_size(sio_index_entry *e, uint64_t size);
-uint64_t sio_index_staged_size(sio_index_entry *e);
+/* The shard's size as the entry knows it (a listing, a stat), else asked
+ * of the store now (a stat or HEAD, no lock held across it) and kept on
+ * the entry: UINT64_MAX when the store does not tell. Thread-safe. */
+uint64_t sio_index_object_size(sio_index_entry *e, sio_io *io);
 
 /* A field of a group being recorded. */
 typedef struct sio_index_field {

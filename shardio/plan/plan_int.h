@@ -462,18 +462,18 @@ int stage_passed(sio_plan *p, uint32_t s, uint64_t t);
 uint64_t stage_low_readers(sio_plan *p);
 /* The most ranks of a world the staging follows (1 with none). */
 uint32_t stage_widest_world(sio_plan *p);
-/* Shard s (size bytes, a guess unless exact; the store's validator
- * vhash; 0: none known, the first fetch takes the store's) is not fetched
- * by the step that opens it: every reader is far past where the order
- * reads it, so its items are fetched by the readers that reach them
- * (stage_take's restage: their byte ranges, or the shard). 1, or 0 when
- * it is staged or pinned already (the step stages it). */
 /* A reader's item t of shard s ahead of where it reads: when s was let
  * go (or left to its readers) and is a plain tar, its fetch for t is
  * started now (stage_take without a waiter), so that the fetches of the
  * items a reader comes to next run at once. 0 when no more should be
  * started now (the room is taken). */
 int stage_prefetch(sio_plan *p, uint32_t s, uint64_t t);
+/* Shard s (size bytes, a guess unless exact; the store's validator
+ * vhash; 0: none known, the first fetch takes the store's) is not fetched
+ * by the step that opens it: every reader is far past where the order
+ * reads it, so its items are fetched by the readers that reach them
+ * (stage_take's restage: their byte ranges, or the shard). 1, or 0 when
+ * it is staged or pinned already (the step stages it). */
 int stage_defer(sio_plan *p, uint32_t s, const char *url, uint64_t size,
                 uint64_t vhash, int exact);
 

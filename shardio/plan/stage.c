@@ -856,10 +856,8 @@ static void job_run(struct stage_job *j, unsigned char *buf)
     /* Read whole: the object's validator (a compressed one's too: a
      * fetch again for a reader is held to it), and what it staged (the
      * size a fetch again must make). */
-    if (vh && brc == SIO_OK)
-        sio_index_set_version(j->e, vh, j->dec ? 0 : j->avail);
     if (whole && brc == SIO_OK && !j->foreign)
-        sio_index_set_staged_size(j->e, j->avail);
+        sio_index_set_version(j->e, vh, j->avail);
     j->buf = NULL;
     struct stat sb;
     int ok = ftruncate(j->fd, (off_t)j->avail) == 0 && fstat(j->fd, &sb) == 0;

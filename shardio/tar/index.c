@@ -57,11 +57,10 @@ struct sio_index_entry {
     uint64_t size, mtime;
     uint64_t mtime_ns;    /* a local file's mtime in ns when the entry was
                              made or refreshed (memory only; 0: unknown) */
-    uint64_t vsize;       /* ... and the object's size then */
+    uint64_t vsize;       /* ... and what that read staged then (the
+                             object's bytes; decompressed; a zip's tar) */
     uint64_t version;     /* a remote object's validator (hash) when a read
                              indexed it whole (memory only; 0: unknown) */
-    uint64_t ssize;       /* the bytes a read of the whole shard staged
-                             (decompressed; a zip's tar), memory only */
     sio_index_group *g;
     uint64_t n, cap;
     uint64_t good, bytes;
@@ -652,18 +651,40 @@ static int entry_adopt(sio_index_entry *e, sio_index_file *f, int src)
  * local file, a HEAD of a remote object). UINT64_MAX when unknown. Asked
  * only when a file or sidecar was found, so a shard without one costs no
  * request. */
-static uint64_t shard_size(sio_index_entry *e, sio_io *io)
+static uint64_t store_size(const char *url, sio_io *io)
 {
     const sio_backend_ops *ops;
     void *ctx;
     uint64_t size;
-    if (e->size != UINT64_MAX && e->size != 0)
-        return e->size;
-    if (sio_io_backend(io, e->url, &ops, &ctx, NULL) != SIO_OK || !ops->stat ||
-        ops->stat(ctx, e->url, &size, NULL) != SIO_OK || size == 0 ||
+    if (sio_io_backend(io, url, &ops, &ctx, NULL) != SIO_OK || !ops->stat ||
+        ops->stat(ctx, url, &size, NULL) != SIO_OK || size == 0 ||
         size == UINT64_MAX)
         return UINT64_MAX;
     return size;
+}
+
+static uint64_t shard_size(sio_index_entry *e, sio_io *io)
+{
+    if (e->size != UINT64_MAX && e->size != 0)
+        return e->size;
+    return store_size(e->url, io);
+}
+
+uint64_t sio_index_object_size(sio_index_entry *e, sio_io *io)
+{
+    if (!e)
+        return UINT64_MAX;
+    pthread_mutex_lock(&e->mu);
+    uint64_t n = e->size;
+    pthread_mutex_unlock(&e->mu);
+    if (n != UINT64_MAX && n != 0)
+        return n;
+    n = store_size(e->url, io); /* no lock held across the request */
+    pthread_mutex_lock(&e->mu);
+    if (n != UINT64_MAX && (e->size == UINT64_MAX || e->size == 0))
+        e->size = n;
+    pthread_mutex_unlock(&e->mu);
+    return n;
 }
 
 /* What a check read saw of the group it wanted. */
@@ -1140,7 +1161,7 @@ static void entry_clear(sio_index_entry *e)
     e->g = NULL;
     e->n = e->cap = e->good = e->bytes = 0;
     e->complete = e->stream_only = 0;
-    e->ssize = 0;
+    e->version = e->vsize = 0;
     e->src = SRC_READ;
     e->confirmed = 0;
     e->unprobed = 0;
@@ -1209,29 +1230,8 @@ int sio_index_object_changed(sio_index_entry *e, uint64_t size)
     e->size = size;
     e->version = 0;
     e->vsize = 0;
-    e->ssize = 0;
     pthread_mutex_unlock(&e->mu);
     return had;
-}
-
-void sio_index_set_staged_size(sio_index_entry *e, uint64_t size)
-{
-    if (!e)
-        return;
-    pthread_mutex_lock(&e->mu);
-    if (e->complete)
-        e->ssize = size;
-    pthread_mutex_unlock(&e->mu);
-}
-
-uint64_t sio_index_staged_size(sio_index_entry *e)
-{
-    if (!e)
-        return 0;
-    pthread_mutex_lock(&e->mu);
-    uint64_t n = e->complete ? e->ssize : 0;
-    pthread_mutex_unlock(&e->mu);
-    return n;
 }
 
 void sio_index_set_version(sio_index_entry *e, uint64_t version,
@@ -1260,7 +1260,7 @@ uint64_t sio_index_version_size(sio_index_entry *e, uint64_t *size)
         return 0;
     pthread_mutex_lock(&e->mu);
     uint64_t v = e->complete ? e->version : 0;
-    if (v && size)
+    if (e->complete && size)
         *size = e->vsize;
     pthread_mutex_unlock(&e->mu);
     return v;

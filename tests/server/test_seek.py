@@ -254,7 +254,6 @@ def test_resume_at_90_percent_of_an_indexed_epoch(start, big_ds, workdir):
         assert outcome == "end"
         assert [r["key"] for r in rest] == [r["key"] for r in y[p:]]
         assert [r["hash"] for r in rest] == [r["hash"] for r in y[p:]]
-        time.sleep(1.0)
         read = ng.bytes_sent() - before
         print("resume at 90%% read to the end: store sent %.1f MB (%.2f %%)" % (
             read / 1e6, 100.0 * read / total))
