@@ -259,6 +259,11 @@ typedef struct sio_plan_stage_stats {
                                (a resume far in), so no step fetched
                                them whole; readers that reach their items
                                have those fetched (restages) */
+    uint64_t thinned_bytes; /* pages of staged shards given back while
+                               the shard was still read: items every
+                               reader passed (samples of it still in the
+                               shuffle buffer, or not read yet, kept) */
+    uint64_t thin_passes;   /* ... the passes that gave some back */
     uint64_t held;          /* shards decided that wait for a reader */
     uint64_t spare;         /* staging memory kept for the next shards
                                (server-wide, within stage_bytes) */

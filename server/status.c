@@ -444,7 +444,7 @@ static json_t *job_json(sc_jobs *j, sc_job *job, sio_feed_consumer *cons,
         json_object_set_new(
             o, "staging",
             json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
-                      "s:o, s:o, s:o, s:o, s:o, s:o, s:b, s:o}",
+                      "s:o, s:o, s:o, s:o, s:o, s:o, s:b, s:o, s:o, s:o}",
                       "budget_bytes", jint(j->cfg->stage_bytes), "bytes",
                       jint(st.bytes), "peak_bytes", jint(st.peak),
                       "largest_shard_bytes", jint(st.max_shard), "shards",
@@ -458,7 +458,9 @@ static json_t *job_json(sc_jobs *j, sc_job *job, sio_feed_consumer *cons,
                       "released", jint(st.released), "detaches",
                       jint(st.detaches), "refused", jint(st.refused),
                       "shards_held", jint(st.held), "waiting_for_room",
-                      st.blocked, "spare_bytes", jint(st.spare)));
+                      st.blocked, "spare_bytes", jint(st.spare),
+                      "thinned_bytes", jint(st.thinned_bytes),
+                      "thin_passes", jint(st.thin_passes)));
     }
     if (o)
         json_object_set_new(
@@ -798,6 +800,10 @@ sio_code sc_jobs_metrics(sc_jobs *j, sc_prom *p)
             "Windows of shards fetched again that moved to where a stream "
             "reads, written afresh into the same memory.",
             m[i].stage.windows_moved);
+    PER_JOB(p, m, n, "shardcast_stage_thinned_bytes_total", "counter",
+            "Pages of staged shards given back while the shard was still "
+            "read: its items every stream had passed.",
+            m[i].stage.thinned_bytes);
     PER_JOB(p, m, n, "shardcast_stage_shards_deferred_total", "counter",
             "Staged shards no step fetched: every stream was far past them "
             "(a resume far into an epoch); streams that reach their items "

@@ -311,7 +311,7 @@ static sio_code fill_item(void *ud, uint64_t i, const sio_order_item *it)
     if (c->seen)
         c->seen[s] = 1;
     if (c->p->stage)
-        stage_item(c->p, s, y);
+        stage_item(c->p, s, y, g.offset, g.end);
     return SIO_OK;
 }
 
@@ -1450,7 +1450,12 @@ int plan_refill_wait(sio_plan *p, plan_waiter *w, uint64_t i, char *err,
 void plan_mark_link(sio_plan *p, plan_mark *m, uint64_t i)
 {
     atomic_init(&m->chunk, i >> PLAN_CHUNK_BITS);
-    if (!plan_windowed(p))
+    atomic_init(&m->at, i == UINT64_MAX
+                            ? i
+                            : i & ~((UINT64_C(1) << PLAN_MARK_AT_BITS) - 1));
+    /* (a staged plan's marks also say which items no reader may read
+     * any more: stage.c thins staged shards below them) */
+    if (!plan_windowed(p) && !p->stage)
         return;
     pthread_mutex_lock(&p->mu);
     m->prev = NULL;
@@ -1945,6 +1950,11 @@ sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
         p->stage->open_shards =
             (uint64_t)cfg->interleave * (cfg->nmix ? cfg->nmix : 1) +
             (cfg->buffer_samples < total ? cfg->buffer_samples : total);
+        /* A mixed epoch draws a source's shards again (repeats, draws
+         * with replacement, a source's next pass): items of a shard
+         * decided after others were passed read the same bytes, so its
+         * staged shards are never thinned. */
+        p->stage->thin_on = cfg->nmix == 0;
         p->stage->retries = cfg->on_error == SIO_ON_ERROR_SKIP
                                 ? STAGE_RETRIES
                                 : 0;

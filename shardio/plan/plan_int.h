@@ -71,6 +71,19 @@ typedef struct plan_waiter {
  * positions of the decompressed stream). */
 enum { STAGE_IN_PLACE = 0, STAGE_MEMORY = 1, STAGE_DECOMPRESS = 2,
        STAGE_ZIP = 3 /* a zip, staged as the tar its samples make */ };
+/* Thinning (stage.c): an item of a staged shard decided (its Y index and
+ * byte range), and a run of the shard's bytes no reader needs any more
+ * (items passed by every reader, merged) with the bytes of it whose
+ * pages were given back. */
+typedef struct stage_piece {
+    uint64_t y, a, b;
+    uint64_t len; /* bytes counted in the plan_stage's waiting (b - a,
+                     0 for a last group whose end was not known) */
+} stage_piece;
+typedef struct stage_dead {
+    uint64_t a, b, punched;
+} stage_dead;
+
 typedef struct stage_shard {
     int fd;            /* the memfd (-1: not staged, or let go) */
     uint8_t kind;      /* STAGE_*: staged in memory, not read in place */
@@ -116,6 +129,30 @@ typedef struct stage_shard {
     uint8_t guess;     /* size is a guess (a compressed shard or zip left
                           to its readers that no read staged since the
                           server started): its first fetch again finds it */
+    /* Thinning: a shard the steps staged whole gives back the pages of
+     * the items every reader passed (fallocate PUNCH_HOLE) while the rest
+     * of it is still read: the samples still in the order's buffer, and
+     * items decided but not read yet. It is then partial (cover: the
+     * lowest Y index it holds, cover_to UINT64_MAX). */
+    uint8_t thinnable; /* items of it were logged for thinning */
+    uint8_t nothin;    /* never again: items of it were fetched back in
+                          (a reader behind the cut), or its log is full */
+    uint8_t punching;  /* holes being punched now (pinned meanwhile) */
+    uint8_t queued_thin; /* in the plan_stage's thin list */
+    _Atomic uint64_t cut; /* (thinned) items at Y below it may be holes:
+                             a reader checks it before reading, without
+                             the lock (plan_int.h stage_cut) */
+    uint64_t thin;     /* bytes punched out of fd */
+    uint64_t pend;     /* bytes of items passed, not punched yet */
+    uint64_t wait;     /* bytes of its logged items a counting rank has
+                          still to read (from lscan on) */
+    stage_piece *log;  /* its items decided, in Y order, from lpos on */
+    size_t nlog, caplog, lpos;
+    size_t pscan;      /* items before it counted into pend */
+    size_t lscan;      /* items before it are behind every counting rank
+                          (not in wait) */
+    stage_dead *dead;  /* passed runs, sorted by offset, disjoint */
+    size_t ndead, capdead;
 } stage_shard;
 
 /* A consumer rank of a world the plan's readers use: where it reads,
@@ -140,9 +177,13 @@ typedef struct stage_world {
 /* A reader's place for the window (plan_mark_*): the chunk of Y it
  * reads now, which the window keeps while it can. Linked under the plan's
  * mu; chunk is written by the reader alone. */
+#define PLAN_MARK_AT_BITS 6u
 typedef struct plan_mark {
     struct plan_mark *next, *prev;
     _Atomic uint64_t chunk; /* UINT64_MAX: none */
+    _Atomic uint64_t at;    /* the Y index it reads, rounded down to
+                               2^PLAN_MARK_AT_BITS (a staged plan's
+                               thinning: stage.c) */
     int linked;
 } plan_mark;
 
@@ -187,9 +228,17 @@ typedef struct plan_stage {
     _Atomic uint64_t jobgen; /* moves with every job's progress */
     _Atomic int waiting;     /* a step waits for that (cv) */
     pthread_cond_t cv;       /* with the plan's mu */
+    /* Thinning: shards with items decided not punched yet (a list of
+     * shard indices), and whether the epoch may thin at all (not a mixed
+     * epoch: a source's shard drawn again reads its groups again). */
+    uint32_t *thinq;
+    size_t nthinq, capthinq;
+    int thin_on;
+    int thin_waiters; /* a reader waits for a punch to end */
+
     /* counters */
     uint64_t staged, fetched_bytes, restages, ranged, revived, released,
-        detaches, refused, deferred, evicted, slides;
+        detaches, refused, deferred, evicted, slides, thinned, thin_passes;
 } plan_stage;
 
 struct sio_plan {
@@ -286,8 +335,13 @@ void plan_mark_link(sio_plan *p, plan_mark *m, uint64_t i);
 static inline void plan_mark_move(plan_mark *m, uint64_t i)
 {
     uint64_t c = i >> PLAN_CHUNK_BITS;
+    uint64_t a = i == UINT64_MAX ? i : i & ~((UINT64_C(1) << PLAN_MARK_AT_BITS) - 1);
     if (atomic_load_explicit(&m->chunk, memory_order_relaxed) != c)
         atomic_store_explicit(&m->chunk, c, memory_order_relaxed);
+    /* seq_cst: a thinning pass that stores a shard's cut and then reads
+     * the marks sees this one, or the reader sees the cut (stage_cut). */
+    if (atomic_load_explicit(&m->at, memory_order_relaxed) != a)
+        atomic_store(&m->at, a);
 }
 void plan_mark_unlink(sio_plan *p, plan_mark *m);
 /* Make the chunks readers asked for again (a planner thread: restage). */
@@ -427,8 +481,16 @@ void stage_end(sio_plan *p, uint32_t s, uint64_t items);
  * staged waits for readers). Detaches ranks by the lag rules when they
  * hold the room. */
 int stage_room(sio_plan *p, uint64_t size, int slot);
-/* Item y of shard s was decided (the builder, no lock held). */
-void stage_item(sio_plan *p, uint32_t s, uint64_t y);
+/* Item y of shard s, bytes [a, b) of it (b UINT64_MAX: to its end), was
+ * decided (the builder, no lock held). */
+void stage_item(sio_plan *p, uint32_t s, uint64_t y, uint64_t a, uint64_t b);
+/* Items of shard s at Y below this may have been given back (thinning):
+ * a reader that holds s's memfd checks it before it reads item t there,
+ * with no lock; seq_cst, paired with the reader's mark (plan_mark_move). */
+static inline uint64_t stage_cut(const sio_plan *p, uint32_t s)
+{
+    return atomic_load(&p->stage->sh[s].cut);
+}
 /* A reader at Y index t takes shard s's memfd: SIO_OK with *fd (pinned:
  * it holds every item of s at Y >= t), SIO_ERR_AGAIN when it is fetched
  * again for this reader (w is woken then), SIO_ERR_BUSY when the room for

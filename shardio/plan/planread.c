@@ -333,8 +333,11 @@ static pfile *file_for(sio_planread *r, uint32_t s, uint64_t t,
     pfile *victim = &r->files[0];
     for (size_t i = 0; i < SIO_PLANREAD_FILES; i++) {
         pfile *f = &r->files[i];
+        /* (a staged shard thinned below t since it was taken: its
+         * item may be a hole now, taken again: stage_cut) */
         if (f->fd >= 0 && f->shard == s &&
-            (!f->staged || (t >= f->lo && t <= f->hi))) {
+            (!f->staged || (t >= f->lo && t <= f->hi &&
+                            t >= stage_cut(r->plan, s)))) {
             f->used = ++r->clock;
             return f;
         }

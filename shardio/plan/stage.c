@@ -28,10 +28,13 @@
  * (restage) by the planner, within a second budget of the same size,
  * and beyond it by what readers hold now up to the shards the order
  * holds open at a reader's place (restage_room; a reader beyond that is
- * told to come back: SIO_ERR_BUSY). So at most budget + (interleave +
- * the shards with samples in the buffer) x the largest shard are staged
- * by the steps, and as much for readers behind (docs/architecture.md
- * "Memory"). A shard
+ * told to come back: SIO_ERR_BUSY). So at most budget + interleave x the
+ * largest shard + the pages of the buffer's samples (shards thinned:
+ * below; a mixed epoch's shards with samples in the buffer whole) are
+ * staged by the steps, and as much for readers behind
+ * (docs/architecture.md "Memory"). What waits only for readers is the
+ * shards done that a counting rank has not passed and, of the others,
+ * the items decided that a counting rank has still to read. A shard
  * fetched again is fetched by a job (restage_start), on the jobs'
  * threads: no planner thread waits for the store. When the reader's own
  * items of it from where it is (and every other rank's there) are few
@@ -55,6 +58,7 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,6 +175,7 @@ typedef struct stage_range {
 
 static void jobs_free(plan_stage *st);
 static void let_go(plan_stage *st, stage_shard *x, int *closing);
+static void thin_reset(plan_stage *st, stage_shard *x);
 
 plan_stage *stage_new(size_t total)
 {
@@ -195,12 +200,19 @@ void stage_free(plan_stage *st)
 {
     if (!st)
         return;
-    for (size_t i = 0; st->sh && i < st->total; i++)
-        if (st->sh[i].fd >= 0 &&
-            !spare_put(st->sh[i].fd, st->sh[i].size, st->budget,
-                       st->sh[i].uhash, st->sh[i].vhash))
-            close(st->sh[i].fd);
+    for (size_t i = 0; st->sh && i < st->total; i++) {
+        stage_shard *x = &st->sh[i];
+        /* A partial memfd (ranges fetched again, or thinned) is kept for
+         * its pages, never taken back whole. */
+        if (x->fd >= 0 &&
+            !spare_put(x->fd, x->size, st->budget, x->uhash,
+                       x->partial ? 0 : x->vhash))
+            close(x->fd);
+        free(x->log);
+        free(x->dead);
+    }
     free(st->sh);
+    free(st->thinq);
     free(st->done);
     for (unsigned i = 0; i < st->nw; i++)
         free(st->w[i].rank);
@@ -1121,6 +1133,10 @@ static void restage_settle(struct stage_job *j, uint64_t mem, sio_code rc,
         } else {
             x->cover = j->from;
         }
+        /* A thinned shard (the steps staged it) fetched back in for a
+         * reader behind its cut: readers check the cut. */
+        if (!x->restaged)
+            atomic_store(&x->cut, x->partial ? x->cover : 0);
         st->restages++;
         st->ranged += !whole;
         st->fetched_bytes += mem;
@@ -1389,6 +1405,8 @@ sio_code stage_job_start(sio_plan *p, uint32_t s, sio_index_entry *e,
     stage_shard *x = &st->sh[s];
     if (x->fd >= 0 && x->pins == 0) /* staged before: the newer */
         let_go(st, x, &closing);
+    else if (x->fd < 0)
+        thin_reset(st, x);
     x->fd = j->fd;
     x->gone = 0;
     x->uhash = uhash_of(url, x->kind);
@@ -1471,9 +1489,29 @@ int stage_spare(sio_plan *p)
 
 /* Account shard x let go (mu held): its descriptor is kept as a spare
  * (within the budget), else goes to *closing (-1: kept). */
+/* Shard x's thinning state let go (its memfd goes, or is staged anew). */
+static void thin_reset(plan_stage *st, stage_shard *x)
+{
+    (void)st;
+    free(x->log);
+    free(x->dead);
+    x->log = NULL;
+    x->dead = NULL;
+    x->nlog = x->caplog = x->lpos = x->pscan = x->lscan = 0;
+    x->ndead = x->capdead = 0;
+    x->thin = x->pend = x->wait = 0;
+    x->nothin = x->thinnable = 0;
+    atomic_store(&x->cut, 0);
+}
+
 static void let_go(plan_stage *st, stage_shard *x, int *closing)
 {
-    uint64_t held = x->restaged ? x->mem : x->size;
+    /* A shard the steps staged holds its size less what thinning gave
+     * back, and what was fetched back into it for a reader behind its cut
+     * (x->mem, counted as fetched again). */
+    uint64_t own = x->restaged ? 0 : x->size > x->thin ? x->size - x->thin
+                                                       : 0;
+    uint64_t held = x->restaged ? x->mem : own + x->mem;
     *closing = x->fd;
     /* A partial memfd is kept for its pages, never taken back whole. */
     if (x->fd >= 0 &&
@@ -1487,16 +1525,13 @@ static void let_go(plan_stage *st, stage_shard *x, int *closing)
     x->cover = x->cover_to = 0;
     x->gone = 1;
     st->bytes -= held <= st->bytes ? held : st->bytes;
-    if (x->restaged) {
-        st->restage_bytes -= held <= st->restage_bytes
-                                 ? held
-                                 : st->restage_bytes;
-        x->restaged = 0;
-        x->mem = 0;
-    } else {
-        st->step_bytes -= x->size <= st->step_bytes ? x->size
-                                                    : st->step_bytes;
-    }
+    st->restage_bytes -= x->mem <= st->restage_bytes ? x->mem
+                                                     : st->restage_bytes;
+    if (!x->restaged)
+        st->step_bytes -= own <= st->step_bytes ? own : st->step_bytes;
+    x->restaged = 0;
+    x->mem = 0;
+    thin_reset(st, x);
     st->released++;
 }
 
@@ -1623,7 +1658,78 @@ void stage_end(sio_plan *p, uint32_t s, uint64_t items)
         close(unused);
 }
 
-void stage_item(sio_plan *p, uint32_t s, uint64_t y)
+/* Thinning. A shard the steps staged whole is let go once every reader
+ * passed its last item; until then, with a large shuffle buffer, it is
+ * held for a few of its samples still in the buffer (the samples of
+ * about min(shards, buffer) shards are there at once), and a large shard
+ * in the interleave's slots is held whole while most of it was read
+ * long ago. So the pages of its items that every reader passed are
+ * given back while the rest is read (fallocate PUNCH_HOLE: what a reader
+ * reads is never moved, and a reader behind has those items fetched
+ * back into the same memfd by their byte ranges, stage_take).
+ *
+ * Which items no reader reads any more: those at Y below both the
+ * lowest counting rank (low_of: ranks expected, or away within the
+ * rejoin grace, count) and every open reader's mark (its chunk of Y,
+ * plan_mark_move). A reader that holds the memfd checks the shard's cut
+ * before it reads an item there (stage_cut): a pass stores the cut, then
+ * reads the marks again (both seq_cst), so either it sees the reader's
+ * mark and punches nothing the reader reads, or the reader sees the cut
+ * and takes the shard again. Holes are punched once a shard's passed
+ * bytes reach THIN_SLOT (a shard the order still reads from) or
+ * THIN_BUFFER (every group of it went to the order: only samples in the
+ * buffer and items decided but not read are left), whole pages only. */
+#define THIN_PAGE 4096u
+#define THIN_SLOT (1u << 20)
+#define THIN_BUFFER (64u << 10)
+#define THIN_LOG_MAX (1u << 22) /* items of a shard logged at most */
+#define THIN_SHARDS 32u         /* shards punched by one pass at most */
+
+/* Log item y (bytes [a, b)) of shard s for thinning (mu held). */
+static void thin_log(plan_stage *st, stage_shard *x, uint32_t s, uint64_t y,
+                     uint64_t a, uint64_t b)
+{
+    size_t base = x->lpos < x->lscan ? x->lpos : x->lscan;
+    if (base && base >= x->nlog / 2) {
+        memmove(x->log, x->log + base, (x->nlog - base) * sizeof *x->log);
+        x->nlog -= base;
+        x->lpos -= base;
+        x->lscan -= base;
+        x->pscan -= x->pscan >= base ? base : x->pscan;
+    }
+    if (x->nlog == x->caplog) {
+        size_t cap = x->caplog ? 2 * x->caplog : 64;
+        stage_piece *q = x->nlog < THIN_LOG_MAX
+                             ? realloc(x->log, cap * sizeof *q)
+                             : NULL;
+        if (!q) {
+            x->nothin = 1; /* (out of memory, or too many: kept whole) */
+            return;
+        }
+        x->log = q;
+        x->caplog = cap;
+    }
+    uint64_t len = b == UINT64_MAX ? 0 : b - a;
+    x->log[x->nlog++] = (stage_piece){y, a, b, len};
+    x->thinnable = 1;
+    x->wait += len;
+    if (!x->queued_thin) {
+        if (st->nthinq == st->capthinq) {
+            size_t cap = st->capthinq ? 2 * st->capthinq : 16;
+            uint32_t *q = realloc(st->thinq, cap * sizeof *q);
+            if (!q) {
+                x->nothin = 1;
+                return;
+            }
+            st->thinq = q;
+            st->capthinq = cap;
+        }
+        st->thinq[st->nthinq++] = s;
+        x->queued_thin = 1;
+    }
+}
+
+void stage_item(sio_plan *p, uint32_t s, uint64_t y, uint64_t a, uint64_t b)
 {
     plan_stage *st = p->stage;
     pthread_mutex_lock(&p->mu);
@@ -1637,8 +1743,247 @@ void stage_item(sio_plan *p, uint32_t s, uint64_t y)
     if (x->sized && x->left) {
         x->left--;
         done_check(st, x, s);
+    } else if (x->sized) {
+        x->nothin = 1; /* drawn again: never thinned */
+    }
+    if (st->thin_on && x->kind == STAGE_MEMORY && !x->held &&
+        !x->restaged && !x->nothin && x->fd >= 0 && a < b)
+        thin_log(st, x, s, y, a, b);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* The lowest Y index an open reader of the plan may read (its mark;
+ * mu held); UINT64_MAX when none is open. */
+static uint64_t marks_low(sio_plan *p)
+{
+    uint64_t low = UINT64_MAX;
+    for (plan_mark *m = p->marks; m; m = m->next) {
+        uint64_t a = atomic_load(&m->at);
+        if (a < low)
+            low = a;
+    }
+    return low;
+}
+
+/* Shard x's logged items at Y below c counted into pend (mu held; each
+ * item once). */
+static void thin_count(stage_shard *x, uint64_t c)
+{
+    if (x->pscan < x->lpos)
+        x->pscan = x->lpos;
+    for (; x->pscan < x->nlog && x->log[x->pscan].y < c; x->pscan++) {
+        uint64_t b = x->log[x->pscan].b > x->size ? x->size
+                                                  : x->log[x->pscan].b;
+        x->pend += b > x->log[x->pscan].a ? b - x->log[x->pscan].a : 0;
+    }
+}
+
+static int dead_cmp(const void *a, const void *b)
+{
+    const stage_dead *x = a, *y = b;
+    return x->a < y->a ? -1 : x->a > y->a;
+}
+
+/* Shard x's logged items at Y below c join its passed runs (mu held):
+ * 0, or -1 out of memory (nothing changed). */
+static int thin_take(stage_shard *x, uint64_t c)
+{
+    size_t k = x->lpos, m = 0;
+    while (k < x->nlog && x->log[k].y < c)
+        k++;
+    if (k == x->lpos)
+        return 0;
+    stage_dead *all = malloc((x->ndead + (k - x->lpos)) * sizeof *all);
+    if (!all)
+        return -1;
+    size_t nnew = 0;
+    for (size_t q = x->lpos; q < k; q++) {
+        uint64_t b = x->log[q].b > x->size ? x->size : x->log[q].b;
+        if (b > x->log[q].a)
+            all[x->ndead + nnew++] = (stage_dead){x->log[q].a, b, 0};
+    }
+    if (nnew == 0) {
+        free(all);
+        x->lpos = k;
+        return 0;
+    }
+    if (x->ndead)
+        memcpy(all, x->dead, x->ndead * sizeof *all);
+    /* (the runs are sorted; the new ones are sorted and merged in) */
+    qsort(all + x->ndead, nnew, sizeof *all, dead_cmp);
+    size_t n = x->ndead + nnew;
+    stage_dead *tmp = malloc(n * sizeof *tmp);
+    if (!tmp) {
+        free(all);
+        return -1;
+    }
+    size_t i = 0, j = x->ndead;
+    while (i < x->ndead || j < n) {
+        stage_dead d = (j >= n || (i < x->ndead && all[i].a <= all[j].a))
+                           ? all[i++]
+                           : all[j++];
+        if (m && d.a <= tmp[m - 1].b) {
+            if (d.b > tmp[m - 1].b)
+                tmp[m - 1].b = d.b;
+            tmp[m - 1].punched += d.punched;
+        } else {
+            tmp[m++] = d;
+        }
+    }
+    free(all);
+    free(x->dead);
+    x->dead = tmp;
+    x->ndead = x->capdead = n;
+    x->ndead = m;
+    x->lpos = k;
+    return 0;
+}
+
+/* One pass of thinning over the plan's staged shards (no lock held). */
+static void thin_pass(sio_plan *p)
+{
+    plan_stage *st = p->stage;
+    struct {
+        uint32_t s;
+        int fd;
+        stage_range *rg;
+        size_t n;
+        uint64_t freed;
+    } w[THIN_SHARDS];
+    uint32_t cand[THIN_SHARDS];
+    uint64_t old[THIN_SHARDS];
+    size_t nw = 0, nc = 0;
+    if (!st || !st->thin_on)
+        return;
+    pthread_mutex_lock(&p->mu);
+    if (!st->nthinq) {
+        pthread_mutex_unlock(&p->mu);
+        return;
+    }
+    uint64_t low = low_of(st, sio_now_ms()), ml = marks_low(p);
+    uint64_t c0 = ml < low ? ml : low;
+    for (size_t i = 0; i < st->nthinq;) {
+        uint32_t s = st->thinq[i];
+        stage_shard *x = &st->sh[s];
+        /* What every counting rank passed no longer waits for readers. */
+        for (; x->lscan < x->nlog && x->log[x->lscan].y < low; x->lscan++)
+            x->wait -= x->log[x->lscan].len <= x->wait ? x->log[x->lscan].len
+                                                       : x->wait;
+        if (x->fd < 0 || (x->lpos >= x->nlog && x->lscan >= x->nlog)) {
+            x->queued_thin = 0;
+            st->thinq[i] = st->thinq[--st->nthinq];
+            continue;
+        }
+        i++;
+        if (!c0 || c0 == UINT64_MAX || x->nothin || x->restaged ||
+            x->held || x->lpos >= x->nlog)
+            continue;
+        /* Only a shard read whole with its validator (a reader behind
+         * its cut has its items fetched back by ranges, held to it), not
+         * one being fetched for a reader, nor punched now. */
+        if (nc == THIN_SHARDS || x->log[x->lpos].y >= c0 || !x->vhash ||
+            x->queued || x->punching || !x->size || !p->restage_fn)
+            continue;
+        uint64_t lim = x->sized ? THIN_BUFFER : THIN_SLOT;
+
+        thin_count(x, c0);
+        if (x->pend < lim)
+            continue;
+        old[nc] = atomic_load(&x->cut);
+        if (old[nc] < c0)
+            atomic_store(&x->cut, c0);
+        cand[nc++] = s;
+    }
+    if (!nc) {
+        pthread_mutex_unlock(&p->mu);
+        return;
+    }
+    /* The marks again, after the cuts: a reader that moved back meanwhile
+     * (an even-pad tail, a second stream of a rank) is seen now. */
+    atomic_thread_fence(memory_order_seq_cst);
+    ml = marks_low(p);
+    uint64_t c = ml < c0 ? ml : c0;
+    for (size_t k = 0; k < nc; k++) {
+        stage_shard *x = &st->sh[cand[k]];
+        uint64_t cut = old[k] > c ? old[k] : c;
+        atomic_store(&x->cut, cut);
+        x->cover = cut;
+        x->cover_to = UINT64_MAX;
+        x->partial = cut != 0;
+        if (thin_take(x, cut) != 0)
+            continue;
+        /* Whole pages inside passed runs not given back yet. */
+        size_t nr = 0;
+        for (size_t i = 0; i < x->ndead; i++) {
+            uint64_t pa = (x->dead[i].a + THIN_PAGE - 1) & ~(uint64_t)(THIN_PAGE - 1);
+            uint64_t pb = x->dead[i].b & ~(uint64_t)(THIN_PAGE - 1);
+            if (pb > pa && pb - pa > x->dead[i].punched)
+                nr++;
+        }
+        x->pend = 0;
+        stage_range *rg = nr ? malloc(nr * sizeof *rg) : NULL;
+        if (!rg)
+            continue;
+        uint64_t freed = 0;
+        nr = 0;
+        for (size_t i = 0; i < x->ndead; i++) {
+            stage_dead *d = &x->dead[i];
+            uint64_t pa = (d->a + THIN_PAGE - 1) & ~(uint64_t)(THIN_PAGE - 1);
+            uint64_t pb = d->b & ~(uint64_t)(THIN_PAGE - 1);
+            if (pb > pa && pb - pa > d->punched) {
+                rg[nr++] = (stage_range){pa, pb};
+                freed += pb - pa - d->punched;
+                d->punched = pb - pa;
+            }
+        }
+        x->pins++;
+        x->punching = 1;
+        w[nw].s = cand[k];
+        w[nw].fd = x->fd;
+        w[nw].rg = rg;
+        w[nw].n = nr;
+        w[nw].freed = freed;
+        nw++;
     }
     pthread_mutex_unlock(&p->mu);
+    for (size_t k = 0; k < nw; k++)
+        for (size_t i = 0; i < w[k].n; i++)
+            if (fallocate(w[k].fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                          (off_t)w[k].rg[i].a,
+                          (off_t)(w[k].rg[i].b - w[k].rg[i].a)) != 0)
+                w[k].freed = 0; /* (not counted: kept whole from now) */
+    int closing[THIN_SHARDS];
+    size_t ncl = 0;
+    uint64_t freed = 0;
+    pthread_mutex_lock(&p->mu);
+    for (size_t k = 0; k < nw; k++) {
+        stage_shard *x = &st->sh[w[k].s];
+        x->punching = 0;
+        if (!w[k].freed && w[k].n)
+            x->nothin = 1;
+        x->thin += w[k].freed;
+        freed += w[k].freed;
+        st->bytes -= w[k].freed <= st->bytes ? w[k].freed : st->bytes;
+        st->step_bytes -= w[k].freed <= st->step_bytes ? w[k].freed
+                                                       : st->step_bytes;
+        if (x->pins)
+            x->pins--;
+        if (x->pins == 0 && x->doomed && x->fd >= 0) {
+            let_go(st, x, &closing[ncl]);
+            if (closing[ncl] >= 0)
+                ncl++;
+        }
+        free(w[k].rg);
+    }
+    st->thinned += freed;
+    st->thin_passes += nw != 0;
+    if (st->thin_waiters) {
+        st->thin_waiters = 0;
+        plan_wake_all(p);
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (freed || ncl)
+        after_sweep(p, closing, ncl);
 }
 
 /* Room for need more bytes by the steps (mu held)? */
@@ -1657,7 +2002,16 @@ static uint64_t done_bytes(const plan_stage *st)
         const stage_shard *x = &st->sh[st->done[(st->done_head + i) %
                                                st->total]];
         if (x->fd >= 0 && !x->restaged)
-            done += x->size;
+            done += x->size > x->thin ? x->size - x->thin : 0;
+    }
+    /* ... and, of shards not done (samples of them still in the buffer,
+     * or groups the order has still to read), the items decided that a
+     * counting rank has still to read: the order runs ahead of the
+     * readers by that much at most. */
+    for (size_t i = 0; i < st->nthinq; i++) {
+        const stage_shard *x = &st->sh[st->thinq[i]];
+        if (x->fd >= 0 && !x->restaged && !x->final)
+            done += x->wait;
     }
     return done;
 }
@@ -1668,6 +2022,7 @@ int stage_room(sio_plan *p, uint64_t size, int slot)
     int closing[64];
     size_t nc;
     int ok;
+    thin_pass(p); /* (what readers passed: given back, no longer waiting) */
     pthread_mutex_lock(&p->mu);
     nc = sweep(p, closing, 64);
     uint64_t need = size == UINT64_MAX ? 1 : size;
@@ -1809,6 +2164,14 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
                  "reader behind the others and failed: %s", s, st->why);
         pthread_mutex_unlock(&p->mu);
         return SIO_ERR_CHANGED;
+    }
+    if (!x->queued && x->fd >= 0 && x->punching) {
+        /* Its holes are being punched: items fetched back in now could
+         * be punched again. Woken when the pass ends. */
+        st->thin_waiters = 1;
+        plan_link_waiter(p, w);
+        pthread_mutex_unlock(&p->mu);
+        return SIO_ERR_AGAIN;
     }
     if (!x->queued) {
         /* Let go (fd -1), or partial from beyond t (extend). */
@@ -2000,6 +2363,8 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
         memcpy(rj->rg, nr ? part : &rg, rj->nr * sizeof rg);
         st->restage_bytes += need; /* reserved until it is let go */
         x->ahead = (uint8_t)pre;
+        if (extend && !x->restaged)
+            x->nothin = 1; /* thinned, fetched back in: thinned no more */
         if (extend)
             x->pins++; /* the job's */
         else
@@ -2165,6 +2530,7 @@ void stage_reader(sio_plan *p, uint32_t rank, uint32_t world, uint64_t t,
     pthread_mutex_unlock(&p->mu);
     if (nc || any)
         after_sweep(p, closing, nc);
+    thin_pass(p);
 }
 
 uint64_t stage_low_readers(sio_plan *p)
@@ -2307,6 +2673,8 @@ void sio_plan_get_stage_stats(sio_plan *p, sio_plan_stage_stats *out)
     out->deferred = st->deferred;
     out->evicted = st->evicted;
     out->windows_moved = st->slides;
+    out->thinned_bytes = st->thinned;
+    out->thin_passes = st->thin_passes;
     out->held = st->done_n;
     out->spare = stage_spare_bytes();
     out->blocked = st->blocked_ms != 0;

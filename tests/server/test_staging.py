@@ -124,6 +124,7 @@ is off or cannot hold a shard, the epoch is the feed's from the start.
 """
 
 import contextlib
+import io
 import json
 import os
 import random
@@ -377,6 +378,84 @@ def test_staging_stays_within_its_memory_bound(start, server_binary, tmp_path):
         assert st["released"] > 0 and st["peak_bytes"] < sum(sizes), (tag(), st)
         dp = data_plane(get_json(plan, "/v1/jobs/t"))
         assert dp["feed_streams"] == 0 and dp["plans_grown"] == 1, (tag(), dp)
+    finally:
+        ng.stop()
+
+
+def plain_shards(path, seed, n, per, size, prefix):
+    """n plain tars of `per` samples (a .bin of about `size` random bytes
+    and a .cls each), written with tarfile: a shard's items cover it."""
+    rng = random.Random(seed)
+    os.makedirs(path)
+    for i in range(n):
+        with tarfile.open(os.path.join(path, "%s-%06d.tar" % (prefix, i)), "w",
+                          format=tarfile.USTAR_FORMAT) as tf:
+            for k in range(per):
+                for ext, data in (("bin", os.urandom(rng.randrange(size // 2, size))),
+                                  ("cls", b"%d" % rng.randrange(1000))):
+                    ti = tarfile.TarInfo("%s%d/s%05d.%s" % (prefix, i, k, ext))
+                    ti.size = len(data)
+                    tf.addfile(ti, io.BytesIO(data))
+    return sorted(os.listdir(path))
+
+
+def test_staged_shards_held_for_the_shuffle_buffer_are_thinned(start, server_binary, tmp_path):
+    """A shuffle buffer spanning many shards keeps every shard with a
+    sample in it staged. The pages of the items every reader passed are
+    given back while the rest is read (thinned_bytes), so the staged bytes
+    stay near the buffer's samples, the budget and the interleave's
+    shards rather than the shards the buffer spans; every sample is the
+    feed's. A reader that comes back before the cut (a client resuming
+    from an earlier position while the epoch is read) has those items
+    fetched back in, and reads the feed's bytes too."""
+    require_planes(server_binary, "auto", "stream")
+    names = plain_shards(str(tmp_path / "ds"), SEED + 41, 24, 40, 24 << 10, "w")
+    sizes = [os.path.getsize(os.path.join(str(tmp_path / "ds"), n)) for n in names]
+    ng = Nginx(str(tmp_path / "ds"), str(tmp_path))
+    try:
+        src = brace(ng, names, "w")
+        interleave, buf = 2, 240
+        args = ("--job", "t", "--source", src, "--interleave", str(interleave),
+                "--shuffle-buffer", str(buf)) + COMMON
+        feed = start(*args, "--data-plane", "stream")
+        want = read_world(feed, 0, 2)
+        budget = 2 * max(sizes)
+        plan = start(*args, "--data-plane", "auto", "--stage-bytes", str(budget),
+                     "--rejoin-grace-ms", "600000")
+        got = read_world(plan, 0, 2)
+        for r in range(2):
+            assert kf(got[r]) == kf(want[r]), (tag(), r)
+        st = read_when(lambda: staging(plan), lambda x: x["fetched_bytes"] == sum(sizes))
+        assert st["thinned_bytes"] > 0 and st["thin_passes"] > 0, (tag(), st)
+        # What the steps hold at most: the budget, the interleave's shards,
+        # and of the shards the buffer spans the pages of the samples in the
+        # buffer and of the items decided but not read yet (also within the
+        # budget), with a page at each end of every such run, and what
+        # waits to be punched (64 KiB a shard).
+        span = max(sizes) // 40 + 2048
+        bound = (budget + interleave * st["largest_shard_bytes"] +
+                 buf * (span + 2 * 4096) + len(sizes) * (64 << 10))
+        assert st["peak_bytes"] <= bound, (tag(), st, bound)
+        assert st["peak_bytes"] < 0.75 * sum(sizes), (tag(), st, sum(sizes))
+        assert data_plane(get_json(plan, "/v1/jobs/t"))["feed_streams"] == 0, tag()
+
+        # Epoch 1: rank 0 reads half its share and leaves (counted for its
+        # rejoin grace: the items before it are thinned once rank 1 passed
+        # them too); rank 1 reads its share; rank 0 comes back from the
+        # start of its share while the epoch's last shards are still held.
+        want1 = read_world(feed, 1, 2)
+        half = len(want1[0].samples) // 2
+        s0 = FramesStream(plan, stream_path("t", 1, 0, 2))
+        for _ in range(half):
+            assert s0.next_sample() is not None, tag()
+        s0.conn.close()
+        got1 = read_one(plan, 1, 1, 2)
+        assert kf(got1) == kf(want1[1]), tag()
+        again, _ = read_resuming(plan, 1, 0, 2, start=0)
+        assert [(x["key"], x["fields"]) for x in again] == kf(want1[0]), tag()
+        st1 = staging(plan)
+        assert st1["thinned_bytes"] > st["thinned_bytes"], (tag(), st1)
+        assert data_plane(get_json(plan, "/v1/jobs/t"))["feed_streams"] == 0, tag()
     finally:
         ng.stop()
 
