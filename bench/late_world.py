@@ -114,6 +114,7 @@ def one_server(build, nginx, ds, workdir):
                 "refused": sg.get("refused"), "revived": sg.get("revived"),
                 "fetched_bytes": sg.get("fetched_bytes"),
                 "peak_bytes": sg.get("peak_bytes"),
+                "thinned_bytes": sg.get("thinned_bytes"),
                 "feed_streams": dp.get("feed_streams"),
                 "plan_streams": dp.get("plan_streams")}
     finally:
@@ -126,12 +127,13 @@ def markdown(doc):
     out = bench.md_head("Late worlds and a fifth world (bench/late_world.sh)", doc,
                         "runs: %d per tree, alternating; medians" % doc["runs"]) + [
            "| shape | tree | late world 1 samples/s | 5 worlds samples/s | "
-           "store bytes / dataset | restages | refused | feed streams | "
-           "plan streams | exactly-once |",
-           "|---|---|--:|--:|--:|--:|--:|--:|--:|---|"]
+           "store bytes / dataset | staged peak MB | thinned MB | restages | "
+           "refused | feed streams | plan streams | exactly-once |",
+           "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
     for r in doc["rows"]:
-        out.append("| %s | %s | %.0f | %.0f | %.2f | %s | %s | %s | %s | %s |" % (
+        out.append("| %s | %s | %.0f | %.0f | %.2f | %.0f | %.0f | %s | %s | %s | %s | %s |" % (
             r["shape"], r["tree"], r["late"], r["five"], r["fetched_x"],
+            r.get("peak", 0) / 1e6, r.get("thinned", 0) / 1e6,
             r["restages"], r["refused"], r["feed_streams"], r["plan_streams"],
             "yes" if r["exactly_once"] else "NO"))
     out += ["", "Every run (late world 1 samples/s):", ""]
@@ -175,6 +177,8 @@ def main(argv=None):
                     "five": med(r["five_worlds_samples_per_s"] for r in rs),
                     # epochs 0 and 1, two reads of the dataset at the least
                     "fetched_x": med(r["store_bytes"] / dataset_bytes for r in rs),
+                    "peak": med(r.get("peak_bytes") or 0 for r in rs),
+                    "thinned": med(r.get("thinned_bytes") or 0 for r in rs),
                     "restages": med(r["restages"] or 0 for r in rs),
                     "refused": med(r["refused"] or 0 for r in rs),
                     "feed_streams": med(r["feed_streams"] or 0 for r in rs),

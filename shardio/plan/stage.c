@@ -1678,7 +1678,8 @@ void stage_end(sio_plan *p, uint32_t s, uint64_t items)
  * and takes the shard again. Holes are punched once a shard's passed
  * bytes reach THIN_SLOT (a shard the order still reads from) or
  * THIN_BUFFER (every group of it went to the order: only samples in the
- * buffer and items decided but not read are left), whole pages only. */
+ * buffer and items decided but not read are left), whole pages only,
+ * and only while the plan stages more than its budget. */
 #define THIN_PAGE 4096u
 #define THIN_SLOT (1u << 20)
 #define THIN_BUFFER (64u << 10)
@@ -1862,6 +1863,12 @@ static void thin_pass(sio_plan *p)
     }
     uint64_t low = low_of(st, sio_now_ms()), ml = marks_low(p);
     uint64_t c0 = ml < low ? ml : low;
+    /* Punched only while more than the budget is staged: below it a
+     * shard kept whole goes to the spares whole when it is let go, and a
+     * world that comes after the others takes it back from there
+     * (spare_revive) rather than fetching its items again. */
+    if (st->bytes <= st->budget)
+        c0 = 0;
     for (size_t i = 0; i < st->nthinq;) {
         uint32_t s = st->thinq[i];
         stage_shard *x = &st->sh[s];
