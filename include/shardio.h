@@ -677,10 +677,6 @@ typedef struct sio_epoch_config {
      * neither local nor taken by the cache); 0: such shards are not
      * staged, their epochs are the feed's. */
     uint64_t stage_bytes;
-    /* Stage an epoch whose shards are all indexed too (0: only while
-     * they are not, the first pass; such an epoch is the feed's, which
-     * fetches the byte ranges a seek needs, not whole shards). */
-    int stage_indexed;
 } sio_epoch_config;
 
 /* Samples one shard reader may hold ahead of the interleave. */

@@ -1232,7 +1232,6 @@ static sio_code slot_open(sc_jobs *j, sc_job *job, uint64_t epoch,
     ec.mix = job->res->mix;
     ec.nmix = job->res->nmix;
     ec.stage_bytes = cfg->stage_bytes;
-    ec.stage_indexed = cfg->stage_indexed;
     int fresh = 0;
     ec.journal = s->journal = job_journal(j, job, epoch, part, &fresh, err);
     if (!ec.journal) {
@@ -2662,11 +2661,10 @@ static int plan_next_possible(sc_jobs *j, sc_job *job, const fslot *s)
     ec.epoch = s->epoch + 1;
     ec.journal = NULL;
     sio_code rc = sio_plan_possible(j->io, job->res->list, &ec, &err);
-    /* Remote shards staged for every epoch (--stage-indexed): the next
-     * epoch's plan stages its first shards ahead, where a feed opened
-     * ahead would read the store a second time for nothing. */
-    return rc == SIO_OK ||
-           (rc == SIO_ERR_AGAIN && ec.stage_bytes && ec.stage_indexed);
+    /* Remote shards staged for every epoch: the next epoch's plan stages
+     * its first shards ahead, where a feed opened ahead would read the
+     * store a second time for nothing. */
+    return rc == SIO_OK || (rc == SIO_ERR_AGAIN && ec.stage_bytes);
 }
 
 /* A loaded shard index was dropped since s's length or plan was computed

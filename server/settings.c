@@ -317,19 +317,16 @@ static const setting settings[] = {
      "as much again for shards fetched a second time for streams behind "
      "the others (docs/architecture.md \"Memory\"); compressed shards "
      "(tar.gz, tar.zst...) are staged there decompressed, so their epochs "
-     "are planned too. Staged: the first pass over such shards and (with "
-     "--stage-indexed, the default) every later epoch. 0: such epochs "
-     "are read by the feed"},
+     "are planned too. Staged: the first pass over such shards and every "
+     "later epoch. 0: such epochs are read by the feed"},
     {"stage-indexed", NULL, SRV(stage_indexed), T_BOOL, "true", 0, 0, NULL,
-     "stage the epochs of remote shards that are all indexed too (after "
-     "the first pass): each shard fetched once for every consumer; a "
-     "stream that starts far beyond what the plan has made reads it too "
-     "where every staged shard is indexed whole and within the staging "
-     "budget (the shards it passes are left to their readers), else it "
-     "is the feed's; a "
-     "stream behind (a late world's too) that needs a shard already let "
-     "go has it fetched again, only its items' byte ranges where they "
-     "are few. false: those epochs are read by the feed"},
+     "deprecated, always true: the epochs of remote shards that are all "
+     "indexed (after the first pass) are staged as the first pass is, "
+     "each shard fetched once for every consumer; a stream that starts "
+     "far into the epoch has the shards it passes left to their readers, "
+     "and a stream behind (a late world's too) has a shard already let go "
+     "fetched again, only its items' byte ranges where they are few. "
+     "false is accepted, logged as deprecated and ignored"},
     {"lag-policy", NULL, SRV(lag_policy), T_ENUM, "detach", 0, 0, lag_choices,
      "a consumer that holds a full window back: detach it into a seek "
      "after --lag-grace-ms, or make everyone wait"},
@@ -1656,6 +1653,10 @@ void sc_settings_log(const sc_config *cfg)
             SC_LOG(SIO_LOG_WARN,
                    "event=deprecated_setting name=%s use=%s", aliases[i].old,
                    aliases[i].name);
+    if (!cfg->stage_indexed)
+        SC_LOG(SIO_LOG_WARN,
+               "event=deprecated_setting name=stage-indexed value=false "
+               "use=\"none: indexed epochs are staged (ignored)\"");
     for (size_t i = 0; i < NSETTINGS; i++) {
         const setting *st = &settings[i];
         if (st->scope == S_JOB)

@@ -1716,7 +1716,7 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
     size_t count = cfg->range_count ? cfg->range_count : total;
     uint64_t to_fill = 0;
     int dec = cfg->stage_bytes > 0; /* compressed shards staged */
-    int all_indexed = 1, in_memory = 0;
+    int all_indexed = 1;
     if (first > total || count > total - first)
         return sio_seterr(err, SIO_ERR_INVALID, "shard range out of list");
     /* Under on_error=skip a failed read is a decision every reader
@@ -1774,7 +1774,6 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
                                   "shard %zu cannot be read", i);
             kinds[i] = kind == 2 ? STAGE_ZIP : STAGE_DECOMPRESS;
             *stage = 1;
-            in_memory = 1;
             continue;
         }
         if (object) {
@@ -1814,8 +1813,6 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
             if (cache)
                 to_fill = sz > UINT64_MAX - to_fill ? UINT64_MAX
                                                     : to_fill + sz;
-            else
-                in_memory = 1;
             *stage = 1;
             continue;
         }
@@ -1835,14 +1832,6 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
                           "the shards to fetch (%" PRIu64 " bytes) do not "
                           "fit in the shard cache's free room and there is "
                           "no staging (--stage-bytes 0)", to_fill);
-    /* Shards all indexed: whole shards staged in memory would be fetched
-     * for a seek (a resume far in, a consumer of another world), where
-     * the feed fetches the ranges it needs. */
-    if ((in_memory || !room) && all_indexed && !cfg->stage_indexed)
-        return sio_seterr(err, SIO_ERR_UNSUPPORTED,
-                          "the epoch's shards are indexed and would be "
-                          "staged in memory: its feed reads them (staged "
-                          "with --stage-indexed)");
     *indexed = all_indexed;
     return SIO_OK;
 }

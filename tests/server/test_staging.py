@@ -4,8 +4,9 @@ and "Memory"): an epoch over an HTTP store with no cache is planned, each
 shard fetched once into memory by a job that indexes it as its bytes
 arrive, read by every stream from there, and let go once the streams have
 passed it. The first pass is staged, and so are later epochs (every
-shard indexed) unless --stage-indexed false makes them the feed's. With
---stage-bytes 0 such epochs are the feed's (test_without_stage_bytes_the_feed).
+shard indexed; --stage-indexed false is deprecated and ignored:
+test_stage_indexed_false_is_ignored). With --stage-bytes 0 such epochs
+are the feed's (test_without_stage_bytes_the_feed).
 
 test_a_gzip_and_a_zip_under_tar_names_are_staged_again_as_they_are: a
 gzip stream and a zip named .tar are found compressed or a zip by their
@@ -621,6 +622,37 @@ def test_without_stage_bytes_the_feed_reads_a_remote_dataset(start, server_binar
         assert dp["plans_grown"] == 0 and dp["feed_streams"] == 2, (tag(), dp)
         st = staging(srv)
         assert st["budget_bytes"] == 0 and st["shards"] == 0, (tag(), st)
+    finally:
+        ng.stop()
+
+
+def test_stage_indexed_false_is_ignored(start, server_binary, tmp_path):
+    """--stage-indexed false (deprecated) is accepted and logged as such:
+    the epoch after the first pass, every shard indexed, is staged and
+    planned all the same (it was the feed's), the feed's shares, each
+    shard fetched once."""
+    require_planes(server_binary, "auto", "stream")
+    ds = many_shards(tmp_path, SEED + 16, 5, "x")
+    names = sorted(os.listdir(ds.path))
+    sizes = [os.path.getsize(os.path.join(ds.path, n)) for n in names]
+    ng = Nginx(ds.path, str(tmp_path))
+    try:
+        args = ("--job", "t", "--source", brace(ng, names, "x"), "--interleave", "2",
+                "--shuffle-buffer", "20") + COMMON
+        feed = start(*args, "--data-plane", "stream")
+        srv = start(*args, "--data-plane", "auto", "--stage-indexed", "false")
+        assert "event=deprecated_setting name=stage-indexed" in srv.log(), tag()
+        for epoch in (0, 1):
+            want = read_world(feed, epoch, 2)
+            before = fetched_from_nginx(ng, "x")
+            got = read_world(srv, epoch, 2)
+            for r in range(2):
+                assert kf(got[r]) == kf(want[r]), (tag(), epoch, r)
+            fetched = read_when(lambda: fetched_from_nginx(ng, "x") - before,
+                                lambda n: n == sum(sizes))
+            assert fetched == sum(sizes), (tag(), epoch, fetched, sum(sizes))
+        dp = data_plane(get_json(srv, "/v1/jobs/t"))
+        assert dp["plans_grown"] == 2 and dp["feed_streams"] == 0, (tag(), dp)
     finally:
         ng.stop()
 
