@@ -752,14 +752,18 @@ sio_code sio_order_open(sio_io *io, const sio_shardlist *list,
 sio_code sio_order_next(sio_order *o, size_t max, sio_order_fn fn, void *ud,
                         size_t *n, sio_error *err);
 int sio_order_done(const sio_order *o);
-/* Take no group of a shard before fn(ud, shard) lets it in: fn says how
- * many of the shard's groups the order may take (0: none yet; UINT64_MAX:
- * all its index has; the index is what the caller decided to rely on:
- * others may be filling it meanwhile, and a shard still arriving is let
- * in as far as its bytes came). The order stops with SIO_ERR_AGAIN at the
- * first group not let in, and asks again when it comes back there. */
+/* Take no group of a shard before fn(ud, shard, at) lets it in: fn says
+ * how many of the shard's groups the order may take (0: none yet;
+ * UINT64_MAX: all its index has; the index is what the caller decided to
+ * rely on: others may be filling it meanwhile, and a shard still arriving
+ * is let in as far as its bytes came); at is the group the order takes
+ * next there (what it took of the shard so far). The order stops with
+ * SIO_ERR_AGAIN at the first group not let in, and asks again when it
+ * comes back there. */
 void sio_order_set_gate(sio_order *o,
-                        uint64_t (*fn)(void *ud, uint32_t shard), void *ud);
+                        uint64_t (*fn)(void *ud, uint32_t shard,
+                                       uint64_t at),
+                        void *ud);
 /* Shards that fail the order (an epoch under on_error=fail whose reads
  * its owner makes): fn(ud, shard, &at, &rc, msg, msglen) returns 1 when
  * a read of shard failed with rc (msg: why) after its first `at` groups.

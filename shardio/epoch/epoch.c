@@ -232,7 +232,7 @@ struct sio_epoch {
 
     /* A persistent order's gate (sio_order_set_gate): meta mode takes no
      * group of a shard it has not let in. */
-    uint64_t (*gate)(void *ud, uint32_t shard);
+    uint64_t (*gate)(void *ud, uint32_t shard, uint64_t at);
     void *gate_ud;
     /* And its stop hook (sio_order_set_stop): shards whose read failed
      * under on_error=fail, where they fail the order. */
@@ -1466,7 +1466,7 @@ static int gate_shut(sio_epoch *ep, reader *r)
     const sio_epoch *h = home_of(ep);
     if (!h->gate || r->g < r->gready)
         return 0;
-    r->gready = h->gate(h->gate_ud, r->idx);
+    r->gready = h->gate(h->gate_ud, r->idx, r->g);
     return r->g >= r->gready;
 }
 
@@ -2265,7 +2265,9 @@ sio_code sio_order_next(sio_order *o, size_t max, sio_order_fn fn, void *ud,
 }
 
 void sio_order_set_gate(sio_order *o,
-                        uint64_t (*fn)(void *ud, uint32_t shard), void *ud)
+                        uint64_t (*fn)(void *ud, uint32_t shard,
+                                       uint64_t at),
+                        void *ud)
 {
     o->ep->gate = fn;
     o->ep->gate_ud = ud;

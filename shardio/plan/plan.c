@@ -271,6 +271,12 @@ typedef struct fill_ctx {
     uint64_t dst_base, dst_n;
 } fill_ctx;
 
+#define LEAD_STEP 8u
+#define LEAD_RING 16384u /* 131,072 items */
+
+static void lead_note(struct plan_grow *g, uint64_t y, uint64_t a,
+                      uint64_t b, uint64_t n);
+
 static sio_code fill_item(void *ud, uint64_t i, const sio_order_item *it)
 {
     fill_ctx *c = ud;
@@ -310,6 +316,8 @@ static sio_code fill_item(void *ud, uint64_t i, const sio_order_item *it)
         return SIO_OK;
     if (c->seen)
         c->seen[s] = 1;
+    if (c->p->g)
+        lead_note(c->p->g, y, g.offset, g.end, g.bytes);
     if (c->p->stage)
         stage_item(c->p, s, y, g.offset, g.end);
     return SIO_OK;
@@ -935,6 +943,7 @@ uint64_t sio_plan_build_ns(const sio_plan *p)
 #define GROW_ROUND_NS (1000ull * 1000)
 
 typedef struct plan_grow {
+    sio_plan *owner; /* the plan it grows */
     sio_io *io;
     const sio_shardlist *list;
     sio_epoch_config cfg;
@@ -954,6 +963,13 @@ typedef struct plan_grow {
     uint64_t made;          /* items written (published or not) */
     uint64_t max;           /* items Y may have in the plan */
     uint64_t ahead_bound;   /* items it makes ahead of its readers */
+    /* ... and bytes (a plan that stages in memory: lead_max, half its
+     * budget): the items' bytes made so far, and in a ring of LEAD_RING
+     * entries the bytes of the items before every LEAD_STEP-th one, so
+     * the bytes made past the furthest reader are known. */
+    uint64_t made_bytes;
+    uint64_t *lead_ring;
+    uint64_t lead_max;
     uint64_t t0;
     unsigned char *seen;    /* shards Y draws from (the skipped count) */
     /* A windowed plan's checkpoints of the order, every ck_every items
@@ -977,6 +993,45 @@ typedef struct plan_grow {
     struct grow_stop *stops; /* under on_error=fail: shards whose read
                                 failed, where (the order's stop hook) */
 } plan_grow;
+
+/* Item y (its bytes [a, b), b UINT64_MAX to the shard's end: n payload
+ * bytes counted then) was made: the lead's count (staged plans). */
+static void lead_note(struct plan_grow *g, uint64_t y, uint64_t a, uint64_t b,
+                      uint64_t n)
+{
+    if (!g->lead_ring)
+        return;
+    g->made_bytes += b != UINT64_MAX && b > a ? b - a : n;
+    if ((y + 1) % LEAD_STEP == 0)
+        g->lead_ring[((y + 1) / LEAD_STEP) % LEAD_RING] = g->made_bytes;
+}
+
+/* Bytes of the items made past index want (from the LEAD_STEP-th item at
+ * or before it; UINT64_MAX when the ring no longer holds that far back). */
+static uint64_t lead_bytes(const plan_grow *g, uint64_t made, uint64_t want)
+{
+    if (want >= made)
+        return 0;
+    uint64_t k = want / LEAD_STEP;
+    if (made / LEAD_STEP - k >= LEAD_RING)
+        return UINT64_MAX;
+    uint64_t at = k ? g->lead_ring[k % LEAD_RING] : 0;
+    return g->made_bytes > at ? g->made_bytes - at : 0;
+}
+
+/* Is the builder far enough ahead of its furthest reader (want: 1 + the
+ * highest index a reader asked) to wait for it: ahead_bound items, or
+ * lead_max bytes? */
+static int lead_full(const plan_grow *g, uint64_t want)
+{
+    if (g->made <= want)
+        return 0;
+    if (g->made - want >= g->ahead_bound)
+        return 1;
+    return g->lead_max && g->lead_ring &&
+           lead_bytes(g, g->made, want) > g->lead_max;
+}
+
 
 /* A shard whose read failed under on_error=fail: the order fails where
  * it would take group `at` of it (the steps write, the order reads, both
@@ -1020,6 +1075,7 @@ static void grow_free(plan_grow *g)
     free(g->ents);
     free(g->views);
     free(g->gready);
+    free(g->lead_ring);
     free(g->ahead);
     free(g->mix);
     free(g->uncached);
@@ -1147,7 +1203,7 @@ void sio_plan_set_ahead(sio_plan *p, uint64_t samples)
         return;
     pthread_mutex_lock(&p->mu);
     p->g->ahead_bound = samples;
-    p->g_ahead_low = samples / 2 ? samples / 2 : 1;
+    atomic_store(&p->g_ahead_low, samples / 2 ? samples / 2 : 1);
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -1804,9 +1860,14 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
                                   "shard %zu is not a local file, there is "
                                   "no shard cache and no staging "
                                   "(--stage-bytes 0)", i);
-            /* One the budget cannot hold at all: the feed from the start
-             * (not a plan that stops there and hands its streams over). */
-            if (!cache && sz != UINT64_MAX && sz > cfg->stage_bytes)
+            /* One the budget cannot hold at all: a plain tar of a
+             * single-source epoch is fetched only so far ahead of where
+             * the order reads it and thinned behind its readers (stage.c
+             * STAGE_AHEAD), so it is staged whatever its size; else the
+             * feed from the start (not a plan that stops there and hands
+             * its streams over). */
+            if (!cache && sz != UINT64_MAX && sz > cfg->stage_bytes &&
+                (cfg->nmix || vshard))
                 return sio_seterr(err, SIO_ERR_UNSUPPORTED,
                                   "shard %zu (%" PRIu64 " bytes) is larger "
                                   "than --stage-bytes", i, sz);
@@ -1836,7 +1897,7 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
     return SIO_OK;
 }
 
-static uint64_t shard_ready(void *ud, uint32_t s);
+static uint64_t shard_ready(void *ud, uint32_t s, uint64_t at);
 static int plan_defers(sio_plan *p);
 static int grow_stop_at(void *ud, uint32_t s, uint64_t *at, sio_code *rc,
                         char *msg, size_t msglen);
@@ -1936,6 +1997,8 @@ sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
          * compressed shard in memory, decompressed; the graces come with
          * sio_plan_set_stage (none until then). */
         p->stage->budget = cfg->stage_bytes; /* 0: none in memory */
+        p->stage->slots =
+            (uint64_t)cfg->interleave * (cfg->nmix ? cfg->nmix : 1);
         p->stage->open_shards =
             (uint64_t)cfg->interleave * (cfg->nmix ? cfg->nmix : 1) +
             (cfg->buffer_samples < total ? cfg->buffer_samples : total);
@@ -1955,6 +2018,7 @@ sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
     p->growing = 1;
     p->stage_seeks = stage && indexed;
     p->g = g;
+    g->owner = p;
     if (keep)
         p->keep = keep < 2 * PLAN_CHUNK ? 2 * PLAN_CHUNK : keep;
     g->io = io;
@@ -1981,8 +2045,15 @@ sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
     g->ahead_bound = 4ull * cfg->buffer_samples;
     if (g->ahead_bound < 65536)
         g->ahead_bound = 65536;
-    p->g_ahead_low = g->ahead_bound / 2;
-    if (!g->ents || !g->views || !g->ahead || !g->seen || !g->gready) {
+    atomic_init(&p->g_ahead_low, g->ahead_bound / 2);
+    /* Staged in memory: the builder's lead is held to half the budget in
+     * bytes too (what it decides past the readers is staged). */
+    if (p->stage && cfg->stage_bytes) {
+        g->lead_ring = calloc(LEAD_RING, sizeof *g->lead_ring);
+        g->lead_max = cfg->stage_bytes / 2;
+    }
+    if (!g->ents || !g->views || !g->ahead || !g->seen || !g->gready ||
+        (p->stage && cfg->stage_bytes && !g->lead_ring)) {
         plan_free(p);
         return sio_seterr(err, SIO_ERR_NOMEM, "out of memory");
     }
@@ -2027,11 +2098,15 @@ sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
 /* The order takes a shard's groups only once its step made it ready
  * (another reader may be indexing it meanwhile), and those of a shard
  * still arriving as far as its bytes came. */
-static uint64_t shard_ready(void *ud, uint32_t s)
+static uint64_t shard_ready(void *ud, uint32_t s, uint64_t at)
 {
     plan_grow *g = ud;
     if (s >= g->total || !g->ents[s])
         return 0;
+    /* (a shard being staged is fetched only so far ahead of where the
+     * order reads it while the plan stages more than its budget) */
+    if (stage_kind(g->owner, s))
+        stage_taken(g->owner, s, at);
     return atomic_load(&g->gready[s]);
 }
 
@@ -2522,7 +2597,7 @@ static sio_code order_run(sio_plan *p, size_t *made_now, sio_error *err)
         publish(p);
         window_trim(p);
         uint64_t want = atomic_load(&p->want);
-        if (g->made > want && g->made - want >= g->ahead_bound)
+        if (lead_full(g, want))
             return SIO_OK;
     }
 }
@@ -2890,9 +2965,17 @@ static sio_code grow_once(sio_plan *p, sio_error *err)
      * near kicks it). */
     pthread_mutex_lock(&p->mu);
     uint64_t want = atomic_load(&p->want);
-    int park = g->made > want && g->made - want >= g->ahead_bound && p->kick;
-    if (park)
+    int park = lead_full(g, want) && p->kick;
+    if (park) {
+        /* A reader that comes within half the lead kicks it (of the
+         * items: ahead_bound's half; of the bytes: half the items made
+         * past it now). */
+        uint64_t low = g->made - want >= g->ahead_bound
+                           ? g->ahead_bound / 2
+                           : (g->made - want) / 2;
+        atomic_store(&p->g_ahead_low, low ? low : 1);
         atomic_store(&p->parked, 1);
+    }
     pthread_mutex_unlock(&p->mu);
     return park ? SIO_ERR_BUSY : SIO_ERR_AGAIN;
 }

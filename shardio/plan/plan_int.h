@@ -138,6 +138,12 @@ typedef struct stage_shard {
     uint8_t nothin;    /* never again: items of it were fetched back in
                           (a reader behind the cut), or its log is full */
     uint8_t punching;  /* holes being punched now (pinned meanwhile) */
+    uint8_t fetching;  /* a step's job still writes it (size not known:
+                          have bytes so far) */
+    uint64_t have;     /* (fetching) bytes written so far */
+    uint64_t tvhash;   /* the object's validator when its fetch opened
+                          (a shard thinned while fetched: its items are
+                          fetched back held to it) */
     uint8_t queued_thin; /* in the plan_stage's thin list */
     _Atomic uint64_t cut; /* (thinned) items at Y below it may be holes:
                              a reader checks it before reading, without
@@ -177,7 +183,7 @@ typedef struct stage_world {
 /* A reader's place for the window (plan_mark_*): the chunk of Y it
  * reads now, which the window keeps while it can. Linked under the plan's
  * mu; chunk is written by the reader alone. */
-#define PLAN_MARK_AT_BITS 6u
+#define PLAN_MARK_AT_BITS 2u
 typedef struct plan_mark {
     struct plan_mark *next, *prev;
     _Atomic uint64_t chunk; /* UINT64_MAX: none */
@@ -197,6 +203,7 @@ typedef struct plan_stage {
                                reserved for that */
     uint64_t peak;     /* most bytes staged at once */
     uint64_t max_shard;/* the largest shard staged */
+    uint64_t slots;    /* the interleave's slots (of every mixed source) */
     uint64_t open_shards; /* shards the order may hold open at once: the
                              interleave's slots (of every mixed source)
                              and the shards of the samples in its buffer,
@@ -235,6 +242,10 @@ typedef struct plan_stage {
     size_t nthinq, capthinq;
     int thin_on;
     int thin_waiters; /* a reader waits for a punch to end */
+    _Atomic int pressed; /* more than the budget is staged now (bytes >
+                            budget: thinning punches, and the steps'
+                            fetches of plain tars hold STAGE_AHEAD ahead of
+                            the order) */
 
     /* counters */
     uint64_t staged, fetched_bytes, restages, ranged, revived, released,
@@ -278,7 +289,8 @@ struct sio_plan {
                                only stops there, the feed goes on */
     _Atomic uint64_t want;  /* 1 + the highest index of Y a reader asked */
     _Atomic int parked;     /* the builder waits for readers to come near */
-    uint64_t g_ahead_low;   /* a reader this near n kicks a parked one */
+    _Atomic uint64_t g_ahead_low; /* a reader this near n kicks a parked
+                                     one */
     pthread_mutex_t mu;     /* waiters, kick, fail_msg */
     plan_waiter *waiters;   /* readers waiting past n */
     void (*kick)(void *ud); /* ask for the next step of a parked plan */
@@ -448,6 +460,17 @@ uint64_t stage_spare_bytes(void);
  * STAGE_RETRY_MAX_MS, as the feed retries a shard's read; then the shard
  * fails (journaled where it stopped). */
 #define STAGE_RESUMES 2u
+/* While more than the budget is staged, a step's fetch of a plain tar
+ * runs at most its ahead bytes past where the order reads the shard (the
+ * budget over twice the interleave's slots, within STAGE_AHEAD_MIN and
+ * STAGE_AHEAD), and lets in to the order its groups up to half that past
+ * there (so the order asks again, stage_taken, before the fetch holds):
+ * a shard the order reads holds that much of bytes not taken yet,
+ * whatever its size. A fetch held longer than STAGE_HOLD_CLOSE_MS lets
+ * its connection go and opens the object again where it stopped. */
+#define STAGE_AHEAD (16u << 20)
+#define STAGE_AHEAD_MIN (1u << 20)
+#define STAGE_HOLD_CLOSE_MS 2000u
 #define STAGE_RETRIES 24u
 #define STAGE_RETRY_BASE_MS 500u
 #define STAGE_RETRY_MAX_MS 30000u
@@ -471,6 +494,9 @@ typedef struct stage_result {
 int stage_job_reap(sio_plan *p, stage_result *out);
 /* Jobs not reaped yet. */
 unsigned stage_jobs(sio_plan *p);
+/* The order reads shard s at its group `at` (it took that many): a job
+ * staging s that waits to be that far behind fetches on. */
+void stage_taken(sio_plan *p, uint32_t s, uint64_t at);
 /* Wait until a job moved since jobgen was gen0, at most ms. */
 void stage_jobs_wait(sio_plan *p, uint64_t gen0, unsigned ms);
 /* The step is done with shard s's job: items of it are read (0: none,

@@ -129,6 +129,7 @@ struct sio_planread {
     uint64_t warmed;        /* 1 + the Y index warmed last (0: none) */
     int final;              /* n and length are the plan's final ones */
     uint64_t noted;         /* the Y index last told to the staging */
+    uint64_t note_bytes;    /* bytes of samples read since */
     uint64_t cur;           /* the Y index being read */
     int fatal;              /* err is the epoch's own failure */
     int stale;              /* a file let go before its check failed it:
@@ -681,6 +682,7 @@ static sio_code read_item(sio_planread *r, uint64_t t,
     }
     ((sio_sample *)(uintptr_t)smp)->global_index = r->plan->index_base + t;
     ((sio_sample *)(uintptr_t)smp)->source = it->source;
+    r->note_bytes += end - it->offset;
     if (f->cached) {
         r->hit_bytes += end - it->offset;
         if (r->hit_bytes >= (4u << 20))
@@ -750,16 +752,20 @@ static sio_code grow_wait(sio_planread *r)
     }
 }
 
-/* Tell the staging where this reader is (every STAGE_NOTE samples of Y,
- * or when it moved back), and let go of staged shards it has passed (the
- * previous sample's extents were read). */
+/* Tell the staging where this reader is (every STAGE_NOTE samples of Y
+ * or STAGE_NOTE_BYTES of samples read, or when it moved back), and let go
+ * of staged shards it has passed (the previous sample's extents were
+ * read). */
 #define STAGE_NOTE 256u
+#define STAGE_NOTE_BYTES (4u << 20)
 static void stage_note(sio_planread *r, uint64_t t, int now)
 {
     if (!r->plan->stage || t == r->noted ||
-        (!now && t > r->noted && t - r->noted < STAGE_NOTE))
+        (!now && t > r->noted && t - r->noted < STAGE_NOTE &&
+         r->note_bytes < STAGE_NOTE_BYTES))
         return;
     r->noted = t;
+    r->note_bytes = 0;
     drop_passed(r, t);
     stage_reader(r->plan, r->cfg.rank, r->cfg.world, t, 0);
 }

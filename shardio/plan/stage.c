@@ -367,6 +367,15 @@ struct stage_job {
                              staged (a compressed shard staged raw): none
                              of its groups is let in */
     _Atomic uint64_t *ready;
+    /* Flow (a plain tar a step stages: STAGE_AHEAD): the group the order
+     * takes next (stage_taken), the groups indexed so far (the last one
+     * held back: it may end at the object's end), and whether the fetch
+     * holds now. */
+    int flow;
+    uint64_t ahead;     /* (flow) bytes it may run past the order */
+    _Atomic uint64_t taken;
+    _Atomic uint64_t indexed;
+    int holding;
     /* The end, under the plan's mu. */
     int done;
     stage_result res;
@@ -658,6 +667,18 @@ static int stage_memfd(int fd, sio_error *err)
 }
 
 
+/* More than the budget staged now? (mu held; after bytes moved) A fetch
+ * that holds is told when that ends. */
+static void press_note(plan_stage *st)
+{
+    int now = st->budget && st->bytes > st->budget;
+    if (atomic_load(&st->pressed) != now) {
+        atomic_store(&st->pressed, now);
+        if (!now)
+            pthread_cond_broadcast(&st->cv);
+    }
+}
+
 /* Tell a step that waits for the jobs that one moved. */
 static void jobs_moved(sio_plan *p)
 {
@@ -714,6 +735,131 @@ static int job_retry_wait(struct stage_job *j, const char *why)
     return job_backoff(j, j->resumes - STAGE_RESUMES);
 }
 
+/* The most bytes job j's source may make: the budget, or (a fetch that
+ * holds ahead of the order, and is thinned behind its readers) any. */
+static uint64_t job_cap(const struct stage_job *j)
+{
+    return j->flow ? UINT64_MAX : j->p->stage->budget;
+}
+
+/* Where the order reads job j's shard: the offset of the group it takes
+ * next, when that group is indexed (else UINT64_MAX: the order waits at
+ * the fetch's front, nothing holds it). */
+static uint64_t job_base(struct stage_job *j)
+{
+    sio_index_group g;
+    uint64_t at = atomic_load(&j->taken);
+    /* (the last group indexed is let in only once the next one is seen:
+     * an order that waits for it waits for the fetch) */
+    if (at + 1 >= atomic_load(&j->indexed) ||
+        !sio_index_group_get(j->e, at, &g))
+        return UINT64_MAX;
+    return g.offset;
+}
+
+/* Groups of job j's shard the order may take now, of `groups` indexed
+ * (the last one held back: it may end at the object's end): all, unless
+ * more than the budget is staged; then those that end within half of
+ * its ahead bytes past where the order reads (at least the one it takes
+ * next), so that the order asks again before the fetch holds. */
+static uint64_t job_publishable(struct stage_job *j, uint64_t groups)
+{
+    uint64_t r = groups ? groups - 1 : 0;
+    if (!j->flow || !atomic_load(&j->p->stage->pressed))
+        return r;
+    uint64_t at = atomic_load(&j->taken), base = job_base(j);
+    if (base == UINT64_MAX || at >= r)
+        return r;
+    uint64_t limit = base + j->ahead / 2, lo = at + 1, hi = r;
+    /* the most groups [0, n) whose last ends within limit: groups are in
+     * the shard's order, so their ends grow */
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo + 1) / 2;
+        sio_index_group g;
+        if (sio_index_group_get(j->e, mid - 1, &g) && g.end <= limit)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+/* Let in to the order what job j may publish now (any thread). */
+static void job_publish(struct stage_job *j)
+{
+    if (j->foreign)
+        return;
+    uint64_t r = job_publishable(j, atomic_load(&j->indexed));
+    uint64_t was = atomic_load(j->ready);
+    while (r > was && was != UINT64_MAX &&
+           !atomic_compare_exchange_weak(j->ready, &was, r))
+        ;
+    if (r > was && was != UINT64_MAX)
+        jobs_moved(j->p);
+}
+
+/* A plain tar's fetch holds while more than the budget is staged and it
+ * is its ahead bytes or more past where the order reads the shard; held long,
+ * its connection goes and the object is opened again where it stopped.
+ * SIO_OK to read on, else a failure (e). */
+static sio_code job_hold(struct stage_job *j, sio_error *e)
+{
+    sio_plan *p = j->p;
+    plan_stage *st = p->stage;
+    uint64_t t0 = 0;
+    for (;;) {
+        /* (the index's lock is taken with no other held: the index pass
+         * calls the hooks with none held, and takes the plan's mu) */
+        uint64_t base = job_base(j), at = atomic_load(&j->taken);
+        if (atomic_load(&p->failed) || !atomic_load(&st->pressed) ||
+            base == UINT64_MAX || j->avail < base ||
+            j->avail - base < j->ahead)
+            break;
+        uint64_t now = sio_now_ms();
+        if (!t0)
+            t0 = now;
+        if (now - t0 >= STAGE_HOLD_CLOSE_MS && j->src.in) {
+            j->src.in->ops->close(j->src.in);
+            j->src.in = NULL;
+        }
+        pthread_mutex_lock(&p->mu);
+        j->holding = 1;
+        if (atomic_load(&j->taken) == at && atomic_load(&st->pressed) &&
+            !atomic_load(&p->failed)) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 1;
+            pthread_cond_timedwait(&st->cv, &p->mu, &ts);
+        }
+        j->holding = 0;
+        pthread_mutex_unlock(&p->mu);
+    }
+    if (!j->src.in && !j->ended)
+        return src_resume(&j->src, j->io, j->url, job_cap(j), &j->limits,
+                          j->buf, j->avail, j->vfirst, SRC_RAW, e);
+    return SIO_OK;
+}
+
+void stage_taken(sio_plan *p, uint32_t s, uint64_t at)
+{
+    plan_stage *st = p->stage;
+    struct stage_job *hit = NULL;
+    pthread_mutex_lock(&p->mu);
+    for (struct stage_job *j = st->jobs; j; j = j->next)
+        if (j->s == s && j->flow && !j->done) {
+            if (at > atomic_load(&j->taken))
+                atomic_store(&j->taken, at);
+            hit = j;
+            if (j->holding)
+                pthread_cond_broadcast(&st->cv);
+            break;
+        }
+    /* (the job is freed by the step that reaps it, on this thread) */
+    pthread_mutex_unlock(&p->mu);
+    if (hit)
+        job_publish(hit);
+}
+
 /* sio_stage_hooks.wait: fetch until want bytes are written (or the
  * object ends, or fails). Runs on the job's thread (the index pass's). */
 static sio_code job_wait(void *ud, uint64_t want, uint64_t *avail,
@@ -724,9 +870,13 @@ static sio_code job_wait(void *ud, uint64_t want, uint64_t *avail,
     while (j->avail < want && !j->ended) {
         size_t got = 0;
         sio_error e = {SIO_OK, ""};
-        sio_code rc;
+        sio_code rc = SIO_OK;
         const unsigned char *data = j->buf;
-        if (atomic_load(&j->p->failed))
+        if (j->flow)
+            rc = job_hold(j, &e);
+        if (rc)
+            ;
+        else if (atomic_load(&j->p->failed))
             rc = sio_seterr(&e, SIO_ERR_CANCELED, "the epoch's plan "
                             "stopped");
         else
@@ -743,7 +893,7 @@ static sio_code job_wait(void *ud, uint64_t want, uint64_t *avail,
                 break;
             }
             j->resumes++;
-            rc = src_resume(&j->src, j->io, j->url, st->budget, &j->limits,
+            rc = src_resume(&j->src, j->io, j->url, job_cap(j), &j->limits,
                             j->buf, j->avail, j->vfirst,
                             j->dec ? SRC_DEC : j->zip ? SRC_ZIP : SRC_RAW,
                             &e);
@@ -767,8 +917,12 @@ static sio_code job_wait(void *ud, uint64_t want, uint64_t *avail,
         st->bytes += got;
         st->step_bytes += got;
         st->fetched_bytes += got;
+        st->sh[j->s].have = j->avail;
+        if (!st->sh[j->s].tvhash) /* (known once the store answered) */
+            st->sh[j->s].tvhash = src_validator(&j->src);
         if (st->bytes > st->peak)
             st->peak = st->bytes;
+        press_note(st);
         pthread_mutex_unlock(&j->p->mu);
     }
     *avail = j->avail;
@@ -785,7 +939,6 @@ static sio_code job_wait(void *ud, uint64_t want, uint64_t *avail,
 static void job_progress(void *ud, uint64_t groups)
 {
     struct stage_job *j = ud;
-    uint64_t r = groups ? groups - 1 : 0;
     if (groups && !j->checked) {
         /* Positions of a decompressed stream (a gzip under a .tar name)
          * are not positions in what is staged: the step stops the plan
@@ -795,10 +948,9 @@ static void job_progress(void *ud, uint64_t groups)
         j->checked = 1;
         j->foreign = info.stream_only != j->dec;
     }
-    if (!j->foreign && r > atomic_load(j->ready)) {
-        atomic_store(j->ready, r);
-        jobs_moved(j->p);
-    }
+    if (groups > atomic_load(&j->indexed))
+        atomic_store(&j->indexed, groups);
+    job_publish(j);
 }
 
 /* Run job j with buf (STAGE_READ bytes) to its end. */
@@ -811,7 +963,7 @@ static void job_run(struct stage_job *j, unsigned char *buf)
     uint64_t reached = 0, vh = 0;
     sio_code brc = SIO_OK;
     j->buf = buf;
-    sio_code rc = buf ? src_open(&j->src, io, j->url, st->budget,
+    sio_code rc = buf ? src_open(&j->src, io, j->url, job_cap(j),
                                  j->dec ? SRC_DEC : j->zip ? SRC_ZIP : SRC_RAW,
                                  &j->limits, &e2)
                       : sio_seterr(&e2, SIO_ERR_NOMEM, "out of memory");
@@ -826,7 +978,7 @@ static void job_run(struct stage_job *j, unsigned char *buf)
         }
         j->resumes++;
         src_close(&j->src, 0);
-        rc = src_open(&j->src, io, j->url, st->budget,
+        rc = src_open(&j->src, io, j->url, job_cap(j),
                       j->dec ? SRC_DEC : j->zip ? SRC_ZIP : SRC_RAW,
                       &j->limits, &e2);
     }
@@ -877,6 +1029,11 @@ static void job_run(struct stage_job *j, unsigned char *buf)
     stage_shard *x = &st->sh[j->s];
     x->size = j->avail;
     x->vhash = vh;
+    x->fetching = 0;
+    if (st->thin_waiters) { /* readers behind its cut: fetched back now */
+        st->thin_waiters = 0;
+        plan_wake_all(p);
+    }
     if (j->avail > st->max_shard)
         st->max_shard = j->avail;
     st->reserved -= j->reserve <= st->reserved ? j->reserve : st->reserved;
@@ -1142,6 +1299,7 @@ static void restage_settle(struct stage_job *j, uint64_t mem, sio_code rc,
         st->fetched_bytes += mem;
         if (st->bytes > st->peak)
             st->peak = st->bytes;
+        press_note(st);
     } else {
         x->failed = 1;
         if (!j->extend) {
@@ -1394,6 +1552,17 @@ sio_code stage_job_start(sio_plan *p, uint32_t s, sio_index_entry *e,
     j->e = e;
     j->dec = st->sh[s].kind == STAGE_DECOMPRESS;
     j->zip = st->sh[s].kind == STAGE_ZIP;
+    /* A plain tar of a store (not an object set's tar, which is made
+     * object by object), in an epoch whose shards are thinned: fetched
+     * its ahead bytes past the order while more than the budget is
+     * staged. */
+    j->flow = !j->dec && !j->zip && st->thin_on &&
+              sio_backend_for(url) != &sio_backend_objset;
+    uint64_t slots = st->slots ? st->slots : 1;
+    j->ahead = st->budget / (2 * slots);
+    j->ahead = j->ahead < STAGE_AHEAD_MIN ? STAGE_AHEAD_MIN
+               : j->ahead > STAGE_AHEAD   ? STAGE_AHEAD
+                                          : j->ahead;
     j->limits = *limits;
     st->limits = *limits;
     j->log = *log;
@@ -1411,6 +1580,9 @@ sio_code stage_job_start(sio_plan *p, uint32_t s, sio_index_entry *e,
     x->gone = 0;
     x->uhash = uhash_of(url, x->kind);
     x->size = 0;
+    x->fetching = 1;
+    x->have = 0;
+    x->tvhash = 0;
     x->left = x->decided = 0;
     x->sized = x->final = x->doomed = x->swept = x->adopt = 0;
     st->staged++;
@@ -1487,8 +1659,6 @@ int stage_spare(sio_plan *p)
     return fd;
 }
 
-/* Account shard x let go (mu held): its descriptor is kept as a spare
- * (within the budget), else goes to *closing (-1: kept). */
 /* Shard x's thinning state let go (its memfd goes, or is staged anew). */
 static void thin_reset(plan_stage *st, stage_shard *x)
 {
@@ -1504,6 +1674,8 @@ static void thin_reset(plan_stage *st, stage_shard *x)
     atomic_store(&x->cut, 0);
 }
 
+/* Account shard x let go (mu held): its descriptor is kept as a spare
+ * (within the budget), else goes to *closing (-1: kept). */
 static void let_go(plan_stage *st, stage_shard *x, int *closing)
 {
     /* A shard the steps staged holds its size less what thinning gave
@@ -1533,6 +1705,7 @@ static void let_go(plan_stage *st, stage_shard *x, int *closing)
     x->mem = 0;
     thin_reset(st, x);
     st->released++;
+    press_note(st);
 }
 
 /* The lowest Y index a counting rank of any world reads next (mu
@@ -1773,8 +1946,8 @@ static void thin_count(stage_shard *x, uint64_t c)
     if (x->pscan < x->lpos)
         x->pscan = x->lpos;
     for (; x->pscan < x->nlog && x->log[x->pscan].y < c; x->pscan++) {
-        uint64_t b = x->log[x->pscan].b > x->size ? x->size
-                                                  : x->log[x->pscan].b;
+        uint64_t end = x->size ? x->size : x->have;
+        uint64_t b = x->log[x->pscan].b > end ? end : x->log[x->pscan].b;
         x->pend += b > x->log[x->pscan].a ? b - x->log[x->pscan].a : 0;
     }
 }
@@ -1799,7 +1972,8 @@ static int thin_take(stage_shard *x, uint64_t c)
         return -1;
     size_t nnew = 0;
     for (size_t q = x->lpos; q < k; q++) {
-        uint64_t b = x->log[q].b > x->size ? x->size : x->log[q].b;
+        uint64_t end = x->size ? x->size : x->have;
+        uint64_t b = x->log[q].b > end ? end : x->log[q].b;
         if (b > x->log[q].a)
             all[x->ndead + nnew++] = (stage_dead){x->log[q].a, b, 0};
     }
@@ -1888,8 +2062,9 @@ static void thin_pass(sio_plan *p)
         /* Only a shard read whole with its validator (a reader behind
          * its cut has its items fetched back by ranges, held to it), not
          * one being fetched for a reader, nor punched now. */
-        if (nc == THIN_SHARDS || x->log[x->lpos].y >= c0 || !x->vhash ||
-            x->queued || x->punching || !x->size || !p->restage_fn)
+        if (nc == THIN_SHARDS || x->log[x->lpos].y >= c0 ||
+            (!x->vhash && !x->tvhash) || x->queued || x->punching ||
+            (!x->size && !x->have) || !p->restage_fn)
             continue;
         uint64_t lim = x->sized ? THIN_BUFFER : THIN_SLOT;
 
@@ -1984,6 +2159,7 @@ static void thin_pass(sio_plan *p)
     }
     st->thinned += freed;
     st->thin_passes += nw != 0;
+    press_note(st);
     if (st->thin_waiters) {
         st->thin_waiters = 0;
         plan_wake_all(p);
@@ -2172,9 +2348,12 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
         pthread_mutex_unlock(&p->mu);
         return SIO_ERR_CHANGED;
     }
-    if (!x->queued && x->fd >= 0 && x->punching) {
+    if (!x->queued && x->fd >= 0 &&
+        (x->punching || (x->fetching && x->partial && t < x->cover))) {
         /* Its holes are being punched: items fetched back in now could
-         * be punched again. Woken when the pass ends. */
+         * be punched again; or it is thinned while its step still fetches
+         * it (its size is known at the end): woken when the pass, or the
+         * fetch, ends. */
         st->thin_waiters = 1;
         plan_link_waiter(p, w);
         pthread_mutex_unlock(&p->mu);

@@ -119,9 +119,11 @@ object replaced by one of the same size but other keys while the server
 was down: the index file read back is only a hint, the staging read
 indexes the shard again, no error reaches a consumer.
 
-test_without_stage_bytes_the_feed_reads_a_remote_dataset and
-test_a_listed_shard_larger_than_stage_bytes_keeps_the_feed: where staging
-is off or cannot hold a shard, the epoch is the feed's from the start.
+test_without_stage_bytes_the_feed_reads_a_remote_dataset: where staging
+is off, the epoch is the feed's from the start.
+test_a_listed_shard_larger_than_stage_bytes_is_planned: a shard six
+times the staging budget is staged too, fetched only so far ahead of the
+order and thinned behind its readers.
 """
 
 import contextlib
@@ -812,21 +814,47 @@ def test_compressed_and_zip_shards_the_store_fails_for_a_while_are_read_again(
         ng.stop()
 
 
-def test_a_listed_shard_larger_than_stage_bytes_keeps_the_feed(start, server_binary, tmp_path):
-    """An s3 source with no cache and a --stage-bytes below its largest
-    shard: the epoch is the feed's from its first sample (not a plan that
-    stops at that shard and hands its streams over), whole."""
-    require_planes(server_binary, "auto")
-    ds = many_shards(tmp_path, SEED + 17, 4, "b")
-    sizes = [os.path.getsize(os.path.join(ds.path, n)) for n in os.listdir(ds.path)]
-    with s3_bucket(ds.path, "big") as (s3, env):
-        srv = start("--job", "t", "--source", "s3://big/d/", "--data-plane", "auto",
-                    "--stage-bytes", str(max(sizes) - 1), *COMMON, env=env)
+def test_a_listed_shard_larger_than_stage_bytes_is_planned(start, server_binary, tmp_path):
+    """An s3 source with no cache and a --stage-bytes of a sixth of its
+    largest shard (24 MB): the epoch is planned all the same (it was the
+    feed's). The step's fetch of the large shard runs only so far ahead
+    of where the order reads it while more than the budget is staged, and
+    the items its readers passed are thinned behind them, so the staging
+    never holds that shard whole; every sample is the feed's, every shard
+    fetched once."""
+    require_planes(server_binary, "auto", "stream")
+    path = str(tmp_path / "ds")
+    names = plain_shards(path, SEED + 17, 4, 24, 64 << 10, "b")
+    # the first shard large: 96 samples of up to 512 KiB
+    big = os.path.join(path, names[0])
+    rng = random.Random(SEED + 18)
+    with tarfile.open(big, "w", format=tarfile.USTAR_FORMAT) as tf:
+        for k in range(96):
+            for ext, data in (("bin", os.urandom(rng.randrange(256 << 10, 512 << 10))),
+                              ("cls", b"%d" % k)):
+                ti = tarfile.TarInfo("b0/s%05d.%s" % (k, ext))
+                ti.size = len(data)
+                tf.addfile(ti, io.BytesIO(data))
+    sizes = [os.path.getsize(os.path.join(path, n)) for n in names]
+    budget = max(sizes) // 6
+    with s3_bucket(path, "big") as (s3, env):
+        args = ("--job", "t", "--source", "s3://big/d/", "--interleave", "2",
+                "--shuffle-buffer", "8") + COMMON
+        feed = start(*args, "--data-plane", "stream", env=env)
+        want = read_world(feed, 0, 2)
+        srv = start(*args, "--data-plane", "auto", "--stage-bytes", str(budget), env=env)
         got = read_world(srv, 0, 2)
-        assert sum(len(p.samples) for p in got) == (ds.total // 2) * 2, tag()
+        for r in range(2):
+            assert kf(got[r]) == kf(want[r]), (tag(), r)
         dp = data_plane(get_json(srv, "/v1/jobs/t"))
-        assert dp["plans_grown"] == 0 and dp["feed_streams"] == 2, (tag(), dp)
+        assert dp["plans_grown"] == 1 and dp["feed_streams"] == 0, (tag(), dp)
         assert dp["plan_failures"] == 0, (tag(), dp)
+        st = read_when(lambda: staging(srv), lambda x: x["fetched_bytes"] == sum(sizes))
+        assert st["fetched_bytes"] == sum(sizes) and st["restages"] == 0, (tag(), st)
+        assert st["largest_shard_bytes"] == max(sizes), (tag(), st)
+        print("DBG", json.dumps(st))
+        assert st["peak_bytes"] < max(sizes), (tag(), st, max(sizes))
+        assert st["thinned_bytes"] > 0, (tag(), st)
 
 
 def test_compressed_shards_are_staged_decompressed_and_planned(start, server_binary,
