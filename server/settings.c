@@ -307,7 +307,9 @@ static const setting settings[] = {
      1ull << 32, NULL,
      "samples a plan that grows (the first pass) decides ahead of its "
      "furthest stream before it waits for the streams (it reads the shards "
-     "that far ahead of them); 0: 4 x the shuffle buffer, at least 65536"},
+     "that far ahead of them); 0: 4 x the shuffle buffer, at least 65536. "
+     "A plan that stages shards in memory also waits once the samples it "
+     "decided ahead hold half of --stage-bytes"},
     {"stage-bytes", NULL, SRV(stage_bytes), T_BYTES, "256MiB", 0,
      UINT64_C(1) << 44, NULL,
      "bytes of remote shards an epoch may hold in memory when the shard "
