@@ -852,9 +852,19 @@ def test_a_listed_shard_larger_than_stage_bytes_is_planned(start, server_binary,
         st = read_when(lambda: staging(srv), lambda x: x["fetched_bytes"] == sum(sizes))
         assert st["fetched_bytes"] == sum(sizes) and st["restages"] == 0, (tag(), st)
         assert st["largest_shard_bytes"] == max(sizes), (tag(), st)
-        print("DBG", json.dumps(st))
         assert st["peak_bytes"] < max(sizes), (tag(), st, max(sizes))
         assert st["thinned_bytes"] > 0, (tag(), st)
+        # docs/architecture.md "Memory", the steps' share, with no term of
+        # the shard's size: the budget, the slots' fetches ahead (the
+        # budget over twice the slots, at least 1 MiB) and what of them
+        # waits to be punched (1 MiB each), the buffer's samples with a
+        # page at each end, and 64 KiB of every shard not punched yet.
+        slots, mib = 2, 1 << 20
+        ahead = max(mib, min(16 * mib, budget // (2 * slots)))
+        span = (512 << 10) + 2048
+        bound = (budget + slots * (ahead + mib) + 8 * (span + 2 * 4096) +
+                 len(sizes) * (64 << 10))
+        assert st["peak_bytes"] <= bound, (tag(), st, bound)
 
 
 def test_compressed_shards_are_staged_decompressed_and_planned(start, server_binary,
