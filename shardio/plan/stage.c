@@ -1851,11 +1851,15 @@ void stage_end(sio_plan *p, uint32_t s, uint64_t items)
  * and takes the shard again. Holes are punched once a shard's passed
  * bytes reach THIN_SLOT (a shard the order still reads from) or
  * THIN_BUFFER (every group of it went to the order: only samples in the
- * buffer and items decided but not read are left), whole pages only,
- * and only while the plan stages more than its budget. */
+ * buffer and items decided but not read are left), or every shard with
+ * any once all of them together reach THIN_TOTAL; whole pages only, and
+ * only while the plan stages more than its budget. */
 #define THIN_PAGE 4096u
 #define THIN_SLOT (1u << 20)
 #define THIN_BUFFER (64u << 10)
+#define THIN_TOTAL (8u << 20)   /* passed, not punched, all shards: at
+                                   most this (beyond it, every shard with
+                                   any is punched) */
 #define THIN_LOG_MAX (1u << 22) /* items of a shard logged at most */
 #define THIN_SHARDS 32u         /* shards punched by one pass at most */
 
@@ -2026,7 +2030,7 @@ static void thin_pass(sio_plan *p)
         uint64_t freed;
     } w[THIN_SHARDS];
     uint32_t cand[THIN_SHARDS];
-    uint64_t old[THIN_SHARDS];
+    uint64_t old[THIN_SHARDS], pend_all = 0;
     size_t nw = 0, nc = 0;
     if (!st || !st->thin_on)
         return;
@@ -2067,9 +2071,28 @@ static void thin_pass(sio_plan *p)
             (!x->size && !x->have) || !p->restage_fn)
             continue;
         uint64_t lim = x->sized ? THIN_BUFFER : THIN_SLOT;
-
         thin_count(x, c0);
+        pend_all += x->pend;
         if (x->pend < lim)
+            continue;
+        old[nc] = atomic_load(&x->cut);
+        if (old[nc] < c0)
+            atomic_store(&x->cut, c0);
+        cand[nc++] = s;
+    }
+    /* What waits to be punched, all shards together, beyond THIN_TOTAL:
+     * every shard with any is punched too (so what is not punched yet is
+     * bounded by a constant, however many shards the buffer spans). */
+    for (size_t i = 0; pend_all >= THIN_TOTAL && c0 && c0 != UINT64_MAX &&
+                       i < st->nthinq && nc < THIN_SHARDS;
+         i++) {
+        uint32_t s = st->thinq[i];
+        stage_shard *x = &st->sh[s];
+        size_t k = 0;
+        while (k < nc && cand[k] != s)
+            k++;
+        if (k < nc || !x->pend || x->punching || x->queued || x->nothin ||
+            x->restaged || x->held || x->fd < 0)
             continue;
         old[nc] = atomic_load(&x->cut);
         if (old[nc] < c0)
