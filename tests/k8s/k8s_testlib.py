@@ -110,9 +110,30 @@ READ_BUFFER = 256 * KIB
 READAHEAD_BYTES = 4 * MIB
 EPOCH_SLACK = 16 * MIB
 DEFAULTS = {"max_epochs": 2, "window_bytes": 256 * MIB, "max_connections": 4096,
-            "connection_memory": 64 * KIB}
-JOB_DEFAULTS = {"shuffle_buffer_bytes": 256 * MIB, "interleave": 4, "read_threads": 2}
+            "connection_memory": 64 * KIB, "stage_bytes": 256 * MIB}
+JOB_DEFAULTS = {"shuffle_buffer_bytes": 256 * MIB, "shuffle_buffer": 1000,
+                "interleave": 4, "read_threads": 2}
 ROUND = 64 * MIB
+# Staging (docs/architecture.md "Memory", plain tars): per epoch the steps'
+# budget and as much for streams behind, each slot's fetch ahead of the
+# order (stage_bytes / (2 x interleave), within 1 and 16 MiB) and what of
+# it waits to be punched (1 MiB), the buffer's samples (their payload, and
+# a page at each end and their tar headers: 12 KiB each), and what waits to
+# be punched of the shards the buffer spans (8 MiB); once per server the
+# spares (stage_bytes).
+STAGE_AHEAD_MIN, STAGE_AHEAD_MAX = 1 * MIB, 16 * MIB
+STAGE_SAMPLE_OVERHEAD = 12 * KIB
+STAGE_THIN_TOTAL = 8 * MIB
+
+
+def stage_epoch_bytes(stage_bytes, job):
+    """Staged bytes of one epoch of job (a dict with JOB_DEFAULTS' keys)."""
+    if not stage_bytes:
+        return 0
+    ahead = min(STAGE_AHEAD_MAX, max(STAGE_AHEAD_MIN, stage_bytes // (2 * job["interleave"])))
+    return (2 * stage_bytes + job["interleave"] * (ahead + MIB) +
+            job["shuffle_buffer_bytes"] + job["shuffle_buffer"] * STAGE_SAMPLE_OVERHEAD +
+            STAGE_THIN_TOTAL)
 
 
 def memory_bound(config):
@@ -129,9 +150,10 @@ def memory_bound(config):
                 j[k] = parse_bytes(job[k]) if k.endswith("bytes") else int(job[k])
         epoch = (j["shuffle_buffer_bytes"] + srv["window_bytes"] +
                  (j["interleave"] + j["read_threads"]) * (READAHEAD_BYTES + READ_BUFFER) +
-                 EPOCH_SLACK)
+                 EPOCH_SLACK + stage_epoch_bytes(srv["stage_bytes"], j))
         per_jobs += srv["max_epochs"] * epoch
-    return BASE_RSS + per_jobs + srv["max_connections"] * srv["connection_memory"]
+    return (BASE_RSS + per_jobs + srv["max_connections"] * srv["connection_memory"] +
+            srv["stage_bytes"])
 
 
 def memory_limit(config):
