@@ -88,6 +88,38 @@ def tree_setup(args):
     return shapes, data, builds
 
 
+def run_trees(args, prefix, one, summary, row):
+    """tree_args' runs over nginx serving the bench datasets: per shape,
+    the trees' servers alternate run by run (A, B, A, B...). one(build,
+    nginx, ds, workdir, shape) -> a run's dict, logged with summary(run);
+    row(runs, dataset_bytes) -> a tree's medians. Returns the rows, each
+    with its shape, tree and runs."""
+    from bench_env import Nginx, ensure_dataset
+    shapes, data, builds = tree_setup(args)
+    workdir = tempfile.mkdtemp(prefix=prefix)
+    nginx = Nginx(os.path.join(data, "datasets"), workdir).start()
+    rows = []
+    try:
+        for shape in shapes:
+            ds = ensure_dataset(data, shape, log)
+            dataset_bytes = sum(os.path.getsize(os.path.join(ds.path, f))
+                                for f in os.listdir(ds.path) if f.endswith(".tar"))
+            runs = {name: [] for name, _ in builds}
+            for i in range(args.runs):
+                for name, b in builds:
+                    r = one(b, nginx, ds, workdir, shape)
+                    log("%s %s run %d: %s" % (shape.name, name, i, summary(r)))
+                    runs[name].append(r)
+            for name, b in builds:
+                d = {"shape": shape.name, "tree": "%s (%s)" % (name, b)}
+                d.update(row(runs[name], dataset_bytes))
+                d["runs"] = runs[name]
+                rows.append(d)
+    finally:
+        nginx.stop()
+    return rows
+
+
 def start_job_server(build, ds, workdir, base=None, ext=".tar", extra=()):
     """One shardcastd serving job "j" over the shards of dataset ds (its
     files named *ext, or under base, an http URL): the bench/run.sh

@@ -28,7 +28,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -36,7 +35,6 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bench  # noqa: E402
-from bench_env import Nginx, ensure_dataset  # noqa: E402
 
 REPO = os.path.dirname(HERE)
 FORMAT = 1
@@ -143,50 +141,38 @@ def markdown(doc):
     return "\n".join(out) + "\n"
 
 
+def summary(r):
+    return ("late %.0f/s, five worlds %.0f/s, restages %s, refused %s, feed %s, "
+            "exactly-once %s" % (r["late_samples_per_s"], r["five_worlds_samples_per_s"],
+                                 r["restages"], r["refused"], r["feed_streams"],
+                                 r["exactly_once"]))
+
+
+def medians(rs, dataset_bytes):
+    med = statistics.median
+    return {
+        "late": med(r["late_samples_per_s"] for r in rs),
+        "five": med(r["five_worlds_samples_per_s"] for r in rs),
+        # epochs 0 and 1, two reads of the dataset at the least
+        "fetched_x": med(r["store_bytes"] / dataset_bytes for r in rs),
+        "peak": med(r.get("peak_bytes") or 0 for r in rs),
+        "thinned": med(r.get("thinned_bytes") or 0 for r in rs),
+        "restages": med(r["restages"] or 0 for r in rs),
+        "refused": med(r["refused"] or 0 for r in rs),
+        "feed_streams": med(r["feed_streams"] or 0 for r in rs),
+        "plan_streams": med(r["plan_streams"] or 0 for r in rs),
+        "exactly_once": all(r["exactly_once"] for r in rs)}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     bench.tree_args(ap, REPO, "late-world", "the tiny datasets, one run")
     args = ap.parse_args(argv)
     if args.quick:
         args.runs = 1
-    shapes, data, builds = bench.tree_setup(args)
-    workdir = tempfile.mkdtemp(prefix="shardcast-late-")
-    nginx = Nginx(os.path.join(data, "datasets"), workdir).start()
-    rows = []
-    try:
-        for shape in shapes:
-            ds = ensure_dataset(data, shape, bench.log)
-            dataset_bytes = sum(os.path.getsize(os.path.join(ds.path, f))
-                                for f in os.listdir(ds.path) if f.endswith(".tar"))
-            runs = {name: [] for name, _ in builds}
-            for i in range(args.runs):
-                for name, b in builds:
-                    r = one_server(b, nginx, ds, workdir)
-                    bench.log("%s %s run %d: late %.0f/s, five worlds %.0f/s, "
-                              "restages %s, refused %s, feed %s, exactly-once %s" % (
-                                  shape.name, name, i, r["late_samples_per_s"],
-                                  r["five_worlds_samples_per_s"], r["restages"],
-                                  r["refused"], r["feed_streams"], r["exactly_once"]))
-                    runs[name].append(r)
-            for name, b in builds:
-                rs = runs[name]
-                med = statistics.median
-                rows.append({
-                    "shape": shape.name, "tree": "%s (%s)" % (name, b),
-                    "late": med(r["late_samples_per_s"] for r in rs),
-                    "five": med(r["five_worlds_samples_per_s"] for r in rs),
-                    # epochs 0 and 1, two reads of the dataset at the least
-                    "fetched_x": med(r["store_bytes"] / dataset_bytes for r in rs),
-                    "peak": med(r.get("peak_bytes") or 0 for r in rs),
-                    "thinned": med(r.get("thinned_bytes") or 0 for r in rs),
-                    "restages": med(r["restages"] or 0 for r in rs),
-                    "refused": med(r["refused"] or 0 for r in rs),
-                    "feed_streams": med(r["feed_streams"] or 0 for r in rs),
-                    "plan_streams": med(r["plan_streams"] or 0 for r in rs),
-                    "exactly_once": all(r["exactly_once"] for r in rs),
-                    "runs": rs})
-    finally:
-        nginx.stop()
+    rows = bench.run_trees(args, "shardcast-late-",
+                           lambda b, nginx, ds, workdir, shape: one_server(b, nginx, ds, workdir),
+                           summary, medians)
     bench.finish(args, FORMAT, {"runs": args.runs, "rows": rows}, markdown)
     return 0 if all(r["exactly_once"] for r in rows) else 1
 

@@ -19,7 +19,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -27,7 +26,6 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bench  # noqa: E402
-from bench_env import Nginx, ensure_dataset  # noqa: E402
 from late_world import cli_read, store_bytes  # noqa: E402
 
 REPO = os.path.dirname(HERE)
@@ -111,50 +109,38 @@ def markdown(doc):
     return "\n".join(out) + "\n"
 
 
+def summary(r):
+    return ("epoch 0 %.0f/s, epoch 1 %.0f/s, peak %.0f MB, shmem %.0f MB, thinned %.0f MB, "
+            "exactly-once %s" % (r["epoch0_samples_per_s"], r["epoch1_samples_per_s"],
+                                 (r["peak_bytes"] or 0) / 1e6, r["shmem_peak_bytes"] / 1e6,
+                                 (r["thinned_bytes"] or 0) / 1e6, r["exactly_once"]))
+
+
+def medians(rs, dataset_bytes):
+    med = statistics.median
+    return {
+        "epoch0": med(r["epoch0_samples_per_s"] for r in rs),
+        "epoch1": med(r["epoch1_samples_per_s"] for r in rs),
+        "peak": med(r["peak_bytes"] or 0 for r in rs),
+        "shmem": med(r["shmem_peak_bytes"] for r in rs),
+        "thinned": med(r["thinned_bytes"] or 0 for r in rs),
+        "fetched_x": med(r["store_bytes"] / dataset_bytes for r in rs),
+        "restages": med(r["restages"] or 0 for r in rs),
+        "detaches": med(r["detaches"] or 0 for r in rs),
+        "feed_streams": med(r["feed_streams"] or 0 for r in rs),
+        "exactly_once": all(r["exactly_once"] for r in rs)}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     bench.tree_args(ap, REPO, "thin", "the tiny datasets, one run")
     args = ap.parse_args(argv)
     if args.quick:
         args.runs = 1
-    shapes, data, builds = bench.tree_setup(args)
-    workdir = tempfile.mkdtemp(prefix="shardcast-thin-")
-    nginx = Nginx(os.path.join(data, "datasets"), workdir).start()
-    rows = []
-    try:
-        for shape in shapes:
-            ds = ensure_dataset(data, shape, bench.log)
-            dataset_bytes = sum(os.path.getsize(os.path.join(ds.path, f))
-                                for f in os.listdir(ds.path) if f.endswith(".tar"))
-            runs = {name: [] for name, _ in builds}
-            for i in range(args.runs):
-                for name, b in builds:
-                    r = one_server(b, nginx, ds, workdir, shape.name)
-                    bench.log("%s %s run %d: epoch 0 %.0f/s, epoch 1 %.0f/s, peak %.0f MB, "
-                              "shmem %.0f MB, thinned %.0f MB, exactly-once %s" % (
-                                  shape.name, name, i, r["epoch0_samples_per_s"],
-                                  r["epoch1_samples_per_s"], (r["peak_bytes"] or 0) / 1e6,
-                                  r["shmem_peak_bytes"] / 1e6,
-                                  (r["thinned_bytes"] or 0) / 1e6, r["exactly_once"]))
-                    runs[name].append(r)
-            for name, b in builds:
-                rs = runs[name]
-                med = statistics.median
-                rows.append({
-                    "shape": shape.name, "tree": "%s (%s)" % (name, b),
-                    "epoch0": med(r["epoch0_samples_per_s"] for r in rs),
-                    "epoch1": med(r["epoch1_samples_per_s"] for r in rs),
-                    "peak": med(r["peak_bytes"] or 0 for r in rs),
-                    "shmem": med(r["shmem_peak_bytes"] for r in rs),
-                    "thinned": med(r["thinned_bytes"] or 0 for r in rs),
-                    "fetched_x": med(r["store_bytes"] / dataset_bytes for r in rs),
-                    "restages": med(r["restages"] or 0 for r in rs),
-                    "detaches": med(r["detaches"] or 0 for r in rs),
-                    "feed_streams": med(r["feed_streams"] or 0 for r in rs),
-                    "exactly_once": all(r["exactly_once"] for r in rs),
-                    "runs": rs})
-    finally:
-        nginx.stop()
+    rows = bench.run_trees(args, "shardcast-thin-",
+                           lambda b, nginx, ds, workdir, shape:
+                           one_server(b, nginx, ds, workdir, shape.name),
+                           summary, medians)
     bench.finish(args, FORMAT, {"runs": args.runs, "rows": rows}, markdown)
     return 0 if all(r["exactly_once"] for r in rows) else 1
 
