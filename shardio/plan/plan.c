@@ -968,7 +968,8 @@ typedef struct plan_grow {
      * entries the bytes of the items before every LEAD_STEP-th one, so
      * the bytes made past the furthest reader are known. */
     uint64_t made_bytes;
-    uint64_t *lead_ring;
+    _Atomic uint64_t *lead_ring;
+    _Atomic uint64_t lead_made; /* items made at the ring's last entry */
     uint64_t lead_max;
     uint64_t t0;
     unsigned char *seen;    /* shards Y draws from (the skipped count) */
@@ -1002,8 +1003,11 @@ static void lead_note(struct plan_grow *g, uint64_t y, uint64_t a, uint64_t b,
     if (!g->lead_ring)
         return;
     g->made_bytes += b != UINT64_MAX && b > a ? b - a : n;
-    if ((y + 1) % LEAD_STEP == 0)
-        g->lead_ring[((y + 1) / LEAD_STEP) % LEAD_RING] = g->made_bytes;
+    if ((y + 1) % LEAD_STEP == 0) {
+        atomic_store_explicit(&g->lead_ring[((y + 1) / LEAD_STEP) % LEAD_RING],
+                              g->made_bytes, memory_order_relaxed);
+        atomic_store_explicit(&g->lead_made, y + 1, memory_order_release);
+    }
 }
 
 /* Bytes of the items made past index want (from the LEAD_STEP-th item at
@@ -1015,8 +1019,46 @@ static uint64_t lead_bytes(const plan_grow *g, uint64_t made, uint64_t want)
     uint64_t k = want / LEAD_STEP;
     if (made / LEAD_STEP - k >= LEAD_RING)
         return UINT64_MAX;
-    uint64_t at = k ? g->lead_ring[k % LEAD_RING] : 0;
+    uint64_t at = k ? atomic_load_explicit(&g->lead_ring[k % LEAD_RING],
+                                           memory_order_relaxed)
+                    : 0;
     return g->made_bytes > at ? g->made_bytes - at : 0;
+}
+
+uint64_t plan_bytes_behind(sio_plan *p, uint64_t low, uint64_t bytes)
+{
+    plan_grow *g = p->g;
+    if (!g || !g->lead_ring || !low)
+        return 0;
+    uint64_t m1 = atomic_load_explicit(&g->lead_made, memory_order_acquire);
+    uint64_t hi = low / LEAD_STEP, top = m1 / LEAD_STEP;
+    if (hi > top)
+        hi = top;
+    /* entries still in the ring (a margin of a quarter of it: the builder
+     * writes on meanwhile) */
+    uint64_t lo = top >= LEAD_RING * 3 / 4 ? top - LEAD_RING * 3 / 4 : 0;
+    if (hi <= lo)
+        return 0;
+#define CUM(k) ((k) ? atomic_load_explicit(&g->lead_ring[(k) % LEAD_RING], \
+                                           memory_order_relaxed)          \
+                    : 0)
+    uint64_t end = CUM(hi);
+    if (end - CUM(lo) < bytes)
+        return 0; /* (what the ring holds is less than the margin) */
+    /* the largest k in [lo, hi] with end - CUM(k) >= bytes */
+    uint64_t a = lo, b = hi;
+    while (a < b) {
+        uint64_t mid = a + (b - a + 1) / 2;
+        if (end - CUM(mid) >= bytes)
+            a = mid;
+        else
+            b = mid - 1;
+    }
+    uint64_t m2 = atomic_load_explicit(&g->lead_made, memory_order_acquire);
+    if (m2 / LEAD_STEP - lo >= LEAD_RING)
+        return 0; /* overwritten while read */
+#undef CUM
+    return a * LEAD_STEP;
 }
 
 /* Is the builder far enough ahead of its furthest reader (want: 1 + the
@@ -2050,6 +2092,7 @@ sio_code sio_plan_start(sio_io *io, const sio_shardlist *list,
      * bytes too (what it decides past the readers is staged). */
     if (p->stage && cfg->stage_bytes) {
         g->lead_ring = calloc(LEAD_RING, sizeof *g->lead_ring);
+        atomic_init(&g->lead_made, 0);
         g->lead_max = cfg->stage_bytes / 2;
     }
     if (!g->ents || !g->views || !g->ahead || !g->seen || !g->gready ||

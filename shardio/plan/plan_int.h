@@ -494,6 +494,11 @@ typedef struct stage_result {
 int stage_job_reap(sio_plan *p, stage_result *out);
 /* Jobs not reaped yet. */
 unsigned stage_jobs(sio_plan *p);
+/* The Y index, at most low, from which the items up to low hold at least
+ * `bytes` (to LEAD_STEP items; 0 when not known: no staging in memory, or
+ * further back than the builder's record of its items' bytes). Any
+ * thread. */
+uint64_t plan_bytes_behind(sio_plan *p, uint64_t low, uint64_t bytes);
 /* The order reads shard s at its group `at` (it took that many): a job
  * staging s that waits to be that far behind fetches on. */
 void stage_taken(sio_plan *p, uint32_t s, uint64_t at);

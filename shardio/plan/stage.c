@@ -1857,6 +1857,10 @@ void stage_end(sio_plan *p, uint32_t s, uint64_t items)
 #define THIN_PAGE 4096u
 #define THIN_SLOT (1u << 20)
 #define THIN_BUFFER (64u << 10)
+#define THIN_KEEP (8u << 20)    /* bytes a rank may come back for: kept
+                                   behind the cut (a client resuming from
+                                   what it received: what was in flight in
+                                   socket buffers when its stream broke) */
 #define THIN_TOTAL (8u << 20)   /* passed, not punched, all shards: at
                                    most this (beyond it, every shard with
                                    any is punched) */
@@ -2041,6 +2045,17 @@ static void thin_pass(sio_plan *p)
     }
     uint64_t low = low_of(st, sio_now_ms()), ml = marks_low(p);
     uint64_t c0 = ml < low ? ml : low;
+    /* Kept behind it: THIN_KEEP for each rank of the widest world (their
+     * items interleave in Y), half the budget at most. */
+    uint32_t widest = 1;
+    for (unsigned wi = 0; wi < st->nw; wi++)
+        if (st->w[wi].world > widest)
+            widest = st->w[wi].world;
+    uint64_t keep = (uint64_t)widest * THIN_KEEP;
+    if (keep > st->budget / 2)
+        keep = st->budget / 2;
+    if (c0 && c0 != UINT64_MAX)
+        c0 = plan_bytes_behind(p, c0, keep);
     /* Punched only while more than the budget is staged: below it a
      * shard kept whole goes to the spares whole when it is let go, and a
      * world that comes after the others takes it back from there
