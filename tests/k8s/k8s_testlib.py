@@ -118,9 +118,10 @@ ROUND = 64 * MIB
 # budget and as much for streams behind, each slot's fetch ahead of the
 # order (stage_bytes / (2 x interleave), within 1 and 16 MiB) and what of
 # it waits to be punched (1 MiB), the buffer's samples (their payload, and
-# a page at each end and their tar headers: 12 KiB each), and what waits to
-# be punched of the shards the buffer spans (8 MiB); once per server the
-# spares (stage_bytes).
+# a page at each end and their tar headers: 12 KiB each), what waits to
+# be punched of the shards the buffer spans (8 MiB) and what is kept behind
+# the cut for clients that resume (stage_bytes / 2 at most); once per server
+# the spares (stage_bytes).
 STAGE_AHEAD_MIN, STAGE_AHEAD_MAX = 1 * MIB, 16 * MIB
 STAGE_SAMPLE_OVERHEAD = 12 * KIB
 STAGE_THIN_TOTAL = 8 * MIB
@@ -131,7 +132,7 @@ def stage_epoch_bytes(stage_bytes, job):
     if not stage_bytes:
         return 0
     ahead = min(STAGE_AHEAD_MAX, max(STAGE_AHEAD_MIN, stage_bytes // (2 * job["interleave"])))
-    return (2 * stage_bytes + job["interleave"] * (ahead + MIB) +
+    return (2 * stage_bytes + stage_bytes // 2 + job["interleave"] * (ahead + MIB) +
             job["shuffle_buffer_bytes"] + job["shuffle_buffer"] * STAGE_SAMPLE_OVERHEAD +
             STAGE_THIN_TOTAL)
 
