@@ -1231,7 +1231,7 @@ static sio_code slot_open(sc_jobs *j, sc_job *job, uint64_t epoch,
     ec.cache = job->res->cache;
     ec.mix = job->res->mix;
     ec.nmix = job->res->nmix;
-    ec.stage_bytes = cfg->stage_bytes;
+    ec.stage_bytes = sc_config_stage_bytes(cfg);
     int fresh = 0;
     ec.journal = s->journal = job_journal(j, job, epoch, part, &fresh, err);
     if (!ec.journal) {

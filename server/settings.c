@@ -320,7 +320,8 @@ static const setting settings[] = {
      "the others (docs/architecture.md \"Memory\"); compressed shards "
      "(tar.gz, tar.zst...) are staged there decompressed, so their epochs "
      "are planned too. Staged: the first pass over such shards and every "
-     "later epoch. 0: such epochs are read by the feed"},
+     "later epoch. 0 (deprecated: it kept such epochs on the feed) stands "
+     "for half of --window-bytes, at least 16 MiB"},
     {"stage-indexed", NULL, SRV(stage_indexed), T_BOOL, "true", 0, 0, NULL,
      "deprecated, always true: the epochs of remote shards that are all "
      "indexed (after the first pass) are staged as the first pass is, "
@@ -1577,6 +1578,20 @@ uint64_t sc_config_sample_max(const sc_config *cfg)
     return m;
 }
 
+uint64_t sc_config_stage_bytes(const sc_config *cfg)
+{
+    /* --stage-bytes 0 (deprecated) once kept staging off, so that such
+     * epochs were the feed's: it stands for half the feed's window now
+     * (their memory was the window's), at least 16 MiB. */
+    uint64_t b = cfg->stage_bytes;
+    if (!b) {
+        b = cfg->window_bytes / 2;
+        if (b < (16u << 20))
+            b = 16u << 20;
+    }
+    return b;
+}
+
 uint64_t sc_config_field_max(const sc_config *cfg)
 {
     uint64_t s = sc_config_sample_max(cfg);
@@ -1655,6 +1670,12 @@ void sc_settings_log(const sc_config *cfg)
             SC_LOG(SIO_LOG_WARN,
                    "event=deprecated_setting name=%s use=%s", aliases[i].old,
                    aliases[i].name);
+    if (!cfg->stage_bytes)
+        SC_LOG(SIO_LOG_WARN,
+               "event=deprecated_setting name=stage-bytes value=0 "
+               "use=\"%" PRIu64 " (half of --window-bytes): remote shards "
+               "are staged\"",
+               sc_config_stage_bytes(cfg));
     if (!cfg->stage_indexed)
         SC_LOG(SIO_LOG_WARN,
                "event=deprecated_setting name=stage-indexed value=false "

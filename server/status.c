@@ -445,7 +445,7 @@ static json_t *job_json(sc_jobs *j, sc_job *job, sio_feed_consumer *cons,
             o, "staging",
             json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
                       "s:o, s:o, s:o, s:o, s:o, s:o, s:b, s:o, s:o, s:o}",
-                      "budget_bytes", jint(j->cfg->stage_bytes), "bytes",
+                      "budget_bytes", jint(sc_config_stage_bytes(j->cfg)), "bytes",
                       jint(st.bytes), "peak_bytes", jint(st.peak),
                       "largest_shard_bytes", jint(st.max_shard), "shards",
                       jint(st.staged), "fetched_bytes",

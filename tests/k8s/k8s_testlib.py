@@ -129,8 +129,6 @@ STAGE_THIN_TOTAL = 8 * MIB
 
 def stage_epoch_bytes(stage_bytes, job):
     """Staged bytes of one epoch of job (a dict with JOB_DEFAULTS' keys)."""
-    if not stage_bytes:
-        return 0
     ahead = min(STAGE_AHEAD_MAX, max(STAGE_AHEAD_MIN, stage_bytes // (2 * job["interleave"])))
     return (2 * stage_bytes + stage_bytes // 2 + job["interleave"] * (ahead + MIB) +
             job["shuffle_buffer_bytes"] + job["shuffle_buffer"] * STAGE_SAMPLE_OVERHEAD +
@@ -143,6 +141,8 @@ def memory_bound(config):
     for k in srv:
         if k in config:
             srv[k] = parse_bytes(config[k]) if k.endswith(("bytes", "memory")) else int(config[k])
+    # (stage_bytes 0, deprecated, stands for half the window, 16 MiB at least)
+    stage = srv["stage_bytes"] or max(srv["window_bytes"] // 2, 16 * MIB)
     per_jobs = 0
     for job in config["jobs"]:
         j = dict(JOB_DEFAULTS)
@@ -151,10 +151,10 @@ def memory_bound(config):
                 j[k] = parse_bytes(job[k]) if k.endswith("bytes") else int(job[k])
         epoch = (j["shuffle_buffer_bytes"] + srv["window_bytes"] +
                  (j["interleave"] + j["read_threads"]) * (READAHEAD_BYTES + READ_BUFFER) +
-                 EPOCH_SLACK + stage_epoch_bytes(srv["stage_bytes"], j))
+                 EPOCH_SLACK + stage_epoch_bytes(stage, j))
         per_jobs += srv["max_epochs"] * epoch
     return (BASE_RSS + per_jobs + srv["max_connections"] * srv["connection_memory"] +
-            srv["stage_bytes"])
+            stage)
 
 
 def memory_limit(config):

@@ -21,9 +21,10 @@ under on_error=fail: every rank of the planned first pass gets the feed's
 samples at the feed's positions, then a non-retryable error trailer; no
 stream comes from the feed, in epoch 0 or 1.
 
-test_compressed_shards_keep_the_feed: a dataset with a tar.gz shard is
-not planned before it is indexed; its first epoch streams from the feed,
-whole; the same when the gzip shard is named .tar.
+test_compressed_shards_with_stage_bytes_0_are_staged: a dataset with a
+tar.gz shard and --stage-bytes 0 (deprecated: half the window) is staged
+and planned in its first epoch, whole; the same when the gzip shard is
+named .tar.
 
 test_files_rewritten_during_a_planned_first_pass: every shard rewritten in
 place (same size, other bytes) while the first pass is planned and read;
@@ -39,8 +40,8 @@ same shards as a brace pattern over http (no sizes) are planned too, each
 size asked of the store first.
 
 test_a_cache_too_small_stages_the_first_pass_in_memory: a cache smaller
-than a shard: the shards are staged in memory and the epoch planned; with
---stage-bytes 0 too, the feed reads it; every sample once either way.
+than a shard: the shards are staged in memory and the epoch planned, with
+--stage-bytes 0 (deprecated: half the window) too; every sample once.
 
 test_a_server_killed_in_the_first_pass_is_resumed_where_it_was: SIGKILL
 mid-way through a planned first pass; a new server on the same state_dir
@@ -240,9 +241,12 @@ def test_a_first_pass_under_on_error_fail_fails_where_the_feed_fails(
                 plan.stop()
 
 
-def test_compressed_shards_keep_the_feed(start, server_binary, tmp_path):
-    """Without staging (--stage-bytes 0) compressed shards are the feed's:
-    their indexes hold no byte offsets (test_staging plans them staged)."""
+def test_compressed_shards_with_stage_bytes_0_are_staged(start, server_binary, tmp_path):
+    """--stage-bytes 0 (deprecated: half the window) kept compressed shards
+    on the feed, their indexes holding no byte offsets; they are staged
+    decompressed and planned now, every sample once. The same gzip stream
+    named .tar too: found by its first bytes, not its name, so one
+    request (no resume) still reads the whole epoch."""
     require_planes(server_binary, "auto")
     rng = random.Random(SEED + 2)
     ds = make_random_dataset(str(tmp_path / "ds"), rng.randrange(1 << 30),
@@ -251,16 +255,14 @@ def test_compressed_shards_keep_the_feed(start, server_binary, tmp_path):
     got = read_world(srv, 0, "frames", world=1)[0]
     assert sorted(k for k, _ in keys_and_fields(got)) == sorted(ds.by_key), tag()
     dp = data_plane(get_json(srv, "/v1/jobs/t"))
-    assert dp["plans_grown"] == 0 and dp["feed_streams"] == 1, "%s %s" % (tag(), dp)
-    # the same gzip stream named .tar: found by its first bytes, not its
-    # name, so one request (no resume) still reads the whole epoch
+    assert dp["plans_grown"] == 1 and dp["feed_streams"] == 0, "%s %s" % (tag(), dp)
     (gz,) = [n for n in os.listdir(ds.path) if n.endswith(".tar.gz")]
     os.rename(os.path.join(ds.path, gz), os.path.join(ds.path, gz[:-3]))
     srv = serve(start, ds, "auto", "--stage-bytes", "0")
     got = read_world(srv, 0, "tar", world=1)[0]
     assert sorted(k for k, _ in keys_and_fields(got)) == sorted(ds.by_key), tag()
     dp = data_plane(get_json(srv, "/v1/jobs/t"))
-    assert dp["plans_grown"] == 0 and dp["feed_streams"] == 1, "%s %s" % (tag(), dp)
+    assert dp["plans_grown"] == 1 and dp["feed_streams"] == 0, "%s %s" % (tag(), dp)
 
 
 def read_resuming(srv, job, epoch, fmt, first_chunk=None, tries=30):
@@ -399,8 +401,7 @@ def test_a_cache_too_small_stages_the_first_pass_in_memory(start, server_binary,
     """The same http source with a shard cache smaller than one shard: no
     shard can be filled into the cache, so each is staged in memory and
     the epoch is planned, every sample once. With --stage-bytes 0 as well
-    there is nowhere to stage, and the epoch is the feed's, every sample
-    once."""
+    (deprecated: half the window) the same."""
     require_planes(server_binary, "auto")
     from server_testlib import Nginx
     rng = random.Random(SEED + 5)
@@ -410,7 +411,7 @@ def test_a_cache_too_small_stages_the_first_pass_in_memory(start, server_binary,
     try:
         names = sorted(os.listdir(ds.path))
         src = "http://127.0.0.1:%d/s-{000000..%06d}.tar" % (ng.port, len(names) - 1)
-        for extra, planned in (((), True), (("--stage-bytes", "0"), False)):
+        for extra, planned in (((), True), (("--stage-bytes", "0"), True)):
             srv = start("--job", "t", "--source", src, "--data-plane", "auto",
                         "--cache-bytes", "64KiB", "--prefetch", "false",
                         "--stream-rate-limit", "0", "--rate-limit", "0",

@@ -5,8 +5,9 @@ shard fetched once into memory by a job that indexes it as its bytes
 arrive, read by every stream from there, and let go once the streams have
 passed it. The first pass is staged, and so are later epochs (every
 shard indexed; --stage-indexed false is deprecated and ignored:
-test_stage_indexed_false_is_ignored). With --stage-bytes 0 such epochs
-are the feed's (test_without_stage_bytes_the_feed).
+test_stage_indexed_false_is_ignored). --stage-bytes 0, which kept such
+epochs on the feed, is deprecated and stands for half of --window-bytes
+(test_stage_bytes_0_is_half_the_window).
 
 test_a_gzip_and_a_zip_under_tar_names_are_staged_again_as_they_are: a
 gzip stream and a zip named .tar are found compressed or a zip by their
@@ -119,8 +120,8 @@ object replaced by one of the same size but other keys while the server
 was down: the index file read back is only a hint, the staging read
 indexes the shard again, no error reaches a consumer.
 
-test_without_stage_bytes_the_feed_reads_a_remote_dataset: where staging
-is off, the epoch is the feed's from the start.
+test_stage_bytes_0_is_half_the_window: --stage-bytes 0 (deprecated)
+stages with half the window.
 test_a_listed_shard_larger_than_stage_bytes_is_planned: a shard six
 times the staging budget is staged too, fetched only so far ahead of the
 order and thinned behind its readers.
@@ -610,22 +611,28 @@ def test_a_brace_pattern_larger_than_the_cache_is_planned(start, server_binary, 
         ng.stop()
 
 
-def test_without_stage_bytes_the_feed_reads_a_remote_dataset(start, server_binary, tmp_path):
-    """--stage-bytes 0: an HTTP store with no cache is read by the feed,
-    as before staging existed; nothing is staged."""
-    require_planes(server_binary, "auto")
+def test_stage_bytes_0_is_half_the_window(start, server_binary, tmp_path):
+    """--stage-bytes 0 (deprecated) kept an HTTP store with no cache on
+    the feed; it stands for half of --window-bytes now, logged as
+    deprecated: the epoch is staged and planned, the feed's samples."""
+    require_planes(server_binary, "auto", "stream")
     ds = many_shards(tmp_path, SEED + 15, 4, "n")
     names = sorted(os.listdir(ds.path))
     ng = Nginx(ds.path, str(tmp_path))
     try:
-        srv = start("--job", "t", "--source", brace(ng, names, "n"), "--data-plane", "auto",
-                    "--stage-bytes", "0", *COMMON)
+        args = ("--job", "t", "--source", brace(ng, names, "n"), *COMMON)
+        feed = start(*args, "--data-plane", "stream")
+        srv = start(*args, "--data-plane", "auto", "--stage-bytes", "0",
+                    "--window-bytes", "64MiB")
+        assert "event=deprecated_setting name=stage-bytes value=0" in srv.log(), tag()
+        want = read_world(feed, 0, 2)
         got = read_world(srv, 0, 2)
-        assert sum(len(p.samples) for p in got) == (ds.total // 2) * 2, tag()
+        for r in range(2):
+            assert kf(got[r]) == kf(want[r]), (tag(), r)
         dp = data_plane(get_json(srv, "/v1/jobs/t"))
-        assert dp["plans_grown"] == 0 and dp["feed_streams"] == 2, (tag(), dp)
+        assert dp["plans_grown"] == 1 and dp["feed_streams"] == 0, (tag(), dp)
         st = staging(srv)
-        assert st["budget_bytes"] == 0 and st["shards"] == 0, (tag(), st)
+        assert st["budget_bytes"] == 32 << 20 and st["shards"] == 4, (tag(), st)
     finally:
         ng.stop()
 
@@ -877,7 +884,7 @@ def test_compressed_shards_are_staged_decompressed_and_planned(start, server_bin
     into memory, read with the positions of its stream-only index), and
     each rank's share and END summary are the feed's. A zip shard is
     staged as the tar of its samples and planned too, with the feed's
-    samples; with --stage-bytes 0 it is the feed's."""
+    samples; with --stage-bytes 0 (deprecated: half the window) too."""
     import shutil
     import subprocess
     require_planes(server_binary, "auto", "stream")
@@ -937,7 +944,7 @@ def test_compressed_shards_are_staged_decompressed_and_planned(start, server_bin
     got = read_world(znone, 0, 2)
     assert [kf(p) for p in got] == [kf(p) for p in read_world(zfeed, 0, 2)], tag()
     dp = data_plane(get_json(znone, "/v1/jobs/t"))
-    assert dp["plan_streams"] == 0 and dp["feed_streams"] == 2, (tag(), dp)
+    assert dp["plan_streams"] == 2 and dp["feed_streams"] == 0, (tag(), dp)
 
 
 def test_a_shard_the_store_does_not_have_is_skipped_in_every_staged_epoch(
