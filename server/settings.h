@@ -260,10 +260,10 @@ void sc_redact_source(const char *src, char *dst, size_t cap);
 /* The sample and field limits in effect (the settings, or their derived
  * defaults): what the memory formula counts per sample in flight. */
 uint64_t sc_config_sample_max(const sc_config *cfg);
+uint64_t sc_config_field_max(const sc_config *cfg);
 /* The staging budget in memory (--stage-bytes; its deprecated 0: half of
  * --window-bytes). */
 uint64_t sc_config_stage_bytes(const sc_config *cfg);
-uint64_t sc_config_field_max(const sc_config *cfg);
 
 
 /* Bytes of one --peers URL. */
