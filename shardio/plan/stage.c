@@ -1574,8 +1574,8 @@ sio_code stage_job_start(sio_plan *p, uint32_t s, sio_index_entry *e,
     stage_shard *x = &st->sh[s];
     if (x->fd >= 0 && x->pins == 0) /* staged before: the newer */
         let_go(st, x, &closing);
-    else if (x->fd < 0)
-        thin_reset(st, x);
+    else
+        thin_reset(st, x); /* (what was logged is the earlier staging's) */
     x->fd = j->fd;
     x->gone = 0;
     x->uhash = uhash_of(url, x->kind);
