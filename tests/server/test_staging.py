@@ -624,7 +624,9 @@ def test_stage_bytes_0_is_half_the_window(start, server_binary, tmp_path):
         feed = start(*args, "--data-plane", "stream")
         srv = start(*args, "--data-plane", "auto", "--stage-bytes", "0",
                     "--window-bytes", "64MiB")
-        assert "event=deprecated_setting name=stage-bytes value=0" in srv.log(), tag()
+        # (the log is the server's stderr: read whole once the line is there)
+        needle = "event=deprecated_setting name=stage-bytes value=0"
+        assert needle in srv.wait_log(needle), tag()
         want = read_world(feed, 0, 2)
         got = read_world(srv, 0, 2)
         for r in range(2):
@@ -652,7 +654,8 @@ def test_stage_indexed_false_is_ignored(start, server_binary, tmp_path):
                 "--shuffle-buffer", "20") + COMMON
         feed = start(*args, "--data-plane", "stream")
         srv = start(*args, "--data-plane", "auto", "--stage-indexed", "false")
-        assert "event=deprecated_setting name=stage-indexed" in srv.log(), tag()
+        needle = "event=deprecated_setting name=stage-indexed"
+        assert needle in srv.wait_log(needle), tag()
         for epoch in (0, 1):
             want = read_world(feed, epoch, 2)
             before = fetched_from_nginx(ng, "x")
