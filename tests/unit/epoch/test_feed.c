@@ -180,8 +180,10 @@ static void test_resume(void)
 {
     /* The lag grace is far above any pause a loaded machine makes: the
      * checks below look at a state the detached place holds for its
-     * rejoin grace, and a slide by the lag policy would end that hold. */
-    sio_feed_config fc = {.window_samples = 16, .join_timeout_ms = 1,
+     * rejoin grace, and a slide by the lag policy would end that hold.
+     * So is the join grace: rank 1's thread may start late, and a rank
+     * not waited for lets the window go on without it. */
+    sio_feed_config fc = {.window_samples = 16, .join_timeout_ms = 600000,
                           .rejoin_grace_ms = 600000, .lag_grace_ms = 600000};
     sio_feed *f = NULL;
     static job a, b, late, el;
