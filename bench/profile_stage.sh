@@ -2,8 +2,9 @@
 # profile_stage.sh SHAPE W [OUT] — where a server's time goes when it stages
 # remote shards: nginx on 127.0.0.1 serves the bench dataset SHAPE
 # (build/bench-data/datasets/SHAPE), a shardcastd reads it as a brace
-# pattern over http with no shard cache and --stage-bytes 1GiB --stage-indexed true (every epoch
-# planned, each shard fetched once into memory), and `perf record -g`
+# pattern over http with no shard cache and --stage-bytes $STAGE_BYTES
+# (1GiB unless set: every epoch planned, each shard fetched once into
+# memory; below the dataset, shards are thinned), and `perf record -g`
 # follows the server while `shardcast bench -n W` reads epochs 0-3. Prints
 # each epoch's throughput and the server's CPU ticks, and writes OUT
 # (default perf-stage-SHAPE.data) for `perf report`.
@@ -40,7 +41,7 @@ NAME=$(ls "$DS" | grep '\.tar$' | head -1 | sed 's/-[0-9]*\.tar$//')
 SRC="http://127.0.0.1:$NPORT/$NAME-{000000..$(printf %06d $((N - 1)))}.tar"
 sleep 0.5
 "$BUILD/shardcastd" --listen 127.0.0.1 --port 0 --job j --source "$SRC" \
-  --stage-bytes 1GiB --stage-indexed true --shuffle-buffer 1000 >"$SD/out" 2>"$SD/err" &
+  --stage-bytes "${STAGE_BYTES:-1GiB}" --shuffle-buffer 1000 >"$SD/out" 2>"$SD/err" &
 PID=$!
 for _ in $(seq 100); do grep -q listening "$SD/out" 2>/dev/null && break; sleep 0.1; done
 URL="http://$(grep -o 'listening=[^ ]*' "$SD/out" | cut -d= -f2)"
