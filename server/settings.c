@@ -1565,17 +1565,22 @@ void sc_settings_free(sc_config *cfg)
     memset(cfg, 0, sizeof *cfg);
 }
 
+/* A byte setting (v), or when it is 0 a share of the feed window: one
+ * div-th of it, at least floor. */
+static uint64_t or_window_share(const sc_config *cfg, uint64_t v,
+                                unsigned div, uint64_t floor)
+{
+    if (v)
+        return v;
+    v = cfg->window_bytes / div;
+    return v < floor ? floor : v;
+}
+
 uint64_t sc_config_sample_max(const sc_config *cfg)
 {
     /* Default: an eighth of the feed window, so one sample never takes
      * the window alone; at least 1 MiB. */
-    uint64_t m = cfg->max_sample_bytes;
-    if (!m) {
-        m = cfg->window_bytes / 8;
-        if (m < (1u << 20))
-            m = 1u << 20;
-    }
-    return m;
+    return or_window_share(cfg, cfg->max_sample_bytes, 8, 1u << 20);
 }
 
 uint64_t sc_config_stage_bytes(const sc_config *cfg)
@@ -1583,13 +1588,7 @@ uint64_t sc_config_stage_bytes(const sc_config *cfg)
     /* --stage-bytes 0 (deprecated) once kept staging off, so that such
      * epochs were the feed's: it stands for half the feed's window now
      * (their memory was the window's), at least 16 MiB. */
-    uint64_t b = cfg->stage_bytes;
-    if (!b) {
-        b = cfg->window_bytes / 2;
-        if (b < (16u << 20))
-            b = 16u << 20;
-    }
-    return b;
+    return or_window_share(cfg, cfg->stage_bytes, 2, 16u << 20);
 }
 
 uint64_t sc_config_field_max(const sc_config *cfg)

@@ -134,7 +134,6 @@ typedef struct stage_shard {
      * of it is still read: the samples still in the order's buffer, and
      * items decided but not read yet. It is then partial (cover: the
      * lowest Y index it holds, cover_to UINT64_MAX). */
-    uint8_t thinnable; /* items of it were logged for thinning */
     uint8_t nothin;    /* never again: items of it were fetched back in
                           (a reader behind the cut), or its log is full */
     uint8_t punching;  /* holes being punched now (pinned meanwhile) */
@@ -158,7 +157,7 @@ typedef struct stage_shard {
     size_t lscan;      /* items before it are behind every counting rank
                           (not in wait) */
     stage_dead *dead;  /* passed runs, sorted by offset, disjoint */
-    size_t ndead, capdead;
+    size_t ndead;
 } stage_shard;
 
 /* A consumer rank of a world the plan's readers use: where it reads,

@@ -1668,9 +1668,9 @@ static void thin_reset(plan_stage *st, stage_shard *x)
     x->log = NULL;
     x->dead = NULL;
     x->nlog = x->caplog = x->lpos = x->pscan = x->lscan = 0;
-    x->ndead = x->capdead = 0;
+    x->ndead = 0;
     x->thin = x->pend = x->wait = 0;
-    x->nothin = x->thinnable = 0;
+    x->nothin = 0;
     atomic_store(&x->cut, 0);
 }
 
@@ -1893,7 +1893,6 @@ static void thin_log(plan_stage *st, stage_shard *x, uint32_t s, uint64_t y,
     }
     uint64_t len = b == UINT64_MAX ? 0 : b - a;
     x->log[x->nlog++] = (stage_piece){y, a, b, len};
-    x->thinnable = 1;
     x->wait += len;
     if (!x->queued_thin) {
         if (st->nthinq == st->capthinq) {
@@ -2016,7 +2015,6 @@ static int thin_take(stage_shard *x, uint64_t c)
     free(all);
     free(x->dead);
     x->dead = tmp;
-    x->ndead = x->capdead = n;
     x->ndead = m;
     x->lpos = k;
     return 0;
@@ -2133,19 +2131,12 @@ static void thin_pass(sio_plan *p)
         if (thin_take(x, cut) != 0)
             continue;
         /* Whole pages inside passed runs not given back yet. */
-        size_t nr = 0;
-        for (size_t i = 0; i < x->ndead; i++) {
-            uint64_t pa = (x->dead[i].a + THIN_PAGE - 1) & ~(uint64_t)(THIN_PAGE - 1);
-            uint64_t pb = x->dead[i].b & ~(uint64_t)(THIN_PAGE - 1);
-            if (pb > pa && pb - pa > x->dead[i].punched)
-                nr++;
-        }
         x->pend = 0;
-        stage_range *rg = nr ? malloc(nr * sizeof *rg) : NULL;
+        stage_range *rg = x->ndead ? malloc(x->ndead * sizeof *rg) : NULL;
         if (!rg)
             continue;
         uint64_t freed = 0;
-        nr = 0;
+        size_t nr = 0;
         for (size_t i = 0; i < x->ndead; i++) {
             stage_dead *d = &x->dead[i];
             uint64_t pa = (d->a + THIN_PAGE - 1) & ~(uint64_t)(THIN_PAGE - 1);
@@ -2155,6 +2146,10 @@ static void thin_pass(sio_plan *p)
                 freed += pb - pa - d->punched;
                 d->punched = pb - pa;
             }
+        }
+        if (!nr) {
+            free(rg);
+            continue;
         }
         x->pins++;
         x->punching = 1;
