@@ -2925,14 +2925,23 @@ static sio_code grow_once(sio_plan *p, sio_error *err)
         rc = prepare_shard(p, s, err);
         fresh++;
     }
+    /* Readers behind the furthest hold more than the budget (within the
+     * shards the order reads now, which no new shard's room looked at):
+     * the order waits for them, parked as for room, and the lag rules
+     * detach them. */
+    int readers_hold = rc == SIO_OK && p->stage && !stage_readers_room(p);
+    if (readers_hold)
+        blocked = 1;
     if (rc == SIO_OK) {
         size_t got = 0;
-        rc = order_run(p, &got, err);
+        rc = readers_hold ? SIO_ERR_AGAIN : order_run(p, &got, err);
         /* The order may move on with no item made (its buffer filling):
          * a shard it opened since is made ready in the next round. */
-        if (rc == SIO_ERR_AGAIN && got == 0 && fresh + deferred == 0 && slot_unready(p))
+        if (rc == SIO_ERR_AGAIN && got == 0 && fresh + deferred == 0 &&
+            slot_unready(p) && !readers_hold)
             rc = SIO_OK;
-        if (rc == SIO_ERR_AGAIN && got == 0 && fresh + deferred == 0 && stage_jobs(p)) {
+        if (rc == SIO_ERR_AGAIN && got == 0 && fresh + deferred == 0 &&
+            stage_jobs(p) && !readers_hold) {
             /* The order waits for shards still arriving: for their next
              * groups, a while (then the planner's other work goes, and
              * this step is queued again). */

@@ -143,6 +143,9 @@ typedef struct stage_shard {
     uint64_t tvhash;   /* the object's validator when its fetch opened
                           (a shard thinned while fetched: its items are
                           fetched back held to it) */
+    uint64_t tsize;    /* (fetching) the object's size the store told (a
+                          plain tar's: its ranges fetched back are held
+                          to it; 0: not told) */
     uint8_t queued_thin; /* in the plan_stage's thin list */
     _Atomic uint64_t cut; /* (thinned) items at Y below it may be holes:
                              a reader checks it before reading, without
@@ -459,17 +462,20 @@ uint64_t stage_spare_bytes(void);
  * STAGE_RETRY_MAX_MS, as the feed retries a shard's read; then the shard
  * fails (journaled where it stopped). */
 #define STAGE_RESUMES 2u
-/* While more than the budget is staged, a step's fetch of a plain tar
- * runs at most its ahead bytes past where the order reads the shard (the
+/* While more than the budget is staged, a step's fetch of a shard (a
+ * plain tar, a compressed tar decompressed, a zip made a tar) runs at most its ahead bytes past where the order reads the shard (the
  * budget over twice the interleave's slots, within STAGE_AHEAD_MIN and
  * STAGE_AHEAD), and lets in to the order its groups up to half that past
  * there (so the order asks again, stage_taken, before the fetch holds):
  * a shard the order reads holds that much of bytes not taken yet,
  * whatever its size. A fetch held longer than STAGE_HOLD_CLOSE_MS lets
- * its connection go and opens the object again where it stopped. */
+ * its connection go and opens the object again where it stopped; a
+ * decompressed or zip source, which can only be made again from the
+ * object's start, keeps its connection for STAGE_HOLD_CLOSE_MADE_MS. */
 #define STAGE_AHEAD (16u << 20)
 #define STAGE_AHEAD_MIN (1u << 20)
 #define STAGE_HOLD_CLOSE_MS 2000u
+#define STAGE_HOLD_CLOSE_MADE_MS 30000u
 #define STAGE_RETRIES 24u
 #define STAGE_RETRY_BASE_MS 500u
 #define STAGE_RETRY_MAX_MS 30000u
@@ -511,6 +517,12 @@ void stage_end(sio_plan *p, uint32_t s, uint64_t items);
  * staged waits for readers). Detaches ranks by the lag rules when they
  * hold the room. */
 int stage_room(sio_plan *p, uint64_t size, int slot);
+/* May the order decide more items now? Not while more than the budget is
+ * staged and the items decided that a counting rank has still to read
+ * (and shards done that wait for readers) hold more than the budget: the
+ * readers behind the furthest are waited for, and detached by the lag
+ * rules, as stage_room does for a new shard. */
+int stage_readers_room(sio_plan *p);
 /* Item y of shard s, bytes [a, b) of it (b UINT64_MAX: to its end), was
  * decided (the builder, no lock held). */
 void stage_item(sio_plan *p, uint32_t s, uint64_t y, uint64_t a, uint64_t b);

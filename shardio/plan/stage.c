@@ -383,8 +383,8 @@ struct stage_job {
      * the object the plan was made from (want_size, want_v), its byte
      * ranges rg[0..nr) (a whole shard: one range, [0, want_size)), which
      * hold its items at Y >= from. restage 2: the object's own bytes
-     * (ranged_run); 1: a compressed shard decompressed whole
-     * (restage_run). extend: into the memfd the shard has (pinned for
+     * (ranged_run); 1: a compressed shard or a zip made again from its
+     * start, the bytes of its ranges kept (restage_run). extend: into the memfd the shard has (pinned for
      * the job), else into a new one. want_mem: the room reserved. */
     int restage;
     uint64_t want_size, want_v;
@@ -411,6 +411,18 @@ static void jobs_free(plan_stage *st)
         free(j->url);
         free(j);
     }
+}
+
+/* The object's size the store told (0: none). */
+static uint64_t src_size(stage_src *s)
+{
+    sio_objinfo oi;
+    if (!s->in || !s->in->ops->info)
+        return 0;
+    memset(&oi, 0, sizeof oi);
+    oi.size = UINT64_MAX;
+    s->in->ops->info(s->in, &oi);
+    return oi.size == UINT64_MAX ? 0 : oi.size;
 }
 
 static uint64_t src_validator(stage_src *s)
@@ -798,10 +810,18 @@ static void job_publish(struct stage_job *j)
         jobs_moved(j->p);
 }
 
-/* A plain tar's fetch holds while more than the budget is staged and it
- * is its ahead bytes or more past where the order reads the shard; held long,
- * its connection goes and the object is opened again where it stopped.
- * SIO_OK to read on, else a failure (e). */
+/* What job j's source makes of the object. */
+static int job_mode(const struct stage_job *j)
+{
+    return j->dec ? SRC_DEC : j->zip ? SRC_ZIP : SRC_RAW;
+}
+
+/* A fetch holds while more than the budget is staged and it is its ahead
+ * bytes or more past where the order reads the shard; held long, its
+ * connection goes and the object is opened again where it stopped (a
+ * decompressed or zip source: made again from the object's start, so
+ * only after STAGE_HOLD_CLOSE_MADE_MS). SIO_OK to read on, else a
+ * failure (e). */
 static sio_code job_hold(struct stage_job *j, sio_error *e)
 {
     sio_plan *p = j->p;
@@ -818,7 +838,9 @@ static sio_code job_hold(struct stage_job *j, sio_error *e)
         uint64_t now = sio_now_ms();
         if (!t0)
             t0 = now;
-        if (now - t0 >= STAGE_HOLD_CLOSE_MS && j->src.in) {
+        if (now - t0 >= (job_mode(j) == SRC_RAW ? STAGE_HOLD_CLOSE_MS
+                                                : STAGE_HOLD_CLOSE_MADE_MS) &&
+            j->src.in && !j->src.zsh) {
             j->src.in->ops->close(j->src.in);
             j->src.in = NULL;
         }
@@ -836,7 +858,7 @@ static sio_code job_hold(struct stage_job *j, sio_error *e)
     }
     if (!j->src.in && !j->ended)
         return src_resume(&j->src, j->io, j->url, job_cap(j), &j->limits,
-                          j->buf, j->avail, j->vfirst, SRC_RAW, e);
+                          j->buf, j->avail, j->vfirst, job_mode(j), e);
     return SIO_OK;
 }
 
@@ -894,9 +916,7 @@ static sio_code job_wait(void *ud, uint64_t want, uint64_t *avail,
             }
             j->resumes++;
             rc = src_resume(&j->src, j->io, j->url, job_cap(j), &j->limits,
-                            j->buf, j->avail, j->vfirst,
-                            j->dec ? SRC_DEC : j->zip ? SRC_ZIP : SRC_RAW,
-                            &e);
+                            j->buf, j->avail, j->vfirst, job_mode(j), &e);
             resumed = rc == SIO_OK;
         }
         if (resumed)
@@ -920,6 +940,8 @@ static sio_code job_wait(void *ud, uint64_t want, uint64_t *avail,
         st->sh[j->s].have = j->avail;
         if (!st->sh[j->s].tvhash) /* (known once the store answered) */
             st->sh[j->s].tvhash = src_validator(&j->src);
+        if (!st->sh[j->s].tsize && !j->dec && !j->zip)
+            st->sh[j->s].tsize = src_size(&j->src);
         if (st->bytes > st->peak)
             st->peak = st->bytes;
         press_note(st);
@@ -964,8 +986,7 @@ static void job_run(struct stage_job *j, unsigned char *buf)
     sio_code brc = SIO_OK;
     j->buf = buf;
     sio_code rc = buf ? src_open(&j->src, io, j->url, job_cap(j),
-                                 j->dec ? SRC_DEC : j->zip ? SRC_ZIP : SRC_RAW,
-                                 &j->limits, &e2)
+                                 job_mode(j), &j->limits, &e2)
                       : sio_seterr(&e2, SIO_ERR_NOMEM, "out of memory");
     /* Its first request failing as may pass: asked again as a resume
      * would be (job_wait), with the same count and backoff. */
@@ -978,8 +999,7 @@ static void job_run(struct stage_job *j, unsigned char *buf)
         }
         j->resumes++;
         src_close(&j->src, 0);
-        rc = src_open(&j->src, io, j->url, job_cap(j),
-                      j->dec ? SRC_DEC : j->zip ? SRC_ZIP : SRC_RAW,
+        rc = src_open(&j->src, io, j->url, job_cap(j), job_mode(j),
                       &j->limits, &e2);
     }
     if (rc) {
@@ -1259,9 +1279,10 @@ static void restage_settle(struct stage_job *j, uint64_t mem, sio_code rc,
         int whole = restage_whole(j);
         if (j->adopt && !x->vhash)
             x->vhash = j->want_v; /* the object read: later ranges too */
+        uint64_t lim = x->fetching ? x->have : x->size;
         uint64_t now = j->extend ? x->mem + mem : mem;
-        if (now > x->size || whole)
-            now = x->size;
+        if (now > lim || (whole && !x->fetching))
+            now = lim;
         if (!j->extend) {
             /* Behind every counting rank (a reader behind the others):
              * let go once its readers let go of it. Else (a shard left
@@ -1272,7 +1293,15 @@ static void restage_settle(struct stage_job *j, uint64_t mem, sio_code rc,
             x->taken = 0; /* for the reader that waits for it */
             x->mem = 0;
         }
-        st->restage_bytes += now - x->mem;
+        /* Fetched back into a shard the steps staged (thinned): its own
+         * bytes again, the steps' share, not the room for readers behind
+         * (which its reader, who alone lets it go by reading on, could
+         * otherwise hold so that the next shard it needs is refused
+         * for good). */
+        if (j->extend && !x->restaged)
+            st->step_bytes += now - x->mem;
+        else
+            st->restage_bytes += now - x->mem;
         st->bytes += now - x->mem;
         x->mem = now;
         /* Ranges hold the items decided when they were asked for, never
@@ -1432,39 +1461,91 @@ static void ranged_run(struct stage_job *j, unsigned char *buf)
     restage_end(j);
 }
 
-/* Run restage job j of a compressed shard with buf (STAGE_READ bytes):
- * the shard decompressed whole into its memfd, then the readers that
- * wait for it are woken. The job is its own (on no list), freed here. */
+/* Run restage job j of a compressed shard or a zip with buf (STAGE_READ
+ * bytes): the object made again from its start (decompressed, or the
+ * tar of its samples), the bytes of its ranges written at their place
+ * in the memfd (the whole shard: all of them), and no further than the
+ * last range's end; then the readers that wait for it are woken. A
+ * failure that may pass makes it again from the start to where it
+ * stopped (src_restart), STAGE_RESUMES times. The object must be the
+ * one the plan was made from: its validator when it answers, its size
+ * when read whole. The job is its own (on no list), freed here. */
 static void restage_run(struct stage_job *j, unsigned char *buf)
 {
     sio_error e = {SIO_OK, ""};
-    uint64_t cap = j->guess ? j->p->stage->budget : j->want_size;
-    sio_code rc = buf ? src_open(&j->src, j->io, j->url, cap,
-                                 j->dec ? SRC_DEC : j->zip ? SRC_ZIP : SRC_RAW,
+    int whole = restage_whole(j);
+    uint64_t cap = j->guess ? j->p->stage->budget
+                   : whole  ? j->want_size
+                            : UINT64_MAX; /* (made to end at most) */
+    uint64_t end = whole ? UINT64_MAX : j->rg[j->nr - 1].b;
+    uint64_t pos = 0, mem = 0; /* made so far; written */
+    unsigned tries = 0;
+    size_t ri = 0;
+    sio_code rc = buf ? src_open(&j->src, j->io, j->url, cap, job_mode(j),
                                  &j->p->stage->limits, &e)
                       : sio_seterr(&e, SIO_ERR_NOMEM, "out of memory");
-    while (rc == SIO_OK) {
+    if (rc == SIO_OK && j->want_v && j->src.vopen &&
+        j->src.vopen != j->want_v)
+        rc = sio_seterr(&e, SIO_ERR_CHANGED, "the object is not the one "
+                        "the epoch's plan was made from (another "
+                        "validator)");
+    /* A new memfd (a spare: another shard's pages) that takes only some
+     * ranges: the rest reads as zeros, never as another shard. */
+    if (rc == SIO_OK && !j->extend && !whole &&
+        (ftruncate(j->fd, 0) != 0 ||
+         ftruncate(j->fd, (off_t)j->want_size) != 0))
+        rc = sio_seterr(&e, SIO_ERR_NOMEM, "cannot stage a shard in "
+                        "memory: ftruncate: %s", strerror(errno));
+    while (rc == SIO_OK && pos < end) {
         size_t got = 0;
         const unsigned char *data = buf;
         rc = src_read(&j->src, buf, &data, &got, &e);
+        if ((rc == SIO_ERR_IO || rc == SIO_ERR_RETRY) &&
+            tries < STAGE_RESUMES) {
+            tries++;
+            rc = src_restart(&j->src, j->io, j->url, cap,
+                             &j->p->stage->limits, buf, pos,
+                             j->want_v ? j->want_v : j->src.vopen,
+                             job_mode(j), &e);
+            continue;
+        }
         if (rc || got == 0)
             break;
-        rc = write_all(j->fd, data, got, -1, &e);
+        if (whole) {
+            rc = write_all(j->fd, data, got, (int64_t)pos, &e);
+            mem += got;
+        }
+        /* (the ranges are sorted and apart) */
+        while (!whole && ri < j->nr && j->rg[ri].b <= pos)
+            ri++;
+        for (size_t k = ri; !whole && rc == SIO_OK && k < j->nr &&
+                            j->rg[k].a < pos + got;
+             k++) {
+            uint64_t a = j->rg[k].a > pos ? j->rg[k].a : pos;
+            uint64_t b = j->rg[k].b < pos + got ? j->rg[k].b : pos + got;
+            rc = write_all(j->fd, data + (a - pos), (size_t)(b - a),
+                           (int64_t)a, &e);
+            mem += b - a;
+        }
+        pos += got;
     }
-    uint64_t size = buf ? j->src.got : 0;
-    uint64_t vh = buf ? src_close(&j->src, rc == SIO_OK) : 0;
-    if (rc == SIO_OK && ftruncate(j->fd, (off_t)size) != 0)
+    uint64_t vh = buf ? src_close(&j->src, whole && rc == SIO_OK) : 0;
+    if (rc == SIO_OK && !whole && pos < end)
+        rc = sio_seterr(&e, SIO_ERR_CHANGED, "the object is not the one "
+                        "the epoch's plan was made from (it ended at "
+                        "%" PRIu64 " bytes made)", pos);
+    if (rc == SIO_OK && whole && ftruncate(j->fd, (off_t)pos) != 0)
         rc = sio_seterr(&e, SIO_ERR_NOMEM, "cannot stage a shard in "
                         "memory: ftruncate: %s", strerror(errno));
-    if (rc == SIO_OK &&
-        ((!j->guess && size != j->want_size) ||
+    if (rc == SIO_OK && whole &&
+        ((!j->guess && pos != j->want_size) ||
          (j->want_v && vh && vh != j->want_v)))
         rc = sio_seterr(&e, SIO_ERR_CHANGED,
                         "the object is not the one the epoch's plan was "
-                        "made from (%" PRIu64 " bytes, %s validator)", size,
+                        "made from (%" PRIu64 " bytes, %s validator)", pos,
                         j->want_v && vh && vh != j->want_v ? "another"
                                                            : "the same");
-    restage_settle(j, size, rc, &e);
+    restage_settle(j, mem, rc, &e);
     restage_end(j);
 }
 
@@ -1552,12 +1633,11 @@ sio_code stage_job_start(sio_plan *p, uint32_t s, sio_index_entry *e,
     j->e = e;
     j->dec = st->sh[s].kind == STAGE_DECOMPRESS;
     j->zip = st->sh[s].kind == STAGE_ZIP;
-    /* A plain tar of a store (not an object set's tar, which is made
-     * object by object), in an epoch whose shards are thinned: fetched
-     * its ahead bytes past the order while more than the budget is
-     * staged. */
-    j->flow = !j->dec && !j->zip && st->thin_on &&
-              sio_backend_for(url) != &sio_backend_objset;
+    /* A shard of a store (not an object set's tar, which is made object
+     * by object), as it is, decompressed or a zip's tar, in an epoch
+     * whose shards are thinned: fetched its ahead bytes past the order
+     * while more than the budget is staged. */
+    j->flow = st->thin_on && sio_backend_for(url) != &sio_backend_objset;
     uint64_t slots = st->slots ? st->slots : 1;
     j->ahead = st->budget / (2 * slots);
     j->ahead = j->ahead < STAGE_AHEAD_MIN ? STAGE_AHEAD_MIN
@@ -1583,6 +1663,7 @@ sio_code stage_job_start(sio_plan *p, uint32_t s, sio_index_entry *e,
     x->fetching = 1;
     x->have = 0;
     x->tvhash = 0;
+    x->tsize = 0;
     x->left = x->decided = 0;
     x->sized = x->final = x->doomed = x->swept = x->adopt = 0;
     st->staged++;
@@ -1680,10 +1761,11 @@ static void let_go(plan_stage *st, stage_shard *x, int *closing)
 {
     /* A shard the steps staged holds its size less what thinning gave
      * back, and what was fetched back into it for a reader behind its cut
-     * (x->mem, counted as fetched again). */
-    uint64_t own = x->restaged ? 0 : x->size > x->thin ? x->size - x->thin
-                                                       : 0;
-    uint64_t held = x->restaged ? x->mem : own + x->mem;
+     * (x->mem): the steps' share. One fetched again: x->mem, the room
+     * for readers behind. */
+    uint64_t held = x->restaged ? x->mem
+                    : (x->size > x->thin ? x->size - x->thin : 0) + x->mem;
+    uint64_t own = x->restaged ? 0 : held;
     *closing = x->fd;
     /* A partial memfd is kept for its pages, never taken back whole. */
     if (x->fd >= 0 &&
@@ -1697,9 +1779,11 @@ static void let_go(plan_stage *st, stage_shard *x, int *closing)
     x->cover = x->cover_to = 0;
     x->gone = 1;
     st->bytes -= held <= st->bytes ? held : st->bytes;
-    st->restage_bytes -= x->mem <= st->restage_bytes ? x->mem
-                                                     : st->restage_bytes;
-    if (!x->restaged)
+    if (x->restaged)
+        st->restage_bytes -= x->mem <= st->restage_bytes
+                                 ? x->mem
+                                 : st->restage_bytes;
+    else
         st->step_bytes -= own <= st->step_bytes ? own : st->step_bytes;
     x->restaged = 0;
     x->mem = 0;
@@ -1839,7 +1923,9 @@ void stage_end(sio_plan *p, uint32_t s, uint64_t items)
  * long ago. So the pages of its items that every reader passed are
  * given back while the rest is read (fallocate PUNCH_HOLE: what a reader
  * reads is never moved, and a reader behind has those items fetched
- * back into the same memfd by their byte ranges, stage_take).
+ * back into the same memfd by their byte ranges, stage_take; a
+ * compressed shard or a zip's, made again from the object's start with
+ * the bytes of those ranges kept, restage_run).
  *
  * Which items no reader reads any more: those at Y below both the
  * lowest counting rank (low_of: ranks expected, or away within the
@@ -1927,7 +2013,7 @@ void stage_item(sio_plan *p, uint32_t s, uint64_t y, uint64_t a, uint64_t b)
     } else if (x->sized) {
         x->nothin = 1; /* drawn again: never thinned */
     }
-    if (st->thin_on && x->kind == STAGE_MEMORY && !x->held &&
+    if (st->thin_on && x->kind != STAGE_IN_PLACE && !x->held &&
         !x->restaged && !x->nothin && x->fd >= 0 && a < b)
         thin_log(st, x, s, y, a, b);
     pthread_mutex_unlock(&p->mu);
@@ -2232,6 +2318,57 @@ static uint64_t done_bytes(const plan_stage *st)
     return done;
 }
 
+/* Readers hold more than the room (mu held): ranks far behind the
+ * furthest are detached at once (--lag-samples), else the slowest once
+ * the lag grace is spent (and ranks that never came), of whichever
+ * world; what they held is swept into closing (*nc of cap). */
+static void lag_rules(sio_plan *p, int *closing, size_t *nc, size_t cap)
+{
+    plan_stage *st = p->stage;
+    uint64_t now = sio_now_ms();
+    if (!st->blocked_ms)
+        st->blocked_ms = now;
+    /* A rank whose share is read (t UINT64_MAX) holds nothing and is no
+     * measure. */
+    uint64_t far = 0;
+    for (unsigned wi = 0; wi < st->nw; wi++)
+        for (uint32_t r = 0; r < st->w[wi].world; r++) {
+            const stage_rank *k = &st->w[wi].rank[r];
+            if (k->joined && !k->detached && k->t != UINT64_MAX &&
+                k->t > far)
+                far = k->t;
+        }
+    int moved = 0;
+    if (st->lag_samples && far > st->lag_samples)
+        for (unsigned wi = 0; wi < st->nw; wi++)
+            for (uint32_t r = 0; r < st->w[wi].world; r++) {
+                stage_rank *k = &st->w[wi].rank[r];
+                if (k->joined && !k->detached &&
+                    k->t < far - st->lag_samples) {
+                    k->detached = 1;
+                    st->detaches++;
+                    moved = 1;
+                }
+            }
+    if (!moved && now - st->blocked_ms >= st->lag_grace_ms) {
+        stage_rank *slow = NULL;
+        for (unsigned wi = 0; wi < st->nw; wi++) {
+            st->w[wi].join_deadline_ms = 0;
+            for (uint32_t r = 0; r < st->w[wi].world; r++) {
+                stage_rank *k = &st->w[wi].rank[r];
+                if (k->joined && !k->detached && (!slow || k->t < slow->t))
+                    slow = k;
+            }
+        }
+        if (slow && slow->t < far) {
+            slow->detached = 1;
+            st->detaches++;
+        }
+        st->blocked_ms = now; /* the next one after another grace */
+    }
+    *nc += sweep(p, closing + *nc, cap - *nc);
+}
+
 int stage_room(sio_plan *p, uint64_t size, int slot)
 {
     plan_stage *st = p->stage;
@@ -2253,52 +2390,32 @@ int stage_room(sio_plan *p, uint64_t size, int slot)
     if (!ok && slot && done_bytes(st) <= st->budget)
         ok = 1;
     if (!ok && !st->lag_wait && st->nw) {
-        uint64_t now = sio_now_ms();
-        if (!st->blocked_ms)
-            st->blocked_ms = now;
-        /* Who holds the room: ranks far behind the furthest at once,
-         * else the slowest once the grace is spent (and ranks that
-         * never came), of whichever world. A rank whose share is read
-         * (t UINT64_MAX) holds nothing and is no measure. */
-        uint64_t far = 0;
-        for (unsigned wi = 0; wi < st->nw; wi++)
-            for (uint32_t r = 0; r < st->w[wi].world; r++) {
-                const stage_rank *k = &st->w[wi].rank[r];
-                if (k->joined && !k->detached && k->t != UINT64_MAX &&
-                    k->t > far)
-                    far = k->t;
-            }
-        int moved = 0;
-        if (st->lag_samples && far > st->lag_samples)
-            for (unsigned wi = 0; wi < st->nw; wi++)
-                for (uint32_t r = 0; r < st->w[wi].world; r++) {
-                    stage_rank *k = &st->w[wi].rank[r];
-                    if (k->joined && !k->detached &&
-                        k->t < far - st->lag_samples) {
-                        k->detached = 1;
-                        st->detaches++;
-                        moved = 1;
-                    }
-                }
-        if (!moved && now - st->blocked_ms >= st->lag_grace_ms) {
-            stage_rank *slow = NULL;
-            for (unsigned wi = 0; wi < st->nw; wi++) {
-                st->w[wi].join_deadline_ms = 0;
-                for (uint32_t r = 0; r < st->w[wi].world; r++) {
-                    stage_rank *k = &st->w[wi].rank[r];
-                    if (k->joined && !k->detached &&
-                        (!slow || k->t < slow->t))
-                        slow = k;
-                }
-            }
-            if (slow && slow->t < far) {
-                slow->detached = 1;
-                st->detaches++;
-            }
-            st->blocked_ms = now; /* the next one after another grace */
-        }
-        nc += sweep(p, closing + nc, 64 - nc);
+        lag_rules(p, closing, &nc, 64);
         ok = has_room(st, need);
+    }
+    if (ok)
+        st->blocked_ms = 0;
+    else if (!st->blocked_ms)
+        st->blocked_ms = sio_now_ms();
+    pthread_mutex_unlock(&p->mu);
+    close_all(p, closing, nc);
+    return ok;
+}
+
+int stage_readers_room(sio_plan *p)
+{
+    plan_stage *st = p->stage;
+    int closing[64];
+    size_t nc;
+    if (!st || !st->budget || !atomic_load(&st->pressed))
+        return 1;
+    thin_pass(p);
+    pthread_mutex_lock(&p->mu);
+    nc = sweep(p, closing, 64);
+    int ok = !atomic_load(&st->pressed) || done_bytes(st) <= st->budget;
+    if (!ok && !st->lag_wait && st->nw) {
+        lag_rules(p, closing, &nc, 64);
+        ok = !atomic_load(&st->pressed) || done_bytes(st) <= st->budget;
     }
     if (ok)
         st->blocked_ms = 0;
@@ -2381,12 +2498,20 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
         pthread_mutex_unlock(&p->mu);
         return SIO_ERR_CHANGED;
     }
+    /* A shard thinned while its step still fetches it has the items
+     * behind its cut fetched back in at once (the fetch may hold until
+     * the order moves on, which this reader may be the one to move),
+     * held to the validator and size of the fetch's first answer. */
+    int fetching = x->fetching && x->fd >= 0;
+    uint64_t size_now = fetching ? x->have : x->size;
     if (!x->queued && x->fd >= 0 &&
-        (x->punching || (x->fetching && x->partial && t < x->cover))) {
+        (x->punching ||
+         (fetching && x->partial && t < x->cover &&
+          (!x->tvhash || (x->kind == STAGE_MEMORY && !x->tsize))))) {
         /* Its holes are being punched: items fetched back in now could
          * be punched again; or it is thinned while its step still fetches
-         * it (its size is known at the end): woken when the pass, or the
-         * fetch, ends. */
+         * it and the store told no validator or size to hold its ranges
+         * to: woken when the pass, or the fetch, ends. */
         st->thin_waiters = 1;
         plan_link_waiter(p, w);
         pthread_mutex_unlock(&p->mu);
@@ -2460,7 +2585,8 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
          * (in place when extending a partial one; decompressed for a
          * compressed one). */
         stage_range rg = {0, x->size}, part[RANGED_MAX];
-        uint64_t need = x->size - (extend ? x->mem : 0), rb = 0, from = 0;
+        uint64_t need = x->size - (extend && x->mem <= x->size ? x->mem : 0),
+                 rb = 0, from = 0;
         size_t nr = 0;
         /* A partial memfd is extended with the items before its cover
          * (a reader behind it: all of them up to the cover), or with the
@@ -2482,12 +2608,20 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
             uint64_t at = t > lo ? t : lo;
             if (!back && !fits && hi >= at && hi - at >= span)
                 end = at + span - 1;
-            nr = hi >= lo ? ranged_of(p, s, lo, end, x->size,
+            nr = hi >= lo ? ranged_of(p, s, lo, end, size_now,
                                       back || fits ? UINT64_MAX : cap, part,
                                       &rb, &upto)
                           : 0;
             if (nr && (back || fits) && upto < hi)
                 nr = 0; /* the cover, or the rest, is not met: whole */
+            /* (still fetched: what it has so far, which holds every item
+             * decided of it) */
+            if (!nr && fetching) {
+                part[0] = (stage_range){0, x->have};
+                nr = x->have ? 1 : 0;
+                rb = x->have;
+                upto = hi;
+            }
             /* (ranges that are most of it: the whole shard, one
              * request; a shard's items from t on are mostly one run of
              * its bytes, its tail, which ranged_of joins) */
@@ -2574,7 +2708,11 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
             .zip = x->kind == STAGE_ZIP,
             .restage = x->kind == STAGE_DECOMPRESS || x->kind == STAGE_ZIP
                            ? 1 : 2,
-            .extend = extend, .want_size = x->size, .want_v = x->vhash,
+            .extend = extend,
+            .want_size = !fetching                 ? x->size
+                         : x->kind == STAGE_MEMORY ? x->tsize
+                                                   : 0,
+            .want_v = x->vhash ? x->vhash : fetching ? x->tvhash : 0,
             .guess = x->guess,
             .adopt = x->adopt && !x->vhash,
             .to = hi, .forward = forward,
