@@ -2369,29 +2369,37 @@ static void lag_rules(sio_plan *p, int *closing, size_t *nc, size_t cap)
     *nc += sweep(p, closing + *nc, cap - *nc);
 }
 
-int stage_room(sio_plan *p, uint64_t size, int slot)
+/* Room now (mu held)? readers 0: for a new shard of need bytes by the
+ * steps (slot: the order reads it now); 1: for the order to decide more
+ * items (stage_readers_room). A shard the order reads now, while the
+ * shards that wait only for readers to pass them stay within the budget:
+ * the rest of what is staged is what the order itself holds open (its
+ * slots and the shards of the samples in its buffer, which may be every
+ * shard of the epoch when the buffer is large), which no reader can give
+ * back; waiting for readers (and detaching them) would not make room.
+ * Readers that hold more than the budget are waited for. */
+static int room_ok(const plan_stage *st, uint64_t need, int slot,
+                   int readers)
+{
+    if (readers)
+        return !atomic_load(&st->pressed) || done_bytes(st) <= st->budget;
+    return has_room(st, need) || (slot && done_bytes(st) <= st->budget);
+}
+
+/* stage_room and stage_readers_room: what readers passed given back and
+ * swept, then the room; without it, the lag rules. */
+static int room_wait(sio_plan *p, uint64_t need, int slot, int readers)
 {
     plan_stage *st = p->stage;
     int closing[64];
     size_t nc;
-    int ok;
     thin_pass(p); /* (what readers passed: given back, no longer waiting) */
     pthread_mutex_lock(&p->mu);
     nc = sweep(p, closing, 64);
-    uint64_t need = size == UINT64_MAX ? 1 : size;
-    ok = has_room(st, need);
-    /* A shard the order reads now, while the shards that wait only for
-     * readers to pass them stay within the budget: the rest of what is
-     * staged is what the order itself holds open (its slots and the
-     * shards of the samples in its buffer, which may be every shard of
-     * the epoch when the buffer is large), which no reader can give
-     * back; waiting for readers (and detaching them) would not make
-     * room. Readers that hold more than the budget are waited for. */
-    if (!ok && slot && done_bytes(st) <= st->budget)
-        ok = 1;
+    int ok = room_ok(st, need, slot, readers);
     if (!ok && !st->lag_wait && st->nw) {
         lag_rules(p, closing, &nc, 64);
-        ok = has_room(st, need);
+        ok = room_ok(st, need, slot, readers);
     }
     if (ok)
         st->blocked_ms = 0;
@@ -2402,28 +2410,17 @@ int stage_room(sio_plan *p, uint64_t size, int slot)
     return ok;
 }
 
+int stage_room(sio_plan *p, uint64_t size, int slot)
+{
+    return room_wait(p, size == UINT64_MAX ? 1 : size, slot, 0);
+}
+
 int stage_readers_room(sio_plan *p)
 {
     plan_stage *st = p->stage;
-    int closing[64];
-    size_t nc;
     if (!st || !st->budget || !atomic_load(&st->pressed))
         return 1;
-    thin_pass(p);
-    pthread_mutex_lock(&p->mu);
-    nc = sweep(p, closing, 64);
-    int ok = !atomic_load(&st->pressed) || done_bytes(st) <= st->budget;
-    if (!ok && !st->lag_wait && st->nw) {
-        lag_rules(p, closing, &nc, 64);
-        ok = !atomic_load(&st->pressed) || done_bytes(st) <= st->budget;
-    }
-    if (ok)
-        st->blocked_ms = 0;
-    else if (!st->blocked_ms)
-        st->blocked_ms = sio_now_ms();
-    pthread_mutex_unlock(&p->mu);
-    close_all(p, closing, nc);
-    return ok;
+    return room_wait(p, 0, 0, 1);
 }
 
 /* The most bytes fetched again for readers behind (mu held): the budget,

@@ -191,6 +191,15 @@ def read_one(srv, epoch, rank, world, fmt="frames", start=None):
     return p
 
 
+def read_and_leave(srv, epoch, world, n):
+    """Rank 0 of world reads n samples of the epoch and closes its
+    connection (a client that went away)."""
+    s0 = FramesStream(srv, stream_path("t", epoch, 0, world))
+    for _ in range(n):
+        assert s0.next_sample() is not None, tag()
+    s0.conn.close()
+
+
 def read_resuming(srv, epoch, rank, world, start=0):
     """A share read as the clients read it: after a retryable error the
     stream is opened again where it stopped. (samples, retries)"""
@@ -454,11 +463,7 @@ def test_staged_shards_held_for_the_shuffle_buffer_are_thinned(start, server_bin
         # them too); rank 1 reads its share; rank 0 comes back from the
         # start of its share while the epoch's last shards are still held.
         want1 = read_world(feed, 1, 2)
-        half = len(want1[0].samples) // 2
-        s0 = FramesStream(plan, stream_path("t", 1, 0, 2))
-        for _ in range(half):
-            assert s0.next_sample() is not None, tag()
-        s0.conn.close()
+        read_and_leave(plan, 1, 2, len(want1[0].samples) // 2)
         got1 = read_one(plan, 1, 1, 2)
         assert kf(got1) == kf(want1[1]), tag()
         again, _ = read_resuming(plan, 1, 0, 2, start=0)
@@ -830,6 +835,21 @@ def test_compressed_and_zip_shards_the_store_fails_for_a_while_are_read_again(
         ng.stop()
 
 
+def steps_bound(budget, slots=2, buffer=8, largest=512 << 10):
+    """docs/architecture.md "Memory", the steps' share of an epoch whose
+    shards the staging thins, with no term of a shard's size: the budget,
+    the slots' fetches ahead (the budget over twice the slots, 1-16 MiB)
+    and what of them waits to be punched (1 MiB each), the buffer's
+    samples (the largest sample's span) with a page at each end, 8 MiB
+    passed, not punched yet, and what is kept behind the cut (half the
+    budget at most)."""
+    mib = 1 << 20
+    ahead = max(mib, min(16 * mib, budget // (2 * slots)))
+    span = largest + 2048
+    return (budget + slots * (ahead + mib) + buffer * (span + 2 * 4096) + 8 * mib +
+            budget // 2)
+
+
 def test_a_listed_shard_larger_than_stage_bytes_is_planned(start, server_binary, tmp_path):
     """An s3 source with no cache and a --stage-bytes of a sixth of its
     largest shard (24 MB): the epoch is planned all the same (it was the
@@ -844,22 +864,11 @@ def test_a_listed_shard_larger_than_stage_bytes_is_planned(start, server_binary,
     # the first shard large: 96 samples of up to 512 KiB
     big = os.path.join(path, names[0])
     rng = random.Random(SEED + 18)
-    with tarfile.open(big, "w", format=tarfile.USTAR_FORMAT) as tf:
-        for k in range(96):
-            for ext, data in (("bin", os.urandom(rng.randrange(256 << 10, 512 << 10))),
-                              ("cls", b"%d" % k)):
-                ti = tarfile.TarInfo("b0/s%05d.%s" % (k, ext))
-                ti.size = len(data)
-                tf.addfile(ti, io.BytesIO(data))
+    with open(big, "wb") as f:
+        f.write(tar_of(big_samples(rng, "b0", 96)))
     sizes = [os.path.getsize(os.path.join(path, n)) for n in names]
     budget = max(sizes) // 6
-    with s3_bucket(path, "big") as (s3, env):
-        args = ("--job", "t", "--source", "s3://big/d/", "--interleave", "2",
-                "--shuffle-buffer", "8") + COMMON
-        feed = start(*args, "--data-plane", "stream", env=env)
-        want = read_world(feed, 0, 2)
-        srv = start(*args, "--data-plane", "auto", "--stage-bytes", str(budget), env=env)
-        got = read_world(srv, 0, 2)
+    with feed_and_staged(start, path, budget) as (srv, want, got, _):
         for r in range(2):
             assert kf(got[r]) == kf(want[r]), (tag(), r)
         dp = data_plane(get_json(srv, "/v1/jobs/t"))
@@ -870,18 +879,36 @@ def test_a_listed_shard_larger_than_stage_bytes_is_planned(start, server_binary,
         assert st["largest_shard_bytes"] == max(sizes), (tag(), st)
         assert st["peak_bytes"] < max(sizes), (tag(), st, max(sizes))
         assert st["thinned_bytes"] > 0, (tag(), st)
-        # docs/architecture.md "Memory", the steps' share, with no term of
-        # the shard's size: the budget, the slots' fetches ahead (the
-        # budget over twice the slots, at least 1 MiB) and what of them
-        # waits to be punched (1 MiB each), the buffer's samples with a
-        # page at each end, 8 MiB passed, not punched yet, and what is kept
-        # behind the cut (half the budget at most).
-        slots, mib = 2, 1 << 20
-        ahead = max(mib, min(16 * mib, budget // (2 * slots)))
-        span = (512 << 10) + 2048
-        bound = (budget + slots * (ahead + mib) + 8 * (span + 2 * 4096) + 8 * mib +
-                 budget // 2)
+        bound = steps_bound(budget)
         assert st["peak_bytes"] <= bound, (tag(), st, bound)
+
+
+def tar_of(samples):
+    """The bytes of a USTAR tar of (key, .bin, .cls) samples."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tf:
+        for key, b, c in samples:
+            for ext, data in (("bin", b), ("cls", c)):
+                ti = tarfile.TarInfo(key + "." + ext)
+                ti.size = len(data)
+                tf.addfile(ti, io.BytesIO(data))
+    return out.getvalue()
+
+
+@contextlib.contextmanager
+def feed_and_staged(start, path, budget, *extra):
+    """path's shards in an s3rver, read by world 2 in epoch 0 from a
+    server on the feed and from one staging with budget (interleave 2,
+    shuffle buffer 8, no cache): (the staging server, the feed's shares,
+    the staging's shares, the feed server)."""
+    with s3_bucket(path, "big") as (s3, env):
+        args = ("--job", "t", "--source", "s3://big/d/", "--interleave", "2",
+                "--shuffle-buffer", "8") + COMMON
+        feed = start(*args, "--data-plane", "stream", env=env)
+        want = read_world(feed, 0, 2)
+        srv = start(*args, "--data-plane", "auto", "--stage-bytes", str(budget), *extra,
+                    env=env)
+        yield srv, want, read_world(srv, 0, 2), feed
 
 
 def big_samples(rng, prefix, n):
@@ -920,17 +947,11 @@ def test_compressed_and_zip_shards_larger_than_stage_bytes_are_planned(start, se
         tpath = os.path.join(path, names[i])
         os.unlink(tpath)
         samples = list(big_samples(rng, "c%d" % i, 64))
-        tbuf = io.BytesIO()
-        with tarfile.open(fileobj=tbuf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
-            for key, b, c in samples:
-                for ext, data in (("bin", b), ("cls", c)):
-                    ti = tarfile.TarInfo(key + "." + ext)
-                    ti.size = len(data)
-                    tf.addfile(ti, io.BytesIO(data))
-        made.append(len(tbuf.getvalue()))
+        tar = tar_of(samples)
+        made.append(len(tar))
         if kind == "plain":
             with open(tpath, "wb") as f:
-                f.write(tbuf.getvalue())
+                f.write(tar)
         elif i == 1:
             with zipfile.ZipFile(tpath[:-4] + ".zip", "w", zipfile.ZIP_STORED) as zf:
                 for key, b, c in samples:
@@ -938,21 +959,15 @@ def test_compressed_and_zip_shards_larger_than_stage_bytes_are_planned(start, se
                     zf.writestr(key + ".cls", c)
         elif i == 2 and shutil.which("zstd"):
             with open(tpath, "wb") as f:
-                f.write(tbuf.getvalue())
+                f.write(tar)
             subprocess.run(["zstd", "-q", "-1", "--rm", tpath, "-o", tpath + ".zst"],
                            check=True)
         else:
             with gzip.open(tpath + ".gz", "wb", compresslevel=1) as g:
-                g.write(tbuf.getvalue())
+                g.write(tar)
     budget = min(made) // 5
-    with s3_bucket(path, "big") as (s3, env):
-        args = ("--job", "t", "--source", "s3://big/d/", "--interleave", "2",
-                "--shuffle-buffer", "8") + COMMON
-        feed = start(*args, "--data-plane", "stream", env=env)
-        want = read_world(feed, 0, 2)
-        srv = start(*args, "--data-plane", "auto", "--stage-bytes", str(budget),
-                    "--rejoin-grace-ms", "600000", env=env)
-        got = read_world(srv, 0, 2)
+    with feed_and_staged(start, path, budget, "--rejoin-grace-ms", "600000") as (
+            srv, want, got, feed):
         for r in range(2):
             assert kf(got[r]) == kf(want[r]), (tag(), r)
             assert same_store(got[r].summary()) == same_store(want[r].summary()), (tag(), r)
@@ -962,14 +977,7 @@ def test_compressed_and_zip_shards_larger_than_stage_bytes_are_planned(start, se
         st = staging(srv)
         assert st["thinned_bytes"] > 0 and st["restages"] == 0, (tag(), st)
         assert st["peak_bytes"] < min(made), (tag(), st, made)
-        # docs/architecture.md "Memory", the steps' share (as in
-        # test_a_listed_shard_larger_than_stage_bytes_is_planned): no term
-        # of the shard's size.
-        slots, mib = 2, 1 << 20
-        ahead = max(mib, min(16 * mib, budget // (2 * slots)))
-        span = (512 << 10) + 2048
-        bound = (budget + slots * (ahead + mib) + 8 * (span + 2 * 4096) + 8 * mib +
-                 budget // 2)
+        bound = steps_bound(budget)
         assert st["peak_bytes"] <= bound, (tag(), st, bound)
 
         # Epoch 1, one rank: it reads half its share and leaves, then comes
@@ -977,11 +985,7 @@ def test_compressed_and_zip_shards_larger_than_stage_bytes_are_planned(start, se
         # while the epoch is read): behind the cut of the shards it was
         # reading, whose passed items were thinned.
         want1 = read_world(feed, 1, 1)
-        half = len(want1[0].samples) // 2
-        s0 = FramesStream(srv, stream_path("t", 1, 0, 1))
-        for _ in range(half):
-            assert s0.next_sample() is not None, tag()
-        s0.conn.close()
+        read_and_leave(srv, 1, 1, len(want1[0].samples) // 2)
         again, _ = read_resuming(srv, 1, 0, 1, start=0)
         assert [(x["key"], x["fields"]) for x in again] == kf(want1[0]), tag()
         st1 = staging(srv)
