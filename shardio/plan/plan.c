@@ -1902,14 +1902,15 @@ static sio_code growable(sio_io *io, const sio_shardlist *list,
                                   "shard %zu is not a local file, there is "
                                   "no shard cache and no staging "
                                   "(--stage-bytes 0)", i);
-            /* One the budget cannot hold at all: a plain tar of a
-             * single-source epoch is fetched only so far ahead of where
-             * the order reads it and thinned behind its readers (stage.c
-             * STAGE_AHEAD), so it is staged whatever its size; else the
-             * feed from the start (not a plan that stops there and hands
-             * its streams over). */
+            /* One the budget cannot hold at all: a shard of a
+             * single-source epoch (a plain tar, an object set's virtual
+             * tar) is fetched only so far ahead of where the order reads
+             * it and thinned behind its readers (stage.c STAGE_AHEAD), so
+             * it is staged whatever its size; a mixed epoch's, the feed
+             * from the start (not a plan that stops there and hands its
+             * streams over). */
             if (!cache && sz != UINT64_MAX && sz > cfg->stage_bytes &&
-                (cfg->nmix || vshard))
+                cfg->nmix)
                 return sio_seterr(err, SIO_ERR_UNSUPPORTED,
                                   "shard %zu (%" PRIu64 " bytes) is larger "
                                   "than --stage-bytes", i, sz);

@@ -1633,11 +1633,11 @@ sio_code stage_job_start(sio_plan *p, uint32_t s, sio_index_entry *e,
     j->e = e;
     j->dec = st->sh[s].kind == STAGE_DECOMPRESS;
     j->zip = st->sh[s].kind == STAGE_ZIP;
-    /* A shard of a store (not an object set's tar, which is made object
-     * by object), as it is, decompressed or a zip's tar, in an epoch
-     * whose shards are thinned: fetched its ahead bytes past the order
-     * while more than the budget is staged. */
-    j->flow = st->thin_on && sio_backend_for(url) != &sio_backend_objset;
+    /* A shard of a store (as it is, decompressed or a zip's tar; an
+     * object set's virtual tar, which opens again at any offset) in an
+     * epoch whose shards are thinned: fetched its ahead bytes past the
+     * order while more than the budget is staged. */
+    j->flow = st->thin_on;
     uint64_t slots = st->slots ? st->slots : 1;
     j->ahead = st->budget / (2 * slots);
     j->ahead = j->ahead < STAGE_AHEAD_MIN ? STAGE_AHEAD_MIN

@@ -128,7 +128,8 @@ order and thinned behind its readers.
 test_compressed_and_zip_shards_larger_than_stage_bytes_are_planned: the
 same for a tar.gz, a zip and a tar.zst made five times the budget; a
 reader behind their cut has its items made again from the objects'
-starts.
+starts. test_an_object_set_larger_than_stage_bytes_is_planned: the same
+for an object set's virtual tars.
 """
 
 import contextlib
@@ -991,6 +992,48 @@ def test_compressed_and_zip_shards_larger_than_stage_bytes_are_planned(start, se
         st1 = staging(srv)
         assert st1["restages_ranged"] > 0, (tag(), st1)
         assert data_plane(get_json(srv, "/v1/jobs/t"))["feed_streams"] == 0, tag()
+
+
+def test_an_object_set_larger_than_stage_bytes_is_planned(start, server_binary, tmp_path):
+    """An object set (a directory of objects, 80 to a virtual shard) whose
+    virtual tars are eight times --stage-bytes: planned (it was the
+    feed's from the start). The step's fetch of a virtual tar runs only so
+    far ahead of the order and is thinned behind its readers: the feed's
+    samples, the staging's peak within the settings formula and below a
+    shard. A world of 1 that reads half of the next epoch and comes back
+    from its start has the items it passed fetched back by their byte
+    ranges of the virtual tar: the feed's samples again."""
+    require_planes(server_binary, "auto", "stream")
+    d = str(tmp_path / "objs")
+    os.makedirs(d)
+    rng = random.Random(SEED + 29)
+    for k in range(120):
+        with open(os.path.join(d, "k%04d.bin" % k), "wb") as f:
+            f.write(os.urandom(rng.randrange(256 << 10, 512 << 10)))
+        with open(os.path.join(d, "k%04d.cls" % k), "wb") as f:
+            f.write(b"%d" % k)
+    args = ("--job", "t", "--source", d + "/?objects=80", "--interleave", "2",
+            "--shuffle-buffer", "8") + COMMON
+    feed = start(*args, "--data-plane", "stream")
+    want = read_world(feed, 0, 2)
+    budget = 4 << 20
+    srv = start(*args, "--data-plane", "auto", "--stage-bytes", str(budget),
+                "--rejoin-grace-ms", "600000")
+    got = read_world(srv, 0, 2)
+    for r in range(2):
+        assert kf(got[r]) == kf(want[r]), (tag(), r)
+    dp = data_plane(get_json(srv, "/v1/jobs/t"))
+    assert dp["plans_grown"] == 1 and dp["feed_streams"] == 0, (tag(), dp)
+    st = staging(srv)
+    assert st["thinned_bytes"] > 0 and st["largest_shard_bytes"] > 6 * budget, (tag(), st)
+    assert st["peak_bytes"] < st["largest_shard_bytes"], (tag(), st)
+    assert st["peak_bytes"] <= steps_bound(budget), (tag(), st, steps_bound(budget))
+    want1 = read_world(feed, 1, 1)
+    read_and_leave(srv, 1, 1, len(want1[0].samples) // 2)
+    again, _ = read_resuming(srv, 1, 0, 1, start=0)
+    assert [(x["key"], x["fields"]) for x in again] == kf(want1[0]), tag()
+    assert staging(srv)["restages_ranged"] > 0, (tag(), staging(srv))
+    assert data_plane(get_json(srv, "/v1/jobs/t"))["feed_streams"] == 0, tag()
 
 
 def test_compressed_shards_are_staged_decompressed_and_planned(start, server_binary,
