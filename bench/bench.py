@@ -120,6 +120,22 @@ def run_trees(args, prefix, one, summary, row):
     return rows
 
 
+def tree_main(argv, doc, repo, name, prefix, one, summary, row, fmt, markdown):
+    """main() of a bench that runs trees alternating (bench/thin.py,
+    bench/late_world.py): tree_args' options (doc's first line the
+    description), run_trees(one, summary, row), finish; the exit status 0
+    when every row read every sample exactly once."""
+    import argparse
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    tree_args(ap, repo, name, "the tiny datasets, one run")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.runs = 1
+    rows = run_trees(args, prefix, one, summary, row)
+    finish(args, fmt, {"runs": args.runs, "rows": rows}, markdown)
+    return 0 if all(r["exactly_once"] for r in rows) else 1
+
+
 def start_job_server(build, ds, workdir, base=None, ext=".tar", extra=()):
     """One shardcastd serving job "j" over the shards of dataset ds (its
     files named *ext, or under base, an http URL): the bench/run.sh

@@ -22,7 +22,6 @@ back, streams of the feed and of the plan).
 
 Output: results.json and results.md in --out.
 """
-import argparse
 import json
 import os
 import statistics
@@ -165,16 +164,10 @@ def medians(rs, dataset_bytes):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    bench.tree_args(ap, REPO, "late-world", "the tiny datasets, one run")
-    args = ap.parse_args(argv)
-    if args.quick:
-        args.runs = 1
-    rows = bench.run_trees(args, "shardcast-late-",
-                           lambda b, nginx, ds, workdir, shape: one_server(b, nginx, ds, workdir),
-                           summary, medians)
-    bench.finish(args, FORMAT, {"runs": args.runs, "rows": rows}, markdown)
-    return 0 if all(r["exactly_once"] for r in rows) else 1
+    return bench.tree_main(argv, __doc__, REPO, "late-world", "shardcast-late-",
+                           lambda b, nginx, ds, workdir, shape:
+                           one_server(b, nginx, ds, workdir),
+                           summary, medians, FORMAT, markdown)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ bytes nginx sent against the dataset's, and shards fetched again.
 With --other-build the two trees alternate run by run.
 Output: results.json and results.md in --out.
 """
-import argparse
 import json
 import os
 import statistics
@@ -132,17 +131,10 @@ def medians(rs, dataset_bytes):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    bench.tree_args(ap, REPO, "thin", "the tiny datasets, one run")
-    args = ap.parse_args(argv)
-    if args.quick:
-        args.runs = 1
-    rows = bench.run_trees(args, "shardcast-thin-",
+    return bench.tree_main(argv, __doc__, REPO, "thin", "shardcast-thin-",
                            lambda b, nginx, ds, workdir, shape:
                            one_server(b, nginx, ds, workdir, shape.name),
-                           summary, medians)
-    bench.finish(args, FORMAT, {"runs": args.runs, "rows": rows}, markdown)
-    return 0 if all(r["exactly_once"] for r in rows) else 1
+                           summary, medians, FORMAT, markdown)
 
 
 if __name__ == "__main__":
