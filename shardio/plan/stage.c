@@ -2420,7 +2420,13 @@ int stage_readers_room(sio_plan *p)
     plan_stage *st = p->stage;
     if (!st || !st->budget || !atomic_load(&st->pressed))
         return 1;
-    return room_wait(p, 0, 0, 1);
+    /* (the common case, readers within the budget: no pass, no sweep) */
+    pthread_mutex_lock(&p->mu);
+    int ok = room_ok(st, 0, 0, 1);
+    if (ok)
+        st->blocked_ms = 0;
+    pthread_mutex_unlock(&p->mu);
+    return ok || room_wait(p, 0, 0, 1);
 }
 
 /* The most bytes fetched again for readers behind (mu held): the budget,
