@@ -254,6 +254,10 @@ typedef struct sio_plan_stage_stats {
                                to where a reader is, written afresh into
                                the same memory (no reader held the last
                                window) */
+    uint64_t windows_continued; /* windows of a compressed shard or a zip
+                               larger than the budget made from where the
+                               last window's source stopped (held open),
+                               not from the object's start */
     uint64_t deferred;      /* shards left to their readers: every reader
                                was far past where the order read them
                                (a resume far in), so no step fetched

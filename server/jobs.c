@@ -194,6 +194,7 @@ static void stage_add(sio_plan_stage_stats *a, const sio_plan_stage_stats *b,
     a->deferred += b->deferred;
     a->evicted += b->evicted;
     a->windows_moved += b->windows_moved;
+    a->windows_continued += b->windows_continued;
     a->thinned_bytes += b->thinned_bytes;
     a->thin_passes += b->thin_passes;
 }

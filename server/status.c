@@ -444,7 +444,8 @@ static json_t *job_json(sc_jobs *j, sc_job *job, sio_feed_consumer *cons,
         json_object_set_new(
             o, "staging",
             json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
-                      "s:o, s:o, s:o, s:o, s:o, s:o, s:b, s:o, s:o, s:o}",
+                      "s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:b, s:o, s:o, "
+                      "s:o}",
                       "budget_bytes", jint(sc_config_stage_bytes(j->cfg)),
                       "bytes", jint(st.bytes), "peak_bytes", jint(st.peak),
                       "largest_shard_bytes", jint(st.max_shard), "shards",
@@ -454,6 +455,8 @@ static json_t *job_json(sc_jobs *j, sc_job *job, sio_feed_consumer *cons,
                       "shards_deferred", jint(st.deferred),
                       "restages_evicted", jint(st.evicted),
                       "restage_windows_moved", jint(st.windows_moved),
+                      "restage_windows_continued",
+                      jint(st.windows_continued),
                       "revived", jint(st.revived),
                       "released", jint(st.released), "detaches",
                       jint(st.detaches), "refused", jint(st.refused),
@@ -800,6 +803,12 @@ sio_code sc_jobs_metrics(sc_jobs *j, sc_prom *p)
             "Windows of shards fetched again that moved to where a stream "
             "reads, written afresh into the same memory.",
             m[i].stage.windows_moved);
+    PER_JOB(p, m, n, "shardcast_stage_restage_windows_continued_total",
+            "counter",
+            "Windows of a compressed shard or a zip larger than the "
+            "staging budget made on from where the last window's source "
+            "stopped, not from the object's start.",
+            m[i].stage.windows_continued);
     PER_JOB(p, m, n, "shardcast_stage_thinned_bytes_total", "counter",
             "Pages of staged shards given back while the shard was still "
             "read: its items every stream had passed.",

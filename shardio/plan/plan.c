@@ -2755,7 +2755,11 @@ static int shard_deferrable(sio_plan *p, uint32_t s, sio_index_entry **e,
                         : end + last.bytes + GUESS_SLACK;
             *exact = 0;
         }
-        return *size <= (uint64_t)INT64_MAX && *size <= p->stage->budget;
+        /* One larger than the budget only at a size its index holds
+         * (a reader that reaches its items has them made again a window
+         * at a time, never whole: stage_take). */
+        return *size <= (uint64_t)INT64_MAX &&
+               (*size <= p->stage->budget || *exact);
     }
     *v = sio_index_version_size(*e, size);
     if (!*v) {
@@ -2842,14 +2846,25 @@ static int plan_defer(sio_plan *p, uint32_t s)
      * at most a world's width past what the order made; one further on
      * came there by a resume. */
     uint64_t margin = reach / 2 + 2 * (uint64_t)stage_widest_world(p);
-    /* A compressed shard or a zip is fetched again whole, for each reader
-     * that reaches one of its items after the room let it go: left to
-     * its readers only when every item is behind them (the interleave's
-     * reach, and twice the shuffle buffer an item may wait in). */
+    /* A compressed shard or a zip is made again from the object's start
+     * (whole, or a window of its items at a time when it is larger than
+     * a window) for each reader that reaches one of its items after the
+     * room let it go: left to its readers only when every item is behind
+     * them (the interleave's reach, and twice the shuffle buffer an item
+     * may wait in). */
     if (p->stage->sh[s].kind != STAGE_MEMORY) {
         uint64_t tail = 2 * (uint64_t)g->cfg.buffer_samples;
         margin = reach > UINT64_MAX - tail ? UINT64_MAX : reach + tail;
     }
+    /* One larger than the budget is made again a window at a time, each
+     * from the object's start (or from where the last one stopped, when
+     * it starts after it; an item that waited long in the buffer comes
+     * after items that follow it in the shard): left to its readers only
+     * with twice that margin. Else its step makes it once from its start
+     * while the order passes its items, thinned behind it: what the feed
+     * read. */
+    if (p->stage->sh[s].kind != STAGE_MEMORY && size > p->stage->budget)
+        margin = margin > UINT64_MAX / 2 ? UINT64_MAX : 2 * margin;
     uint64_t low = stage_low_readers(p);
     if (margin >= low || g->made >= low - margin)
         return 0;

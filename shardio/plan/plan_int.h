@@ -129,6 +129,11 @@ typedef struct stage_shard {
     uint8_t guess;     /* size is a guess (a compressed shard or zip left
                           to its readers that no read staged since the
                           server started): its first fetch again finds it */
+    struct stage_rhold *rhold; /* (a compressed shard or zip larger than
+                          the budget, made again a window at a time) its
+                          source after the last window, open where that
+                          one stopped: the next window forward goes on
+                          from there rather than from the object's start */
     /* Thinning: a shard the steps staged whole gives back the pages of
      * the items every reader passed (fallocate PUNCH_HOLE) while the rest
      * of it is still read: the samples still in the order's buffer, and
@@ -232,6 +237,11 @@ typedef struct plan_stage {
     /* Shards being fetched (stage jobs, each on its own thread): their
      * groups are let in to the order as their bytes arrive. */
     struct stage_job *jobs;
+    struct stage_rhold *rdrop; /* held sources let go, closed off the lock
+                                  (rholds_reap) */
+    struct stage_rhold *rheld, *rheld_tail; /* held on shards, newest
+                                  first (stage.c RHOLD_MAX) */
+    unsigned nheld;
     unsigned running;  /* jobs not ended yet */
     uint64_t reserved; /* room taken for their bytes still to come */
     _Atomic uint64_t jobgen; /* moves with every job's progress */
@@ -251,7 +261,8 @@ typedef struct plan_stage {
 
     /* counters */
     uint64_t staged, fetched_bytes, restages, ranged, revived, released,
-        detaches, refused, deferred, evicted, slides, thinned, thin_passes;
+        detaches, refused, deferred, evicted, slides, thinned, thin_passes,
+        continued;
 } plan_stage;
 
 struct sio_plan {

@@ -176,6 +176,8 @@ typedef struct stage_range {
 static void jobs_free(plan_stage *st);
 static void let_go(plan_stage *st, stage_shard *x, int *closing);
 static void thin_reset(plan_stage *st, stage_shard *x);
+static void rhold_close(struct stage_rhold *h);
+static void rholds_close(struct stage_rhold *h);
 
 plan_stage *stage_new(size_t total)
 {
@@ -211,6 +213,8 @@ void stage_free(plan_stage *st)
         free(x->log);
         free(x->dead);
     }
+    rholds_close(st->rdrop);
+    rholds_close(st->rheld);
     free(st->sh);
     free(st->thinq);
     free(st->done);
@@ -399,6 +403,11 @@ struct stage_job {
     uint64_t from, want_mem;
     uint64_t to;    /* the highest Y index whose item the ranges hold */
     int forward;    /* an extension with the items after to's of before */
+    /* (restage 1 of a shard larger than the budget) the source the last
+     * window left open, taken from the shard (or NULL), and whether this
+     * one's is left open for the next */
+    struct stage_rhold *hold;
+    int keep_src;
 };
 
 /* Jobs ended and not reaped (none runs: each holds a reference to the
@@ -660,6 +669,115 @@ static uint64_t src_close(stage_src *s, int whole)
         s->in->ops->close(s->in);
     memset(s, 0, sizeof *s);
     return vh;
+}
+
+/* A compressed shard or a zip larger than the budget is made again a
+ * window of its items at a time for readers that reach it (stage_take):
+ * each window's restage decompresses (or reads the zip) from the
+ * object's start to its last range, so the windows of one shard read in
+ * turn would make it over and over. The source a window stopped at is
+ * held on the shard instead (one connection and the decompressor's
+ * state), and the next window that starts at or after where it stopped
+ * goes on from there: the shard is made once for its windows forward.
+ * One behind it opens the object again; one that fails closes it. The
+ * shard keeps it when its memfd is let go between windows (a reader
+ * passed one window before it asked for the next). At most RHOLD_MAX are
+ * held per plan, each at most RHOLD_MS since its window (closed when the
+ * next restage starts, or with the plan). */
+#define RHOLD_MAX 8u
+#define RHOLD_MS 30000u
+
+struct stage_rhold {
+    struct stage_rhold *next; /* (plan_stage.rdrop, or the held list) */
+    struct stage_rhold *prev; /* (the held list: newest first) */
+    stage_src src;
+    char *url;  /* (src.url points here) */
+    sio_io *io; /* busy while held */
+    int mode;
+    uint32_t s;
+    uint64_t pos; /* bytes made */
+    uint64_t at;  /* when its window ended (ms) */
+};
+
+static void rhold_close(struct stage_rhold *h)
+{
+    if (!h)
+        return;
+    src_close(&h->src, 0);
+    if (h->io)
+        sio_io_busy_add(h->io, -1);
+    free(h->url);
+    free(h);
+}
+
+/* Shard x's held source off it and off the held list (mu held). */
+static struct stage_rhold *rhold_take(plan_stage *st, stage_shard *x)
+{
+    struct stage_rhold *h = x->rhold;
+    if (!h)
+        return NULL;
+    if (h->prev)
+        h->prev->next = h->next;
+    else
+        st->rheld = h->next;
+    if (h->next)
+        h->next->prev = h->prev;
+    else
+        st->rheld_tail = h->prev;
+    h->next = h->prev = NULL;
+    st->nheld--;
+    x->rhold = NULL;
+    return h;
+}
+
+/* The held sources past RHOLD_MS, or beyond RHOLD_MAX, to rdrop (mu
+ * held; the oldest are at the tail). */
+static void rholds_expire(plan_stage *st, uint64_t now)
+{
+    while (st->rheld_tail &&
+           (st->nheld > RHOLD_MAX || now - st->rheld_tail->at >= RHOLD_MS)) {
+        struct stage_rhold *h = rhold_take(st, &st->sh[st->rheld_tail->s]);
+        h->next = st->rdrop;
+        st->rdrop = h;
+    }
+}
+
+/* Hold h on shard s (mu held; it has none). */
+static void rhold_put(plan_stage *st, uint32_t s, struct stage_rhold *h)
+{
+    h->s = s;
+    h->at = sio_now_ms();
+    h->prev = NULL;
+    h->next = st->rheld;
+    if (st->rheld)
+        st->rheld->prev = h;
+    else
+        st->rheld_tail = h;
+    st->rheld = h;
+    st->nheld++;
+    st->sh[s].rhold = h;
+    rholds_expire(st, h->at);
+}
+
+/* Close a list of held sources (no lock held). */
+static void rholds_close(struct stage_rhold *h)
+{
+    while (h) {
+        struct stage_rhold *n = h->next;
+        rhold_close(h);
+        h = n;
+    }
+}
+
+/* Close the held sources let go, and those held too long. */
+static void rholds_reap(sio_plan *p)
+{
+    pthread_mutex_lock(&p->mu);
+    rholds_expire(p->stage, sio_now_ms());
+    struct stage_rhold *h = p->stage->rdrop;
+    p->stage->rdrop = NULL;
+    pthread_mutex_unlock(&p->mu);
+    rholds_close(h);
 }
 
 /* A memfd to write a shard into from its start: fd (a spare), else a new
@@ -1352,6 +1470,7 @@ static void restage_end(struct stage_job *j)
 {
     sio_plan *p = j->p;
     sio_io *io = j->io;
+    rhold_close(j->hold);
     free(j->url);
     free(j);
     sio_plan_unref(p);
@@ -1474,6 +1593,7 @@ static void restage_run(struct stage_job *j, unsigned char *buf)
 {
     sio_error e = {SIO_OK, ""};
     int whole = restage_whole(j);
+    int mode = job_mode(j);
     uint64_t cap = j->guess ? j->p->stage->budget
                    : whole  ? j->want_size
                             : UINT64_MAX; /* (made to end at most) */
@@ -1481,11 +1601,40 @@ static void restage_run(struct stage_job *j, unsigned char *buf)
     uint64_t pos = 0, mem = 0; /* made so far; written */
     unsigned tries = 0;
     size_t ri = 0;
-    sio_code rc = buf ? src_open(&j->src, j->io, j->url, cap, job_mode(j),
-                                 &j->p->stage->limits, &e)
-                      : sio_seterr(&e, SIO_ERR_NOMEM, "out of memory");
-    if (rc == SIO_OK && j->want_v && j->src.vopen &&
-        j->src.vopen != j->want_v)
+    sio_code rc = SIO_OK;
+    const unsigned char *lastd = NULL; /* the last read's bytes */
+    size_t lastn = 0;
+    rholds_reap(j->p);
+    /* The source the shard's last window stopped at: this window's ranges
+     * start at or after where it stopped, of the same object. */
+    struct stage_rhold *h = j->hold;
+    j->hold = NULL;
+    if (h && (whole || !buf || h->mode != mode || h->pos > j->rg[0].a ||
+              (j->want_v && h->src.vopen && h->src.vopen != j->want_v))) {
+        rhold_close(h);
+        h = NULL;
+    }
+    if (h) {
+        pos = h->pos;
+        pthread_mutex_lock(&j->p->mu);
+        j->p->stage->continued++;
+        pthread_mutex_unlock(&j->p->mu);
+    } else if (!buf || !(h = calloc(1, sizeof *h)) ||
+               !(h->url = strdup(j->url))) {
+        free(h);
+        h = NULL;
+        rc = sio_seterr(&e, SIO_ERR_NOMEM, "out of memory");
+    } else {
+        h->io = j->io;
+        h->mode = mode;
+        sio_io_busy_add(j->io, 1);
+        rc = src_open(&h->src, j->io, h->url, cap, mode,
+                      &j->p->stage->limits, &e);
+    }
+    stage_src *src = h ? &h->src : NULL;
+    if (rc == SIO_OK && j->adopt && !j->want_v)
+        j->want_v = src->vopen; /* (held to it: later ranges too) */
+    if (rc == SIO_OK && j->want_v && src->vopen && src->vopen != j->want_v)
         rc = sio_seterr(&e, SIO_ERR_CHANGED, "the object is not the one "
                         "the epoch's plan was made from (another "
                         "validator)");
@@ -1499,18 +1648,19 @@ static void restage_run(struct stage_job *j, unsigned char *buf)
     while (rc == SIO_OK && pos < end) {
         size_t got = 0;
         const unsigned char *data = buf;
-        rc = src_read(&j->src, buf, &data, &got, &e);
+        rc = src_read(src, buf, &data, &got, &e);
         if ((rc == SIO_ERR_IO || rc == SIO_ERR_RETRY) &&
             tries < STAGE_RESUMES) {
             tries++;
-            rc = src_restart(&j->src, j->io, j->url, cap,
-                             &j->p->stage->limits, buf, pos,
-                             j->want_v ? j->want_v : j->src.vopen,
-                             job_mode(j), &e);
+            rc = src_restart(src, j->io, h->url, cap, &j->p->stage->limits,
+                             buf, pos, j->want_v ? j->want_v : src->vopen,
+                             mode, &e);
             continue;
         }
         if (rc || got == 0)
             break;
+        lastd = data;
+        lastn = got;
         if (whole) {
             rc = write_all(j->fd, data, got, (int64_t)pos, &e);
             mem += got;
@@ -1529,11 +1679,49 @@ static void restage_run(struct stage_job *j, unsigned char *buf)
         }
         pos += got;
     }
-    uint64_t vh = buf ? src_close(&j->src, whole && rc == SIO_OK) : 0;
     if (rc == SIO_OK && !whole && pos < end)
         rc = sio_seterr(&e, SIO_ERR_CHANGED, "the object is not the one "
                         "the epoch's plan was made from (it ended at "
                         "%" PRIu64 " bytes made)", pos);
+    /* Held for the next window forward, else closed. The last read made
+     * bytes past the last range: the next window gets them first (a
+     * decompressed source's are kept aside, pend, before what may be
+     * there already; a zip's are still in its tar buffer). */
+    uint64_t vh = 0;
+    if (h && rc == SIO_OK && j->keep_src && !whole && pos < j->want_size &&
+        pos - end <= lastn) {
+        size_t over = (size_t)(pos - end);
+        if (over && src->zsh) {
+            src->zpos -= over;
+            src->got -= over;
+        } else if (over) {
+            unsigned char *pend = malloc(over + src->pend_len);
+            if (pend) {
+                memcpy(pend, lastd + (lastn - over), over);
+                if (src->pend_len)
+                    memcpy(pend + over, src->pend, src->pend_len);
+                free(src->pend);
+                src->pend = pend;
+                src->pend_len += over;
+            } else {
+                rhold_close(h);
+                h = NULL;
+            }
+        }
+        if (h) {
+            h->pos = end;
+            pthread_mutex_lock(&j->p->mu);
+            stage_shard *x = &j->p->stage->sh[j->s];
+            if (!x->rhold) {
+                rhold_put(j->p->stage, j->s, h);
+                h = NULL;
+            }
+            pthread_mutex_unlock(&j->p->mu);
+        }
+    } else if (h) {
+        vh = src_close(src, whole && rc == SIO_OK);
+    }
+    rhold_close(h);
     if (rc == SIO_OK && whole && ftruncate(j->fd, (off_t)pos) != 0)
         rc = sio_seterr(&e, SIO_ERR_NOMEM, "cannot stage a shard in "
                         "memory: ftruncate: %s", strerror(errno));
@@ -2295,6 +2483,14 @@ static int has_room(const plan_stage *st, uint64_t need)
     return used == 0 || (used < st->budget && need <= st->budget - used);
 }
 
+/* Is shard x's thinning logging its items (what of them waits for
+ * readers is x->wait)? mu held. */
+static int thin_tracked(const plan_stage *st, const stage_shard *x)
+{
+    return st->thin_on && x->queued_thin && !x->nothin && !x->held &&
+           x->kind != STAGE_IN_PLACE;
+}
+
 /* Bytes the steps staged that wait only for readers to pass them (every
  * item decided; mu held). */
 static uint64_t done_bytes(const plan_stage *st)
@@ -2303,16 +2499,20 @@ static uint64_t done_bytes(const plan_stage *st)
     for (size_t i = 0; i < st->done_n; i++) {
         const stage_shard *x = &st->sh[st->done[(st->done_head + i) %
                                                st->total]];
-        if (x->fd >= 0 && !x->restaged)
+        if (x->fd >= 0 && !x->restaged && !thin_tracked(st, x))
             done += x->size > x->thin ? x->size - x->thin : 0;
     }
-    /* ... and, of shards not done (samples of them still in the buffer,
-     * or groups the order has still to read), the items decided that a
-     * counting rank has still to read: the order runs ahead of the
-     * readers by that much at most. */
+    /* ... and, of shards thinned (done or not: samples of them still in
+     * the buffer, groups the order has still to read), the items decided
+     * that a counting rank has still to read: the order runs ahead of
+     * the readers by that much at most. What thinning keeps behind the
+     * cut (for clients that come back a little, at most half the budget
+     * all shards together), and the pages the marks of open streams keep,
+     * wait for no reader: counted, they could keep the order waiting for
+     * readers that have read everything it decided. */
     for (size_t i = 0; i < st->nthinq; i++) {
         const stage_shard *x = &st->sh[st->thinq[i]];
-        if (x->fd >= 0 && !x->restaged && !x->final)
+        if (x->fd >= 0 && !x->restaged && thin_tracked(st, x))
             done += x->wait;
     }
     return done;
@@ -2461,6 +2661,7 @@ static void restage_start(struct stage_job *j)
     }
     if (e.code) {
         restage_settle(j, 0, e.code, &e);
+        rhold_close(j->hold);
         free(j->url);
         free(j);
         return;
@@ -2531,8 +2732,17 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
         uint64_t wspan = 0, wcap = 0;
         if (extend && x->partial)
             window_of(st, x, &wspan, &wcap);
+        int made = x->kind == STAGE_DECOMPRESS || x->kind == STAGE_ZIP;
+        /* (a compressed shard or a zip larger than the budget, of the
+         * size its index holds: a window of it at a time, never whole) */
+        int big = made && !x->guess && x->size > st->budget &&
+                  (x->vhash || x->adopt);
+        /* (one being made, or larger than the budget: the source of each
+         * of its windows is held for the next, restage_run) */
+        int large = made && !x->guess &&
+                    (x->size ? x->size : x->have) > st->budget;
         if (extend && x->partial && x->restaged && x->pins == 0 &&
-            x->kind == STAGE_MEMORY &&
+            (x->kind == STAGE_MEMORY || made) &&
             (t > x->cover_to || (t < x->cover && x->cover - t > wspan))) {
             slide = x->fd;
             st->bytes -= x->mem <= st->bytes ? x->mem : st->bytes;
@@ -2599,8 +2809,9 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
         int back = extend && !forward;
         uint64_t lo = forward ? x->cover_to + 1 : t;
         uint64_t hi = back ? x->cover - 1 : x->last;
-        if (extend || (x->kind == STAGE_MEMORY && (x->vhash || x->adopt) &&
-                       x->final && x->size && !x->guess)) {
+        if (extend || big ||
+            (x->kind == STAGE_MEMORY && (x->vhash || x->adopt) &&
+             x->final && x->size && !x->guess)) {
             uint64_t span, cap, end = hi, upto = hi;
             window_of(st, x, &span, &cap);
             /* A shard that fits a window: the ranges of all its items
@@ -2719,8 +2930,12 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
             .guess = x->guess,
             .adopt = x->adopt && !x->vhash,
             .to = hi, .forward = forward,
-            .want_mem = need, .from = from, .nr = nr ? nr : 1};
+            .want_mem = need, .from = from, .nr = nr ? nr : 1,
+            .keep_src = large && nr};
         memcpy(rj->rg, nr ? part : &rg, rj->nr * sizeof rg);
+        /* (the source the last window of it stopped at: restage_run
+         * goes on from there when this one starts at or after it) */
+        rj->hold = rhold_take(st, x);
         st->restage_bytes += need; /* reserved until it is let go */
         x->ahead = (uint8_t)pre;
         if (extend && !x->restaged)
@@ -3033,6 +3248,7 @@ void sio_plan_get_stage_stats(sio_plan *p, sio_plan_stage_stats *out)
     out->deferred = st->deferred;
     out->evicted = st->evicted;
     out->windows_moved = st->slides;
+    out->windows_continued = st->continued;
     out->thinned_bytes = st->thinned;
     out->thin_passes = st->thin_passes;
     out->held = st->done_n;

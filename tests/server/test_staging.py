@@ -996,6 +996,82 @@ def test_compressed_and_zip_shards_larger_than_stage_bytes_are_planned(start, se
         assert data_plane(get_json(srv, "/v1/jobs/t"))["feed_streams"] == 0, tag()
 
 
+def made_shards(path, seed, prefix, nmade=3, n=64, lo=256 << 10, hi=512 << 10):
+    """nmade + 1 shards under path: tar.gz, zip and tar.zst (a tar.gz
+    without zstd) in turn, each of n samples of lo-hi bytes, and a small
+    plain tar: the sizes of those made (decompressed, or the tar of the
+    zip's samples)."""
+    import gzip
+    import subprocess
+    import zipfile
+    names = plain_shards(path, seed, nmade + 1, 24, 64 << 10, prefix)
+    rng = random.Random(seed + 1)
+    made = []
+    for i in range(nmade):
+        tpath = os.path.join(path, names[i])
+        os.unlink(tpath)
+        samples = [("%s%d/s%05d" % (prefix, i, k), os.urandom(rng.randrange(lo, hi)),
+                    b"%d" % k) for k in range(n)]
+        tar = tar_of(samples)
+        made.append(len(tar))
+        if i % 3 == 1:
+            with zipfile.ZipFile(tpath[:-4] + ".zip", "w", zipfile.ZIP_STORED) as zf:
+                for key, b, c in samples:
+                    zf.writestr(key + ".bin", b)
+                    zf.writestr(key + ".cls", c)
+        elif i % 3 == 2 and shutil.which("zstd"):
+            with open(tpath, "wb") as f:
+                f.write(tar)
+            subprocess.run(["zstd", "-q", "-1", "--rm", tpath, "-o", tpath + ".zst"],
+                           check=True)
+        else:
+            with gzip.open(tpath + ".gz", "wb", compresslevel=1) as g:
+                g.write(tar)
+    return made
+
+
+def test_a_far_resume_into_compressed_shards_larger_than_stage_bytes_is_planned(
+        start, server_binary, tmp_path):
+    """Tar.gz, zip and tar.zst shards each about four times --stage-bytes
+    made, from s3 with no cache. Every rank of world 2 opens epoch 1 at
+    90% of its share (a job restarted from a checkpoint): it was the
+    feed's (the staging could not leave a shard larger than the budget to
+    its readers: it made such a shard again whole). Now a shard all of
+    whose items are behind the readers is left to them at the size its
+    index holds, and one whose items they still read is made once from
+    its start by its step, thinned behind them. Then rank 0 comes back
+    from 40% of its share (an older checkpoint): the items of the shards
+    left to their readers are made again a window at a time, each window
+    going on from where the last one's source stopped when it can. The
+    feed's samples throughout, no stream on the feed, the staging within
+    the steps' share and the room for readers behind."""
+    require_planes(server_binary, "auto", "stream")
+    path = str(tmp_path / "ds")
+    made = made_shards(path, SEED + 21, "f", nmade=6, n=32, lo=128 << 10, hi=256 << 10)
+    budget = min(made) // 4
+    with feed_and_staged(start, path, budget, "--rejoin-grace-ms", "600000") as (
+            srv, want, got, feed):
+        for r in range(2):
+            assert kf(got[r]) == kf(want[r]), (tag(), r)
+        want1 = read_world(feed, 1, 2)
+        resume_world_at_90(srv, 1, want1)
+        dp = data_plane(get_json(srv, "/v1/jobs/t"))
+        assert dp["feed_streams"] == 0 and dp["plan_failures"] == 0, (tag(), dp)
+        st = staging(srv)
+        assert st["shards_deferred"] > 0, (tag(), st)
+        bound = steps_bound(budget) + budget
+        assert st["peak_bytes"] <= bound, (tag(), st, bound)
+        back = len(want1[0].samples) * 4 // 10
+        again, _ = read_resuming(srv, 1, 0, 2, start=back)
+        assert [(x["key"], x["fields"]) for x in again] == kf(want1[0])[back:], tag()
+        st2 = staging(srv)
+        assert st2["restages_ranged"] > st["restages_ranged"], (tag(), st, st2)
+        # (one reader, forward: most windows go on from the last one's source)
+        assert st2["restage_windows_continued"] > 0, (tag(), st2)
+        assert st2["peak_bytes"] <= bound, (tag(), st2, bound)
+        assert data_plane(get_json(srv, "/v1/jobs/t"))["feed_streams"] == 0, tag()
+
+
 def test_an_object_set_larger_than_stage_bytes_is_planned(start, server_binary, tmp_path):
     """An object set (a directory of objects, 80 to a virtual shard) whose
     virtual tars are eight times --stage-bytes: planned (it was the
