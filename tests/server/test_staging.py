@@ -921,6 +921,44 @@ def big_samples(rng, prefix, n):
                b"%d" % k)
 
 
+def made_shards(path, seed, prefix, nmade=3, n=64, lo=256 << 10, hi=512 << 10,
+                plain=False):
+    """nmade + 1 shards under path: tar.gz, zip and tar.zst (a tar.gz
+    without zstd) in turn (plain: plain tars), each of n samples of lo-hi
+    bytes, and a small plain tar: the sizes of those made (decompressed,
+    or the tar of the zip's samples)."""
+    import gzip
+    import subprocess
+    import zipfile
+    names = plain_shards(path, seed, nmade + 1, 24, 64 << 10, prefix)
+    rng = random.Random(seed + 1)
+    made = []
+    for i in range(nmade):
+        tpath = os.path.join(path, names[i])
+        os.unlink(tpath)
+        samples = [("%s%d/s%05d" % (prefix, i, k), os.urandom(rng.randrange(lo, hi)),
+                    b"%d" % k) for k in range(n)]
+        tar = tar_of(samples)
+        made.append(len(tar))
+        if plain:
+            with open(tpath, "wb") as f:
+                f.write(tar)
+        elif i % 3 == 1:
+            with zipfile.ZipFile(tpath[:-4] + ".zip", "w", zipfile.ZIP_STORED) as zf:
+                for key, b, c in samples:
+                    zf.writestr(key + ".bin", b)
+                    zf.writestr(key + ".cls", c)
+        elif i % 3 == 2 and shutil.which("zstd"):
+            with open(tpath, "wb") as f:
+                f.write(tar)
+            subprocess.run(["zstd", "-q", "-1", "--rm", tpath, "-o", tpath + ".zst"],
+                           check=True)
+        else:
+            with gzip.open(tpath + ".gz", "wb", compresslevel=1) as g:
+                g.write(tar)
+    return made
+
+
 @pytest.mark.parametrize("kind", ["made", "plain"])
 def test_compressed_and_zip_shards_larger_than_stage_bytes_are_planned(start, server_binary,
                                                                        tmp_path, kind):
@@ -938,36 +976,9 @@ def test_compressed_and_zip_shards_larger_than_stage_bytes_are_planned(start, se
     the cut of a shard whose fetch holds for the order, which only that
     reader moves, has its items fetched back at once rather than waiting
     for the fetch's end)."""
-    import gzip
-    import subprocess
-    import zipfile
     require_planes(server_binary, "auto", "stream")
     path = str(tmp_path / "ds")
-    names = plain_shards(path, SEED + 19, 4, 24, 64 << 10, "c")
-    rng = random.Random(SEED + 20)
-    made = []
-    for i in range(3):
-        tpath = os.path.join(path, names[i])
-        os.unlink(tpath)
-        samples = list(big_samples(rng, "c%d" % i, 64))
-        tar = tar_of(samples)
-        made.append(len(tar))
-        if kind == "plain":
-            with open(tpath, "wb") as f:
-                f.write(tar)
-        elif i == 1:
-            with zipfile.ZipFile(tpath[:-4] + ".zip", "w", zipfile.ZIP_STORED) as zf:
-                for key, b, c in samples:
-                    zf.writestr(key + ".bin", b)
-                    zf.writestr(key + ".cls", c)
-        elif i == 2 and shutil.which("zstd"):
-            with open(tpath, "wb") as f:
-                f.write(tar)
-            subprocess.run(["zstd", "-q", "-1", "--rm", tpath, "-o", tpath + ".zst"],
-                           check=True)
-        else:
-            with gzip.open(tpath + ".gz", "wb", compresslevel=1) as g:
-                g.write(tar)
+    made = made_shards(path, SEED + 19, "c", plain=kind == "plain")
     budget = min(made) // 5
     with feed_and_staged(start, path, budget, "--rejoin-grace-ms", "600000") as (
             srv, want, got, feed):
@@ -994,40 +1005,6 @@ def test_compressed_and_zip_shards_larger_than_stage_bytes_are_planned(start, se
         st1 = staging(srv)
         assert st1["restages_ranged"] > 0, (tag(), st1)
         assert data_plane(get_json(srv, "/v1/jobs/t"))["feed_streams"] == 0, tag()
-
-
-def made_shards(path, seed, prefix, nmade=3, n=64, lo=256 << 10, hi=512 << 10):
-    """nmade + 1 shards under path: tar.gz, zip and tar.zst (a tar.gz
-    without zstd) in turn, each of n samples of lo-hi bytes, and a small
-    plain tar: the sizes of those made (decompressed, or the tar of the
-    zip's samples)."""
-    import gzip
-    import subprocess
-    import zipfile
-    names = plain_shards(path, seed, nmade + 1, 24, 64 << 10, prefix)
-    rng = random.Random(seed + 1)
-    made = []
-    for i in range(nmade):
-        tpath = os.path.join(path, names[i])
-        os.unlink(tpath)
-        samples = [("%s%d/s%05d" % (prefix, i, k), os.urandom(rng.randrange(lo, hi)),
-                    b"%d" % k) for k in range(n)]
-        tar = tar_of(samples)
-        made.append(len(tar))
-        if i % 3 == 1:
-            with zipfile.ZipFile(tpath[:-4] + ".zip", "w", zipfile.ZIP_STORED) as zf:
-                for key, b, c in samples:
-                    zf.writestr(key + ".bin", b)
-                    zf.writestr(key + ".cls", c)
-        elif i % 3 == 2 and shutil.which("zstd"):
-            with open(tpath, "wb") as f:
-                f.write(tar)
-            subprocess.run(["zstd", "-q", "-1", "--rm", tpath, "-o", tpath + ".zst"],
-                           check=True)
-        else:
-            with gzip.open(tpath + ".gz", "wb", compresslevel=1) as g:
-                g.write(tar)
-    return made
 
 
 def test_a_far_resume_into_compressed_shards_larger_than_stage_bytes_is_planned(
