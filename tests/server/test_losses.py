@@ -60,7 +60,8 @@ import tarfile
 import pytest
 
 import shardcast
-from plan_testlib import cli_binary, read_world, require_planes
+from plan_testlib import (cli_binary, fetch, parse_body, read_world, require_planes,
+                          stream_query)
 from server_testlib import Nginx, get_json, request, shard_url, wait_for
 
 SEED = int(os.environ.get("SHARDCAST_PLAN_SEED", "4242"))
@@ -332,6 +333,55 @@ def test_a_store_404_mid_epoch_is_told(start, server_binary, tmp_path, plane):
         assert srv.stop() == 0
     finally:
         ng.stop()
+
+
+@pytest.mark.parametrize("on_error", ["skip", "fail"])
+def test_a_local_shard_gone_after_the_listing_is_planned(start, server_binary, tmp_path,
+                                                          on_error):
+    """A local shard removed after the job listed it: the epoch is the
+    plan's (it was the feed's, from its start: the plan asked each local
+    shard's first bytes and could not open that one). The plan meets the
+    shard where the order opens it, as the feed did: under on_error=skip
+    both planes give every share the same samples and the same END;
+    under on_error=fail both end every share with the same error where
+    the order reaches the shard."""
+    require_planes(server_binary, "stream", "auto")
+    d = str(tmp_path / "ds")
+    os.makedirs(d)
+    rng = random.Random(SEED + 6)
+    for s in range(5):
+        write_shard(os.path.join(d, "g-%06d.tar" % s), s + 20, rng)
+    gone = os.path.join(d, "g-000002.tar")
+    got = {}
+    for plane in ("stream", "auto"):
+        srv = serve(start, os.path.join(d, "g-{000000..000004}.tar"), plane,
+                    "--on-error", on_error)
+        assert wait_for(lambda: get_json(srv, "/v1/jobs/t")["state"] == "ready", 60)
+        os.rename(gone, gone + ".away")
+        shares = []
+        for r in range(2):
+            st, _, body, _, _ = fetch(srv, stream_query("t", 0, r, 2, "frames"))
+            assert st == 200, (plane, r, st)
+            p = parse_body("frames", body)
+            trailer = dict(p.trailer or {})
+            trailer.pop("elapsed_ms", None)
+            shares.append(([(x["key"], x["fields"]) for x in p.samples], p.outcome,
+                           trailer))
+        got[plane] = shares
+        dp = get_json(srv, "/v1/jobs/t")["data_plane"]
+        if plane == "auto":
+            assert dp["plan_streams"] == 2 and dp["feed_streams"] == 0, dp
+        assert srv.stop() == 0
+        os.rename(gone + ".away", gone)
+    for r in range(2):
+        assert got["auto"][r] == got["stream"][r], (on_error, r, got["auto"][r][1:],
+                                                    got["stream"][r][1:])
+        want = "end" if on_error == "skip" else "error"
+        assert got["auto"][r][1] == want, (on_error, r, got["auto"][r][1:])
+        if on_error == "skip":
+            assert got["auto"][r][2]["skipped"]["shard_urls"] == [gone], got["auto"][r][2]
+        else:
+            assert "g-000002.tar" in got["auto"][r][2]["reason"], got["auto"][r][2]
 
 
 def test_the_python_client_warns_once_per_epoch(start, tmp_path, caplog):
