@@ -94,12 +94,14 @@ def status(url):
         return json.load(f)
 
 
-def one_case(build, nginx, ds, case, workdir, buffer):
+def one_case(build, nginx, ds, case, workdir, buffer, stage_bytes=None):
     gz = case.startswith("targz")
     ext = ".tar.gz" if gz else ".tar"
     restart = case.endswith("restart")
     state = tempfile.mkdtemp(prefix="state-", dir=workdir)
     extra = ("--shuffle-buffer", str(buffer))
+    if stage_bytes:
+        extra += ("--stage-bytes", stage_bytes)
     if restart:
         extra += ("--state-dir", state)
     manifest = os.path.join(ds.path, "manifest.json")
@@ -142,8 +144,8 @@ def one_case(build, nginx, ds, case, workdir, buffer):
 def markdown(doc):
     out = bench.md_head(
         "A resume at 90% of an epoch over the HTTP store (bench/resume.sh)", doc,
-        "runs: %d per tree, alternating; medians; shuffle buffer %d" % (
-            doc["runs"], doc["shuffle_buffer"])) + [
+        "runs: %d per tree, alternating; medians; shuffle buffer %d; --stage-bytes %s" % (
+            doc["runs"], doc["shuffle_buffer"], doc.get("stage_bytes") or "default")) + [
            "| shape | case | tree | first sample s | resume wall s | store bytes / "
            "the rest's | feed streams | plan streams | shards deferred | verified |",
            "|---|---|---|--:|--:|--:|--:|--:|--:|---|"]
@@ -167,6 +169,9 @@ def main(argv=None):
                     help="the job's shuffle buffer (default 1000, the server's "
                     "default; bench/run.sh's 10,000 holds more than the images "
                     "epoch, so no shard is behind a resume at 90%%)")
+    ap.add_argument("--stage-bytes", default=None,
+                    help="the server's --stage-bytes (default: its own); below a "
+                    "shard's size, a gzipped shard is larger than the budget")
     args = ap.parse_args(argv)
     if args.quick:
         args.runs = 1
@@ -188,7 +193,8 @@ def main(argv=None):
                 runs = {name: [] for name, _ in builds}
                 for i in range(args.runs):
                     for name, b in builds:
-                        r = one_case(b, nginx, d, case, workdir, args.shuffle_buffer)
+                        r = one_case(b, nginx, d, case, workdir, args.shuffle_buffer,
+                                     args.stage_bytes)
                         bench.log("%s %s %s run %d: first %.3f s, wall %.2f s, store %.2fx "
                                   "the rest, feed %s, plan %s" % (
                                       shape.name, case, name, i, r["first_sample_s"] or -1,
@@ -212,7 +218,8 @@ def main(argv=None):
         if nginx:
             nginx.stop()
     bench.finish(args, FORMAT, {"runs": args.runs, "rows": rows,
-                                "shuffle_buffer": args.shuffle_buffer}, markdown)
+                                "shuffle_buffer": args.shuffle_buffer,
+                                "stage_bytes": args.stage_bytes}, markdown)
     return 0 if all(r["verify_ok"] for r in rows) else 1
 
 
