@@ -2759,11 +2759,10 @@ static int shard_deferrable(sio_plan *p, uint32_t s, sio_index_entry **e,
                         : end + last.bytes + GUESS_SLACK;
             *exact = 0;
         }
-        /* One larger than the budget only at a size its index holds
-         * (a reader that reaches its items has them made again a window
-         * at a time, never whole: stage_take). */
-        return *size <= (uint64_t)INT64_MAX &&
-               (*size <= p->stage->budget || *exact);
+        /* One larger than the budget too: a reader that reaches its
+         * items has them made again a window at a time, never whole
+         * (stage_take), to the bytes its ranges reach. */
+        return *size <= (uint64_t)INT64_MAX;
     }
     *v = sio_index_version_size(*e, size);
     if (!*v) {

@@ -1386,7 +1386,7 @@ static void restage_settle(struct stage_job *j, uint64_t mem, sio_code rc,
     st->restage_bytes -= j->want_mem <= st->restage_bytes
                              ? j->want_mem
                              : st->restage_bytes;
-    if (rc == SIO_OK && j->guess && x->guess) {
+    if (rc == SIO_OK && j->guess && x->guess && restage_whole(j)) {
         /* The size the fetch found: the shard's from now on (its last
          * group's readers read to its end). */
         x->size = mem;
@@ -1594,9 +1594,9 @@ static void restage_run(struct stage_job *j, unsigned char *buf)
     sio_error e = {SIO_OK, ""};
     int whole = restage_whole(j);
     int mode = job_mode(j);
-    uint64_t cap = j->guess ? j->p->stage->budget
-                   : whole  ? j->want_size
-                            : UINT64_MAX; /* (made to end at most) */
+    uint64_t cap = !whole   ? UINT64_MAX /* (made to end at most) */
+                   : j->guess ? j->p->stage->budget
+                              : j->want_size;
     uint64_t end = whole ? UINT64_MAX : j->rg[j->nr - 1].b;
     uint64_t pos = 0, mem = 0; /* made so far; written */
     unsigned tries = 0;
@@ -1679,7 +1679,10 @@ static void restage_run(struct stage_job *j, unsigned char *buf)
         }
         pos += got;
     }
-    if (rc == SIO_OK && !whole && pos < end)
+    /* (a size guessed from the index after a restart: the last range,
+     * to the tar's end, ends where the object does) */
+    if (rc == SIO_OK && !whole && pos < end &&
+        !(j->guess && pos > j->rg[j->nr - 1].a))
         rc = sio_seterr(&e, SIO_ERR_CHANGED, "the object is not the one "
                         "the epoch's plan was made from (it ended at "
                         "%" PRIu64 " bytes made)", pos);
@@ -2733,14 +2736,13 @@ sio_code stage_take(sio_plan *p, uint32_t s, uint64_t t, plan_waiter *w,
         if (extend && x->partial)
             window_of(st, x, &wspan, &wcap);
         int made = x->kind == STAGE_DECOMPRESS || x->kind == STAGE_ZIP;
-        /* (a compressed shard or a zip larger than the budget, of the
-         * size its index holds: a window of it at a time, never whole) */
-        int big = made && !x->guess && x->size > st->budget &&
-                  (x->vhash || x->adopt);
+        /* (a compressed shard or a zip larger than the budget: a window
+         * of it at a time, never whole; of a size guessed from its index
+         * after a restart too, which its ranges end within) */
+        int big = made && x->size > st->budget && (x->vhash || x->adopt);
         /* (one being made, or larger than the budget: the source of each
          * of its windows is held for the next, restage_run) */
-        int large = made && !x->guess &&
-                    (x->size ? x->size : x->have) > st->budget;
+        int large = made && (x->size ? x->size : x->have) > st->budget;
         if (extend && x->partial && x->restaged && x->pins == 0 &&
             (x->kind == STAGE_MEMORY || made) &&
             (t > x->cover_to || (t < x->cover && x->cover - t > wspan))) {

@@ -1049,6 +1049,51 @@ def test_a_far_resume_into_compressed_shards_larger_than_stage_bytes_is_planned(
         assert data_plane(get_json(srv, "/v1/jobs/t"))["feed_streams"] == 0, tag()
 
 
+def test_a_far_resume_into_compressed_shards_on_a_restarted_server_is_planned(
+        start, server_binary, tmp_path):
+    """The resume above on a server restarted on the state_dir of one
+    that read the epoch whole: the indexes are loaded, but not what each
+    compressed shard or zip made (kept in memory only), so its size is a
+    guess from its last group. Such a shard larger than the budget is
+    left to its readers all the same (it was the feed's): its windows are
+    made to where their ranges end, the last one to where the object
+    does. The feed's samples, no stream on the feed, within the bound."""
+    require_planes(server_binary, "auto", "stream")
+    path = str(tmp_path / "ds")
+    made = made_shards(path, SEED + 23, "r", nmade=6, n=32, lo=128 << 10, hi=256 << 10)
+    budget = min(made) // 4
+    state = str(tmp_path / "state")
+    with s3_bucket(path, "big") as (s3, env):
+        args = ("--job", "t", "--source", "s3://big/d/", "--interleave", "2",
+                "--shuffle-buffer", "8") + COMMON
+        feed = start(*args, "--data-plane", "stream", env=env)
+        want = read_world(feed, 2, 2)
+        staged = args + ("--data-plane", "auto", "--stage-bytes", str(budget),
+                         "--lag-grace-ms", "600000", "--rejoin-grace-ms", "600000",
+                         "--state-dir", state)
+        first = start(*staged, env=env)
+        for r, got in enumerate(read_world(first, 2, 2)):
+            assert kf(got) == kf(want[r]), (tag(), r)
+        assert first.stop() == 0
+        srv = start(*staged, env=env)
+        resume_world_at_90(srv, 2, want)
+        dp = data_plane(get_json(srv, "/v1/jobs/t"))
+        assert dp["feed_streams"] == 0 and dp["plan_failures"] == 0, (tag(), dp)
+        st = staging(srv)
+        assert st["shards_deferred"] > 0, (tag(), st)
+        bound = steps_bound(budget) + budget
+        assert st["peak_bytes"] <= bound, (tag(), st, bound)
+        # rank 0 back from 40%: the shards left to it made a window at a
+        # time to where their ranges end (the last to the object's end)
+        back = len(want[0].samples) * 4 // 10
+        again, _ = read_resuming(srv, 2, 0, 2, start=back)
+        assert [(x["key"], x["fields"]) for x in again] == kf(want[0])[back:], tag()
+        st2 = staging(srv)
+        assert st2["restages_ranged"] > st["restages_ranged"], (tag(), st, st2)
+        assert st2["peak_bytes"] <= bound, (tag(), st2, bound)
+        assert data_plane(get_json(srv, "/v1/jobs/t"))["feed_streams"] == 0, tag()
+
+
 def test_an_object_set_larger_than_stage_bytes_is_planned(start, server_binary, tmp_path):
     """An object set (a directory of objects, 80 to a virtual shard) whose
     virtual tars are eight times --stage-bytes: planned (it was the
