@@ -191,6 +191,10 @@ int sio_plan_stage_blocked(sio_plan *p);
  * world of no ranks or more than STAGE_WORLD_MAX (such a reader is the
  * feed's, which refuses it). */
 int sio_plan_stage_other_world(const sio_plan *p, uint32_t world);
+
+/* Does plan p stage any shard (in memory or into the shard cache), or
+ * read every shard in place (local files, complete cache entries)? */
+int sio_plan_stages(const sio_plan *p);
 /* Would a stream that starts at index t of Y have the staging fetch every
  * shard the order passes on its way there first? 1 for a plan that
  * stages an epoch whose shards were all indexed when it started, with t
@@ -335,6 +339,11 @@ typedef struct sio_planread_config {
     /* The job's view of the shard cache (NULL: none): shards of http(s)
      * and s3 sources are read from their complete cache entries. */
     struct sio_cache_user *cache;
+    /* The job's shard indexes (NULL: none): an index loaded from
+     * state_dir or a sidecar that a sample read disagrees with is dropped
+     * (sio_index_reject), so that a plan made again indexes the shard
+     * anew rather than trusting it again. */
+    sio_index *index;
 } sio_planread_config;
 
 /* Shards one reader keeps at hand at once (the least recently used is

@@ -1212,6 +1212,7 @@ static sio_code slot_open(sc_jobs *j, sc_job *job, uint64_t epoch,
         snprintf(err->msg, sizeof err->msg, "out of memory");
         return SIO_ERR_NOMEM;
     }
+    s->plan_gen = 1;
     memset(&ec, 0, sizeof ec);
     ec.seed = job->spec.seed;
     ec.epoch = epoch;
@@ -1718,13 +1719,14 @@ static unsigned open_sample(sc_jobs *j, sc_job *job, const sc_request *req,
     pc.policy = SIO_PARTITION_NONE;
     pc.limits = ec.limits;
     pc.cache = job->res->cache;
+    pc.index = j->index;
     rc = sio_planread_open(j->io, job->res->list, plan, &pc, &b->pr, err);
     sio_plan_unref(plan); /* the reader holds it */
     if (rc) {
         *retry_after = 2;
         return rc == SIO_ERR_INVALID ? 400 : 503;
     }
-    sc_stream_set_planread(s, b->pr, &b->sample_broken);
+    sc_stream_set_planread(s, b->pr, &b->sample_broken, 1);
     atomic_fetch_add(fetched ? &job->sample_fetched_streams
                              : &job->sample_plan_streams, 1);
     return 200;
@@ -1840,6 +1842,16 @@ void sc_jobs_stream_abort(sc_jobs *j, sc_binding *b)
 /* A failed plan build is tried again after this long (the indexes may
  * complete meanwhile: the first pass of an epoch builds them). */
 #define PLAN_RETRY_MS 1000u
+/* Plans of one epoch made again after a shard changed under one: beyond
+ * that (a file rewritten again and again), the epoch's feed. */
+#define REPLANS_MAX 3u
+
+/* Did a stream find a shard changed under the plan the slot has or
+ * builds now (an earlier plan's streams mark theirs)? */
+static int slot_broken(fslot *s)
+{
+    return atomic_load(&s->plan_broken) == s->plan_gen;
+}
 /* A journal that failed to load is told to the streams of its epoch for
  * this long; the next one after asks for a load again. */
 #define JOURNAL_FAIL_MS 1000u
@@ -2110,8 +2122,8 @@ static void plan_finish(sc_jobs *j, plan_req *r, sio_code rc, sio_plan *p,
     slot->plan_building = 0;
     slot->plan_tried = 1;
     slot->plan_tried_ms = sio_now_ms();
-    if (rc == SIO_OK && p && !sio_plan_complete(p) &&
-        !atomic_load(&slot->plan_broken) && !job->removed) {
+    if (rc == SIO_OK && p && !sio_plan_complete(p) && !slot_broken(slot) &&
+        !job->removed) {
         /* The first pass: a plan that grows as the shards are indexed. */
         slot->plan = p;
         slot->kick_j = j;
@@ -2131,8 +2143,7 @@ static void plan_finish(sc_jobs *j, plan_req *r, sio_code rc, sio_plan *p,
                "event=plan_growing job=%s epoch=%" PRIu64
                " reason=\"%s\"", job->spec.name, slot->epoch, err->msg);
         grow_enqueue(j, job, slot);
-    } else if (rc == SIO_OK && p && !atomic_load(&slot->plan_broken) &&
-               !job->removed) {
+    } else if (rc == SIO_OK && p && !slot_broken(slot) && !job->removed) {
         slot->plan = p;
         plan_built(job, slot, p, 0);
     } else {
@@ -2190,10 +2201,13 @@ static void *planner_main(void *arg)
             if (!stopping)
                 rc = sio_plan_build(j->io, r->job->res->list, &r->slot->ec,
                                     j->cfg->plan_keep_samples, &p, &err);
-            /* Shards not indexed yet (the first pass), or an epoch longer
-             * than a plan keeps: a plan that grows as the shards are
-             * indexed and as its readers come, within its window. */
-            if ((rc == SIO_ERR_AGAIN || rc == SIO_ERR_LIMIT) && !stopping) {
+            /* Shards not indexed yet (the first pass), an epoch longer
+             * than a plan keeps, or a local file changed or gone since it
+             * was indexed: a plan that grows as the shards are indexed
+             * and as its readers come, within its window (a file gone is
+             * met where the order opens it, as the feed meets it). */
+            if ((rc == SIO_ERR_AGAIN || rc == SIO_ERR_LIMIT ||
+                 rc == SIO_ERR_CHANGED) && !stopping) {
                 sio_error why = err;
                 int indexed = rc == SIO_ERR_LIMIT;
                 rc = sio_plan_start(j->io, r->job->res->list, &r->slot->ec,
@@ -2234,10 +2248,28 @@ static sio_plan *slot_plan(sc_jobs *j, sc_job *job, fslot *slot,
         *pending = 1;
         return NULL;
     }
-    if (atomic_load(&slot->plan_broken)) {
+    if (slot_broken(slot)) {
+        /* An epoch read in place has its plan made again (the shard that
+         * changed is indexed again when the order comes to it, and a
+         * stream resuming at its position waits for the order there), at
+         * most REPLANS_MAX times; one that stages shards, from its feed
+         * (a new plan would stage every shard before the position
+         * first). */
+        int again = slot->plan && !sio_plan_stages(slot->plan) &&
+                    slot->replans < REPLANS_MAX && !job->removed;
         slot_drop_plan(slot, "a stream found a shard changed under the "
                              "epoch's plan");
-        return NULL;
+        if (!again) {
+            slot->plan_never = 1;
+            return NULL;
+        }
+        slot->replans++;
+        slot->plan_gen++;
+        atomic_fetch_add(&job->plans_again, 1);
+        slot->plan_tried = 0;
+        SC_LOG(SIO_LOG_INFO, "event=plan_again job=%s epoch=%" PRIu64
+               " times=%u reason=\"a shard changed under its plan\"",
+               job->spec.name, slot->epoch, slot->replans);
     }
     uint64_t now = sio_now_ms();
     if (!slot->plan && !job->removed && !slot->plan_never &&
@@ -2288,13 +2320,14 @@ static unsigned plan_stream(sc_jobs *j, sc_job *job, fslot *slot,
     pc.global_start = req->global_start;
     pc.limits = slot->ec.limits;
     pc.cache = job->res->cache;
+    pc.index = j->index;
     sio_code rc = sio_planread_open(j->io, job->res->list, plan, &pc, &b->pr,
                                     &err);
     if (rc) {
         sc_redact_source(err.msg, reason, reason_len);
         return rc == SIO_ERR_INVALID ? 400 : 503;
     }
-    sc_stream_set_planread(s, b->pr, &slot->plan_broken);
+    sc_stream_set_planread(s, b->pr, &slot->plan_broken, slot->plan_gen);
     atomic_fetch_add(&job->plan_streams, 1);
     return 1;
 }
@@ -2685,7 +2718,7 @@ static void slot_indexes_checked(sc_jobs *j, fslot *s)
     s->ix_dropped = ist.dropped;
     s->count = UINT64_MAX;
     if (s->plan || s->plan_building)
-        atomic_store(&s->plan_broken, 1);
+        atomic_store(&s->plan_broken, s->plan_gen);
 }
 
 /* Timers of one job: throughput, retirement, prefetch; closes the slots

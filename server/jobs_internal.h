@@ -80,7 +80,12 @@ typedef struct fslot {
     int plan_tried;       /* a build was tried (mu) */
     int plan_never;       /* the epoch cannot have one (mu) */
     uint64_t plan_tried_ms; /* when (mu) */
-    _Atomic int plan_broken; /* a stream found a shard changed under it */
+    /* A stream found a shard changed under the plan of generation
+     * plan_broken (0: none); plan_gen: the generation of the plan the
+     * slot has or builds now (from 1), replans: plans made again after
+     * one broke (jobs.c slot_plan). */
+    _Atomic unsigned plan_broken;
+    unsigned plan_gen, replans;
     /* A plan that grows while the epoch's shards are indexed (the first
      * pass): the planner runs its steps; a reader that comes near a
      * parked plan's end asks for the next one (plan_kick). */
@@ -182,7 +187,7 @@ struct sc_binding {
     uint32_t rank, world;
     uint64_t global_start;   /* the request's elastic resume base */
     int resumed;             /* start or global_start > 0 */
-    _Atomic int sample_broken; /* a /samples/{i} plan's shard changed */
+    _Atomic unsigned sample_broken; /* a /samples/{i} plan's shard changed */
     _Atomic int ended;       /* its stream encoded the share's END (set on
                                 the stream's thread): the slot may be
                                 evicted under it, the END still goes out */
@@ -234,6 +239,7 @@ struct sc_job {
     /* The data plane: plans built, streams served from a plan and from a
      * feed, plan streams ended by a shard that changed under them. */
     atomic_uint_fast64_t plans_built, plans_grown, plan_streams, feed_streams;
+    atomic_uint_fast64_t plans_again; /* made again after a shard changed */
     /* GET /samples/{i} streams: read in place, or fetched whole first */
     atomic_uint_fast64_t sample_plan_streams, sample_fetched_streams;
     atomic_uint_fast64_t plan_failures;

@@ -468,12 +468,13 @@ static json_t *job_json(sc_jobs *j, sc_job *job, sio_feed_consumer *cons,
     if (o)
         json_object_set_new(
             o, "data_plane",
-            json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+            json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
                       "mode",
                       j->cfg->data_plane == SC_DATA_PLANE_AUTO ? "auto"
                                                                : "stream",
                       "plans", jint(atomic_load(&job->plans_built)),
                       "plans_grown", jint(atomic_load(&job->plans_grown)),
+                      "plans_again", jint(atomic_load(&job->plans_again)),
                       "plan_streams", jint(atomic_load(&job->plan_streams)),
                       "feed_streams", jint(atomic_load(&job->feed_streams)),
                       "plan_failures",
@@ -545,8 +546,8 @@ typedef struct job_metrics {
     int ready;
     uint64_t samples, bytes, opened, by_outcome[5];
     uint64_t sample_plan_streams, sample_fetched_streams;
-    uint64_t plans, plans_grown, plan_streams, feed_streams, plan_failures,
-        plan_waits;
+    uint64_t plans, plans_grown, plans_again, plan_streams, feed_streams,
+        plan_failures, plan_waits;
     uint64_t failover_streams, streams_stalled;
     uint64_t epochs, streams;
     epoch_counts cnt;
@@ -701,6 +702,7 @@ sio_code sc_jobs_metrics(sc_jobs *j, sc_prom *p)
         x->opened = atomic_load(&job->streams_opened);
         x->plans = atomic_load(&job->plans_built);
         x->plans_grown = atomic_load(&job->plans_grown);
+        x->plans_again = atomic_load(&job->plans_again);
         sc_job_stage(job, &x->stage);
         x->plan_waits = atomic_load(&job->plan_waits);
         x->plan_streams = atomic_load(&job->plan_streams);
@@ -785,6 +787,10 @@ sio_code sc_jobs_metrics(sc_jobs *j, sc_prom *p)
     PER_JOB(p, m, n, "shardcast_plans_grown_total", "counter",
             "Epoch plans started before their shards were indexed (the "
             "first pass), grown as the shards were read.", m[i].plans_grown);
+    PER_JOB(p, m, n, "shardcast_plans_again_total", "counter",
+            "Epoch plans made again after a stream found a shard changed "
+            "under the epoch's plan (epochs read in place).",
+            m[i].plans_again);
     PER_JOB(p, m, n, "shardcast_stage_bytes", "gauge",
             "Bytes of remote shards held in memory for planned epochs "
             "(staging: neither local nor in the shard cache).",

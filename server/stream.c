@@ -59,7 +59,9 @@ struct sc_stream {
      * epoch's plan (plan non-NULL: the stream's own reader). */
     sio_cursor *cursor;
     sio_planread *plan;
-    _Atomic int *plan_broken; /* the epoch's flag, set on a plan failure */
+    _Atomic unsigned *plan_broken; /* the epoch's flag, set to plan_gen on
+                                      a plan failure */
+    unsigned plan_gen;
     int plan_failed;          /* this stream ended by one */
     int file_read;            /* file bytes read since the last check */
     int file_fail;            /* a file segment failed, or its check */
@@ -323,10 +325,11 @@ void sc_stream_set_skipped(sc_stream *s, sc_stream_skipped_fn fn,
 }
 
 void sc_stream_set_planread(sc_stream *s, sio_planread *r,
-                            _Atomic int *broken)
+                            _Atomic unsigned *broken, unsigned gen)
 {
     s->plan = r;
     s->plan_broken = broken;
+    s->plan_gen = gen;
     sio_wenc_set_extent_sink(s->enc, sink_extent);
     /* A plan that grows wakes the stream when its next sample is decided
      * (sc_stream_notify: a flag and a resume, under s->mu only). */
@@ -451,7 +454,7 @@ static void plan_broken(sc_stream *s, sio_code rc)
     SC_LOG(SIO_LOG_WARN, "event=plan_failed id=%s code=%d reason=\"%s\"",
            s->id, (int)rc, plan_why(s));
     if (s->plan_broken)
-        atomic_store(s->plan_broken, 1);
+        atomic_store(s->plan_broken, s->plan_gen);
     s->plan_failed = 1;
 }
 
@@ -459,8 +462,8 @@ static void plan_failed(sc_stream *s, sio_code rc)
 {
     char reason[REASON_MAX];
     plan_broken(s, rc);
-    snprintf(reason, sizeof reason, "%s: %s (retry: the epoch is read "
-             "again by its feed)", sio_strerror(rc), plan_why(s));
+    snprintf(reason, sizeof reason, "%s: %s (retry: the epoch's plan is "
+             "made again)", sio_strerror(rc), plan_why(s));
     write_error_retry(s, reason, SC_STREAM_CUT, 1, SC_STREAM_PLAN_RETRY_MS);
 }
 

@@ -128,10 +128,11 @@ void sc_stream_set_cursor(sc_stream *s, sio_cursor *c);
 
 /* Or read the share from the epoch's plan (shardio_plan.h) with the
  * stream's own reader, owned by the binding (jobs.c) like a cursor. On a
- * plan failure the stream sets *broken (the epoch's flag: its next
- * streams take the feed) and ends with a retryable trailer. */
+ * plan failure the stream sets *broken to gen (the epoch's flag: the
+ * plan of that generation is dropped, jobs.c slot_plan) and ends with a
+ * retryable trailer. gen is never 0. */
 void sc_stream_set_planread(sc_stream *s, sio_planread *r,
-                            _Atomic int *broken);
+                            _Atomic unsigned *broken, unsigned gen);
 /* The retry advice of that trailer. */
 #define SC_STREAM_PLAN_RETRY_MS 200u
 

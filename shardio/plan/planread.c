@@ -678,6 +678,9 @@ static sio_code read_item(sio_planread *r, uint64_t t,
         snprintf(r->err, sizeof r->err,
                  "url=%s group %" PRIu32 ": the sample read is not the "
                  "indexed one (the shard changed)", url, it->group);
+        if (r->cfg.index)
+            sio_index_reject(sio_index_peek(r->cfg.index, url),
+                             "a sample read from it is not the indexed one");
         return SIO_ERR_CHANGED;
     }
     ((sio_sample *)(uintptr_t)smp)->global_index = r->plan->index_base + t;

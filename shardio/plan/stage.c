@@ -3189,6 +3189,11 @@ int stage_passed(sio_plan *p, uint32_t s, uint64_t t)
 
 /* Public: settings, the restage work, counters. */
 
+int sio_plan_stages(const sio_plan *p)
+{
+    return p && p->stage != NULL;
+}
+
 int sio_plan_stage_other_world(const sio_plan *p, uint32_t world)
 {
     /* A world that comes after the others let go of shards it needs

@@ -5,7 +5,10 @@ files while it streams. When a file is truncated, rewritten (same size,
 other bytes), replaced (a new file renamed over it) or deleted meanwhile,
 a stream must never deliver bytes that are not the dataset's: it ends
 with the error trailer marked retryable, data_plane.plan_failures counts
-it, and the epoch's later streams come from its feed.
+it, and the epoch's later streams come from a plan made again
+(data_plane.plans_again; the changed files are indexed again when the
+order comes to them), or from its feed once a plan was made again
+three times.
 
 Each test: a local dataset (plain tar, 90 shards: more than a plan reader
 keeps at hand, so readers open shards after the change), a server with --data-plane auto and
@@ -27,10 +30,11 @@ checked), at least one must have hit the error, and plan_failures must
 count exactly those. Then each consumer resumes at the position it
 reached (start=, as the clients do; a retryable trailer is followed
 again) and one more consumer reads the whole epoch: they must end
-normally and come from the feed (plan_streams unchanged); samples of
-untouched shards must be the original bytes (all of them, for the
-whole-epoch read), samples of changed shards the original or the new
-version of their file (the feed's existing rules decide which are read).
+normally and come from a plan made again (the feed only once three
+were); samples of untouched shards must be the original bytes (all of
+them, for the whole-epoch read), samples of changed shards the original
+or the new version of their file (the new plan reads the files as they
+are now).
 
 The last test does the same with an http source (nginx) read through the
 shard cache (--cache-bytes): the cache entry files under state_dir/cache
@@ -300,14 +304,18 @@ def run_faults(srv, ds, job, change, fmt_of_rank=lambda r: ("frames", "tar")[r %
         assert dp0["plan_streams"] - base["plan_streams"] == n_early and dp0["plans"] >= 1, (
             "%s epoch 1's streams are not plan streams: %s" % (tag(), dp0))
         change(ds, cons[:n_early], go)
-        feed_before = dp_of(srv, job)["feed_streams"]
+        dpc = dp_of(srv, job)
+        feed_before, again_before = dpc["feed_streams"], dpc["plans_again"]
         for c in cons[n_early:]:
             c.start()
         paused(cons[n_early:], "the first bytes of the late ranks")
         # A late rank that came after an early stream had found the change
-        # is served by the epoch's feed, which reads the files as they are
-        # now (the changed files' bytes are then what the dataset holds).
-        late_on_feed = dp_of(srv, job)["feed_streams"] > feed_before
+        # is served by a plan made again (or the feed), which reads the
+        # files as they are now (the changed files' bytes are then what
+        # the dataset holds).
+        dpl = dp_of(srv, job)
+        late_on_feed = (dpl["feed_streams"] > feed_before or
+                        dpl["plans_again"] > again_before)
         go.set()
         for c in cons:
             c.join(180)
@@ -346,7 +354,8 @@ def run_faults(srv, ds, job, change, fmt_of_rank=lambda r: ("frames", "tar")[r %
     # early stream had found the change already
     assert n_early <= dp1["plan_streams"] - base["plan_streams"] <= WORLD, (tag(), dp1)
 
-    # -- afterwards: the epoch's feed serves the resumes and a new consumer
+    # -- afterwards: a plan made again serves the resumes and a new
+    # consumer (the feed, once three were made again)
     post_streams = 0
     for c in cons:
         pos, tries = reached[c.rank], 0
@@ -377,12 +386,15 @@ def run_faults(srv, ds, job, change, fmt_of_rank=lambda r: ("frames", "tar")[r %
     assert len(untouched) == n_untouched, (
         "%s %s: %d samples of the untouched shards, not %d" % (
             tag(), what, len(untouched), n_untouched))
-    dp2 = wait_until(lambda: (lambda d: d if d["feed_streams"] >= dp1["feed_streams"]
-                              + post_streams else None)(dp_of(srv, job)),
-                     30, "feed_streams to count the %d later streams" % post_streams)
-    assert dp2["plan_streams"] == dp1["plan_streams"], (
-        "%s a stream after the plan failed was served from a plan: %s -> %s"
-        % (tag(), dp1, dp2))
+    dp2 = wait_until(lambda: (lambda d: d if d["feed_streams"] + d["plan_streams"] >=
+                              dp1["feed_streams"] + dp1["plan_streams"] + post_streams
+                              else None)(dp_of(srv, job)),
+                     30, "the data plane to count the %d later streams" % post_streams)
+    assert dp2["plans_again"] - base["plans_again"] >= 1, (
+        "%s no plan was made again after one failed: %s -> %s" % (tag(), dp1, dp2))
+    assert dp2["plan_streams"] > dp1["plan_streams"], (
+        "%s no stream after the plan failed was served from a plan made again: "
+        "%s -> %s" % (tag(), dp1, dp2))
     report = {"outcomes": outcomes, "dp_before": dp0, "dp_failed": dp1, "dp_after": dp2,
               "post_streams": post_streams}
     print("%s %s" % (tag(), report))

@@ -239,7 +239,8 @@ def check_everything(srv, reference, source, plane):
                 [(s["key"], s["hash"]) for s in want[k:]], (r, k)
     # Through the feed a wrong index is dropped and the seek reopened
     # where it was: no error at all. A plan built on it fails the stream
-    # once (retryable) and the epoch goes on from its feed.
+    # once (retryable), drops it, and the epoch goes on from a plan made
+    # again, which indexes the shard anew.
     assert errors <= (1 if plane == "auto" else 0)
     # /samples/{i}: the true i-th sample for every i of the forged shard,
     # and for a spread of the others (see sample_indices), and the end.
