@@ -1007,6 +1007,30 @@ def test_compressed_and_zip_shards_larger_than_stage_bytes_are_planned(start, se
         assert data_plane(get_json(srv, "/v1/jobs/t"))["feed_streams"] == 0, tag()
 
 
+def far_then_back(srv, epoch, want, budget):
+    """Both ranks of world 2 resume epoch at 90% (resume_world_at_90),
+    then rank 0 comes back from 40% of its share (an older checkpoint):
+    the feed's samples (want), no stream on the feed, shards left to
+    their readers, those made again for rank 0, the staging within the
+    steps' share and the room for readers behind (one budget). Returns
+    the staging's status at the end."""
+    resume_world_at_90(srv, epoch, want)
+    dp = data_plane(get_json(srv, "/v1/jobs/t"))
+    assert dp["feed_streams"] == 0 and dp["plan_failures"] == 0, (tag(), dp)
+    st = staging(srv)
+    assert st["shards_deferred"] > 0, (tag(), st)
+    bound = steps_bound(budget) + budget
+    assert st["peak_bytes"] <= bound, (tag(), st, bound)
+    back = len(want[0].samples) * 4 // 10
+    again, _ = read_resuming(srv, epoch, 0, 2, start=back)
+    assert [(x["key"], x["fields"]) for x in again] == kf(want[0])[back:], tag()
+    st2 = staging(srv)
+    assert st2["restages_ranged"] > st["restages_ranged"], (tag(), st, st2)
+    assert st2["peak_bytes"] <= bound, (tag(), st2, bound)
+    assert data_plane(get_json(srv, "/v1/jobs/t"))["feed_streams"] == 0, tag()
+    return st2
+
+
 def test_a_far_resume_into_compressed_shards_larger_than_stage_bytes_is_planned(
         start, server_binary, tmp_path):
     """Tar.gz, zip and tar.zst shards each about four times --stage-bytes
@@ -1030,23 +1054,9 @@ def test_a_far_resume_into_compressed_shards_larger_than_stage_bytes_is_planned(
             srv, want, got, feed):
         for r in range(2):
             assert kf(got[r]) == kf(want[r]), (tag(), r)
-        want1 = read_world(feed, 1, 2)
-        resume_world_at_90(srv, 1, want1)
-        dp = data_plane(get_json(srv, "/v1/jobs/t"))
-        assert dp["feed_streams"] == 0 and dp["plan_failures"] == 0, (tag(), dp)
-        st = staging(srv)
-        assert st["shards_deferred"] > 0, (tag(), st)
-        bound = steps_bound(budget) + budget
-        assert st["peak_bytes"] <= bound, (tag(), st, bound)
-        back = len(want1[0].samples) * 4 // 10
-        again, _ = read_resuming(srv, 1, 0, 2, start=back)
-        assert [(x["key"], x["fields"]) for x in again] == kf(want1[0])[back:], tag()
-        st2 = staging(srv)
-        assert st2["restages_ranged"] > st["restages_ranged"], (tag(), st, st2)
+        st2 = far_then_back(srv, 1, read_world(feed, 1, 2), budget)
         # (one reader, forward: most windows go on from the last one's source)
         assert st2["restage_windows_continued"] > 0, (tag(), st2)
-        assert st2["peak_bytes"] <= bound, (tag(), st2, bound)
-        assert data_plane(get_json(srv, "/v1/jobs/t"))["feed_streams"] == 0, tag()
 
 
 def test_a_far_resume_into_compressed_shards_on_a_restarted_server_is_planned(
@@ -1076,22 +1086,9 @@ def test_a_far_resume_into_compressed_shards_on_a_restarted_server_is_planned(
             assert kf(got) == kf(want[r]), (tag(), r)
         assert first.stop() == 0
         srv = start(*staged, env=env)
-        resume_world_at_90(srv, 2, want)
-        dp = data_plane(get_json(srv, "/v1/jobs/t"))
-        assert dp["feed_streams"] == 0 and dp["plan_failures"] == 0, (tag(), dp)
-        st = staging(srv)
-        assert st["shards_deferred"] > 0, (tag(), st)
-        bound = steps_bound(budget) + budget
-        assert st["peak_bytes"] <= bound, (tag(), st, bound)
-        # rank 0 back from 40%: the shards left to it made a window at a
-        # time to where their ranges end (the last to the object's end)
-        back = len(want[0].samples) * 4 // 10
-        again, _ = read_resuming(srv, 2, 0, 2, start=back)
-        assert [(x["key"], x["fields"]) for x in again] == kf(want[0])[back:], tag()
-        st2 = staging(srv)
-        assert st2["restages_ranged"] > st["restages_ranged"], (tag(), st, st2)
-        assert st2["peak_bytes"] <= bound, (tag(), st2, bound)
-        assert data_plane(get_json(srv, "/v1/jobs/t"))["feed_streams"] == 0, tag()
+        # (the shards left to rank 0 made a window at a time to where
+        # their ranges end, the last to the object's end)
+        far_then_back(srv, 2, want, budget)
 
 
 def test_an_object_set_larger_than_stage_bytes_is_planned(start, server_binary, tmp_path):
