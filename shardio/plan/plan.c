@@ -2717,7 +2717,7 @@ static int shard_deferrable(sio_plan *p, uint32_t s, sio_index_entry **e,
     *exact = 1;
     int kind = p->stage ? p->stage->sh[s].kind : STAGE_IN_PLACE;
     int made = kind == STAGE_DECOMPRESS || kind == STAGE_ZIP;
-    if (!p->stage || !p->stage->budget || virtual_shard(url) ||
+    if (!p->stage || !p->stage->budget ||
         !g->cfg.index || (kind != STAGE_MEMORY && !made))
         return 0;
     if (!made && ((g->cfg.cache && !(g->uncached && g->uncached[s])) ||

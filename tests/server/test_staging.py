@@ -1133,6 +1133,35 @@ def test_an_object_set_larger_than_stage_bytes_is_planned(start, server_binary, 
     assert data_plane(get_json(srv, "/v1/jobs/t"))["feed_streams"] == 0, tag()
 
 
+def test_a_far_resume_over_an_object_set_is_planned(start, server_binary, tmp_path):
+    """Every rank of world 2 opens epoch 1 of an object set (a directory
+    of objects, 40 to a virtual shard) at 90% of its share, then rank 0
+    comes back from 40%: the plan's (it was the feed's: a virtual shard
+    was never left to its readers). The virtual shards behind the readers
+    are left to them; their items are fetched by their byte ranges of the
+    virtual tar (the objects they fall in, from the offsets in them) when
+    a reader reaches them. The feed's samples, no stream on the feed."""
+    require_planes(server_binary, "auto", "stream")
+    d = str(tmp_path / "objs")
+    os.makedirs(d)
+    rng = random.Random(SEED + 31)
+    for k in range(400):
+        with open(os.path.join(d, "k%04d.bin" % k), "wb") as f:
+            f.write(os.urandom(rng.randrange(16 << 10, 64 << 10)))
+        with open(os.path.join(d, "k%04d.cls" % k), "wb") as f:
+            f.write(b"%d" % k)
+    args = ("--job", "t", "--source", d + "/?objects=40", "--interleave", "2",
+            "--shuffle-buffer", "8") + COMMON
+    feed = start(*args, "--data-plane", "stream")
+    want = read_world(feed, 1, 2)
+    budget = 1 << 20
+    srv = start(*args, "--data-plane", "auto", "--stage-bytes", str(budget),
+                "--rejoin-grace-ms", "600000", "--lag-grace-ms", "600000")
+    for r, got in enumerate(read_world(srv, 0, 2)):
+        assert len(got.samples) > 0, (tag(), r)
+    far_then_back(srv, 1, want, budget)
+
+
 def test_compressed_shards_are_staged_decompressed_and_planned(start, server_binary,
                                                               tmp_path):
     """Local tar.gz and tar.zst shards with --stage-bytes, one tar.gz cut
