@@ -2083,6 +2083,11 @@ static void grow_after(sc_jobs *j, plan_req *r, sio_code rc, int stopping)
     slot->grow_queued = 0;
     slot->pins--;
     slot->last_ms = sio_now_ms();
+    /* The step of a plan dropped since (made again after a shard
+     * changed): the slot's plan now is another, whose own steps could not
+     * be queued while this one was. */
+    if (!mine && !stopping && !job->removed)
+        grow_enqueue(j, job, slot);
     char why[700];
     if (mine && sio_plan_complete(p)) {
         sio_plan_set_kick(p, NULL, NULL);
@@ -2122,6 +2127,14 @@ static void plan_finish(sc_jobs *j, plan_req *r, sio_code rc, sio_plan *p,
     slot->plan_building = 0;
     slot->plan_tried = 1;
     slot->plan_tried_ms = sio_now_ms();
+    /* Indexes dropped until now (a plan made again drops the changed
+     * shard's as it starts) are the new plan's to index again, not a
+     * reason to drop it (slot_indexes_checked). */
+    if (rc == SIO_OK && p && slot->replans && j->index) {
+        sio_index_stats ist;
+        sio_index_get_stats(j->index, &ist);
+        slot->ix_dropped = ist.dropped;
+    }
     if (rc == SIO_OK && p && !sio_plan_complete(p) && !slot_broken(slot) &&
         !job->removed) {
         /* The first pass: a plan that grows as the shards are indexed. */
