@@ -1091,6 +1091,23 @@ def test_a_far_resume_into_compressed_shards_on_a_restarted_server_is_planned(
         far_then_back(srv, 2, want, budget)
 
 
+def object_set(start, tmp_path, seed, n, lo, hi, per):
+    """A directory of n objects (a .bin of lo-hi random bytes and a .cls
+    each), per to a virtual shard: the server arguments of job t over it
+    (interleave 2, shuffle buffer 8) and a server on the feed."""
+    d = str(tmp_path / "objs")
+    os.makedirs(d)
+    rng = random.Random(seed)
+    for k in range(n):
+        with open(os.path.join(d, "k%04d.bin" % k), "wb") as f:
+            f.write(os.urandom(rng.randrange(lo, hi)))
+        with open(os.path.join(d, "k%04d.cls" % k), "wb") as f:
+            f.write(b"%d" % k)
+    args = ("--job", "t", "--source", d + "/?objects=%d" % per, "--interleave", "2",
+            "--shuffle-buffer", "8") + COMMON
+    return args, start(*args, "--data-plane", "stream")
+
+
 def test_an_object_set_larger_than_stage_bytes_is_planned(start, server_binary, tmp_path):
     """An object set (a directory of objects, 80 to a virtual shard) whose
     virtual tars are eight times --stage-bytes: planned (it was the
@@ -1101,17 +1118,7 @@ def test_an_object_set_larger_than_stage_bytes_is_planned(start, server_binary, 
     from its start has the items it passed fetched back by their byte
     ranges of the virtual tar: the feed's samples again."""
     require_planes(server_binary, "auto", "stream")
-    d = str(tmp_path / "objs")
-    os.makedirs(d)
-    rng = random.Random(SEED + 29)
-    for k in range(120):
-        with open(os.path.join(d, "k%04d.bin" % k), "wb") as f:
-            f.write(os.urandom(rng.randrange(256 << 10, 512 << 10)))
-        with open(os.path.join(d, "k%04d.cls" % k), "wb") as f:
-            f.write(b"%d" % k)
-    args = ("--job", "t", "--source", d + "/?objects=80", "--interleave", "2",
-            "--shuffle-buffer", "8") + COMMON
-    feed = start(*args, "--data-plane", "stream")
+    args, feed = object_set(start, tmp_path, SEED + 29, 120, 256 << 10, 512 << 10, 80)
     want = read_world(feed, 0, 2)
     budget = 4 << 20
     srv = start(*args, "--data-plane", "auto", "--stage-bytes", str(budget),
@@ -1142,17 +1149,7 @@ def test_a_far_resume_over_an_object_set_is_planned(start, server_binary, tmp_pa
     virtual tar (the objects they fall in, from the offsets in them) when
     a reader reaches them. The feed's samples, no stream on the feed."""
     require_planes(server_binary, "auto", "stream")
-    d = str(tmp_path / "objs")
-    os.makedirs(d)
-    rng = random.Random(SEED + 31)
-    for k in range(400):
-        with open(os.path.join(d, "k%04d.bin" % k), "wb") as f:
-            f.write(os.urandom(rng.randrange(16 << 10, 64 << 10)))
-        with open(os.path.join(d, "k%04d.cls" % k), "wb") as f:
-            f.write(b"%d" % k)
-    args = ("--job", "t", "--source", d + "/?objects=40", "--interleave", "2",
-            "--shuffle-buffer", "8") + COMMON
-    feed = start(*args, "--data-plane", "stream")
+    args, feed = object_set(start, tmp_path, SEED + 31, 400, 16 << 10, 64 << 10, 40)
     want = read_world(feed, 1, 2)
     budget = 1 << 20
     srv = start(*args, "--data-plane", "auto", "--stage-bytes", str(budget),
