@@ -34,11 +34,15 @@ class Healthy:
     def __init__(self, srv, job, epoch, expect, token=None, delay=0.0):
         self.result = None
         self.expect = expect
+        self.opened = threading.Event()  # its stream's answer came
         self.t = threading.Thread(target=self._run, args=(srv, job, epoch, token, delay))
         self.t.start()
 
     def _run(self, srv, job, epoch, token, delay):
-        s = FramesStream(srv, stream_path(job, epoch, 0, 1), token=token)
+        try:
+            s = FramesStream(srv, stream_path(job, epoch, 0, 1), token=token)
+        finally:
+            self.opened.set()
         got = []
         try:
             while True:
@@ -293,6 +297,8 @@ def test_stream_open_rate_per_address(start, medium_ds):
     srv = start("--job", "train", "--source", medium_ds.path, "--window-samples", "64",
                 "--stream-rate-limit", "1", "--stream-rate-burst", "3")
     healthy = Healthy(srv, "train", 0, medium_ds.total, delay=0.0005)
+    # (its stream opened before the others take the burst: not refused)
+    assert healthy.opened.wait(60)
     codes = [request(srv, stream_path("train", 0, 0, 2) + "&start=100000")[0]
              for _ in range(6)]
     assert 429 in codes, codes
